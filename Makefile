@@ -1,0 +1,197 @@
+# stagetrace: one Makefile for the library, the programs, the tests and the
+# benchmarks. `make` builds what this machine can build into build/ and
+# prints a line per optional dependency. NO_CUDA=1 forces the CPU-only build,
+# CUDA_HOME overrides the toolkit path, SAN=address,undefined or SAN=thread
+# builds everything with sanitizers into build/san-*/.
+
+CC ?= cc
+NVCC_ARCH ?= -arch=sm_90
+PREFIX ?= /usr/local
+DESTDIR ?=
+comma := ,
+
+ifneq ($(SAN),)
+BUILD ?= build/san-$(subst $(comma),-,$(SAN))
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
+ifneq ($(findstring undefined,$(SAN)),)
+SANFLAGS += -fno-sanitize-recover=undefined
+endif
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+OPT ?= -O2
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC
+INCLUDES := -Itracer -Ikernels
+LDLIBS := -lsqlite3 -lpthread -lm -ldl
+
+# ---- dependency probes ------------------------------------------------------
+CUDA_HOME ?= $(shell d=$$(dirname $$(dirname $$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc))); echo $$d)
+ifeq ($(NO_CUDA),1)
+HAVE_CUDA :=
+else
+HAVE_CUDA := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
+endif
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+NVTX_INC := $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/local/include,$(if $(wildcard $(d)/nvtx3/nvToolsExt.h),$(d))))
+ifneq ($(HAVE_CUDA),)
+HAVE_CUBLAS := $(shell test -e $(CUDA_LIBDIR)/libcublas.so && echo 1)
+HAVE_NCCL := $(shell (test -e $(CUDA_HOME)/include/nccl.h || test -e /usr/include/nccl.h) && (test -e $(CUDA_LIBDIR)/libnccl.so || ls /usr/lib/x86_64-linux-gnu/libnccl.so >/dev/null 2>&1) && echo 1)
+CUPTI_INC := $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CUPTI/include,$(if $(wildcard $(d)/cupti.h),$(d))))
+CUPTI_LIB := $(firstword $(foreach d,$(CUDA_LIBDIR) $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so),$(d))))
+HAVE_CUPTI := $(if $(and $(CUPTI_INC),$(CUPTI_LIB)),1)
+endif
+HAVE_SQLITE := $(shell printf '\#include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
+HAVE_CMOCKA := $(shell printf '\#include <stdarg.h>\n\#include <stddef.h>\n\#include <setjmp.h>\n\#include <stdint.h>\n\#include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
+
+ifneq ($(NVTX_INC),)
+CFLAGS_BASE += -DST_HAVE_NVTX -isystem $(NVTX_INC)
+endif
+ifeq ($(NO_CUDA),1)
+CFLAGS_BASE += -DST_NO_CUDA
+endif
+ifneq ($(HAVE_CUDA),)
+CFLAGS_BASE += -DST_HAVE_CUDA_HEADERS -isystem $(CUDA_HOME)/include
+endif
+CFLAGS ?=
+CFLAGS_ALL := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+
+ok = @printf '  %s %-14s %s\n'
+.PHONY: all deps lib programs tests test test-gpu bench demo install clean fuzz
+all: deps lib programs tests
+
+deps:
+	@echo "stagetrace build ($(BUILD)):"
+ifneq ($(HAVE_SQLITE),)
+	$(ok) "✓" "SQLite" "libsqlite3"
+else
+	@echo "  ✗ SQLite         missing: apt-get install libsqlite3-dev (required)"; exit 1
+endif
+ifneq ($(NVTX_INC),)
+	$(ok) "✓" "NVTX headers" "$(NVTX_INC)/nvtx3"
+else
+	$(ok) "✗" "NVTX headers" "not found: ranges are not emitted to NVTX"
+endif
+ifneq ($(HAVE_CUDA),)
+	$(ok) "✓" "CUDA toolkit" "$(CUDA_HOME)"
+else ifeq ($(NO_CUDA),1)
+	$(ok) "✗" "CUDA toolkit" "off (NO_CUDA=1): CPU backend only"
+else
+	$(ok) "✗" "CUDA toolkit" "not found under CUDA_HOME=$(CUDA_HOME): CPU backend only"
+endif
+	$(ok) "$(if $(HAVE_CUBLAS),✓,✗)" "cuBLAS" "$(if $(HAVE_CUBLAS),$(CUDA_LIBDIR),not built)"
+	$(ok) "$(if $(HAVE_NCCL),✓,✗)" "NCCL" "$(if $(HAVE_NCCL),found,not built)"
+	$(ok) "$(if $(HAVE_CUPTI),✓,✗)" "CUPTI" "$(if $(HAVE_CUPTI),$(CUPTI_LIB),not built)"
+	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
+
+# ---- the library ------------------------------------------------------------
+TRACER_SRC := $(sort $(wildcard tracer/*.c))
+TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
+EXT_SRC := tracer/vtab.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c
+EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
+LIB_A := $(BUILD)/libstagetrace.a
+LIB_SO := $(BUILD)/libstagetrace.so
+EXT_SO := $(BUILD)/stagetrace_ext.so
+
+lib: $(LIB_A) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
+
+$(BUILD)/obj/%.o: %.c $(wildcard tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -c $< -o $@
+
+$(LIB_A): $(TRACER_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(TRACER_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+
+$(EXT_SO): $(EXT_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
+
+$(BUILD)/stagetrace.pc: Makefile
+	@mkdir -p $(dir $@)
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: 0.1.0\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+
+# ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
+KERNELS_SRC := $(sort $(wildcard kernels/*.c))
+KERNELS_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(KERNELS_SRC))
+LIB_KERNELS := $(BUILD)/libkernels.a
+$(LIB_KERNELS): $(KERNELS_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^ $(if $(KERNELS_OBJ),,/dev/null 2>/dev/null || true)
+
+# ---- programs -----------------------------------------------------------------
+PROGRAMS :=
+SAMPLES_SRC := $(sort $(wildcard samples/*.c))
+SAMPLES_BIN := $(patsubst samples/%.c,$(BUILD)/samples/%,$(SAMPLES_SRC))
+PROGRAMS += $(SAMPLES_BIN)
+$(BUILD)/samples/%: samples/%.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+
+TRAINER_SRC := $(sort $(wildcard trainer/*.c))
+ifneq ($(TRAINER_SRC),)
+PROGRAMS += $(BUILD)/trainer
+$(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(LIB_KERNELS) $(LIB_A)
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+endif
+
+ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
+ifneq ($(ANALYZE_SRC),)
+PROGRAMS += $(BUILD)/analyze
+$(BUILD)/analyze: $(patsubst %.c,$(BUILD)/obj/%.o,$(ANALYZE_SRC)) $(LIB_A)
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+endif
+
+programs: $(PROGRAMS)
+
+# ---- tests --------------------------------------------------------------------
+TESTS_SRC := $(sort $(wildcard tests/test_*.c))
+TESTS_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TESTS_SRC))
+TEST_HELPERS_SO := $(patsubst tests/%.c,$(BUILD)/tests/lib%.so,$(sort $(wildcard tests/nvtx_*.c)))
+TEST_COMMON := $(wildcard tests/common.c)
+tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO)
+
+$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/lib%.so: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -shared $< -o $@ $(LDFLAGS_ALL) -lpthread
+
+test: all
+	@ST_BUILD=$(BUILD) bash tests/run.sh $(BUILD)
+
+test-gpu: all
+	@ST_BUILD=$(BUILD) bash tests/run_gpu.sh $(BUILD)
+
+# ---- benchmarks ---------------------------------------------------------------
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+$(BUILD)/bench/%: bench/%.c $(LIB_A) $(LIB_KERNELS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $< -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+bench: all $(BENCH_BIN)
+	@ST_BUILD=$(BUILD) bash bench/run.sh $(BUILD)
+
+demo: all
+	@ST_BUILD=$(BUILD) bash samples/demo.sh $(BUILD)
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 tracer/stagetrace.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/stagetrace.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
+
+clean:
+	rm -rf build

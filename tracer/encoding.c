@@ -1,0 +1,247 @@
+/* encoding.c: encoders and bounds-checked decoders for the chunk BLOBs of
+ * trace format version 1. The byte layout is specified in
+ * docs/trace-format.md; keep the two in step. */
+#include "encoding.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stagetrace.h"
+
+int st_buf_reserve(st_buf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    uint8_t *data = realloc(b->data, cap);
+    if (!data) return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+void st_buf_free(st_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- range events ----
+ * header: 0x45, varint depth, depth x (varint stage, varint start delta)
+ * event:  varint tag (0 = end, stage + 1 = begin), varint ts delta
+ * Deltas are from the previous timestamp in the chunk (the first from 0). */
+
+int st_event_chunk_start(st_event_encoder *e)
+{
+    e->buf.len = 0;
+    e->n_events = 0;
+    if (st_buf_reserve(&e->buf, 1 + 10 + (size_t)e->depth * 20)) return -1;
+    uint8_t *p = e->buf.data;
+    size_t n = 0;
+    p[n++] = ST_CHUNK_EVENTS_V1;
+    n += st_varint_put(p + n, e->depth);
+    int64_t prev = 0;
+    for (uint32_t i = 0; i < e->depth; i++) {
+        n += st_varint_put(p + n, e->stack[i].stage);
+        n += st_varint_put(p + n, (uint64_t)(e->stack[i].start_ns - prev));
+        prev = e->stack[i].start_ns;
+    }
+    e->buf.len = n;
+    e->prev_ts = prev;
+    e->t0_ns = e->depth ? e->stack[0].start_ns : INT64_MAX;
+    e->t1_ns = prev;
+    return 0;
+}
+
+static int put_event(st_event_encoder *e, uint64_t tag, int64_t ts_ns)
+{
+    if (st_buf_reserve(&e->buf, 20)) return -1;
+    uint8_t *p = e->buf.data + e->buf.len;
+    size_t n = st_varint_put(p, tag);
+    n += st_varint_put(p + n, (uint64_t)(ts_ns - e->prev_ts));
+    e->buf.len += n;
+    e->prev_ts = ts_ns;
+    if (ts_ns < e->t0_ns) e->t0_ns = ts_ns;
+    e->t1_ns = ts_ns;
+    e->n_events++;
+    return 0;
+}
+
+int st_event_put_begin(st_event_encoder *e, uint32_t stage, int64_t ts_ns)
+{
+    if (e->depth >= ST_STACK_MAX || ts_ns < e->prev_ts) return -1;
+    if (put_event(e, (uint64_t)stage + 1, ts_ns)) return -1;
+    e->stack[e->depth].stage = stage;
+    e->stack[e->depth].start_ns = ts_ns;
+    e->depth++;
+    return 0;
+}
+
+int st_event_put_end(st_event_encoder *e, int64_t ts_ns)
+{
+    if (e->depth == 0 || ts_ns < e->prev_ts) return -1;
+    if (put_event(e, 0, ts_ns)) return -1;
+    e->depth--;
+    return 0;
+}
+
+static int get(st_event_cursor *c, uint64_t *v)
+{
+    size_t n = st_varint_get(c->p, c->end, v);
+    if (!n) return -1;
+    c->p += n;
+    return 0;
+}
+
+static int add_delta(int64_t prev, uint64_t delta, int64_t *out)
+{
+    if (delta > (uint64_t)INT64_MAX) return -1;
+    if (prev > INT64_MAX - (int64_t)delta) return -1;
+    *out = prev + (int64_t)delta;
+    return 0;
+}
+
+int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
+                         uint32_t n_events, uint32_t n_stages)
+{
+    c->p = data;
+    c->end = c->p + size;
+    c->remaining = n_events;
+    c->n_stages = n_stages;
+    c->prev_ts = 0;
+    c->depth = 0;
+    if (size < 2 || c->p[0] != ST_CHUNK_EVENTS_V1) return ST_ECORRUPT;
+    c->p++;
+    uint64_t depth;
+    if (get((st_event_cursor *)c, &depth) || depth > ST_STACK_MAX) return ST_ECORRUPT;
+    for (uint64_t i = 0; i < depth; i++) {
+        uint64_t stage, delta;
+        if (get(c, &stage) || get(c, &delta)) return ST_ECORRUPT;
+        if (stage > UINT32_MAX || (n_stages && stage >= n_stages)) return ST_ECORRUPT;
+        if (add_delta(c->prev_ts, delta, &c->prev_ts)) return ST_ECORRUPT;
+        c->stack[i].stage = (uint32_t)stage;
+        c->stack[i].start_ns = c->prev_ts;
+    }
+    c->depth = (uint32_t)depth;
+    return 0;
+}
+
+int st_event_next(st_event_cursor *c, st_event *ev)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
+    uint64_t tag, delta;
+    int64_t ts;
+    if (get(c, &tag) || get(c, &delta)) return ST_ECORRUPT;
+    if (add_delta(c->prev_ts, delta, &ts)) return ST_ECORRUPT;
+    if (tag == 0) {
+        if (c->depth == 0) return ST_ECORRUPT;
+        c->depth--;
+        ev->is_end = 1;
+        ev->stage = c->stack[c->depth].stage;
+        ev->start_ns = c->stack[c->depth].start_ns;
+    } else {
+        uint64_t stage = tag - 1;
+        if (stage > UINT32_MAX || (c->n_stages && stage >= c->n_stages)) return ST_ECORRUPT;
+        if (c->depth >= ST_STACK_MAX) return ST_ECORRUPT;
+        c->stack[c->depth].stage = (uint32_t)stage;
+        c->stack[c->depth].start_ns = ts;
+        ev->is_end = 0;
+        ev->stage = (uint32_t)stage;
+        ev->start_ns = ts;
+        c->depth++;
+    }
+    ev->depth = ev->is_end ? c->depth : c->depth - 1;
+    ev->ts_ns = ts;
+    c->prev_ts = ts;
+    c->remaining--;
+    return 1;
+}
+
+/* ---- counter samples ----
+ * header: 0x43
+ * sample: varint (counter << 1 | is_int), varint ts delta,
+ *         then zigzag varint (is_int) or 8 bytes little-endian IEEE double */
+
+int st_counter_chunk_start(st_counter_encoder *e)
+{
+    e->buf.len = 0;
+    e->n_samples = 0;
+    if (st_buf_reserve(&e->buf, 1)) return -1;
+    e->buf.data[e->buf.len++] = ST_CHUNK_COUNTERS_V1;
+    e->prev_ts = 0;
+    e->t0_ns = INT64_MAX;
+    e->t1_ns = 0;
+    return 0;
+}
+
+int st_counter_put(st_counter_encoder *e, uint32_t counter, int64_t ts_ns, double value)
+{
+    if (ts_ns < e->prev_ts) return -1;
+    if (st_buf_reserve(&e->buf, 30)) return -1;
+    uint8_t *p = e->buf.data + e->buf.len;
+    int is_int = value >= -9.0e15 && value <= 9.0e15 && value == (double)(int64_t)value &&
+                 !(value == 0 && signbit(value));
+    size_t n = st_varint_put(p, ((uint64_t)counter << 1) | (uint64_t)is_int);
+    n += st_varint_put(p + n, (uint64_t)(ts_ns - e->prev_ts));
+    if (is_int) {
+        n += st_varint_put(p + n, st_zigzag((int64_t)value));
+    } else {
+        uint64_t bits;
+        memcpy(&bits, &value, 8);
+        for (int i = 0; i < 8; i++) p[n++] = (uint8_t)(bits >> (8 * i));
+    }
+    e->buf.len += n;
+    e->prev_ts = ts_ns;
+    if (ts_ns < e->t0_ns) e->t0_ns = ts_ns;
+    e->t1_ns = ts_ns;
+    e->n_samples++;
+    return 0;
+}
+
+int st_counter_cursor_open(st_counter_cursor *c, const void *data, size_t size,
+                           uint32_t n_samples, uint32_t n_counters)
+{
+    c->p = data;
+    c->end = c->p + size;
+    c->remaining = n_samples;
+    c->n_counters = n_counters;
+    c->prev_ts = 0;
+    if (size < 1 || c->p[0] != ST_CHUNK_COUNTERS_V1) return ST_ECORRUPT;
+    c->p++;
+    return 0;
+}
+
+int st_counter_next(st_counter_cursor *c, st_sample *s)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
+    uint64_t tag, delta;
+    size_t n = st_varint_get(c->p, c->end, &tag);
+    if (!n) return ST_ECORRUPT;
+    c->p += n;
+    n = st_varint_get(c->p, c->end, &delta);
+    if (!n) return ST_ECORRUPT;
+    c->p += n;
+    int64_t ts;
+    if (add_delta(c->prev_ts, delta, &ts)) return ST_ECORRUPT;
+    uint64_t counter = tag >> 1;
+    if (counter > UINT32_MAX || (c->n_counters && counter >= c->n_counters)) return ST_ECORRUPT;
+    if (tag & 1) {
+        uint64_t z;
+        n = st_varint_get(c->p, c->end, &z);
+        if (!n) return ST_ECORRUPT;
+        c->p += n;
+        s->value = (double)st_unzigzag(z);
+    } else {
+        if (c->end - c->p < 8) return ST_ECORRUPT;
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; i++) bits |= (uint64_t)c->p[i] << (8 * i);
+        memcpy(&s->value, &bits, 8);
+        c->p += 8;
+    }
+    s->counter = (uint32_t)counter;
+    s->ts_ns = ts;
+    c->prev_ts = ts;
+    c->remaining--;
+    return 1;
+}

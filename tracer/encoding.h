@@ -1,0 +1,123 @@
+/* encoding.h: the chunk encodings of trace format version 1 (see
+ * docs/trace-format.md, "Chunk encodings"): range events and counter samples
+ * as varint-coded records. The writer encodes; the reader, the virtual
+ * tables and the analyzer decode. Decoders check every byte against the
+ * chunk's end and report corruption instead of reading past it. */
+#ifndef ST_ENCODING_H
+#define ST_ENCODING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_CHUNK_EVENTS_V1 0x45   /* 'E' */
+#define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
+#define ST_STACK_MAX 256          /* open ranges per thread, depth 0..255 */
+
+typedef struct st_buf {
+    uint8_t *data;
+    size_t len, cap;
+} st_buf;
+
+int st_buf_reserve(st_buf *b, size_t extra); /* 0 or -1 (no memory) */
+void st_buf_free(st_buf *b);
+
+/* Varints: LEB128, at most 10 bytes. */
+static inline size_t st_varint_put(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) { p[n++] = (uint8_t)(v | 0x80); v >>= 7; }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+/* Returns bytes read, or 0 if truncated or longer than 10 bytes. */
+static inline size_t st_varint_get(const uint8_t *p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < 10 && p + i < end; i++) {
+        uint64_t byte = p[i];
+        if (i == 9 && byte > 1) return 0; /* more than 64 bits */
+        v |= (byte & 0x7f) << (7 * i);
+        if (!(byte & 0x80)) { *out = v; return i + 1; }
+    }
+    return 0;
+}
+static inline uint64_t st_zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t st_unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+/* ---- range events ---- */
+
+typedef struct st_open_range {
+    uint32_t stage;
+    int64_t start_ns;
+} st_open_range;
+
+/* Per-thread encoder state. The stack lives on across chunks: each chunk
+ * starts with the ranges open at its start, so it decodes on its own. */
+typedef struct st_event_encoder {
+    st_buf buf;
+    uint32_t n_events;
+    int64_t prev_ts, t0_ns, t1_ns;
+    uint32_t depth;
+    st_open_range stack[ST_STACK_MAX];
+} st_event_encoder;
+
+/* Starts a chunk (writes the header with the open stack). */
+int st_event_chunk_start(st_event_encoder *e);
+/* Appends a begin (stage) or an end (of the innermost open range).
+ * ts_ns must be >= the previous event's. Returns 0, or -1 on no memory,
+ * stack overflow (begin at depth 256) or underflow (end with none open). */
+int st_event_put_begin(st_event_encoder *e, uint32_t stage, int64_t ts_ns);
+int st_event_put_end(st_event_encoder *e, int64_t ts_ns);
+
+typedef struct st_event {
+    int is_end;          /* 0: begin, 1: end */
+    uint32_t stage;
+    uint32_t depth;      /* depth of this range (0 = outermost) */
+    int64_t ts_ns;       /* the event's time */
+    int64_t start_ns;    /* for ends: when the range began */
+} st_event;
+
+typedef struct st_event_cursor {
+    const uint8_t *p, *end;
+    uint32_t remaining;
+    uint32_t n_stages;   /* stage ids must be < n_stages (0: unchecked) */
+    int64_t prev_ts;
+    uint32_t depth;
+    st_open_range stack[ST_STACK_MAX];
+} st_event_cursor;
+
+/* Opens a chunk of n_events events. Returns 0 or ST_ECORRUPT. */
+int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
+                         uint32_t n_events, uint32_t n_stages);
+/* 1: *ev filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
+int st_event_next(st_event_cursor *c, st_event *ev);
+
+/* ---- counter samples ---- */
+
+typedef struct st_counter_encoder {
+    st_buf buf;
+    uint32_t n_samples;
+    int64_t prev_ts, t0_ns, t1_ns;
+} st_counter_encoder;
+
+int st_counter_chunk_start(st_counter_encoder *e);
+int st_counter_put(st_counter_encoder *e, uint32_t counter, int64_t ts_ns, double value);
+
+typedef struct st_sample {
+    uint32_t counter;
+    int64_t ts_ns;
+    double value;
+} st_sample;
+
+typedef struct st_counter_cursor {
+    const uint8_t *p, *end;
+    uint32_t remaining;
+    uint32_t n_counters;
+    int64_t prev_ts;
+} st_counter_cursor;
+
+int st_counter_cursor_open(st_counter_cursor *c, const void *data, size_t size,
+                           uint32_t n_samples, uint32_t n_counters);
+int st_counter_next(st_counter_cursor *c, st_sample *s);
+
+#endif

@@ -1,0 +1,98 @@
+/* nvtx.c: the NVTX side of every range. One domain per program, one
+ * registered string, category and colour per stage (attributes built once at
+ * registration, so a push is one call with a prebuilt struct), OS threads
+ * and CUDA streams named. Compiled to no-ops without the NVTX headers. NVTX
+ * is header-only: with no tool attached each call returns at once; with
+ * Nsight Systems (or any library named by NVTX_INJECTION64_PATH) attached,
+ * the tool sees the same ranges as the trace. */
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "st_internal.h"
+
+int st_nvtx_on;
+
+#ifdef ST_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#ifdef ST_HAVE_CUDA_HEADERS
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
+
+static nvtxDomainHandle_t domain;
+static nvtxEventAttributes_t attrs[ST_MAX_STAGES];
+
+/* A fixed palette, picked by stage id, so colours stay stable across runs
+ * of one program. */
+static const uint32_t palette[] = {
+    0xFF4E79A7, 0xFFF28E2B, 0xFFE15759, 0xFF76B7B2, 0xFF59A14F, 0xFFEDC948,
+    0xFFB07AA1, 0xFFFF9DA7, 0xFF9C755F, 0xFFBAB0AC, 0xFF1F77B4, 0xFF2CA02C,
+};
+
+void st_nvtx_init(const char *domain_name)
+{
+    domain = nvtxDomainCreateA(domain_name);
+    st_nvtx_on = 1;
+}
+
+void st_nvtx_stage(uint32_t stage, const char *name)
+{
+    if (!st_nvtx_on || stage >= ST_MAX_STAGES) return;
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.category = stage + 1;
+    a.colorType = NVTX_COLOR_ARGB;
+    a.color = palette[stage % (sizeof palette / sizeof palette[0])];
+    a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    a.message.registered = nvtxDomainRegisterStringA(domain, name);
+    nvtxDomainNameCategoryA(domain, stage + 1, name);
+    attrs[stage] = a;
+}
+
+void st_nvtx_thread(const char *name)
+{
+    if (!st_nvtx_on) return;
+    nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
+}
+
+void st_nvtx_push(uint32_t stage)
+{
+    nvtxDomainRangePushEx(domain, &attrs[stage]);
+}
+
+void st_nvtx_pop(void)
+{
+    nvtxDomainRangePop(domain);
+}
+
+void st_nvtx_shutdown(void)
+{
+    st_nvtx_on = 0;
+    if (domain) nvtxDomainDestroy(domain);
+    domain = NULL;
+}
+
+void st_name_stream(void *cuda_stream, const char *name)
+{
+#ifdef ST_HAVE_CUDA_HEADERS
+    if (st_nvtx_on) nvtxNameCudaStreamA((cudaStream_t)cuda_stream, name);
+#else
+    (void)cuda_stream;
+    (void)name;
+#endif
+}
+
+#else /* no NVTX headers */
+
+void st_nvtx_init(const char *domain_name) { (void)domain_name; }
+void st_nvtx_stage(uint32_t stage, const char *name) { (void)stage; (void)name; }
+void st_nvtx_thread(const char *name) { (void)name; }
+void st_nvtx_push(uint32_t stage) { (void)stage; }
+void st_nvtx_pop(void) {}
+void st_nvtx_shutdown(void) {}
+void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
+
+#endif

@@ -1,0 +1,130 @@
+/* st_internal.h: what the recording side of libstagetrace shares between
+ * its files (the ring, the per-thread state, the trace object). Not
+ * installed; programs use stagetrace.h only. */
+#ifndef ST_INTERNAL_H
+#define ST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "encoding.h"
+#include "stagetrace.h"
+#include "st_intervals.h"
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+
+/* ---- ring records ---- */
+enum st_rec_type {
+    ST_REC_BEGIN = 1,   /* id = stage */
+    ST_REC_END = 2,     /* id = stage */
+    ST_REC_COUNTER = 3, /* id = counter, arg = double bits */
+    ST_REC_MARK = 4,    /* arg = const char * (literal) */
+    ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
+    ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
+};
+
+typedef struct st_record {
+    int64_t ts;   /* raw clock (TSC ticks or ns; see clock.c) */
+    uint64_t arg;
+    uint32_t id;
+    uint32_t type;
+} st_record;      /* 24 bytes */
+
+/* Single-producer (the owning thread) single-consumer (the writer) ring. */
+typedef struct st_ring {
+    _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
+    _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
+    _Alignas(64) _Atomic uint64_t dropped;
+    _Atomic int retired;                /* producer gone; free once drained */
+    uint32_t mask;
+    uint32_t thread_id;
+    st_record *buf;
+} st_ring;
+
+/* ---- clock ---- */
+int st_clock_init(int force_monotonic);
+extern int st_clock_use_tsc;
+int64_t st_clock_mono_ns(void);
+static inline int64_t st_clock_raw(void) /* the hot-path read */
+{
+#if defined(__x86_64__)
+    if (st_clock_use_tsc) return (int64_t)__builtin_ia32_rdtsc();
+#endif
+    return st_clock_mono_ns();
+}
+int64_t st_clock_to_ns(int64_t raw);   /* raw -> trace nanoseconds */
+const char *st_clock_name(void);       /* "tsc" or "monotonic" */
+double st_clock_tsc_hz(void);          /* 0 when monotonic */
+
+/* ---- errors ---- */
+int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- NVTX (nvtx.c); all no-ops without NVTX headers ---- */
+void st_nvtx_init(const char *domain_name);
+void st_nvtx_stage(uint32_t stage, const char *name);
+void st_nvtx_thread(const char *name);
+void st_nvtx_shutdown(void);
+extern int st_nvtx_on;
+void st_nvtx_push(uint32_t stage);
+void st_nvtx_pop(void);
+
+/* ---- the trace ---- */
+typedef struct st_thread_state st_thread_state; /* writer-side, writer.c */
+
+typedef struct st_stage_def {
+    char *name;
+    st_kind kind;
+} st_stage_def;
+
+typedef struct st_counter_def {
+    char *name, *unit;
+} st_counter_def;
+
+typedef struct st_thread_def {
+    char *name, *role;
+    int device, rank;
+    int64_t os_tid;
+    st_ring *ring;
+} st_thread_def;
+
+struct st_trace {
+    st_options opt;
+    char *path;
+    char *program;
+    sqlite3 *db;
+    pthread_mutex_t lock;           /* registration */
+    pthread_cond_t flushed;
+    pthread_t writer;
+    int writer_started;
+
+    st_stage_def stages[ST_MAX_STAGES];
+    _Atomic uint32_t n_stages;
+    st_counter_def counters[ST_MAX_COUNTERS];
+    _Atomic uint32_t n_counters;
+    st_thread_def threads[ST_MAX_THREADS];
+    _Atomic uint32_t n_threads;
+    uint32_t stages_written, counters_written, threads_written; /* writer */
+
+    int wake_pipe[2];               /* any thread -> writer */
+    int sig_req_pipe[2];            /* signal handler -> writer */
+    int sig_resp_pipe[2];           /* writer -> signal handler */
+    _Atomic int stop;
+    uint64_t flush_requested, flush_done; /* under lock */
+    _Atomic int interrupted;
+    _Atomic uint64_t dropped_total;
+    int writer_error;               /* first SQLite error, reported at close */
+    char writer_msg[512];
+
+    st_agg *agg;
+    st_thread_state *tstate[ST_MAX_THREADS];
+    void *wpriv;                    /* writer.c private state */
+};
+
+int st_writer_start(st_trace *t);
+void st_writer_stop(st_trace *t);   /* drains everything, final commit */
+void st_wake_writer(st_trace *t);
+extern st_trace *st_active_trace;
+
+#endif

@@ -1,0 +1,89 @@
+/* st_intervals.h: the interval aggregator behind the "profile" lines.
+ *
+ * The writer thread (online) and `analyze intervals` (offline) feed this
+ * module the same event stream (each thread's begin/end events, the step
+ * marks) in the same order, so the windows they get are identical.
+ *
+ * Order contract: events are fed in non-decreasing time; at equal times
+ * step marks come before range events. Within one thread, events keep the
+ * order the thread recorded them in. st_agg_order() is the comparator that
+ * both sides use to merge the per-thread streams.
+ *
+ * Accounting: a window is the time between the marks of steps k*N and
+ * (k+1)*N. In it each thread's wall time is split exactly: every
+ * nanosecond goes to the innermost open range's stage (self time), or to
+ * "idle" when no range is open. A range crossing a window boundary is split
+ * at it. A range is counted in the window where it begins. Threads with no
+ * activity in a window are left out of it.
+ */
+#ifndef ST_INTERVALS_H
+#define ST_INTERVALS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stagetrace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_window_thread {
+    uint32_t thread;         /* thread id in the trace */
+    const char *name;        /* thread name, role */
+    const char *role;
+    int64_t idle_ns;         /* no range open */
+    int64_t *stage_ns;       /* [n_stages] self time per stage */
+    uint64_t *stage_count;   /* [n_stages] ranges begun in the window */
+} st_window_thread;
+
+typedef struct st_window {
+    uint64_t index;          /* 0, 1, ...: window k spans steps kN+1..(k+1)N */
+    uint64_t step_first;     /* first step in the window (kN+1) */
+    uint64_t step_last;      /* last step ((k+1)N) */
+    int64_t t0_ns, t1_ns;    /* boundaries (step marks) */
+    uint64_t tokens;         /* sum of the steps' tokens */
+    uint32_t n_stages;       /* stage ids 0..n_stages-1 */
+    const char *const *stage_names;
+    const uint8_t *stage_kinds;
+    uint32_t n_threads;      /* threads active in the window, by id */
+    const st_window_thread *threads;
+} st_window;
+
+typedef struct st_agg st_agg;
+
+/* every_steps >= 1. cb is called once per finished window, in order. */
+st_agg *st_agg_create(uint32_t every_steps, st_window_fn cb, void *arg);
+void st_agg_free(st_agg *agg);
+
+/* Names: must be declared before a thread's or stage's first event. */
+int st_agg_thread(st_agg *agg, uint32_t thread, const char *name, const char *role);
+int st_agg_stage(st_agg *agg, uint32_t stage, const char *name, st_kind kind);
+
+/* Events, in st_agg_order order. */
+void st_agg_begin(st_agg *agg, uint32_t thread, uint32_t stage, int64_t ts_ns);
+void st_agg_end(st_agg *agg, uint32_t thread, int64_t ts_ns);
+void st_agg_step(st_agg *agg, uint64_t step, int64_t ts_ns, uint64_t tokens);
+
+/* Event type ranks for ordering at equal timestamps. */
+enum { ST_AGG_STEP = 0, ST_AGG_RANGE = 1 };
+/* <0, 0, >0 like strcmp: by time, then rank, then thread. */
+static inline int st_agg_order(int64_t ts_a, int rank_a, uint32_t thread_a,
+                               int64_t ts_b, int rank_b, uint32_t thread_b)
+{
+    if (ts_a != ts_b) return ts_a < ts_b ? -1 : 1;
+    if (rank_a != rank_b) return rank_a < rank_b ? -1 : 1;
+    if (thread_a != thread_b) return thread_a < thread_b ? -1 : 1;
+    return 0;
+}
+
+/* Formats a window as the "profile" lines: one header line and one line per
+ * thread (stages by self time, descending, idle last), then one line per
+ * role with more than one thread. Returns the length that the whole text
+ * needs (like snprintf). */
+size_t st_window_format(const st_window *window, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

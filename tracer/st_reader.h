@@ -1,0 +1,113 @@
+/* st_reader.h: reading finished (or interrupted) traces.
+ *
+ * A trace is untrusted input: st_reader_open opens it read-only with
+ * SQLite's defensive mode on and trusted_schema off, checks the schema
+ * version and the tables it needs, and loads the small tables (threads,
+ * stages, counters, steps) into memory. Chunk tables are decoded on demand,
+ * one chunk at a time; a time-window query reads only the chunks whose
+ * [t0_ns, t1_ns] overlaps the window. Used by analyze, the virtual tables
+ * and the tests. Not thread-safe: one reader per thread.
+ */
+#ifndef ST_READER_H
+#define ST_READER_H
+
+#include <stdint.h>
+
+#include "encoding.h"
+#include "stagetrace.h"
+#include "st_intervals.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sqlite3 sqlite3;
+
+typedef struct st_thread_info {
+    uint32_t id;
+    int64_t os_tid;
+    const char *name, *role;
+    int device, rank;
+    uint64_t dropped;
+} st_thread_info;
+
+typedef struct st_stage_info {
+    uint32_t id;
+    const char *name;
+    st_kind kind;
+} st_stage_info;
+
+typedef struct st_counter_info {
+    uint32_t id;
+    const char *name, *unit;
+} st_counter_info;
+
+typedef struct st_step_info {
+    uint64_t step;
+    int64_t ts_ns;
+    uint64_t tokens;
+} st_step_info;
+
+typedef struct st_reader st_reader;
+
+/* Returns ST_OK or a negative code; st_last_error() says what is wrong
+ * ("not a stagetrace trace", "schema version 7 is newer than ...", ...). */
+int st_reader_open(st_reader **out, const char *path);
+/* Reads a trace through a connection the caller owns (virtual tables). */
+int st_reader_open_db(st_reader **out, sqlite3 *db);
+void st_reader_close(st_reader *r);
+
+sqlite3 *st_reader_db(const st_reader *r);
+const char *st_reader_meta(const st_reader *r, const char *key); /* NULL if absent */
+
+uint32_t st_reader_n_threads(const st_reader *r);
+const st_thread_info *st_reader_thread(const st_reader *r, uint32_t index);
+const st_thread_info *st_reader_thread_by_id(const st_reader *r, uint32_t id);
+uint32_t st_reader_n_stages(const st_reader *r); /* ids are 0..n-1 */
+const st_stage_info *st_reader_stage(const st_reader *r, uint32_t id);
+uint32_t st_reader_n_counters(const st_reader *r);
+const st_counter_info *st_reader_counter(const st_reader *r, uint32_t id);
+uint32_t st_reader_n_steps(const st_reader *r); /* sorted by step */
+const st_step_info *st_reader_step(const st_reader *r, uint32_t index);
+
+/* Ranges: each completed range once, in the order they ended (per thread;
+ * threads one after another by id). thread < 0: all threads. Only ranges
+ * overlapping [t0_ns, t1_ns) are returned (t0 = INT64_MIN, t1 = INT64_MAX
+ * for all). */
+typedef struct st_range {
+    uint32_t thread, stage, depth;
+    int64_t start_ns, dur_ns;
+} st_range;
+
+typedef struct st_range_iter st_range_iter;
+int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread,
+                       int64_t t0_ns, int64_t t1_ns);
+int st_range_iter_next(st_range_iter *it, st_range *out); /* 1, 0 = done, <0 error */
+void st_range_iter_close(st_range_iter *it);
+
+/* Raw begin/end events of one thread, in recorded order. */
+typedef struct st_event_iter st_event_iter;
+int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread);
+int st_event_iter_next(st_event_iter *it, st_event *out); /* 1, 0, <0 */
+void st_event_iter_close(st_event_iter *it);
+
+/* Counter samples, per thread in time order, threads by id. */
+typedef struct st_sample_iter st_sample_iter;
+typedef struct st_sample_row {
+    uint32_t thread, counter;
+    int64_t ts_ns;
+    double value;
+} st_sample_row;
+int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread,
+                        int64_t t0_ns, int64_t t1_ns);
+int st_sample_iter_next(st_sample_iter *it, st_sample_row *out);
+void st_sample_iter_close(st_sample_iter *it);
+
+/* Recomputes the interval windows of every_steps steps from the stored
+ * events and step marks, through the same aggregator as the online path. */
+int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,26 @@
+/* st_schema.h: the SQL that creates a trace file, schema version 1. Every
+ * table and column is documented in docs/trace-format.md. */
+#ifndef ST_SCHEMA_H
+#define ST_SCHEMA_H
+
+static const char st_schema_sql[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+    "CREATE TABLE threads(id INTEGER PRIMARY KEY, os_tid INTEGER NOT NULL, name TEXT NOT NULL,\n"
+    "  role TEXT NOT NULL, device INTEGER NOT NULL, rank INTEGER NOT NULL,\n"
+    "  dropped INTEGER NOT NULL DEFAULT 0);\n"
+    "CREATE TABLE stages(id INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL);\n"
+    "CREATE TABLE counter_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL, unit TEXT NOT NULL);\n"
+    "CREATE TABLE strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
+    "CREATE TABLE steps(step INTEGER PRIMARY KEY, ts_ns INTEGER NOT NULL, tokens INTEGER NOT NULL,\n"
+    "  thread INTEGER NOT NULL);\n"
+    "CREATE TABLE marks(thread INTEGER NOT NULL, ts_ns INTEGER NOT NULL, string INTEGER NOT NULL);\n"
+    "CREATE TABLE range_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL,\n"
+    "  t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_events INTEGER NOT NULL,\n"
+    "  n_ranges INTEGER NOT NULL, data BLOB NOT NULL);\n"
+    "CREATE INDEX range_chunks_by_thread ON range_chunks(thread, id);\n"
+    "CREATE TABLE counter_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL,\n"
+    "  t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_samples INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL);\n"
+    "CREATE INDEX counter_chunks_by_thread ON counter_chunks(thread, id);\n";
+
+#endif

@@ -1,0 +1,179 @@
+/* stagetrace.h: the public interface of libstagetrace, the recording library.
+ *
+ * A program opens one trace per process (st_open), registers the stages it
+ * will mark (st_stage_register) and each thread that marks them
+ * (st_thread_register), then brackets work with st_begin/st_end or
+ * ST_SCOPE. Each call appends a fixed-size binary record to the calling
+ * thread's lock-free ring; a writer thread drains the rings into the SQLite
+ * trace described in docs/trace-format.md and feeds the interval aggregator
+ * that produces the "profile" lines. Every range is also emitted to NVTX.
+ *
+ * Rules:
+ *  - A range ends on the thread that began it, and ranges nest (LIFO).
+ *  - Stage, counter, thread and mark names are copied at registration,
+ *    except st_mark's name, which must outlive the trace (pass a literal).
+ *  - st_begin, st_end, st_counter, st_mark and st_step are called only by
+ *    registered threads; on any other thread they do nothing. They take no
+ *    lock, allocate nothing and make no system call.
+ *  - Registration functions, st_flush and st_close are thread-safe.
+ *    st_signal_flush is async-signal-safe; nothing else is.
+ *  - With profiling disabled (options.enabled = 0, or no trace open) every
+ *    hot-path call costs one predictable branch.
+ *  - Functions that can fail return ST_OK (0) or a negative ST_E* code;
+ *    st_last_error() gives a one-line message for the calling thread.
+ */
+#ifndef STAGETRACE_H
+#define STAGETRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ST_VERSION_STRING "0.1.0"
+#define ST_SCHEMA_VERSION 1
+
+enum st_status {
+    ST_OK = 0,
+    ST_EINVAL = -1,   /* a bad argument or option */
+    ST_EIO = -2,      /* the trace file cannot be created or written */
+    ST_EEXIST = -3,   /* the trace file exists and overwrite was not asked */
+    ST_ENOMEM = -4,
+    ST_ESTATE = -5,   /* wrong call order: no open trace, already open, ... */
+    ST_ELIMIT = -6,   /* too many stages, threads or counters */
+    ST_ECORRUPT = -7, /* (reader) a chunk or table does not decode */
+    ST_EVERSION = -8, /* (reader) unknown schema version */
+};
+
+/* Stage kinds: what the analyzer uses for bottleneck attribution. */
+typedef enum st_kind {
+    ST_WORK = 0,        /* the thread's own useful work */
+    ST_WAIT_INPUT = 1,  /* blocked until an upstream stage delivers */
+    ST_WAIT_OUTPUT = 2, /* blocked because a downstream queue is full */
+    ST_SYNC = 3,        /* waiting for a device or stream */
+    ST_COMM = 4,        /* collective communication */
+    ST_COPY = 5,        /* host<->device transfer */
+    ST_KIND_COUNT
+} st_kind;
+
+const char *st_kind_name(st_kind kind);    /* "work", "wait_input", ... */
+int st_kind_parse(const char *name);       /* kind, or -1 */
+
+typedef uint16_t st_stage;   /* id returned by st_stage_register */
+typedef uint16_t st_counter; /* id returned by st_counter_register */
+
+#define ST_MAX_STAGES 4096
+#define ST_MAX_THREADS 1024
+#define ST_MAX_COUNTERS 4096
+#define ST_MAX_DEPTH 255
+
+/* One finished interval window (see st_intervals.h for the full type). */
+struct st_window;
+typedef void (*st_window_fn)(const struct st_window *window, void *arg);
+
+typedef struct st_options {
+    const char *path;        /* trace file; required when enabled */
+    int enabled;             /* 0: no trace, no NVTX; hot path is one branch */
+    int overwrite;           /* replace an existing file at path */
+    const char *program;     /* NVTX domain and meta "program"; default "stagetrace" */
+    int argc;                /* stored in meta "argv" */
+    char *const *argv;
+    int rank, world_size;    /* default 0 and 1 */
+    uint32_t ring_records;   /* per-thread ring capacity, power of two >= 64;
+                                default 65536 (1.5 MiB) */
+    int block_when_full;     /* 1: a full ring waits for the writer instead
+                                of counting a drop */
+    uint32_t commit_ms;      /* writer commits at most this far apart;
+                                default 250, range 1..60000 */
+    uint32_t profile_interval; /* steps per window; 0 = no windows */
+    st_window_fn on_window;  /* called on the writer thread per finished window */
+    void *on_window_arg;
+    int nvtx;                /* -1 default (on), 0 off, 1 on */
+    int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
+    uint32_t test_writer_delay_us; /* tests only: writer sleeps this per pass */
+} st_options;
+
+void st_options_init(st_options *opt);
+
+typedef struct st_trace st_trace;
+
+/* Opens the process's trace. Fails (with a message) on a bad option, an
+ * unwritable path, or an existing file without overwrite; in that case no
+ * file is left behind. Only one trace may be open per process. */
+int st_open(st_trace **out, const st_options *opt);
+
+/* Drains every ring, writes everything, marks the trace "complete" (or
+ * keeps "interrupted" when st_signal_flush ran) and frees it. NULL is fine. */
+int st_close(st_trace *trace);
+
+/* Blocks until everything recorded before the call is committed. */
+int st_flush(st_trace *trace);
+
+/* Async-signal-safe: asks the writer to commit everything recorded so far
+ * and to mark the trace "interrupted", and waits up to timeout_ms for it.
+ * Returns 0 when the trace was flushed, -1 on timeout or no trace. */
+int st_signal_flush(int timeout_ms);
+
+/* Installs SIGINT/SIGTERM handlers that call st_signal_flush, set the flag
+ * read by st_interrupted(), and (on a second signal, or SIGTERM when
+ * exit_on_term) restore the default action and re-raise. */
+int st_install_signal_handlers(st_trace *trace, int exit_on_term);
+int st_interrupted(void);
+
+int st_enabled(const st_trace *trace);
+const char *st_path(const st_trace *trace);
+const char *st_last_error(void);
+
+/* Registration. Returns the id (>= 0) or a negative ST_E* code. Registering
+ * the same name again returns the same id (the kind must match). */
+int st_stage_register(st_trace *trace, const char *name, st_kind kind);
+int st_counter_register(st_trace *trace, const char *name, const char *unit);
+
+/* Registers the calling thread: gives it a ring and names it (also in NVTX).
+ * role: "loader", "target", ...; device: GPU index or -1. Returns the thread
+ * id (>= 0) or a negative code. st_thread_unregister must be called before
+ * the thread exits (st_close does it for the thread that calls it). */
+int st_thread_register(st_trace *trace, const char *name, const char *role,
+                       int device, int rank);
+void st_thread_unregister(void);
+
+/* Hot path. */
+void st_begin(st_stage stage);
+void st_end(st_stage stage);
+void st_counter_set(st_counter counter, double value);
+void st_mark(const char *literal_name);
+/* Step marks: "step `step` ended now, having processed `tokens` tokens".
+ * Mark step 0 when the loop starts. Windows of N steps run from the mark of
+ * step k*N to the mark of step (k+1)*N. */
+void st_step(uint64_t step, uint64_t tokens);
+
+/* Events dropped so far because a ring was full (all threads). */
+uint64_t st_dropped(const st_trace *trace);
+
+/* NVTX: names a CUDA stream (a cudaStream_t passed as void *). No-op without
+ * NVTX or CUDA support. */
+void st_name_stream(void *cuda_stream, const char *name);
+
+/* Nanoseconds on the trace's clock (the clock every record uses). */
+int64_t st_now_ns(void);
+
+/* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
+#define ST_SCOPE(stage) \
+    for (int st__once = (st_begin(stage), 1); st__once; st__once = 0, st_end(stage))
+
+#if defined(__GNUC__) && !defined(__cplusplus)
+static inline void st__scope_end(const st_stage *stage) { st_end(*stage); }
+#define ST__CAT2(a, b) a##b
+#define ST__CAT(a, b) ST__CAT2(a, b)
+/* Ends the range when the enclosing block exits, by any path. */
+#define ST_SCOPE_AUTO(stage)                                              \
+    __attribute__((cleanup(st__scope_end))) const st_stage ST__CAT(       \
+        st__scope_, __LINE__) = (st_begin(stage), (st_stage)(stage))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,431 @@
+/* trace.c: the life of a trace: options, st_open (validation, file
+ * creation, schema), registration of stages and counters, st_flush, the
+ * signal path and st_close. The writer thread (writer.c) owns the SQLite
+ * connection once the trace is open. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "st_internal.h"
+#include "st_schema.h"
+
+st_trace *st_active_trace;
+
+void st_options_init(st_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->enabled = 1;
+    opt->program = "stagetrace";
+    opt->world_size = 1;
+    opt->ring_records = 65536;
+    opt->commit_ms = 250;
+    opt->nvtx = -1;
+}
+
+static int validate(const st_options *o)
+{
+    if (o->enabled && (!o->path || !*o->path))
+        return st_set_error(ST_EINVAL, "no trace path given (options.path is empty)");
+    if (o->ring_records < 64 || o->ring_records > (1u << 28) ||
+        (o->ring_records & (o->ring_records - 1)))
+        return st_set_error(ST_EINVAL,
+                            "ring size %u is invalid: use a power of two from 64 to 268435456",
+                            o->ring_records);
+    if (o->commit_ms < 1 || o->commit_ms > 60000)
+        return st_set_error(ST_EINVAL, "commit interval %u ms is out of range 1..60000", o->commit_ms);
+    if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+        return st_set_error(ST_EINVAL, "rank %d is out of range for world size %d", o->rank,
+                            o->world_size);
+    if (o->nvtx < -1 || o->nvtx > 1) return st_set_error(ST_EINVAL, "nvtx option must be -1, 0 or 1");
+    if (o->clock < 0 || o->clock > 1) return st_set_error(ST_EINVAL, "clock option must be 0 or 1");
+    if (o->profile_interval > 100000000)
+        return st_set_error(ST_EINVAL, "profile interval %u is too large", o->profile_interval);
+    return ST_OK;
+}
+
+static void remove_trace_files(const char *path)
+{
+    char side[PATH_MAX + 8];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-journal", path);
+    unlink(side);
+}
+
+static int exec_sql(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        st_set_error(ST_EIO, "SQLite: %s", err ? err : sqlite3_errmsg(db));
+        sqlite3_free(err);
+        return ST_EIO;
+    }
+    return ST_OK;
+}
+
+static int put_meta(sqlite3 *db, const char *key, const char *value)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", -1, &st,
+                           NULL) != SQLITE_OK)
+        return st_set_error(ST_EIO, "SQLite: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? ST_OK : st_set_error(ST_EIO, "SQLite: %s", sqlite3_errmsg(db));
+}
+
+static int write_initial_meta(st_trace *t)
+{
+    char buf[4096];
+    sqlite3 *db = t->db;
+    int rc = ST_OK;
+    snprintf(buf, sizeof buf, "%d", ST_SCHEMA_VERSION);
+    rc |= put_meta(db, "schema_version", buf);
+    rc |= put_meta(db, "status", "running");
+    rc |= put_meta(db, "program", t->program);
+    rc |= put_meta(db, "tool_version", ST_VERSION_STRING);
+    rc |= put_meta(db, "clock", st_clock_name());
+    snprintf(buf, sizeof buf, "%.0f", st_clock_tsc_hz());
+    rc |= put_meta(db, "tsc_hz", buf);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    rc |= put_meta(db, "start_utc", buf);
+    snprintf(buf, sizeof buf, "%lld", (long long)st_now_ns());
+    rc |= put_meta(db, "start_ns", buf);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    rc |= put_meta(db, "host", host);
+    snprintf(buf, sizeof buf, "%ld", (long)getpid());
+    rc |= put_meta(db, "pid", buf);
+    snprintf(buf, sizeof buf, "%lld-%ld", (long long)now, (long)getpid());
+    rc |= put_meta(db, "run_id", buf);
+    snprintf(buf, sizeof buf, "%d", t->opt.rank);
+    rc |= put_meta(db, "rank", buf);
+    snprintf(buf, sizeof buf, "%d", t->opt.world_size);
+    rc |= put_meta(db, "world_size", buf);
+    snprintf(buf, sizeof buf, "%u", t->opt.profile_interval);
+    rc |= put_meta(db, "profile_interval", buf);
+    snprintf(buf, sizeof buf, "%u", t->opt.commit_ms);
+    rc |= put_meta(db, "commit_ms", buf);
+    snprintf(buf, sizeof buf, "%u", t->opt.ring_records);
+    rc |= put_meta(db, "ring_records", buf);
+    rc |= put_meta(db, "dropped_events", "0");
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < t->opt.argc && t->opt.argv && t->opt.argv[i]; i++) {
+        int n = snprintf(buf + len, sizeof buf - len, "%s%s", i ? " " : "", t->opt.argv[i]);
+        if (n < 0 || (size_t)n >= sizeof buf - len) break;
+        len += (size_t)n;
+    }
+    rc |= put_meta(db, "argv", buf);
+    return rc ? ST_EIO : ST_OK;
+}
+
+static int create_file(st_trace *t)
+{
+    const char *path = t->path;
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return st_set_error(ST_EINVAL, "trace path '%s' is a directory", path);
+        if (!t->opt.overwrite)
+            return st_set_error(ST_EEXIST,
+                                "trace file '%s' already exists (choose another path, or allow "
+                                "overwriting it)",
+                                path);
+    }
+    /* Probe the directory with a plain open first for a clear message. */
+    char probe[PATH_MAX + 16];
+    snprintf(probe, sizeof probe, "%s.st-probe", path);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 && errno != EEXIST)
+        return st_set_error(ST_EIO, "cannot create trace file '%s': %s", path, strerror(errno));
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    if (t->opt.overwrite) remove_trace_files(path);
+
+    if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK) {
+        st_set_error(ST_EIO, "cannot create trace file '%s': %s", path,
+                     t->db ? sqlite3_errmsg(t->db) : "out of memory");
+        return ST_EIO;
+    }
+    int rc = exec_sql(t->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+    if (!rc) rc = exec_sql(t->db, "BEGIN");
+    if (!rc) rc = exec_sql(t->db, st_schema_sql);
+    if (!rc) rc = write_initial_meta(t);
+    if (!rc) rc = exec_sql(t->db, "COMMIT");
+    if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot create trace file '%s': %s", path, st_last_error());
+        sqlite3_close(t->db);
+        t->db = NULL;
+        remove_trace_files(path);
+        return st_set_error(ST_EIO, "%s", msg);
+    }
+    return ST_OK;
+}
+
+static void free_trace(st_trace *t)
+{
+    if (!t) return;
+    for (uint32_t i = 0; i < ST_MAX_STAGES; i++) free(t->stages[i].name);
+    for (uint32_t i = 0; i < ST_MAX_COUNTERS; i++) {
+        free(t->counters[i].name);
+        free(t->counters[i].unit);
+    }
+    for (uint32_t i = 0; i < ST_MAX_THREADS; i++) {
+        free(t->threads[i].name);
+        free(t->threads[i].role);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (t->wake_pipe[i] > 0) close(t->wake_pipe[i]);
+        if (t->sig_req_pipe[i] > 0) close(t->sig_req_pipe[i]);
+        if (t->sig_resp_pipe[i] > 0) close(t->sig_resp_pipe[i]);
+    }
+    st_agg_free(t->agg);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->flushed);
+    free(t->path);
+    free(t->program);
+    free(t);
+}
+
+static int make_pipe(int fds[2])
+{
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    return 0;
+}
+
+int st_open(st_trace **out, const st_options *opt)
+{
+    if (!out || !opt) return st_set_error(ST_EINVAL, "st_open: no options");
+    *out = NULL;
+    int rc = validate(opt);
+    if (rc) return rc;
+    if (st_active_trace) return st_set_error(ST_ESTATE, "a trace is already open in this process");
+
+    st_trace *t = calloc(1, sizeof *t);
+    if (!t) return st_set_error(ST_ENOMEM, "out of memory");
+    t->opt = *opt;
+    t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");
+    t->path = opt->path ? strdup(opt->path) : NULL;
+    t->opt.program = t->program;
+    t->opt.path = t->path;
+    t->opt.argv = NULL;
+    t->opt.argc = 0;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->flushed, NULL);
+
+    if (!t->opt.enabled) {
+        st_nvtx_on = 0;
+        *out = t;
+        return ST_OK;
+    }
+    if (make_pipe(t->wake_pipe) || make_pipe(t->sig_req_pipe) || make_pipe(t->sig_resp_pipe)) {
+        free_trace(t);
+        return st_set_error(ST_EIO, "cannot create pipes: %s", strerror(errno));
+    }
+    st_clock_init(opt->clock == 1);
+    t->opt.argc = opt->argc;
+    t->opt.argv = opt->argv;
+    rc = create_file(t);
+    t->opt.argc = 0;
+    t->opt.argv = NULL;
+    if (rc) {
+        free_trace(t);
+        return rc;
+    }
+    if (opt->profile_interval || opt->on_window) {
+        uint32_t every = opt->profile_interval ? opt->profile_interval : 1;
+        t->agg = st_agg_create(every, opt->on_window, opt->on_window_arg);
+        if (!t->agg) {
+            sqlite3_close(t->db);
+            remove_trace_files(t->path);
+            free_trace(t);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
+    }
+    if (opt->nvtx != 0) st_nvtx_init(t->program);
+    st_active_trace = t;
+    rc = st_writer_start(t);
+    if (rc) {
+        st_active_trace = NULL;
+        sqlite3_close(t->db);
+        remove_trace_files(t->path);
+        free_trace(t);
+        return rc;
+    }
+    *out = t;
+    return ST_OK;
+}
+
+int st_close(st_trace *t)
+{
+    if (!t) return ST_OK;
+    st_thread_unregister();
+    int rc = ST_OK;
+    if (t->opt.enabled) {
+        st_writer_stop(t);
+        rc = t->writer_error;
+        if (st_active_trace == t) st_active_trace = NULL;
+        st_nvtx_shutdown();
+    }
+    free_trace(t);
+    return rc;
+}
+
+int st_enabled(const st_trace *t) { return t && t->opt.enabled; }
+const char *st_path(const st_trace *t) { return t ? t->path : NULL; }
+
+uint64_t st_dropped(const st_trace *t)
+{
+    if (!t) return 0;
+    uint64_t total = atomic_load(&t->dropped_total);
+    return total;
+}
+
+void st_wake_writer(st_trace *t)
+{
+    char c = 1;
+    ssize_t n = write(t->wake_pipe[1], &c, 1);
+    (void)n; /* a full pipe already means "wake up" */
+}
+
+int st_flush(st_trace *t)
+{
+    if (!t || !t->opt.enabled) return ST_OK;
+    pthread_mutex_lock(&t->lock);
+    uint64_t ticket = ++t->flush_requested;
+    pthread_mutex_unlock(&t->lock);
+    st_wake_writer(t);
+    pthread_mutex_lock(&t->lock);
+    while (t->flush_done < ticket && !atomic_load(&t->stop)) pthread_cond_wait(&t->flushed, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+    return t->writer_error;
+}
+
+int st_signal_flush(int timeout_ms)
+{
+    st_trace *t = st_active_trace;
+    if (!t || !t->opt.enabled) return -1;
+    int saved = errno;
+    char c = 1, drain[64];
+    /* Forget answers to earlier requests, then ask. */
+    while (read(t->sig_resp_pipe[0], drain, sizeof drain) > 0) {
+    }
+    if (write(t->sig_req_pipe[1], &c, 1) < 0) {
+        errno = saved;
+        return -1;
+    }
+    struct pollfd p = {.fd = t->sig_resp_pipe[0], .events = POLLIN};
+    int rc = -1;
+    if (poll(&p, 1, timeout_ms) == 1 && read(t->sig_resp_pipe[0], drain, 1) == 1) rc = 0;
+    errno = saved;
+    return rc;
+}
+
+static volatile sig_atomic_t st_signal_count;
+static int st_exit_on_term;
+static struct sigaction st_old_int, st_old_term;
+
+static void st_signal_handler(int sig)
+{
+    st_signal_count++;
+    st_signal_flush(5000);
+    if (st_signal_count > 1 || (sig == SIGTERM && st_exit_on_term)) {
+        sigaction(SIGINT, &st_old_int, NULL);
+        sigaction(SIGTERM, &st_old_term, NULL);
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+int st_install_signal_handlers(st_trace *t, int exit_on_term)
+{
+    if (!t) return st_set_error(ST_EINVAL, "st_install_signal_handlers: no trace");
+    st_exit_on_term = exit_on_term;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = st_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGINT, &sa, &st_old_int) || sigaction(SIGTERM, &sa, &st_old_term))
+        return st_set_error(ST_EINVAL, "cannot install signal handlers: %s", strerror(errno));
+    return ST_OK;
+}
+
+int st_interrupted(void) { return st_signal_count > 0; }
+
+/* ---- stages and counters ---- */
+
+int st_stage_register(st_trace *t, const char *name, st_kind kind)
+{
+    if (!t) return st_set_error(ST_EINVAL, "st_stage_register: no trace");
+    if (!name || !*name) return st_set_error(ST_EINVAL, "st_stage_register: empty stage name");
+    if ((unsigned)kind >= ST_KIND_COUNT)
+        return st_set_error(ST_EINVAL, "st_stage_register: stage '%s' has an unknown kind %d", name,
+                            (int)kind);
+    pthread_mutex_lock(&t->lock);
+    uint32_t n = atomic_load(&t->n_stages);
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(t->stages[i].name, name) == 0) {
+            pthread_mutex_unlock(&t->lock);
+            if (t->stages[i].kind != kind)
+                return st_set_error(ST_EINVAL, "stage '%s' was registered as %s, not %s", name,
+                                    st_kind_name(t->stages[i].kind), st_kind_name(kind));
+            return (int)i;
+        }
+    }
+    if (n >= ST_MAX_STAGES) {
+        pthread_mutex_unlock(&t->lock);
+        return st_set_error(ST_ELIMIT, "more than %d stages", ST_MAX_STAGES);
+    }
+    t->stages[n].name = strdup(name);
+    t->stages[n].kind = kind;
+    if (t->opt.enabled) st_nvtx_stage(n, name);
+    atomic_store(&t->n_stages, n + 1);
+    pthread_mutex_unlock(&t->lock);
+    return (int)n;
+}
+
+int st_counter_register(st_trace *t, const char *name, const char *unit)
+{
+    if (!t) return st_set_error(ST_EINVAL, "st_counter_register: no trace");
+    if (!name || !*name) return st_set_error(ST_EINVAL, "st_counter_register: empty counter name");
+    pthread_mutex_lock(&t->lock);
+    uint32_t n = atomic_load(&t->n_counters);
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(t->counters[i].name, name) == 0) {
+            pthread_mutex_unlock(&t->lock);
+            return (int)i;
+        }
+    }
+    if (n >= ST_MAX_COUNTERS) {
+        pthread_mutex_unlock(&t->lock);
+        return st_set_error(ST_ELIMIT, "more than %d counters", ST_MAX_COUNTERS);
+    }
+    t->counters[n].name = strdup(name);
+    t->counters[n].unit = strdup(unit ? unit : "");
+    atomic_store(&t->n_counters, n + 1);
+    pthread_mutex_unlock(&t->lock);
+    return (int)n;
+}

@@ -1,0 +1,624 @@
+/* writer.c: the writer thread. It drains every thread's ring, converts raw
+ * clock readings to trace nanoseconds, encodes range events and counter
+ * samples into per-thread chunks, stores small rows (threads, stages,
+ * steps, marks) and commits at most opt.commit_ms apart, so a killed
+ * process loses at most that window. It also feeds the interval
+ * aggregator: per-thread event queues merged in st_agg_order up to a
+ * horizon that lags the clock by ST_AGG_GRACE_NS, because a thread may read
+ * the clock and publish its record a little later. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "st_internal.h"
+
+#define ST_CHUNK_BYTES 32768
+#define ST_DRAIN_BATCH 4096
+#define ST_AGG_GRACE_NS 100000000LL /* 100 ms */
+
+typedef struct agg_item {
+    int64_t ts;
+    uint32_t stage;
+    uint32_t is_end;
+} agg_item;
+
+typedef struct agg_queue {
+    agg_item *items;
+    size_t head, len, cap;
+} agg_queue;
+
+typedef struct step_item {
+    uint64_t step, tokens;
+    int64_t ts;
+    uint32_t thread;
+} step_item;
+
+struct st_thread_state {
+    uint32_t id;
+    st_ring *ring;            /* NULL once retired and freed */
+    st_event_encoder ev;
+    uint32_t chunk_ranges;    /* ends in the current event chunk */
+    st_counter_encoder ctr;
+    int64_t last_ns;          /* clamps the thread's time line to monotone */
+    uint64_t final_dropped;
+    uint64_t pending_step;
+    int64_t pending_step_ts;
+    int have_pending_step;
+    agg_queue q;
+};
+
+typedef struct mark_string {
+    const char *ptr;
+    int64_t id;
+} mark_string;
+
+typedef struct writer {
+    sqlite3_stmt *ins_range_chunk, *ins_counter_chunk, *ins_step, *ins_mark, *ins_string,
+        *ins_thread, *ins_stage, *ins_counter, *upd_dropped, *put_meta;
+    mark_string *strings;     /* open addressing by pointer */
+    size_t strings_cap, strings_len;
+    step_item *steps;
+    size_t steps_head, steps_len, steps_cap;
+    int64_t last_step_ns;
+    uint64_t last_step;
+    int have_step;
+    uint64_t clock_clamped, bad_ends, bad_steps, bad_counters;
+} writer;
+
+static void fail(st_trace *t, const char *what)
+{
+    if (t->writer_error) return;
+    t->writer_error = ST_EIO;
+    snprintf(t->writer_msg, sizeof t->writer_msg, "trace '%s': %s: %s", t->path, what,
+             sqlite3_errmsg(t->db));
+    fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
+}
+
+static int step_stmt(st_trace *t, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) {
+        fail(t, what);
+        return -1;
+    }
+    return 0;
+}
+
+static void exec(st_trace *t, const char *sql)
+{
+    if (sqlite3_exec(t->db, sql, NULL, NULL, NULL) != SQLITE_OK) fail(t, sql);
+}
+
+static void meta_int(st_trace *t, writer *w, const char *key, long long value)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", value);
+    sqlite3_bind_text(w->put_meta, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(w->put_meta, 2, buf, -1, SQLITE_TRANSIENT);
+    step_stmt(t, w->put_meta, "meta");
+}
+
+static void meta_text(st_trace *t, writer *w, const char *key, const char *value)
+{
+    sqlite3_bind_text(w->put_meta, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(w->put_meta, 2, value, -1, SQLITE_TRANSIENT);
+    step_stmt(t, w->put_meta, "meta");
+}
+
+/* ---- aggregator feeding ---- */
+
+static int queue_push(agg_queue *q, int64_t ts, uint32_t stage, uint32_t is_end)
+{
+    if (q->head + q->len == q->cap) {
+        if (q->head > q->cap / 2) {
+            memmove(q->items, q->items + q->head, q->len * sizeof *q->items);
+            q->head = 0;
+        } else {
+            size_t cap = q->cap ? q->cap * 2 : 1024;
+            agg_item *items = realloc(q->items, cap * sizeof *items);
+            if (!items) return -1;
+            q->items = items;
+            q->cap = cap;
+        }
+    }
+    q->items[q->head + q->len++] = (agg_item){ts, stage, is_end};
+    return 0;
+}
+
+static int steps_push(writer *w, step_item s)
+{
+    if (w->steps_head + w->steps_len == w->steps_cap) {
+        if (w->steps_head > 0) {
+            memmove(w->steps, w->steps + w->steps_head, w->steps_len * sizeof *w->steps);
+            w->steps_head = 0;
+        } else {
+            size_t cap = w->steps_cap ? w->steps_cap * 2 : 256;
+            step_item *steps = realloc(w->steps, cap * sizeof *steps);
+            if (!steps) return -1;
+            w->steps = steps;
+            w->steps_cap = cap;
+        }
+    }
+    w->steps[w->steps_head + w->steps_len++] = s;
+    return 0;
+}
+
+/* Feeds every queued event with ts < horizon to the aggregator, merged in
+ * st_agg_order. */
+static void feed_agg(st_trace *t, writer *w, int64_t horizon)
+{
+    uint32_t n = atomic_load(&t->n_threads);
+    for (;;) {
+        int best_rank = -1;
+        uint32_t best_thread = 0;
+        int64_t best_ts = 0;
+        if (w->steps_len && w->steps[w->steps_head].ts < horizon) {
+            best_rank = ST_AGG_STEP;
+            best_ts = w->steps[w->steps_head].ts;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            st_thread_state *s = t->tstate[i];
+            if (!s || !s->q.len) continue;
+            int64_t ts = s->q.items[s->q.head].ts;
+            if (ts >= horizon) continue;
+            if (best_rank < 0 ||
+                st_agg_order(ts, ST_AGG_RANGE, i, best_ts, best_rank, best_thread) < 0) {
+                best_rank = ST_AGG_RANGE;
+                best_ts = ts;
+                best_thread = i;
+            }
+        }
+        if (best_rank < 0) return;
+        if (best_rank == ST_AGG_STEP) {
+            step_item *s = &w->steps[w->steps_head++];
+            w->steps_len--;
+            st_agg_step(t->agg, s->step, s->ts, s->tokens);
+        } else {
+            agg_queue *q = &t->tstate[best_thread]->q;
+            agg_item *it = &q->items[q->head++];
+            q->len--;
+            if (it->is_end)
+                st_agg_end(t->agg, best_thread, it->ts);
+            else
+                st_agg_begin(t->agg, best_thread, it->stage, it->ts);
+        }
+    }
+}
+
+/* ---- registrations ---- */
+
+static void write_registrations(st_trace *t, writer *w)
+{
+    pthread_mutex_lock(&t->lock);
+    uint32_t ns = atomic_load(&t->n_stages), nc = atomic_load(&t->n_counters),
+             nt = atomic_load(&t->n_threads);
+    for (; t->stages_written < ns; t->stages_written++) {
+        uint32_t i = t->stages_written;
+        sqlite3_bind_int64(w->ins_stage, 1, i);
+        sqlite3_bind_text(w->ins_stage, 2, t->stages[i].name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(w->ins_stage, 3, st_kind_name(t->stages[i].kind), -1, SQLITE_STATIC);
+        step_stmt(t, w->ins_stage, "stages");
+        if (t->agg) st_agg_stage(t->agg, i, t->stages[i].name, t->stages[i].kind);
+    }
+    for (; t->counters_written < nc; t->counters_written++) {
+        uint32_t i = t->counters_written;
+        sqlite3_bind_int64(w->ins_counter, 1, i);
+        sqlite3_bind_text(w->ins_counter, 2, t->counters[i].name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(w->ins_counter, 3, t->counters[i].unit, -1, SQLITE_TRANSIENT);
+        step_stmt(t, w->ins_counter, "counter_names");
+    }
+    for (; t->threads_written < nt; t->threads_written++) {
+        uint32_t i = t->threads_written;
+        st_thread_def *d = &t->threads[i];
+        sqlite3_bind_int64(w->ins_thread, 1, i);
+        sqlite3_bind_int64(w->ins_thread, 2, d->os_tid);
+        sqlite3_bind_text(w->ins_thread, 3, d->name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(w->ins_thread, 4, d->role, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(w->ins_thread, 5, d->device);
+        sqlite3_bind_int64(w->ins_thread, 6, d->rank);
+        step_stmt(t, w->ins_thread, "threads");
+        st_thread_state *s = calloc(1, sizeof *s);
+        if (!s) {
+            t->writer_error = ST_ENOMEM;
+            snprintf(t->writer_msg, sizeof t->writer_msg, "writer: out of memory");
+            continue;
+        }
+        s->id = i;
+        s->ring = d->ring;
+        st_event_chunk_start(&s->ev);
+        st_counter_chunk_start(&s->ctr);
+        t->tstate[i] = s;
+        if (t->agg) st_agg_thread(t->agg, i, d->name, d->role);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- chunks ---- */
+
+static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
+{
+    if (s->ev.n_events == 0) return;
+    sqlite3_stmt *st = w->ins_range_chunk;
+    sqlite3_bind_int64(st, 1, s->id);
+    sqlite3_bind_int64(st, 2, s->ev.t0_ns);
+    sqlite3_bind_int64(st, 3, s->ev.t1_ns);
+    sqlite3_bind_int64(st, 4, s->ev.n_events);
+    sqlite3_bind_int64(st, 5, s->chunk_ranges);
+    sqlite3_bind_blob(st, 6, s->ev.buf.data, (int)s->ev.buf.len, SQLITE_STATIC);
+    step_stmt(t, st, "range_chunks");
+    s->chunk_ranges = 0;
+    st_event_chunk_start(&s->ev);
+}
+
+static void flush_counter_chunk(st_trace *t, writer *w, st_thread_state *s)
+{
+    if (s->ctr.n_samples == 0) return;
+    sqlite3_stmt *st = w->ins_counter_chunk;
+    sqlite3_bind_int64(st, 1, s->id);
+    sqlite3_bind_int64(st, 2, s->ctr.t0_ns);
+    sqlite3_bind_int64(st, 3, s->ctr.t1_ns);
+    sqlite3_bind_int64(st, 4, s->ctr.n_samples);
+    sqlite3_bind_blob(st, 5, s->ctr.buf.data, (int)s->ctr.buf.len, SQLITE_STATIC);
+    step_stmt(t, st, "counter_chunks");
+    st_counter_chunk_start(&s->ctr);
+}
+
+static int64_t string_id(st_trace *t, writer *w, const char *ptr)
+{
+    if (w->strings_len * 2 >= w->strings_cap) {
+        size_t cap = w->strings_cap ? w->strings_cap * 2 : 64;
+        mark_string *tab = calloc(cap, sizeof *tab);
+        if (!tab) return -1;
+        for (size_t i = 0; i < w->strings_cap; i++) {
+            if (!w->strings[i].ptr) continue;
+            size_t h = ((uintptr_t)w->strings[i].ptr >> 3) & (cap - 1);
+            while (tab[h].ptr) h = (h + 1) & (cap - 1);
+            tab[h] = w->strings[i];
+        }
+        free(w->strings);
+        w->strings = tab;
+        w->strings_cap = cap;
+    }
+    size_t h = ((uintptr_t)ptr >> 3) & (w->strings_cap - 1);
+    while (w->strings[h].ptr) {
+        if (w->strings[h].ptr == ptr) return w->strings[h].id;
+        h = (h + 1) & (w->strings_cap - 1);
+    }
+    int64_t id = (int64_t)w->strings_len++;
+    w->strings[h].ptr = ptr;
+    w->strings[h].id = id;
+    sqlite3_bind_int64(w->ins_string, 1, id);
+    sqlite3_bind_text(w->ins_string, 2, ptr, -1, SQLITE_TRANSIENT);
+    step_stmt(t, w->ins_string, "strings");
+    return id;
+}
+
+/* ---- draining ---- */
+
+static void process(st_trace *t, writer *w, st_thread_state *s, const st_record *r)
+{
+    int64_t ns = st_clock_to_ns(r->ts);
+    if (ns < s->last_ns) {
+        ns = s->last_ns;
+        w->clock_clamped++;
+    }
+    s->last_ns = ns;
+    switch (r->type) {
+    case ST_REC_BEGIN:
+        if (st_event_put_begin(&s->ev, r->id, ns) == 0) {
+            if (t->agg) queue_push(&s->q, ns, r->id, 0);
+        }
+        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(t, w, s);
+        break;
+    case ST_REC_END:
+        if (s->ev.depth == 0) {
+            w->bad_ends++;
+            break;
+        }
+        if (s->ev.stack[s->ev.depth - 1].stage != r->id) w->bad_ends++;
+        st_event_put_end(&s->ev, ns);
+        s->chunk_ranges++;
+        if (t->agg) queue_push(&s->q, ns, 0, 1);
+        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(t, w, s);
+        break;
+    case ST_REC_COUNTER: {
+        double v;
+        memcpy(&v, &r->arg, sizeof v);
+        if (r->id >= atomic_load(&t->n_counters)) {
+            w->bad_counters++;
+            break;
+        }
+        st_counter_put(&s->ctr, r->id, ns, v);
+        if (s->ctr.buf.len >= ST_CHUNK_BYTES) flush_counter_chunk(t, w, s);
+        break;
+    }
+    case ST_REC_MARK: {
+        int64_t id = string_id(t, w, (const char *)(uintptr_t)r->arg);
+        sqlite3_bind_int64(w->ins_mark, 1, s->id);
+        sqlite3_bind_int64(w->ins_mark, 2, ns);
+        sqlite3_bind_int64(w->ins_mark, 3, id);
+        step_stmt(t, w->ins_mark, "marks");
+        break;
+    }
+    case ST_REC_STEP:
+        s->pending_step = r->arg;
+        s->pending_step_ts = ns;
+        s->have_pending_step = 1;
+        break;
+    case ST_REC_TOKENS:
+        if (!s->have_pending_step) break;
+        s->have_pending_step = 0;
+        /* Steps must increase, and in time: anything else is a program
+         * error, counted and left out (of the file and of the windows). */
+        if (w->have_step && (s->pending_step <= w->last_step || s->pending_step_ts < w->last_step_ns)) {
+            w->bad_steps++;
+            break;
+        }
+        w->have_step = 1;
+        w->last_step = s->pending_step;
+        w->last_step_ns = s->pending_step_ts;
+        sqlite3_bind_int64(w->ins_step, 1, (sqlite3_int64)s->pending_step);
+        sqlite3_bind_int64(w->ins_step, 2, s->pending_step_ts);
+        sqlite3_bind_int64(w->ins_step, 3, (sqlite3_int64)r->arg);
+        sqlite3_bind_int64(w->ins_step, 4, s->id);
+        step_stmt(t, w->ins_step, "steps");
+        if (t->agg)
+            steps_push(w, (step_item){s->pending_step, r->arg, s->pending_step_ts, s->id});
+        break;
+    default:
+        break;
+    }
+}
+
+static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
+{
+    st_ring *ring = s->ring;
+    if (!ring) return 0;
+    size_t total = 0;
+    for (;;) {
+        int retired = atomic_load_explicit(&ring->retired, memory_order_acquire);
+        uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+        uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+        if (tail == head) {
+            if (retired) {
+                /* The producer is gone and everything it wrote is here. */
+                free(ring->buf);
+                t->threads[s->id].ring = NULL;
+                s->ring = NULL;
+                s->final_dropped = atomic_load(&ring->dropped);
+                free(ring);
+            }
+            return total;
+        }
+        if (head - tail > ST_DRAIN_BATCH) head = tail + ST_DRAIN_BATCH;
+        total += head - tail;
+        for (; tail < head; tail++) process(t, w, s, &ring->buf[tail & ring->mask]);
+        atomic_store_explicit(&ring->tail, tail, memory_order_release);
+        if (t->opt.test_writer_delay_us) usleep(t->opt.test_writer_delay_us);
+    }
+}
+
+static size_t drain_all(st_trace *t, writer *w)
+{
+    size_t total = 0;
+    uint32_t n = atomic_load(&t->n_threads);
+    for (uint32_t i = 0; i < n && i < t->threads_written; i++)
+        if (t->tstate[i]) total += drain_ring(t, w, t->tstate[i]);
+    return total;
+}
+
+/* Dropped counts: a live ring's counter, or the final count of a freed ring. */
+static uint64_t thread_dropped(st_thread_state *s)
+{
+    if (s->ring) return atomic_load(&s->ring->dropped);
+    return s->final_dropped;
+}
+
+static void write_dropped(st_trace *t, writer *w)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < t->threads_written; i++) {
+        st_thread_state *s = t->tstate[i];
+        if (!s) continue;
+        uint64_t d = thread_dropped(s);
+        total += d;
+        if (d) {
+            sqlite3_bind_int64(w->upd_dropped, 1, (sqlite3_int64)d);
+            sqlite3_bind_int64(w->upd_dropped, 2, i);
+            step_stmt(t, w->upd_dropped, "threads.dropped");
+        }
+    }
+    if (total != atomic_load(&t->dropped_total)) {
+        atomic_store(&t->dropped_total, total);
+        meta_int(t, w, "dropped_events", (long long)total);
+    }
+}
+
+static void commit(st_trace *t, writer *w, int final)
+{
+    for (uint32_t i = 0; i < t->threads_written; i++) {
+        st_thread_state *s = t->tstate[i];
+        if (!s) continue;
+        flush_event_chunk(t, w, s);
+        flush_counter_chunk(t, w, s);
+    }
+    write_dropped(t, w);
+    if (w->bad_ends || w->bad_steps || w->clock_clamped || w->bad_counters) {
+        meta_int(t, w, "unmatched_ends", (long long)w->bad_ends);
+        meta_int(t, w, "rejected_steps", (long long)w->bad_steps);
+        meta_int(t, w, "clock_clamped", (long long)w->clock_clamped);
+        meta_int(t, w, "bad_counters", (long long)w->bad_counters);
+    }
+    if (final) {
+        meta_int(t, w, "end_ns", (long long)st_now_ns());
+        meta_text(t, w, "status", atomic_load(&t->interrupted) ? "interrupted" : "complete");
+    }
+    exec(t, "COMMIT");
+    if (!final) exec(t, "BEGIN");
+}
+
+static int prepare(st_trace *t, sqlite3_stmt **st, const char *sql)
+{
+    if (sqlite3_prepare_v3(t->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) != SQLITE_OK) {
+        fail(t, "prepare");
+        return -1;
+    }
+    return 0;
+}
+
+static int writer_init(st_trace *t, writer *w)
+{
+    int rc = 0;
+    rc |= prepare(t, &w->ins_range_chunk,
+                  "INSERT INTO range_chunks(thread, t0_ns, t1_ns, n_events, n_ranges, data) "
+                  "VALUES (?, ?, ?, ?, ?, ?)");
+    rc |= prepare(t, &w->ins_counter_chunk,
+                  "INSERT INTO counter_chunks(thread, t0_ns, t1_ns, n_samples, data) "
+                  "VALUES (?, ?, ?, ?, ?)");
+    rc |= prepare(t, &w->ins_step, "INSERT INTO steps(step, ts_ns, tokens, thread) VALUES (?, ?, ?, ?)");
+    rc |= prepare(t, &w->ins_mark, "INSERT INTO marks(thread, ts_ns, string) VALUES (?, ?, ?)");
+    rc |= prepare(t, &w->ins_string, "INSERT INTO strings(id, value) VALUES (?, ?)");
+    rc |= prepare(t, &w->ins_thread,
+                  "INSERT INTO threads(id, os_tid, name, role, device, rank) VALUES (?, ?, ?, ?, ?, ?)");
+    rc |= prepare(t, &w->ins_stage, "INSERT INTO stages(id, name, kind) VALUES (?, ?, ?)");
+    rc |= prepare(t, &w->ins_counter, "INSERT INTO counter_names(id, name, unit) VALUES (?, ?, ?)");
+    rc |= prepare(t, &w->upd_dropped, "UPDATE threads SET dropped = ? WHERE id = ?");
+    rc |= prepare(t, &w->put_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    return rc;
+}
+
+static void writer_free(st_trace *t, writer *w)
+{
+    sqlite3_stmt *all[] = {w->ins_range_chunk, w->ins_counter_chunk, w->ins_step, w->ins_mark,
+                           w->ins_string, w->ins_thread, w->ins_stage, w->ins_counter,
+                           w->upd_dropped, w->put_meta};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sqlite3_finalize(all[i]);
+    for (uint32_t i = 0; i < ST_MAX_THREADS; i++) {
+        st_thread_state *s = t->tstate[i];
+        if (!s) continue;
+        if (s->ring) { /* never retired: the thread did not unregister */
+            free(s->ring->buf);
+            free(s->ring);
+            t->threads[i].ring = NULL;
+        }
+        st_buf_free(&s->ev.buf);
+        st_buf_free(&s->ctr.buf);
+        free(s->q.items);
+        free(s);
+        t->tstate[i] = NULL;
+    }
+    free(w->strings);
+    free(w->steps);
+    free(w);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *writer_main(void *arg)
+{
+    st_trace *t = arg;
+    writer *w = t->wpriv;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signal handlers never run here */
+
+    exec(t, "BEGIN");
+    int64_t last_commit = now_ms();
+    for (;;) {
+        int stop = atomic_load(&t->stop);
+        pthread_mutex_lock(&t->lock);
+        uint64_t flush_req = t->flush_requested;
+        pthread_mutex_unlock(&t->lock);
+        char buf[64];
+        int sig = read(t->sig_req_pipe[0], buf, sizeof buf) > 0;
+        while (read(t->wake_pipe[0], buf, sizeof buf) > 0) {
+        }
+        int64_t horizon = st_now_ns() - ST_AGG_GRACE_NS;
+
+        write_registrations(t, w);
+        size_t drained = drain_all(t, w);
+        if (t->agg && !stop) feed_agg(t, w, horizon);
+
+        int64_t now = now_ms();
+        if (stop) break;
+        if (sig) atomic_store(&t->interrupted, 1);
+        if (sig || flush_req > t->flush_done || now - last_commit >= (int64_t)t->opt.commit_ms) {
+            if (sig) meta_text(t, w, "status", "interrupted");
+            commit(t, w, 0);
+            last_commit = now;
+            pthread_mutex_lock(&t->lock);
+            t->flush_done = flush_req;
+            pthread_cond_broadcast(&t->flushed);
+            pthread_mutex_unlock(&t->lock);
+            if (sig) {
+                char c = 1;
+                if (write(t->sig_resp_pipe[1], &c, 1) < 0) { /* the handler timed out */
+                }
+            }
+        }
+        if (!drained) {
+            struct pollfd p[2] = {{.fd = t->wake_pipe[0], .events = POLLIN},
+                                  {.fd = t->sig_req_pipe[0], .events = POLLIN}};
+            int timeout = (int)(t->opt.commit_ms < 2 ? t->opt.commit_ms : 2);
+            poll(p, 2, timeout);
+        }
+    }
+    /* Final pass: everything recorded is drained; every event reaches the
+     * aggregator. */
+    write_registrations(t, w);
+    drain_all(t, w);
+    if (t->agg) feed_agg(t, w, INT64_MAX);
+    commit(t, w, 1);
+    exec(t, "PRAGMA journal_mode=DELETE");
+    pthread_mutex_lock(&t->lock);
+    t->flush_done = t->flush_requested;
+    pthread_cond_broadcast(&t->flushed);
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+int st_writer_start(st_trace *t)
+{
+    writer *w = calloc(1, sizeof *w);
+    if (!w) return st_set_error(ST_ENOMEM, "out of memory");
+    t->wpriv = w;
+    if (writer_init(t, w)) {
+        writer_free(t, w);
+        t->wpriv = NULL;
+        return st_set_error(ST_EIO, "%s", t->writer_msg);
+    }
+    if (pthread_create(&t->writer, NULL, writer_main, t) != 0) {
+        writer_free(t, w);
+        t->wpriv = NULL;
+        return st_set_error(ST_EIO, "cannot start the writer thread: %s", strerror(errno));
+    }
+    t->writer_started = 1;
+    return ST_OK;
+}
+
+void st_writer_stop(st_trace *t)
+{
+    if (!t->writer_started) return;
+    atomic_store(&t->stop, 1);
+    st_wake_writer(t);
+    pthread_join(t->writer, NULL);
+    t->writer_started = 0;
+    writer_free(t, t->wpriv);
+    t->wpriv = NULL;
+    sqlite3_close(t->db);
+    t->db = NULL;
+    if (t->writer_error) st_set_error(t->writer_error, "%s", t->writer_msg);
+}
