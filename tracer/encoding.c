@@ -127,37 +127,6 @@ int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
     return 0;
 }
 
-int st_event_next(st_event_cursor *c, st_event *ev)
-{
-    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
-    uint64_t tag, delta;
-    int64_t ts;
-    if (get(c, &tag) || get(c, &delta)) return ST_ECORRUPT;
-    if (add_delta(c->prev_ts, delta, &ts)) return ST_ECORRUPT;
-    if (tag == 0) {
-        if (c->depth == 0) return ST_ECORRUPT;
-        c->depth--;
-        ev->is_end = 1;
-        ev->stage = c->stack[c->depth].stage;
-        ev->start_ns = c->stack[c->depth].start_ns;
-    } else {
-        uint64_t stage = tag - 1;
-        if (stage > UINT32_MAX || (c->n_stages && stage >= c->n_stages)) return ST_ECORRUPT;
-        if (c->depth >= ST_STACK_MAX) return ST_ECORRUPT;
-        c->stack[c->depth].stage = (uint32_t)stage;
-        c->stack[c->depth].start_ns = ts;
-        ev->is_end = 0;
-        ev->stage = (uint32_t)stage;
-        ev->start_ns = ts;
-        c->depth++;
-    }
-    ev->depth = ev->is_end ? c->depth : c->depth - 1;
-    ev->ts_ns = ts;
-    c->prev_ts = ts;
-    c->remaining--;
-    return 1;
-}
-
 /* ---- counter samples ----
  * header: 0x43
  * sample: varint (counter << 1 | is_int), varint ts delta,

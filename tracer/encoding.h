@@ -89,8 +89,46 @@ typedef struct st_event_cursor {
 /* Opens a chunk of n_events events. Returns 0 or ST_ECORRUPT. */
 int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
                          uint32_t n_events, uint32_t n_stages);
-/* 1: *ev filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
-int st_event_next(st_event_cursor *c, st_event *ev);
+/* 1: *ev filled; 0: chunk done (every byte consumed); ST_ECORRUPT.
+ * Inline: the readers call it once per event. */
+#define ST_ECORRUPT_ (-7) /* == ST_ECORRUPT in stagetrace.h */
+static inline int st_event_next(st_event_cursor *c, st_event *ev)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT_;
+    uint64_t tag, delta;
+    int64_t ts;
+    size_t n1 = st_varint_get(c->p, c->end, &tag);
+    if (!n1) return ST_ECORRUPT_;
+    c->p += n1;
+    n1 = st_varint_get(c->p, c->end, &delta);
+    if (!n1) return ST_ECORRUPT_;
+    c->p += n1;
+    if (delta > (uint64_t)INT64_MAX || c->prev_ts > INT64_MAX - (int64_t)delta) return ST_ECORRUPT_;
+    ts = c->prev_ts + (int64_t)delta;
+    if (tag == 0) {
+        if (c->depth == 0) return ST_ECORRUPT_;
+        c->depth--;
+        ev->is_end = 1;
+        ev->stage = c->stack[c->depth].stage;
+        ev->start_ns = c->stack[c->depth].start_ns;
+    } else {
+        uint64_t stage = tag - 1;
+        if (stage > UINT32_MAX || (c->n_stages && stage >= c->n_stages)) return ST_ECORRUPT_;
+        if (c->depth >= ST_STACK_MAX) return ST_ECORRUPT_;
+        c->stack[c->depth].stage = (uint32_t)stage;
+        c->stack[c->depth].start_ns = ts;
+        ev->is_end = 0;
+        ev->stage = (uint32_t)stage;
+        ev->start_ns = ts;
+        c->depth++;
+    }
+    ev->depth = ev->is_end ? c->depth : c->depth - 1;
+    ev->ts_ns = ts;
+    c->prev_ts = ts;
+    c->remaining--;
+    return 1;
+}
+
 
 /* ---- counter samples ---- */
 

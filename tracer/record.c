@@ -30,12 +30,11 @@ typedef struct st_tls {
 
 static __thread st_tls tls __attribute__((tls_model("initial-exec")));
 
-/* Room for `need` more records? Refreshes the cached tail only when the
- * cached view says no. */
-static inline int reserve(st_tls *t, uint64_t need)
+/* The slow half of reserve(): refresh the cached tail, and wait for the
+ * writer in blocking mode. Kept out of line so the fast path stays small. */
+static __attribute__((noinline)) int reserve_slow(st_tls *t, uint64_t need)
 {
     uint64_t cap = t->mask + 1;
-    if (t->head - t->tail_cache + need <= cap) return 1;
     for (;;) {
         t->tail_cache = atomic_load_explicit(&t->ring->tail, memory_order_acquire);
         if (t->head - t->tail_cache + need <= cap) return 1;
@@ -44,6 +43,14 @@ static inline int reserve(st_tls *t, uint64_t need)
         if (tr) st_wake_writer(tr);
         sched_yield();
     }
+}
+
+/* Room for `need` more records? Refreshes the cached tail only when the
+ * cached view says no. */
+static inline int reserve(st_tls *t, uint64_t need)
+{
+    if (t->head - t->tail_cache + need <= t->mask + 1) return 1;
+    return reserve_slow(t, need);
 }
 
 static inline void push(st_tls *t, uint32_t type, uint32_t id, int64_t ts, uint64_t arg)

@@ -378,41 +378,47 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
     }
 }
 
+/* Drains what the ring holds now (not what arrives meanwhile: chasing the
+ * producer record by record would bounce its cache lines between cores).
+ * Returns the number of records that were pending. */
 static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
 {
     st_ring *ring = s->ring;
     if (!ring) return 0;
-    size_t total = 0;
-    for (;;) {
-        int retired = atomic_load_explicit(&ring->retired, memory_order_acquire);
-        uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-        uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-        if (tail == head) {
-            if (retired) {
-                /* The producer is gone and everything it wrote is here. */
-                free(ring->buf);
-                t->threads[s->id].ring = NULL;
-                s->ring = NULL;
-                s->final_dropped = atomic_load(&ring->dropped);
-                free(ring);
-            }
-            return total;
-        }
-        if (head - tail > ST_DRAIN_BATCH) head = tail + ST_DRAIN_BATCH;
-        total += head - tail;
-        for (; tail < head; tail++) process(t, w, s, &ring->buf[tail & ring->mask]);
+    int retired = atomic_load_explicit(&ring->retired, memory_order_acquire);
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    size_t pending = (size_t)(head - tail);
+    while (tail < head) {
+        uint64_t stop = head - tail > ST_DRAIN_BATCH ? tail + ST_DRAIN_BATCH : head;
+        for (; tail < stop; tail++) process(t, w, s, &ring->buf[tail & ring->mask]);
         atomic_store_explicit(&ring->tail, tail, memory_order_release);
         if (t->opt.test_writer_delay_us) usleep(t->opt.test_writer_delay_us);
     }
+    if (retired) {
+        /* The producer was gone before head was read: everything it wrote
+         * is processed. */
+        s->final_dropped = atomic_load(&ring->dropped);
+        free(ring->buf);
+        t->threads[s->id].ring = NULL;
+        s->ring = NULL;
+        free(ring);
+    }
+    return pending;
 }
 
-static size_t drain_all(st_trace *t, writer *w)
+/* Returns 1 when a ring was at least a quarter full: drain again at once. */
+static int drain_all(st_trace *t, writer *w)
 {
-    size_t total = 0;
+    int busy = 0;
     uint32_t n = atomic_load(&t->n_threads);
-    for (uint32_t i = 0; i < n && i < t->threads_written; i++)
-        if (t->tstate[i]) total += drain_ring(t, w, t->tstate[i]);
-    return total;
+    for (uint32_t i = 0; i < n && i < t->threads_written; i++) {
+        st_thread_state *s = t->tstate[i];
+        if (!s || !s->ring) continue;
+        size_t cap = (size_t)s->ring->mask + 1;
+        if (drain_ring(t, w, s) >= cap / 4) busy = 1;
+    }
+    return busy;
 }
 
 /* Dropped counts: a live ring's counter, or the final count of a freed ring. */
@@ -549,7 +555,7 @@ static void *writer_main(void *arg)
         int64_t horizon = st_now_ns() - ST_AGG_GRACE_NS;
 
         write_registrations(t, w);
-        size_t drained = drain_all(t, w);
+        int busy = drain_all(t, w);
         if (t->agg && !stop) feed_agg(t, w, horizon);
 
         int64_t now = now_ms();
@@ -569,10 +575,10 @@ static void *writer_main(void *arg)
                 }
             }
         }
-        if (!drained) {
+        if (!busy) {
             struct pollfd p[2] = {{.fd = t->wake_pipe[0], .events = POLLIN},
                                   {.fd = t->sig_req_pipe[0], .events = POLLIN}};
-            int timeout = (int)(t->opt.commit_ms < 2 ? t->opt.commit_ms : 2);
+            int timeout = 1;
             poll(p, 2, timeout);
         }
     }
