@@ -6,14 +6,7 @@
 #include <string.h>
 
 #include "kernels.h"
-
-static inline float dot(const float *a, const float *b, int n)
-{
-    float s = 0.0f;
-    for (int i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
+#include "vec.h"
 
 void k_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                      const uint8_t *mask, int Tq, int Tk, int H, int hd)
@@ -30,25 +23,20 @@ void k_attention_fwd(float *out, float *lse, const float *q, const float *k, con
             for (int j = 0; j < Tk; j++) {
                 if (allow && !allow[j])
                     continue;
-                float s = dot(qi, k + j * row + (size_t)h * hd, hd) * scale;
+                float s = k_vec_dot(qi, k + j * row + (size_t)h * hd, hd) * scale;
                 if (s > run_max) {
                     /* rescale what was summed under the old max (exp(-inf) = 0 at first) */
                     float c = expf(run_max - s);
                     run_sum *= c;
-                    for (int e = 0; e < hd; e++)
-                        oi[e] *= c;
+                    k_vec_scale(oi, c, hd);
                     run_max = s;
                 }
                 float p = expf(s - run_max);
                 run_sum += p;
-                const float *vj = v + j * row + (size_t)h * hd;
-                for (int e = 0; e < hd; e++)
-                    oi[e] += p * vj[e];
+                k_vec_axpy(oi, p, v + j * row + (size_t)h * hd, hd);
             }
             if (run_sum > 0.0f) {
-                float inv = 1.0f / run_sum;
-                for (int e = 0; e < hd; e++)
-                    oi[e] *= inv;
+                k_vec_scale(oi, 1.0f / run_sum, hd);
                 if (lse)
                     lse[(size_t)i * H + h] = run_max + logf(run_sum);
             } else if (lse) {
@@ -76,20 +64,18 @@ void k_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const f
             size_t off = i * row + (size_t)h * hd;
             const float *qi = q + off, *doi = dout + off;
             float *dqi = dq + off;
-            float D = dot(doi, out + off, hd);
+            float D = k_vec_dot(doi, out + off, hd);
             for (int j = 0; j < Tk; j++) {
                 if (allow && !allow[j])
                     continue;
                 size_t koff = j * row + (size_t)h * hd;
                 const float *kj = k + koff, *vj = v + koff;
-                float p = expf(dot(qi, kj, hd) * scale - row_lse);
-                float ds = p * (dot(doi, vj, hd) - D) * scale;
+                float p = expf(k_vec_dot(qi, kj, hd) * scale - row_lse);
+                float ds = p * (k_vec_dot(doi, vj, hd) - D) * scale;
                 float *dkj = dk + koff, *dvj = dv + koff;
-                for (int e = 0; e < hd; e++) {
-                    dqi[e] += ds * kj[e];
-                    dkj[e] += ds * qi[e];
-                    dvj[e] += p * doi[e];
-                }
+                k_vec_axpy(dqi, ds, kj, hd);
+                k_vec_axpy(dkj, ds, qi, hd);
+                k_vec_axpy(dvj, p, doi, hd);
             }
         }
     }

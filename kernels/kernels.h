@@ -9,8 +9,10 @@
  *  - Tensors are dense, row-major, fp32, with no padding between rows. A comment `[T, H, hd]`
  *    names the shape; the last index varies fastest. Dimension parameters carry the same names.
  *  - Functions are pure over caller-provided buffers: no globals, no allocation, no threads.
- *    Any number of threads may call them at once on disjoint outputs.
- *  - Outputs must not overlap inputs, except where a comment says aliasing is allowed.
+ *    Any number of threads may call them at once on disjoint outputs. Results are
+ *    deterministic (fixed summation order) but the order is not part of the contract.
+ *  - Outputs must not overlap inputs or each other, except where a comment says aliasing is
+ *    allowed (inputs may alias each other freely, e.g. q == k).
  *  - Backward ops ADD into every gradient they produce (dx += ..., dweight += ...), for inputs
  *    and parameters alike, so that gradients of tensors used twice (residual streams, keys that
  *    are both context and block) sum naturally. Zero gradient buffers before a backward pass.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "vec.h"
 
 /* Tile sizes (floats). A [KC x NC] tile of B is 256 KiB: it stays in L2 while every row of A
  * streams past it. */
@@ -13,31 +14,6 @@
 #define MC 64
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
-
-/* y[0..n) += a * x[0..n). Fixed-width inner chunks let the compiler vectorize at -O2. */
-static inline void axpy(float *restrict y, float a, const float *restrict x, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int u = 0; u < 8; u++)
-            y[i + u] += a * x[i + u];
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* sum_i a[i] * b[i], with eight partial sums (vectorizable, fixed order). */
-static inline float dot(const float *restrict a, const float *restrict b, int n)
-{
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int u = 0; u < 8; u++)
-            acc[u] += a[i + u] * b[i + u];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
 
 static void init_output(float *C, const float *bias, int M, int N, int accumulate)
 {
@@ -67,7 +43,7 @@ void k_matmul(float *C, const float *A, const float *B, const float *bias, int M
                 float *crow = C + (size_t)i * N + n0;
                 const float *arow = A + (size_t)i * K + k0;
                 for (int kk = 0; kk < kb; kk++)
-                    axpy(crow, arow[kk], B + (size_t)(k0 + kk) * N + n0, nb);
+                    k_vec_axpy(crow, arow[kk], B + (size_t)(k0 + kk) * N + n0, nb);
             }
         }
     }
@@ -85,7 +61,7 @@ void k_matmul_tn(float *C, const float *A, const float *B, int M, int K, int N, 
                 const float *brow = B + (size_t)kk * N + n0;
                 const float *acol = A + (size_t)kk * M + m0;
                 for (int m = 0; m < mb; m++)
-                    axpy(C + (size_t)(m0 + m) * N + n0, acol[m], brow, nb);
+                    k_vec_axpy(C + (size_t)(m0 + m) * N + n0, acol[m], brow, nb);
             }
         }
     }
@@ -100,7 +76,7 @@ void k_matmul_nt(float *C, const float *A, const float *B, int M, int K, int N, 
             const float *arow = A + (size_t)i * K;
             float *crow = C + (size_t)i * N + n0;
             for (int j = 0; j < nb; j++) {
-                float s = dot(arow, B + (size_t)(n0 + j) * K, K);
+                float s = k_vec_dot(arow, B + (size_t)(n0 + j) * K, K);
                 crow[j] = accumulate ? crow[j] + s : s;
             }
         }

@@ -5,10 +5,11 @@
  * loops. Every backward op is checked against fp32 central finite differences of a scalar
  * loss L = sum_i proj_i * y_i (proj random, L accumulated in double):
  *   numeric = (L(x + h) - L(x - h)) / 2h,  h = 1e-2,
- *   pass when |numeric - analytic| <= 1e-3 + 1e-2 * |numeric| for every element.
+ *   pass when |numeric - analytic| <= 2e-4 + 2e-3 * |numeric| for every element.
  * Outputs that do not depend on the perturbed element are bit-identical in both evaluations,
  * so the fp32 rounding noise in L comes only from the few outputs that do; with h = 1e-2 that
- * noise is ~1e-5 and the O(h^2) truncation ~1e-5 on O(1) gradients, well inside the tolerance.
+ * noise is ~1e-5 and the O(h^2) truncation ~1e-5 on O(1) gradients (measured worst: 8e-5),
+ * inside the tolerance. KERNELS_TEST_VERBOSE=1 prints each check's worst error.
  * Gradient buffers start from random values, which checks that backward ops accumulate.
  * Inputs come from a seeded xorshift RNG, so every run sees the same numbers.
  */
@@ -88,15 +89,15 @@ static double project(const float *y, const float *proj, size_t n)
 }
 
 #define FD_STEP 1e-2f
-#define FD_ATOL 1e-3
-#define FD_RTOL 1e-2
+#define FD_ATOL 2e-4
+#define FD_RTOL 2e-3
 
 /* Checks analytic[i] against central differences of loss() in param[i], for every i.
  * analytic = grad_after - grad_before (the backward op's contribution). */
 static void check_grad(const char *what, float *param, size_t n, const float *grad_after,
                        const float *grad_before, double (*loss)(void *), void *ctx)
 {
-    double worst = 0.0, analytic_norm = 0.0;
+    double worst_abs = 0.0, worst_ratio = 0.0, analytic_norm = 0.0;
     for (size_t i = 0; i < n; i++) {
         float saved = param[i];
         param[i] = saved + FD_STEP;
@@ -110,8 +111,11 @@ static void check_grad(const char *what, float *param, size_t n, const float *gr
         double analytic = (double)grad_after[i] - (double)grad_before[i];
         double err = fabs(numeric - analytic);
         analytic_norm += analytic * analytic;
-        if (err - FD_RTOL * fabs(numeric) > worst)
-            worst = err - FD_RTOL * fabs(numeric);
+        double ratio = err / (FD_ATOL + FD_RTOL * fabs(numeric));
+        if (err > worst_abs)
+            worst_abs = err;
+        if (ratio > worst_ratio)
+            worst_ratio = ratio;
         if (!(err <= FD_ATOL + FD_RTOL * fabs(numeric))) {
             print_error("%s[%zu]: analytic %.7g, finite difference %.7g\n", what, i, analytic,
                         numeric);
@@ -119,8 +123,8 @@ static void check_grad(const char *what, float *param, size_t n, const float *gr
         }
     }
     if (getenv("KERNELS_TEST_VERBOSE"))
-        print_message("  %-34s worst |fd - analytic| - rtol*|fd| = %.2e (atol %.0e)\n", what,
-                      worst, FD_ATOL);
+        print_message("  %-34s max |fd - analytic| %.1e, max error / tolerance %.3f\n", what,
+                      worst_abs, worst_ratio);
     /* a gradient that is zero everywhere would pass vacuously */
     assert_true(sqrt(analytic_norm) > 1e-3);
 }
@@ -884,14 +888,14 @@ static void test_adamw(void **state)
     float p[2] = {1.0f, -2.0f}, m[2] = {0, 0}, v[2] = {0, 0};
     float g[2] = {0.5f, 0.0f};
     k_adamw_step(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
-    assert_close(m[0], 0.05, 1e-8);
-    assert_close(v[0], 0.00025, 1e-10);
+    assert_close(m[0], 0.05, 1e-8 + 0.05 * 1e-6); /* fp32: within a few ulps */
+    assert_close(v[0], 0.00025, 0.00025 * 1e-4); /* 1 - 0.999f is off by 1.3e-5 relative */
     assert_close(p[0], 0.899000002, 1e-6);
     assert_close(p[1], -2.0 * (1 - 0.1 * 0.01), 1e-6); /* zero gradient: decay only */
     g[0] = -1.0f;
     k_adamw_step(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2);
-    assert_close(m[0], -0.055, 1e-7);
-    assert_close(v[0], 0.00124975, 1e-9);
+    assert_close(m[0], -0.055, 0.055 * 1e-6);
+    assert_close(v[0], 0.00124975, 0.00124975 * 1e-4);
     assert_close(p[0], 0.9347113542, 2e-6);
 }
 
