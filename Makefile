@@ -9,6 +9,7 @@ NVCC_ARCH ?= -arch=sm_90
 PREFIX ?= /usr/local
 DESTDIR ?=
 comma := ,
+H := \#
 
 ifneq ($(SAN),)
 BUILD ?= build/san-$(subst $(comma),-,$(SAN))
@@ -42,8 +43,8 @@ CUPTI_INC := $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CU
 CUPTI_LIB := $(firstword $(foreach d,$(CUDA_LIBDIR) $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so),$(d))))
 HAVE_CUPTI := $(if $(and $(CUPTI_INC),$(CUPTI_LIB)),1)
 endif
-HAVE_SQLITE := $(shell printf '\#include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
-HAVE_CMOCKA := $(shell printf '\#include <stdarg.h>\n\#include <stddef.h>\n\#include <setjmp.h>\n\#include <stdint.h>\n\#include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
+HAVE_SQLITE := $(shell printf '$(H)include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
+HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$(H)include <setjmp.h>\n$(H)include <stdint.h>\n$(H)include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
 
 ifneq ($(NVTX_INC),)
 CFLAGS_BASE += -DST_HAVE_NVTX -isystem $(NVTX_INC)
@@ -59,8 +60,8 @@ CFLAGS_ALL := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 ok = @printf '  %s %-14s %s\n'
-.PHONY: all deps lib programs tests test test-gpu bench demo install clean fuzz
-all: deps lib programs tests
+.PHONY: all deps lib programs tests test test-gpu gpu-tests bench demo install clean fuzz
+all: deps lib programs tests $(if $(GPU_TESTS_BIN),gpu-tests)
 
 deps:
 	@echo "stagetrace build ($(BUILD)):"
@@ -127,6 +128,23 @@ $(LIB_KERNELS): $(KERNELS_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^ $(if $(KERNELS_OBJ),,/dev/null 2>/dev/null || true)
 
+# CUDA half: kernels/*.cu (and trainer/*.cu) with nvcc, when the toolkit exists.
+NVCC := $(CUDA_HOME)/bin/nvcc
+NVCCFLAGS ?= -O3 $(NVCC_ARCH) -std=c++17 -Xcompiler -fPIC,-Wall -lineinfo
+KERNELS_CU := $(if $(HAVE_CUDA),$(sort $(wildcard kernels/*.cu)))
+KERNELS_CU_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(KERNELS_CU))
+LIB_KERNELS_CUDA := $(if $(KERNELS_CU),$(BUILD)/libkernels_cuda.a)
+CUDA_LDLIBS := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lcudart $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti) -lstdc++)
+ifneq ($(HAVE_CUDA),)
+CFLAGS_BASE += -DST_WITH_CUDA $(if $(HAVE_CUBLAS),-DST_WITH_CUBLAS) $(if $(HAVE_NCCL),-DST_WITH_NCCL) $(if $(HAVE_CUPTI),-DST_WITH_CUPTI -isystem $(CUPTI_INC))
+endif
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/*.h trainer/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -c $< -o $@
+$(BUILD)/libkernels_cuda.a: $(KERNELS_CU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 # ---- programs -----------------------------------------------------------------
 PROGRAMS :=
 SAMPLES_SRC := $(sort $(wildcard samples/*.c))
@@ -137,10 +155,11 @@ $(BUILD)/samples/%: samples/%.c $(LIB_A)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
 TRAINER_SRC := $(sort $(wildcard trainer/*.c))
+TRAINER_CU := $(if $(HAVE_CUDA),$(sort $(wildcard trainer/*.cu)))
 ifneq ($(TRAINER_SRC),)
 PROGRAMS += $(BUILD)/trainer
-$(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(LIB_KERNELS) $(LIB_A)
-	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+$(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(TRAINER_CU)) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A)
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
 endif
 
 ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
@@ -170,7 +189,23 @@ $(BUILD)/tests/lib%.so: tests/%.c
 test: all
 	@ST_BUILD=$(BUILD) bash tests/run.sh $(BUILD)
 
-test-gpu: all
+# GPU tests: tests/gpu/*.cu and tests/gpu/*.c, one program each, run by
+# tests/run_gpu.sh on a machine with a GPU. cmocka is copied beside them
+# (build/lib) so the build directory runs on a machine without it.
+GPU_TESTS_SRC := $(if $(HAVE_CUDA),$(sort $(wildcard tests/gpu/*.cu tests/gpu/*.c)))
+GPU_TESTS_BIN := $(patsubst tests/gpu/%,$(BUILD)/tests/gpu/%,$(basename $(GPU_TESTS_SRC)))
+$(BUILD)/lib/libcmocka.so.0:
+	@mkdir -p $(dir $@)
+	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $@
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti) -lsqlite3 -lpthread -lm -ldl
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
+gpu-tests: $(GPU_TESTS_BIN)
+
+test-gpu: all gpu-tests
 	@ST_BUILD=$(BUILD) bash tests/run_gpu.sh $(BUILD)
 
 # ---- benchmarks ---------------------------------------------------------------
