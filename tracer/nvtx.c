@@ -60,7 +60,11 @@ void st_nvtx_thread(const char *name)
 
 void st_nvtx_push(uint32_t stage)
 {
-    nvtxDomainRangePushEx(domain, &attrs[stage]);
+    /* Unregistered ids still push (so pops balance), with empty attributes. */
+    static const nvtxEventAttributes_t unknown = {
+        .version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE};
+    nvtxDomainRangePushEx(domain, stage < atomic_load_explicit(&st_stage_limit, memory_order_relaxed)
+                                      ? &attrs[stage] : &unknown);
 }
 
 void st_nvtx_pop(void)

@@ -75,7 +75,10 @@ void st_begin(st_stage stage)
     if (!t->ring) return;
     int64_t ts = st_clock_raw();
     uint32_t d = t->depth++;
-    if (d < ST_STACK_MAX && reserve(t, (uint64_t)t->open + 2)) {
+    /* An id that was never registered is dropped (and counted), so it can
+     * neither corrupt the stored chunk nor index past the NVTX table. */
+    if (d < ST_STACK_MAX && stage < atomic_load_explicit(&st_stage_limit, memory_order_relaxed) &&
+        reserve(t, (uint64_t)t->open + 2)) {
         push(t, ST_REC_BEGIN, stage, ts, 0);
         t->open++;
         t->dropped_depths[d >> 6] &= ~(1ull << (d & 63));
@@ -166,10 +169,7 @@ int st_thread_register(st_trace *trace, const char *name, const char *role, int 
     if (!trace) return st_set_error(ST_EINVAL, "st_thread_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_thread_register: empty thread name");
     if (tls.ring) return st_set_error(ST_ESTATE, "st_thread_register: thread '%s' is already registered", name);
-    if (!trace->opt.enabled) {
-        st_nvtx_thread(name);
-        return 0;
-    }
+    if (!trace->opt.enabled) return 0;
     st_ring *ring = aligned_alloc(64, sizeof *ring);
     st_record *buf = aligned_alloc(64, sizeof(st_record) * trace->opt.ring_records);
     if (!ring || !buf) {

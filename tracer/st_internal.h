@@ -126,5 +126,7 @@ int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */
 void st_wake_writer(st_trace *t);
 extern st_trace *st_active_trace;
+/* Stage ids below this were registered (hot-path check, relaxed loads). */
+extern _Atomic uint32_t st_stage_limit;
 
 #endif

@@ -19,6 +19,7 @@
 #include "st_schema.h"
 
 st_trace *st_active_trace;
+_Atomic uint32_t st_stage_limit;
 
 void st_options_init(st_options *opt)
 {
@@ -264,11 +265,15 @@ int st_open(st_trace **out, const st_options *opt)
             return st_set_error(ST_ENOMEM, "out of memory");
         }
     }
-    if (opt->nvtx != 0) st_nvtx_init(t->program);
+    if (opt->nvtx != 0)
+        st_nvtx_init(t->program);
+    else
+        st_nvtx_on = 0;
     st_active_trace = t;
     rc = st_writer_start(t);
     if (rc) {
         st_active_trace = NULL;
+        st_nvtx_shutdown();
         sqlite3_close(t->db);
         remove_trace_files(t->path);
         free_trace(t);
@@ -288,6 +293,7 @@ int st_close(st_trace *t)
         rc = t->writer_error;
         if (st_active_trace == t) st_active_trace = NULL;
         st_nvtx_shutdown();
+        atomic_store(&st_stage_limit, 0);
     }
     free_trace(t);
     return rc;
@@ -403,6 +409,7 @@ int st_stage_register(st_trace *t, const char *name, st_kind kind)
     t->stages[n].kind = kind;
     if (t->opt.enabled) st_nvtx_stage(n, name);
     atomic_store(&t->n_stages, n + 1);
+    if (t->opt.enabled) atomic_store(&st_stage_limit, n + 1);
     pthread_mutex_unlock(&t->lock);
     return (int)n;
 }

@@ -1,0 +1,770 @@
+/* test_nvtx.c: checks that libstagetrace emits every range to NVTX exactly
+ * as it records it in the trace (tracer/nvtx.c, tracer/record.c).
+ *
+ * Each test re-executes this binary as a child ("test_nvtx child MODE TRACE")
+ * with NVTX_INJECTION64_PATH naming the test tool build/tests/libnvtx_inject.so
+ * (tests/nvtx_inject.c; $ST_BUILD picks the build folder, default "build")
+ * and NVTX_INJECT_LOG naming the file where the tool writes every NVTX call
+ * it saw. The child opens a trace with program "nvtxtest", registers one
+ * stage of each kind, records scripted nested ranges on the main thread and
+ * on two concurrent worker threads, and closes. It marks "child:start" and
+ * "child:end" with plain NVTX calls of its own, so the tool is loaded, and
+ * logs, even when the tracer makes no NVTX call at all. The parent then reads
+ * the tool's log and the trace (st_reader) and compares them: one domain named
+ * after the program; each stage registered once as a string and named once
+ * as category id + 1; per thread, pushes and pops in the same order, stages
+ * and nesting as the trace's begins and ends (and as the script); threads
+ * named with their trace names and os_tid; the CUDA stream named (CUDA
+ * builds); one colour per stage, the same in two runs. With options.nvtx = 0 and with options.enabled = 0 the tool
+ * must see no call from the tracer.
+ *
+ * Without the NVTX headers (ST_HAVE_NVTX undefined) there is nothing to
+ * test: the binary prints a "SKIP:" line and exits 0.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+
+#ifndef ST_HAVE_NVTX
+
+int main(void)
+{
+    printf("SKIP: built without the NVTX headers (nvtx3/nvToolsExt.h): nothing is emitted to NVTX\n");
+    return 0;
+}
+
+#else
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nvtx3/nvToolsExt.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+/* ---- what the child records (shared by both sides) ---- */
+
+typedef struct stage_spec {
+    char letter; /* its name in the scripts */
+    const char *name;
+    st_kind kind;
+} stage_spec;
+
+static const stage_spec stage_specs[] = {
+    {'f', "forward", ST_WORK},        {'w', "queue_wait", ST_WAIT_INPUT},
+    {'p', "queue_put", ST_WAIT_OUTPUT}, {'s', "stream_sync", ST_SYNC},
+    {'a', "allreduce", ST_COMM},      {'d', "d2h", ST_COPY},
+};
+#define N_STAGES (sizeof stage_specs / sizeof stage_specs[0])
+
+/* A script: a letter begins that stage's range, ')' ends the innermost one,
+ * '|' waits for the other workers (so both threads hold open ranges while
+ * the other records, and their NVTX calls interleave), '(' is only for the
+ * reader's eye. Each is run `repeat` times. */
+typedef struct thread_spec {
+    const char *name, *role;
+    int device;
+    const char *script;
+    int repeat;
+} thread_spec;
+
+static const thread_spec main_spec = {"main", "main", -1, "s()", 1};
+static const thread_spec worker_specs[] = {
+    {"target-0", "target", 0, "f(d()|s(d()))p()", 40},
+    {"drafter 1", "drafter", 1, "w()f(a(|d())s())", 40}, /* a space, to exercise the log's encoding */
+};
+#define N_WORKERS (sizeof worker_specs / sizeof worker_specs[0])
+
+/* st_name_stream only passes the handle on, so any value will do. */
+#define STREAM_HANDLE ((void *)(uintptr_t)0x5eed0)
+#define STREAM_HANDLE_TEXT "0x5eed0"
+#define STREAM_NAME "side stream"
+#ifdef ST_HAVE_CUDA_HEADERS
+#define STREAM_NAMES_EXPECTED 1
+#else
+#define STREAM_NAMES_EXPECTED 0 /* st_name_stream is a no-op without CUDA headers */
+#endif
+
+static int stage_of_letter(char c)
+{
+    for (size_t i = 0; i < N_STAGES; i++)
+        if (stage_specs[i].letter == c) return (int)i;
+    return -1;
+}
+
+/* ---- the child ---- */
+
+static int stage_ids[N_STAGES];
+static pthread_barrier_t workers_meet;
+
+static int run_script(const thread_spec *spec)
+{
+    st_stage open[64];
+    int depth = 0;
+    for (int r = 0; r < spec->repeat; r++) {
+        for (const char *c = spec->script; *c; c++) {
+            if (*c == '(') continue;
+            if (*c == '|') {
+                pthread_barrier_wait(&workers_meet);
+                continue;
+            }
+            if (*c == ')') {
+                if (depth == 0) return -1;
+                st_end(open[--depth]);
+                continue;
+            }
+            int s = stage_of_letter(*c);
+            if (s < 0 || depth == 64) return -1;
+            open[depth++] = (st_stage)stage_ids[s];
+            st_begin(open[depth - 1]);
+        }
+    }
+    return depth == 0 ? 0 : -1;
+}
+
+typedef struct worker_arg {
+    st_trace *trace;
+    const thread_spec *spec;
+    int rc;
+} worker_arg;
+
+static void *worker_main(void *p)
+{
+    worker_arg *w = p;
+    int id = st_thread_register(w->trace, w->spec->name, w->spec->role, w->spec->device, 0);
+    pthread_barrier_wait(&workers_meet);
+    /* Even a failed registration runs the script, for its barriers. */
+    int rc = run_script(w->spec);
+    w->rc = id < 0 ? -1 : rc;
+    st_thread_unregister();
+    return NULL;
+}
+
+/* The tool's nvtx_inject_flush, found in the library NVTX loaded. */
+static int flush_tool_log(void)
+{
+    const char *lib = getenv("NVTX_INJECTION64_PATH");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!h) {
+        fprintf(stderr, "child: the NVTX tool %s is not loaded\n", lib ? lib : "(unset)");
+        return -1;
+    }
+    int (*flush)(void);
+    *(void **)&flush = dlsym(h, "nvtx_inject_flush");
+    int rc = flush ? flush() : -1;
+    dlclose(h);
+    return rc;
+}
+
+#define CHILD_CHECK(cond)                                                                  \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "child: %s:%d: %s failed (%s)\n", __FILE__, __LINE__, #cond,   \
+                    st_last_error());                                                      \
+            return 3;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+/* modes: "full" (NVTX on), "nvtx_off" (options.nvtx = 0), "disabled"
+ * (options.enabled = 0). */
+static int child_main(const char *mode, const char *trace_path)
+{
+    alarm(60); /* a hang fails the test instead of stalling it */
+    nvtxMarkA("child:start");
+
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = trace_path;
+    opt.overwrite = 1;
+    opt.program = "nvtxtest";
+    opt.commit_ms = 10;
+    if (strcmp(mode, "nvtx_off") == 0)
+        opt.nvtx = 0;
+    else if (strcmp(mode, "disabled") == 0)
+        opt.enabled = 0;
+    else
+        CHILD_CHECK(strcmp(mode, "full") == 0);
+
+    st_trace *trace = NULL;
+    CHILD_CHECK(st_open(&trace, &opt) == ST_OK);
+    for (size_t i = 0; i < N_STAGES; i++) {
+        stage_ids[i] = st_stage_register(trace, stage_specs[i].name, stage_specs[i].kind);
+        CHILD_CHECK(stage_ids[i] >= 0);
+    }
+    /* Registering a name again gives the same stage (and must not register
+     * it with NVTX a second time). */
+    CHILD_CHECK(st_stage_register(trace, stage_specs[0].name, stage_specs[0].kind) == stage_ids[0]);
+
+    CHILD_CHECK(st_thread_register(trace, main_spec.name, main_spec.role, main_spec.device, 0) >= 0);
+    CHILD_CHECK(pthread_barrier_init(&workers_meet, NULL, N_WORKERS) == 0);
+    pthread_t threads[N_WORKERS];
+    worker_arg args[N_WORKERS];
+    for (size_t i = 0; i < N_WORKERS; i++) {
+        args[i] = (worker_arg){.trace = trace, .spec = &worker_specs[i], .rc = -1};
+        CHILD_CHECK(pthread_create(&threads[i], NULL, worker_main, &args[i]) == 0);
+    }
+    st_name_stream(STREAM_HANDLE, STREAM_NAME);
+    CHILD_CHECK(run_script(&main_spec) == 0);
+    for (size_t i = 0; i < N_WORKERS; i++) {
+        pthread_join(threads[i], NULL);
+        CHILD_CHECK(args[i].rc == 0);
+    }
+    pthread_barrier_destroy(&workers_meet);
+    CHILD_CHECK(st_close(trace) == ST_OK);
+
+    nvtxMarkA("child:end");
+    CHILD_CHECK(flush_tool_log() == 0);
+    /* The flushed log must already hold the last call. */
+    const char *log_path = getenv("NVTX_INJECT_LOG");
+    FILE *f = log_path ? fopen(log_path, "r") : NULL;
+    CHILD_CHECK(f != NULL);
+    char line[512], last[512] = "";
+    while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    CHILD_CHECK(strstr(last, "mark ") == last && strstr(last, " child:end\n") != NULL);
+    return 0;
+}
+
+/* ---- the parent: running a child ---- */
+
+static char tmp_dir[PATH_MAX];
+static char tool_path[PATH_MAX];
+
+static void path_in_tmp(char *out, size_t size, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
+    if (n < 0 || (size_t)n >= size) fail_msg("path too long: %s/%s", tmp_dir, name);
+}
+
+static void remove_trace(const char *path)
+{
+    char side[PATH_MAX + 8];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+}
+
+/* Runs "this-binary child MODE TRACE" with the tool attached; returns its
+ * exit status (or 128 + signal). */
+static int run_child(const char *mode, const char *trace_path, const char *log_path)
+{
+    unlink(log_path);
+    remove_trace(trace_path);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("NVTX_INJECTION64_PATH", tool_path, 1);
+        setenv("NVTX_INJECT_LOG", log_path, 1);
+        char *argv[] = {"test_nvtx", "child", (char *)mode, (char *)trace_path, NULL};
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "cannot re-execute /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+}
+
+/* ---- the parent: reading the tool's log ---- */
+
+#define MAX_FIELDS 8
+
+typedef struct log_line {
+    char *raw[MAX_FIELDS];  /* the fields as written */
+    char *text[MAX_FIELDS]; /* decoded; NULL for "-" and "*" */
+    int n;
+    unsigned long tid;
+} log_line;
+
+typedef struct tool_log {
+    log_line *lines;
+    size_t n;
+} tool_log;
+
+static char *decode(const char *s)
+{
+    if (strcmp(s, "-") == 0 || strcmp(s, "*") == 0) return NULL;
+    char *out = malloc(strlen(s) + 1), *o = out;
+    assert_non_null(out);
+    if (strcmp(s, "%") != 0) {
+        for (const char *p = s; *p; p++) {
+            if (*p == '%' && p[1] && p[2]) {
+                char hex[3] = {p[1], p[2], 0};
+                *o++ = (char)strtol(hex, NULL, 16);
+                p += 2;
+            } else {
+                *o++ = *p;
+            }
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+static void tool_log_load(tool_log *log, const char *path)
+{
+    memset(log, 0, sizeof *log);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("the NVTX tool wrote no log at %s (was it loaded?)", path);
+    char line[8192];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "# nvtx_inject log v1\n");
+    size_t cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        assert_true(len > 0 && line[len - 1] == '\n');
+        line[len - 1] = 0;
+        if (log->n == cap) {
+            cap = cap ? cap * 2 : 128;
+            log->lines = realloc(log->lines, cap * sizeof *log->lines);
+            assert_non_null(log->lines);
+        }
+        log_line *l = &log->lines[log->n++];
+        memset(l, 0, sizeof *l);
+        char *save = NULL;
+        for (char *tok = strtok_r(line, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+            assert_true(l->n < MAX_FIELDS);
+            l->raw[l->n] = strdup(tok);
+            l->text[l->n] = decode(tok);
+            l->n++;
+        }
+        assert_true(l->n >= 2);
+        l->tid = strtoul(l->raw[1], NULL, 10);
+    }
+    fclose(f);
+}
+
+static void tool_log_free(tool_log *log)
+{
+    for (size_t i = 0; i < log->n; i++)
+        for (int k = 0; k < log->lines[i].n; k++) {
+            free(log->lines[i].raw[k]);
+            free(log->lines[i].text[k]);
+        }
+    free(log->lines);
+    memset(log, 0, sizeof *log);
+}
+
+static bool is_verb(const log_line *l, const char *verb) { return strcmp(l->raw[0], verb) == 0; }
+
+static size_t count_verb(const tool_log *log, const char *verb)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < log->n; i++) n += is_verb(&log->lines[i], verb);
+    return n;
+}
+
+/* The calls the child makes itself, around whatever the tracer does. */
+static void check_child_marks(const tool_log *log)
+{
+    assert_true(log->n >= 3);
+    assert_true(is_verb(&log->lines[0], "init"));
+    const log_line *first = &log->lines[1], *last = &log->lines[log->n - 1];
+    assert_true(is_verb(first, "mark") && first->n == 7);
+    assert_string_equal(first->raw[5], "ascii");
+    assert_string_equal(first->text[6], "child:start");
+    assert_true(is_verb(last, "mark") && last->n == 7);
+    assert_string_equal(last->text[6], "child:end");
+    assert_int_equal(first->tid, last->tid);
+    assert_int_equal(count_verb(log, "init"), 1);
+    assert_int_equal(count_verb(log, "mark"), 2);
+}
+
+/* ---- the parent: comparing the log with the trace ---- */
+
+/* One begin or end on one thread: the stage (for an end, the stage of the
+ * range it closes) and the nesting level (0 = outermost). */
+typedef struct step {
+    int is_end;
+    int stage;
+    int depth;
+} step;
+
+typedef struct step_list {
+    step *v;
+    size_t n, cap;
+} step_list;
+
+static void step_add(step_list *l, int is_end, int stage, int depth)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->v = realloc(l->v, l->cap * sizeof *l->v);
+        assert_non_null(l->v);
+    }
+    l->v[l->n++] = (step){is_end, stage, depth};
+}
+
+/* What the script says the thread did (stage = index into stage_specs;
+ * the child registers them in that order, so it is also the stage id). */
+static void expected_steps(const thread_spec *spec, step_list *out)
+{
+    int stack[64], depth = 0;
+    for (int r = 0; r < spec->repeat; r++)
+        for (const char *c = spec->script; *c; c++) {
+            if (*c == '(' || *c == '|') continue;
+            if (*c == ')') {
+                depth--;
+                step_add(out, 1, stack[depth], depth);
+            } else {
+                stack[depth] = stage_of_letter(*c);
+                step_add(out, 0, stack[depth], depth);
+                depth++;
+            }
+        }
+}
+
+static void trace_steps(st_reader *r, uint32_t thread, step_list *out)
+{
+    st_event_iter *it = NULL;
+    assert_int_equal(st_event_iter_open(&it, r, thread), ST_OK);
+    st_event ev;
+    int rc;
+    while ((rc = st_event_iter_next(it, &ev)) == 1) step_add(out, ev.is_end, (int)ev.stage, (int)ev.depth);
+    assert_int_equal(rc, 0);
+    st_event_iter_close(it);
+}
+
+/* The thread's pushes and pops as the tool saw them; checks each against
+ * the domain, the stage's category and registered name, and pairs every
+ * pop with the innermost open push. colors[stage] collects colours. */
+static void tool_steps(const tool_log *log, unsigned long tid, const char *domain, st_reader *r,
+                       step_list *out, char colors[][16])
+{
+    int stack[256], depth = 0;
+    for (size_t i = 0; i < log->n; i++) {
+        const log_line *l = &log->lines[i];
+        if (l->tid != tid) continue;
+        if (is_verb(l, "push")) {
+            assert_int_equal(l->n, 8);
+            assert_non_null(l->text[2]);
+            assert_string_equal(l->text[2], domain);
+            assert_int_equal(atoi(l->raw[3]), depth);
+            long category = strtol(l->raw[4], NULL, 10);
+            assert_true(category >= 1 && category <= (long)st_reader_n_stages(r));
+            int stage = (int)category - 1;
+            assert_string_equal(l->raw[6], "reg"); /* a registered string, not a copy */
+            assert_non_null(l->text[7]);
+            assert_string_equal(l->text[7], st_reader_stage(r, (uint32_t)stage)->name);
+            assert_int_equal(strlen(l->raw[5]), 8); /* an ARGB colour */
+            if (colors[stage][0])
+                assert_string_equal(colors[stage], l->raw[5]);
+            else
+                snprintf(colors[stage], 16, "%s", l->raw[5]);
+            assert_true(depth < 256);
+            stack[depth] = stage;
+            step_add(out, 0, stage, depth);
+            depth++;
+        } else if (is_verb(l, "pop")) {
+            assert_int_equal(l->n, 4);
+            assert_non_null(l->text[2]);
+            assert_string_equal(l->text[2], domain);
+            assert_true(depth > 0); /* a pop with no push open */
+            depth--;
+            assert_int_equal(atoi(l->raw[3]), depth);
+            step_add(out, 1, stack[depth], depth);
+        }
+    }
+    assert_int_equal(depth, 0); /* every push popped */
+}
+
+static void assert_steps_equal(const step_list *a, const step_list *b, const char *what, const char *thread)
+{
+    if (a->n != b->n) fail_msg("thread '%s': %s: %zu vs %zu begins/ends", thread, what, a->n, b->n);
+    for (size_t i = 0; i < a->n; i++)
+        if (a->v[i].is_end != b->v[i].is_end || a->v[i].stage != b->v[i].stage ||
+            a->v[i].depth != b->v[i].depth)
+            fail_msg("thread '%s': %s differ at event %zu: %s %s depth %d vs %s %s depth %d", thread, what, i,
+                     a->v[i].is_end ? "end" : "begin", stage_specs[a->v[i].stage].name, a->v[i].depth,
+                     b->v[i].is_end ? "end" : "begin", stage_specs[b->v[i].stage].name, b->v[i].depth);
+}
+
+/* Ranges per (stage, depth) from the range iterator, against the steps. */
+static void check_range_counts(st_reader *r, uint32_t thread, const step_list *steps)
+{
+    enum { MAX_DEPTH = 16 };
+    unsigned from_ranges[N_STAGES][MAX_DEPTH] = {{0}}, from_steps[N_STAGES][MAX_DEPTH] = {{0}};
+    st_range_iter *it = NULL;
+    assert_int_equal(st_range_iter_open(&it, r, thread, INT64_MIN, INT64_MAX), ST_OK);
+    st_range range;
+    int rc;
+    while ((rc = st_range_iter_next(it, &range)) == 1) {
+        assert_int_equal(range.thread, thread);
+        assert_true(range.stage < N_STAGES && range.depth < MAX_DEPTH);
+        assert_true(range.dur_ns >= 0);
+        from_ranges[range.stage][range.depth]++;
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(it);
+    for (size_t i = 0; i < steps->n; i++)
+        if (!steps->v[i].is_end) from_steps[steps->v[i].stage][steps->v[i].depth]++;
+    assert_memory_equal(from_ranges, from_steps, sizeof from_ranges);
+}
+
+typedef struct run_result {
+    char colors[N_STAGES][16]; /* per stage id, "aarrggbb" */
+} run_result;
+
+/* Everything about a run with NVTX on. */
+static void check_full_run(const tool_log *log, const char *trace_path, run_result *result)
+{
+    memset(result, 0, sizeof *result);
+    check_child_marks(log);
+
+    st_reader *r = NULL;
+    if (st_reader_open(&r, trace_path) != ST_OK) fail_msg("cannot read the trace: %s", st_last_error());
+    assert_string_equal(st_reader_meta(r, "program"), "nvtxtest");
+    assert_string_equal(st_reader_meta(r, "status"), "complete");
+
+    /* One domain, named after the program, created first and destroyed
+     * last, by the thread that opened and closed the trace. */
+    assert_int_equal(count_verb(log, "domain_create"), 1);
+    assert_int_equal(count_verb(log, "domain_destroy"), 1);
+    const log_line *create = &log->lines[2], *destroy = &log->lines[log->n - 2];
+    assert_true(is_verb(create, "domain_create"));
+    assert_non_null(create->text[3]);
+    assert_string_equal(create->text[3], "nvtxtest");
+    assert_true(is_verb(destroy, "domain_destroy"));
+    assert_string_equal(destroy->raw[2], create->raw[2]);
+    assert_string_equal(destroy->raw[3], "nvtxtest");
+    assert_int_equal(create->tid, log->lines[1].tid);
+    assert_int_equal(destroy->tid, log->lines[1].tid);
+
+    /* Stages: as registered; each name registered once as a string and
+     * named once as category id + 1, in the program's domain. */
+    assert_int_equal(st_reader_n_stages(r), N_STAGES);
+    assert_int_equal(count_verb(log, "register_string"), N_STAGES);
+    assert_int_equal(count_verb(log, "name_category"), N_STAGES);
+    for (uint32_t id = 0; id < N_STAGES; id++) {
+        const st_stage_info *s = st_reader_stage(r, id);
+        assert_string_equal(s->name, stage_specs[id].name);
+        assert_int_equal(s->kind, stage_specs[id].kind);
+        int registered = 0, named = 0;
+        for (size_t i = 0; i < log->n; i++) {
+            const log_line *l = &log->lines[i];
+            if (is_verb(l, "register_string") && l->text[4] && strcmp(l->text[4], s->name) == 0) {
+                assert_non_null(l->text[2]);
+                assert_string_equal(l->text[2], "nvtxtest");
+                assert_true(strtoul(l->raw[3], NULL, 10) > 0);
+                registered++;
+            }
+            if (is_verb(l, "name_category") && l->text[4] && strcmp(l->text[4], s->name) == 0) {
+                assert_non_null(l->text[2]);
+                assert_string_equal(l->text[2], "nvtxtest");
+                assert_int_equal(strtoul(l->raw[3], NULL, 10), id + 1);
+                named++;
+            }
+        }
+        assert_int_equal(registered, 1);
+        assert_int_equal(named, 1);
+    }
+
+    /* Threads: each trace thread named once in NVTX, by itself, with its
+     * trace name and its os_tid; and its pushes and pops are its begins and
+     * ends. */
+    assert_int_equal(st_reader_n_threads(r), 1 + N_WORKERS);
+    assert_int_equal(count_verb(log, "name_thread"), 1 + N_WORKERS);
+    size_t pushes_seen = 0, pops_seen = 0;
+    for (uint32_t t = 0; t < st_reader_n_threads(r); t++) {
+        const st_thread_info *th = st_reader_thread(r, t);
+        const thread_spec *spec = NULL;
+        if (strcmp(th->name, main_spec.name) == 0) spec = &main_spec;
+        for (size_t i = 0; i < N_WORKERS; i++)
+            if (strcmp(th->name, worker_specs[i].name) == 0) spec = &worker_specs[i];
+        if (!spec) fail_msg("unexpected thread '%s' in the trace", th->name);
+        assert_string_equal(th->role, spec->role);
+        assert_int_equal(th->device, spec->device);
+
+        int named = 0;
+        for (size_t i = 0; i < log->n; i++) {
+            const log_line *l = &log->lines[i];
+            if (!is_verb(l, "name_thread") || !l->text[3] || strcmp(l->text[3], th->name) != 0) continue;
+            assert_int_equal(strtoll(l->raw[2], NULL, 10), th->os_tid);
+            assert_int_equal((int64_t)l->tid, th->os_tid);
+            named++;
+        }
+        if (named != 1) fail_msg("thread '%s' was named %d times in NVTX", th->name, named);
+        if (spec == &main_spec) assert_int_equal(th->os_tid, log->lines[1].tid);
+
+        step_list want = {0}, recorded = {0}, emitted = {0};
+        expected_steps(spec, &want);
+        trace_steps(r, th->id, &recorded);
+        tool_steps(log, (unsigned long)th->os_tid, "nvtxtest", r, &emitted, result->colors);
+        assert_steps_equal(&want, &recorded, "script and trace", th->name);
+        assert_steps_equal(&recorded, &emitted, "trace and NVTX", th->name);
+        check_range_counts(r, th->id, &recorded);
+        for (size_t i = 0; i < emitted.n; i++) emitted.v[i].is_end ? pops_seen++ : pushes_seen++;
+        free(want.v);
+        free(recorded.v);
+        free(emitted.v);
+    }
+    /* The CUDA stream, named by the main thread (CUDA builds only). */
+    assert_int_equal(count_verb(log, "name_cuda_stream"), STREAM_NAMES_EXPECTED);
+    for (size_t i = 0; i < log->n; i++) {
+        const log_line *l = &log->lines[i];
+        if (!is_verb(l, "name_cuda_stream")) continue;
+        assert_int_equal(l->n, 4);
+        assert_int_equal(l->tid, log->lines[1].tid);
+        assert_string_equal(l->raw[2], STREAM_HANDLE_TEXT);
+        assert_non_null(l->text[3]);
+        assert_string_equal(l->text[3], STREAM_NAME);
+    }
+
+    /* No push or pop from a thread the trace does not know, and no other
+     * kind of call. */
+    assert_int_equal(count_verb(log, "push"), pushes_seen);
+    assert_int_equal(count_verb(log, "pop"), pops_seen);
+    size_t known = count_verb(log, "init") + count_verb(log, "mark") + count_verb(log, "domain_create") +
+                   count_verb(log, "domain_destroy") + count_verb(log, "register_string") +
+                   count_verb(log, "name_category") + count_verb(log, "name_thread") + count_verb(log, "name_cuda_stream") +
+                   pushes_seen + pops_seen;
+    assert_int_equal(known, log->n);
+
+    /* One colour per stage: every stage was pushed, each push of a stage had
+     * the same colour (tool_steps), and stages do not share colours. */
+    for (size_t a = 0; a < N_STAGES; a++) {
+        assert_int_equal(strlen(result->colors[a]), 8);
+        for (size_t b = 0; b < a; b++) assert_string_not_equal(result->colors[a], result->colors[b]);
+    }
+    st_reader_close(r);
+}
+
+/* ---- the tests ---- */
+
+static void test_nvtx_matches_trace(void **state)
+{
+    (void)state;
+    char trace_path[PATH_MAX], log_path[PATH_MAX];
+    run_result runs[2];
+    for (int run = 0; run < 2; run++) {
+        path_in_tmp(trace_path, sizeof trace_path, "full.sqlite");
+        path_in_tmp(log_path, sizeof log_path, "full.nvtx.log");
+        int rc = run_child("full", trace_path, log_path);
+        if (rc != 0) fail_msg("the child (mode full, run %d) exited with status %d", run + 1, rc);
+        tool_log log;
+        tool_log_load(&log, log_path);
+        check_full_run(&log, trace_path, &runs[run]);
+        tool_log_free(&log);
+        remove_trace(trace_path);
+        unlink(log_path);
+    }
+    /* Colours are a function of the stage, the same from run to run. */
+    for (size_t s = 0; s < N_STAGES; s++) assert_string_equal(runs[0].colors[s], runs[1].colors[s]);
+}
+
+/* options.nvtx = 0: the trace is recorded as usual, NVTX sees nothing. */
+static void test_nvtx_off(void **state)
+{
+    (void)state;
+    char trace_path[PATH_MAX], log_path[PATH_MAX];
+    path_in_tmp(trace_path, sizeof trace_path, "nvtx_off.sqlite");
+    path_in_tmp(log_path, sizeof log_path, "nvtx_off.nvtx.log");
+    int rc = run_child("nvtx_off", trace_path, log_path);
+    if (rc != 0) fail_msg("the child (mode nvtx_off) exited with status %d", rc);
+    tool_log log;
+    tool_log_load(&log, log_path);
+    check_child_marks(&log);
+    assert_int_equal(count_verb(&log, "push"), 0);
+    assert_int_equal(count_verb(&log, "pop"), 0);
+    assert_int_equal(log.n, 3); /* init and the child's own two marks: nothing from the tracer */
+    tool_log_free(&log);
+
+    st_reader *r = NULL;
+    if (st_reader_open(&r, trace_path) != ST_OK) fail_msg("cannot read the trace: %s", st_last_error());
+    assert_int_equal(st_reader_n_threads(r), 1 + N_WORKERS);
+    for (uint32_t t = 0; t < st_reader_n_threads(r); t++) {
+        const st_thread_info *th = st_reader_thread(r, t);
+        const thread_spec *spec = strcmp(th->name, main_spec.name) == 0 ? &main_spec : NULL;
+        for (size_t i = 0; i < N_WORKERS; i++)
+            if (strcmp(th->name, worker_specs[i].name) == 0) spec = &worker_specs[i];
+        assert_non_null(spec);
+        step_list want = {0}, recorded = {0};
+        expected_steps(spec, &want);
+        trace_steps(r, th->id, &recorded);
+        assert_steps_equal(&want, &recorded, "script and trace", th->name);
+        free(want.v);
+        free(recorded.v);
+    }
+    st_reader_close(r);
+    remove_trace(trace_path);
+    unlink(log_path);
+}
+
+/* options.enabled = 0: no trace file, and nothing reaches NVTX. */
+static void test_disabled(void **state)
+{
+    (void)state;
+    char trace_path[PATH_MAX], log_path[PATH_MAX];
+    path_in_tmp(trace_path, sizeof trace_path, "disabled.sqlite");
+    path_in_tmp(log_path, sizeof log_path, "disabled.nvtx.log");
+    int rc = run_child("disabled", trace_path, log_path);
+    if (rc != 0) fail_msg("the child (mode disabled) exited with status %d", rc);
+    tool_log log;
+    tool_log_load(&log, log_path);
+    check_child_marks(&log);
+    assert_int_equal(count_verb(&log, "push"), 0);
+    assert_int_equal(count_verb(&log, "pop"), 0);
+    assert_int_equal(log.n, 3);
+    tool_log_free(&log);
+    assert_int_equal(access(trace_path, F_OK), -1);
+    unlink(log_path);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *build = getenv("ST_BUILD");
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s/tests/libnvtx_inject.so", build && *build ? build : "build");
+    if (!realpath(rel, tool_path)) {
+        fprintf(stderr, "the NVTX test tool %s is missing (%s): build it with make %s\n", rel,
+                strerror(errno), rel);
+        return -1;
+    }
+    const char *base = getenv("ST_TEST_TMP");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_nvtx.XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmp_dir)) {
+        fprintf(stderr, "cannot create a folder %s: %s\n", tmp_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rmdir(tmp_dir); /* left behind, with its files, when a test failed */
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "child") == 0) return child_main(argv[2], argv[3]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nvtx_matches_trace),
+        cmocka_unit_test(test_nvtx_off),
+        cmocka_unit_test(test_disabled),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
+
+#endif /* ST_HAVE_NVTX */
