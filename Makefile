@@ -114,7 +114,7 @@ $(LIB_SO): $(TRACER_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 
 $(EXT_SO): $(EXT_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
 
 $(BUILD)/stagetrace.pc: Makefile
 	@mkdir -p $(dir $@)

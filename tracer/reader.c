@@ -261,7 +261,8 @@ static int load_steps(st_reader *r)
 
 static int load(st_reader *r, const char *path)
 {
-    const char *where = path ? path : "database";
+    const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
+    const char *where = path ? path : file && *file ? file : "database";
     for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
         int ok = is_table(r->db, required_tables[i]);
         if (ok < 0) {

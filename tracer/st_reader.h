@@ -107,6 +107,8 @@ void st_sample_iter_close(st_sample_iter *it);
  * events and step marks, through the same aggregator as the online path. */
 int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);
 
+int st_sql_register(sqlite3 *db); /* vtab.c: tables ranges, counters, gpu; views ranges_v, counters_v */
+
 #ifdef __cplusplus
 }
 #endif

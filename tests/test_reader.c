@@ -1,0 +1,837 @@
+/* test_reader.c: the contents of a trace, end to end. A scripted run
+ * (nested ranges on four threads, integer / fractional / negative counter
+ * samples, instant marks, steps with tokens) is recorded through the public
+ * API, then read back twice: (a) through the reader API (metadata arrays,
+ * range / event / sample iterators, time windows) and (b) through the
+ * virtual tables in plain SQL (st_sql_register), and both must give exactly
+ * the scripted records. Timestamps are real clock readings, so the tests
+ * assert relations (ordering, nesting, phases between step marks, equality
+ * of (a) and (b)) and exact counts, ids, names and values.
+ *
+ * The run: the main thread marks step 0, then drives PHASES phases with
+ * barriers; the workers record their phase's script between the barriers,
+ * and main marks step p+1 after phase p (none after the last phase) and
+ * flushes, so every thread's ranges span several chunks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+#define PHASES 4 /* phases 0..2 end with step marks 1..3; phase 3 has none */
+#define N_THREADS 4
+#define MAX_OPS 512
+#define MAX_RECORDS 4096
+
+/* ---- the script ---- */
+
+enum { S_FORWARD, S_BACKWARD, S_QUEUE_WAIT, S_QUEUE_PUT, S_STREAM_SYNC, S_ALLREDUCE, S_D2H,
+       S_STEP, S_SETUP, N_STAGES };
+static const struct {
+    const char *name;
+    st_kind kind;
+} stage_defs[N_STAGES] = {
+    {"forward", ST_WORK},        {"backward", ST_WORK},      {"queue_wait", ST_WAIT_INPUT},
+    {"queue_put", ST_WAIT_OUTPUT}, {"stream_sync", ST_SYNC}, {"allreduce", ST_COMM},
+    {"d2h", ST_COPY},            {"step", ST_WORK},          {"setup", ST_WORK},
+};
+
+enum { C_QUEUE_DEPTH, C_LOSS, C_TEMP_DELTA, N_COUNTERS };
+static const struct {
+    const char *name, *unit;
+} counter_defs[N_COUNTERS] = {{"queue_depth", "items"}, {"loss", "nats"}, {"temp_delta", "C"}};
+
+static const struct {
+    const char *name, *role;
+    int device;
+} thread_defs[N_THREADS] = {
+    {"main", "main", -1}, {"target0", "target", 0}, {"target1", "target", 1}, {"drafter0", "drafter", 2},
+};
+
+static const uint64_t step_tokens[PHASES] = {0, 4096, 8192, 12288}; /* tokens of steps 0..3 */
+
+enum { OP_BEGIN, OP_END, OP_COUNTER, OP_MARK };
+typedef struct op {
+    int type, id;
+    double value;
+} op;
+
+/* The ops of worker `thread` (1..3) in `phase`. */
+static int worker_script(int thread, int phase, op *ops)
+{
+    int n = 0;
+#define OPB(s) (ops[n++] = (op){OP_BEGIN, (s), 0})
+#define OPE(s) (ops[n++] = (op){OP_END, (s), 0})
+#define OPC(c, v) (ops[n++] = (op){OP_COUNTER, (c), (v)})
+    if (thread == 1 || thread == 2) { /* targets */
+        int k = thread - 1;
+        for (int i = 0; i < 3 + k + phase; i++) {
+            OPB(S_FORWARD);
+            OPB(S_STREAM_SYNC);
+            OPE(S_STREAM_SYNC);
+            OPB(S_D2H);
+            if (k == 1) { /* one level deeper on target1 */
+                OPB(S_STREAM_SYNC);
+                OPE(S_STREAM_SYNC);
+            }
+            OPE(S_D2H);
+            OPE(S_FORWARD);
+            OPB(S_QUEUE_PUT);
+            OPE(S_QUEUE_PUT);
+            OPC(C_QUEUE_DEPTH, (double)(i + k + phase));
+        }
+    } else { /* drafter */
+        ops[n++] = (op){OP_MARK, 0, 0};
+        for (int i = 0; i < 2 + phase; i++) {
+            OPB(S_QUEUE_WAIT);
+            OPE(S_QUEUE_WAIT);
+            OPC(C_LOSS, 2.5 - 0.125 * (phase * 4 + i)); /* fractions, and 2.0 once */
+            OPB(S_FORWARD);
+            OPE(S_FORWARD);
+            OPB(S_BACKWARD);
+            OPB(S_ALLREDUCE);
+            OPE(S_ALLREDUCE);
+            OPE(S_BACKWARD);
+            OPC(C_TEMP_DELTA, i % 2 == 0 ? -(double)(3 + i) : -0.25 - i);
+        }
+    }
+#undef OPB
+#undef OPE
+#undef OPC
+    assert_true(n <= MAX_OPS);
+    return n;
+}
+
+/* What the script must produce, per thread in recorded (end) order. phase
+ * -1 is main's setup range before step 0. */
+typedef struct exp_range {
+    uint32_t stage, depth;
+    int phase;
+} exp_range;
+typedef struct exp_sample {
+    uint32_t counter;
+    double value;
+    int phase;
+} exp_sample;
+typedef struct expected {
+    exp_range ranges[N_THREADS][MAX_RECORDS];
+    int n_ranges[N_THREADS];
+    exp_sample samples[N_THREADS][MAX_RECORDS];
+    int n_samples[N_THREADS];
+    int marks[N_THREADS];
+} expected;
+
+static void build_expected(expected *e)
+{
+    memset(e, 0, sizeof *e);
+    e->ranges[0][e->n_ranges[0]++] = (exp_range){S_SETUP, 0, -1};
+    for (int p = 0; p < PHASES; p++) {
+        e->ranges[0][e->n_ranges[0]++] = (exp_range){S_QUEUE_WAIT, 1, p};
+        e->ranges[0][e->n_ranges[0]++] = (exp_range){S_STEP, 0, p};
+        if (p + 1 < PHASES) e->marks[0]++;
+    }
+    for (int t = 1; t < N_THREADS; t++) {
+        for (int p = 0; p < PHASES; p++) {
+            op ops[MAX_OPS];
+            int n = worker_script(t, p, ops);
+            uint32_t stack[64], depth = 0;
+            for (int i = 0; i < n; i++) {
+                switch (ops[i].type) {
+                case OP_BEGIN: stack[depth++] = (uint32_t)ops[i].id; break;
+                case OP_END:
+                    assert_int_equal(stack[depth - 1], ops[i].id);
+                    depth--;
+                    e->ranges[t][e->n_ranges[t]++] = (exp_range){(uint32_t)ops[i].id, depth, p};
+                    break;
+                case OP_COUNTER:
+                    e->samples[t][e->n_samples[t]++] = (exp_sample){(uint32_t)ops[i].id, ops[i].value, p};
+                    break;
+                case OP_MARK: e->marks[t]++; break;
+                }
+            }
+            assert_int_equal(depth, 0);
+        }
+    }
+}
+
+/* ---- recording ---- */
+
+typedef struct run {
+    st_trace *trace;
+    int stage[N_STAGES], counter[N_COUNTERS];
+    pthread_barrier_t phase_start, phase_end;
+    sem_t registered;
+} run;
+
+typedef struct worker_arg {
+    run *run;
+    int thread, id; /* id: what registration returned (checked on main) */
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *a = p;
+    run *r = a->run;
+    a->id = st_thread_register(r->trace, thread_defs[a->thread].name, thread_defs[a->thread].role,
+                               thread_defs[a->thread].device, 0);
+    sem_post(&r->registered);
+    for (int phase = 0; phase < PHASES; phase++) {
+        op ops[MAX_OPS];
+        int n = worker_script(a->thread, phase, ops);
+        pthread_barrier_wait(&r->phase_start);
+        for (int i = 0; i < n; i++) {
+            switch (ops[i].type) {
+            case OP_BEGIN: st_begin((st_stage)r->stage[ops[i].id]); break;
+            case OP_END: st_end((st_stage)r->stage[ops[i].id]); break;
+            case OP_COUNTER: st_counter_set((st_counter)r->counter[ops[i].id], ops[i].value); break;
+            case OP_MARK: st_mark("drafter_phase"); break;
+            }
+        }
+        pthread_barrier_wait(&r->phase_end);
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static void trace_path(char *buf, size_t size, const char *name)
+{
+    const char *dir = getenv("ST_TEST_TMP");
+    snprintf(buf, size, "%s/%s-%ld.sqlite", dir && *dir ? dir : "/tmp", name, (long)getpid());
+}
+
+static void record_run(const char *path)
+{
+    static run r;
+    memset(&r, 0, sizeof r);
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_reader";
+    opt.nvtx = 0;
+    opt.clock = 1; /* CLOCK_MONOTONIC: one time line across cores */
+    int rc = st_open(&r.trace, &opt);
+    assert_int_equal(rc, ST_OK);
+    for (int s = 0; s < N_STAGES; s++) {
+        r.stage[s] = st_stage_register(r.trace, stage_defs[s].name, stage_defs[s].kind);
+        assert_int_equal(r.stage[s], s);
+    }
+    for (int c = 0; c < N_COUNTERS; c++) {
+        r.counter[c] = st_counter_register(r.trace, counter_defs[c].name, counter_defs[c].unit);
+        assert_int_equal(r.counter[c], c);
+    }
+    assert_int_equal(st_thread_register(r.trace, "main", "main", -1, 0), 0);
+    st_begin((st_stage)r.stage[S_SETUP]);
+    st_end((st_stage)r.stage[S_SETUP]);
+    st_step(0, step_tokens[0]);
+
+    pthread_barrier_init(&r.phase_start, NULL, N_THREADS);
+    pthread_barrier_init(&r.phase_end, NULL, N_THREADS);
+    sem_init(&r.registered, 0, 0);
+    pthread_t threads[N_THREADS];
+    worker_arg args[N_THREADS];
+    for (int t = 1; t < N_THREADS; t++) { /* one at a time: ids follow the order */
+        args[t] = (worker_arg){&r, t, -1};
+        assert_int_equal(pthread_create(&threads[t], NULL, worker, &args[t]), 0);
+        sem_wait(&r.registered);
+        assert_int_equal(args[t].id, t);
+    }
+    for (int phase = 0; phase < PHASES; phase++) {
+        st_begin((st_stage)r.stage[S_STEP]);
+        st_begin((st_stage)r.stage[S_QUEUE_WAIT]);
+        pthread_barrier_wait(&r.phase_start);
+        pthread_barrier_wait(&r.phase_end);
+        st_end((st_stage)r.stage[S_QUEUE_WAIT]);
+        st_end((st_stage)r.stage[S_STEP]);
+        if (phase + 1 < PHASES) {
+            st_step((uint64_t)phase + 1, step_tokens[phase + 1]);
+            st_mark("phase_done");
+        }
+        assert_int_equal(st_flush(r.trace), ST_OK); /* ends every thread's chunk */
+    }
+    for (int t = 1; t < N_THREADS; t++) pthread_join(threads[t], NULL);
+    assert_int_equal(st_close(r.trace), ST_OK);
+    pthread_barrier_destroy(&r.phase_start);
+    pthread_barrier_destroy(&r.phase_end);
+    sem_destroy(&r.registered);
+}
+
+/* ---- shared fixture: one recorded run, read by every test ---- */
+
+typedef struct fixture {
+    char path[512];
+    expected exp;
+    st_range ranges[MAX_RECORDS * N_THREADS]; /* full scan through the reader */
+    int n_ranges;
+    int range_phase[MAX_RECORDS * N_THREADS];
+    st_sample_row samples[MAX_RECORDS * N_THREADS];
+    int n_samples;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    trace_path(f->path, sizeof f->path, "test_reader");
+    build_expected(&f->exp);
+    record_run(f->path);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    unlink(f->path);
+    free(f);
+    return 0;
+}
+
+static st_reader *open_reader(const fixture *f)
+{
+    st_reader *r = NULL;
+    int rc = st_reader_open(&r, f->path);
+    if (rc) fail_msg("st_reader_open: %s", st_last_error());
+    return r;
+}
+
+/* ---- (a) through the reader API ---- */
+
+static void test_meta_and_tables(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f);
+    assert_string_equal(st_reader_meta(r, "status"), "complete");
+    assert_string_equal(st_reader_meta(r, "schema_version"), "1");
+    assert_string_equal(st_reader_meta(r, "dropped_events"), "0");
+    assert_string_equal(st_reader_meta(r, "program"), "test_reader");
+    assert_string_equal(st_reader_meta(r, "clock"), "monotonic");
+    assert_string_equal(st_reader_meta(r, "rank"), "0");
+    assert_string_equal(st_reader_meta(r, "world_size"), "1");
+    assert_non_null(st_reader_meta(r, "end_ns"));
+    assert_null(st_reader_meta(r, "unmatched_ends")); /* no program errors counted */
+    assert_null(st_reader_meta(r, "no such key"));
+
+    assert_int_equal(st_reader_n_threads(r), N_THREADS);
+    for (uint32_t i = 0; i < N_THREADS; i++) {
+        const st_thread_info *t = st_reader_thread(r, i);
+        assert_non_null(t);
+        assert_int_equal(t->id, i);
+        assert_ptr_equal(st_reader_thread_by_id(r, i), t);
+        assert_string_equal(t->name, thread_defs[i].name);
+        assert_string_equal(t->role, thread_defs[i].role);
+        assert_int_equal(t->device, thread_defs[i].device);
+        assert_int_equal(t->rank, 0);
+        assert_int_equal(t->dropped, 0);
+        assert_true(t->os_tid > 0);
+        for (uint32_t j = 0; j < i; j++) assert_true(st_reader_thread(r, j)->os_tid != t->os_tid);
+    }
+    assert_null(st_reader_thread(r, N_THREADS));
+    assert_null(st_reader_thread_by_id(r, N_THREADS));
+
+    assert_int_equal(st_reader_n_stages(r), N_STAGES);
+    for (uint32_t s = 0; s < N_STAGES; s++) {
+        const st_stage_info *info = st_reader_stage(r, s);
+        assert_int_equal(info->id, s);
+        assert_string_equal(info->name, stage_defs[s].name);
+        assert_int_equal(info->kind, stage_defs[s].kind);
+    }
+    assert_null(st_reader_stage(r, N_STAGES));
+
+    assert_int_equal(st_reader_n_counters(r), N_COUNTERS);
+    for (uint32_t c = 0; c < N_COUNTERS; c++) {
+        const st_counter_info *info = st_reader_counter(r, c);
+        assert_int_equal(info->id, c);
+        assert_string_equal(info->name, counter_defs[c].name);
+        assert_string_equal(info->unit, counter_defs[c].unit);
+    }
+
+    assert_int_equal(st_reader_n_steps(r), PHASES);
+    for (uint32_t i = 0; i < PHASES; i++) {
+        const st_step_info *s = st_reader_step(r, i);
+        assert_int_equal(s->step, i);
+        assert_int_equal(s->tokens, step_tokens[i]);
+        if (i) assert_true(s->ts_ns > st_reader_step(r, i - 1)->ts_ns);
+    }
+    assert_null(st_reader_step(r, PHASES));
+
+    /* Marks have no reader accessor: plain SQL over the same connection. */
+    sqlite3 *db = st_reader_db(r);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT m.thread, s.value, m.ts_ns FROM marks m "
+                                        "JOIN strings s ON s.id = m.string ORDER BY m.thread, m.ts_ns",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    int n_marks[N_THREADS] = {0};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int t = sqlite3_column_int(st, 0);
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        int64_t ts = sqlite3_column_int64(st, 2);
+        assert_true(t == 0 || t == 3);
+        if (t == 0) { /* after the mark of step n+1, before the next phase */
+            assert_string_equal(name, "phase_done");
+            assert_true(ts >= st_reader_step(r, (uint32_t)n_marks[0] + 1)->ts_ns);
+        } else {
+            assert_string_equal(name, "drafter_phase");
+            assert_true(ts >= st_reader_step(r, (uint32_t)n_marks[3])->ts_ns); /* phase start */
+        }
+        n_marks[t]++;
+    }
+    assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+    for (int t = 0; t < N_THREADS; t++) assert_int_equal(n_marks[t], f->exp.marks[t]);
+    st_reader_close(r);
+}
+
+/* Reads every range and sample once into the fixture, checking them
+ * against the script; later tests compare other paths with these. */
+static void test_ranges_match_script(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f);
+    st_range_iter *it;
+    assert_int_equal(st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    int n = 0, rc;
+    st_range range;
+    while ((rc = st_range_iter_next(it, &range)) == 1) {
+        assert_true(n < MAX_RECORDS * N_THREADS);
+        f->ranges[n++] = range;
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(it);
+    f->n_ranges = n;
+
+    int total = 0;
+    for (int t = 0; t < N_THREADS; t++) total += f->exp.n_ranges[t];
+    assert_int_equal(n, total);
+
+    /* Threads one after another by id, each in the scripted order. */
+    int i = 0;
+    for (uint32_t t = 0; t < N_THREADS; t++) {
+        for (int k = 0; k < f->exp.n_ranges[t]; k++, i++) {
+            const exp_range *e = &f->exp.ranges[t][k];
+            assert_int_equal(f->ranges[i].thread, t);
+            assert_int_equal(f->ranges[i].stage, e->stage);
+            assert_int_equal(f->ranges[i].depth, e->depth);
+            assert_true(f->ranges[i].dur_ns >= 0);
+            f->range_phase[i] = e->phase;
+            /* Between the step marks that bound its phase. */
+            int64_t start = f->ranges[i].start_ns, end = start + f->ranges[i].dur_ns;
+            if (e->phase >= 0) assert_true(start >= st_reader_step(r, (uint32_t)e->phase)->ts_ns);
+            if (e->phase + 1 < PHASES) assert_true(end <= st_reader_step(r, (uint32_t)e->phase + 1)->ts_ns);
+        }
+    }
+
+    /* Per thread: ranges nest properly. Listed in end order, a later range
+     * either starts after an earlier one ends, or contains it at a smaller
+     * depth; and each range's parent is the next range one level up. */
+    for (int a = 0; a < n; a++) {
+        const st_range *x = &f->ranges[a];
+        int64_t x_end = x->start_ns + x->dur_ns;
+        int parent_seen = x->depth == 0;
+        for (int b = a + 1; b < n && f->ranges[b].thread == x->thread; b++) {
+            const st_range *y = &f->ranges[b];
+            int64_t y_end = y->start_ns + y->dur_ns;
+            assert_true(y_end >= x_end);
+            int disjoint = x_end <= y->start_ns;
+            int contains = y->start_ns <= x->start_ns && y->depth < x->depth;
+            assert_true(disjoint || contains);
+            if (!parent_seen && y->depth + 1 == x->depth) {
+                assert_true(contains); /* the first range one level up is the parent */
+                parent_seen = 1;
+            }
+        }
+        assert_true(parent_seen);
+    }
+    st_reader_close(r);
+}
+
+static void test_samples_match_script(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f);
+    st_sample_iter *it;
+    assert_int_equal(st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    int n = 0, rc;
+    st_sample_row s;
+    while ((rc = st_sample_iter_next(it, &s)) == 1) {
+        assert_true(n < MAX_RECORDS * N_THREADS);
+        f->samples[n++] = s;
+    }
+    assert_int_equal(rc, 0);
+    st_sample_iter_close(it);
+    f->n_samples = n;
+
+    int i = 0, negatives = 0, fractions = 0, integers = 0;
+    for (uint32_t t = 0; t < N_THREADS; t++) {
+        for (int k = 0; k < f->exp.n_samples[t]; k++, i++) {
+            const exp_sample *e = &f->exp.samples[t][k];
+            assert_true(i < n);
+            assert_int_equal(f->samples[i].thread, t);
+            assert_int_equal(f->samples[i].counter, e->counter);
+            assert_true(f->samples[i].value == e->value); /* bit-exact round trip */
+            if (k) assert_true(f->samples[i].ts_ns >= f->samples[i - 1].ts_ns);
+            if (e->phase >= 0) assert_true(f->samples[i].ts_ns >= st_reader_step(r, (uint32_t)e->phase)->ts_ns);
+            if (e->phase + 1 < PHASES)
+                assert_true(f->samples[i].ts_ns <= st_reader_step(r, (uint32_t)e->phase + 1)->ts_ns);
+            negatives += e->value < 0;
+            fractions += e->value != floor(e->value);
+            integers += e->value == floor(e->value);
+        }
+    }
+    assert_int_equal(n, i);
+    assert_true(negatives > 0 && fractions > 0 && integers > 0); /* the script covers all three */
+
+    /* A time window: exactly the samples with t0 <= ts < t1. */
+    int64_t t0 = st_reader_step(r, 1)->ts_ns, t1 = st_reader_step(r, 2)->ts_ns;
+    assert_int_equal(st_sample_iter_open(&it, r, -1, t0, t1), ST_OK);
+    int j = 0;
+    for (int k = 0; k < n; k++) {
+        if (f->samples[k].ts_ns < t0 || f->samples[k].ts_ns >= t1) continue;
+        assert_int_equal(st_sample_iter_next(it, &s), 1);
+        assert_int_equal(s.thread, f->samples[k].thread);
+        assert_int_equal(s.counter, f->samples[k].counter);
+        assert_int_equal(s.ts_ns, f->samples[k].ts_ns);
+        assert_true(s.value == f->samples[k].value);
+        j++;
+    }
+    assert_int_equal(st_sample_iter_next(it, &s), 0);
+    st_sample_iter_close(it);
+    int in_phase1 = 0;
+    for (int t = 0; t < N_THREADS; t++)
+        for (int k = 0; k < f->exp.n_samples[t]; k++) in_phase1 += f->exp.samples[t][k].phase == 1;
+    assert_int_equal(j, in_phase1);
+    st_reader_close(r);
+}
+
+static void assert_range_equal(const st_range *a, const st_range *b)
+{
+    assert_int_equal(a->thread, b->thread);
+    assert_int_equal(a->stage, b->stage);
+    assert_int_equal(a->depth, b->depth);
+    assert_int_equal(a->start_ns, b->start_ns);
+    assert_int_equal(a->dur_ns, b->dur_ns);
+}
+
+static int overlaps(const st_range *x, int64_t t0, int64_t t1)
+{
+    int64_t end = x->start_ns + x->dur_ns;
+    return x->start_ns < t1 && (end > t0 || (end == t0 && x->dur_ns == 0));
+}
+
+/* Checks the iterator over [t0, t1) (and thread) against the full scan. */
+static int check_window(const fixture *f, st_reader *r, int64_t thread, int64_t t0, int64_t t1)
+{
+    st_range_iter *it;
+    assert_int_equal(st_range_iter_open(&it, r, thread, t0, t1), ST_OK);
+    int n = 0;
+    st_range got;
+    for (int k = 0; k < f->n_ranges; k++) {
+        const st_range *x = &f->ranges[k];
+        if ((thread >= 0 && x->thread != thread) || !overlaps(x, t0, t1)) continue;
+        assert_int_equal(st_range_iter_next(it, &got), 1);
+        assert_range_equal(&got, x);
+        n++;
+    }
+    assert_int_equal(st_range_iter_next(it, &got), 0);
+    st_range_iter_close(it);
+    return n;
+}
+
+static void test_time_windows(void **state)
+{
+    fixture *f = *state;
+    assert_true(f->n_ranges > 0);
+    st_reader *r = open_reader(f);
+    /* Several chunks per thread, so windows can skip some. */
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(st_reader_db(r), "SELECT count(*) FROM range_chunks WHERE thread = 1",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_true(sqlite3_column_int(st, 0) >= PHASES);
+    sqlite3_finalize(st);
+
+    /* Between the marks of steps 1 and 2: exactly phase 1's ranges. */
+    int64_t m1 = st_reader_step(r, 1)->ts_ns, m2 = st_reader_step(r, 2)->ts_ns;
+    int in_phase1 = 0;
+    for (int k = 0; k < f->n_ranges; k++) in_phase1 += f->range_phase[k] == 1;
+    assert_int_equal(check_window(f, r, -1, m1, m2), in_phase1);
+    for (int t = 0; t < N_THREADS; t++) {
+        int expect = 0;
+        for (int k = 0; k < f->n_ranges; k++) expect += f->range_phase[k] == 1 && f->ranges[k].thread == (uint32_t)t;
+        assert_int_equal(check_window(f, r, t, m1, m2), expect);
+    }
+
+    /* Windows that cut ranges: from the middle of a range to the middle of
+     * a later one (so the first and the last are partly inside). */
+    int windows = 0;
+    for (int k = 0; k + 7 < f->n_ranges; k += 7) {
+        const st_range *a = &f->ranges[k], *b = &f->ranges[k + 7];
+        int64_t t0 = a->start_ns + a->dur_ns / 2, t1 = b->start_ns + b->dur_ns / 2;
+        if (t1 <= t0) continue;
+        int n = check_window(f, r, -1, t0, t1);
+        assert_true(n >= 1); /* at least range k */
+        windows++;
+    }
+    assert_true(windows > 10);
+    /* Edges: a range's exact [start, end) holds it; [end, ...) does not,
+     * unless it is empty; nothing is before the first or after the last. */
+    const st_range *x = &f->ranges[f->n_ranges / 2];
+    int64_t x_end = x->start_ns + x->dur_ns;
+    assert_true(check_window(f, r, x->thread, x->start_ns, x->dur_ns ? x_end : x_end + 1) >= 1);
+    check_window(f, r, x->thread, x_end, x_end + 1);
+    assert_int_equal(check_window(f, r, -1, INT64_MIN, f->ranges[0].start_ns - 1000000000LL), 0);
+    assert_int_equal(check_window(f, r, -1, INT64_MIN, INT64_MAX), f->n_ranges);
+    assert_int_equal(check_window(f, r, 7, INT64_MIN, INT64_MAX), 0); /* no such thread */
+    st_reader_close(r);
+}
+
+static void test_events(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f);
+    for (uint32_t t = 0; t < N_THREADS; t++) {
+        st_event_iter *it;
+        assert_int_equal(st_event_iter_open(&it, r, t), ST_OK);
+        st_event ev;
+        int rc, begins = 0, ends = 0, depth = 0;
+        int64_t prev = INT64_MIN;
+        uint32_t stack[64];
+        while ((rc = st_event_iter_next(it, &ev)) == 1) {
+            assert_true(ev.ts_ns >= prev);
+            prev = ev.ts_ns;
+            if (ev.is_end) {
+                assert_true(depth > 0);
+                depth--;
+                assert_int_equal(ev.depth, depth);
+                assert_int_equal(ev.stage, stack[depth]);
+                assert_true(ev.start_ns <= ev.ts_ns);
+                ends++;
+            } else {
+                assert_int_equal(ev.depth, depth);
+                assert_true(depth < 64);
+                stack[depth++] = ev.stage;
+                begins++;
+            }
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(depth, 0);
+        assert_int_equal(begins, f->exp.n_ranges[t]);
+        assert_int_equal(ends, f->exp.n_ranges[t]);
+        st_event_iter_close(it);
+    }
+    st_reader_close(r);
+}
+
+/* ---- (b) through the virtual tables ---- */
+
+static sqlite3_stmt *prepare(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    return st;
+}
+
+static int64_t sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = prepare(db, sql);
+    if (sqlite3_step(st) != SQLITE_ROW) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static void test_sql_ranges(void **state)
+{
+    fixture *f = *state;
+    assert_true(f->n_ranges > 0);
+    st_reader *r = open_reader(f);
+    sqlite3 *db = st_reader_db(r); /* the read-only, defensive connection */
+    assert_int_equal(st_sql_register(db), ST_OK);
+
+    /* Row by row, in the reader's order. */
+    sqlite3_stmt *st = prepare(db, "SELECT thread, stage, start_ns, dur_ns, end_ns, depth, step FROM ranges");
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        assert_true(n < f->n_ranges);
+        const st_range *x = &f->ranges[n];
+        assert_int_equal(sqlite3_column_int64(st, 0), x->thread);
+        assert_int_equal(sqlite3_column_int64(st, 1), x->stage);
+        assert_int_equal(sqlite3_column_int64(st, 2), x->start_ns);
+        assert_int_equal(sqlite3_column_int64(st, 3), x->dur_ns);
+        assert_int_equal(sqlite3_column_int64(st, 4), x->start_ns + x->dur_ns);
+        assert_int_equal(sqlite3_column_int64(st, 5), x->depth);
+        /* Phase p lies between the marks of steps p and p+1: step p+1. */
+        int phase = f->range_phase[n];
+        if (phase + 1 < PHASES) {
+            assert_int_equal(sqlite3_column_type(st, 6), SQLITE_INTEGER);
+            assert_int_equal(sqlite3_column_int64(st, 6), phase + 1);
+        } else {
+            assert_int_equal(sqlite3_column_type(st, 6), SQLITE_NULL);
+        }
+        n++;
+    }
+    assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+    assert_int_equal(n, f->n_ranges);
+
+    /* Aggregates equal the reader's. */
+    int64_t sum_dur = 0, min_start = INT64_MAX, max_end = INT64_MIN;
+    for (int k = 0; k < f->n_ranges; k++) {
+        sum_dur += f->ranges[k].dur_ns;
+        if (f->ranges[k].start_ns < min_start) min_start = f->ranges[k].start_ns;
+        if (f->ranges[k].start_ns + f->ranges[k].dur_ns > max_end) max_end = f->ranges[k].start_ns + f->ranges[k].dur_ns;
+    }
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), f->n_ranges);
+    assert_int_equal(sql_int(db, "SELECT sum(dur_ns) FROM ranges"), sum_dur);
+    assert_int_equal(sql_int(db, "SELECT min(start_ns) FROM ranges"), min_start);
+    assert_int_equal(sql_int(db, "SELECT max(end_ns) FROM ranges"), max_end);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE dur_ns < 0 OR end_ns - start_ns != dur_ns"), 0);
+
+    /* Per stage through ranges_v: names, kinds, counts, total durations. */
+    int64_t count[N_STAGES] = {0}, dur[N_STAGES] = {0};
+    for (int k = 0; k < f->n_ranges; k++) {
+        count[f->ranges[k].stage]++;
+        dur[f->ranges[k].stage] += f->ranges[k].dur_ns;
+    }
+    st = prepare(db, "SELECT stage, stage_name, kind, count(*), sum(dur_ns) FROM ranges_v "
+                     "GROUP BY stage_name ORDER BY stage");
+    int groups = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int s = sqlite3_column_int(st, 0);
+        assert_true(s >= 0 && s < N_STAGES);
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), stage_defs[s].name);
+        assert_string_equal((const char *)sqlite3_column_text(st, 2), st_kind_name(stage_defs[s].kind));
+        assert_int_equal(sqlite3_column_int64(st, 3), count[s]);
+        assert_int_equal(sqlite3_column_int64(st, 4), dur[s]);
+        groups++;
+    }
+    assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+    assert_int_equal(groups, N_STAGES); /* every stage is used by the script */
+
+    /* Per thread: names and roles joined in. */
+    st = prepare(db, "SELECT thread, thread_name, role, count(*) FROM ranges_v GROUP BY thread ORDER BY thread");
+    for (int t = 0; t < N_THREADS; t++) {
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), t);
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), thread_defs[t].name);
+        assert_string_equal((const char *)sqlite3_column_text(st, 2), thread_defs[t].role);
+        assert_int_equal(sqlite3_column_int(st, 3), f->exp.n_ranges[t]);
+    }
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+
+    /* Steps: ranges per step, and main's setup range in step 0. */
+    int per_phase[PHASES + 1] = {0};
+    for (int k = 0; k < f->n_ranges; k++) per_phase[f->range_phase[k] + 1]++;
+    for (int s = 0; s < PHASES; s++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM ranges WHERE step = %d", s);
+        assert_int_equal(sql_int(db, sql), per_phase[s]);
+    }
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE step IS NULL"), per_phase[PHASES]);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges_v WHERE step = 0 AND stage_name = 'setup' "
+                                 "AND thread_name = 'main'"),
+                     1);
+
+    /* A time window in SQL equals the C filter over the reader's rows. */
+    int64_t m1 = st_reader_step(r, 1)->ts_ns, m2 = st_reader_step(r, 2)->ts_ns;
+    int64_t t0 = m1 + (m2 - m1) / 3, t1 = m1 + 2 * (m2 - m1) / 3;
+    int expect = 0;
+    for (int k = 0; k < f->n_ranges; k++) {
+        const st_range *x = &f->ranges[k];
+        expect += x->start_ns < t1 && x->start_ns + x->dur_ns > t0;
+    }
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM ranges_v WHERE start_ns < %lld AND end_ns > %lld",
+             (long long)t1, (long long)t0);
+    assert_int_equal(sql_int(db, sql), expect);
+    st_reader_close(r);
+}
+
+static void test_sql_counters(void **state)
+{
+    fixture *f = *state;
+    assert_true(f->n_samples > 0);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(st_sql_register(db), ST_OK);
+
+    sqlite3_stmt *st = prepare(db, "SELECT thread, counter, ts_ns, value, typeof(value) FROM counters");
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        assert_true(n < f->n_samples);
+        const st_sample_row *s = &f->samples[n];
+        assert_int_equal(sqlite3_column_int64(st, 0), s->thread);
+        assert_int_equal(sqlite3_column_int64(st, 1), s->counter);
+        assert_int_equal(sqlite3_column_int64(st, 2), s->ts_ns);
+        assert_true(sqlite3_column_double(st, 3) == s->value);
+        /* Integers as stored: integer values come back as INTEGER. */
+        assert_string_equal((const char *)sqlite3_column_text(st, 4),
+                            s->value == floor(s->value) ? "integer" : "real");
+        n++;
+    }
+    assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+    assert_int_equal(n, f->n_samples);
+
+    st = prepare(db, "SELECT counter, counter_name, unit, count(*), sum(value), min(value), max(value) "
+                     "FROM counters_v GROUP BY counter ORDER BY counter");
+    for (int c = 0; c < N_COUNTERS; c++) {
+        int64_t cnt = 0;
+        double sum = 0, mn = INFINITY, mx = -INFINITY;
+        for (int k = 0; k < f->n_samples; k++) {
+            if (f->samples[k].counter != (uint32_t)c) continue;
+            cnt++;
+            sum += f->samples[k].value;
+            mn = fmin(mn, f->samples[k].value);
+            mx = fmax(mx, f->samples[k].value);
+        }
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), c);
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), counter_defs[c].name);
+        assert_string_equal((const char *)sqlite3_column_text(st, 2), counter_defs[c].unit);
+        assert_int_equal(sqlite3_column_int64(st, 3), cnt);
+        assert_true(fabs(sqlite3_column_double(st, 4) - sum) <= 1e-9 * (1 + fabs(sum)));
+        assert_true(sqlite3_column_double(st, 5) == mn);
+        assert_true(sqlite3_column_double(st, 6) == mx);
+    }
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+
+    /* Counter samples per thread: only the workers that set them. */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM counters_v WHERE thread_name = 'drafter0'"),
+                     f->exp.n_samples[3]);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM counters WHERE thread = 0"), 0);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM counters WHERE value < 0"),
+                     sql_int(db, "SELECT count(*) FROM counters_v WHERE counter_name = 'temp_delta'"));
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 0); /* no GPU activity recorded */
+    sqlite3_close(db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_meta_and_tables),
+        cmocka_unit_test(test_ranges_match_script),
+        cmocka_unit_test(test_samples_match_script),
+        cmocka_unit_test(test_time_windows),
+        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_sql_ranges),
+        cmocka_unit_test(test_sql_counters),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

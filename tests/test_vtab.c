@@ -1,0 +1,915 @@
+/* test_vtab.c: the virtual tables of tracer/vtab.c beyond plain contents
+ * (test_reader.c covers those): the `step` column on a trace with known
+ * step marks; constraint pushdown (windowed and filtered queries return the
+ * same rows as a full scan filtered in C, and the plan carries the pushed
+ * constraints); the gpu table; read-only and innocuous behaviour; the
+ * loadable extension, both through sqlite3_load_extension and through the
+ * sqlite3 command-line shell (`.load $ST_BUILD/stagetrace_ext`); and traces
+ * with damaged chunks, which must make a query fail with a message, never
+ * crash or return made-up rows.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <link.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+/* ---- helpers ---- */
+
+static void tmp_path(char *buf, size_t size, const char *name)
+{
+    const char *dir = getenv("ST_TEST_TMP");
+    snprintf(buf, size, "%s/test_vtab-%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), name);
+}
+
+static const char *build_dir(void)
+{
+    const char *b = getenv("ST_BUILD");
+    return b && *b ? b : "build";
+}
+
+static sqlite3_stmt *prepare(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    return st;
+}
+
+static int64_t sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = prepare(db, sql);
+    if (sqlite3_step(st) != SQLITE_ROW) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static void exec_ok(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
+}
+
+/* Runs sql to completion; returns the SQLite code of the last step and
+ * copies the error message. */
+static int sql_run(sqlite3 *db, const char *sql, char *msg, size_t size)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        }
+    }
+    if (msg) snprintf(msg, size, "%s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static sqlite3 *open_registered(const char *path, int flags)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, flags, NULL), SQLITE_OK);
+    assert_int_equal(st_sql_register(db), ST_OK);
+    return db;
+}
+
+/* A copy of a trace that the test may damage. */
+static void copy_trace(const char *from, const char *to)
+{
+    unlink(to);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(from, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    char *sql = sqlite3_mprintf("VACUUM INTO %Q", to);
+    exec_ok(db, sql);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+}
+
+static st_trace *open_trace(const char *path)
+{
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_vtab";
+    opt.nvtx = 0;
+    opt.clock = 1;
+    st_trace *t = NULL;
+    if (st_open(&t, &opt) != ST_OK) fail_msg("st_open: %s", st_last_error());
+    return t;
+}
+
+/* ---- the traces ---- */
+
+typedef struct fixture {
+    char steps_path[512]; /* one thread, known step membership */
+    char multi_path[512]; /* three threads, many chunks, counters, no steps */
+} fixture;
+
+enum { S_BEFORE, S_OUTER, S_INNER, S_SPAN, S_NESTED, S_GAP, S_AFTER, N_STEP_STAGES };
+static const char *const step_stage_names[N_STEP_STAGES] = {"before", "outer", "inner", "span",
+                                                            "nested", "gap", "after"};
+
+/* A range's step is the number of the first step mark after its start. */
+static void record_steps_trace(const char *path)
+{
+    st_trace *t = open_trace(path);
+    int s[N_STEP_STAGES];
+    for (int i = 0; i < N_STEP_STAGES; i++) s[i] = st_stage_register(t, step_stage_names[i], ST_WORK);
+    int tokens = st_counter_register(t, "tokens", "tokens");
+    assert_int_equal(st_thread_register(t, "main", "main", -1, 0), 0);
+    st_begin((st_stage)s[S_BEFORE]); /* before any mark: step 0 */
+    st_end((st_stage)s[S_BEFORE]);
+    st_step(0, 0);
+    st_begin((st_stage)s[S_OUTER]); /* step 1 */
+    st_begin((st_stage)s[S_INNER]); /* step 1 */
+    st_end((st_stage)s[S_INNER]);
+    st_end((st_stage)s[S_OUTER]);
+    st_counter_set((st_counter)tokens, 100);
+    st_step(1, 100);
+    st_begin((st_stage)s[S_SPAN]); /* begins in step 2, ends in step 3 */
+    st_step(2, 200);
+    st_begin((st_stage)s[S_NESTED]); /* step 3 */
+    st_end((st_stage)s[S_NESTED]);
+    st_end((st_stage)s[S_SPAN]);
+    st_step(3, 300);
+    st_begin((st_stage)s[S_GAP]); /* the next mark is step 5: step 5 */
+    st_end((st_stage)s[S_GAP]);
+    st_step(5, 500);
+    st_begin((st_stage)s[S_AFTER]); /* after the last mark: NULL */
+    st_end((st_stage)s[S_AFTER]);
+    assert_int_equal(st_close(t), ST_OK);
+}
+
+#define MULTI_THREADS 3
+#define MULTI_BATCHES 6
+#define MULTI_ITERS 40
+
+typedef struct multi_arg {
+    st_trace *trace;
+    int index;
+    int stage[4], counter[2];
+    int ok;
+} multi_arg;
+
+static void *multi_worker(void *p)
+{
+    multi_arg *a = p;
+    char name[32];
+    snprintf(name, sizeof name, "worker%d", a->index);
+    a->ok = st_thread_register(a->trace, name, "worker", a->index, 0) >= 0;
+    for (int b = 0; b < MULTI_BATCHES; b++) {
+        for (int i = 0; i < MULTI_ITERS; i++) {
+            st_begin((st_stage)a->stage[0]);
+            st_begin((st_stage)a->stage[1]);
+            if ((i + a->index) % 3 == 0) {
+                st_begin((st_stage)a->stage[2]);
+                st_end((st_stage)a->stage[2]);
+            }
+            st_end((st_stage)a->stage[1]);
+            st_end((st_stage)a->stage[0]);
+            st_begin((st_stage)a->stage[3]);
+            st_end((st_stage)a->stage[3]);
+            st_counter_set((st_counter)a->counter[0], b * MULTI_ITERS + i);
+            if (i % 4 == 0) st_counter_set((st_counter)a->counter[1], -0.5 * i);
+        }
+        st_flush(a->trace); /* a chunk boundary in every thread */
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static void record_multi_trace(const char *path)
+{
+    st_trace *t = open_trace(path);
+    multi_arg args[MULTI_THREADS];
+    pthread_t threads[MULTI_THREADS];
+    const char *names[4] = {"outer", "middle", "leaf", "tail"};
+    for (int i = 0; i < MULTI_THREADS; i++) {
+        args[i] = (multi_arg){.trace = t, .index = i};
+        for (int s = 0; s < 4; s++) args[i].stage[s] = st_stage_register(t, names[s], s == 3 ? ST_SYNC : ST_WORK);
+        args[i].counter[0] = st_counter_register(t, "items", "items");
+        args[i].counter[1] = st_counter_register(t, "delta", "");
+        assert_int_equal(pthread_create(&threads[i], NULL, multi_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < MULTI_THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        assert_true(args[i].ok);
+    }
+    assert_int_equal(st_close(t), ST_OK);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    tmp_path(f->steps_path, sizeof f->steps_path, "steps.sqlite");
+    tmp_path(f->multi_path, sizeof f->multi_path, "multi.sqlite");
+    record_steps_trace(f->steps_path);
+    record_multi_trace(f->multi_path);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    unlink(f->steps_path);
+    unlink(f->multi_path);
+    free(f);
+    return 0;
+}
+
+/* ---- step column ---- */
+
+static void test_step_column(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    static const struct {
+        const char *stage;
+        int depth;
+        int64_t step; /* -1: NULL */
+    } expect[] = {
+        {"before", 0, 0}, {"outer", 0, 1}, {"inner", 1, 1}, {"span", 0, 2},
+        {"nested", 1, 3}, {"gap", 0, 5},  {"after", 0, -1},
+    };
+    sqlite3_stmt *st = prepare(db, "SELECT stage_name, depth, step, start_ns FROM ranges_v ORDER BY start_ns, depth");
+    size_t n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        assert_true(n < sizeof expect / sizeof expect[0]);
+        assert_string_equal((const char *)sqlite3_column_text(st, 0), expect[n].stage);
+        assert_int_equal(sqlite3_column_int(st, 1), expect[n].depth);
+        if (expect[n].step < 0) {
+            assert_int_equal(sqlite3_column_type(st, 2), SQLITE_NULL);
+        } else {
+            assert_int_equal(sqlite3_column_type(st, 2), SQLITE_INTEGER);
+            assert_int_equal(sqlite3_column_int64(st, 2), expect[n].step);
+        }
+        n++;
+    }
+    assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+    assert_int_equal(n, sizeof expect / sizeof expect[0]);
+
+    /* The definition, checked row by row against the steps table: the
+     * first mark (in step order) whose ts_ns is after start_ns. */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges r WHERE r.step IS NOT "
+                                 "(SELECT min(step) FROM main.steps s WHERE s.ts_ns > r.start_ns)"),
+                     0);
+    /* The spanning range ends after the mark of its own step. */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges_v WHERE stage_name = 'span' AND "
+                                 "end_ns > (SELECT ts_ns FROM main.steps WHERE step = 2)"),
+                     1);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE step = 4"), 0);
+    assert_int_equal(sql_int(db, "SELECT sum(tokens) FROM main.steps"), 1100);
+    sqlite3_close(db);
+
+    /* A trace without step marks: every step is NULL. */
+    db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    assert_true(sql_int(db, "SELECT count(*) FROM ranges") > 0);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE step IS NOT NULL"), 0);
+    sqlite3_close(db);
+}
+
+/* ---- pushdown ---- */
+
+typedef struct row {
+    int64_t thread, stage, start, dur, end, depth;
+} row;
+
+typedef struct rows {
+    row *r;
+    int n, cap;
+} rows;
+
+static void rows_push(rows *rs, const row *x)
+{
+    if (rs->n == rs->cap) {
+        rs->cap = rs->cap ? rs->cap * 2 : 1024;
+        rs->r = realloc(rs->r, (size_t)rs->cap * sizeof *rs->r);
+        assert_non_null(rs->r);
+    }
+    rs->r[rs->n++] = *x;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    for (int i = 0; i < 6; i++)
+        if (x[i] != y[i]) return x[i] < y[i] ? -1 : 1;
+    return 0;
+}
+
+static rows query_ranges(sqlite3 *db, const char *where)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT thread, stage, start_ns, dur_ns, end_ns, depth FROM ranges%s%s",
+             where ? " WHERE " : "", where ? where : "");
+    sqlite3_stmt *st = prepare(db, sql);
+    rows rs = {0};
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        row x;
+        int64_t *v = &x.thread;
+        for (int i = 0; i < 6; i++) v[i] = sqlite3_column_int64(st, i);
+        rows_push(&rs, &x);
+    }
+    if (rc != SQLITE_DONE) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rs;
+}
+
+typedef int (*row_pred)(const row *x, const int64_t *p);
+
+/* The query's rows equal the full scan's rows for which pred holds. */
+static int check_query(sqlite3 *db, const rows *all, const char *where, row_pred pred, const int64_t *p)
+{
+    rows got = query_ranges(db, where), want = {0};
+    for (int i = 0; i < all->n; i++)
+        if (pred(&all->r[i], p)) rows_push(&want, &all->r[i]);
+    if (got.n > 1) qsort(got.r, (size_t)got.n, sizeof *got.r, row_cmp);
+    if (want.n > 1) qsort(want.r, (size_t)want.n, sizeof *want.r, row_cmp);
+    if (got.n != want.n) fail_msg("WHERE %s: %d rows, expected %d", where, got.n, want.n);
+    for (int i = 0; i < got.n; i++)
+        if (row_cmp(&got.r[i], &want.r[i]) != 0) fail_msg("WHERE %s: row %d differs", where, i);
+    int n = got.n;
+    free(got.r);
+    free(want.r);
+    return n;
+}
+
+static int p_overlap(const row *x, const int64_t *p) { return x->start < p[1] && x->end > p[0]; }
+static int p_start_in(const row *x, const int64_t *p) { return x->start >= p[0] && x->start <= p[1]; }
+static int p_end_in(const row *x, const int64_t *p) { return x->end >= p[0] && x->end <= p[1]; }
+static int p_thread_window(const row *x, const int64_t *p)
+{
+    return x->thread == p[2] && x->end >= p[0] && x->start < p[1];
+}
+static int p_strict_half(const row *x, const int64_t *p) { return x->start > p[0] && x->end < p[1]; }
+static int p_start_eq(const row *x, const int64_t *p) { return x->start == p[0]; }
+static int p_end_eq_thread(const row *x, const int64_t *p) { return x->end == p[0] && x->thread == p[1]; }
+static int p_threads_before(const row *x, const int64_t *p) { return (x->thread == 0 || x->thread == 2) && x->start < p[1]; }
+static int p_stage_depth(const row *x, const int64_t *p) { return x->stage == p[2] && x->depth == 1 && x->start >= p[0]; }
+static int p_dur(const row *x, const int64_t *p) { return x->dur > p[2] && x->end <= p[1]; }
+static int p_all(const row *x, const int64_t *p) { return 1; }
+static int p_none(const row *x, const int64_t *p) { return 0; }
+static int p_thread1(const row *x, const int64_t *p) { return x->thread == 1; }
+
+static void test_pushdown_ranges(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    rows all = query_ranges(db, NULL);
+    int per_batch = 0; /* outer, middle, tail, and a leaf every third iteration */
+    for (int t = 0; t < MULTI_THREADS; t++)
+        for (int i = 0; i < MULTI_ITERS; i++) per_batch += 3 + ((i + t) % 3 == 0);
+    assert_int_equal(all.n, MULTI_BATCHES * per_batch);
+    assert_true(sql_int(db, "SELECT count(*) FROM range_chunks") >= MULTI_THREADS * MULTI_BATCHES);
+
+    /* Windows from the middle of one range to the middle of another, all
+     * over the trace (a fixed pseudo-random sequence). */
+    uint64_t seed = 12345;
+    int nonempty = 0, partial = 0;
+    char where[256];
+    for (int k = 0; k < 40; k++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        const row *a = &all.r[(seed >> 33) % (uint64_t)all.n];
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        const row *b = &all.r[(seed >> 33) % (uint64_t)all.n];
+        int64_t t0 = a->start + a->dur / 2, t1 = b->start + b->dur / 2;
+        if (t0 > t1) {
+            int64_t tmp = t0;
+            t0 = t1;
+            t1 = tmp;
+        }
+        int64_t p[3] = {t0, t1, (int64_t)(seed >> 40) % MULTI_THREADS};
+        snprintf(where, sizeof where, "start_ns < %lld AND end_ns > %lld", (long long)t1, (long long)t0);
+        int n = check_query(db, &all, where, p_overlap, p);
+        nonempty += n > 0;
+        partial += n > 0 && n < all.n;
+        snprintf(where, sizeof where, "start_ns >= %lld AND start_ns <= %lld", (long long)t0, (long long)t1);
+        check_query(db, &all, where, p_start_in, p);
+        snprintf(where, sizeof where, "end_ns BETWEEN %lld AND %lld", (long long)t0, (long long)t1);
+        check_query(db, &all, where, p_end_in, p);
+        snprintf(where, sizeof where, "thread = %lld AND end_ns >= %lld AND start_ns < %lld",
+                 (long long)p[2], (long long)t0, (long long)t1);
+        check_query(db, &all, where, p_thread_window, p);
+        /* Real-valued bounds: start_ns > t0 + 0.5 is start_ns > t0. */
+        snprintf(where, sizeof where, "start_ns > %lld.5 AND end_ns < %lld.0 - 0.5", (long long)t0,
+                 (long long)t1);
+        check_query(db, &all, where, p_strict_half, p);
+        snprintf(where, sizeof where, "thread IN (0, 2) AND start_ns < %lld", (long long)t1);
+        check_query(db, &all, where, p_threads_before, p);
+        p[2] = k % 3; /* a stage id */
+        snprintf(where, sizeof where, "stage = %lld AND depth = 1 AND start_ns >= %lld", (long long)p[2],
+                 (long long)t0);
+        check_query(db, &all, where, p_stage_depth, p);
+        p[2] = a->dur;
+        snprintf(where, sizeof where, "dur_ns > %lld AND end_ns <= %lld", (long long)p[2], (long long)t1);
+        check_query(db, &all, where, p_dur, p);
+        /* Exact values of a row. */
+        int64_t e[2] = {a->start, 0};
+        snprintf(where, sizeof where, "start_ns = %lld", (long long)a->start);
+        assert_true(check_query(db, &all, where, p_start_eq, e) >= 1);
+        e[0] = b->end;
+        e[1] = b->thread;
+        snprintf(where, sizeof where, "end_ns = %lld AND thread = %lld", (long long)b->end, (long long)b->thread);
+        assert_true(check_query(db, &all, where, p_end_eq_thread, e) >= 1);
+    }
+    assert_true(nonempty >= 30 && partial >= 30);
+
+    /* Odd and contradictory constraints: never lose a row SQLite keeps. */
+    int64_t none[3] = {0};
+    check_query(db, &all, "start_ns < 'abc'", p_all, none); /* a number is less than any text */
+    check_query(db, &all, "start_ns < 1e300 AND end_ns > -1e300", p_all, none);
+    check_query(db, &all, "start_ns > 1e300", p_none, none);
+    check_query(db, &all, "start_ns > 9223372036854775807", p_none, none);
+    check_query(db, &all, "end_ns < -9223372036854775808", p_none, none);
+    check_query(db, &all, "start_ns < 0", p_none, none);
+    check_query(db, &all, "thread = -1", p_none, none);
+    check_query(db, &all, "thread = 1.5", p_none, none);
+    assert_true(check_query(db, &all, "thread = 1.0", p_thread1, none) > 0);
+    assert_true(check_query(db, &all, "thread = '1'", p_thread1, none) > 0);
+    check_query(db, &all, "thread = NULL", p_none, none);
+    int64_t first_start = INT64_MAX, last_end = INT64_MIN;
+    for (int i = 0; i < all.n; i++) {
+        if (all.r[i].start < first_start) first_start = all.r[i].start;
+        if (all.r[i].end > last_end) last_end = all.r[i].end;
+    }
+    snprintf(where, sizeof where, "start_ns > %lld AND start_ns < %lld", (long long)last_end,
+             (long long)first_start);
+    check_query(db, &all, where, p_none, none);
+    snprintf(where, sizeof where, "start_ns >= %lld AND end_ns <= %lld", (long long)first_start,
+             (long long)last_end);
+    check_query(db, &all, where, p_all, none);
+
+    /* The plan carries the constraints to the table, also through the
+     * view's joins: 'a' thread, 'c' start_ns, 'e' end_ns. */
+    const char *queries[] = {
+        "EXPLAIN QUERY PLAN SELECT * FROM ranges WHERE thread = 1 AND start_ns < 5 AND end_ns > 3",
+        "EXPLAIN QUERY PLAN SELECT * FROM ranges_v WHERE thread = 1 AND start_ns < 5 AND end_ns > 3",
+    };
+    for (int q = 0; q < 2; q++) {
+        sqlite3_stmt *st = prepare(db, queries[q]);
+        int found = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *detail = (const char *)sqlite3_column_text(st, 3);
+            if (strstr(detail, "VIRTUAL TABLE INDEX") && strstr(detail, "a=") && strstr(detail, "c<") &&
+                strstr(detail, "e>"))
+                found = 1;
+        }
+        sqlite3_finalize(st);
+        assert_true(found);
+    }
+    free(all.r);
+    sqlite3_close(db);
+}
+
+typedef struct sample {
+    int64_t thread, counter, ts;
+    double value;
+} sample;
+
+static int query_samples(sqlite3 *db, const char *where, sample *out, int cap)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT thread, counter, ts_ns, value FROM counters%s%s", where ? " WHERE " : "",
+             where ? where : "");
+    sqlite3_stmt *st = prepare(db, sql);
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        assert_true(n < cap);
+        out[n++] = (sample){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
+                            sqlite3_column_double(st, 3)};
+    }
+    if (rc != SQLITE_DONE) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_pushdown_counters(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    enum { CAP = MULTI_THREADS * MULTI_BATCHES * MULTI_ITERS * 2 };
+    static sample all[CAP], got[CAP];
+    int n_all = query_samples(db, NULL, all, CAP);
+    assert_int_equal(n_all, MULTI_THREADS * MULTI_BATCHES * (MULTI_ITERS + MULTI_ITERS / 4));
+    /* Windows between time quantiles, so that each holds samples. */
+    static int64_t ts[CAP];
+    for (int i = 0; i < n_all; i++) ts[i] = all[i].ts;
+    qsort(ts, (size_t)n_all, sizeof *ts, cmp_i64);
+    int partial = 0;
+    for (int k = 0; k < 9; k++) {
+        int64_t t0 = ts[n_all * k / 9], t1 = ts[n_all * (k + 1) / 9 - 1];
+        for (int form = 0; form < 3; form++) {
+            char where[256];
+            switch (form) {
+            case 0: snprintf(where, sizeof where, "ts_ns >= %lld AND ts_ns < %lld", (long long)t0, (long long)t1); break;
+            case 1:
+                snprintf(where, sizeof where, "thread = 1 AND ts_ns > %lld AND ts_ns <= %lld", (long long)t0,
+                         (long long)t1);
+                break;
+            case 2:
+                snprintf(where, sizeof where, "counter = 1 AND ts_ns BETWEEN %lld AND %lld", (long long)t0,
+                         (long long)t1);
+                break;
+            }
+            int n = query_samples(db, where, got, CAP), j = 0;
+            for (int i = 0; i < n_all; i++) { /* the same filter over the full scan, in order */
+                const sample *x = &all[i];
+                int keep = form == 0   ? x->ts >= t0 && x->ts < t1
+                           : form == 1 ? x->thread == 1 && x->ts > t0 && x->ts <= t1
+                                       : x->counter == 1 && x->ts >= t0 && x->ts <= t1;
+                if (!keep) continue;
+                if (j >= n) fail_msg("WHERE %s: too few rows (%d)", where, n);
+                assert_int_equal(got[j].thread, x->thread);
+                assert_int_equal(got[j].counter, x->counter);
+                assert_int_equal(got[j].ts, x->ts);
+                assert_true(got[j].value == x->value);
+                j++;
+            }
+            assert_int_equal(n, j);
+            partial += n > 0 && n < n_all;
+        }
+    }
+    assert_true(partial >= 9);
+    sqlite3_close(db);
+}
+
+/* ---- the gpu table, read-only, innocuous, registration ---- */
+
+static void test_gpu_table(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    sqlite3_stmt *st = prepare(db, "SELECT * FROM gpu");
+    static const char *const cols[] = {"device",  "stream",      "kind",   "name",  "start_ns",
+                                       "dur_ns", "bytes", "correlation", "thread", "stage"};
+    assert_int_equal(sqlite3_column_count(st), 10);
+    for (int i = 0; i < 10; i++) assert_string_equal(sqlite3_column_name(st, i), cols[i]);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE); /* no GPU activity recorded */
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+
+    /* An empty gpu_chunks table: still no rows. One with rows, which this
+     * version cannot decode: an error that says so, not an empty table. */
+    char path[512], msg[512];
+    tmp_path(path, sizeof path, "gpu.sqlite");
+    copy_trace(f->steps_path, path);
+    sqlite3 *w;
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    exec_ok(w, "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER, data BLOB)");
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 0);
+    sqlite3_close(db);
+    exec_ok(w, "INSERT INTO gpu_chunks(device, data) VALUES (0, x'4701020304')");
+    sqlite3_close(w);
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_run(db, "SELECT count(*) FROM gpu", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "cannot decode"));
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), 7); /* the rest still reads */
+    sqlite3_close(db);
+    unlink(path);
+}
+
+static void test_read_only_and_registration(void **state)
+{
+    fixture *f = *state;
+    char msg[512];
+    assert_int_equal(st_sql_register(NULL), ST_EINVAL);
+
+    /* A read-write connection: the tables still refuse writes, and the
+     * views live in TEMP, so the trace itself is not changed. */
+    sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READWRITE);
+    assert_int_equal(st_sql_register(db), ST_OK); /* twice is fine */
+    assert_int_equal(sql_run(db, "DELETE FROM ranges", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "may not be modified"));
+    assert_int_equal(sql_run(db, "INSERT INTO counters VALUES (0, 0, 1, 2)", NULL, 0), SQLITE_ERROR);
+    assert_int_equal(sql_run(db, "UPDATE ranges SET depth = 3", NULL, 0), SQLITE_ERROR);
+    assert_int_equal(sql_run(db, "CREATE VIRTUAL TABLE r2 USING ranges", NULL, 0), SQLITE_ERROR);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM temp.sqlite_schema WHERE type = 'view' AND "
+                                 "name IN ('ranges_v', 'counters_v')"),
+                     2);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM main.sqlite_schema WHERE name LIKE '%_v'"), 0);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), 7);
+    sqlite3_close(db);
+
+    /* Not a trace: a query fails with the reader's message. */
+    db = open_registered(":memory:", SQLITE_OPEN_READWRITE);
+    assert_int_equal(sql_run(db, "SELECT * FROM ranges", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "not a stagetrace trace"));
+    assert_int_equal(sql_run(db, "SELECT * FROM counters_v", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "not a stagetrace trace"));
+    sqlite3_close(db);
+
+    /* Innocuous: a view stored in the file may use the tables even with
+     * trusted_schema off (as the reader and analyze open traces). */
+    char path[512];
+    tmp_path(path, sizeof path, "stored_view.sqlite");
+    copy_trace(f->steps_path, path);
+    db = open_registered(path, SQLITE_OPEN_READWRITE);
+    exec_ok(db, "CREATE VIEW main.stored_v AS SELECT count(*) AS n FROM ranges WHERE step IS NOT NULL");
+    sqlite3_close(db);
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)0), SQLITE_OK);
+    assert_int_equal(sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)0), SQLITE_OK);
+    assert_int_equal(st_sql_register(db), ST_OK);
+    assert_int_equal(sql_int(db, "SELECT n FROM stored_v"), 6);
+    sqlite3_close(db);
+    unlink(path);
+}
+
+/* ---- the loadable extension ---- */
+
+static void extension_path(char *buf, size_t size, int with_suffix)
+{
+    snprintf(buf, size, "%s/stagetrace_ext%s", build_dir(), with_suffix ? ".so" : "");
+}
+
+static const char ext_sql[] =
+    "SELECT count(*), sum(dur_ns), group_concat(stage_name || '@' || coalesce(step, 'null'), ',') "
+    "FROM (SELECT * FROM ranges_v ORDER BY start_ns, depth);\n"
+    "SELECT count(*), sum(value), group_concat(counter_name, ',') FROM counters_v;\n"
+    "SELECT count(*) FROM gpu;\n"
+    "SELECT count(*) FROM ranges WHERE step = 1;\n";
+
+/* Runs ext_sql on a connection, as the shell prints it: '|' between
+ * values, one line per row. */
+static void run_ext_sql(sqlite3 *db, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = 0;
+    const char *tail = ext_sql;
+    while (*tail) {
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_prepare_v2(db, tail, -1, &st, &tail), SQLITE_OK);
+        if (!st) break;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            for (int i = 0; i < sqlite3_column_count(st); i++) {
+                const unsigned char *v = sqlite3_column_text(st, i);
+                len += (size_t)snprintf(out + len, size - len, "%s%s", i ? "|" : "", v ? (const char *)v : "");
+                assert_true(len < size);
+            }
+            len += (size_t)snprintf(out + len, size - len, "\n");
+        }
+        assert_int_equal(sqlite3_finalize(st), SQLITE_OK);
+        while (*tail == '\n' || *tail == ' ') tail++;
+    }
+}
+
+static void test_extension_in_process(void **state)
+{
+    fixture *f = *state;
+    char ext[512], lib_out[4096], ext_out[4096];
+    extension_path(ext, sizeof ext, 1);
+    if (access(ext, R_OK) != 0) fail_msg("%s is missing (run make first)", ext);
+    extension_path(ext, sizeof ext, 0);
+
+    sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    run_ext_sql(db, lib_out, sizeof lib_out);
+    sqlite3_close(db);
+    assert_int_equal(strncmp(lib_out, "7|", 2), 0);
+    assert_non_null(strstr(lib_out, "|before@0,outer@1,inner@1,span@2,nested@3,gap@5,after@null\n"
+                                    "1|100|tokens\n0\n2\n"));
+
+    /* The extension build, loaded the way any SQLite program would. */
+    assert_int_equal(sqlite3_open_v2(f->steps_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 1, (int *)0), SQLITE_OK);
+    char *err = NULL;
+    if (sqlite3_load_extension(db, ext, NULL, &err) != SQLITE_OK) fail_msg("load %s: %s", ext, err);
+    run_ext_sql(db, ext_out, sizeof ext_out);
+    assert_string_equal(ext_out, lib_out);
+    sqlite3_close(db);
+}
+
+/* Sanitizer runtimes this process runs with: the extension of a sanitizer
+ * build needs them preloaded into the (uninstrumented) shell. */
+static int find_sanitizer(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    char *preload = arg;
+    const char *name = info->dlpi_name;
+    if (name && (strstr(name, "/libasan.so") || strstr(name, "/libubsan.so") || strstr(name, "/libtsan.so"))) {
+        size_t len = strlen(preload);
+        snprintf(preload + len, 1024 - len, "%s%s", len ? ":" : "", name);
+    }
+    return 0;
+}
+
+/* Runs the sqlite3 shell on trace with .load and script; returns its exit
+ * status, output (stdout and stderr) in out. */
+static int run_shell(const char *trace, const char *script, char *out, size_t size)
+{
+    char ext[512], script_path[512], cmd[4096], preload[1024] = "";
+    extension_path(ext, sizeof ext, 0);
+    tmp_path(script_path, sizeof script_path, "script.sql");
+    FILE *s = fopen(script_path, "w");
+    assert_non_null(s);
+    fprintf(s, ".load %s\n%s", ext, script);
+    fclose(s);
+    dl_iterate_phdr(find_sanitizer, preload);
+    snprintf(cmd, sizeof cmd, "%s%s%s sqlite3 -batch -bail '%s' < '%s' 2>&1", preload[0] ? "LD_PRELOAD='" : "",
+             preload, preload[0] ? "' ASAN_OPTIONS=detect_leaks=0" : "", trace, script_path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t len = fread(out, 1, size - 1, p);
+    out[len] = 0;
+    int status = pclose(p);
+    unlink(script_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void test_extension_shell(void **state)
+{
+    fixture *f = *state;
+    if (system("command -v sqlite3 >/dev/null 2>&1") != 0) {
+        print_message("sqlite3 shell not installed: skipped\n");
+        skip();
+    }
+    char ext[512], lib_out[4096], out[8192];
+    extension_path(ext, sizeof ext, 1);
+    if (access(ext, R_OK) != 0) fail_msg("%s is missing (run make first)", ext);
+
+    sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    run_ext_sql(db, lib_out, sizeof lib_out);
+    sqlite3_close(db);
+
+    int status = run_shell(f->steps_path, ext_sql, out, sizeof out);
+    if (status != 0) fail_msg("sqlite3 shell exited %d:\n%s", status, out);
+    assert_string_equal(out, lib_out);
+    assert_non_null(strstr(out, "before@0,outer@1,inner@1,span@2,nested@3,gap@5,after@null"));
+
+    /* Time-window pushdown in the shell too. */
+    status = run_shell(f->multi_path,
+                       "SELECT count(*) = (SELECT count(*) FROM (SELECT * FROM ranges ORDER BY rowid) "
+                       "WHERE +start_ns < (SELECT avg(start_ns) FROM ranges) AND +thread = 1) "
+                       "FROM ranges WHERE start_ns < (SELECT avg(start_ns) FROM ranges) AND thread = 1;\n",
+                       out, sizeof out);
+    assert_int_equal(status, 0);
+    assert_string_equal(out, "1\n");
+
+    /* A database that is not a trace: a clear message, a failing status. */
+    char path[512];
+    tmp_path(path, sizeof path, "not_a_trace.sqlite");
+    unlink(path);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    exec_ok(db, "CREATE TABLE t(x)");
+    sqlite3_close(db);
+    status = run_shell(path, "SELECT count(*) FROM ranges;\n", out, sizeof out);
+    assert_true(status != 0);
+    assert_non_null(strstr(out, "not a stagetrace trace"));
+    unlink(path);
+}
+
+/* ---- damaged chunks ---- */
+
+/* Copies the multi trace and damages it with sql, run on a separate,
+ * writable connection. */
+static void damaged_copy(const fixture *f, const char *path, const char *sql)
+{
+    copy_trace(f->multi_path, path);
+    sqlite3 *w;
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    exec_ok(w, sql);
+    assert_int_equal(sqlite3_changes(w), 1);
+    sqlite3_close(w);
+}
+
+static void test_corrupt_chunks(void **state)
+{
+    fixture *f = *state;
+    char path[512], msg[512], sql[512];
+    tmp_path(path, sizeof path, "corrupt.sqlite");
+
+    /* What the intact trace says, for comparison. */
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    rows all = query_ranges(db, NULL);
+    /* The victim: thread 1's first chunk (many events); a window after it. */
+    int64_t victim = sql_int(db, "SELECT min(id) FROM range_chunks WHERE thread = 1");
+    snprintf(sql, sizeof sql, "SELECT n_events FROM range_chunks WHERE id = %lld", (long long)victim);
+    assert_true(sql_int(db, sql) > 10);
+    /* A range starting at or after after = t1 + 2 ends after t1 + 1, so
+     * the (conservative) window leaves out a chunk that ends at t1. */
+    snprintf(sql, sizeof sql, "SELECT t1_ns + 2 FROM range_chunks WHERE id = %lld", (long long)victim);
+    int64_t after = sql_int(db, sql);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM ranges WHERE start_ns >= %lld", (long long)after);
+    int64_t n_after = sql_int(db, sql);
+    assert_true(n_after > 0);
+    int64_t n_thread2 = sql_int(db, "SELECT count(*) FROM ranges WHERE thread = 2");
+    sqlite3_close(db);
+
+    /* Truncated to 5 bytes. */
+    snprintf(sql, sizeof sql, "UPDATE range_chunks SET data = substr(data, 1, 5) WHERE id = %lld",
+             (long long)victim);
+    damaged_copy(f, path, sql);
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_run(db, "SELECT count(*) FROM ranges", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "corrupt or truncated"));
+    assert_int_equal(sql_run(db, "SELECT stage_name, sum(dur_ns) FROM ranges_v GROUP BY 1", msg, sizeof msg),
+                     SQLITE_ERROR);
+    assert_non_null(strstr(msg, "range_chunks"));
+    /* Rows that come before the error are real ones, in order. */
+    sqlite3_stmt *st = prepare(db, "SELECT thread, stage, start_ns, dur_ns, end_ns, depth FROM ranges");
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        assert_true(n < all.n);
+        int64_t v[6];
+        for (int i = 0; i < 6; i++) v[i] = sqlite3_column_int64(st, i);
+        assert_int_equal(row_cmp(v, &all.r[n]), 0);
+        n++;
+    }
+    assert_int_equal(rc, SQLITE_ERROR);
+    sqlite3_finalize(st);
+    /* Queries that do not need the damaged chunk still answer, so a time
+     * window reads only the chunks that overlap it. */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE thread = 2"), n_thread2);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM ranges WHERE start_ns >= %lld", (long long)after);
+    assert_int_equal(sql_int(db, sql), n_after);
+    sqlite3_close(db);
+    /* The reader API reports the same. */
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    st_range_iter *it;
+    assert_int_equal(st_range_iter_open(&it, r, 1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range range;
+    assert_int_equal(st_range_iter_next(it, &range), ST_ECORRUPT);
+    assert_non_null(strstr(st_last_error(), "corrupt or truncated"));
+    st_range_iter_close(it);
+    st_reader_close(r);
+    /* And the shell, through the extension. */
+    if (system("command -v sqlite3 >/dev/null 2>&1") == 0) {
+        char out[4096];
+        assert_true(run_shell(path, "SELECT count(*) FROM ranges;\n", out, sizeof out) != 0);
+        assert_non_null(strstr(out, "corrupt or truncated"));
+    }
+
+    /* Other damage: each one an error with a message. */
+    static const struct {
+        const char *sql, *message;
+    } damage[] = {
+        {"UPDATE range_chunks SET data = 'not a blob' WHERE id = %lld", "wrongly typed"},
+        {"UPDATE range_chunks SET data = zeroblob(64) WHERE id = %lld", "corrupt"},
+        {"UPDATE range_chunks SET n_events = n_events + 1 WHERE id = %lld", "corrupt"},
+        {"UPDATE range_chunks SET n_events = n_events - 1 WHERE id = %lld", "corrupt"},
+        {"UPDATE range_chunks SET data = CAST(data || x'00' AS BLOB) WHERE id = %lld", "corrupt"},
+        {"UPDATE range_chunks SET data = CAST(x'45' || substr(data, 2, 3) || x'ffffffffffffffffffff01' || "
+         "substr(data, 5) AS BLOB) WHERE id = %lld",
+         "corrupt"},
+        {"UPDATE range_chunks SET thread = 77 WHERE id = %lld", "unknown thread"},
+    };
+    for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+        snprintf(sql, sizeof sql, damage[i].sql, (long long)victim);
+        damaged_copy(f, path, sql);
+        db = open_registered(path, SQLITE_OPEN_READONLY);
+        assert_int_equal(sql_run(db, "SELECT sum(dur_ns) FROM ranges", msg, sizeof msg), SQLITE_ERROR);
+        if (!strstr(msg, damage[i].message)) fail_msg("damage %zu: message '%s'", i, msg);
+        sqlite3_close(db);
+    }
+
+    /* A damaged counter chunk. */
+    damaged_copy(f, path,
+                 "UPDATE counter_chunks SET data = substr(data, 1, 5) WHERE id = (SELECT min(id) FROM "
+                 "counter_chunks)");
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_run(db, "SELECT sum(value) FROM counters_v", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "counter_chunks"));
+    assert_int_equal(sql_run(db, "SELECT count(*) FROM ranges", NULL, 0), SQLITE_OK);
+    sqlite3_close(db);
+
+    free(all.r);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step_column),
+        cmocka_unit_test(test_pushdown_ranges),
+        cmocka_unit_test(test_pushdown_counters),
+        cmocka_unit_test(test_gpu_table),
+        cmocka_unit_test(test_read_only_and_registration),
+        cmocka_unit_test(test_extension_in_process),
+        cmocka_unit_test(test_extension_shell),
+        cmocka_unit_test(test_corrupt_chunks),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,576 @@
+/* vtab.c: the SQL face of a trace. A SQLite virtual-table module that shows
+ * the chunk tables as plain row tables, decoded through the reader
+ * (st_reader.h), so any SQL sees one row per completed range, counter sample
+ * and (later) GPU activity record:
+ *
+ *   ranges(thread, stage, start_ns, dur_ns, end_ns, depth, step)
+ *   counters(thread, counter, ts_ns, value)
+ *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
+ *
+ * plus the TEMP views ranges_v and counters_v, which join the names in.
+ * The tables are eponymous-only (`SELECT * FROM ranges` needs no CREATE
+ * VIRTUAL TABLE), read-only, and innocuous, so views may use them with
+ * trusted_schema off. Each table opens its own st_reader over the connection
+ * when SQLite first connects it (once per connection); the reader re-checks
+ * the trace like any untrusted file. The small tables (threads, stages,
+ * counters, steps) are thus a snapshot: on a trace still being written, a
+ * thread or stage registered after that makes queries on this connection
+ * fail ("unknown thread"); a new connection sees it.
+ *
+ * Constraints on thread and on start_ns / end_ns (ts_ns for counters) become
+ * the iterator's thread and time window, so a windowed query decodes only the
+ * chunks that overlap the window. The window is conservative; the cursor then
+ * applies every pushed constraint exactly to the decoded rows, and SQLite
+ * re-checks them all (no constraint is omitted), so a value of an odd type
+ * can at worst make the filter looser, never drop a row.
+ *
+ * Built twice: into libstagetrace (entry point st_sql_register) and, with
+ * -DST_SQLITE_EXTENSION, into the loadable extension stagetrace_ext.so
+ * (entry point sqlite3_stagetraceext_init, for `.load build/stagetrace_ext`).
+ * The tables are documented in docs/trace-format.md, "Row views".
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "st_reader.h"
+#include "st_sqlite.h"
+
+#ifdef ST_SQLITE_EXTENSION
+SQLITE_EXTENSION_INIT1
+#endif
+
+/* ---- the tables ---- */
+
+enum table_id { TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU };
+
+enum { R_THREAD, R_STAGE, R_START, R_DUR, R_END, R_DEPTH, R_STEP, R_NCOLS };
+enum { C_THREAD, C_COUNTER, C_TS, C_VALUE, C_NCOLS };
+
+#define MAX_COLS 10
+#define MAX_PUSHED 16 /* constraints passed to xFilter; more are left to SQLite */
+
+typedef struct table_def {
+    enum table_id id;
+    const char *name;
+    const char *schema;
+    /* Columns whose constraints the cursor applies: integers, never NULL. */
+    unsigned filter_cols;
+    /* Of those, the ones that narrow what is decoded (thread, time). */
+    unsigned window_cols;
+    /* Lower bound of each filtered column's domain (ids, depths and
+     * durations are never negative). */
+    int64_t domain_lo[MAX_COLS];
+} table_def;
+
+#define BIT(c) (1u << (c))
+
+static const table_def table_defs[] = {
+    {TABLE_RANGES, "ranges",
+     "CREATE TABLE x(thread INTEGER, stage INTEGER, start_ns INTEGER, dur_ns INTEGER, "
+     "end_ns INTEGER, depth INTEGER, step INTEGER)",
+     BIT(R_THREAD) | BIT(R_STAGE) | BIT(R_START) | BIT(R_DUR) | BIT(R_END) | BIT(R_DEPTH),
+     BIT(R_THREAD) | BIT(R_START) | BIT(R_END),
+     {[R_THREAD] = 0, [R_STAGE] = 0, [R_START] = INT64_MIN, [R_DUR] = 0, [R_END] = INT64_MIN,
+      [R_DEPTH] = 0}},
+    {TABLE_COUNTERS, "counters",
+     "CREATE TABLE x(thread INTEGER, counter INTEGER, ts_ns INTEGER, value NUMERIC)",
+     BIT(C_THREAD) | BIT(C_COUNTER) | BIT(C_TS), BIT(C_THREAD) | BIT(C_TS),
+     {[C_THREAD] = 0, [C_COUNTER] = 0, [C_TS] = INT64_MIN}},
+    /* GPU activity (CUPTI kernels, copies, ...) is not recorded by schema
+     * version 1: the table exists so that queries and tools can be written
+     * against it, and it is empty. A later schema addition (a gpu_chunks
+     * table and its encoding in docs/trace-format.md) fills it; until this
+     * file decodes that encoding, a trace whose gpu_chunks holds rows makes
+     * a query fail instead of showing an empty table. */
+    {TABLE_GPU, "gpu",
+     "CREATE TABLE x(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, "
+     "dur_ns INTEGER, bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER)",
+     0, 0, {0}},
+};
+
+typedef struct st_vtab {
+    sqlite3_vtab base;
+    sqlite3 *db;
+    const table_def *def;
+    st_reader *reader;
+    int has_gpu_chunks;
+} st_vtab;
+
+typedef struct st_cursor {
+    sqlite3_vtab_cursor base;
+    st_range_iter *ranges;
+    st_sample_iter *samples;
+    st_range range;
+    st_sample_row sample;
+    int eof;
+    sqlite3_int64 rowid;
+    int64_t lo[MAX_COLS], hi[MAX_COLS]; /* the row filter: lo <= column <= hi */
+} st_cursor;
+
+static int vt_error(st_vtab *vt, int st_code)
+{
+    sqlite3_free(vt->base.zErrMsg);
+    vt->base.zErrMsg = sqlite3_mprintf("%s", st_last_error());
+    return st_code == ST_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR;
+}
+
+static int is_table(sqlite3 *db, const char *name, int *out)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT type = 'table' FROM main.sqlite_schema WHERE name = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                      sqlite3_vtab **out, char **err)
+{
+    const table_def *def = aux;
+    st_vtab *vt = sqlite3_malloc(sizeof *vt);
+    if (!vt) return SQLITE_NOMEM;
+    memset(vt, 0, sizeof *vt);
+    vt->db = db;
+    vt->def = def;
+    int rc = st_reader_open_db(&vt->reader, db);
+    if (rc) {
+        *err = sqlite3_mprintf("stagetrace table '%s': %s", def->name, st_last_error());
+        sqlite3_free(vt);
+        return rc == ST_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR;
+    }
+    int sql_rc = SQLITE_OK;
+    if (def->id == TABLE_GPU) sql_rc = is_table(db, "gpu_chunks", &vt->has_gpu_chunks);
+    if (sql_rc == SQLITE_OK) sql_rc = sqlite3_declare_vtab(db, def->schema);
+    if (sql_rc == SQLITE_OK) sql_rc = sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+    if (sql_rc != SQLITE_OK) {
+        *err = sqlite3_mprintf("stagetrace table '%s': %s", def->name, sqlite3_errmsg(db));
+        st_reader_close(vt->reader);
+        sqlite3_free(vt);
+        return sql_rc;
+    }
+    *out = &vt->base;
+    return SQLITE_OK;
+}
+
+static int vt_disconnect(sqlite3_vtab *vtab)
+{
+    st_vtab *vt = (st_vtab *)vtab;
+    st_reader_close(vt->reader);
+    sqlite3_free(vt);
+    return SQLITE_OK;
+}
+
+/* ---- planning ----
+ * idxStr lists the constraints passed to xFilter, two characters each:
+ * the column ('a' + index) and the operator ('=', '<', 'l' for <=, '>',
+ * 'g' for >=). */
+
+static int vt_best_index(sqlite3_vtab *vtab, sqlite3_index_info *info)
+{
+    const table_def *def = ((st_vtab *)vtab)->def;
+    char plan[2 * MAX_PUSHED + 1];
+    int n = 0;
+    double cost = 1e6, rows = 1e6;
+    for (int i = 0; i < info->nConstraint && n < MAX_PUSHED; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        if (!c->usable || c->iColumn < 0 || c->iColumn >= MAX_COLS ||
+            !(def->filter_cols & BIT(c->iColumn)))
+            continue;
+        char op;
+        switch (c->op) {
+        case SQLITE_INDEX_CONSTRAINT_EQ: op = '='; break;
+        case SQLITE_INDEX_CONSTRAINT_LT: op = '<'; break;
+        case SQLITE_INDEX_CONSTRAINT_LE: op = 'l'; break;
+        case SQLITE_INDEX_CONSTRAINT_GT: op = '>'; break;
+        case SQLITE_INDEX_CONSTRAINT_GE: op = 'g'; break;
+        default: continue;
+        }
+        info->aConstraintUsage[i].argvIndex = n + 1;
+        info->aConstraintUsage[i].omit = 0; /* SQLite re-checks every row */
+        plan[2 * n] = (char)('a' + c->iColumn);
+        plan[2 * n + 1] = op;
+        n++;
+        /* A narrower window decodes fewer chunks; other filters only pass
+         * fewer rows up. */
+        double keep = op == '=' ? 0.05 : 0.25;
+        rows *= keep;
+        cost *= (def->window_cols & BIT(c->iColumn)) ? keep : 0.9;
+    }
+    plan[2 * n] = 0;
+    if (n) {
+        info->idxStr = sqlite3_mprintf("%s", plan);
+        if (!info->idxStr) return SQLITE_NOMEM;
+        info->needToFreeIdxStr = 1;
+    }
+    info->estimatedCost = cost < 1 ? 1 : cost;
+    info->estimatedRows = rows < 1 ? 1 : (sqlite3_int64)rows;
+    return SQLITE_OK;
+}
+
+/* ---- cursors ---- */
+
+static int vt_open(sqlite3_vtab *vtab, sqlite3_vtab_cursor **out)
+{
+    st_cursor *c = sqlite3_malloc(sizeof *c);
+    if (!c) return SQLITE_NOMEM;
+    memset(c, 0, sizeof *c);
+    c->eof = 1;
+    *out = &c->base;
+    return SQLITE_OK;
+}
+
+static void cursor_reset(st_cursor *c)
+{
+    st_range_iter_close(c->ranges);
+    st_sample_iter_close(c->samples);
+    c->ranges = NULL;
+    c->samples = NULL;
+    c->eof = 1;
+    c->rowid = 0;
+}
+
+static int vt_close(sqlite3_vtab_cursor *cur)
+{
+    st_cursor *c = (st_cursor *)cur;
+    cursor_reset(c);
+    sqlite3_free(c);
+    return SQLITE_OK;
+}
+
+/* Bounds of an integer column x for which "x op v" can hold, intersected
+ * into [*lo, *hi]. Only numeric v narrows: SQLite compares a number with a
+ * text or blob by type, and NULL never matches, so ignoring those is safe
+ * (SQLite applies the constraint anyway). Doubles are compared as SQLite
+ * does, numerically: x < 2.5 holds for x <= 2. */
+static void narrow(int64_t *lo, int64_t *hi, char op, sqlite3_value *v)
+{
+    int type = sqlite3_value_type(v);
+    if (type == SQLITE_INTEGER) {
+        int64_t x = sqlite3_value_int64(v);
+        int64_t l = INT64_MIN, h = INT64_MAX;
+        switch (op) {
+        case '=': l = h = x; break;
+        case '<':
+            if (x == INT64_MIN) l = INT64_MAX, h = INT64_MIN; /* nothing */
+            else h = x - 1;
+            break;
+        case 'l': h = x; break;
+        case '>':
+            if (x == INT64_MAX) l = INT64_MAX, h = INT64_MIN;
+            else l = x + 1;
+            break;
+        case 'g': l = x; break;
+        }
+        if (l > *lo) *lo = l;
+        if (h < *hi) *hi = h;
+    } else if (type == SQLITE_FLOAT) {
+        double d = sqlite3_value_double(v);
+        if (isnan(d)) return;
+        const double two63 = 9223372036854775808.0;
+        /* x >= lower and x <= upper, as doubles; NAN: no bound */
+        double lower = NAN, upper = NAN;
+        switch (op) {
+        case '=': lower = ceil(d); upper = floor(d); break;
+        case '<': upper = ceil(d) - 1; break;
+        case 'l': upper = floor(d); break;
+        case '>': lower = floor(d) + 1; break;
+        case 'g': lower = ceil(d); break;
+        }
+        if (!isnan(lower)) {
+            if (lower >= two63) *lo = INT64_MAX, *hi = INT64_MIN; /* nothing */
+            else if (lower > -two63 && (int64_t)lower > *lo) *lo = (int64_t)lower;
+        }
+        if (!isnan(upper)) {
+            if (upper < -two63) *lo = INT64_MAX, *hi = INT64_MIN;
+            else if (upper < two63 && (int64_t)upper < *hi) *hi = (int64_t)upper;
+        }
+    }
+}
+
+static int keep(const st_cursor *c, int col, int64_t value)
+{
+    return value >= c->lo[col] && value <= c->hi[col];
+}
+
+static int next_range(st_cursor *c)
+{
+    for (;;) {
+        int rc = st_range_iter_next(c->ranges, &c->range);
+        if (rc == 0) {
+            c->eof = 1;
+            return SQLITE_OK;
+        }
+        if (rc < 0) {
+            c->eof = 1;
+            return vt_error((st_vtab *)c->base.pVtab, rc);
+        }
+        const st_range *r = &c->range;
+        if (keep(c, R_THREAD, r->thread) && keep(c, R_STAGE, r->stage) &&
+            keep(c, R_START, r->start_ns) && keep(c, R_DUR, r->dur_ns) &&
+            keep(c, R_END, r->start_ns + r->dur_ns) && keep(c, R_DEPTH, r->depth)) {
+            c->rowid++;
+            return SQLITE_OK;
+        }
+    }
+}
+
+static int next_sample(st_cursor *c)
+{
+    for (;;) {
+        int rc = st_sample_iter_next(c->samples, &c->sample);
+        if (rc == 0) {
+            c->eof = 1;
+            return SQLITE_OK;
+        }
+        if (rc < 0) {
+            c->eof = 1;
+            return vt_error((st_vtab *)c->base.pVtab, rc);
+        }
+        const st_sample_row *s = &c->sample;
+        if (keep(c, C_THREAD, s->thread) && keep(c, C_COUNTER, s->counter) &&
+            keep(c, C_TS, s->ts_ns)) {
+            c->rowid++;
+            return SQLITE_OK;
+        }
+    }
+}
+
+/* The thread argument of the iterators: one thread, or -1 for all. */
+static int64_t one_thread(const st_cursor *c, int col)
+{
+    return c->lo[col] == c->hi[col] ? c->lo[col] : -1;
+}
+
+static int gpu_filter(st_vtab *vt, st_cursor *c)
+{
+    if (!vt->has_gpu_chunks) return SQLITE_OK; /* no GPU activity recorded: no rows */
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(vt->db, "SELECT 1 FROM main.gpu_chunks LIMIT 1", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_free(vt->base.zErrMsg);
+        vt->base.zErrMsg = sqlite3_mprintf("stagetrace table 'gpu': %s", sqlite3_errmsg(vt->db));
+        return rc;
+    }
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE) return SQLITE_OK;
+    sqlite3_free(vt->base.zErrMsg);
+    vt->base.zErrMsg = sqlite3_mprintf(
+        "stagetrace table 'gpu': this trace holds GPU activity chunks that this version of "
+        "stagetrace (%s) cannot decode; read it with a matching stagetrace release",
+        ST_VERSION_STRING);
+    return SQLITE_ERROR;
+}
+
+static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
+                     sqlite3_value **argv)
+{
+    st_cursor *c = (st_cursor *)cur;
+    st_vtab *vt = (st_vtab *)cur->pVtab;
+    const table_def *def = vt->def;
+    cursor_reset(c);
+    for (int i = 0; i < MAX_COLS; i++) {
+        c->lo[i] = def->domain_lo[i];
+        c->hi[i] = INT64_MAX;
+    }
+    for (int i = 0; i < argc && idx_str && idx_str[2 * i]; i++) {
+        int col = idx_str[2 * i] - 'a';
+        if (col >= 0 && col < MAX_COLS) narrow(&c->lo[col], &c->hi[col], idx_str[2 * i + 1], argv[i]);
+    }
+    for (int i = 0; i < MAX_COLS; i++)
+        if (c->lo[i] > c->hi[i]) return SQLITE_OK; /* contradictory: no rows */
+
+    int rc;
+    switch (def->id) {
+    case TABLE_RANGES: {
+        /* start <= end, so an upper bound on either bounds the start and a
+         * lower bound on either bounds the end. The iterator returns ranges
+         * with start < t1 and end > t0 (and empty ranges at t0). */
+        int64_t start_max = c->hi[R_START] < c->hi[R_END] ? c->hi[R_START] : c->hi[R_END];
+        int64_t end_min = c->lo[R_END] > c->lo[R_START] ? c->lo[R_END] : c->lo[R_START];
+        int64_t t1 = start_max == INT64_MAX ? INT64_MAX : start_max + 1;
+        int64_t t0 = end_min == INT64_MIN ? INT64_MIN : end_min - 1;
+        rc = st_range_iter_open(&c->ranges, vt->reader, one_thread(c, R_THREAD), t0, t1);
+        if (rc) return vt_error(vt, rc);
+        c->eof = 0;
+        return next_range(c);
+    }
+    case TABLE_COUNTERS: {
+        int64_t t0 = c->lo[C_TS];
+        int64_t t1 = c->hi[C_TS] == INT64_MAX ? INT64_MAX : c->hi[C_TS] + 1;
+        rc = st_sample_iter_open(&c->samples, vt->reader, one_thread(c, C_THREAD), t0, t1);
+        if (rc) return vt_error(vt, rc);
+        c->eof = 0;
+        return next_sample(c);
+    }
+    case TABLE_GPU:
+        return gpu_filter(vt, c);
+    }
+    return SQLITE_OK;
+}
+
+static int vt_next(sqlite3_vtab_cursor *cur)
+{
+    st_cursor *c = (st_cursor *)cur;
+    if (c->eof) return SQLITE_OK;
+    if (c->ranges) return next_range(c);
+    if (c->samples) return next_sample(c);
+    c->eof = 1;
+    return SQLITE_OK;
+}
+
+static int vt_eof(sqlite3_vtab_cursor *cur) { return ((st_cursor *)cur)->eof; }
+
+static int vt_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *rowid)
+{
+    *rowid = ((st_cursor *)cur)->rowid;
+    return SQLITE_OK;
+}
+
+/* The step a range falls in: the first step whose mark is after its start
+ * (a mark says "step s ended now"). 0 when there is none. */
+static int step_of(const st_reader *r, int64_t start_ns, uint64_t *step)
+{
+    uint32_t lo = 0, hi = st_reader_n_steps(r);
+    while (lo < hi) { /* marks are sorted by step and by time */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (st_reader_step(r, mid)->ts_ns > start_ns)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (lo == st_reader_n_steps(r)) return 0;
+    *step = st_reader_step(r, lo)->step;
+    return 1;
+}
+
+/* Counter values come back as integers when they are stored as integers
+ * (docs/trace-format.md, "Counter chunk"), as reals otherwise. NaN becomes
+ * NULL, as everywhere in SQLite. */
+static void result_value(sqlite3_context *ctx, double v)
+{
+    if (v >= -9.0e15 && v <= 9.0e15 && v == (double)(int64_t)v && !(v == 0 && signbit(v)))
+        sqlite3_result_int64(ctx, (sqlite3_int64)v);
+    else
+        sqlite3_result_double(ctx, v);
+}
+
+static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
+{
+    st_cursor *c = (st_cursor *)cur;
+    st_vtab *vt = (st_vtab *)cur->pVtab;
+    if (c->ranges) {
+        const st_range *r = &c->range;
+        switch (col) {
+        case R_THREAD: sqlite3_result_int64(ctx, r->thread); break;
+        case R_STAGE: sqlite3_result_int64(ctx, r->stage); break;
+        case R_START: sqlite3_result_int64(ctx, r->start_ns); break;
+        case R_DUR: sqlite3_result_int64(ctx, r->dur_ns); break;
+        case R_END: sqlite3_result_int64(ctx, r->start_ns + r->dur_ns); break;
+        case R_DEPTH: sqlite3_result_int64(ctx, r->depth); break;
+        case R_STEP: {
+            uint64_t step;
+            if (step_of(vt->reader, r->start_ns, &step))
+                sqlite3_result_int64(ctx, (sqlite3_int64)step);
+            else
+                sqlite3_result_null(ctx);
+            break;
+        }
+        }
+    } else if (c->samples) {
+        const st_sample_row *s = &c->sample;
+        switch (col) {
+        case C_THREAD: sqlite3_result_int64(ctx, s->thread); break;
+        case C_COUNTER: sqlite3_result_int64(ctx, s->counter); break;
+        case C_TS: sqlite3_result_int64(ctx, s->ts_ns); break;
+        case C_VALUE: result_value(ctx, s->value); break;
+        }
+    }
+    return SQLITE_OK;
+}
+
+static const sqlite3_module st_module = {
+    .iVersion = 0,
+    .xCreate = NULL, /* eponymous-only: no CREATE VIRTUAL TABLE */
+    .xConnect = vt_connect,
+    .xBestIndex = vt_best_index,
+    .xDisconnect = vt_disconnect,
+    .xDestroy = NULL,
+    .xOpen = vt_open,
+    .xClose = vt_close,
+    .xFilter = vt_filter,
+    .xNext = vt_next,
+    .xEof = vt_eof,
+    .xColumn = vt_column,
+    .xRowid = vt_rowid,
+    .xUpdate = NULL, /* read-only */
+};
+
+/* ---- registration ---- */
+
+/* TEMP views, so that nothing is written to the trace; LEFT JOINs, so that
+ * a row whose name is missing still shows. */
+static const char views_sql[] =
+    "CREATE TEMP VIEW IF NOT EXISTS ranges_v AS\n"
+    "  SELECT r.thread, r.stage, r.start_ns, r.dur_ns, r.end_ns, r.depth, r.step,\n"
+    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS kind\n"
+    "  FROM main.ranges AS r\n"
+    "  LEFT JOIN main.threads AS t ON t.id = r.thread\n"
+    "  LEFT JOIN main.stages AS s ON s.id = r.stage;\n"
+    "CREATE TEMP VIEW IF NOT EXISTS counters_v AS\n"
+    "  SELECT c.thread, c.counter, c.ts_ns, c.value,\n"
+    "         t.name AS thread_name, n.name AS counter_name, n.unit AS unit\n"
+    "  FROM main.counters AS c\n"
+    "  LEFT JOIN main.threads AS t ON t.id = c.thread\n"
+    "  LEFT JOIN main.counter_names AS n ON n.id = c.counter;\n";
+
+int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int st_sql_register(sqlite3 *db)
+{
+    if (!db) return st_set_error(ST_EINVAL, "st_sql_register: no database connection");
+    for (size_t i = 0; i < sizeof table_defs / sizeof table_defs[0]; i++) {
+        int rc = sqlite3_create_module_v2(db, table_defs[i].name, &st_module,
+                                          (void *)&table_defs[i], NULL);
+        if (rc != SQLITE_OK)
+            return st_set_error(rc == SQLITE_NOMEM ? ST_ENOMEM : ST_EIO,
+                                "cannot register the SQL table '%s': %s", table_defs[i].name,
+                                sqlite3_errmsg(db));
+    }
+    char *err = NULL;
+    if (sqlite3_exec(db, views_sql, NULL, NULL, &err) != SQLITE_OK) {
+        int rc = st_set_error(ST_EIO, "cannot create the SQL views ranges_v, counters_v: %s",
+                              err ? err : sqlite3_errmsg(db));
+        sqlite3_free(err);
+        return rc;
+    }
+    return ST_OK;
+}
+
+#ifdef ST_SQLITE_EXTENSION
+/* The loadable extension's entry points: SQLite derives the first from the
+ * file name (stagetrace_ext.so -> sqlite3_stagetraceext_init) and falls back
+ * to the second. */
+int sqlite3_stagetraceext_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
+int sqlite3_extension_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
+
+int sqlite3_stagetraceext_init(sqlite3 *db, char **err, const sqlite3_api_routines *api)
+{
+    SQLITE_EXTENSION_INIT2(api);
+    if (st_sql_register(db) != ST_OK) {
+        if (err) *err = sqlite3_mprintf("stagetrace: %s", st_last_error());
+        return SQLITE_ERROR;
+    }
+    return SQLITE_OK;
+}
+
+int sqlite3_extension_init(sqlite3 *db, char **err, const sqlite3_api_routines *api)
+{
+    return sqlite3_stagetraceext_init(db, err, api);
+}
+#endif
