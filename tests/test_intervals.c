@@ -515,15 +515,18 @@ static void test_deep_nesting(void **state)
 }
 
 /* ---- sparse ids, late and missing declarations, copied names ----------------------
- * every_steps = 1, times in ns. Thread 1000 is declared with names from a
- * buffer that is then overwritten; thread 7 and stage 9 are never declared;
- * stage 40 is declared in the middle of the window, before its first use.
- *    0 step 0; 1000 begins "a" (stage 2)
- *   10 thread 7 begins stage 9; 20 it ends
- *   30 1000 begins "late" (40); 35 ends; 50 ends "a"
- *  100 step 1 -> W0 [0,100), n_stages 41, threads 7 then 1000:
- *      7:    idle 0-10 + 20-100 = 90, stage 9 = 10, count 1
- *      1000: a 0-30 + 35-50 = 45, late 30-35 = 5, counts 1 and 1, idle 50 */
+ * every_steps = 1, times in ns from 1000 (so that a thread first seen
+ * mid-window is charged from the window's start, not from 0). Thread 1000 is
+ * declared with names from a buffer that is then overwritten; thread 7 and
+ * stage 9 are never declared; stage 40 is declared in the middle of the
+ * window, before its first use.
+ *  1000 step 0; 1000 begins "a" (stage 2)
+ *  1010 thread 7 (first seen) begins stage 9; 1020 it ends
+ *  1030 1000 begins "late" (40); 1035 ends; 1050 ends "a"
+ *  1100 step 1 -> W0 [1000,1100), n_stages 41, threads 7 then 1000:
+ *      7:    idle 1000-1010 + 1020-1100 = 90, stage 9 = 10, count 1
+ *      1000: a 1000-1030 + 1035-1050 = 45, late 1030-1035 = 5,
+ *            counts 1 and 1, idle 1050-1100 = 50 */
 static void test_sparse_ids_and_names(void **state)
 {
     capture *cap = calloc(1, sizeof *cap);
@@ -536,20 +539,20 @@ static void test_sparse_ids_and_names(void **state)
     strcpy(name, "overwritten");
     strcpy(role, "overwritten");
     strcpy(stage, "overwritten");
-    st_agg_step(agg, 0, 0, 0);
-    st_agg_begin(agg, 1000, 2, 0);
-    st_agg_begin(agg, 7, 9, 10);
-    st_agg_end(agg, 7, 20);
+    st_agg_step(agg, 0, 1000, 0);
+    st_agg_begin(agg, 1000, 2, 1000);
+    st_agg_begin(agg, 7, 9, 1010);
+    st_agg_end(agg, 7, 1020);
     assert_int_equal(st_agg_stage(agg, 40, "late", ST_COMM), ST_OK);
-    st_agg_begin(agg, 1000, 40, 30);
-    st_agg_end(agg, 1000, 35);
-    st_agg_end(agg, 1000, 50);
-    st_agg_step(agg, 1, 100, 0);
+    st_agg_begin(agg, 1000, 40, 1030);
+    st_agg_end(agg, 1000, 1035);
+    st_agg_end(agg, 1000, 1050);
+    st_agg_step(agg, 1, 1100, 0);
     st_agg_free(agg);
 
     assert_int_equal(cap->n, 1);
     cap_window *w = &cap->w[0];
-    check_window(w, 0, 1, 1, 0, 100, 0, 2);
+    check_window(w, 0, 1, 1, 1000, 1100, 0, 2);
     assert_int_equal(w->n_stages, 41);
     assert_int_equal(w->threads[0].thread, 7);
     assert_int_equal(w->threads[1].thread, 1000);

@@ -12,7 +12,7 @@
  * both run this code, and st_window_format uses integer arithmetic only, so
  * a window prints to the same bytes on both sides.
  *
- * Beyond the header's contract (all of it for malformed input, which a trace
+ * What the header leaves open (mostly malformed input, which a trace read
  * from disk may be):
  *  - window pointers (names, arrays, threads) are valid only during the
  *    callback; the callback must not call back into the aggregator;

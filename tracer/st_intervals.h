@@ -52,7 +52,9 @@ typedef struct st_window {
 
 typedef struct st_agg st_agg;
 
-/* every_steps >= 1. cb is called once per finished window, in order. */
+/* every_steps >= 1. cb is called once per finished window, in order; the
+ * window and everything it points to are valid only during the call, and
+ * the callback must not call back into the aggregator. */
 st_agg *st_agg_create(uint32_t every_steps, st_window_fn cb, void *arg);
 void st_agg_free(st_agg *agg);
 
