@@ -9,6 +9,7 @@
  * exceeds the reserved ends; a begin that is dropped marks its depth so that
  * its end is dropped too. */
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -35,6 +36,9 @@ static __thread st_tls tls __attribute__((tls_model("initial-exec")));
 static __attribute__((noinline)) int reserve_slow(st_tls *t, uint64_t need)
 {
     uint64_t cap = t->mask + 1;
+    /* More than the whole ring (a begin nested deeper than the ring can hold
+     * with its ends): no wait can make room, so drop even when blocking. */
+    if (need > cap) return 0;
     for (;;) {
         t->tail_cache = atomic_load_explicit(&t->ring->tail, memory_order_acquire);
         if (t->head - t->tail_cache + need <= cap) return 1;
@@ -94,8 +98,14 @@ void st_end(st_stage stage)
     st_tls *t = &tls;
     if (!t->ring) return;
     int64_t ts = st_clock_raw();
-    if (t->depth == 0) { /* an end without a begin: ignored, counted */
-        count_drop(t, 1);
+    if (t->depth == 0) {
+        /* An end without a begin is a program error, not a full ring: the
+         * writer counts it in meta unmatched_ends and stores nothing. Only
+         * when the ring is full is it a drop. */
+        if (reserve(t, (uint64_t)t->open + 1))
+            push(t, ST_REC_END, stage, ts, 0);
+        else
+            count_drop(t, 1);
         return;
     }
     uint32_t d = --t->depth;
@@ -163,8 +173,8 @@ void st_step(uint64_t step, uint64_t tokens)
 
 /* ---- registration of the calling thread ---- */
 
-int st_thread_register(st_trace *trace, const char *name, const char *role, int device,
-                       int rank)
+static int thread_register(st_trace *trace, const char *name, const char *role, int device,
+                           int rank)
 {
     if (!trace) return st_set_error(ST_EINVAL, "st_thread_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_thread_register: empty thread name");
@@ -208,6 +218,24 @@ int st_thread_register(st_trace *trace, const char *name, const char *role, int 
     tls.ring = ring;
     st_nvtx_thread(name);
     return (int)id;
+}
+
+/* Signals stay blocked while trace->lock is held: a SIGINT/SIGTERM handler
+ * waits for the writer, which needs the lock (see trace.c, st_flush). */
+int st_thread_register(st_trace *trace, const char *name, const char *role, int device,
+                       int rank)
+{
+    sigset_t set, saved;
+    sigfillset(&set);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGABRT);
+    pthread_sigmask(SIG_BLOCK, &set, &saved);
+    int rc = thread_register(trace, name, role, device, rank);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    return rc;
 }
 
 void st_thread_unregister(void)

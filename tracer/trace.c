@@ -316,9 +316,27 @@ void st_wake_writer(st_trace *t)
     (void)n; /* a full pipe already means "wake up" */
 }
 
-int st_flush(st_trace *t)
+/* Signals are blocked while a thread may hold t->lock. A SIGINT/SIGTERM
+ * handler runs st_signal_flush, which waits for the writer, and the writer
+ * takes t->lock on every pass: a handler that interrupted the lock's holder
+ * would wait out its timeout, and the flush (and "interrupted") would be
+ * lost. Faults stay unblocked. */
+static void signals_block(sigset_t *saved)
 {
-    if (!t || !t->opt.enabled) return ST_OK;
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGABRT);
+    pthread_sigmask(SIG_BLOCK, &set, saved);
+}
+
+static void signals_restore(const sigset_t *saved) { pthread_sigmask(SIG_SETMASK, saved, NULL); }
+
+static int flush_and_wait(st_trace *t)
+{
     pthread_mutex_lock(&t->lock);
     uint64_t ticket = ++t->flush_requested;
     pthread_mutex_unlock(&t->lock);
@@ -327,6 +345,16 @@ int st_flush(st_trace *t)
     while (t->flush_done < ticket && !atomic_load(&t->stop)) pthread_cond_wait(&t->flushed, &t->lock);
     pthread_mutex_unlock(&t->lock);
     return t->writer_error;
+}
+
+int st_flush(st_trace *t)
+{
+    if (!t || !t->opt.enabled) return ST_OK;
+    sigset_t saved;
+    signals_block(&saved);
+    int rc = flush_and_wait(t);
+    signals_restore(&saved);
+    return rc;
 }
 
 int st_signal_flush(int timeout_ms)
@@ -383,7 +411,7 @@ int st_interrupted(void) { return st_signal_count > 0; }
 
 /* ---- stages and counters ---- */
 
-int st_stage_register(st_trace *t, const char *name, st_kind kind)
+static int stage_register(st_trace *t, const char *name, st_kind kind)
 {
     if (!t) return st_set_error(ST_EINVAL, "st_stage_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_stage_register: empty stage name");
@@ -414,7 +442,16 @@ int st_stage_register(st_trace *t, const char *name, st_kind kind)
     return (int)n;
 }
 
-int st_counter_register(st_trace *t, const char *name, const char *unit)
+int st_stage_register(st_trace *t, const char *name, st_kind kind)
+{
+    sigset_t saved;
+    signals_block(&saved);
+    int rc = stage_register(t, name, kind);
+    signals_restore(&saved);
+    return rc;
+}
+
+static int counter_register(st_trace *t, const char *name, const char *unit)
 {
     if (!t) return st_set_error(ST_EINVAL, "st_counter_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_counter_register: empty counter name");
@@ -435,4 +472,13 @@ int st_counter_register(st_trace *t, const char *name, const char *unit)
     atomic_store(&t->n_counters, n + 1);
     pthread_mutex_unlock(&t->lock);
     return (int)n;
+}
+
+int st_counter_register(st_trace *t, const char *name, const char *unit)
+{
+    sigset_t saved;
+    signals_block(&saved);
+    int rc = counter_register(t, name, unit);
+    signals_restore(&saved);
+    return rc;
 }

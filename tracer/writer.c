@@ -450,6 +450,12 @@ static void write_dropped(st_trace *t, writer *w)
 
 static void commit(st_trace *t, writer *w, int final)
 {
+    /* Rows for every stage and counter registered so far go in first: the
+     * records drained in this pass may use ids registered after the pass
+     * began, and a committed chunk must never name an id the file lacks
+     * (a reader rejects such a chunk, and the process may die before the
+     * next commit). */
+    write_registrations(t, w);
     for (uint32_t i = 0; i < t->threads_written; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;

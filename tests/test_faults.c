@@ -1,0 +1,625 @@
+/* test_faults.c: what a trace holds when its process dies or is
+ * interrupted (tracer/writer.c commits, tracer/trace.c signal path).
+ *
+ * Each test forks a child that opens a trace, records numbered iterations
+ * (outer { counter = i; inner }) in batches and reports on a pipe how many
+ * it has recorded; the parent kills or signals it and then reads the trace
+ * with the reader:
+ *  - SIGKILL after acknowledged st_flush calls: the file opens, says
+ *    "running", and holds every acknowledged iteration, as complete ranges;
+ *  - SIGTERM with st_install_signal_handlers(trace, 1): the child dies of
+ *    SIGTERM, the file says "interrupted" and holds every iteration recorded
+ *    before the signal, with no st_flush by the child;
+ *  - SIGINT: the child sees st_interrupted(), stops, closes; the file keeps
+ *    "interrupted" and holds everything;
+ *  - SIGTERM while the child holds the trace's registration lock: the
+ *    handler's flush must still complete (promptly, with "interrupted");
+ *  - SIGKILL while the child registers stages and counters as it records:
+ *    every committed chunk names only stages and counters the file has.
+ *
+ * Files go to a fresh directory under $ST_TEST_TMP (else under /tmp).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+/* ---- files ---- */
+
+static char tmp_dir[PATH_MAX];
+static int tmp_dir_ours;
+
+static void make_tmp_dir(void)
+{
+    const char *base = getenv("ST_TEST_TMP");
+    if (!base || !*base) {
+        base = "/tmp";
+        tmp_dir_ours = 1;
+    }
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_faults.XXXXXX", base);
+    if (!mkdtemp(tmp_dir)) {
+        fprintf(stderr, "cannot make a temporary directory under %s: %s\n", base, strerror(errno));
+        exit(1);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void tmp_path(char *out, size_t size, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
+    assert_true(n > 0 && (size_t)n < size);
+    static const char *const sides[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < 3; i++) {
+        char p[PATH_MAX + 8];
+        snprintf(p, sizeof p, "%s%s", out, sides[i]);
+        unlink(p);
+    }
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the child's side ---- */
+
+enum { MSG_ACK = 1, MSG_DONE = 2, MSG_FAIL = 3 };
+
+typedef struct msg {
+    uint32_t kind;
+    uint32_t batch;
+    uint64_t recorded; /* iterations recorded (and, for acks, flushed if asked) */
+} msg;
+
+static void child_send(int fd, uint32_t kind, uint32_t batch, uint64_t recorded)
+{
+    msg m = {kind, batch, recorded};
+    if (write(fd, &m, sizeof m) != (ssize_t)sizeof m) _exit(20);
+}
+
+static void child_fail(int fd, const char *what)
+{
+    fprintf(stderr, "child: %s: %s\n", what, st_last_error());
+    child_send(fd, MSG_FAIL, 0, 0);
+    _exit(21);
+}
+
+typedef struct workload {
+    st_trace *trace;
+    st_stage outer, inner;
+    st_counter seq;
+} workload;
+
+static void child_open(workload *w, int fd, const char *path, uint32_t commit_ms, int block)
+{
+    alarm(30); /* never outlive a failed parent by long */
+    st_options o;
+    st_options_init(&o);
+    o.path = path;
+    o.nvtx = 0;
+    o.commit_ms = commit_ms;
+    o.block_when_full = block;
+    if (st_open(&w->trace, &o)) child_fail(fd, "st_open");
+    int outer = st_stage_register(w->trace, "outer", ST_WORK);
+    int inner = st_stage_register(w->trace, "inner", ST_COPY);
+    int seq = st_counter_register(w->trace, "seq", "");
+    if (outer < 0 || inner < 0 || seq < 0) child_fail(fd, "register");
+    if (st_thread_register(w->trace, "main", "main", -1, 0) != 0) child_fail(fd, "st_thread_register");
+    w->outer = (st_stage)outer;
+    w->inner = (st_stage)inner;
+    w->seq = (st_counter)seq;
+}
+
+static void record_iteration(const workload *w, uint64_t i)
+{
+    st_begin(w->outer);
+    st_counter_set(w->seq, (double)i);
+    st_begin(w->inner);
+    st_end(w->inner);
+    st_end(w->outer);
+}
+
+#define BATCH 2000
+#define MAX_BATCHES 5000
+
+/* Records batches; after each, st_flush (when `flush`) and an ack. */
+static void child_batches(const char *path, int fd, int flush, int handlers, uint32_t commit_ms,
+                          int stop_on_interrupt)
+{
+    workload w;
+    child_open(&w, fd, path, commit_ms, 1);
+    if (handlers && st_install_signal_handlers(w.trace, 1)) child_fail(fd, "handlers");
+    uint64_t i = 0;
+    for (uint32_t b = 0; b < MAX_BATCHES; b++) {
+        for (int k = 0; k < BATCH; k++) record_iteration(&w, i++);
+        if (flush && st_flush(w.trace)) child_fail(fd, "st_flush");
+        child_send(fd, MSG_ACK, b, i);
+        if (stop_on_interrupt && st_interrupted()) {
+            /* One more batch after the signal, then a clean close. */
+            for (int k = 0; k < BATCH; k++) record_iteration(&w, i++);
+            if (st_close(w.trace)) child_fail(fd, "st_close");
+            child_send(fd, MSG_DONE, b, i);
+            _exit(0);
+        }
+        usleep(2000);
+    }
+    _exit(22); /* the parent should have stopped us long ago */
+}
+
+/* ---- the parent's side ---- */
+
+typedef struct child {
+    pid_t pid;
+    int fd;         /* read end */
+    uint64_t acked; /* the largest count the child reported */
+    uint32_t acks;
+    int done;       /* MSG_DONE seen */
+} child;
+
+static void start_child(child *c, void (*body)(const char *, int, void *), const char *path, void *arg)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        body(path, fds[1], arg);
+        _exit(23);
+    }
+    close(fds[1]);
+    memset(c, 0, sizeof *c);
+    c->pid = pid;
+    c->fd = fds[0];
+}
+
+/* Reads one message; 1: got one, 0: EOF, fails on timeout. */
+static int read_msg(child *c, msg *m, int timeout_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    int rc = poll(&p, 1, timeout_ms);
+    if (rc != 1) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        fail_msg("no message from the child in %d ms", timeout_ms);
+    }
+    ssize_t n = read(c->fd, m, sizeof *m);
+    if (n == 0) return 0;
+    assert_int_equal(n, sizeof *m);
+    if (m->kind == MSG_FAIL) {
+        waitpid(c->pid, NULL, 0);
+        fail_msg("the child failed (see its message above)");
+    }
+    if (m->recorded > c->acked) c->acked = m->recorded;
+    if (m->kind == MSG_ACK) c->acks++;
+    if (m->kind == MSG_DONE) c->done = 1;
+    return 1;
+}
+
+static void wait_acks(child *c, uint32_t n)
+{
+    msg m;
+    while (c->acks < n) assert_int_equal(read_msg(c, &m, 10000), 1);
+}
+
+/* Reads what the child still says until it is gone; returns its status. */
+static int drain_and_reap(child *c, int timeout_ms)
+{
+    msg m;
+    while (read_msg(c, &m, timeout_ms) == 1) {
+    }
+    close(c->fd);
+    int status = 0;
+    assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    return status;
+}
+
+static st_reader *open_reader(const char *path)
+{
+    st_reader *r = NULL;
+    int rc = st_reader_open(&r, path);
+    if (rc) fail_msg("st_reader_open('%s') = %d: %s", path, rc, st_last_error());
+    return r;
+}
+
+static void assert_meta(const st_reader *r, const char *key, const char *want)
+{
+    const char *v = st_reader_meta(r, key);
+    if (!want) {
+        if (v) fail_msg("meta %s = '%s', want it absent", key, v);
+        return;
+    }
+    if (!v || strcmp(v, want) != 0) fail_msg("meta %s = '%s', want '%s'", key, v ? v : "(absent)", want);
+}
+
+/* The trace holds a prefix of the child's iterations 0, 1, 2, ...: events in
+ * exactly the recorded pattern (the last iteration may be cut anywhere), the
+ * counter samples 0..K-1, complete ranges only. Returns the number of
+ * complete iterations. */
+static uint64_t check_prefix(const char *path, const char *status, uint64_t at_least)
+{
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", status);
+    assert_meta(r, "dropped_events", "0");
+    assert_meta(r, "unmatched_ends", NULL);
+    assert_int_equal(st_reader_n_threads(r), 1);
+    const st_thread_info *ti = st_reader_thread(r, 0);
+    assert_string_equal(ti->name, "main");
+    assert_int_equal(ti->dropped, 0);
+    assert_string_equal(st_reader_stage(r, 0)->name, "outer");
+    assert_string_equal(st_reader_stage(r, 1)->name, "inner");
+
+    /* Events: B outer, B inner, E inner, E outer, repeated. */
+    static const int pat_end[4] = {0, 0, 1, 1};
+    static const uint32_t pat_stage[4] = {0, 1, 1, 0};
+    static const uint32_t pat_depth[4] = {0, 1, 1, 0};
+    st_event_iter *it;
+    assert_int_equal(st_event_iter_open(&it, r, ti->id), ST_OK);
+    st_event ev;
+    uint64_t n = 0;
+    int64_t prev = INT64_MIN, outer_start = 0, inner_start = 0;
+    int rc;
+    while ((rc = st_event_iter_next(it, &ev)) == 1) {
+        int k = (int)(n % 4);
+        if (ev.is_end != pat_end[k] || ev.stage != pat_stage[k] || ev.depth != pat_depth[k])
+            fail_msg("event %llu: %s stage %u depth %u breaks the pattern", (unsigned long long)n,
+                     ev.is_end ? "end" : "begin", ev.stage, ev.depth);
+        assert_true(ev.ts_ns >= prev);
+        prev = ev.ts_ns;
+        if (k == 0) outer_start = ev.ts_ns;
+        if (k == 1) inner_start = ev.ts_ns;
+        if (k == 2) assert_int_equal(ev.start_ns, inner_start);
+        if (k == 3) assert_int_equal(ev.start_ns, outer_start);
+        n++;
+    }
+    if (rc != 0) fail_msg("reading events: %d: %s", rc, st_last_error());
+    st_event_iter_close(it);
+    uint64_t complete = n / 4;
+
+    /* Counter samples: 0, 1, ..., K-1, where the cut fell somewhere in
+     * iteration K-1 or just after it. */
+    st_sample_iter *si;
+    assert_int_equal(st_sample_iter_open(&si, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_sample_row s;
+    uint64_t k = 0;
+    while ((rc = st_sample_iter_next(si, &s)) == 1) {
+        if (s.value != (double)k) fail_msg("sample %llu has value %.0f", (unsigned long long)k, s.value);
+        k++;
+    }
+    if (rc != 0) fail_msg("reading samples: %d: %s", rc, st_last_error());
+    st_sample_iter_close(si);
+    /* Records per iteration: B outer, counter, B inner, E inner, E outer. */
+    if (n % 4 == 0) assert_int_equal(k, complete);
+    else if (n % 4 == 1) assert_true(k == complete || k == complete + 1);
+    else assert_int_equal(k, complete + 1);
+
+    /* Completed ranges: two per complete iteration, plus the inner one of a
+     * cut iteration. */
+    st_range_iter *ri;
+    assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    uint64_t ranges = 0;
+    while ((rc = st_range_iter_next(ri, &rg)) == 1) {
+        assert_true(rg.dur_ns >= 0);
+        assert_int_equal(rg.depth, rg.stage == 0 ? 0 : 1);
+        ranges++;
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(ri);
+    assert_int_equal(ranges, 2 * complete + (n % 4 == 3 ? 1 : 0));
+    if (complete < at_least)
+        fail_msg("the trace holds %llu complete iterations, but %llu were acknowledged",
+                 (unsigned long long)complete, (unsigned long long)at_least);
+    st_reader_close(r);
+    return complete;
+}
+
+/* ---- tests ---- */
+
+static void body_flush_batches(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    child_batches(path, fd, 1, 0, 20, 0);
+}
+
+static void test_sigkill_keeps_flushed_batches(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "sigkill.sqlite");
+    child c;
+    start_child(&c, body_flush_batches, path, NULL);
+    wait_acks(&c, 5);
+    uint64_t acked = c.acked;
+    assert_int_equal(kill(c.pid, SIGKILL), 0);
+    int status = drain_and_reap(&c, 10000);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGKILL);
+    assert_true(c.acked >= acked);
+    /* Every acknowledged batch was flushed before its ack. */
+    uint64_t complete = check_prefix(path, "running", c.acked);
+    assert_true(complete >= 5 * BATCH);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "end_ns", NULL);
+    assert_meta(r, "commit_ms", "20");
+    st_reader_close(r);
+}
+
+static void body_term_batches(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    child_batches(path, fd, 0, 1, 250, 0);
+}
+
+static void test_sigterm_flushes_and_dies(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        char path[PATH_MAX], name[32];
+        snprintf(name, sizeof name, "sigterm%d.sqlite", round);
+        tmp_path(path, sizeof path, name);
+        child c;
+        start_child(&c, body_term_batches, path, NULL);
+        wait_acks(&c, 3 + (uint32_t)round);
+        if (round == 1) usleep(700); /* land in the middle of a batch */
+        int64_t t0 = now_ms();
+        assert_int_equal(kill(c.pid, SIGTERM), 0);
+        int status = drain_and_reap(&c, 10000);
+        int64_t took = now_ms() - t0;
+        assert_true(WIFSIGNALED(status));
+        assert_int_equal(WTERMSIG(status), SIGTERM);
+        if (took > 3000) fail_msg("the child took %lld ms to die of SIGTERM", (long long)took);
+        /* No st_flush in the child: the signal's flush stored everything
+         * recorded before it (every ack the child wrote came before the
+         * handler ran, on the one thread that records). */
+        check_prefix(path, "interrupted", c.acked);
+        st_reader *r = open_reader(path);
+        assert_meta(r, "end_ns", NULL);
+        st_reader_close(r);
+    }
+}
+
+static void body_int_batches(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    child_batches(path, fd, 0, 1, 250, 1);
+}
+
+static void test_sigint_keeps_running_then_closes(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "sigint.sqlite");
+    child c;
+    start_child(&c, body_int_batches, path, NULL);
+    wait_acks(&c, 3);
+    assert_int_equal(kill(c.pid, SIGINT), 0);
+    int status = drain_and_reap(&c, 10000);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(c.done);
+    /* A clean close after the signal: every iteration, including the batch
+     * recorded after it, and the status stays "interrupted". */
+    uint64_t complete = check_prefix(path, "interrupted", c.acked);
+    assert_int_equal(complete, c.acked);
+    st_reader *r = open_reader(path);
+    assert_non_null(st_reader_meta(r, "end_ns"));
+    st_reader_close(r);
+    char wal[PATH_MAX + 8];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    assert_int_equal(access(wal, F_OK), -1);
+}
+
+/* The child spends its time inside registration calls, which hold the
+ * trace's lock; the writer needs that lock to answer the handler's flush. */
+static void body_register_loop(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    workload w;
+    child_open(&w, fd, path, 250, 1);
+    if (st_install_signal_handlers(w.trace, 1)) child_fail(fd, "handlers");
+    uint64_t i = 0;
+    for (int k = 0; k < 100; k++) record_iteration(&w, i++);
+    child_send(fd, MSG_ACK, 0, i);
+    for (long n = 0; n < 200000000L; n++) {
+        st_stage_register(w.trace, "outer", ST_WORK);
+        st_counter_register(w.trace, "seq", "");
+    }
+    _exit(22);
+}
+
+static void test_sigterm_during_registration(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 4; round++) {
+        char path[PATH_MAX], name[32];
+        snprintf(name, sizeof name, "sigterm-lock%d.sqlite", round);
+        tmp_path(path, sizeof path, name);
+        child c;
+        start_child(&c, body_register_loop, path, NULL);
+        wait_acks(&c, 1);
+        usleep(20000 + round * 7000);
+        int64_t t0 = now_ms();
+        assert_int_equal(kill(c.pid, SIGTERM), 0);
+        int status = drain_and_reap(&c, 10000);
+        int64_t took = now_ms() - t0;
+        assert_true(WIFSIGNALED(status));
+        assert_int_equal(WTERMSIG(status), SIGTERM);
+        if (took > 3000)
+            fail_msg("round %d: the child took %lld ms to die: its handler waited for a writer "
+                     "blocked on the lock the child held",
+                     round, (long long)took);
+        check_prefix(path, "interrupted", 100);
+    }
+}
+
+/* A busy thread keeps the (slowed) writer draining its full ring for tens
+ * of milliseconds per pass, while the main thread registers a new stage and
+ * counter for every range it records: by the time the writer reads the main
+ * thread's ring, it holds ids registered after the pass began. */
+static _Atomic int busy_ready;
+
+static void *busy_main(void *arg)
+{
+    st_trace *trace = arg;
+    int s = st_stage_register(trace, "busy", ST_WORK);
+    if (st_thread_register(trace, "busy", "busy", -1, 0) < 0 || s < 0) return NULL;
+    atomic_store(&busy_ready, 1); /* thread 0: the writer drains its ring first */
+    for (;;) { /* until the parent kills the process */
+        st_begin((st_stage)s);
+        st_end((st_stage)s);
+    }
+    return NULL;
+}
+
+static void body_register_while_recording(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    alarm(30);
+    st_options o;
+    st_options_init(&o);
+    o.path = path;
+    o.nvtx = 0;
+    o.commit_ms = 1;
+    o.block_when_full = 1;
+    o.ring_records = 16384;
+    o.test_writer_delay_us = 2000;
+    st_trace *trace;
+    if (st_open(&trace, &o)) child_fail(fd, "st_open");
+    pthread_t busy;
+    if (pthread_create(&busy, NULL, busy_main, trace)) child_fail(fd, "pthread_create");
+    while (!atomic_load(&busy_ready)) usleep(100); /* busy is thread 0 and stage 0 */
+    if (st_thread_register(trace, "main", "main", -1, 0) < 0) child_fail(fd, "st_thread_register");
+    int64_t t0 = now_ms();
+    uint32_t k = 1;
+    int acked = 0;
+    while (k < 4000) {
+        char name[32];
+        snprintf(name, sizeof name, "s%u", k);
+        int s = st_stage_register(trace, name, ST_WORK);
+        snprintf(name, sizeof name, "c%u", k);
+        int c = st_counter_register(trace, name, "");
+        if (s != (int)k || c != (int)k - 1) child_fail(fd, "register");
+        st_begin((st_stage)s);
+        st_counter_set((st_counter)c, k);
+        st_end((st_stage)s);
+        k++;
+        usleep(200);
+        if (!acked && now_ms() - t0 > 150) {
+            child_send(fd, MSG_ACK, 0, k);
+            acked = 1;
+        }
+    }
+    pause();
+    _exit(22);
+}
+
+static void test_sigkill_while_registering(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        char path[PATH_MAX], name[32];
+        snprintf(name, sizeof name, "sigkill-reg%d.sqlite", round);
+        tmp_path(path, sizeof path, name);
+        child c;
+        start_child(&c, body_register_while_recording, path, NULL);
+        wait_acks(&c, 1);
+        usleep(20000 + 30000 * (useconds_t)round);
+        assert_int_equal(kill(c.pid, SIGKILL), 0);
+        int status = drain_and_reap(&c, 10000);
+        assert_true(WIFSIGNALED(status));
+
+        st_reader *r = open_reader(path);
+        assert_meta(r, "status", "running");
+        /* Whatever was committed decodes: each chunk names only stages and
+         * counters the file defines; the main thread's k-th range has stage
+         * s<k>, its k-th sample counter c<k> and value k. */
+        const st_thread_info *mt = NULL;
+        for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+            if (strcmp(st_reader_thread(r, i)->name, "main") == 0) mt = st_reader_thread(r, i);
+        st_range_iter *ri;
+        assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+        st_range rg;
+        int rc;
+        uint32_t ranges = 0, busy_ranges = 0;
+        while ((rc = st_range_iter_next(ri, &rg)) == 1) {
+            if (rg.stage == 0) {
+                busy_ranges++;
+                continue;
+            }
+            assert_non_null(mt);
+            assert_int_equal(rg.thread, mt->id);
+            ranges++;
+            assert_int_equal(rg.stage, ranges);
+            char want[32];
+            snprintf(want, sizeof want, "s%u", ranges);
+            assert_string_equal(st_reader_stage(r, rg.stage)->name, want);
+        }
+        if (rc != 0) fail_msg("round %d: reading ranges after SIGKILL: %s", round, st_last_error());
+        st_range_iter_close(ri);
+        st_sample_iter *si;
+        assert_int_equal(st_sample_iter_open(&si, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+        st_sample_row s;
+        uint32_t samples = 0;
+        while ((rc = st_sample_iter_next(si, &s)) == 1) {
+            samples++;
+            assert_int_equal(s.counter, samples - 1);
+            assert_true(s.value == (double)samples);
+            char want[32];
+            snprintf(want, sizeof want, "c%u", samples);
+            assert_string_equal(st_reader_counter(r, s.counter)->name, want);
+        }
+        if (rc != 0) fail_msg("round %d: reading samples after SIGKILL: %s", round, st_last_error());
+        st_sample_iter_close(si);
+        assert_true(busy_ranges > 0);
+        assert_true(ranges > 0);
+        assert_true(samples == ranges || samples == ranges + 1);
+        st_reader_close(r);
+    }
+}
+
+int main(void)
+{
+    make_tmp_dir();
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sigkill_keeps_flushed_batches),
+        cmocka_unit_test(test_sigterm_flushes_and_dies),
+        cmocka_unit_test(test_sigint_keeps_running_then_closes),
+        cmocka_unit_test(test_sigterm_during_registration),
+        cmocka_unit_test(test_sigkill_while_registering),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (!failed && tmp_dir_ours) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return failed;
+}

@@ -1,0 +1,1121 @@
+/* test_tracer.c: tests of the recording library (tracer/record.c, trace.c,
+ * writer.c) through its public interface, read back with the reader
+ * (st_reader.h).
+ *
+ *  - rings: 4 threads record 200k ranges each (nested, with a counter whose
+ *    value encodes thread and sequence number) through small rings while the
+ *    writer drains them, with block_when_full: every event is stored exactly
+ *    once, in order, with its stage and depth, and nothing is dropped;
+ *  - drops: a slow writer (test_writer_delay_us) and tiny rings without
+ *    blocking: what is lost is counted exactly (stored ranges * 2 + dropped
+ *    = begin + end calls), ranges stay paired, and the three drop counts
+ *    (threads.dropped, meta dropped_events, st_dropped) agree;
+ *  - nesting beyond 256 levels, and deeper than a blocking ring can hold;
+ *  - bad input: unwritable paths, existing files, bad options, a second
+ *    open, registration errors, a disabled trace;
+ *  - unmatched ends and calls from unregistered threads.
+ *
+ * Files go to a fresh directory under $ST_TEST_TMP (else under /tmp).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+/* ---- files ---- */
+
+static char tmp_dir[PATH_MAX];
+static int tmp_dir_ours; /* made under /tmp: removed at the end */
+
+static void make_tmp_dir(void)
+{
+    const char *base = getenv("ST_TEST_TMP");
+    if (!base || !*base) {
+        base = "/tmp";
+        tmp_dir_ours = 1;
+    }
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_tracer.XXXXXX", base);
+    if (!mkdtemp(tmp_dir)) {
+        fprintf(stderr, "cannot make a temporary directory under %s: %s\n", base, strerror(errno));
+        exit(1);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_tmp_dir(void)
+{
+    if (tmp_dir_ours) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* tmp_dir/name, with no file of a previous run there. */
+static void tmp_path(char *out, size_t size, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
+    assert_true(n > 0 && (size_t)n < size);
+    unlink(out);
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* Neither the trace nor any of its side files is there. */
+static void assert_no_trace_files(const char *path)
+{
+    static const char *const sides[] = {"", "-wal", "-shm", "-journal", ".st-probe"};
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s%s", path, sides[i]);
+        if (exists(p)) fail_msg("'%s' exists, but nothing should have been created", p);
+    }
+}
+
+/* st_last_error() is one line that mentions `needle`. */
+static void assert_error_line(const char *needle)
+{
+    const char *msg = st_last_error();
+    assert_non_null(msg);
+    assert_true(strlen(msg) > 0);
+    if (strchr(msg, '\n')) fail_msg("error message has a newline: '%s'", msg);
+    if (!strstr(msg, needle)) fail_msg("error message '%s' does not mention '%s'", msg, needle);
+}
+
+static void options(st_options *o, const char *path)
+{
+    st_options_init(o);
+    o->path = path;
+    o->nvtx = 0;
+}
+
+static st_reader *open_reader(const char *path)
+{
+    st_reader *r = NULL;
+    int rc = st_reader_open(&r, path);
+    if (rc) fail_msg("st_reader_open('%s') = %d: %s", path, rc, st_last_error());
+    return r;
+}
+
+static void assert_meta(const st_reader *r, const char *key, const char *want)
+{
+    const char *v = st_reader_meta(r, key);
+    if (!want) {
+        if (v) fail_msg("meta %s = '%s', want it absent", key, v);
+        return;
+    }
+    if (!v || strcmp(v, want) != 0) fail_msg("meta %s = '%s', want '%s'", key, v ? v : "(absent)", want);
+}
+
+static long long meta_ll(const st_reader *r, const char *key)
+{
+    const char *v = st_reader_meta(r, key);
+    if (!v) fail_msg("meta %s is absent", key);
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*end) fail_msg("meta %s = '%s' is not an integer", key, v);
+    return x;
+}
+
+/* One integer from SQL over the trace. */
+static long long sql_ll(st_reader *r, const char *sql, long long bind)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(st_reader_db(r), sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, bind);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Index of the reader's thread named `name`. */
+static const st_thread_info *thread_named(const st_reader *r, const char *name)
+{
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+        if (strcmp(st_reader_thread(r, i)->name, name) == 0) return st_reader_thread(r, i);
+    fail_msg("no thread named '%s' in the trace", name);
+    return NULL;
+}
+
+/* ---- rings: everything arrives, once, in order ---- */
+
+#define RING_THREADS 4
+#define RING_RANGES 200000 /* per thread */
+#define RING_SEQ_BASE 10000000.0
+
+typedef struct ring_worker {
+    st_trace *trace;
+    int index;
+    int thread_id;
+    uint32_t iterations;
+    st_stage outer;
+    st_stage inner[4]; /* [1..3] */
+    st_counter seq;
+    pthread_barrier_t *start;
+} ring_worker;
+
+/* Iteration i: outer { counter = index*1e7 + i; inner1 { inner2 { ... } } }
+ * with i % 4 inner levels: 1 + i % 4 ranges. */
+static uint32_t ring_iterations_for(uint32_t ranges)
+{
+    uint32_t it = 0, n = 0;
+    while (n < ranges) n += 1 + (it++ % 4);
+    return it;
+}
+
+static void *ring_worker_main(void *arg)
+{
+    ring_worker *w = arg;
+    char name[32];
+    snprintf(name, sizeof name, "worker%d", w->index);
+    w->thread_id = st_thread_register(w->trace, name, "worker", -1, 0);
+    pthread_barrier_wait(w->start);
+    if (w->thread_id < 0) return NULL;
+    for (uint32_t i = 0; i < w->iterations; i++) {
+        st_begin(w->outer);
+        st_counter_set(w->seq, w->index * RING_SEQ_BASE + i);
+        uint32_t nest = i % 4;
+        for (uint32_t d = 1; d <= nest; d++) st_begin(w->inner[d]);
+        for (uint32_t d = nest; d >= 1; d--) st_end(w->inner[d]);
+        st_end(w->outer);
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static void next_event(st_event_iter *it, st_event *ev, int64_t *prev_ts)
+{
+    int rc = st_event_iter_next(it, ev);
+    if (rc != 1) fail_msg("event iterator returned %d: %s", rc, st_last_error());
+    assert_true(ev->ts_ns >= *prev_ts);
+    *prev_ts = ev->ts_ns;
+}
+
+static void expect_event(const st_event *ev, int is_end, uint32_t stage, uint32_t depth)
+{
+    if (ev->is_end != is_end || ev->stage != stage || ev->depth != depth)
+        fail_msg("event %s stage %u depth %u, want %s stage %u depth %u", ev->is_end ? "end" : "begin",
+                 ev->stage, ev->depth, is_end ? "end" : "begin", stage, depth);
+}
+
+static void test_rings_every_event_once_in_order(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "rings.sqlite");
+    st_options o;
+    options(&o, path);
+    o.ring_records = 1024;
+    o.block_when_full = 1;
+    o.commit_ms = 20;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+
+    static const char *const inner_names[] = {NULL, "inner1", "inner2", "inner3"};
+    int inner[4] = {0};
+    for (int d = 1; d <= 3; d++) {
+        inner[d] = st_stage_register(trace, inner_names[d], ST_SYNC);
+        assert_true(inner[d] >= 0);
+    }
+    int seq = st_counter_register(trace, "seq", "n");
+    assert_true(seq >= 0);
+    uint32_t iterations = ring_iterations_for(RING_RANGES);
+    uint64_t ranges_per_thread = 0;
+    for (uint32_t i = 0; i < iterations; i++) ranges_per_thread += 1 + i % 4;
+
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, RING_THREADS + 1);
+    ring_worker w[RING_THREADS];
+    pthread_t th[RING_THREADS];
+    for (int t = 0; t < RING_THREADS; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "outer%d", t);
+        int outer = st_stage_register(trace, name, (st_kind)(t % ST_KIND_COUNT));
+        assert_true(outer >= 0);
+        w[t] = (ring_worker){trace, t, -1, iterations, (st_stage)outer,
+                             {0, (st_stage)inner[1], (st_stage)inner[2], (st_stage)inner[3]},
+                             (st_counter)seq, &start};
+        assert_int_equal(pthread_create(&th[t], NULL, ring_worker_main, &w[t]), 0);
+    }
+    pthread_barrier_wait(&start);
+    for (int t = 0; t < RING_THREADS; t++) pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&start);
+    for (int t = 0; t < RING_THREADS; t++) assert_true(w[t].thread_id >= 0);
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 0);
+    assert_int_equal(st_close(trace), ST_OK);
+    char wal[PATH_MAX + 8];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    assert_false(exists(wal)); /* a clean close leaves a single file */
+
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    assert_meta(r, "dropped_events", "0");
+    assert_meta(r, "unmatched_ends", NULL);
+    assert_int_equal(st_reader_n_threads(r), RING_THREADS);
+    assert_int_equal(st_reader_n_stages(r), 3 + RING_THREADS);
+    assert_string_equal(st_reader_stage(r, (uint32_t)inner[2])->name, "inner2");
+    assert_int_equal(st_reader_stage(r, (uint32_t)inner[2])->kind, ST_SYNC);
+    assert_string_equal(st_reader_counter(r, (uint32_t)seq)->name, "seq");
+
+    int64_t *outer_begin = malloc(iterations * sizeof *outer_begin);
+    int64_t *outer_end = malloc(iterations * sizeof *outer_end);
+    assert_non_null(outer_begin);
+    assert_non_null(outer_end);
+    for (int t = 0; t < RING_THREADS; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker%d", t);
+        const st_thread_info *ti = thread_named(r, name);
+        assert_int_equal(ti->id, (uint32_t)w[t].thread_id);
+        assert_string_equal(ti->role, "worker");
+        assert_int_equal(ti->dropped, 0);
+        uint32_t outer = w[t].outer;
+        assert_int_equal(st_reader_stage(r, outer)->kind, (st_kind)(t % ST_KIND_COUNT));
+
+        /* Raw events: exactly the recorded sequence. */
+        st_event_iter *it;
+        assert_int_equal(st_event_iter_open(&it, r, ti->id), ST_OK);
+        st_event ev;
+        int64_t prev = INT64_MIN;
+        for (uint32_t i = 0; i < iterations; i++) {
+            uint32_t nest = i % 4;
+            next_event(it, &ev, &prev);
+            expect_event(&ev, 0, outer, 0);
+            outer_begin[i] = ev.ts_ns;
+            for (uint32_t d = 1; d <= nest; d++) {
+                next_event(it, &ev, &prev);
+                expect_event(&ev, 0, (uint32_t)inner[d], d);
+            }
+            for (uint32_t d = nest; d >= 1; d--) {
+                next_event(it, &ev, &prev);
+                expect_event(&ev, 1, (uint32_t)inner[d], d);
+            }
+            next_event(it, &ev, &prev);
+            expect_event(&ev, 1, outer, 0);
+            assert_int_equal(ev.start_ns, outer_begin[i]);
+            outer_end[i] = ev.ts_ns;
+        }
+        assert_int_equal(st_event_iter_next(it, &ev), 0); /* nothing more */
+        st_event_iter_close(it);
+
+        /* Counters: index*1e7 + i, every i once, in order, each inside its
+         * own iteration's outer range. */
+        st_sample_iter *si;
+        assert_int_equal(st_sample_iter_open(&si, r, ti->id, INT64_MIN, INT64_MAX), ST_OK);
+        st_sample_row s;
+        for (uint32_t i = 0; i < iterations; i++) {
+            int rc = st_sample_iter_next(si, &s);
+            if (rc != 1) fail_msg("thread %d: sample %u missing (rc %d)", t, i, rc);
+            assert_int_equal(s.thread, ti->id);
+            assert_int_equal(s.counter, (uint32_t)seq);
+            if (s.value != t * RING_SEQ_BASE + i)
+                fail_msg("thread %d: sample %u has value %.0f", t, i, s.value);
+            assert_true(s.ts_ns >= outer_begin[i] && s.ts_ns <= outer_end[i]);
+        }
+        assert_int_equal(st_sample_iter_next(si, &s), 0);
+        st_sample_iter_close(si);
+
+        /* The chunk rows' own counts agree. */
+        assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks WHERE thread = ?", ti->id),
+                         ranges_per_thread);
+        assert_int_equal(sql_ll(r, "SELECT sum(n_events) FROM range_chunks WHERE thread = ?", ti->id),
+                         2 * ranges_per_thread);
+        assert_int_equal(sql_ll(r, "SELECT sum(n_samples) FROM counter_chunks WHERE thread = ?", ti->id),
+                         iterations);
+    }
+    /* Completed ranges: per thread in end order, with stage and depth. */
+    st_range_iter *ri;
+    assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    uint64_t per_thread[RING_THREADS] = {0};
+    int rc;
+    while ((rc = st_range_iter_next(ri, &rg)) == 1) {
+        int t = -1;
+        for (int k = 0; k < RING_THREADS; k++)
+            if ((uint32_t)w[k].thread_id == rg.thread) t = k;
+        assert_true(t >= 0);
+        assert_true(rg.dur_ns >= 0);
+        if (rg.depth == 0) assert_int_equal(rg.stage, w[t].outer);
+        else assert_int_equal(rg.stage, (uint32_t)inner[rg.depth]);
+        per_thread[t]++;
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(ri);
+    for (int t = 0; t < RING_THREADS; t++) assert_int_equal(per_thread[t], ranges_per_thread);
+    assert_true(ranges_per_thread >= RING_RANGES);
+    free(outer_begin);
+    free(outer_end);
+    st_reader_close(r);
+}
+
+/* ---- drops: counted exactly, ranges intact ---- */
+
+#define DROP_THREADS 2
+#define DROP_ITERATIONS 20000
+
+typedef struct drop_worker {
+    st_trace *trace;
+    int index;
+    int nested; /* 0: flat ranges; 1: outer { inner } */
+    int thread_id;
+    st_stage stages[3];
+} drop_worker;
+
+static void *drop_worker_main(void *arg)
+{
+    drop_worker *w = arg;
+    char name[32];
+    snprintf(name, sizeof name, "%s%d", w->nested ? "nested" : "flat", w->index);
+    w->thread_id = st_thread_register(w->trace, name, "dropper", -1, 0);
+    if (w->thread_id < 0) return NULL;
+    for (uint32_t i = 0; i < DROP_ITERATIONS; i++) {
+        if (w->nested) {
+            st_begin(w->stages[0]);
+            st_begin(w->stages[1 + i % 2]);
+            st_end(w->stages[1 + i % 2]);
+            st_end(w->stages[0]);
+        } else {
+            st_begin(w->stages[i % 3]);
+            st_end(w->stages[i % 3]);
+        }
+        if (i % 500 == 499) usleep(300); /* let the writer store some */
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static void check_drops(int nested, uint32_t ring_records)
+{
+    char path[PATH_MAX];
+    char file[64];
+    snprintf(file, sizeof file, "drops-%s-%u.sqlite", nested ? "nested" : "flat", ring_records);
+    tmp_path(path, sizeof path, file);
+    st_options o;
+    options(&o, path);
+    o.ring_records = ring_records;
+    o.block_when_full = 0;
+    o.test_writer_delay_us = 2000;
+    o.commit_ms = 10;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_stage stages[3];
+    static const char *const names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        int id = st_stage_register(trace, names[i], ST_WORK);
+        assert_true(id >= 0);
+        stages[i] = (st_stage)id;
+    }
+    drop_worker w[DROP_THREADS];
+    pthread_t th[DROP_THREADS];
+    for (int t = 0; t < DROP_THREADS; t++) {
+        w[t] = (drop_worker){trace, t, nested, -1, {stages[0], stages[1], stages[2]}};
+        assert_int_equal(pthread_create(&th[t], NULL, drop_worker_main, &w[t]), 0);
+    }
+    for (int t = 0; t < DROP_THREADS; t++) pthread_join(th[t], NULL);
+    assert_int_equal(st_flush(trace), ST_OK);
+    uint64_t dropped = st_dropped(trace);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    assert_meta(r, "unmatched_ends", NULL); /* every stored end matched its begin */
+    uint64_t calls_per_thread = (uint64_t)DROP_ITERATIONS * (nested ? 4 : 2);
+    uint64_t sum_dropped = 0;
+    for (int t = 0; t < DROP_THREADS; t++) {
+        assert_true(w[t].thread_id >= 0);
+        const st_thread_info *ti = st_reader_thread_by_id(r, (uint32_t)w[t].thread_id);
+        assert_non_null(ti);
+        /* Walk the events: properly paired, flat ranges at depth 0. */
+        st_event_iter *it;
+        assert_int_equal(st_event_iter_open(&it, r, ti->id), ST_OK);
+        st_event ev;
+        uint64_t begins = 0, ends = 0, depth = 0;
+        uint32_t open_stage[2] = {0, 0};
+        int64_t prev = INT64_MIN;
+        int rc;
+        while ((rc = st_event_iter_next(it, &ev)) == 1) {
+            assert_true(ev.ts_ns >= prev);
+            prev = ev.ts_ns;
+            if (!ev.is_end) {
+                assert_true(depth < (nested ? 2u : 1u));
+                assert_int_equal(ev.depth, depth);
+                open_stage[depth++] = ev.stage;
+                begins++;
+            } else {
+                assert_true(depth > 0);
+                depth--;
+                assert_int_equal(ev.depth, depth);
+                assert_int_equal(ev.stage, open_stage[depth]);
+                ends++;
+            }
+            /* An inner range (b or c) kept while its outer (a) was dropped
+             * sits at depth 0; an outer is never inside an inner. */
+            if (nested && ev.depth == 1) assert_int_equal(open_stage[0], stages[0]);
+        }
+        assert_int_equal(rc, 0);
+        st_event_iter_close(it);
+        assert_int_equal(depth, 0);
+        assert_int_equal(begins, ends);
+        uint64_t ranges = (uint64_t)sql_ll(r, "SELECT coalesce(sum(n_ranges), 0) FROM range_chunks WHERE thread = ?",
+                                           ti->id);
+        assert_int_equal(ranges, ends);
+        /* The accounting is exact: each begin/end pair is stored or both
+         * its halves are counted. */
+        if (ranges * 2 + ti->dropped != calls_per_thread)
+            fail_msg("thread %s: %llu ranges stored, %llu events dropped, %llu calls", ti->name,
+                     (unsigned long long)ranges, (unsigned long long)ti->dropped,
+                     (unsigned long long)calls_per_thread);
+        /* Both happened: this test says nothing if the ring never filled or
+         * the writer never caught up. */
+        assert_true(ranges > 0);
+        assert_true(ti->dropped > 0);
+        sum_dropped += ti->dropped;
+    }
+    assert_int_equal(meta_ll(r, "dropped_events"), (long long)sum_dropped);
+    assert_int_equal(dropped, sum_dropped);
+    st_reader_close(r);
+}
+
+static void test_drops_counted_exactly_flat(void **state)
+{
+    (void)state;
+    check_drops(0, 64);
+    check_drops(0, 256);
+}
+
+static void test_drops_counted_exactly_nested(void **state)
+{
+    (void)state;
+    check_drops(1, 64);
+}
+
+/* ---- nesting ---- */
+
+/* 300 nested begins: depths 0..255 are stored, deeper ones are counted as
+ * dropped (begin and end), and the 256 stored ranges have their depths. */
+static void test_nesting_beyond_256(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "deep.sqlite");
+    st_options o;
+    options(&o, path);
+    o.ring_records = 1024;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int s0 = st_stage_register(trace, "level", ST_WORK);
+    int s1 = st_stage_register(trace, "odd_level", ST_COMM);
+    assert_true(s0 >= 0 && s1 >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    for (int d = 0; d < 300; d++) st_begin((st_stage)(d % 2 ? s1 : s0));
+    for (int d = 299; d >= 0; d--) st_end((st_stage)(d % 2 ? s1 : s0));
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 2 * (300 - ST_MAX_DEPTH - 1));
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_reader(path);
+    assert_meta(r, "unmatched_ends", NULL);
+    assert_int_equal(meta_ll(r, "dropped_events"), 2 * (300 - ST_MAX_DEPTH - 1));
+    st_range_iter *ri;
+    assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    int expect_depth = ST_MAX_DEPTH;
+    while (st_range_iter_next(ri, &rg) == 1) {
+        assert_int_equal(rg.depth, (uint32_t)expect_depth); /* innermost ends first */
+        assert_int_equal(rg.stage, (uint32_t)(expect_depth % 2 ? s1 : s0));
+        expect_depth--;
+    }
+    assert_int_equal(expect_depth, -1);
+    st_range_iter_close(ri);
+    st_reader_close(r);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_tracer: timed out: a blocking begin never returned\n";
+    ssize_t n = write(2, msg, sizeof msg - 1);
+    (void)n;
+    _exit(3);
+}
+
+/* With block_when_full, a begin nested deeper than the ring can ever hold
+ * (it needs room for its end and every open range's end) must not wait
+ * forever: it is dropped and counted. A 64-record ring holds begins at
+ * depths 0..62 (depth d needs d + 2 free slots). */
+static void test_blocking_ring_deeper_than_ring(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "deep-blocking.sqlite");
+    st_options o;
+    options(&o, path);
+    o.ring_records = 64;
+    o.block_when_full = 1;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int s = st_stage_register(trace, "level", ST_WORK);
+    assert_true(s >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+    for (int round = 0; round < 3; round++) {
+        for (int d = 0; d < 100; d++) st_begin((st_stage)s);
+        for (int d = 0; d < 100; d++) st_end((st_stage)s);
+    }
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 3 * 2 * (100 - 63));
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 3 * 63);
+    assert_int_equal(meta_ll(r, "dropped_events"), 3 * 2 * (100 - 63));
+    assert_meta(r, "unmatched_ends", NULL);
+    st_reader_close(r);
+}
+
+/* ---- bad input ---- */
+
+static void read_file(const char *path, char *buf, size_t cap, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    *len = fread(buf, 1, cap, f);
+    fclose(f);
+}
+
+static void test_open_unwritable_paths(void **state)
+{
+    (void)state;
+    st_options o;
+    st_trace *trace = (st_trace *)&o; /* must be set to NULL on failure */
+    char path[PATH_MAX + 64];
+
+    /* In a directory that does not exist. */
+    snprintf(path, sizeof path, "%s/no-such-dir/x.sqlite", tmp_dir);
+    options(&o, path);
+    assert_int_equal(st_open(&trace, &o), ST_EIO);
+    assert_null(trace);
+    assert_error_line(path);
+    assert_no_trace_files(path);
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/no-such-dir", tmp_dir);
+    assert_false(exists(dir));
+
+    /* Under /proc, where nothing can be created, even by root. */
+    options(&o, "/proc/nonexistent/x.sqlite");
+    assert_int_equal(st_open(&trace, &o), ST_EIO);
+    assert_error_line("/proc/nonexistent/x.sqlite");
+    assert_no_trace_files("/proc/nonexistent/x.sqlite");
+
+    /* A path that is a directory (with and without overwrite): refused, and
+     * the directory and what it holds are left alone. */
+    tmp_path(path, sizeof path, "a-directory");
+    assert_int_equal(mkdir(path, 0755), 0);
+    char inside[PATH_MAX + 80];
+    snprintf(inside, sizeof inside, "%s/keep", path);
+    FILE *f = fopen(inside, "w");
+    assert_non_null(f);
+    fputs("keep me", f);
+    fclose(f);
+    for (int overwrite = 0; overwrite <= 1; overwrite++) {
+        options(&o, path);
+        o.overwrite = overwrite;
+        assert_int_equal(st_open(&trace, &o), ST_EINVAL);
+        assert_null(trace);
+        assert_error_line(path);
+        assert_error_line("directory");
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_true(S_ISDIR(sb.st_mode));
+        assert_true(exists(inside));
+        char side[PATH_MAX + 80];
+        snprintf(side, sizeof side, "%s-wal", path);
+        assert_false(exists(side));
+    }
+    /* Nothing stayed open: a good path works now. */
+    tmp_path(path, sizeof path, "after-bad-paths.sqlite");
+    options(&o, path);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_int_equal(st_close(trace), ST_OK);
+}
+
+static void test_open_existing_file(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "existing.sqlite");
+    static const char original[] = "not a trace, and it must stay exactly like this\n";
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(original, 1, sizeof original - 1, f);
+    fclose(f);
+
+    st_options o;
+    options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_EEXIST);
+    assert_null(trace);
+    assert_error_line(path);
+    char buf[256];
+    size_t len;
+    read_file(path, buf, sizeof buf, &len);
+    assert_int_equal(len, sizeof original - 1);
+    assert_memory_equal(buf, original, len);
+    char side[PATH_MAX + 8];
+    snprintf(side, sizeof side, "%s-wal", path);
+    assert_false(exists(side));
+    snprintf(side, sizeof side, "%s-shm", path);
+    assert_false(exists(side));
+
+    /* With overwrite: replaced by a trace (a stale -wal beside it goes too). */
+    snprintf(side, sizeof side, "%s-wal", path);
+    f = fopen(side, "wb");
+    assert_non_null(f);
+    fputs("stale wal", f);
+    fclose(f);
+    o.overwrite = 1;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    assert_true(s >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_begin((st_stage)s);
+    st_end((st_stage)s);
+    assert_int_equal(st_close(trace), ST_OK);
+    assert_false(exists(side));
+    read_file(path, buf, sizeof buf, &len);
+    assert_true(len >= 16);
+    assert_memory_equal(buf, "SQLite format 3", 16);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    st_reader_close(r);
+
+    /* Without overwrite, an existing trace is refused too. */
+    o.overwrite = 0;
+    assert_int_equal(st_open(&trace, &o), ST_EEXIST);
+    r = open_reader(path);
+    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    st_reader_close(r);
+}
+
+typedef struct bad_option {
+    const char *what;
+    void (*set)(st_options *o);
+    const char *mention; /* in the message */
+} bad_option;
+
+static void ring_100(st_options *o) { o->ring_records = 100; }
+static void ring_32(st_options *o) { o->ring_records = 32; }
+static void ring_0(st_options *o) { o->ring_records = 0; }
+static void ring_huge(st_options *o) { o->ring_records = 1u << 29; }
+static void ring_96(st_options *o) { o->ring_records = 96; }
+static void commit_0(st_options *o) { o->commit_ms = 0; }
+static void commit_huge(st_options *o) { o->commit_ms = 60001; }
+static void rank_eq_world(st_options *o) { o->rank = 2; o->world_size = 2; }
+static void rank_negative(st_options *o) { o->rank = -1; }
+static void world_0(st_options *o) { o->rank = 0; o->world_size = 0; }
+static void null_path(st_options *o) { o->path = NULL; }
+static void empty_path(st_options *o) { o->path = ""; }
+static void nvtx_bad(st_options *o) { o->nvtx = 2; }
+static void clock_bad(st_options *o) { o->clock = 7; }
+
+static void test_open_bad_options(void **state)
+{
+    (void)state;
+    const bad_option cases[] = {
+        {"ring not a power of two", ring_100, "100"},
+        {"ring too small", ring_32, "32"},
+        {"ring zero", ring_0, "ring size 0"},
+        {"ring too large", ring_huge, "536870912"},
+        {"ring 96", ring_96, "96"},
+        {"commit_ms 0", commit_0, "0 ms"},
+        {"commit_ms too large", commit_huge, "60001"},
+        {"rank == world_size", rank_eq_world, "rank 2"},
+        {"rank < 0", rank_negative, "rank -1"},
+        {"world_size 0", world_0, "world size 0"},
+        {"enabled without a path", null_path, "path"},
+        {"empty path", empty_path, "path"},
+        {"nvtx 2", nvtx_bad, "nvtx"},
+        {"clock 7", clock_bad, "clock"},
+    };
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "bad-options.sqlite");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_options o;
+        options(&o, path);
+        cases[i].set(&o);
+        st_trace *trace = (st_trace *)&o;
+        int rc = st_open(&trace, &o);
+        if (rc != ST_EINVAL) fail_msg("%s: st_open returned %d, want ST_EINVAL", cases[i].what, rc);
+        assert_null(trace);
+        assert_error_line(cases[i].mention);
+        assert_no_trace_files(path);
+    }
+    /* No options, no out pointer. */
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, NULL), ST_EINVAL);
+    st_options o;
+    options(&o, path);
+    assert_int_equal(st_open(NULL, &o), ST_EINVAL);
+    assert_no_trace_files(path);
+    /* The boundaries themselves are fine. */
+    o.ring_records = 64;
+    o.commit_ms = 60000;
+    o.rank = 3;
+    o.world_size = 4;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "ring_records", "64");
+    assert_meta(r, "commit_ms", "60000");
+    assert_meta(r, "rank", "3");
+    assert_meta(r, "world_size", "4");
+    st_reader_close(r);
+}
+
+static void test_second_open_fails(void **state)
+{
+    (void)state;
+    char first[PATH_MAX], second[PATH_MAX];
+    tmp_path(first, sizeof first, "first.sqlite");
+    tmp_path(second, sizeof second, "second.sqlite");
+    st_options o;
+    options(&o, first);
+    st_trace *a, *b = (st_trace *)&o;
+    assert_int_equal(st_open(&a, &o), ST_OK);
+    options(&o, second);
+    assert_int_equal(st_open(&b, &o), ST_ESTATE);
+    assert_null(b);
+    assert_error_line("already open");
+    assert_no_trace_files(second);
+    /* The first trace is unharmed. */
+    int s = st_stage_register(a, "s", ST_WORK);
+    assert_true(st_thread_register(a, "main", "main", -1, 0) >= 0);
+    st_begin((st_stage)s);
+    st_end((st_stage)s);
+    assert_int_equal(st_close(a), ST_OK);
+    st_reader *r = open_reader(first);
+    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    st_reader_close(r);
+    /* Once closed, another may be opened. */
+    assert_int_equal(st_open(&b, &o), ST_OK);
+    assert_int_equal(st_close(b), ST_OK);
+    assert_int_equal(st_close(NULL), ST_OK);
+}
+
+static void test_registration_errors(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "registration.sqlite");
+    st_options o;
+    options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+
+    assert_int_equal(st_stage_register(trace, "", ST_WORK), ST_EINVAL);
+    assert_error_line("empty");
+    assert_int_equal(st_stage_register(trace, NULL, ST_WORK), ST_EINVAL);
+    assert_int_equal(st_stage_register(trace, "odd", (st_kind)99), ST_EINVAL);
+    assert_error_line("odd");
+    assert_int_equal(st_stage_register(NULL, "x", ST_WORK), ST_EINVAL);
+    int fwd = st_stage_register(trace, "forward", ST_WORK);
+    int wait = st_stage_register(trace, "queue_wait", ST_WAIT_INPUT);
+    assert_int_equal(fwd, 0);
+    assert_int_equal(wait, 1);
+    assert_int_equal(st_stage_register(trace, "forward", ST_WORK), fwd);
+    assert_int_equal(st_stage_register(trace, "queue_wait", ST_WAIT_INPUT), wait);
+    assert_int_equal(st_stage_register(trace, "forward", ST_SYNC), ST_EINVAL);
+    assert_error_line("forward");
+    assert_int_equal(st_stage_register(trace, "forward", ST_WORK), fwd); /* still there */
+
+    assert_int_equal(st_counter_register(trace, "", "bytes"), ST_EINVAL);
+    assert_int_equal(st_counter_register(trace, NULL, "bytes"), ST_EINVAL);
+    assert_int_equal(st_counter_register(NULL, "depth", "items"), ST_EINVAL);
+    int depth = st_counter_register(trace, "depth", "items");
+    assert_int_equal(depth, 0);
+    assert_int_equal(st_counter_register(trace, "depth", "items"), depth);
+    assert_int_equal(st_counter_register(trace, "bytes", NULL), 1);
+
+    assert_int_equal(st_thread_register(trace, "", "main", -1, 0), ST_EINVAL);
+    assert_int_equal(st_thread_register(trace, NULL, "main", -1, 0), ST_EINVAL);
+    assert_int_equal(st_thread_register(NULL, "main", "main", -1, 0), ST_EINVAL);
+    int tid = st_thread_register(trace, "main", NULL, 2, 0);
+    assert_int_equal(tid, 0);
+    assert_int_equal(st_thread_register(trace, "again", "main", -1, 0), ST_ESTATE);
+    assert_error_line("again");
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_reader(path);
+    assert_int_equal(st_reader_n_stages(r), 2);
+    assert_string_equal(st_reader_stage(r, 0)->name, "forward");
+    assert_int_equal(st_reader_stage(r, 0)->kind, ST_WORK);
+    assert_string_equal(st_reader_stage(r, 1)->name, "queue_wait");
+    assert_int_equal(st_reader_stage(r, 1)->kind, ST_WAIT_INPUT);
+    assert_int_equal(st_reader_n_counters(r), 2);
+    assert_string_equal(st_reader_counter(r, 0)->unit, "items");
+    assert_string_equal(st_reader_counter(r, 1)->unit, "");
+    assert_int_equal(st_reader_n_threads(r), 1);
+    assert_string_equal(st_reader_thread(r, 0)->name, "main");
+    assert_string_equal(st_reader_thread(r, 0)->role, "other");
+    assert_int_equal(st_reader_thread(r, 0)->device, 2);
+    st_reader_close(r);
+}
+
+static void *disabled_worker(void *arg)
+{
+    st_trace *trace = arg;
+    st_thread_register(trace, "worker", "worker", -1, 0);
+    for (int i = 0; i < 1000; i++) {
+        st_begin(0);
+        st_counter_set(0, i);
+        st_end(0);
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static void test_disabled_trace(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "disabled.sqlite");
+    st_options o;
+    options(&o, path);
+    o.enabled = 0;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_non_null(trace);
+    assert_int_equal(st_enabled(trace), 0);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    assert_true(s >= 0);
+    assert_int_equal(st_stage_register(trace, "work", ST_WORK), s);
+    assert_true(st_counter_register(trace, "c", "") >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    for (int i = 0; i < 100000; i++) {
+        st_begin((st_stage)s);
+        st_counter_set(0, i);
+        st_mark("mark");
+        st_end((st_stage)s);
+        st_end((st_stage)s); /* unmatched: nothing to count either */
+    }
+    st_step(0, 0);
+    st_step(1, 100);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, disabled_worker, trace), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 0);
+    assert_no_trace_files(path);
+    assert_int_equal(st_close(trace), ST_OK);
+    assert_no_trace_files(path);
+
+    /* Disabled needs no path; and it does not count as the open trace. */
+    o.path = NULL;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_trace *enabled;
+    options(&o, path);
+    assert_int_equal(st_open(&enabled, &o), ST_OK);
+    assert_int_equal(st_close(enabled), ST_OK);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    st_reader_close(r);
+}
+
+/* ---- unmatched ends, unregistered threads ---- */
+
+typedef struct stray {
+    st_stage s;
+    st_counter c;
+} stray;
+
+static void *unregistered_worker(void *arg)
+{
+    stray *x = arg;
+    for (int i = 0; i < 10000; i++) {
+        st_begin(x->s);
+        st_counter_set(x->c, i);
+        st_mark("stray");
+        st_end(x->s);
+        st_end(x->s);
+    }
+    st_step(1000, 1);
+    st_thread_unregister(); /* harmless when not registered */
+    return NULL;
+}
+
+static void test_unmatched_and_unregistered(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "unmatched.sqlite");
+    st_options o;
+    options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int a = st_stage_register(trace, "a", ST_WORK);
+    int b = st_stage_register(trace, "b", ST_COPY);
+    int c = st_counter_register(trace, "c", "");
+    assert_true(a >= 0 && b >= 0 && c >= 0);
+
+    /* Before registering, the main thread records nothing. */
+    st_begin((st_stage)a);
+    st_end((st_stage)a);
+    stray x = {(st_stage)a, (st_counter)c};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, unregistered_worker, &x), 0);
+    pthread_join(th, NULL);
+
+    assert_int_equal(st_thread_register(trace, "main", "main", -1, 0), 0);
+    st_end((st_stage)a); /* three ends with nothing open */
+    st_end((st_stage)b);
+    st_end((st_stage)a);
+    st_begin((st_stage)a); /* a range ended with the wrong stage: it ends a */
+    st_end((st_stage)b);
+    st_begin((st_stage)a);
+    st_begin((st_stage)b);
+    st_end((st_stage)b);
+    st_end((st_stage)a);
+    st_end((st_stage)a); /* a fourth end with nothing open */
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 0); /* no ring was full */
+    /* After unregistering, calls are ignored again; a range left open is
+     * simply not a completed range. */
+    st_begin((st_stage)b);
+    st_thread_unregister();
+    st_end((st_stage)b);
+    st_begin((st_stage)a);
+    st_end((st_stage)a);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    assert_int_equal(st_reader_n_threads(r), 1);
+    assert_meta(r, "dropped_events", "0");
+    assert_int_equal(meta_ll(r, "unmatched_ends"), 4 + 1);
+    assert_int_equal(st_reader_thread(r, 0)->dropped, 0);
+    assert_int_equal(st_reader_n_steps(r), 0);
+    assert_int_equal(sql_ll(r, "SELECT count(*) FROM marks", 0), 0);
+    assert_int_equal(sql_ll(r, "SELECT count(*) FROM counter_chunks", 0), 0);
+    st_range_iter *ri;
+    assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    const uint32_t want_stage[] = {(uint32_t)a, (uint32_t)b, (uint32_t)a};
+    const uint32_t want_depth[] = {0, 1, 0};
+    int n = 0;
+    while (st_range_iter_next(ri, &rg) == 1) {
+        assert_true(n < 3);
+        assert_int_equal(rg.thread, 0);
+        assert_int_equal(rg.stage, want_stage[n]);
+        assert_int_equal(rg.depth, want_depth[n]);
+        n++;
+    }
+    assert_int_equal(n, 3);
+    st_range_iter_close(ri);
+    /* The begin left open is stored as an event, without an end. */
+    st_event_iter *ei;
+    assert_int_equal(st_event_iter_open(&ei, r, 0), ST_OK);
+    st_event ev;
+    int events = 0;
+    while (st_event_iter_next(ei, &ev) == 1) events++;
+    assert_int_equal(events, 7);
+    assert_false(ev.is_end);
+    assert_int_equal(ev.stage, (uint32_t)b);
+    st_event_iter_close(ei);
+    st_reader_close(r);
+}
+
+/* A stage id that was never registered (a program error) must not make the
+ * trace unreadable: a reader rejects chunks naming stages the file lacks. */
+static void test_unregistered_stage_id(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "stray-stage.sqlite");
+    st_options o;
+    options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int a = st_stage_register(trace, "a", ST_WORK);
+    assert_int_equal(a, 0);
+    assert_int_equal(st_thread_register(trace, "main", "main", -1, 0), 0);
+    st_begin((st_stage)a);
+    st_begin(4000); /* inside a: a's range must survive */
+    st_end(4000);
+    st_end((st_stage)a);
+    st_begin(ST_MAX_STAGES + 7);
+    st_begin((st_stage)a); /* inside the stray one */
+    st_end((st_stage)a);
+    st_end(ST_MAX_STAGES + 7);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_reader(path);
+    assert_int_equal(st_reader_n_stages(r), 1);
+    assert_meta(r, "unmatched_ends", NULL);
+    assert_int_equal(meta_ll(r, "dropped_events"), (long long)st_reader_thread(r, 0)->dropped);
+    st_range_iter *ri;
+    assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    int n = 0, rc;
+    while ((rc = st_range_iter_next(ri, &rg)) == 1) {
+        assert_int_equal(rg.stage, (uint32_t)a);
+        assert_int_equal(rg.depth, 0);
+        n++;
+    }
+    if (rc != 0) fail_msg("reading ranges: %s", st_last_error());
+    assert_int_equal(n, 2);
+    st_range_iter_close(ri);
+    st_reader_close(r);
+}
+
+int main(void)
+{
+    make_tmp_dir();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rings_every_event_once_in_order),
+        cmocka_unit_test(test_drops_counted_exactly_flat),
+        cmocka_unit_test(test_drops_counted_exactly_nested),
+        cmocka_unit_test(test_nesting_beyond_256),
+        cmocka_unit_test(test_blocking_ring_deeper_than_ring),
+        cmocka_unit_test(test_open_unwritable_paths),
+        cmocka_unit_test(test_open_existing_file),
+        cmocka_unit_test(test_open_bad_options),
+        cmocka_unit_test(test_second_open_fails),
+        cmocka_unit_test(test_registration_errors),
+        cmocka_unit_test(test_disabled_trace),
+        cmocka_unit_test(test_unmatched_and_unregistered),
+        cmocka_unit_test(test_unregistered_stage_id),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (!failed) remove_tmp_dir();
+    return failed;
+}
