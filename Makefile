@@ -46,6 +46,18 @@ endif
 HAVE_SQLITE := $(shell printf '$(H)include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
 HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$(H)include <setjmp.h>\n$(H)include <stdint.h>\n$(H)include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
 
+# Asked for and missing: stop with a message.
+ifeq ($(WITH_CUDA),1)
+ifeq ($(HAVE_CUDA),)
+$(error WITH_CUDA=1, but there is no CUDA toolkit under CUDA_HOME=$(CUDA_HOME): install one or set CUDA_HOME)
+endif
+endif
+ifeq ($(WITH_NVTX),1)
+ifeq ($(NVTX_INC),)
+$(error WITH_NVTX=1, but no nvtx3/nvToolsExt.h was found: install the CUDA toolkit or the NVTX headers)
+endif
+endif
+
 ifneq ($(NVTX_INC),)
 CFLAGS_BASE += -DST_HAVE_NVTX -isystem $(NVTX_INC)
 endif
@@ -187,6 +199,7 @@ $(BUILD)/tests/lib%.so: tests/%.c
 	$(CC) $(CFLAGS_ALL) -shared $< -o $@ $(LDFLAGS_ALL) -lpthread
 
 test: all
+	@$(if $(HAVE_CMOCKA),true,echo "make test needs cmocka: apt-get install libcmocka-dev"; exit 1)
 	@ST_BUILD=$(BUILD) bash tests/run.sh $(BUILD)
 
 # GPU tests: tests/gpu/*.cu and tests/gpu/*.c, one program each, run by
@@ -225,7 +238,7 @@ install: lib
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 tracer/stagetrace.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/stagetrace.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace.pc
 	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
 
 clean:
