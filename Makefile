@@ -193,6 +193,9 @@ tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO)
 $(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
+# tests that compile trainer sources into themselves rebuild when those change
+$(BUILD)/tests/test_drafter_grad $(BUILD)/tests/test_trainer: $(wildcard trainer/*.c trainer/*.h)
+$(BUILD)/tests/test_analyze: $(wildcard analyze/*.c analyze/*.h)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,7 @@ static void on_window(const struct st_window *w, void *arg)
 
 static st_trace *trace;
 static int st_outer, st_inner, st_wait;
-static volatile int workers_stop;
+static _Atomic int workers_stop;
 
 static void spin_ns(long ns)
 {

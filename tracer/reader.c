@@ -160,9 +160,11 @@ static int load_stages(st_reader *r)
         const unsigned char *kind = sqlite3_column_text(st, 2);
         int k = st_kind_parse((const char *)kind);
         if (k < 0) {
+            /* The message first: kind points into the statement's row. */
+            int err = st_set_error(ST_ECORRUPT, "trace table 'stages': stage %lld has unknown kind '%s'",
+                                   (long long)id, kind ? (const char *)kind : "");
             sqlite3_finalize(st);
-            return st_set_error(ST_ECORRUPT, "trace table 'stages': stage %lld has unknown kind '%s'",
-                                (long long)id, kind ? (const char *)kind : "");
+            return err;
         }
         if ((uint32_t)id >= r->n_stages) {
             st_stage_info *s = realloc(r->stages, ((size_t)id + 1) * sizeof *s);

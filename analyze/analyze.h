@@ -1,0 +1,286 @@
+/* analyze.h: what the parts of the `analyze` program share.
+ *
+ * `analyze` is a git-style CLI: main.c dispatches `analyze CMD ...` through a
+ * table of commands, each a function in its own file (cmd_info.c,
+ * cmd_summary.c, ...). They share:
+ *   - messages and exit codes, the option parser, trace opening with one-line
+ *     errors, time/step windows and name filters (common.c);
+ *   - output tables in three formats: aligned text, CSV, JSON (table.c);
+ *   - exact percentiles in bounded memory (quantiles.c);
+ *   - per thread/role/stage statistics over a selection (stats.c), used by
+ *     summary and meant for diff/bottleneck/report as well.
+ * Traces are untrusted input: they are only ever opened through the tracer's
+ * reader (read-only, defensive), and every string from them is escaped or
+ * sanitized on output.
+ */
+#ifndef ANALYZE_H
+#define ANALYZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "st_reader.h"
+
+/* ---- exit codes and messages ---------------------------------------------- */
+
+enum {
+    AN_EXIT_OK = 0,
+    AN_EXIT_FAIL = 1,  /* could not finish: out of memory, output not writable */
+    AN_EXIT_USAGE = 2, /* bad flags or an input that cannot be analyzed */
+};
+
+/* One line on stderr: "analyze: <message>". */
+void an_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One line on stderr: "analyze: warning: <message>". */
+void an_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A subcommand: argv[0] is its name; returns an exit code. */
+typedef int (*an_command_fn)(int argc, char **argv);
+typedef struct an_command {
+    const char *name;
+    an_command_fn run;
+    const char *help; /* one line for `analyze --help` */
+} an_command;
+
+int cmd_info(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
+int cmd_intervals(int argc, char **argv);
+int cmd_sql(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+
+/* ---- command-line options ----------------------------------------------------
+ * `--name value`, `--name=value`, flags, positionals in any order; `--`
+ * ends the options. Errors print one line naming the command and return -1. */
+
+typedef struct an_opt {
+    const char *name; /* without the leading "--" */
+    int has_arg;
+    int id;           /* > 0 */
+} an_opt;
+
+typedef struct an_args {
+    const char *cmd;
+    int argc, i;
+    char **argv;
+    int only_positionals;
+    const char **pos; /* collected positionals */
+    int n_pos;
+    const char *value; /* the current option's value */
+} an_args;
+
+enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT }; /* ids every command may use */
+
+int an_args_init(an_args *a, const char *cmd, int argc, char **argv);
+void an_args_free(an_args *a);
+/* Next option's id, 0 when all are read, -1 on an error (message printed). */
+int an_args_next(an_args *a, const an_opt *opts);
+/* "analyze CMD: unknown ..." style error; returns AN_EXIT_USAGE. */
+int an_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int an_parse_u64(const char *s, uint64_t *out);  /* decimal, whole string; 0 or -1 */
+
+/* ---- output tables (table.c) ------------------------------------------------- */
+
+typedef enum an_format { AN_FMT_TEXT, AN_FMT_CSV, AN_FMT_JSON } an_format;
+int an_parse_format(const char *s, an_format *out); /* 0 or -1 */
+
+typedef enum an_type {
+    AN_T_STR,  /* text */
+    AN_T_INT,  /* int64 */
+    AN_T_MS,   /* int64 nanoseconds shown as milliseconds: text 3 decimals, CSV/JSON 6 (exact) */
+    AN_T_PCT,  /* double percent: text "62.5%" (tenths, half up), CSV/JSON the shortest exact decimal */
+    AN_T_REAL, /* double with col.decimals decimals */
+    AN_T_ANY,  /* per cell (sql): whatever an_put_* is used */
+} an_type;
+
+typedef struct an_col {
+    const char *name;
+    an_type type;
+    int decimals; /* AN_T_REAL */
+} an_col;
+
+typedef struct an_out an_out;
+typedef struct an_table an_table;
+
+/* A document on f: text tables separated by blank lines; CSV tables
+ * separated by a blank line; JSON one object {"table name": [rows...], ...}. */
+an_out *an_out_new(FILE *f, an_format fmt);
+an_format an_out_format(const an_out *o);
+/* Free text, printed only in text format (headings, notes). */
+void an_out_text(an_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ends the document and frees o. 0, or -1 when writing failed. */
+int an_out_finish(an_out *o);
+
+/* Text tables buffer their first rows to size the columns, then stream. */
+an_table *an_table_new(an_out *o, const char *name, const an_col *cols, int n_cols);
+void an_put_str(an_table *t, const char *s); /* NULL: null */
+void an_put_int(an_table *t, int64_t v);
+void an_put_ns(an_table *t, int64_t ns);
+void an_put_pct(an_table *t, double pct);
+void an_put_real(an_table *t, double v);
+void an_put_null(an_table *t);
+void an_row_end(an_table *t);
+void an_table_gap(an_table *t); /* blank line between row groups (text only) */
+void an_table_end(an_table *t); /* frees t */
+
+/* Escapers shared with the streaming writers (export). */
+void an_json_string(FILE *f, const char *s);   /* quoted, valid UTF-8 JSON string */
+void an_csv_field(FILE *f, const char *s);     /* quoted when needed */
+/* Writes v in decimal into buf (>= 21 bytes); returns the length. */
+int an_fmt_i64(char *buf, int64_t v);
+/* ns as "<ns / 10^digits>.<digits decimals>" exactly, e.g. (1234567, 6) ->
+ * "1.234567"; rounded half away from zero to `decimals` (<= digits). */
+int an_fmt_fixed(char *buf, int64_t ns, int digits, int decimals);
+
+/* ---- exact percentiles in bounded memory (quantiles.c) ------------------------
+ * Groups of non-negative values (durations in ns); after all values are
+ * added, the nearest-rank percentiles are exact (they are values of the
+ * data: the smallest v with at least p% of the values <= v). Small groups
+ * keep their values; large ones keep a log-linear histogram (1.6% buckets)
+ * and the caller replays the same values in further passes, in which only
+ * the values falling in the buckets that hold the wanted ranks are kept (or,
+ * when those are too many, counted in a finer histogram). Memory is bounded
+ * by the number of groups, not by the number of values. */
+
+#define AN_QUANT_MAX_PCT 4
+typedef struct an_quant an_quant;
+/* permille: the percentiles in thousandths (500 = p50), at most 4. */
+an_quant *an_quant_new(uint32_t n_groups, const uint32_t *permille, uint32_t n_pct);
+void an_quant_free(an_quant *q);
+void an_quant_add(an_quant *q, uint32_t group, int64_t value);
+/* The same for n (group, value) pairs: one call per batch on hot paths. */
+void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *values, size_t n);
+/* 1 while the group needs the values again in the next pass (pass >= 2). */
+int an_quant_wants(const an_quant *q, uint32_t group);
+/* After a pass: 1 when another pass is needed, 0 when done, -1 no memory. */
+int an_quant_end_pass(an_quant *q);
+int an_quant_pass(const an_quant *q); /* 1, 2, ... */
+uint64_t an_quant_count(const an_quant *q, uint32_t group);
+int64_t an_quant_get(const an_quant *q, uint32_t group, uint32_t pct_index); /* 0 if empty */
+/* Tuning, for tests: values kept exactly per group, values collected per pass. */
+void an_quant_limits(an_quant *q, uint32_t exact_per_group, uint64_t collect_per_pass);
+
+/* ---- traces, windows and filters (common.c) ----------------------------------- */
+
+typedef struct an_trace {
+    const char *path;
+    st_reader *r;
+    int64_t origin_ns;              /* time 0 of --time and of exports */
+    int has_span;                   /* span: first to last range event or step mark */
+    int64_t span_t0_ns, span_t1_ns;
+    uint64_t n_ranges_hint;         /* from chunk headers (progress, info) */
+    uint64_t n_samples_hint;
+} an_trace;
+
+/* Opens through st_reader_open; on failure prints one line and returns
+ * AN_EXIT_USAGE. */
+int an_trace_open(an_trace *t, const char *path);
+void an_trace_close(an_trace *t);
+/* Prints "analyze: PATH: <st_last_error()>" and returns AN_EXIT_USAGE. */
+int an_trace_fail(const an_trace *t);
+/* Warnings for a run that did not finish or lost events (stderr). */
+void an_trace_warn(const an_trace *t);
+const char *an_trace_meta(const an_trace *t, const char *key); /* NULL if absent */
+int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out); /* 0 or -1 */
+/* The first step whose mark is after ts (0 and *has = 0 when none). */
+uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has);
+
+typedef struct an_window_spec {
+    enum { AN_WIN_ALL, AN_WIN_STEPS, AN_WIN_TIME } kind;
+    int has_a, has_b;          /* open ends when 0 */
+    uint64_t step_a, step_b;   /* --steps A:B */
+    int64_t time_a_ns, time_b_ns; /* --time T0:T1, relative to origin */
+    const char *text;          /* as given */
+} an_window_spec;
+
+int an_window_parse_steps(an_window_spec *w, const char *s); /* 0 or -1 (printed) */
+int an_window_parse_time(an_window_spec *w, const char *s);
+/* The window in trace time, [t0, t1), intersected with the trace span.
+ * Returns 0, or AN_EXIT_USAGE with a message (a step without a mark, ...). */
+int an_window_resolve(const an_window_spec *w, const an_trace *t, int64_t *t0_ns, int64_t *t1_ns);
+
+/* Name filters: --role, --thread, --stage; each may repeat or hold a comma
+ * list. A thread is also matched by its numeric id. */
+typedef struct an_filter {
+    const char **roles, **threads, **stages;
+    uint32_t n_roles, n_threads, n_stages;
+} an_filter;
+int an_filter_add(const char ***list, uint32_t *n, const char *value);
+void an_filter_free(an_filter *f);
+/* thread_on[index], stage_on[id] (n_threads, n_stages entries). A name that
+ * matches nothing in the trace is an error (printed; AN_EXIT_USAGE). */
+int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on, uint8_t *stage_on);
+
+/* Progress on stderr, only when stderr is a terminal and the work is long. */
+typedef struct an_progress {
+    int enabled, shown;
+    const char *what;
+    uint64_t total, done, next_check;
+    double start_s, last_s;
+} an_progress;
+void an_progress_start(an_progress *p, const char *what, uint64_t total);
+void an_progress_tick_slow(an_progress *p);
+static inline void an_progress_add(an_progress *p, uint64_t n)
+{
+    p->done += n;
+    if (p->done >= p->next_check) an_progress_tick_slow(p);
+}
+void an_progress_end(an_progress *p);
+
+/* ---- statistics per thread / role / stage (stats.c) ---------------------------- */
+
+enum { AN_P50, AN_P95, AN_P99, AN_NPCT };
+
+typedef struct an_stage_stats {
+    int64_t total_ns;  /* inclusive, clipped to the window */
+    int64_t self_ns;   /* minus nested children */
+    int64_t max_ns;
+    uint64_t count;    /* ranges overlapping the window */
+    int64_t pct_ns[AN_NPCT];
+} an_stage_stats;
+
+typedef struct an_select {
+    an_window_spec window;
+    an_filter filter;
+} an_select;
+
+typedef struct an_file_stats {
+    an_trace *trace;
+    int64_t t0_ns, t1_ns, wall_ns;   /* the window; wall = t1 - t0 */
+    uint32_t n_threads, n_stages;    /* thread index as in the reader; stage ids */
+    uint8_t *thread_on, *stage_on;
+    uint32_t n_roles;
+    const char **role_names;         /* [n_roles], sorted */
+    uint32_t *thread_role;           /* [n_threads] */
+    uint32_t *role_threads;          /* [n_roles] selected threads in the role */
+    an_stage_stats *thread_stage;    /* [n_threads * n_stages] */
+    an_stage_stats *role_stage;      /* [n_roles * n_stages] */
+    int64_t *thread_busy_ns;         /* [n_threads] time in some range */
+    uint64_t n_ranges;               /* selected ranges */
+    int rank;                        /* meta rank, or the file's index */
+} an_file_stats;
+
+/* Across files of one run: per role name and stage name. */
+typedef struct an_merged_stats {
+    uint32_t n_roles, n_stages;
+    const char **role_names, **stage_names;
+    uint8_t *stage_kinds;
+    an_stage_stats *role_stage;      /* [n_roles * n_stages], all ranks */
+    int32_t **file_role;             /* [file][merged role] -> file role or -1 */
+    int32_t **file_stage;            /* [file][merged stage] -> file stage or -1 */
+} an_merged_stats;
+
+typedef struct an_stats {
+    uint32_t n_files;
+    an_file_stats *files;
+    int merged_valid;
+    an_merged_stats merged;
+    uint32_t passes;                 /* passes over the ranges (percentiles) */
+} an_stats;
+
+/* Computes everything; prints its own errors and returns an exit code. */
+int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge);
+void an_stats_free(an_stats *s);
+
+#endif

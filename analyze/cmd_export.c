@@ -1,0 +1,919 @@
+/* cmd_export.c: `analyze export FILE --chrome OUT.json | --csv DIR | --rows
+ * OUT.sqlite`: the trace in formats other tools read.
+ *
+ *  --chrome  Chrome trace-event JSON, for Perfetto (ui.perfetto.dev) and
+ *            chrome://tracing: a process named after the program and rank,
+ *            its threads named and ordered by role, each range a complete
+ *            event ("ph":"X", ts and dur in microseconds with nanosecond
+ *            decimals, cat = the stage kind, args depth and step), counter
+ *            samples as counter events ("C"), step marks as instant events.
+ *            Streamed: per thread, ranges are written in start order (what
+ *            viewers expect of nested slices) from the raw events through a
+ *            bounded queue; a range open across more than QUEUE_MAX later
+ *            ranges is written as a begin/end pair ("B"/"E") instead, so
+ *            memory stays bounded whatever the nesting.
+ *  --csv     each table as DIR/<table>.csv: meta, threads, stages, steps,
+ *            counter_names, and the decoded rows ranges.csv and counters.csv
+ *            (the columns of the SQL row tables).
+ *  --rows    a new SQLite file with the same tables as plain rows (plus the
+ *            views ranges_v, counters_v), for tools that cannot load the
+ *            extension.
+ * Outputs are written to a temporary name and renamed when complete, so a
+ * failed export leaves no partial file; existing outputs need --overwrite.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "analyze.h"
+
+static const char help[] =
+    "usage: analyze export FILE [--chrome OUT.json] [--csv DIR] [--rows OUT.sqlite] [--overwrite]\n"
+    "\n"
+    "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
+    "                     chrome://tracing: threads named and ordered by role, ranges as\n"
+    "                     complete events (cat = stage kind, args depth and step), counters,\n"
+    "                     step marks as instant events. Times in microseconds from the trace\n"
+    "                     start, with nanosecond decimals. OUT '-' writes to stdout.\n"
+    "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
+    "                     ranges.csv and counters.csv (decoded rows, as the SQL row tables)\n"
+    "  --rows OUT.sqlite  a SQLite copy with plain tables ranges and counters (plus the small\n"
+    "                     tables and the views ranges_v, counters_v) for any SQLite tool\n"
+    "  --overwrite        replace existing output files\n";
+
+enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE };
+static const an_opt opts[] = {
+    {"chrome", 1, OPT_CHROME}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
+    {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+};
+
+#define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
+
+/* ---- output files: temporary name, then rename ---------------------------------------
+ * Only a regular file (or a new one) is written through a temporary name:
+ * renaming over anything else would replace it, and a device or a FIFO
+ * (/dev/null, /dev/stdout, a pipe) is what the user wants written to. */
+
+typedef struct out_file {
+    const char *path;
+    char *tmp;   /* NULL: written in place */
+    FILE *f;
+} out_file;
+
+enum { PATH_NONE, PATH_FILE, PATH_DIR, PATH_OTHER };
+
+static int path_kind(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return PATH_NONE;
+    if (S_ISREG(sb.st_mode)) return PATH_FILE;
+    if (S_ISDIR(sb.st_mode)) return PATH_DIR;
+    return PATH_OTHER; /* device, FIFO, socket, symbolic link */
+}
+
+/* Whether an output may go to path; prints why not. */
+static int out_allowed(const char *path, int overwrite)
+{
+    int kind = path_kind(path);
+    if (kind == PATH_DIR) {
+        an_error("export: %s is a directory", path);
+        return AN_EXIT_USAGE;
+    }
+    if (kind == PATH_FILE && !overwrite) {
+        an_error("export: %s exists (pass --overwrite to replace it)", path);
+        return AN_EXIT_USAGE;
+    }
+    return AN_EXIT_OK;
+}
+
+static int out_open(out_file *o, const char *path, int overwrite)
+{
+    memset(o, 0, sizeof *o);
+    o->path = path;
+    if (strcmp(path, "-") == 0) {
+        o->f = stdout;
+        return 0;
+    }
+    int rc = out_allowed(path, overwrite);
+    if (rc) return rc;
+    if (path_kind(path) == PATH_OTHER) {
+        o->f = fopen(path, "w");
+    } else {
+        size_t len = strlen(path) + 32;
+        o->tmp = malloc(len);
+        if (!o->tmp) return AN_EXIT_FAIL;
+        snprintf(o->tmp, len, "%s.tmp%ld", path, (long)getpid());
+        o->f = fopen(o->tmp, "w");
+    }
+    if (!o->f) {
+        an_error("export: cannot write %s: %s", path, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        return AN_EXIT_USAGE;
+    }
+    static char buf[1 << 20];
+    setvbuf(o->f, buf, _IOFBF, sizeof buf);
+    return 0;
+}
+
+/* Finishes (ok) or abandons the file. Returns an exit code. */
+static int out_close(out_file *o, int ok)
+{
+    if (!o->f) return ok ? AN_EXIT_OK : AN_EXIT_FAIL;
+    int bad = fflush(o->f) != 0 || ferror(o->f);
+    int rc = ok ? AN_EXIT_OK : AN_EXIT_FAIL;
+    if (o->f != stdout) {
+        bad |= fclose(o->f) != 0;
+        if (o->tmp) {
+            if (ok && !bad && rename(o->tmp, o->path) != 0) bad = 1;
+            if (!ok || bad) unlink(o->tmp);
+        }
+    }
+    if (ok && bad) {
+        an_error("export: cannot write %s: %s", o->path, strerror(errno));
+        rc = AN_EXIT_FAIL;
+    }
+    free(o->tmp);
+    memset(o, 0, sizeof *o);
+    return rc;
+}
+
+/* ---- Chrome trace-event JSON ---------------------------------------------------------- */
+
+typedef struct pending {
+    uint32_t stage, depth;
+    int64_t start_ns, end_ns;
+    int ended;
+} pending;
+
+#define NOT_QUEUED UINT64_MAX       /* open range not in the queue (began before the data) */
+#define EMITTED_BEGIN (UINT64_MAX - 1) /* written as "B": its end writes "E" */
+
+typedef struct chrome {
+    FILE *f;
+    an_trace *t;
+    long long pid;
+    char **stage_json; /* [n_stages] quoted, escaped names */
+    const char **kind_json;
+    /* the current thread */
+    uint32_t tid;
+    pending *queue;     /* ring of QUEUE_MAX */
+    uint64_t head_seq, n_queued;
+    uint64_t open_seq[ST_STACK_MAX + 1];
+    uint64_t n_events, n_skipped_samples;
+    an_progress progress;
+} chrome;
+
+static char *json_quoted(const char *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return NULL;
+    an_json_string(m, s);
+    if (fclose(m) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void put_i64(FILE *f, int64_t v)
+{
+    char buf[24];
+    int n = an_fmt_i64(buf, v);
+    fwrite_unlocked(buf, 1, (size_t)n, f);
+}
+
+/* Microseconds with nanosecond decimals: 1234567 ns -> 1234.567 */
+static void put_us(FILE *f, int64_t ns)
+{
+    char buf[32];
+    int n = an_fmt_fixed(buf, ns, 3, 3);
+    fwrite_unlocked(buf, 1, (size_t)n, f);
+}
+
+static void put_lit(FILE *f, const char *s) { fputs_unlocked(s, f); }
+
+static void event_head(chrome *c, const char *ph, uint32_t stage, int64_t ts_ns)
+{
+    FILE *f = c->f;
+    put_lit(f, ",\n{\"name\":");
+    put_lit(f, c->stage_json[stage]);
+    put_lit(f, ",\"cat\":");
+    put_lit(f, c->kind_json[stage]);
+    put_lit(f, ",\"ph\":\"");
+    put_lit(f, ph);
+    put_lit(f, "\",\"pid\":");
+    put_i64(f, c->pid);
+    put_lit(f, ",\"tid\":");
+    put_i64(f, c->tid);
+    put_lit(f, ",\"ts\":");
+    put_us(f, ts_ns - c->t->origin_ns);
+    c->n_events++;
+}
+
+static void event_args(chrome *c, uint32_t depth, int64_t start_ns, int unfinished)
+{
+    FILE *f = c->f;
+    put_lit(f, ",\"args\":{\"depth\":");
+    put_i64(f, depth);
+    int has;
+    uint64_t step = an_step_of(c->t, start_ns, &has);
+    if (has) {
+        put_lit(f, ",\"step\":");
+        put_i64(f, (int64_t)step);
+    }
+    if (unfinished) put_lit(f, ",\"unfinished\":true");
+    put_lit(f, "}}");
+}
+
+static void write_complete(chrome *c, uint32_t stage, uint32_t depth, int64_t start_ns, int64_t end_ns)
+{
+    event_head(c, "X", stage, start_ns);
+    put_lit(c->f, ",\"dur\":");
+    put_us(c->f, end_ns > start_ns ? end_ns - start_ns : 0); /* never negative, even for a damaged trace */
+    event_args(c, depth, start_ns, 0);
+}
+
+static void write_begin(chrome *c, const pending *p, int unfinished)
+{
+    event_head(c, "B", p->stage, p->start_ns);
+    event_args(c, p->depth, p->start_ns, unfinished);
+}
+
+static pending *queued(chrome *c, uint64_t seq) { return &c->queue[seq % QUEUE_MAX]; }
+
+/* Writes the finished ranges at the head of the queue (start order). */
+static void drain_ready(chrome *c)
+{
+    while (c->n_queued) {
+        pending *p = queued(c, c->head_seq);
+        if (!p->ended) break;
+        write_complete(c, p->stage, p->depth, p->start_ns, p->end_ns);
+        c->head_seq++;
+        c->n_queued--;
+    }
+}
+
+static void on_begin(chrome *c, const st_event *ev)
+{
+    if (c->n_queued == QUEUE_MAX) {
+        /* The head is still open (else it would have been written): it
+         * becomes a "B" event now, its end an "E" event later. */
+        pending *p = queued(c, c->head_seq);
+        write_begin(c, p, 0);
+        if (p->depth <= ST_STACK_MAX) c->open_seq[p->depth] = EMITTED_BEGIN;
+        c->head_seq++;
+        c->n_queued--;
+        drain_ready(c);
+    }
+    uint64_t seq = c->head_seq + c->n_queued++;
+    *queued(c, seq) = (pending){ev->stage, ev->depth, ev->ts_ns, 0, 0};
+    if (ev->depth <= ST_STACK_MAX) c->open_seq[ev->depth] = seq;
+}
+
+static void on_end(chrome *c, const st_event *ev)
+{
+    uint64_t seq = ev->depth <= ST_STACK_MAX ? c->open_seq[ev->depth] : NOT_QUEUED;
+    if (ev->depth <= ST_STACK_MAX) c->open_seq[ev->depth] = NOT_QUEUED;
+    if (seq == EMITTED_BEGIN) {
+        /* Everything queued began inside it, so has ended by now. */
+        drain_ready(c);
+        event_head(c, "E", ev->stage, ev->ts_ns);
+        put_lit(c->f, "}");
+        return;
+    }
+    if (seq == NOT_QUEUED || seq < c->head_seq || seq >= c->head_seq + c->n_queued) {
+        /* Began before the first chunk (a damaged trace): the end event
+         * knows its start, so write it at once. */
+        write_complete(c, ev->stage, ev->depth, ev->start_ns, ev->ts_ns);
+        return;
+    }
+    pending *p = queued(c, seq);
+    p->end_ns = ev->ts_ns;
+    p->ended = 1;
+    drain_ready(c);
+}
+
+static int chrome_thread(chrome *c, const st_thread_info *th)
+{
+    st_event_iter *it = NULL;
+    int rc = st_event_iter_open(&it, c->t->r, th->id);
+    c->tid = th->id;
+    c->head_seq = c->n_queued = 0;
+    for (int i = 0; i <= ST_STACK_MAX; i++) c->open_seq[i] = NOT_QUEUED;
+    st_event ev;
+    while (!rc && (rc = st_event_iter_next(it, &ev)) == 1) {
+        rc = 0;
+        an_progress_add(&c->progress, 1);
+        if (ev.is_end) on_end(c, &ev);
+        else on_begin(c, &ev);
+    }
+    st_event_iter_close(it);
+    if (rc < 0) return rc;
+    /* Ranges that never ended: a begin without an end. */
+    while (c->n_queued) {
+        pending *p = queued(c, c->head_seq);
+        if (p->ended) write_complete(c, p->stage, p->depth, p->start_ns, p->end_ns);
+        else write_begin(c, p, 1);
+        c->head_seq++;
+        c->n_queued--;
+    }
+    return 0;
+}
+
+static void put_meta_object(FILE *f, an_trace *t)
+{
+    sqlite3_stmt *st;
+    put_lit(f, "{");
+    if (sqlite3_prepare_v2(st_reader_db(t->r), "SELECT key, value FROM main.meta ORDER BY key", -1, &st,
+                           NULL) == SQLITE_OK) {
+        int first = 1;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(st, 0);
+            const char *v = (const char *)sqlite3_column_text(st, 1);
+            if (!k) continue;
+            if (!first) put_lit(f, ",");
+            first = 0;
+            an_json_string(f, k);
+            put_lit(f, ":");
+            an_json_string(f, v ? v : "");
+        }
+        sqlite3_finalize(st);
+    }
+    put_lit(f, "}");
+}
+
+static void chrome_metadata(chrome *c)
+{
+    FILE *f = c->f;
+    st_reader *r = c->t->r;
+    const char *program = an_trace_meta(c->t, "program");
+    const char *rank = an_trace_meta(c->t, "rank");
+    char label[256];
+    snprintf(label, sizeof label, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
+    put_lit(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, c->pid);
+    put_lit(f, ",\"tid\":0,\"args\":{\"name\":");
+    an_json_string(f, label);
+    put_lit(f, "}}");
+    int64_t rank_i;
+    put_lit(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, c->pid);
+    put_lit(f, ",\"tid\":0,\"args\":{\"sort_index\":");
+    put_i64(f, an_trace_meta_i64(c->t, "rank", &rank_i) == 0 ? rank_i : 0);
+    put_lit(f, "}}");
+    /* Threads ordered by role (roles in order of their first thread), then id. */
+    uint32_t n = st_reader_n_threads(r), sort_index = 0;
+    uint8_t *done = calloc(n ? n : 1, 1);
+    for (uint32_t i = 0; i < n && done; i++) {
+        if (done[i]) continue;
+        const char *role = st_reader_thread(r, i)->role;
+        for (uint32_t j = i; j < n; j++) {
+            const st_thread_info *th = st_reader_thread(r, j);
+            if (done[j] || strcmp(th->role, role) != 0) continue;
+            done[j] = 1;
+            put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, c->pid);
+            put_lit(f, ",\"tid\":");
+            put_i64(f, th->id);
+            put_lit(f, ",\"args\":{\"name\":");
+            an_json_string(f, th->name);
+            put_lit(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, c->pid);
+            put_lit(f, ",\"tid\":");
+            put_i64(f, th->id);
+            put_lit(f, ",\"args\":{\"sort_index\":");
+            put_i64(f, sort_index++);
+            put_lit(f, "}}");
+        }
+    }
+    free(done);
+}
+
+static int chrome_counters(chrome *c)
+{
+    st_reader *r = c->t->r;
+    uint32_t nc = st_reader_n_counters(r);
+    char **names = calloc(nc ? nc : 1, sizeof *names);
+    if (!names) return ST_ENOMEM;
+    for (uint32_t i = 0; i < nc; i++) {
+        names[i] = json_quoted(st_reader_counter(r, i)->name);
+        if (!names[i]) {
+            for (uint32_t j = 0; j < i; j++) free(names[j]);
+            free(names);
+            return ST_ENOMEM;
+        }
+    }
+    st_sample_iter *it = NULL;
+    int rc = st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
+    st_sample_row s;
+    while (!rc && (rc = st_sample_iter_next(it, &s)) == 1) {
+        rc = 0;
+        if (!isfinite(s.value) || s.counter >= nc) {
+            c->n_skipped_samples++; /* JSON has no NaN or infinity */
+            continue;
+        }
+        char value[40];
+        snprintf(value, sizeof value, "%.17g", s.value);
+        FILE *f = c->f;
+        put_lit(f, ",\n{\"name\":");
+        put_lit(f, names[s.counter]);
+        put_lit(f, ",\"ph\":\"C\",\"pid\":");
+        put_i64(f, c->pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, s.thread);
+        put_lit(f, ",\"ts\":");
+        put_us(f, s.ts_ns - c->t->origin_ns);
+        put_lit(f, ",\"args\":{\"value\":");
+        put_lit(f, value);
+        put_lit(f, "}}");
+        c->n_events++;
+    }
+    st_sample_iter_close(it);
+    for (uint32_t i = 0; i < nc; i++) free(names[i]);
+    free(names);
+    return rc < 0 ? rc : 0;
+}
+
+static void chrome_steps(chrome *c)
+{
+    st_reader *r = c->t->r;
+    uint32_t tid = st_reader_n_threads(r) ? st_reader_thread(r, 0)->id : 0;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+        if (strcmp(st_reader_thread(r, i)->role, "main") == 0) {
+            tid = st_reader_thread(r, i)->id;
+            break;
+        }
+    for (uint32_t i = 0; i < st_reader_n_steps(r); i++) {
+        const st_step_info *s = st_reader_step(r, i);
+        FILE *f = c->f;
+        put_lit(f, ",\n{\"name\":\"step ");
+        put_i64(f, (int64_t)s->step);
+        put_lit(f, "\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"p\",\"pid\":");
+        put_i64(f, c->pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, tid);
+        put_lit(f, ",\"ts\":");
+        put_us(f, s->ts_ns - c->t->origin_ns);
+        put_lit(f, ",\"args\":{\"step\":");
+        put_i64(f, (int64_t)s->step);
+        put_lit(f, ",\"tokens\":");
+        put_i64(f, (int64_t)s->tokens);
+        put_lit(f, "}}");
+        c->n_events++;
+    }
+}
+
+/* GPU tracks: the hook for GPU activity. Trace schema 1 holds none (the gpu
+ * row table is empty); when gpu chunks exist, this writes one process per
+ * device ("GPU n", pid = 1000000 + device) with a thread per stream,
+ * kernels and copies as "X" events (cat = kind, args bytes / correlation),
+ * and flow events ("s"/"f") from the launching range to its kernel. */
+static int chrome_gpu_tracks(chrome *c)
+{
+    (void)c;
+    return 0;
+}
+
+static int export_chrome(an_trace *t, const char *path, int overwrite)
+{
+    out_file o;
+    int rc = out_open(&o, path, overwrite);
+    if (rc) return rc;
+    st_reader *r = t->r;
+    chrome c;
+    memset(&c, 0, sizeof c);
+    c.f = o.f;
+    c.t = t;
+    int64_t pid;
+    c.pid = an_trace_meta_i64(t, "pid", &pid) == 0 && pid > 0 && pid < INT32_MAX ? pid : 1;
+    uint32_t ns = st_reader_n_stages(r);
+    c.stage_json = calloc(ns ? ns : 1, sizeof *c.stage_json);
+    c.kind_json = calloc(ns ? ns : 1, sizeof *c.kind_json);
+    c.queue = malloc(QUEUE_MAX * sizeof *c.queue);
+    int ok = c.stage_json && c.kind_json && c.queue;
+    static const char *const kinds[ST_KIND_COUNT] = {"\"work\"", "\"wait_input\"", "\"wait_output\"",
+                                                     "\"sync\"", "\"comm\"", "\"copy\""};
+    for (uint32_t s = 0; s < ns && ok; s++) {
+        const st_stage_info *si = st_reader_stage(r, s);
+        c.stage_json[s] = json_quoted(si->name);
+        c.kind_json[s] = (unsigned)si->kind < ST_KIND_COUNT ? kinds[si->kind] : "\"work\"";
+        ok = c.stage_json[s] != NULL;
+    }
+    int st = ok ? 0 : ST_ENOMEM;
+    if (ok) {
+        FILE *f = o.f;
+        put_lit(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":");
+        put_meta_object(f, t);
+        put_lit(f, ",\n\"traceEvents\":[\n");
+        chrome_metadata(&c);
+        an_progress_start(&c.progress, "export --chrome", t->n_ranges_hint * 2);
+        for (uint32_t i = 0; i < st_reader_n_threads(r) && !st; i++) st = chrome_thread(&c, st_reader_thread(r, i));
+        an_progress_end(&c.progress);
+        if (!st) st = chrome_counters(&c);
+        if (!st) chrome_steps(&c);
+        if (!st) st = chrome_gpu_tracks(&c);
+        put_lit(f, "\n]}\n");
+    }
+    for (uint32_t s = 0; c.stage_json && s < ns; s++) free(c.stage_json[s]);
+    free(c.stage_json);
+    free((void *)c.kind_json);
+    free(c.queue);
+    if (st == ST_ENOMEM) an_error("out of memory");
+    else if (st) an_trace_fail(t);
+    rc = out_close(&o, st == 0);
+    if (st) return st == ST_ENOMEM ? AN_EXIT_FAIL : AN_EXIT_USAGE;
+    if (!rc && c.n_skipped_samples)
+        an_warn("export: %llu counter samples with NaN or infinite values left out of %s (JSON has no such numbers)",
+                (unsigned long long)c.n_skipped_samples, path);
+    return rc;
+}
+
+/* ---- CSV ------------------------------------------------------------------------------ */
+
+static const an_col meta_cols[] = {{"key", AN_T_STR, 0}, {"value", AN_T_STR, 0}};
+static const an_col thread_cols[] = {{"id", AN_T_INT, 0},     {"os_tid", AN_T_INT, 0}, {"name", AN_T_STR, 0},
+                                     {"role", AN_T_STR, 0},   {"device", AN_T_INT, 0}, {"rank", AN_T_INT, 0},
+                                     {"dropped", AN_T_INT, 0}};
+static const an_col stage_cols[] = {{"id", AN_T_INT, 0}, {"name", AN_T_STR, 0}, {"kind", AN_T_STR, 0}};
+static const an_col step_cols[] = {{"step", AN_T_INT, 0}, {"ts_ns", AN_T_INT, 0}, {"tokens", AN_T_INT, 0}};
+static const an_col counter_name_cols[] = {{"id", AN_T_INT, 0}, {"name", AN_T_STR, 0}, {"unit", AN_T_STR, 0}};
+static const an_col range_cols[] = {{"thread", AN_T_INT, 0},   {"stage", AN_T_INT, 0}, {"start_ns", AN_T_INT, 0},
+                                    {"dur_ns", AN_T_INT, 0},   {"end_ns", AN_T_INT, 0}, {"depth", AN_T_INT, 0},
+                                    {"step", AN_T_INT, 0}};
+static const an_col counter_cols[] = {{"thread", AN_T_INT, 0}, {"counter", AN_T_INT, 0},
+                                      {"ts_ns", AN_T_INT, 0},  {"value", AN_T_ANY, 0}};
+
+enum { TAB_META, TAB_THREADS, TAB_STAGES, TAB_STEPS, TAB_COUNTER_NAMES, TAB_RANGES, TAB_COUNTERS, N_TABS };
+static const struct {
+    const char *name;
+    const an_col *cols;
+    int n_cols;
+} tabs[N_TABS] = {
+    {"meta", meta_cols, 2},           {"threads", thread_cols, 7}, {"stages", stage_cols, 3},
+    {"steps", step_cols, 3},          {"counter_names", counter_name_cols, 3},
+    {"ranges", range_cols, 7},        {"counters", counter_cols, 4},
+};
+
+/* Writes table `tab` as rows of an an_table (CSV); returns an ST_ code. */
+static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
+{
+    st_reader *r = t->r;
+    switch (tab) {
+    case TAB_META: {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(st_reader_db(r), "SELECT key, value FROM main.meta ORDER BY key", -1, &st,
+                               NULL) != SQLITE_OK)
+            return ST_ECORRUPT;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            an_put_str(tb, (const char *)sqlite3_column_text(st, 0));
+            an_put_str(tb, (const char *)sqlite3_column_text(st, 1));
+            an_row_end(tb);
+        }
+        sqlite3_finalize(st);
+        return 0;
+    }
+    case TAB_THREADS:
+        for (uint32_t i = 0; i < st_reader_n_threads(r); i++) {
+            const st_thread_info *th = st_reader_thread(r, i);
+            an_put_int(tb, th->id);
+            an_put_int(tb, th->os_tid);
+            an_put_str(tb, th->name);
+            an_put_str(tb, th->role);
+            an_put_int(tb, th->device);
+            an_put_int(tb, th->rank);
+            an_put_int(tb, (int64_t)th->dropped);
+            an_row_end(tb);
+        }
+        return 0;
+    case TAB_STAGES:
+        for (uint32_t i = 0; i < st_reader_n_stages(r); i++) {
+            const st_stage_info *s = st_reader_stage(r, i);
+            an_put_int(tb, s->id);
+            an_put_str(tb, s->name);
+            an_put_str(tb, st_kind_name(s->kind));
+            an_row_end(tb);
+        }
+        return 0;
+    case TAB_STEPS:
+        for (uint32_t i = 0; i < st_reader_n_steps(r); i++) {
+            const st_step_info *s = st_reader_step(r, i);
+            an_put_int(tb, (int64_t)s->step);
+            an_put_int(tb, s->ts_ns);
+            an_put_int(tb, (int64_t)s->tokens);
+            an_row_end(tb);
+        }
+        return 0;
+    case TAB_COUNTER_NAMES:
+        for (uint32_t i = 0; i < st_reader_n_counters(r); i++) {
+            const st_counter_info *c = st_reader_counter(r, i);
+            an_put_int(tb, c->id);
+            an_put_str(tb, c->name);
+            an_put_str(tb, c->unit);
+            an_row_end(tb);
+        }
+        return 0;
+    case TAB_RANGES: {
+        st_range_iter *it = NULL;
+        int rc = st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
+        st_range x;
+        while (!rc && (rc = st_range_iter_next(it, &x)) == 1) {
+            rc = 0;
+            an_progress_add(p, 1);
+            an_put_int(tb, x.thread);
+            an_put_int(tb, x.stage);
+            an_put_int(tb, x.start_ns);
+            an_put_int(tb, x.dur_ns);
+            an_put_int(tb, x.start_ns + x.dur_ns);
+            an_put_int(tb, x.depth);
+            int has;
+            uint64_t step = an_step_of(t, x.start_ns, &has);
+            if (has) an_put_int(tb, (int64_t)step);
+            else an_put_null(tb);
+            an_row_end(tb);
+        }
+        st_range_iter_close(it);
+        return rc;
+    }
+    case TAB_COUNTERS: {
+        st_sample_iter *it = NULL;
+        int rc = st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
+        st_sample_row s;
+        while (!rc && (rc = st_sample_iter_next(it, &s)) == 1) {
+            rc = 0;
+            an_progress_add(p, 1);
+            an_put_int(tb, s.thread);
+            an_put_int(tb, s.counter);
+            an_put_int(tb, s.ts_ns);
+            an_put_real(tb, s.value);
+            an_row_end(tb);
+        }
+        st_sample_iter_close(it);
+        return rc;
+    }
+    }
+    return 0;
+}
+
+static int export_csv(an_trace *t, const char *dir, int overwrite)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        an_error("export: cannot create directory %s: %s", dir, strerror(errno));
+        return AN_EXIT_USAGE;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        an_error("export: %s is not a directory", dir);
+        return AN_EXIT_USAGE;
+    }
+    size_t len = strlen(dir) + 32;
+    char *path = malloc(len);
+    if (!path) return AN_EXIT_FAIL;
+    for (int i = 0; i < N_TABS; i++) {
+        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
+        int rc = out_allowed(path, overwrite);
+        if (rc) {
+            free(path);
+            return rc;
+        }
+    }
+    int rc = AN_EXIT_OK;
+    an_progress p;
+    an_progress_start(&p, "export --csv", t->n_ranges_hint + t->n_samples_hint);
+    for (int i = 0; i < N_TABS && !rc; i++) {
+        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
+        out_file o;
+        rc = out_open(&o, path, 1);
+        if (rc) break;
+        an_out *out = an_out_new(o.f, AN_FMT_CSV);
+        an_table *tb = out ? an_table_new(out, tabs[i].name, tabs[i].cols, tabs[i].n_cols) : NULL;
+        int st = tb ? write_rows(t, i, tb, &p) : ST_ENOMEM;
+        an_table_end(tb);
+        int bad = an_out_finish(out) != 0;
+        if (st == ST_ENOMEM || (bad && !st)) an_error("export: cannot write %s", path);
+        else if (st) an_trace_fail(t);
+        rc = out_close(&o, st == 0 && !bad);
+        if (st && st != ST_ENOMEM) rc = AN_EXIT_USAGE;
+        else if (st || bad) rc = AN_EXIT_FAIL;
+    }
+    an_progress_end(&p);
+    free(path);
+    return rc;
+}
+
+/* ---- plain-rows SQLite copy ----------------------------------------------------------- */
+
+static const char rows_schema[] =
+    "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;\n"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+    "CREATE TABLE threads(id INTEGER PRIMARY KEY, os_tid INTEGER, name TEXT, role TEXT, device INTEGER,\n"
+    "  rank INTEGER, dropped INTEGER);\n"
+    "CREATE TABLE stages(id INTEGER PRIMARY KEY, name TEXT, kind TEXT);\n"
+    "CREATE TABLE steps(step INTEGER PRIMARY KEY, ts_ns INTEGER, tokens INTEGER);\n"
+    "CREATE TABLE counter_names(id INTEGER PRIMARY KEY, name TEXT, unit TEXT);\n"
+    "CREATE TABLE ranges(thread INTEGER, stage INTEGER, start_ns INTEGER, dur_ns INTEGER, end_ns INTEGER,\n"
+    "  depth INTEGER, step INTEGER);\n"
+    "CREATE TABLE counters(thread INTEGER, counter INTEGER, ts_ns INTEGER, value NUMERIC);\n"
+    "CREATE VIEW ranges_v AS SELECT r.thread, r.stage, r.start_ns, r.dur_ns, r.end_ns, r.depth, r.step,\n"
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS kind\n"
+    "  FROM ranges AS r LEFT JOIN threads AS t ON t.id = r.thread LEFT JOIN stages AS s ON s.id = r.stage;\n"
+    "CREATE VIEW counters_v AS SELECT c.thread, c.counter, c.ts_ns, c.value,\n"
+    "  t.name AS thread_name, n.name AS counter_name, n.unit AS unit\n"
+    "  FROM counters AS c LEFT JOIN threads AS t ON t.id = c.thread\n"
+    "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n";
+
+/* The an_table interface is for text formats; rows go to SQLite through a
+ * prepared INSERT per table, bound from the same reader data. */
+static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
+{
+    st_reader *r = t->r;
+    sqlite3_stmt *ins = NULL, *sel = NULL;
+    int rc = 0;
+#define PREP(sql) (sqlite3_finalize(ins), ins = NULL, sqlite3_prepare_v2(out, sql, -1, &ins, NULL) == SQLITE_OK ? 0 : -1)
+#define STEP() (sqlite3_step(ins) == SQLITE_DONE ? (sqlite3_reset(ins), 0) : -1)
+    if (PREP("INSERT INTO meta VALUES (?, ?)")) goto fail;
+    if (sqlite3_prepare_v2(st_reader_db(r), "SELECT key, value FROM main.meta", -1, &sel, NULL) != SQLITE_OK) goto fail;
+    while (sqlite3_step(sel) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(sel, 0), *v = (const char *)sqlite3_column_text(sel, 1);
+        sqlite3_bind_text(ins, 1, k ? k : "", -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(ins, 2, v ? v : "", -1, SQLITE_TRANSIENT);
+        if (STEP()) goto fail;
+    }
+    sqlite3_finalize(sel);
+    sel = NULL;
+    if (PREP("INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++) {
+        const st_thread_info *th = st_reader_thread(r, i);
+        sqlite3_bind_int64(ins, 1, th->id);
+        sqlite3_bind_int64(ins, 2, th->os_tid);
+        sqlite3_bind_text(ins, 3, th->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 4, th->role, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(ins, 5, th->device);
+        sqlite3_bind_int64(ins, 6, th->rank);
+        sqlite3_bind_int64(ins, 7, (sqlite3_int64)th->dropped);
+        if (STEP()) goto fail;
+    }
+    if (PREP("INSERT INTO stages VALUES (?, ?, ?)")) goto fail;
+    for (uint32_t i = 0; i < st_reader_n_stages(r); i++) {
+        const st_stage_info *s = st_reader_stage(r, i);
+        sqlite3_bind_int64(ins, 1, s->id);
+        sqlite3_bind_text(ins, 2, s->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 3, st_kind_name(s->kind), -1, SQLITE_STATIC);
+        if (STEP()) goto fail;
+    }
+    if (PREP("INSERT INTO steps VALUES (?, ?, ?)")) goto fail;
+    for (uint32_t i = 0; i < st_reader_n_steps(r); i++) {
+        const st_step_info *s = st_reader_step(r, i);
+        sqlite3_bind_int64(ins, 1, (sqlite3_int64)s->step);
+        sqlite3_bind_int64(ins, 2, s->ts_ns);
+        sqlite3_bind_int64(ins, 3, (sqlite3_int64)s->tokens);
+        if (STEP()) goto fail;
+    }
+    if (PREP("INSERT INTO counter_names VALUES (?, ?, ?)")) goto fail;
+    for (uint32_t i = 0; i < st_reader_n_counters(r); i++) {
+        const st_counter_info *c = st_reader_counter(r, i);
+        sqlite3_bind_int64(ins, 1, c->id);
+        sqlite3_bind_text(ins, 2, c->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 3, c->unit, -1, SQLITE_STATIC);
+        if (STEP()) goto fail;
+    }
+    if (PREP("INSERT INTO ranges VALUES (?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    st_range_iter *ri = NULL;
+    rc = st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX);
+    st_range x;
+    while (!rc && (rc = st_range_iter_next(ri, &x)) == 1) {
+        rc = 0;
+        an_progress_add(p, 1);
+        sqlite3_bind_int64(ins, 1, x.thread);
+        sqlite3_bind_int64(ins, 2, x.stage);
+        sqlite3_bind_int64(ins, 3, x.start_ns);
+        sqlite3_bind_int64(ins, 4, x.dur_ns);
+        sqlite3_bind_int64(ins, 5, x.start_ns + x.dur_ns);
+        sqlite3_bind_int64(ins, 6, x.depth);
+        int has;
+        uint64_t step = an_step_of(t, x.start_ns, &has);
+        if (has) sqlite3_bind_int64(ins, 7, (sqlite3_int64)step);
+        else sqlite3_bind_null(ins, 7);
+        if (STEP()) {
+            st_range_iter_close(ri);
+            goto fail;
+        }
+    }
+    st_range_iter_close(ri);
+    if (rc < 0) goto done;
+    if (PREP("INSERT INTO counters VALUES (?, ?, ?, ?)")) goto fail;
+    st_sample_iter *si = NULL;
+    rc = st_sample_iter_open(&si, r, -1, INT64_MIN, INT64_MAX);
+    st_sample_row s;
+    while (!rc && (rc = st_sample_iter_next(si, &s)) == 1) {
+        rc = 0;
+        an_progress_add(p, 1);
+        sqlite3_bind_int64(ins, 1, s.thread);
+        sqlite3_bind_int64(ins, 2, s.counter);
+        sqlite3_bind_int64(ins, 3, s.ts_ns);
+        if (isnan(s.value)) sqlite3_bind_null(ins, 4); /* SQLite stores NaN as NULL anyway */
+        else sqlite3_bind_double(ins, 4, s.value);
+        if (STEP()) {
+            st_sample_iter_close(si);
+            goto fail;
+        }
+    }
+    st_sample_iter_close(si);
+done:
+    sqlite3_finalize(ins);
+    return rc < 0 ? rc : 0;
+fail:
+    an_error("export: writing rows: %s", sqlite3_errmsg(out));
+    sqlite3_finalize(sel);
+    sqlite3_finalize(ins);
+    return ST_EIO;
+#undef PREP
+#undef STEP
+}
+
+static int export_rows(an_trace *t, const char *path, int overwrite)
+{
+    int kind = path_kind(path);
+    if (kind == PATH_OTHER || kind == PATH_DIR) {
+        an_error("export: --rows %s: not a regular file (a SQLite database is written beside it and renamed)", path);
+        return AN_EXIT_USAGE;
+    }
+    if (out_allowed(path, overwrite)) return AN_EXIT_USAGE;
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp) return AN_EXIT_FAIL;
+    snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid());
+    unlink(tmp);
+    sqlite3 *out = NULL;
+    int rc = AN_EXIT_OK;
+    if (sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
+        sqlite3_exec(out, rows_schema, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(out, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        an_error("export: cannot create %s: %s", path, out ? sqlite3_errmsg(out) : "out of memory");
+        rc = AN_EXIT_USAGE;
+    }
+    if (!rc) {
+        an_progress p;
+        an_progress_start(&p, "export --rows", t->n_ranges_hint + t->n_samples_hint);
+        int st = insert_all(out, t, &p);
+        an_progress_end(&p);
+        if (st == ST_EIO) rc = AN_EXIT_FAIL;
+        else if (st) rc = an_trace_fail(t);
+        else if (sqlite3_exec(out, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+            an_error("export: cannot write %s: %s", path, sqlite3_errmsg(out));
+            rc = AN_EXIT_FAIL;
+        }
+    }
+    if (sqlite3_close(out) != SQLITE_OK && !rc) rc = AN_EXIT_FAIL;
+    if (!rc && rename(tmp, path) != 0) {
+        an_error("export: cannot write %s: %s", path, strerror(errno));
+        rc = AN_EXIT_FAIL;
+    }
+    if (rc) unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+int cmd_export(int argc, char **argv)
+{
+    an_args a;
+    const char *chrome_out = NULL, *csv_dir = NULL, *rows_out = NULL;
+    int overwrite = 0, id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "export", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case OPT_CHROME: chrome_out = a.value; break;
+        case OPT_CSV: csv_dir = a.value; break;
+        case OPT_ROWS: rows_out = a.value; break;
+        case OPT_OVERWRITE: overwrite = 1; break;
+        }
+    }
+    if (!rc && a.n_pos != 1) rc = an_usage_error("export", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && !chrome_out && !csv_dir && !rows_out)
+        rc = an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
+    an_trace t;
+    if (!rc) rc = an_trace_open(&t, a.pos[0]);
+    if (!rc) {
+        if (chrome_out) rc = export_chrome(&t, chrome_out, overwrite);
+        if (!rc && csv_dir) rc = export_csv(&t, csv_dir, overwrite);
+        if (!rc && rows_out) rc = export_rows(&t, rows_out, overwrite);
+        if (!rc) an_trace_warn(&t); /* after the work: a failure stays one line */
+        an_trace_close(&t);
+    }
+    an_args_free(&a);
+    return rc;
+}

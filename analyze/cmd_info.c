@@ -1,0 +1,353 @@
+/* cmd_info.c: `analyze info FILE...`: what a trace is and what it holds.
+ *
+ * Per file: program, rank, run id, host, start time, schema and tool
+ * version, status (a run that did not finish is said to be incomplete; the
+ * rest of the analysis still works on what it holds), counts (threads by
+ * role, stages by kind, ranges, counter samples, steps, tokens), dropped
+ * events and other recording errors, duration and tokens/s. Counts of ranges
+ * and samples come from the chunk headers, so info is instant on any size.
+ * A file that cannot be opened gets its one-line error and the others are
+ * still shown (exit status 2 at the end).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+
+static const char help[] =
+    "usage: analyze info [--verify] [--format text|csv|json] FILE...\n"
+    "\n"
+    "Shows, per trace: program, rank, run id, host, start time, schema version, status\n"
+    "(complete, interrupted, or running: the run did not finish, an incomplete trace whose\n"
+    "contents can still be analyzed), threads by role, stages by kind, ranges, counter\n"
+    "samples, steps, tokens, dropped events, duration and tokens/s.\n"
+    "\n"
+    "  duration    the trace span: from the first range event or step mark to the last\n"
+    "  tokens/s    tokens of the steps after the first mark / time from first to last mark\n"
+    "Range and sample counts come from the chunk headers, so info is instant; --verify\n"
+    "decodes every chunk instead, and fails on one that is corrupt.\n"
+    "\n"
+    "options:\n"
+    "  --verify    decode every chunk: exact counts, corruption found\n"
+    "  --format F  text (default), csv or json: one row per file\n";
+
+enum { OPT_FORMAT = AN_OPT_FORMAT, OPT_HELP = AN_OPT_HELP, OPT_VERIFY = 1 };
+static const an_opt opts[] = {
+    {"verify", 0, OPT_VERIFY},
+    {"format", 1, OPT_FORMAT},
+    {"help", 0, OPT_HELP},
+    {NULL, 0, 0},
+};
+
+static const an_col cols[] = {
+    {"file", AN_T_STR, 0},           {"program", AN_T_STR, 0},         {"rank", AN_T_INT, 0},
+    {"world_size", AN_T_INT, 0},     {"run_id", AN_T_STR, 0},          {"host", AN_T_STR, 0},
+    {"pid", AN_T_INT, 0},            {"start_utc", AN_T_STR, 0},       {"schema_version", AN_T_INT, 0},
+    {"tool_version", AN_T_STR, 0},   {"clock", AN_T_STR, 0},           {"status", AN_T_STR, 0},
+    {"threads", AN_T_INT, 0},        {"threads_by_role", AN_T_STR, 0}, {"stages", AN_T_INT, 0},
+    {"stages_by_kind", AN_T_STR, 0}, {"ranges", AN_T_INT, 0},          {"counters", AN_T_INT, 0},
+    {"counter_samples", AN_T_INT, 0}, {"steps", AN_T_INT, 0},          {"first_step", AN_T_INT, 0},
+    {"last_step", AN_T_INT, 0},      {"tokens", AN_T_INT, 0},          {"dropped_events", AN_T_INT, 0},
+    {"duration_s", AN_T_REAL, 9},    {"tokens_per_s", AN_T_REAL, 3},   {"profile_interval", AN_T_INT, 0},
+};
+#define N_COLS ((int)(sizeof cols / sizeof cols[0]))
+
+/* Recording errors the writer counted (docs/trace-format.md, meta). */
+static const char *const error_keys[] = {"unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters"};
+
+typedef struct info {
+    uint32_t n_threads, n_stages, n_counters;
+    char by_role[1024], by_kind[256];
+    uint64_t ranges, samples; /* from the chunk headers, or decoded (--verify) */
+    int verified;
+    uint64_t steps, first_step, last_step, tokens, step_tokens;
+    int has_steps;
+    double duration_s, tokens_per_s; /* NaN when unknown */
+    int64_t dropped;
+} info;
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void append(char *buf, size_t size, const char *fmt, const char *name, unsigned n)
+{
+    size_t len = strlen(buf);
+    if (len < size) snprintf(buf + len, size - len, fmt, len ? ", " : "", name, n);
+}
+
+/* Decodes every chunk; ST_OK or the reader's error. */
+static int verify(an_trace *t, info *in)
+{
+    st_range_iter *ri = NULL;
+    st_range x;
+    int rc = st_range_iter_open(&ri, t->r, -1, INT64_MIN, INT64_MAX);
+    an_progress p;
+    an_progress_start(&p, "info --verify", t->n_ranges_hint + t->n_samples_hint);
+    in->ranges = in->samples = 0;
+    while (!rc && (rc = st_range_iter_next(ri, &x)) == 1) {
+        rc = 0;
+        in->ranges++;
+        an_progress_add(&p, 1);
+    }
+    st_range_iter_close(ri);
+    st_sample_iter *si = NULL;
+    st_sample_row s;
+    if (!rc) rc = st_sample_iter_open(&si, t->r, -1, INT64_MIN, INT64_MAX);
+    while (!rc && (rc = st_sample_iter_next(si, &s)) == 1) {
+        rc = 0;
+        in->samples++;
+        an_progress_add(&p, 1);
+    }
+    st_sample_iter_close(si);
+    an_progress_end(&p);
+    if (rc < 0) return rc;
+    in->verified = 1;
+    if (in->ranges != t->n_ranges_hint || in->samples != t->n_samples_hint)
+        an_warn("%s: chunk headers count %llu ranges and %llu samples, the chunks hold %llu and %llu", t->path,
+                (unsigned long long)t->n_ranges_hint, (unsigned long long)t->n_samples_hint,
+                (unsigned long long)in->ranges, (unsigned long long)in->samples);
+    return ST_OK;
+}
+
+static int gather(const an_trace *t, info *in)
+{
+    memset(in, 0, sizeof *in);
+    st_reader *r = t->r;
+    in->ranges = t->n_ranges_hint;
+    in->samples = t->n_samples_hint;
+    in->n_threads = st_reader_n_threads(r);
+    in->n_stages = st_reader_n_stages(r);
+    in->n_counters = st_reader_n_counters(r);
+    /* Threads by role, roles sorted by name. */
+    const char **roles = malloc((in->n_threads ? in->n_threads : 1) * sizeof *roles);
+    if (!roles) return -1;
+    for (uint32_t i = 0; i < in->n_threads; i++) roles[i] = st_reader_thread(r, i)->role;
+    qsort(roles, in->n_threads, sizeof *roles, cmp_str);
+    for (uint32_t i = 0; i < in->n_threads;) {
+        uint32_t j = i;
+        while (j < in->n_threads && strcmp(roles[j], roles[i]) == 0) j++;
+        append(in->by_role, sizeof in->by_role, "%s%s %u", roles[i], j - i);
+        i = j;
+    }
+    free(roles);
+    unsigned kinds[ST_KIND_COUNT] = {0};
+    for (uint32_t s = 0; s < in->n_stages; s++) {
+        st_kind k = st_reader_stage(r, s)->kind;
+        if ((unsigned)k < ST_KIND_COUNT) kinds[k]++;
+    }
+    for (int k = 0; k < ST_KIND_COUNT; k++)
+        if (kinds[k]) append(in->by_kind, sizeof in->by_kind, "%s%s %u", st_kind_name((st_kind)k), kinds[k]);
+    uint32_t n_marks = st_reader_n_steps(r);
+    in->has_steps = n_marks > 0;
+    in->duration_s = t->has_span ? (double)(t->span_t1_ns - t->span_t0_ns) * 1e-9 : 0.0;
+    in->tokens_per_s = NAN;
+    if (n_marks) {
+        const st_step_info *first = st_reader_step(r, 0), *last = st_reader_step(r, n_marks - 1);
+        in->first_step = first->step;
+        in->last_step = last->step;
+        in->steps = n_marks - 1; /* steps completed after the first mark */
+        for (uint32_t i = 0; i < n_marks; i++) in->tokens += st_reader_step(r, i)->tokens;
+        in->step_tokens = in->tokens - first->tokens;
+        if (last->ts_ns > first->ts_ns)
+            in->tokens_per_s = (double)in->step_tokens * 1e9 / (double)(last->ts_ns - first->ts_ns);
+    }
+    if (an_trace_meta_i64(t, "dropped_events", &in->dropped) != 0) {
+        in->dropped = 0;
+        for (uint32_t i = 0; i < in->n_threads; i++) in->dropped += (int64_t)st_reader_thread(r, i)->dropped;
+    }
+    return 0;
+}
+
+/* Text values from the trace: control characters would reach the terminal. */
+static void put_clean(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)(s ? s : "-"); *p; p++)
+        putc(*p < 0x20 || *p == 0x7f ? '?' : *p, f);
+}
+
+static const char *meta_or(const an_trace *t, const char *key, const char *dflt)
+{
+    const char *v = an_trace_meta(t, key);
+    return v && *v ? v : dflt;
+}
+
+static void print_text(FILE *f, const an_trace *t, const info *in)
+{
+    put_clean(f, t->path);
+    fputs("\n  program: ", f);
+    put_clean(f, meta_or(t, "program", "?"));
+    fputs(", rank ", f);
+    put_clean(f, meta_or(t, "rank", "?"));
+    fputs(" of ", f);
+    put_clean(f, meta_or(t, "world_size", "?"));
+    fputs(", run ", f);
+    put_clean(f, meta_or(t, "run_id", "?"));
+    fputs(", host ", f);
+    put_clean(f, meta_or(t, "host", "?"));
+    fputs(", pid ", f);
+    put_clean(f, meta_or(t, "pid", "?"));
+    fputs("\n  started: ", f);
+    put_clean(f, meta_or(t, "start_utc", "?"));
+    fputs("\n  schema: version ", f);
+    put_clean(f, meta_or(t, "schema_version", "?"));
+    fputs(" (written by stagetrace ", f);
+    put_clean(f, meta_or(t, "tool_version", "?"));
+    fputs(", clock ", f);
+    put_clean(f, meta_or(t, "clock", "?"));
+    fputs(")\n  status: ", f);
+    const char *status = meta_or(t, "status", "");
+    if (strcmp(status, "complete") == 0) fputs("complete", f);
+    else if (strcmp(status, "running") == 0) fputs("running (the run did not finish: incomplete trace)", f);
+    else if (strcmp(status, "interrupted") == 0)
+        fputs("interrupted (stopped by SIGINT/SIGTERM; what was recorded was flushed)", f);
+    else {
+        fputs("unknown '", f);
+        put_clean(f, status);
+        fputs("' (treated as incomplete)", f);
+    }
+    char a[40];
+    an_fmt_fixed(a, t->has_span ? t->span_t1_ns - t->span_t0_ns : 0, 9, 3);
+    fprintf(f, "\n  duration: %s s (first to last range event or step mark)", a);
+    int64_t start, end;
+    if (an_trace_meta_i64(t, "start_ns", &start) == 0 && an_trace_meta_i64(t, "end_ns", &end) == 0 && end >= start) {
+        an_fmt_fixed(a, end - start, 9, 3);
+        fprintf(f, "; run %s s (open to close)", a);
+    }
+    fprintf(f, "\n  threads: %u", in->n_threads);
+    if (in->n_threads) {
+        fputs(" (", f);
+        put_clean(f, in->by_role);
+        fputs(")", f);
+    }
+    fprintf(f, "\n  stages: %u", in->n_stages);
+    if (in->n_stages) fprintf(f, " (%s)", in->by_kind);
+    fprintf(f, "\n  ranges: %llu%s\n  counter samples: %llu (%u counter%s)", (unsigned long long)in->ranges,
+            in->verified ? " (every chunk decoded)" : "", (unsigned long long)in->samples, in->n_counters,
+            in->n_counters == 1 ? "" : "s");
+    if (in->has_steps)
+        fprintf(f, "\n  steps: %llu (marks of steps %llu-%llu)", (unsigned long long)in->steps,
+                (unsigned long long)in->first_step, (unsigned long long)in->last_step);
+    else
+        fputs("\n  steps: 0 (no step marks)", f);
+    fprintf(f, "\n  tokens: %llu", (unsigned long long)in->tokens);
+    if (!isnan(in->tokens_per_s)) fprintf(f, ", %.1f tokens/s", in->tokens_per_s);
+    fprintf(f, "\n  dropped events: %lld", (long long)in->dropped);
+    if (in->dropped > 0) fputs(" (rings were full: stage times may be undercounted)", f);
+    const char *pi = an_trace_meta(t, "profile_interval");
+    if (pi) {
+        fputs("\n  profile interval: ", f);
+        put_clean(f, pi);
+        fputs(strcmp(pi, "0") == 0 ? " (no profile lines)" : " steps", f);
+    }
+    int first = 1;
+    for (size_t i = 0; i < sizeof error_keys / sizeof error_keys[0]; i++) {
+        int64_t v;
+        if (an_trace_meta_i64(t, error_keys[i], &v) || v == 0) continue;
+        fprintf(f, first ? "\n  recording errors: %s %lld" : ", %s %lld", error_keys[i], (long long)v);
+        first = 0;
+    }
+    fputs("\n", f);
+}
+
+static void put_meta_int(an_table *tb, const an_trace *t, const char *key)
+{
+    int64_t v;
+    if (an_trace_meta_i64(t, key, &v) == 0) an_put_int(tb, v);
+    else an_put_null(tb);
+}
+
+static void put_row(an_table *tb, const an_trace *t, const info *in)
+{
+    an_put_str(tb, t->path);
+    an_put_str(tb, an_trace_meta(t, "program"));
+    put_meta_int(tb, t, "rank");
+    put_meta_int(tb, t, "world_size");
+    an_put_str(tb, an_trace_meta(t, "run_id"));
+    an_put_str(tb, an_trace_meta(t, "host"));
+    put_meta_int(tb, t, "pid");
+    an_put_str(tb, an_trace_meta(t, "start_utc"));
+    put_meta_int(tb, t, "schema_version");
+    an_put_str(tb, an_trace_meta(t, "tool_version"));
+    an_put_str(tb, an_trace_meta(t, "clock"));
+    an_put_str(tb, an_trace_meta(t, "status"));
+    an_put_int(tb, in->n_threads);
+    an_put_str(tb, in->by_role);
+    an_put_int(tb, in->n_stages);
+    an_put_str(tb, in->by_kind);
+    an_put_int(tb, (int64_t)in->ranges);
+    an_put_int(tb, in->n_counters);
+    an_put_int(tb, (int64_t)in->samples);
+    an_put_int(tb, (int64_t)in->steps);
+    if (in->has_steps) {
+        an_put_int(tb, (int64_t)in->first_step);
+        an_put_int(tb, (int64_t)in->last_step);
+    } else {
+        an_put_null(tb);
+        an_put_null(tb);
+    }
+    an_put_int(tb, (int64_t)in->tokens);
+    an_put_int(tb, in->dropped);
+    an_put_real(tb, in->duration_s);
+    an_put_real(tb, in->tokens_per_s);
+    put_meta_int(tb, t, "profile_interval");
+    an_row_end(tb);
+}
+
+int cmd_info(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    int want_verify = 0;
+    if (an_args_init(&a, "info", argc, argv)) return AN_EXIT_FAIL;
+    int id, rc = AN_EXIT_OK;
+    while ((id = an_args_next(&a, opts)) > 0) {
+        if (id == OPT_HELP) {
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        }
+        if (id == OPT_VERIFY) want_verify = 1;
+        if (id == OPT_FORMAT && an_parse_format(a.value, &fmt)) {
+            an_args_free(&a);
+            return an_usage_error("info", "--format must be text, csv or json, not '%s'", a.value);
+        }
+    }
+    if (id < 0 || a.n_pos == 0) {
+        if (id == 0) an_usage_error("info", "no trace file given");
+        an_args_free(&a);
+        return AN_EXIT_USAGE;
+    }
+    an_out *out = an_out_new(stdout, fmt);
+    an_table *tb = fmt == AN_FMT_TEXT || !out ? NULL : an_table_new(out, "info", cols, N_COLS);
+    int shown = 0;
+    for (int i = 0; i < a.n_pos && out; i++) {
+        an_trace t;
+        if (an_trace_open(&t, a.pos[i])) {
+            rc = AN_EXIT_USAGE;
+            continue;
+        }
+        info in;
+        if (gather(&t, &in)) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        } else if (want_verify && verify(&t, &in) != ST_OK) {
+            rc = an_trace_fail(&t);
+        } else if (fmt == AN_FMT_TEXT) {
+            if (shown++) putc('\n', stdout);
+            print_text(stdout, &t, &in);
+        } else {
+            put_row(tb, &t, &in);
+        }
+        an_trace_close(&t);
+    }
+    an_table_end(tb);
+    if (an_out_finish(out)) {
+        an_error("info: cannot write the output");
+        rc = AN_EXIT_FAIL;
+    }
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,198 @@
+/* cmd_intervals.c: `analyze intervals FILE [--every N]`: the per-window
+ * breakdown of each thread's wall time, recomputed from the trace.
+ *
+ * The windows come from st_reader_windows, which feeds the stored events
+ * and step marks to the same aggregator the recording program runs, and the
+ * text is st_window_format's: for the same trace and N, the output is
+ * byte-identical to the program's own "profile" lines. CSV and JSON give one
+ * row per (window, thread, stage), idle included, with nanoseconds,
+ * milliseconds, share of the window and count, plus the window's tokens.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+
+static const char help[] =
+    "usage: analyze intervals [--every N] [--format text|csv|json] FILE\n"
+    "\n"
+    "Splits each thread's wall time by stage in windows of N steps (from the mark of\n"
+    "step kN to the mark of step (k+1)N), exactly as the recording program's profile\n"
+    "lines do: self time per stage (nested ranges are not counted twice), 'idle' when\n"
+    "no range is open, ranges split at window boundaries, roles with several threads\n"
+    "averaged. The text is the same, byte for byte, as the online profile lines.\n"
+    "\n"
+    "options:\n"
+    "  --every N    steps per window (default: the trace's meta profile_interval)\n"
+    "  --format F   text (default), csv or json: one row per window, thread and stage,\n"
+    "               with ns, ms, share_pct, count and the window's tokens and tokens/s\n";
+
+enum { OPT_EVERY = 1 };
+static const an_opt opts[] = {
+    {"every", 1, OPT_EVERY},
+    {"format", 1, AN_OPT_FORMAT},
+    {"help", 0, AN_OPT_HELP},
+    {NULL, 0, 0},
+};
+
+static const an_col cols[] = {
+    {"window", AN_T_INT, 0},        {"step_first", AN_T_INT, 0}, {"step_last", AN_T_INT, 0},
+    {"start_s", AN_T_REAL, 9},      {"window_ms", AN_T_MS, 0},   {"tokens", AN_T_INT, 0},
+    {"tokens_per_s", AN_T_REAL, 3}, {"thread", AN_T_INT, 0},     {"thread_name", AN_T_STR, 0},
+    {"role", AN_T_STR, 0},          {"stage", AN_T_STR, 0},      {"kind", AN_T_STR, 0},
+    {"ns", AN_T_INT, 0},            {"ms", AN_T_MS, 0},          {"share_pct", AN_T_PCT, 0},
+    {"count", AN_T_INT, 0},
+};
+#define N_COLS ((int)(sizeof cols / sizeof cols[0]))
+
+typedef struct emit {
+    const an_trace *trace;
+    an_table *table; /* CSV / JSON */
+    char *text;      /* text: st_window_format's buffer */
+    size_t text_cap;
+    uint64_t windows;
+    int failed;
+} emit;
+
+static void put_row_head(an_table *tb, const emit *e, const st_window *w, const st_window_thread *th)
+{
+    int64_t window_ns = w->t1_ns - w->t0_ns;
+    an_put_int(tb, (int64_t)w->index);
+    an_put_int(tb, (int64_t)w->step_first);
+    an_put_int(tb, (int64_t)w->step_last);
+    an_put_real(tb, (double)(w->t0_ns - e->trace->origin_ns) * 1e-9);
+    an_put_ns(tb, window_ns);
+    an_put_int(tb, (int64_t)w->tokens);
+    if (window_ns > 0) an_put_real(tb, (double)w->tokens * 1e9 / (double)window_ns);
+    else an_put_null(tb);
+    an_put_int(tb, th->thread);
+    an_put_str(tb, th->name);
+    an_put_str(tb, th->role);
+}
+
+static void put_row_tail(an_table *tb, int64_t ns, int64_t window_ns)
+{
+    an_put_int(tb, ns);
+    an_put_ns(tb, ns);
+    an_put_pct(tb, window_ns > 0 ? 100.0 * (double)ns / (double)window_ns : 0.0);
+}
+
+static void on_window(const st_window *w, void *arg)
+{
+    emit *e = arg;
+    e->windows++;
+    if (e->failed) return;
+    if (!e->table) {
+        size_t len = st_window_format(w, e->text, e->text_cap);
+        if (len >= e->text_cap) {
+            char *t = realloc(e->text, len + 1);
+            if (!t) {
+                e->failed = 1;
+                return;
+            }
+            e->text = t;
+            e->text_cap = len + 1;
+            len = st_window_format(w, e->text, e->text_cap);
+        }
+        fwrite(e->text, 1, len, stdout);
+        return;
+    }
+    int64_t window_ns = w->t1_ns - w->t0_ns;
+    for (uint32_t i = 0; i < w->n_threads; i++) {
+        const st_window_thread *th = &w->threads[i];
+        for (uint32_t s = 0; s < w->n_stages; s++) {
+            if (th->stage_ns[s] == 0 && th->stage_count[s] == 0) continue;
+            put_row_head(e->table, e, w, th);
+            an_put_str(e->table, w->stage_names[s]);
+            an_put_str(e->table, w->stage_kinds[s] < ST_KIND_COUNT ? st_kind_name((st_kind)w->stage_kinds[s]) : NULL);
+            put_row_tail(e->table, th->stage_ns[s], window_ns);
+            an_put_int(e->table, (int64_t)th->stage_count[s]);
+            an_row_end(e->table);
+        }
+        if (th->idle_ns > 0) {
+            put_row_head(e->table, e, w, th);
+            an_put_str(e->table, "idle");
+            an_put_null(e->table);
+            put_row_tail(e->table, th->idle_ns, window_ns);
+            an_put_null(e->table);
+            an_row_end(e->table);
+        }
+    }
+}
+
+int cmd_intervals(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    uint64_t every = 0;
+    int have_every = 0, id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "intervals", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case AN_OPT_FORMAT:
+            if (an_parse_format(a.value, &fmt))
+                rc = an_usage_error("intervals", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_EVERY:
+            if (an_parse_u64(a.value, &every) || every < 1 || every > UINT32_MAX)
+                rc = an_usage_error("intervals", "--every needs a number of steps >= 1, not '%s'", a.value);
+            have_every = 1;
+            break;
+        }
+    }
+    if (!rc && a.n_pos != 1)
+        rc = an_usage_error("intervals", a.n_pos ? "give one trace file" : "no trace file given");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open(&t, a.pos[0]);
+        opened = rc == AN_EXIT_OK;
+    }
+    if (!rc && !have_every) {
+        int64_t pi;
+        if (an_trace_meta_i64(&t, "profile_interval", &pi) || pi < 1 || pi > UINT32_MAX) {
+            an_error("intervals: %s has no profile interval (meta profile_interval is 0 or absent); "
+                     "pass --every N", t.path);
+            rc = AN_EXIT_USAGE;
+        }
+        every = (uint64_t)pi;
+    }
+    if (!rc) {
+        an_out *out = an_out_new(stdout, fmt);
+        emit e = {.trace = &t};
+        if (fmt != AN_FMT_TEXT) e.table = an_table_new(out, "intervals", cols, N_COLS);
+        if (!out || (fmt != AN_FMT_TEXT && !e.table)) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        } else if (st_reader_windows(t.r, (uint32_t)every, on_window, &e) != ST_OK) {
+            rc = an_trace_fail(&t);
+        } else if (e.failed) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        }
+        an_table_end(e.table);
+        if (an_out_finish(out) && !rc) {
+            an_error("intervals: cannot write the output");
+            rc = AN_EXIT_FAIL;
+        }
+        free(e.text);
+        if (!rc) an_trace_warn(&t); /* after the work: a failure stays one line */
+        if (!rc && e.windows == 0) {
+            uint32_t n = st_reader_n_steps(t.r);
+            if (n)
+                an_warn("%s: no complete window of %llu steps (step marks %llu-%llu)", t.path,
+                        (unsigned long long)every, (unsigned long long)st_reader_step(t.r, 0)->step,
+                        (unsigned long long)st_reader_step(t.r, n - 1)->step);
+            else
+                an_warn("%s has no step marks, so no windows", t.path);
+        }
+    }
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}

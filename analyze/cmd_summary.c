@@ -1,0 +1,428 @@
+/* cmd_summary.c: `analyze summary FILE...`: where each thread's time went,
+ * per stage, over the whole trace or a window.
+ *
+ * The numbers come from stats.c; this file parses the options, orders the
+ * rows and prints them: per file, each thread's stages, then each role's
+ * (all its threads together); for several files of one run, a table across
+ * ranks with a column per rank and the slowest rank of every stage.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+
+static const char help[] =
+    "usage: analyze summary [options] FILE...\n"
+    "\n"
+    "Per thread and per role, per stage: total (inclusive) time, self time (minus nested\n"
+    "ranges), their shares of the thread's wall time, count, mean, p50, p95, p99 and max.\n"
+    "A thread's wall time is the trace span, the same for every thread: from the first\n"
+    "range event or step mark of the trace to the last (or the window given). Time in no\n"
+    "range is the 'idle' row. Role rows (thread '*', for roles of several threads) sum\n"
+    "the role's threads; their shares are of the threads' wall time added up.\n"
+    "Percentiles are exact (nearest rank: the smallest duration with at least p% of\n"
+    "the ranges at or below it). In a window, ranges count with their part inside it.\n"
+    "\n"
+    "options:\n"
+    "  --role R[,R]     only threads of these roles (repeatable)\n"
+    "  --thread T[,T]   only these threads, by name or id (repeatable)\n"
+    "  --stage S[,S]    only these stages (repeatable; self time still excludes any child)\n"
+    "  --steps A:B      ranges overlapping the time from step A's mark to step B's mark,\n"
+    "                   clipped to it (A: or :B leave an end open)\n"
+    "  --time T0:T1     the same for seconds from the trace start (meta start_ns, when\n"
+    "                   the trace was opened; T0: or :T1 leave an end open)\n"
+    "  --sort KEY       total (default), count, mean, p99 or name\n"
+    "  --merge          treat the files as ranks of one run (per-rank columns), even if\n"
+    "                   their run ids differ; --separate never does. By default files\n"
+    "                   whose run_id agree up to the last '-' and whose ranks differ are merged\n"
+    "  --format F       text (default), csv or json\n";
+
+enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_STEPS, OPT_TIME, OPT_SORT, OPT_MERGE, OPT_SEPARATE };
+static const an_opt opts[] = {
+    {"role", 1, OPT_ROLE},   {"thread", 1, OPT_THREAD},       {"stage", 1, OPT_STAGE},
+    {"steps", 1, OPT_STEPS}, {"time", 1, OPT_TIME},           {"sort", 1, OPT_SORT},
+    {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT},
+    {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+};
+
+enum sort_key { SORT_TOTAL, SORT_COUNT, SORT_MEAN, SORT_P99, SORT_NAME };
+
+/* Columns; text leaves out the first three (file is a heading, scope and
+ * threads show in the thread column). */
+static const an_col cols[] = {
+    {"file", AN_T_STR, 0},     {"scope", AN_T_STR, 0},    {"threads", AN_T_INT, 0},
+    {"thread", AN_T_STR, 0},   {"role", AN_T_STR, 0},     {"stage", AN_T_STR, 0},
+    {"kind", AN_T_STR, 0},     {"total_ms", AN_T_MS, 0},  {"total_pct", AN_T_PCT, 0},
+    {"self_ms", AN_T_MS, 0},   {"self_pct", AN_T_PCT, 0}, {"count", AN_T_INT, 0},
+    {"mean_ms", AN_T_MS, 0},   {"p50_ms", AN_T_MS, 0},    {"p95_ms", AN_T_MS, 0},
+    {"p99_ms", AN_T_MS, 0},    {"max_ms", AN_T_MS, 0},
+};
+#define N_COLS ((int)(sizeof cols / sizeof cols[0]))
+#define TEXT_SKIP 3
+
+typedef struct sort_item {
+    const an_stage_stats *x;
+    const char *name;
+    uint32_t stage;
+} sort_item;
+
+static enum sort_key g_sort; /* qsort has no context argument in C11 */
+
+static int64_t mean_ns(const an_stage_stats *x)
+{
+    if (!x->count) return 0;
+    /* Rounded half up, in integers: exact for any total. */
+    return (int64_t)(((uint64_t)x->total_ns + x->count / 2) / x->count);
+}
+
+static int cmp_items(const void *pa, const void *pb)
+{
+    const sort_item *a = pa, *b = pb;
+    int64_t ka = 0, kb = 0;
+    switch (g_sort) {
+    case SORT_TOTAL: ka = a->x->total_ns; kb = b->x->total_ns; break;
+    case SORT_COUNT: ka = (int64_t)a->x->count; kb = (int64_t)b->x->count; break;
+    case SORT_MEAN: ka = mean_ns(a->x); kb = mean_ns(b->x); break;
+    case SORT_P99: ka = a->x->pct_ns[AN_P99]; kb = b->x->pct_ns[AN_P99]; break;
+    case SORT_NAME: {
+        int c = strcmp(a->name, b->name);
+        if (c) return c;
+        break;
+    }
+    }
+    if (ka != kb) return ka > kb ? -1 : 1; /* largest first */
+    return a->stage < b->stage ? -1 : a->stage > b->stage;
+}
+
+static double pct_of(int64_t part, int64_t whole)
+{
+    return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static void put_stats(an_table *tb, const an_stage_stats *x, int64_t wall)
+{
+    an_put_ns(tb, x->total_ns);
+    an_put_pct(tb, pct_of(x->total_ns, wall));
+    an_put_ns(tb, x->self_ns);
+    an_put_pct(tb, pct_of(x->self_ns, wall));
+    an_put_int(tb, (int64_t)x->count);
+    an_put_ns(tb, mean_ns(x));
+    for (int p = 0; p < AN_NPCT; p++) an_put_ns(tb, x->pct_ns[p]);
+    an_put_ns(tb, x->max_ns);
+}
+
+/* The leading cells of a row; text leaves out file, scope and threads. */
+static void put_lead(an_table *tb, an_format fmt, const char *file, const char *scope, uint32_t threads,
+                     const char *thread, const char *role)
+{
+    if (fmt != AN_FMT_TEXT) {
+        an_put_str(tb, file);
+        an_put_str(tb, scope);
+        an_put_int(tb, threads);
+    }
+    an_put_str(tb, fmt == AN_FMT_TEXT && !thread ? "*" : thread);
+    an_put_str(tb, role);
+}
+
+/* One block of rows: the stages of a thread (or a role), sorted, then idle. */
+static int put_block(an_table *tb, an_format fmt, const an_file_stats *fs, const an_stage_stats *row,
+                     const char *scope, uint32_t threads, const char *thread, const char *role,
+                     int64_t wall, int64_t busy, int with_idle, sort_item *items)
+{
+    uint32_t n = 0;
+    for (uint32_t st = 0; st < fs->n_stages; st++) {
+        if (!row[st].count) continue;
+        items[n++] = (sort_item){&row[st], st_reader_stage(fs->trace->r, st)->name, st};
+    }
+    qsort(items, n, sizeof *items, cmp_items);
+    for (uint32_t i = 0; i < n; i++) {
+        put_lead(tb, fmt, fs->trace->path, scope, threads, thread, role);
+        an_put_str(tb, items[i].name);
+        an_put_str(tb, st_kind_name(st_reader_stage(fs->trace->r, items[i].stage)->kind));
+        put_stats(tb, items[i].x, wall);
+        an_row_end(tb);
+    }
+    if (with_idle) {
+        int64_t idle = wall > busy ? wall - busy : 0;
+        put_lead(tb, fmt, fs->trace->path, scope, threads, thread, role);
+        an_put_str(tb, "idle");
+        an_put_null(tb);
+        an_put_ns(tb, idle);
+        an_put_pct(tb, pct_of(idle, wall));
+        an_put_ns(tb, idle);
+        an_put_pct(tb, pct_of(idle, wall));
+        for (int i = 0; i < 7; i++) an_put_null(tb);
+        an_row_end(tb);
+        n++;
+    }
+    return (int)n;
+}
+
+static void describe_window(char *buf, size_t size, const an_select *sel, const an_file_stats *fs)
+{
+    char a[40], b[40];
+    an_fmt_fixed(a, fs->t0_ns - fs->trace->origin_ns, 9, 3);
+    an_fmt_fixed(b, fs->t1_ns - fs->trace->origin_ns, 9, 3);
+    if (sel->window.kind == AN_WIN_STEPS)
+        snprintf(buf, size, "steps %s (%s-%s s)", sel->window.text, a, b);
+    else if (sel->window.kind == AN_WIN_TIME)
+        snprintf(buf, size, "time %s-%s s", a, b);
+    else
+        snprintf(buf, size, "whole trace, %s-%s s", a, b);
+}
+
+static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, const an_select *sel,
+                       int with_idle)
+{
+    an_format fmt = an_out_format(out);
+    an_table *tb = *shared;
+    char win[160], wall[40];
+    describe_window(win, sizeof win, sel, fs);
+    an_fmt_fixed(wall, fs->wall_ns, 6, 3);
+    if (fmt == AN_FMT_TEXT) {
+        const char *program = an_trace_meta(fs->trace, "program");
+        an_out_text(out, "== ");
+        /* Names from the trace are printed through the table, sanitized; the
+         * heading gets the same treatment by hand. */
+        for (const unsigned char *p = (const unsigned char *)fs->trace->path; *p; p++)
+            an_out_text(out, "%c", *p < 0x20 || *p == 0x7f ? '?' : *p);
+        an_out_text(out, ": ");
+        for (const unsigned char *p = (const unsigned char *)(program ? program : "?"); *p; p++)
+            an_out_text(out, "%c", *p < 0x20 || *p == 0x7f ? '?' : *p);
+        an_out_text(out, " rank %d; %s; wall time %s ms per thread\n", fs->rank, win, wall);
+        tb = an_table_new(out, "summary", cols + TEXT_SKIP, N_COLS - TEXT_SKIP);
+    }
+    sort_item *items = malloc((fs->n_stages + 1) * sizeof *items);
+    if (!items || !tb) {
+        free(items);
+        if (fmt == AN_FMT_TEXT) an_table_end(tb);
+        return;
+    }
+    uint32_t ns = fs->n_stages;
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        if (!fs->thread_on[ti]) continue;
+        const st_thread_info *th = st_reader_thread(fs->trace->r, ti);
+        put_block(tb, fmt, fs, &fs->thread_stage[(size_t)ti * ns], "thread", 1, th->name, th->role,
+                  fs->wall_ns, fs->thread_busy_ns[ti], with_idle, items);
+        an_table_gap(tb);
+    }
+    for (uint32_t role = 0; role < fs->n_roles; role++) {
+        /* A role of one thread would repeat that thread's rows. */
+        uint32_t n = fs->role_threads[role];
+        if (n < 2) continue;
+        int64_t busy = 0;
+        for (uint32_t ti = 0; ti < fs->n_threads; ti++)
+            if (fs->thread_on[ti] && fs->thread_role[ti] == role) busy += fs->thread_busy_ns[ti];
+        put_block(tb, fmt, fs, &fs->role_stage[(size_t)role * ns], "role", n, NULL, fs->role_names[role],
+                  fs->wall_ns * (int64_t)n, busy, with_idle, items);
+        an_table_gap(tb);
+    }
+    free(items);
+    if (fmt == AN_FMT_TEXT) an_table_end(tb);
+    *shared = fmt == AN_FMT_TEXT ? NULL : tb;
+}
+
+/* Across ranks: per (role, stage), all ranks' ranges, the total of each
+ * rank, and the rank with the most time in it. */
+static int print_ranks(an_out *out, const an_stats *s)
+{
+    const an_merged_stats *m = &s->merged;
+    static const an_col lead[] = {
+        {"role", AN_T_STR, 0},   {"stage", AN_T_STR, 0},   {"kind", AN_T_STR, 0},
+        {"total_ms", AN_T_MS, 0}, {"count", AN_T_INT, 0},  {"mean_ms", AN_T_MS, 0},
+        {"p50_ms", AN_T_MS, 0},  {"p95_ms", AN_T_MS, 0},   {"p99_ms", AN_T_MS, 0},
+        {"max_ms", AN_T_MS, 0},
+    };
+    const int n_lead = (int)(sizeof lead / sizeof lead[0]);
+    int n_cols = n_lead + (int)s->n_files + 2;
+    an_col *cols_all = calloc((size_t)n_cols, sizeof *cols_all);
+    char (*names)[32] = calloc(s->n_files, sizeof *names);
+    sort_item *items = malloc((m->n_stages + 1) * sizeof *items);
+    if (!cols_all || !names || !items) {
+        free(cols_all);
+        free(names);
+        free(items);
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    memcpy(cols_all, lead, sizeof lead);
+    for (uint32_t f = 0; f < s->n_files; f++) {
+        snprintf(names[f], sizeof names[f], "rank%d_ms", s->files[f].rank);
+        cols_all[n_lead + (int)f] = (an_col){names[f], AN_T_MS, 0};
+    }
+    cols_all[n_cols - 2] = (an_col){"slowest_rank", AN_T_INT, 0};
+    cols_all[n_cols - 1] = (an_col){"slowest_vs_mean_pct", AN_T_PCT, 0};
+    an_out_text(out, "== ranks of one run (%u files): per role and stage over all ranks; rank<r>_ms is each "
+                     "rank's total, slowest_rank the rank with the most, and by how much over the ranks' mean\n",
+                s->n_files);
+    an_table *tb = an_table_new(out, "ranks", cols_all, n_cols);
+    for (uint32_t mr = 0; mr < m->n_roles && tb; mr++) {
+        uint32_t n = 0;
+        for (uint32_t ms = 0; ms < m->n_stages; ms++) {
+            const an_stage_stats *x = &m->role_stage[(size_t)mr * m->n_stages + ms];
+            if (x->count) items[n++] = (sort_item){x, m->stage_names[ms], ms};
+        }
+        qsort(items, n, sizeof *items, cmp_items);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t ms = items[i].stage;
+            const an_stage_stats *x = items[i].x;
+            an_put_str(tb, m->role_names[mr]);
+            an_put_str(tb, m->stage_names[ms]);
+            an_put_str(tb, st_kind_name((st_kind)m->stage_kinds[ms]));
+            an_put_ns(tb, x->total_ns);
+            an_put_int(tb, (int64_t)x->count);
+            an_put_ns(tb, mean_ns(x));
+            for (int p = 0; p < AN_NPCT; p++) an_put_ns(tb, x->pct_ns[p]);
+            an_put_ns(tb, x->max_ns);
+            int slowest = -1, n_ranks = 0;
+            int64_t slowest_ns = 0, sum_ns = 0;
+            for (uint32_t f = 0; f < s->n_files; f++) {
+                const an_file_stats *fs = &s->files[f];
+                int32_t role = m->file_role[f][mr], st = m->file_stage[f][ms];
+                if (role < 0 || st < 0 || !fs->role_threads[role]) {
+                    an_put_null(tb);
+                    continue;
+                }
+                int64_t v = fs->role_stage[(size_t)role * fs->n_stages + (uint32_t)st].total_ns;
+                an_put_ns(tb, v);
+                sum_ns += v;
+                n_ranks++;
+                if (slowest < 0 || v > slowest_ns) {
+                    slowest = (int)f;
+                    slowest_ns = v;
+                }
+            }
+            if (slowest >= 0) {
+                double mean = (double)sum_ns / n_ranks;
+                an_put_int(tb, s->files[slowest].rank);
+                an_put_pct(tb, mean > 0 ? 100.0 * ((double)slowest_ns - mean) / mean : 0.0);
+            } else {
+                an_put_null(tb);
+                an_put_null(tb);
+            }
+            an_row_end(tb);
+        }
+    }
+    an_table_end(tb);
+    free(cols_all);
+    free(names);
+    free(items);
+    return AN_EXIT_OK;
+}
+
+/* Files of one run: run_id equal up to its last '-' (the writer's
+ * "<unix seconds>-<pid>": ranks started in the same second), the same
+ * program, and different ranks. */
+static int same_run(an_trace *t, int n)
+{
+    const char *id0 = an_trace_meta(&t[0], "run_id"), *prog0 = an_trace_meta(&t[0], "program");
+    if (!id0 || !strrchr(id0, '-')) return 0;
+    size_t prefix = (size_t)(strrchr(id0, '-') - id0);
+    for (int i = 0; i < n; i++) {
+        const char *id = an_trace_meta(&t[i], "run_id"), *prog = an_trace_meta(&t[i], "program");
+        if (!id || !strrchr(id, '-') || (size_t)(strrchr(id, '-') - id) != prefix || strncmp(id, id0, prefix))
+            return 0;
+        if (!prog || !prog0 || strcmp(prog, prog0)) return 0;
+        int64_t ri;
+        if (an_trace_meta_i64(&t[i], "rank", &ri)) return 0;
+        for (int j = 0; j < i; j++) {
+            int64_t rj;
+            if (an_trace_meta_i64(&t[j], "rank", &rj) == 0 && rj == ri) return 0;
+        }
+    }
+    return 1;
+}
+
+int cmd_summary(int argc, char **argv)
+{
+    an_args a;
+    an_select sel;
+    memset(&sel, 0, sizeof sel);
+    an_format fmt = AN_FMT_TEXT;
+    enum sort_key sort = SORT_TOTAL;
+    int merge = -1, id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "summary", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            an_filter_free(&sel.filter);
+            return AN_EXIT_OK;
+        case AN_OPT_FORMAT:
+            if (an_parse_format(a.value, &fmt))
+                rc = an_usage_error("summary", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_ROLE: rc = an_filter_add(&sel.filter.roles, &sel.filter.n_roles, a.value) ? AN_EXIT_FAIL : 0; break;
+        case OPT_THREAD: rc = an_filter_add(&sel.filter.threads, &sel.filter.n_threads, a.value) ? AN_EXIT_FAIL : 0; break;
+        case OPT_STAGE: rc = an_filter_add(&sel.filter.stages, &sel.filter.n_stages, a.value) ? AN_EXIT_FAIL : 0; break;
+        case OPT_STEPS:
+        case OPT_TIME:
+            if (sel.window.kind != AN_WIN_ALL) {
+                rc = an_usage_error("summary", "give one window: --steps or --time, once");
+                break;
+            }
+            if (id == OPT_STEPS ? an_window_parse_steps(&sel.window, a.value)
+                                : an_window_parse_time(&sel.window, a.value))
+                rc = AN_EXIT_USAGE;
+            break;
+        case OPT_SORT: {
+            static const char *const keys[] = {"total", "count", "mean", "p99", "name"};
+            int found = -1;
+            for (int k = 0; k < 5; k++)
+                if (strcmp(a.value, keys[k]) == 0) found = k;
+            if (found < 0) rc = an_usage_error("summary", "--sort must be total, count, mean, p99 or name, not '%s'", a.value);
+            else sort = (enum sort_key)found;
+            break;
+        }
+        case OPT_MERGE: merge = 1; break;
+        case OPT_SEPARATE: merge = 0; break;
+        }
+    }
+    if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
+    an_trace *traces = rc ? NULL : calloc((size_t)a.n_pos, sizeof *traces);
+    int n_open = 0;
+    if (!rc && !traces) rc = AN_EXIT_FAIL;
+    for (int i = 0; !rc && i < a.n_pos; i++) {
+        rc = an_trace_open(&traces[i], a.pos[i]);
+        if (!rc) n_open++;
+    }
+    an_stats s;
+    memset(&s, 0, sizeof s);
+    if (!rc) {
+        if (merge < 0) merge = n_open > 1 && same_run(traces, n_open);
+        rc = an_stats_compute(&s, traces, (uint32_t)n_open, &sel, merge);
+    }
+    if (!rc) {
+        g_sort = sort;
+        an_out *out = an_out_new(stdout, fmt);
+        if (!out) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+            goto done;
+        }
+        an_table *shared = fmt == AN_FMT_TEXT ? NULL : an_table_new(out, "summary", cols, N_COLS);
+        uint64_t n_ranges = 0;
+        for (uint32_t f = 0; f < s.n_files; f++) {
+            print_file(out, &shared, &s.files[f], &sel, sel.filter.n_stages == 0);
+            n_ranges += s.files[f].n_ranges;
+        }
+        an_table_end(shared);
+        if (s.merged_valid) rc = print_ranks(out, &s);
+        if (an_out_finish(out)) {
+            an_error("summary: cannot write the output");
+            rc = AN_EXIT_FAIL;
+        }
+        /* Warnings after the work: a failure stays one line. */
+        for (int i = 0; !rc && i < n_open; i++) an_trace_warn(&traces[i]);
+        if (!rc && n_ranges == 0) an_warn("no ranges in the selection");
+    }
+done:
+    an_stats_free(&s);
+    for (int i = 0; i < n_open; i++) an_trace_close(&traces[i]);
+    free(traces);
+    an_filter_free(&sel.filter);
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,561 @@
+/* common.c: helpers every `analyze` command uses: one-line messages, the
+ * option parser, opening a trace (through the tracer's defensive reader,
+ * with one-line errors) and measuring its span, time and step windows
+ * (--steps A:B, --time T0:T1), name filters (--role, --thread, --stage) and
+ * progress on a terminal. Commands print errors where they find them and
+ * return an exit code; only main() exits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "analyze.h"
+
+/* ---- messages --------------------------------------------------------------------- */
+
+/* Messages are one line: a newline inside (from a trace or SQLite) is shown as a space. */
+static void vmessage(const char *prefix, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    fprintf(stderr, "analyze: %s%s\n", prefix, buf);
+}
+
+void an_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("", fmt, ap);
+    va_end(ap);
+}
+
+void an_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+int an_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    an_error("%s: %s (see: analyze %s --help)", cmd, buf, cmd);
+    return AN_EXIT_USAGE;
+}
+
+/* ---- options ------------------------------------------------------------------------- */
+
+int an_args_init(an_args *a, const char *cmd, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    a->argc = argc;
+    a->argv = argv;
+    a->i = 1; /* argv[0] is the command */
+    a->pos = calloc((size_t)(argc > 0 ? argc : 1), sizeof *a->pos);
+    return a->pos ? 0 : -1;
+}
+
+void an_args_free(an_args *a)
+{
+    free(a->pos);
+    a->pos = NULL;
+}
+
+int an_args_next(an_args *a, const an_opt *opts)
+{
+    while (a->i < a->argc) {
+        const char *arg = a->argv[a->i++];
+        if (a->only_positionals || arg[0] != '-' || arg[1] == '\0') {
+            a->pos[a->n_pos++] = arg; /* "-" alone is a positional (stdout) */
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            a->only_positionals = 1;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0) return AN_OPT_HELP;
+        if (arg[1] != '-') {
+            an_usage_error(a->cmd, "unknown option '%s'", arg);
+            return -1;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        for (const an_opt *o = opts; o && o->name; o++) {
+            if (strlen(o->name) != len || strncmp(o->name, name, len) != 0) continue;
+            a->value = NULL;
+            if (o->has_arg) {
+                if (eq) {
+                    a->value = eq + 1;
+                } else if (a->i < a->argc) {
+                    a->value = a->argv[a->i++];
+                } else {
+                    an_usage_error(a->cmd, "option '--%s' needs a value", o->name);
+                    return -1;
+                }
+            } else if (eq) {
+                an_usage_error(a->cmd, "option '--%s' takes no value", o->name);
+                return -1;
+            }
+            return o->id;
+        }
+        an_usage_error(a->cmd, "unknown option '%.*s'", (int)(len + 2), arg);
+        return -1;
+    }
+    return 0;
+}
+
+int an_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9') return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int an_parse_format(const char *s, an_format *out)
+{
+    if (strcmp(s, "text") == 0) *out = AN_FMT_TEXT;
+    else if (strcmp(s, "csv") == 0) *out = AN_FMT_CSV;
+    else if (strcmp(s, "json") == 0) *out = AN_FMT_JSON;
+    else return -1;
+    return 0;
+}
+
+/* ---- traces ---------------------------------------------------------------------------- */
+
+const char *an_trace_meta(const an_trace *t, const char *key) { return st_reader_meta(t->r, key); }
+
+int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out)
+{
+    const char *s = an_trace_meta(t, key);
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* First and last range event from the chunk headers, and totals for progress
+ * and info. The headers are untrusted too: rows of the wrong type or with
+ * t0 > t1 are left out, and sums are done in floating point (no overflow). */
+static int read_chunk_headers(an_trace *t, int64_t *first, int64_t *last, int *has)
+{
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    static const char sql[] =
+        "SELECT min(t0_ns), max(t1_ns), total(n_ranges) FROM main.range_chunks "
+        "WHERE typeof(t0_ns) = 'integer' AND typeof(t1_ns) = 'integer' AND t0_ns <= t1_ns "
+        "AND typeof(n_ranges) = 'integer' AND n_ranges >= 0";
+    static const char sql2[] =
+        "SELECT total(n_samples) FROM main.counter_chunks "
+        "WHERE typeof(n_samples) = 'integer' AND n_samples >= 0";
+    *has = 0;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) goto fail;
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        goto fail;
+    }
+    if (sqlite3_column_type(st, 0) == SQLITE_INTEGER && sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
+        *first = sqlite3_column_int64(st, 0);
+        *last = sqlite3_column_int64(st, 1);
+        *has = 1;
+    }
+    double n = sqlite3_column_double(st, 2);
+    t->n_ranges_hint = n > 0 && n < 1.8e19 ? (uint64_t)n : 0;
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(db, sql2, -1, &st, NULL) != SQLITE_OK) goto fail;
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        goto fail;
+    }
+    n = sqlite3_column_double(st, 0);
+    t->n_samples_hint = n > 0 && n < 1.8e19 ? (uint64_t)n : 0;
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    an_error("%s: cannot read the chunk tables: %s", t->path, sqlite3_errmsg(db));
+    return -1;
+}
+
+/* A chunk of a thread the threads table does not have: the reader refuses
+ * it when it reads all threads, and never sees it thread by thread, so it is
+ * refused here once, whatever the command. */
+static int check_chunk_threads(an_trace *t)
+{
+    static const char *const tables[] = {"range_chunks", "counter_chunks"};
+    sqlite3 *db = st_reader_db(t->r);
+    for (int i = 0; i < 2; i++) {
+        char sql[200];
+        snprintf(sql, sizeof sql,
+                 "SELECT id, thread FROM main.%s WHERE thread NOT IN (SELECT id FROM main.threads) LIMIT 1",
+                 tables[i]);
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
+            return -1;
+        }
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            an_error("%s: trace table '%s': chunk %s names unknown thread %s", t->path, tables[i],
+                     (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
+        } else if (rc != SQLITE_DONE) {
+            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return -1;
+    }
+    return 0;
+}
+
+int an_trace_open(an_trace *t, const char *path)
+{
+    memset(t, 0, sizeof *t);
+    t->path = path;
+    if (st_reader_open(&t->r, path) != ST_OK) {
+        /* Most of the reader's messages name the file; the others get it. */
+        const char *msg = st_last_error();
+        if (strstr(msg, path)) an_error("%s", msg);
+        else an_error("%s: %s", path, msg);
+        return AN_EXIT_USAGE;
+    }
+    int64_t first = 0, last = 0;
+    int has = 0;
+    if (check_chunk_threads(t) || read_chunk_headers(t, &first, &last, &has)) {
+        an_trace_close(t);
+        return AN_EXIT_USAGE;
+    }
+    uint32_t n_steps = st_reader_n_steps(t->r);
+    if (n_steps) {
+        int64_t s0 = st_reader_step(t->r, 0)->ts_ns, s1 = st_reader_step(t->r, n_steps - 1)->ts_ns;
+        if (!has || s0 < first) first = s0;
+        if (!has || s1 > last) last = s1;
+        has = 1;
+    }
+    int64_t start;
+    if (an_trace_meta_i64(t, "start_ns", &start) == 0 && (!has || start <= first)) t->origin_ns = start;
+    else t->origin_ns = has ? first : 0;
+    /* An empty trace spans nothing, at its start. */
+    t->has_span = has;
+    t->span_t0_ns = has ? first : t->origin_ns;
+    t->span_t1_ns = has ? last : t->origin_ns;
+    return AN_EXIT_OK;
+}
+
+void an_trace_close(an_trace *t)
+{
+    if (!t) return;
+    st_reader_close(t->r);
+    t->r = NULL;
+}
+
+int an_trace_fail(const an_trace *t)
+{
+    an_error("%s: %s", t->path, st_last_error());
+    return AN_EXIT_USAGE;
+}
+
+void an_trace_warn(const an_trace *t)
+{
+    const char *status = an_trace_meta(t, "status");
+    if (status && strcmp(status, "running") == 0)
+        an_warn("%s is incomplete (status running: the run did not finish); analysing what it holds",
+                t->path);
+    int64_t dropped;
+    if (an_trace_meta_i64(t, "dropped_events", &dropped) == 0 && dropped > 0)
+        an_warn("%s: %lld events were dropped (full rings); stage times may be undercounted", t->path,
+                (long long)dropped);
+}
+
+uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has)
+{
+    uint32_t lo = 0, hi = st_reader_n_steps(t->r);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (st_reader_step(t->r, mid)->ts_ns > ts_ns) hi = mid;
+        else lo = mid + 1;
+    }
+    *has = lo < st_reader_n_steps(t->r);
+    return *has ? st_reader_step(t->r, lo)->step : 0;
+}
+
+/* ---- windows --------------------------------------------------------------------------- */
+
+/* Splits "A:B" into its sides (either may be empty); -1 without one ':'. */
+static int split_colon(const char *s, char *a, char *b, size_t size)
+{
+    const char *colon = strchr(s, ':');
+    if (!colon || strchr(colon + 1, ':')) return -1;
+    size_t la = (size_t)(colon - s), lb = strlen(colon + 1);
+    if (la >= size || lb >= size) return -1;
+    memcpy(a, s, la);
+    a[la] = '\0';
+    memcpy(b, colon + 1, lb + 1);
+    return 0;
+}
+
+int an_window_parse_steps(an_window_spec *w, const char *s)
+{
+    char a[64], b[64];
+    memset(w, 0, sizeof *w);
+    w->kind = AN_WIN_STEPS;
+    w->text = s;
+    if (split_colon(s, a, b, sizeof a) || (*a && an_parse_u64(a, &w->step_a)) ||
+        (*b && an_parse_u64(b, &w->step_b))) {
+        an_error("--steps '%s': expected A:B with step numbers (A: or :B leave an end open)", s);
+        return -1;
+    }
+    w->has_a = *a != '\0';
+    w->has_b = *b != '\0';
+    if (w->has_a && w->has_b && w->step_a >= w->step_b) {
+        an_error("--steps '%s': the first step must come before the second", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_seconds(const char *s, int64_t *ns)
+{
+    if (!*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < 0 || v > 1e9) return -1;
+    *ns = (int64_t)llround(v * 1e9);
+    return 0;
+}
+
+int an_window_parse_time(an_window_spec *w, const char *s)
+{
+    char a[64], b[64];
+    memset(w, 0, sizeof *w);
+    w->kind = AN_WIN_TIME;
+    w->text = s;
+    if (split_colon(s, a, b, sizeof a) || (*a && parse_seconds(a, &w->time_a_ns)) ||
+        (*b && parse_seconds(b, &w->time_b_ns))) {
+        an_error("--time '%s': expected T0:T1 in seconds from the trace start (T0: or :T1 leave an end open)", s);
+        return -1;
+    }
+    w->has_a = *a != '\0';
+    w->has_b = *b != '\0';
+    if (w->has_a && w->has_b && w->time_a_ns >= w->time_b_ns) {
+        an_error("--time '%s': T0 must be less than T1", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int find_step(const an_trace *t, uint64_t step, int64_t *ts)
+{
+    uint32_t lo = 0, hi = st_reader_n_steps(t->r);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const st_step_info *s = st_reader_step(t->r, mid);
+        if (s->step == step) {
+            *ts = s->ts_ns;
+            return 0;
+        }
+        if (s->step < step) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b) return INT64_MIN;
+    return a + b;
+}
+
+int an_window_resolve(const an_window_spec *w, const an_trace *t, int64_t *t0, int64_t *t1)
+{
+    *t0 = t->span_t0_ns;
+    *t1 = t->span_t1_ns;
+    if (w->kind == AN_WIN_ALL) return AN_EXIT_OK;
+    if (w->kind == AN_WIN_STEPS) {
+        uint32_t n = st_reader_n_steps(t->r);
+        if (n == 0) {
+            an_error("--steps %s: %s has no step marks", w->text, t->path);
+            return AN_EXIT_USAGE;
+        }
+        const uint64_t first = st_reader_step(t->r, 0)->step, last = st_reader_step(t->r, n - 1)->step;
+        const uint64_t steps[2] = {w->step_a, w->step_b};
+        const int has[2] = {w->has_a, w->has_b};
+        int64_t *out[2] = {t0, t1};
+        for (int i = 0; i < 2; i++) {
+            if (has[i] && find_step(t, steps[i], out[i])) {
+                an_error("--steps %s: step %llu has no mark in %s (marks of steps %llu-%llu)", w->text,
+                         (unsigned long long)steps[i], t->path, (unsigned long long)first,
+                         (unsigned long long)last);
+                return AN_EXIT_USAGE;
+            }
+        }
+    } else {
+        if (w->has_a) *t0 = add_sat(t->origin_ns, w->time_a_ns);
+        if (w->has_b) *t1 = add_sat(t->origin_ns, w->time_b_ns);
+        if (*t0 < t->span_t0_ns) *t0 = t->span_t0_ns;
+        if (*t1 > t->span_t1_ns) *t1 = t->span_t1_ns;
+    }
+    if (*t1 <= *t0) {
+        char a[40], b[40];
+        an_fmt_fixed(a, t->span_t0_ns - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, t->span_t1_ns - t->origin_ns, 9, 3);
+        an_error("%s %s selects no time in %s (it spans %s-%s s)", w->kind == AN_WIN_STEPS ? "--steps" : "--time",
+                 w->text, t->path, a, b);
+        return AN_EXIT_USAGE;
+    }
+    return AN_EXIT_OK;
+}
+
+/* ---- filters --------------------------------------------------------------------------- */
+
+int an_filter_add(const char ***list, uint32_t *n, const char *value)
+{
+    /* Every name of a comma list gets its own copy, owned by the list. */
+    for (const char *p = value;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len > 0) {
+            const char **l = realloc((void *)*list, (*n + 1) * sizeof *l);
+            if (!l) return -1;
+            *list = l;
+            char *name = strndup(p, len);
+            if (!name) return -1;
+            l[(*n)++] = name;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+void an_filter_free(an_filter *f)
+{
+    const char **lists[3] = {f->roles, f->threads, f->stages};
+    uint32_t counts[3] = {f->n_roles, f->n_threads, f->n_stages};
+    for (int l = 0; l < 3; l++) {
+        for (uint32_t i = 0; i < counts[l]; i++) free((void *)lists[l][i]);
+        free((void *)lists[l]);
+    }
+    memset(f, 0, sizeof *f);
+}
+
+static int in_list(const char *const *list, uint32_t n, const char *s)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (s && strcmp(list[i], s) == 0) return 1;
+    return 0;
+}
+
+static int thread_matches(const char *name, const st_thread_info *th)
+{
+    if (strcmp(name, th->name) == 0) return 1;
+    uint64_t id;
+    return an_parse_u64(name, &id) == 0 && id == th->id;
+}
+
+int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on, uint8_t *stage_on)
+{
+    uint32_t n_threads = st_reader_n_threads(t->r), n_stages = st_reader_n_stages(t->r);
+    for (uint32_t i = 0; i < f->n_roles; i++) {
+        int found = 0;
+        for (uint32_t j = 0; j < n_threads && !found; j++)
+            found = strcmp(f->roles[i], st_reader_thread(t->r, j)->role) == 0;
+        if (!found) {
+            an_error("--role %s: no thread of %s has that role", f->roles[i], t->path);
+            return AN_EXIT_USAGE;
+        }
+    }
+    for (uint32_t i = 0; i < f->n_threads; i++) {
+        int found = 0;
+        for (uint32_t j = 0; j < n_threads && !found; j++)
+            found = thread_matches(f->threads[i], st_reader_thread(t->r, j));
+        if (!found) {
+            an_error("--thread %s: %s has no thread of that name or id", f->threads[i], t->path);
+            return AN_EXIT_USAGE;
+        }
+    }
+    for (uint32_t i = 0; i < f->n_stages; i++) {
+        int found = 0;
+        for (uint32_t s = 0; s < n_stages && !found; s++)
+            found = strcmp(f->stages[i], st_reader_stage(t->r, s)->name) == 0;
+        if (!found) {
+            an_error("--stage %s: %s has no stage of that name", f->stages[i], t->path);
+            return AN_EXIT_USAGE;
+        }
+    }
+    for (uint32_t j = 0; j < n_threads; j++) {
+        const st_thread_info *th = st_reader_thread(t->r, j);
+        int on = !f->n_roles || in_list(f->roles, f->n_roles, th->role);
+        if (on && f->n_threads) {
+            on = 0;
+            for (uint32_t i = 0; i < f->n_threads && !on; i++) on = thread_matches(f->threads[i], th);
+        }
+        thread_on[j] = (uint8_t)on;
+    }
+    for (uint32_t s = 0; s < n_stages; s++)
+        stage_on[s] = (uint8_t)(!f->n_stages || in_list(f->stages, f->n_stages, st_reader_stage(t->r, s)->name));
+    return AN_EXIT_OK;
+}
+
+/* ---- progress -------------------------------------------------------------------------- */
+
+#define PROGRESS_EVERY 65536
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void an_progress_start(an_progress *p, const char *what, uint64_t total)
+{
+    memset(p, 0, sizeof *p);
+    p->what = what;
+    p->total = total;
+    p->enabled = isatty(STDERR_FILENO);
+    p->next_check = p->enabled ? PROGRESS_EVERY : UINT64_MAX;
+    if (p->enabled) p->start_s = p->last_s = now_s();
+}
+
+void an_progress_tick_slow(an_progress *p)
+{
+    p->next_check = p->done + PROGRESS_EVERY;
+    double now = now_s();
+    /* Quiet for the first half second, then at most five updates a second. */
+    if (now - p->start_s < 0.5 || now - p->last_s < 0.2) return;
+    p->last_s = now;
+    p->shown = 1;
+    if (p->total && p->done <= p->total)
+        fprintf(stderr, "\ranalyze: %s %3d%%", p->what, (int)(100.0 * (double)p->done / (double)p->total));
+    else
+        fprintf(stderr, "\ranalyze: %s %llu", p->what, (unsigned long long)p->done);
+    fflush(stderr);
+}
+
+void an_progress_end(an_progress *p)
+{
+    if (p->shown) fputs("\r\033[K", stderr);
+    p->shown = 0;
+    p->next_check = UINT64_MAX;
+}

@@ -1,0 +1,74 @@
+/* main.c: the `analyze` program, a git-style CLI over finished traces.
+ *
+ * `analyze CMD [options] FILE...` runs one subcommand from the table below;
+ * each is a function in its own file (cmd_<name>.c) that parses its own
+ * options and returns an exit code: 0 done, 2 bad flags or an input that
+ * cannot be analyzed (one line on stderr), 1 anything else. New commands
+ * (bottleneck, diff, report, ...) add a row here and a file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "analyze.h"
+
+static const an_command commands[] = {
+    {"info", cmd_info, "metadata, status, counts, duration and throughput of traces"},
+    {"summary", cmd_summary, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share"},
+    {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)"},
+    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu row tables"},
+    {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: analyze <command> [options] FILE...\n"
+            "\n"
+            "Explains where time went in a stagetrace trace (one SQLite file per run or rank).\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f,
+            "\n"
+            "Every command takes --help; tables print as aligned text, or with --format csv|json.\n"
+            "Traces are opened read-only and never trusted (docs/analyze.md, docs/trace-format.md).\n"
+            "  analyze --version    the tool and trace schema versions\n");
+}
+
+int main(int argc, char **argv)
+{
+    static char out_buf[1 << 16];
+    setvbuf(stdout, out_buf, _IOFBF, sizeof out_buf);
+    if (argc < 2) {
+        an_error("no command given (see: analyze --help)");
+        return AN_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return AN_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("analyze (stagetrace) %s, trace schema version %d\n", ST_VERSION_STRING, ST_SCHEMA_VERSION);
+        return AN_EXIT_OK;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        if (argc < 3) {
+            usage(stdout);
+            return AN_EXIT_OK;
+        }
+        for (size_t i = 0; i < N_COMMANDS; i++) {
+            if (strcmp(argv[2], commands[i].name) != 0) continue;
+            char *help_argv[] = {argv[2], "--help", NULL};
+            return commands[i].run(2, help_argv);
+        }
+        cmd = argv[2];
+    } else {
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    }
+    if (cmd[0] == '-') an_error("unknown option '%s' (see: analyze --help)", cmd);
+    else an_error("unknown command '%s' (see: analyze --help)", cmd);
+    return AN_EXIT_USAGE;
+}
