@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make demo: a short profiled run and its analysis. Runs the trainer when it
-# is built (CUDA backend when a GPU and the CUDA build exist, else CPU, tiny
-# preset), otherwise the pipeline sample; then shows the analysis with
-# `analyze` when it is built.
+# is built (CUDA backend when a GPU and the CUDA build exist, else CPU; tiny
+# preset, one target, two drafters, async postprocess, so that every role and
+# the all-reduce show), otherwise the pipeline sample; it prints a log line and
+# the profile lines every 10 steps. Then shows the analysis with those
+# `analyze` commands that exist in this build, or the trace's path.
 set -euo pipefail
 BUILD=${1:-build}
 mkdir -p runs
@@ -13,16 +15,23 @@ if [ -x "$BUILD/trainer" ]; then
         device=cuda
     fi
     echo "== trainer, $device backend, tiny preset, profile every 10 steps"
-    "$BUILD/trainer" --device "$device" --preset tiny --steps 40 --profile-interval 10 --trace "$trace"
+    "$BUILD/trainer" --device "$device" --preset tiny --steps 40 --log-every 10 \
+        --profile-interval 10 --postprocess async --drafter-gpus 2 --trace "$trace"
 else
     echo "== pipeline sample, profile every 10 steps"
     "$BUILD/samples/pipeline" --steps 40 --profile-interval 10 --trace "$trace"
 fi
+shown=0
 if [ -x "$BUILD/analyze" ]; then
-    echo; echo "== analyze summary $trace"
-    "$BUILD/analyze" summary "$trace"
-    echo; echo "== analyze bottleneck $trace"
-    "$BUILD/analyze" bottleneck "$trace"
-else
+    commands=$("$BUILD/analyze" --help 2>&1 | awk '/^  [a-z]+ /{print $1}')
+    for cmd in info summary bottleneck; do
+        if grep -qx "$cmd" <<<"$commands"; then
+            echo; echo "== analyze $cmd $trace"
+            "$BUILD/analyze" "$cmd" "$trace"
+            shown=1
+        fi
+    done
+fi
+if [ $shown = 0 ]; then
     echo; echo "trace written to $trace (open it with: sqlite3 $trace, then .load $BUILD/stagetrace_ext)"
 fi

@@ -88,7 +88,8 @@ typedef struct st_options {
     uint32_t commit_ms;      /* writer commits at most this far apart;
                                 default 250, range 1..60000 */
     uint32_t profile_interval; /* steps per window; 0 = no windows */
-    st_window_fn on_window;  /* called on the writer thread per finished window */
+    st_window_fn on_window;  /* called on the writer thread per finished window
+                                (needs profile_interval > 0) */
     void *on_window_arg;
     int nvtx;                /* -1 default (on), 0 off, 1 on */
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */

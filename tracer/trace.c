@@ -255,9 +255,8 @@ int st_open(st_trace **out, const st_options *opt)
         free_trace(t);
         return rc;
     }
-    if (opt->profile_interval || opt->on_window) {
-        uint32_t every = opt->profile_interval ? opt->profile_interval : 1;
-        t->agg = st_agg_create(every, opt->on_window, opt->on_window_arg);
+    if (opt->profile_interval && opt->on_window) {
+        t->agg = st_agg_create(opt->profile_interval, opt->on_window, opt->on_window_arg);
         if (!t->agg) {
             sqlite3_close(t->db);
             remove_trace_files(t->path);

@@ -1,0 +1,500 @@
+/* config.c: flags, presets and validation of the trainer (see config.h). The flag table below
+ * is also the --help text, so the two cannot drift apart. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stagetrace.h"
+
+#define MAX_STEPS 1000000000L
+#define MAX_PROFILE_INTERVAL 100000000L /* the tracer's limit */
+#define MAX_DELAY_US 10000000L
+
+static void set_error(char *err, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+}
+
+const char *tr_device_name(int device)
+{
+    return device == TR_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+/* Spreads n taps evenly over the layers, first and last included. */
+static void default_taps(tr_config *cfg, int n)
+{
+    if (n > cfg->target_layers)
+        n = cfg->target_layers;
+    if (n < 1)
+        n = 1;
+    cfg->n_taps = n;
+    for (int i = 0; i < n; i++)
+        cfg->taps[i] = n == 1 ? cfg->target_layers - 1 : i * (cfg->target_layers - 1) / (n - 1);
+}
+
+int tr_config_preset(tr_config *cfg, const char *name)
+{
+    int n_taps;
+    if (!strcmp(name, "tiny")) {
+        cfg->vocab = 256, cfg->dim = 64, cfg->heads = 4, cfg->ffn = 128, cfg->target_layers = 2;
+        n_taps = 2;
+        cfg->drafter_layers = 1, cfg->block_size = 8, cfg->anchors = 4;
+        cfg->seq_len = 128, cfg->batch = 2;
+        cfg->lr = 3e-3f;
+    } else if (!strcmp(name, "small")) {
+        cfg->vocab = 512, cfg->dim = 128, cfg->heads = 4, cfg->ffn = 352, cfg->target_layers = 4;
+        n_taps = 3;
+        cfg->drafter_layers = 2, cfg->block_size = 8, cfg->anchors = 8;
+        cfg->seq_len = 256, cfg->batch = 4;
+        cfg->lr = 2e-3f;
+    } else if (!strcmp(name, "h200")) {
+        cfg->vocab = 32000, cfg->dim = 2048, cfg->heads = 16, cfg->ffn = 5632;
+        cfg->target_layers = 24;
+        n_taps = 5;
+        cfg->drafter_layers = 2, cfg->block_size = 16, cfg->anchors = 64;
+        cfg->seq_len = 2048, cfg->batch = 8;
+        cfg->lr = 6e-4f;
+    } else {
+        return -1;
+    }
+    cfg->preset = name;
+    default_taps(cfg, n_taps);
+    return 0;
+}
+
+static void defaults(tr_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->device = TR_DEVICE_CPU;
+    tr_config_preset(cfg, "tiny");
+    cfg->drafter_attention = 1;
+    cfg->sliding_window = 0;
+    cfg->steps = 100;
+    cfg->queue_depth = 60;
+    cfg->batch_queue_depth = 4;
+    cfg->n_targets = 1;
+    cfg->n_drafters = 1;
+    cfg->seed = 1234;
+    cfg->weight_decay = 0.01f;
+    cfg->clip = 1.0f;
+    cfg->beta1 = 0.9f, cfg->beta2 = 0.95f, cfg->adam_eps = 1e-8f;
+    cfg->profile_interval = 0;
+    cfg->metrics_every = 10;
+    cfg->log_every = 10;
+    cfg->topk = 4;
+}
+
+/* ---- value parsers: each returns 0, or -1 with err set ------------------------------------ */
+
+static int parse_long(const char *flag, const char *text, long lo, long hi, long *out, char *err,
+                      size_t n)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        set_error(err, n, "%s expects an integer in %ld..%ld, got '%s'", flag, lo, hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *text, long lo, long hi, int *out, char *err,
+                     size_t n)
+{
+    long v;
+    if (parse_long(flag, text, lo, hi, &v, err, n))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *text, double lo, int lo_open, double hi,
+                       float *out, char *err, size_t n)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v) || v < lo || (lo_open && v == lo) || v > hi) {
+        set_error(err, n, "%s expects a number in %s%g..%g, got '%s'", flag, lo_open ? "(" : "",
+                  lo, hi, text);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_seed(const char *text, uint64_t *out, char *err, size_t n)
+{
+    char *end;
+    errno = 0;
+    if (text[0] == '-' || text[0] == '+') {
+        set_error(err, n, "--seed expects an unsigned integer, got '%s'", text);
+        return -1;
+    }
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || *end) {
+        set_error(err, n, "--seed expects an unsigned integer, got '%s'", text);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A comma list of integers in lo..hi, distinct, at most max entries. */
+static int parse_list(const char *flag, const char *text, int lo, int hi, int max, int *out,
+                      int *count, char *err, size_t n)
+{
+    int k = 0;
+    const char *p = text;
+    if (!*p) {
+        set_error(err, n, "%s expects a comma-separated list of integers, got ''", flag);
+        return -1;
+    }
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || v < lo || v > hi) {
+            set_error(err, n, "%s expects a comma-separated list of integers in %d..%d, got '%s'",
+                      flag, lo, hi, text);
+            return -1;
+        }
+        if (k == max) {
+            set_error(err, n, "%s lists more than %d entries", flag, max);
+            return -1;
+        }
+        for (int i = 0; i < k; i++)
+            if (out[i] == v) {
+                set_error(err, n, "%s lists %ld twice", flag, v);
+                return -1;
+            }
+        out[k++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) /* trailing comma: "3," means the list {3} */
+            break;
+    }
+    *count = k;
+    return 0;
+}
+
+/* "N" (no comma): N threads on devices 0..N-1; "a,b,...": those devices. */
+static int parse_devices(const char *flag, const char *text, int *devices, int *count, char *err,
+                         size_t n)
+{
+    if (!strchr(text, ',')) {
+        int k;
+        if (parse_int(flag, text, 1, TR_MAX_DEVICES, &k, err, n)) {
+            set_error(err, n,
+                      "%s expects a count in 1..%d or a comma list of device ids, got '%s'", flag,
+                      TR_MAX_DEVICES, text);
+            return -1;
+        }
+        for (int i = 0; i < k; i++)
+            devices[i] = i;
+        *count = k;
+        return 0;
+    }
+    return parse_list(flag, text, 0, TR_MAX_DEVICES - 1, TR_MAX_DEVICES, devices, count, err, n);
+}
+
+static int parse_choice(const char *flag, const char *text, const char *a, const char *b,
+                        int *out, char *err, size_t n)
+{
+    if (!strcmp(text, a))
+        *out = 0;
+    else if (!strcmp(text, b))
+        *out = 1;
+    else {
+        set_error(err, n, "%s expects %s or %s, got '%s'", flag, a, b, text);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the flag table ---------------------------------------------------------------------- */
+
+enum {
+    F_DEVICE = 256, F_PRESET, F_VOCAB, F_DIM, F_HEADS, F_FFN, F_TARGET_LAYERS, F_TAPS,
+    F_DRAFTER_LAYERS, F_DRAFTER_ATTENTION, F_BLOCK_SIZE, F_ANCHORS, F_SLIDING_WINDOW,
+    F_STEPS, F_SEQ_LEN, F_BATCH, F_QUEUE_DEPTH, F_TARGET_GPUS, F_DRAFTER_GPUS, F_POSTPROCESS,
+    F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
+    F_LOG_EVERY, F_TRACE, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
+};
+
+static const struct option long_options[] = {
+    {"device", required_argument, 0, F_DEVICE},
+    {"preset", required_argument, 0, F_PRESET},
+    {"vocab", required_argument, 0, F_VOCAB},
+    {"dim", required_argument, 0, F_DIM},
+    {"heads", required_argument, 0, F_HEADS},
+    {"ffn", required_argument, 0, F_FFN},
+    {"target-layers", required_argument, 0, F_TARGET_LAYERS},
+    {"taps", required_argument, 0, F_TAPS},
+    {"drafter-layers", required_argument, 0, F_DRAFTER_LAYERS},
+    {"drafter-attention", required_argument, 0, F_DRAFTER_ATTENTION},
+    {"block-size", required_argument, 0, F_BLOCK_SIZE},
+    {"anchors", required_argument, 0, F_ANCHORS},
+    {"sliding-window", required_argument, 0, F_SLIDING_WINDOW},
+    {"steps", required_argument, 0, F_STEPS},
+    {"seq-len", required_argument, 0, F_SEQ_LEN},
+    {"batch", required_argument, 0, F_BATCH},
+    {"queue-depth", required_argument, 0, F_QUEUE_DEPTH},
+    {"target-gpus", required_argument, 0, F_TARGET_GPUS},
+    {"drafter-gpus", required_argument, 0, F_DRAFTER_GPUS},
+    {"postprocess", required_argument, 0, F_POSTPROCESS},
+    {"data", required_argument, 0, F_DATA},
+    {"seed", required_argument, 0, F_SEED},
+    {"lr", required_argument, 0, F_LR},
+    {"weight-decay", required_argument, 0, F_WEIGHT_DECAY},
+    {"clip", required_argument, 0, F_CLIP},
+    {"profile-interval", required_argument, 0, F_PROFILE_INTERVAL},
+    {"metrics-every", required_argument, 0, F_METRICS_EVERY},
+    {"log-every", required_argument, 0, F_LOG_EVERY},
+    {"trace", required_argument, 0, F_TRACE},
+    {"overwrite", no_argument, 0, F_OVERWRITE},
+    {"target-delay-us", required_argument, 0, F_TARGET_DELAY},
+    {"drafter-delay-us", required_argument, 0, F_DRAFTER_DELAY},
+    {"help", no_argument, 0, F_HELP},
+    {"version", no_argument, 0, F_VERSION},
+    {0, 0, 0, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: trainer [options]\n"
+        "Trains a DFlash-style drafter on the hidden states of a frozen target model, with\n"
+        "loader -> target threads -> hidden-state queue -> drafter threads, traced by stagetrace.\n"
+        "\n"
+        "device and sizes\n"
+        "  --device cpu|cuda          backend (default cpu)\n"
+        "  --preset tiny|small|h200   model and batch dimensions (default tiny); the flags\n"
+        "                             below override it, wherever --preset appears\n"
+        "  --vocab N --dim N --heads N --ffn N --target-layers N\n"
+        "                             target model (dim/heads must be even)\n"
+        "  --taps L,L,...             target layers whose outputs the drafter reads (0-based;\n"
+        "                             default: spread over the layers, first and last included)\n"
+        "  --drafter-layers N         drafter blocks (default 1 tiny, 2 small/h200)\n"
+        "  --drafter-attention on|off blocks with DFlash attention + MLP, or MLP only (default on)\n"
+        "  --block-size N             tokens per drafted block (default 8, h200 16)\n"
+        "  --anchors N                blocks sampled per sequence (default 4/8/64)\n"
+        "  --sliding-window N         drafter sees at most N context tokens, 0 = all (default 0)\n"
+        "  --seq-len N --batch N      tokens per sequence, sequences per batch\n"
+        "\n"
+        "pipeline\n"
+        "  --steps N                  optimizer steps of the drafters (default 100)\n"
+        "  --target-gpus N|I,J,...    target threads: a count, or device ids (default 1)\n"
+        "  --drafter-gpus N|I,J,...   drafter threads, all-reduced together (default 1)\n"
+        "  --queue-depth N            hidden-state queue capacity (default 60)\n"
+        "  --postprocess sync|async   pack and copy taps on the target thread, or on a post\n"
+        "                             thread per target (default sync)\n"
+        "  --data PATH                train on a text file (byte tokens, paragraphs are\n"
+        "                             documents); default: seeded synthetic documents\n"
+        "  --seed N                   seed of weights, data and anchors (default 1234)\n"
+        "  --lr X                     AdamW learning rate (default 3e-3 tiny, 2e-3 small,\n"
+        "                             6e-4 h200)\n"
+        "  --weight-decay X --clip X  AdamW decay on matrices (default 0.01), global\n"
+        "                             gradient-norm clip (default 1, 0 = off)\n"
+        "\n"
+        "reporting\n"
+        "  --log-every N              a log line every N steps (default 10)\n"
+        "  --metrics-every N          accuracy and top-4 every N steps (default 10)\n"
+        "  --profile-interval N       profile lines every N steps, 0 = off (default 0)\n"
+        "  --trace PATH               trace file (default runs/<time>-<pid>.sqlite when\n"
+        "                             --profile-interval > 0; no trace otherwise)\n"
+        "  --overwrite                replace an existing trace file\n"
+        "  --target-delay-us N        test/demo knob: busy-wait N us in each target forward\n"
+        "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
+        "  --help, --version\n"
+        "\n"
+        "Exit status: 0 done, 1 runtime failure, 2 bad flags, 130 stopped by SIGINT/SIGTERM\n"
+        "(the trace is then flushed and says status = interrupted).\n");
+}
+
+static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
+{
+    long v;
+    int choice;
+    switch (c) {
+    case F_DEVICE:
+        if (parse_choice("--device", arg, "cpu", "cuda", &choice, err, n)) return -1;
+        cfg->device = choice ? TR_DEVICE_CUDA : TR_DEVICE_CPU;
+        return 0;
+    case F_PRESET: return 0; /* applied before every other flag */
+    case F_VOCAB: return parse_int("--vocab", arg, 2, 1 << 20, &cfg->vocab, err, n);
+    case F_DIM: return parse_int("--dim", arg, 2, 1 << 16, &cfg->dim, err, n);
+    case F_HEADS: return parse_int("--heads", arg, 1, 1024, &cfg->heads, err, n);
+    case F_FFN: return parse_int("--ffn", arg, 1, 1 << 18, &cfg->ffn, err, n);
+    case F_TARGET_LAYERS:
+        return parse_int("--target-layers", arg, 1, 1024, &cfg->target_layers, err, n);
+    case F_TAPS:
+        cfg->taps_given = 1;
+        return parse_list("--taps", arg, 0, INT_MAX, TR_MAX_TAPS, cfg->taps, &cfg->n_taps, err, n);
+    case F_DRAFTER_LAYERS:
+        return parse_int("--drafter-layers", arg, 1, 64, &cfg->drafter_layers, err, n);
+    case F_DRAFTER_ATTENTION:
+        if (parse_choice("--drafter-attention", arg, "off", "on", &choice, err, n)) return -1;
+        cfg->drafter_attention = choice;
+        return 0;
+    case F_BLOCK_SIZE: return parse_int("--block-size", arg, 1, 1024, &cfg->block_size, err, n);
+    case F_ANCHORS: return parse_int("--anchors", arg, 1, 4096, &cfg->anchors, err, n);
+    case F_SLIDING_WINDOW:
+        return parse_int("--sliding-window", arg, 0, 1 << 20, &cfg->sliding_window, err, n);
+    case F_STEPS: return parse_long("--steps", arg, 1, MAX_STEPS, &cfg->steps, err, n);
+    case F_SEQ_LEN: return parse_int("--seq-len", arg, 2, 1 << 20, &cfg->seq_len, err, n);
+    case F_BATCH: return parse_int("--batch", arg, 1, 4096, &cfg->batch, err, n);
+    case F_QUEUE_DEPTH:
+        return parse_int("--queue-depth", arg, 1, 100000, &cfg->queue_depth, err, n);
+    case F_TARGET_GPUS:
+        return parse_devices("--target-gpus", arg, cfg->target_devices, &cfg->n_targets, err, n);
+    case F_DRAFTER_GPUS:
+        return parse_devices("--drafter-gpus", arg, cfg->drafter_devices, &cfg->n_drafters, err,
+                             n);
+    case F_POSTPROCESS:
+        return parse_choice("--postprocess", arg, "sync", "async", &cfg->postprocess_async, err,
+                            n);
+    case F_DATA:
+        if (!*arg) {
+            set_error(err, n, "--data expects a file path, got ''");
+            return -1;
+        }
+        cfg->data_path = arg;
+        return 0;
+    case F_SEED: return parse_seed(arg, &cfg->seed, err, n);
+    case F_LR: return parse_float("--lr", arg, 0.0, 1, 10.0, &cfg->lr, err, n);
+    case F_WEIGHT_DECAY:
+        return parse_float("--weight-decay", arg, 0.0, 0, 10.0, &cfg->weight_decay, err, n);
+    case F_CLIP: return parse_float("--clip", arg, 0.0, 0, 1e6, &cfg->clip, err, n);
+    case F_PROFILE_INTERVAL:
+        return parse_long("--profile-interval", arg, 0, MAX_PROFILE_INTERVAL,
+                          &cfg->profile_interval, err, n);
+    case F_METRICS_EVERY:
+        return parse_long("--metrics-every", arg, 1, MAX_STEPS, &cfg->metrics_every, err, n);
+    case F_LOG_EVERY: return parse_long("--log-every", arg, 1, MAX_STEPS, &cfg->log_every, err, n);
+    case F_TRACE:
+        if (!*arg) {
+            set_error(err, n, "--trace expects a file path, got ''");
+            return -1;
+        }
+        cfg->trace_path = arg;
+        return 0;
+    case F_OVERWRITE: cfg->overwrite = 1; return 0;
+    case F_TARGET_DELAY:
+        if (parse_long("--target-delay-us", arg, 0, MAX_DELAY_US, &v, err, n)) return -1;
+        cfg->target_delay_us = v;
+        return 0;
+    case F_DRAFTER_DELAY:
+        if (parse_long("--drafter-delay-us", arg, 0, MAX_DELAY_US, &v, err, n)) return -1;
+        cfg->drafter_delay_us = v;
+        return 0;
+    }
+    set_error(err, n, "internal: unhandled option %d", c);
+    return -1;
+}
+
+int tr_config_validate(tr_config *cfg, char *err, size_t n)
+{
+    if (cfg->dim % cfg->heads) {
+        set_error(err, n, "--dim %d is not a multiple of --heads %d", cfg->dim, cfg->heads);
+        return -1;
+    }
+    if ((cfg->dim / cfg->heads) % 2) {
+        set_error(err, n, "--dim / --heads must be even for rotary embeddings, got %d / %d = %d",
+                  cfg->dim, cfg->heads, cfg->dim / cfg->heads);
+        return -1;
+    }
+    if (!cfg->taps_given)
+        default_taps(cfg, cfg->n_taps);
+    for (int i = 0; i < cfg->n_taps; i++)
+        if (cfg->taps[i] >= cfg->target_layers) {
+            set_error(err, n, "--taps: layer %d is out of range (the target has %d layers: 0..%d)",
+                      cfg->taps[i], cfg->target_layers, cfg->target_layers - 1);
+            return -1;
+        }
+    if (cfg->block_size >= cfg->seq_len) {
+        set_error(err, n, "--block-size %d must be smaller than --seq-len %d", cfg->block_size,
+                  cfg->seq_len);
+        return -1;
+    }
+    if (cfg->sliding_window > cfg->seq_len) {
+        set_error(err, n, "--sliding-window %d exceeds --seq-len %d (0 turns it off)",
+                  cfg->sliding_window, cfg->seq_len);
+        return -1;
+    }
+    if (cfg->data_path && cfg->vocab < 256) {
+        set_error(err, n, "--data uses byte tokens, so --vocab must be at least 256 (got %d)",
+                  cfg->vocab);
+        return -1;
+    }
+    if (cfg->topk > cfg->vocab)
+        cfg->topk = cfg->vocab;
+    if (cfg->device == TR_DEVICE_CPU) {
+        /* threads, not devices: ids are only labels, but each role needs distinct ones */
+    }
+    return 0;
+}
+
+int tr_config_parse(tr_config *cfg, int argc, char **argv, FILE *out, char *err, size_t n)
+{
+    defaults(cfg);
+    opterr = 0;
+    /* Pass 1: the preset, so that every other flag overrides it wherever it appears. */
+    optind = 0;
+    int c;
+    const char *preset = NULL;
+    while ((c = getopt_long(argc, argv, ":", long_options, NULL)) != -1)
+        if (c == F_PRESET)
+            preset = optarg;
+    if (preset && tr_config_preset(cfg, preset)) {
+        set_error(err, n, "--preset expects tiny, small or h200, got '%s'", preset);
+        return TR_CONFIG_ERROR;
+    }
+    /* Pass 2: everything, in order. */
+    optind = 0;
+    while ((c = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
+        const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+        if (c == ':') {
+            set_error(err, n, "option '%s' needs a value (see --help)", flag);
+            return TR_CONFIG_ERROR;
+        }
+        if (c == '?') {
+            set_error(err, n, "unknown option '%s' (see --help)", flag);
+            return TR_CONFIG_ERROR;
+        }
+        if (c == F_HELP) {
+            usage(out);
+            return TR_CONFIG_EXIT;
+        }
+        if (c == F_VERSION) {
+            fprintf(out, "trainer %s (stagetrace %s; backends: cpu%s)\n", TR_VERSION,
+                    ST_VERSION_STRING,
+#ifdef TR_HAVE_CUDA_BACKEND
+                    ", cuda"
+#else
+                    ""
+#endif
+            );
+            return TR_CONFIG_EXIT;
+        }
+        if (apply(cfg, c, optarg, err, n))
+            return TR_CONFIG_ERROR;
+    }
+    if (optind < argc) {
+        set_error(err, n, "unexpected argument '%s' (see --help)", argv[optind]);
+        return TR_CONFIG_ERROR;
+    }
+    if (tr_config_validate(cfg, err, n))
+        return TR_CONFIG_ERROR;
+    return TR_CONFIG_OK;
+}

@@ -1,0 +1,70 @@
+/* config.h: the trainer's configuration: every flag, the presets, and their validation.
+ *
+ * tr_config_parse() applies the preset first (wherever --preset appears), then every other
+ * flag in order, then checks the whole: each value against its range and the dimensions
+ * against each other. A mistake gives one line of text and TR_CONFIG_ERROR; main prints it
+ * and exits with status 2.
+ */
+#ifndef TR_CONFIG_H
+#define TR_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TR_VERSION "0.1.0"
+#define TR_MAX_TAPS 64
+#define TR_MAX_DEVICES 64
+
+enum { TR_DEVICE_CPU = 0, TR_DEVICE_CUDA = 1 };
+
+typedef struct tr_config {
+    int device;               /* TR_DEVICE_* */
+    const char *preset;
+
+    /* model */
+    int vocab, dim, heads, ffn, target_layers;
+    int n_taps, taps[TR_MAX_TAPS]; /* target layers whose outputs the drafter reads */
+    int taps_given;
+    int drafter_layers, drafter_attention;
+    int block_size, anchors, sliding_window; /* sliding_window 0 = off */
+
+    /* data and pipeline */
+    int seq_len, batch;
+    long steps;
+    int queue_depth, batch_queue_depth;
+    int n_targets, target_devices[TR_MAX_DEVICES];
+    int n_drafters, drafter_devices[TR_MAX_DEVICES];
+    int postprocess_async;
+    const char *data_path;    /* NULL: synthetic data */
+    uint64_t seed;
+
+    /* optimizer */
+    float lr, weight_decay, clip, beta1, beta2, adam_eps;
+
+    /* reporting */
+    long profile_interval, metrics_every, log_every;
+    int topk;
+    const char *trace_path;   /* NULL: default when profiling is on */
+    int overwrite;
+
+    /* test and demo knobs: busy-wait this long inside each forward */
+    long target_delay_us, drafter_delay_us;
+} tr_config;
+
+enum { TR_CONFIG_OK = 0, TR_CONFIG_EXIT = 1 /* --help/--version printed */, TR_CONFIG_ERROR = 2 };
+
+/* Parses argv into cfg. On TR_CONFIG_ERROR, err holds one line (no newline). --help and
+ * --version print to `out` and return TR_CONFIG_EXIT. Strings point into argv. */
+int tr_config_parse(tr_config *cfg, int argc, char **argv, FILE *out, char *err, size_t err_size);
+
+/* Fills cfg with a preset's values ("tiny", "small", "h200"); -1 for an unknown name. */
+int tr_config_preset(tr_config *cfg, const char *name);
+
+/* Cross-checks every value (also called by tr_config_parse). 0, or -1 with err set. */
+int tr_config_validate(tr_config *cfg, char *err, size_t err_size);
+
+/* "cpu" or "cuda". */
+const char *tr_device_name(int device);
+
+#endif
