@@ -31,6 +31,9 @@ LDLIBS := -lsqlite3 -lpthread -lm -ldl
 CUDA_HOME ?= $(shell d=$$(dirname $$(dirname $$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc))); echo $$d)
 ifeq ($(NO_CUDA),1)
 HAVE_CUDA :=
+else ifneq ($(SAN),)
+HAVE_CUDA :=
+SAN_NO_CUDA := 1
 else
 HAVE_CUDA := $(shell test -x $(CUDA_HOME)/bin/nvcc && echo 1)
 endif
@@ -73,7 +76,7 @@ LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 ok = @printf '  %s %-14s %s\n'
 .PHONY: all deps lib programs tests test test-gpu gpu-tests bench demo install clean fuzz
-all: deps lib programs tests $(if $(GPU_TESTS_BIN),gpu-tests)
+all: deps lib programs tests gpu-tests
 
 deps:
 	@echo "stagetrace build ($(BUILD)):"
@@ -91,6 +94,8 @@ ifneq ($(HAVE_CUDA),)
 	$(ok) "✓" "CUDA toolkit" "$(CUDA_HOME)"
 else ifeq ($(NO_CUDA),1)
 	$(ok) "✗" "CUDA toolkit" "off (NO_CUDA=1): CPU backend only"
+else ifeq ($(SAN_NO_CUDA),1)
+	$(ok) "✗" "CUDA toolkit" "off in sanitizer builds (SAN=$(SAN)): CPU code only"
 else
 	$(ok) "✗" "CUDA toolkit" "not found under CUDA_HOME=$(CUDA_HOME): CPU backend only"
 endif
