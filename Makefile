@@ -71,7 +71,7 @@ ifneq ($(HAVE_CUDA),)
 CFLAGS_BASE += -DST_HAVE_CUDA_HEADERS -isystem $(CUDA_HOME)/include
 endif
 CFLAGS ?=
-CFLAGS_ALL := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
+CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 ok = @printf '  %s %-14s %s\n'
@@ -251,3 +251,28 @@ install: lib
 
 clean:
 	rm -rf build
+
+# ---- fuzzing: libFuzzer targets over the reader and the chunk decoders -------
+# `make fuzz` builds build/fuzz/* with clang (-fsanitize=fuzzer,address,undefined)
+# and runs each target FUZZ_SECONDS seconds on a seed corpus it generates
+# (fuzz/run.sh). libFuzzer's runtime: Debian's libclang-rt-14-dev (clang 14).
+FUZZ_SECONDS ?= 30
+FUZZ_CC ?= clang
+FUZZ_DIR := build/fuzz
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unused-parameter -pthread $(INCLUDES)
+FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c \
+	tracer/vtab.c analyze/common.c analyze/table.c analyze/pipeline.c
+$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(wildcard tracer/*.h analyze/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) -o $@ -lsqlite3 -lm
+$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
+$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/make_seeds.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
+fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
+	@bash fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+# test_analyze2 compiles the analyzer's sources in: rebuild it when they change
+$(BUILD)/tests/test_analyze2: $(wildcard analyze/*.c analyze/*.h)

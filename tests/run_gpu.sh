@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs the GPU tests: every program in $BUILD/tests/gpu/ (each prints its cmocka summary, or a
-# "SKIP:" line when the machine has no GPU), then, when compute-sanitizer is found (on PATH, or
-# in $CUDA_HOME/bin), the kernel test again under memcheck with its small sizes. Prints one
-# closing line "N passed, N failed" and exits non-zero when anything failed.
+# "SKIP:" line when the machine has no GPU or too few), then, when compute-sanitizer is found
+# (on PATH, or in $CUDA_HOME/bin), the kernel test again under memcheck with its small sizes.
+# test_trainer_gpu runs twice, its 1gpu and 2gpu groups (runs of the real trainer on one GPU,
+# and split / NCCL runs on two), so that a 1-GPU machine reports the second as skipped.
+# Prints one closing line "N passed, N failed" and exits non-zero when anything failed.
+# NCCL_NVLS_ENABLE defaults to 0 (NVLink SHARP off).
 set -u
 BUILD=${1:-build}
+export ST_BUILD=${ST_BUILD:-$BUILD}
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 LOGS=${ST_TEST_TMP:-$(mktemp -d /tmp/stagetrace-gpu-tests.XXXXXX)}
 mkdir -p "$LOGS"
 passed=0 failed=0 skipped=0 failed_names=()
@@ -44,7 +49,12 @@ if ! ls "$BUILD"/tests/gpu/* >/dev/null 2>&1; then
 fi
 for t in "$BUILD"/tests/gpu/*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
-    run_one "$(basename "$t")" "$t"
+    if [ "$(basename "$t")" = test_trainer_gpu ]; then
+        run_one "test_trainer_gpu 1gpu" "$t" 1gpu
+        run_one "test_trainer_gpu 2gpu" "$t" 2gpu
+    else
+        run_one "$(basename "$t")" "$t"
+    fi
 done
 
 sanitizer=$(command -v compute-sanitizer 2>/dev/null || true)

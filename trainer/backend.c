@@ -8,6 +8,17 @@
 #include "rng.h"
 
 static _Thread_local char backend_error[256];
+static struct st_trace *backend_trace;
+
+void tr_backend_set_trace(struct st_trace *trace)
+{
+    backend_trace = trace;
+}
+
+struct st_trace *tr_backend_trace(void)
+{
+    return backend_trace;
+}
 
 const char *tr_backend_error(void)
 {

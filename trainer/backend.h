@@ -11,11 +11,13 @@
  * The CPU backend (backend_cpu.c) runs kernels/ in the calling thread. A CUDA backend plugs in
  * by defining `const tr_backend tr_backend_cuda` and building with TR_HAVE_CUDA_BACKEND, which
  * makes tr_backend_find() return it for --device cuda (and --version list it); without it,
- * --device cuda is a usage error. Its functions enqueue work on the role's streams and
- * return; the pipeline brackets each call with its stage, so a backend that must wait for its
- * device records that wait itself as a `sync` stage (a stream_sync inside postprocess, for
- * instance). Objects are used by one thread at a time except where noted; every function
- * returns 0 or -1 and then sets tr_backend_error().
+ * --device cuda is a usage error. TR_HAVE_CUDA_BACKEND is defined (config.h) in builds with
+ * the CUDA toolkit, whose trainer links backend_cuda.cu. Its functions
+ * enqueue work on the role's streams and return; the pipeline brackets each call with its
+ * stage, so a backend that must wait for its device records that wait itself as a `sync`
+ * stage (a stream_sync inside postprocess, for instance), in the trace the pipeline hands it
+ * with tr_backend_set_trace(). Objects are used by one thread at a time except where noted;
+ * every function returns 0 or -1 and then sets tr_backend_error().
  */
 #ifndef TR_BACKEND_H
 #define TR_BACKEND_H
@@ -44,7 +46,12 @@ typedef struct tr_hidden {
     int32_t *tokens, *doc_ids, *positions; /* [n_rows]: copied from the batch */
 } tr_hidden;
 
-/* What a drafter step measured. loss every step; accuracy and top-k only when asked. */
+/* What a drafter step measured. loss every step; accuracy and top-k only when asked.
+ * A backend whose device runs asynchronously may defer them so that no step waits for the
+ * device (the CUDA backend does): loss 0 on the steps between two log lines (--log-every) and,
+ * on a log step, the sum of the losses since the previous one; accuracy on the log step that
+ * follows the measurement. main's log line (the mean over the steps since the last line, the
+ * latest accuracy) is the same either way. */
 typedef struct tr_step_metrics {
     float loss;
     int have_accuracy;
@@ -94,11 +101,21 @@ typedef struct tr_backend {
     /* Gradient clipping (global norm) and AdamW; fills grad_norm and skipped. */
     int (*drafter_optimizer)(tr_drafter *d, tr_step_metrics *m);
     void (*drafter_destroy)(tr_drafter *d);
+
+    /* Optional (NULL: none): starts (on != 0) or stops the device profiler's capture
+     * (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi); --profile-steps. */
+    void (*profiler)(tr_context *ctx, int on);
 } tr_backend;
 
 /* The backend for a device, or NULL when this build has none (then err says why). */
 const tr_backend *tr_backend_find(int device, char *err, size_t err_size);
 extern const tr_backend tr_backend_cpu;
+
+/* The trace in which a backend records its own stages (host waits, copies) and counters;
+ * set by the pipeline before open. NULL: none. */
+struct st_trace;
+void tr_backend_set_trace(struct st_trace *trace);
+struct st_trace *tr_backend_trace(void);
 
 /* The last backend error of the calling thread. */
 const char *tr_backend_error(void);

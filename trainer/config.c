@@ -208,6 +208,28 @@ static int parse_devices(const char *flag, const char *text, int *devices, int *
     return parse_list(flag, text, 0, TR_MAX_DEVICES - 1, TR_MAX_DEVICES, devices, count, err, n);
 }
 
+/* "A-B" with 1 <= A <= B (or "A": the one step A). */
+static int parse_step_range(const char *flag, const char *text, long *first, long *last,
+                            char *err, size_t n)
+{
+    char *end;
+    errno = 0;
+    long a = strtol(text, &end, 10), b = a;
+    int ok = !errno && end != text && a >= 1 && a <= MAX_STEPS;
+    if (ok && *end == '-') {
+        const char *p = end + 1;
+        b = strtol(p, &end, 10);
+        ok = !errno && end != p && b >= a && b <= MAX_STEPS;
+    }
+    if (!ok || *end) {
+        set_error(err, n, "%s expects a step range A-B with 1 <= A <= B, got '%s'", flag, text);
+        return -1;
+    }
+    *first = a;
+    *last = b;
+    return 0;
+}
+
 static int parse_choice(const char *flag, const char *text, const char *a, const char *b,
                         int *out, char *err, size_t n)
 {
@@ -230,6 +252,7 @@ enum {
     F_STEPS, F_SEQ_LEN, F_BATCH, F_QUEUE_DEPTH, F_TARGET_GPUS, F_DRAFTER_GPUS, F_POSTPROCESS,
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
+    F_PROFILE_STEPS,
 };
 
 static const struct option long_options[] = {
@@ -259,6 +282,7 @@ static const struct option long_options[] = {
     {"weight-decay", required_argument, 0, F_WEIGHT_DECAY},
     {"clip", required_argument, 0, F_CLIP},
     {"profile-interval", required_argument, 0, F_PROFILE_INTERVAL},
+    {"profile-steps", required_argument, 0, F_PROFILE_STEPS},
     {"metrics-every", required_argument, 0, F_METRICS_EVERY},
     {"log-every", required_argument, 0, F_LOG_EVERY},
     {"trace", required_argument, 0, F_TRACE},
@@ -313,6 +337,8 @@ static void usage(FILE *f)
         "  --profile-interval N       profile lines every N steps, 0 = off (default 0)\n"
         "  --trace PATH               trace file (default runs/<time>-<pid>.sqlite when\n"
         "                             --profile-interval > 0; no trace otherwise)\n"
+        "  --profile-steps A-B        cuda: cudaProfilerStart before step A, Stop after step B\n"
+        "                             (nsys profile --capture-range=cudaProfilerApi)\n"
         "  --overwrite                replace an existing trace file\n"
         "  --target-delay-us N        test/demo knob: busy-wait N us in each target forward\n"
         "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
@@ -390,6 +416,8 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         cfg->trace_path = arg;
         return 0;
     case F_OVERWRITE: cfg->overwrite = 1; return 0;
+    case F_PROFILE_STEPS: return parse_step_range("--profile-steps", arg, &cfg->profile_first,
+                                                  &cfg->profile_last, err, n);
     case F_TARGET_DELAY:
         if (parse_long("--target-delay-us", arg, 0, MAX_DELAY_US, &v, err, n)) return -1;
         cfg->target_delay_us = v;

@@ -18,6 +18,14 @@
 
 enum { TR_DEVICE_CPU = 0, TR_DEVICE_CUDA = 1 };
 
+/* The CUDA backend (the trainer's .cu files) is compiled and linked into the trainer whenever the
+ * Makefile finds the CUDA toolkit, which is when it passes -DST_HAVE_CUDA_HEADERS (its
+ * -DST_WITH_* flags do not reach the C files). */
+#if (defined(ST_HAVE_CUDA_HEADERS) || defined(ST_WITH_CUDA)) && !defined(ST_NO_CUDA) && \
+    !defined(TR_HAVE_CUDA_BACKEND)
+#define TR_HAVE_CUDA_BACKEND 1
+#endif
+
 typedef struct tr_config {
     int device;               /* TR_DEVICE_* */
     const char *preset;
@@ -47,6 +55,7 @@ typedef struct tr_config {
     int topk;
     const char *trace_path;   /* NULL: default when profiling is on */
     int overwrite;
+    long profile_first, profile_last; /* --profile-steps A-B: device profiler capture; 0 = off */
 
     /* test and demo knobs: busy-wait this long inside each forward */
     long target_delay_us, drafter_delay_us;

@@ -173,7 +173,12 @@ int main(int argc, char **argv)
     int steps_log = 0, have_accuracy = 0;
     double accuracy = 0.0, topk = 0.0;
     long step = 0;
+    int profiler_on = 0; /* --profile-steps A-B: capture from the mark of step A-1 to B's */
     st_step(0, 0);
+    if (cfg.profile_first == 1) {
+        tr_pipeline_profiler(pipe, 1);
+        profiler_on = 1;
+    }
     while (!failed && step < cfg.steps && !st_interrupted()) {
         tr_step_report report;
         int got;
@@ -191,6 +196,13 @@ int main(int argc, char **argv)
             break; /* interrupted */
         step++;
         st_step((uint64_t)step, report.tokens);
+        if (cfg.profile_first && step == cfg.profile_first - 1 && !profiler_on) {
+            tr_pipeline_profiler(pipe, 1);
+            profiler_on = 1;
+        } else if (profiler_on && step == cfg.profile_last) {
+            tr_pipeline_profiler(pipe, 0);
+            profiler_on = 0;
+        }
         tokens_total += report.tokens;
         tokens_log += report.tokens;
         loss_log += report.loss_sum / cfg.n_drafters;
@@ -221,6 +233,8 @@ int main(int argc, char **argv)
     }
     double elapsed = now_s() - t_start;
     int interrupted = st_interrupted();
+    if (profiler_on)
+        tr_pipeline_profiler(pipe, 0);
     tr_pipeline_stop(pipe);
     tr_pipeline_destroy(pipe);
     uint64_t dropped = st_dropped(trace);

@@ -372,6 +372,7 @@ int tr_pipeline_create(tr_pipeline **out, const tr_config *cfg, const tr_backend
     if (p->c_queue_depth < 0 || p->c_batch_depth < 0)
         return setup_error(err, n, st_last_error());
 
+    tr_backend_set_trace(trace); /* the backend's own stages (host waits, copies) */
     if (be->open(&p->ctx, cfg)) {
         snprintf(err, n, "%s backend: %s", be->name, tr_backend_error());
         return -1;
@@ -508,6 +509,12 @@ int tr_pipeline_wait_step(tr_pipeline *p, uint64_t step, int timeout_ms, tr_step
     }
     pthread_mutex_unlock(&p->report_lock);
     return result;
+}
+
+void tr_pipeline_profiler(tr_pipeline *p, int on)
+{
+    if (p->ctx && p->be->profiler)
+        p->be->profiler(p->ctx, on);
 }
 
 int tr_pipeline_queue_depth(tr_pipeline *p)

@@ -53,6 +53,8 @@ int tr_pipeline_start(tr_pipeline *p, char *err, size_t err_size);
  * 1: done (report filled); 0: timeout; -1: a thread failed (tr_pipeline_error says why). */
 int tr_pipeline_wait_step(tr_pipeline *p, uint64_t step, int timeout_ms, tr_step_report *out);
 int tr_pipeline_queue_depth(tr_pipeline *p);
+/* Starts (on != 0) or stops the backend's device-profiler capture, when it has one. */
+void tr_pipeline_profiler(tr_pipeline *p, int on);
 const char *tr_pipeline_error(tr_pipeline *p);
 /* Closes every queue, aborts the collectives and joins every thread. Idempotent. */
 void tr_pipeline_stop(tr_pipeline *p);
