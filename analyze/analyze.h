@@ -48,6 +48,9 @@ int cmd_summary(int argc, char **argv);
 int cmd_intervals(int argc, char **argv);
 int cmd_sql(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_bottleneck(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* ---- command-line options ----------------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`

@@ -17,6 +17,9 @@ static const an_command commands[] = {
     {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)"},
     {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu row tables"},
     {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy"},
+    {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound"},
+    {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
+    {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

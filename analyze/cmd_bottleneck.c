@@ -1,0 +1,471 @@
+/* cmd_bottleneck.c: `analyze bottleneck FILE`: which role and stage limit
+ * the pipeline's throughput, with the evidence and a what-if bound.
+ *
+ * The numbers come from the per-step model of pipeline.c: per role, the
+ * share of its threads' wall time in each kind of stage; the bottleneck is
+ * the role that is busiest (least time waiting on its neighbours), its
+ * limiting stage its largest work stage; the evidence is the waits on both
+ * sides of it (downstream roles waiting for input, upstream roles blocked on
+ * output) and the queue-depth counters; the what-if bound says how much
+ * faster the pipeline could go with that stage k times faster. The same
+ * verdict per window of N steps shows whether the bottleneck moved. This file
+ * parses the options and prints the tables.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static const char help[] =
+    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE\n"
+    "\n"
+    "Names the role and the stage that limit the pipeline, with the evidence, over the\n"
+    "steps of the trace (from the first step mark to the last; the whole trace when it has\n"
+    "fewer than two marks).\n"
+    "\n"
+    "Model. Each role's wall time (all its threads) is split by stage kind: busy = work +\n"
+    "sync + comm + copy (the role's own work, its device, its collectives, its copies), and\n"
+    "waits on its neighbours = wait_input (nothing to consume yet) + wait_output (the queue\n"
+    "downstream is full), plus idle (in no range). In a pipeline every role processes the\n"
+    "same steps, so the role that needs the most busy time per step has the least capacity:\n"
+    "it is the bottleneck, and its neighbours show it: downstream roles wait for input,\n"
+    "upstream roles are blocked on output. The limiting stage is the bottleneck's largest\n"
+    "work stage (self time). Roles are ordered as a pipeline: loader -> target -> post ->\n"
+    "drafter, main last (the trainer's names); otherwise roles that wait only for output\n"
+    "come first, then those that wait for both, then those that wait only for input, then\n"
+    "the rest, main last (ties by name).\n"
+    "\n"
+    "What-if. With the limiting stage K times faster, the bottleneck needs its busy time\n"
+    "per step minus the stage's self time per step x (1 - 1/K); every other role still\n"
+    "needs what it was measured to need. The step time becomes the largest need over all\n"
+    "roles, so throughput rises at most by (step time now) / (that need): an upper bound,\n"
+    "which assumes waits disappear and the other roles' work does not grow.\n"
+    "\n"
+    "Tables: roles (shares by kind, busy ms per step, capacity in tokens/s = tokens per step\n"
+    "/ busy per step), queues (each pair of neighbouring roles: the upstream role's\n"
+    "wait_output stages and the downstream role's wait_input stages), queue depth (counters\n"
+    "named like *queue_depth*, time-weighted: mean, min, max, share of time at max and at\n"
+    "zero), windows (per window of N steps: the bottleneck, its busy share, every role's\n"
+    "waits; moved '*' when the bottleneck changed). GPU idle time split by cause comes with\n"
+    "traces that hold GPU activity (not yet recorded).\n"
+    "\n"
+    "options:\n"
+    "  --speedup K     the what-if factor for the limiting stage (default 2)\n"
+    "  --every N       steps per window (default: meta profile_interval, else 10)\n"
+    "  --skip-steps N  leave out the first N steps (warm-up)\n"
+    "  --format F      text (default: the verdict, then the tables), csv or json (tables:\n"
+    "                  verdict, roles, queues, queue_depth, windows)\n";
+
+enum { OPT_SPEEDUP = 1, OPT_EVERY, OPT_SKIP };
+static const an_opt opts[] = {
+    {"speedup", 1, OPT_SPEEDUP}, {"every", 1, OPT_EVERY}, {"skip-steps", 1, OPT_SKIP},
+    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+};
+
+static const an_col verdict_cols[] = {
+    {"file", AN_T_STR, 0},                 {"program", AN_T_STR, 0},
+    {"rank", AN_T_INT, 0},                 {"steps", AN_T_INT, 0},
+    {"step_first", AN_T_INT, 0},           {"step_last", AN_T_INT, 0},
+    {"period_s", AN_T_REAL, 9},            {"step_ms", AN_T_REAL, 6},
+    {"tokens_per_s", AN_T_REAL, 3},        {"bottleneck", AN_T_STR, 0},
+    {"threads", AN_T_INT, 0},              {"busy_pct", AN_T_PCT, 0},
+    {"work_pct", AN_T_PCT, 0},             {"saturated", AN_T_INT, 0},
+    {"stage", AN_T_STR, 0},                {"stage_pct", AN_T_PCT, 0},
+    {"stage_ms_per_step", AN_T_REAL, 6},   {"downstream", AN_T_STR, 0},
+    {"downstream_wait_input_pct", AN_T_PCT, 0}, {"upstream", AN_T_STR, 0},
+    {"upstream_wait_output_pct", AN_T_PCT, 0},  {"speedup", AN_T_REAL, 3},
+    {"busy_ms_per_step", AN_T_REAL, 6},    {"busy_ms_per_step_after", AN_T_REAL, 6},
+    {"whatif_limit", AN_T_STR, 0},         {"whatif_step_ms", AN_T_REAL, 6},
+    {"whatif_factor", AN_T_REAL, 6},       {"whatif_tokens_per_s", AN_T_REAL, 3},
+    {"moved", AN_T_INT, 0},                {"role_order", AN_T_STR, 0},
+    {"gpu", AN_T_STR, 0},
+};
+
+static const an_col role_cols[] = {
+    {"role", AN_T_STR, 0},           {"threads", AN_T_INT, 0},         {"busy_pct", AN_T_PCT, 0},
+    {"work_pct", AN_T_PCT, 0},       {"wait_input_pct", AN_T_PCT, 0},  {"wait_output_pct", AN_T_PCT, 0},
+    {"sync_pct", AN_T_PCT, 0},       {"comm_pct", AN_T_PCT, 0},        {"copy_pct", AN_T_PCT, 0},
+    {"idle_pct", AN_T_PCT, 0},       {"busy_ms_per_step", AN_T_REAL, 3}, {"capacity_tokens_per_s", AN_T_REAL, 1},
+    {"top_stage", AN_T_STR, 0},      {"top_stage_pct", AN_T_PCT, 0},   {"bottleneck", AN_T_STR, 0},
+};
+
+static const an_col queue_cols[] = {
+    {"queue", AN_T_STR, 0}, {"side", AN_T_STR, 0}, {"role", AN_T_STR, 0},    {"stage", AN_T_STR, 0},
+    {"kind", AN_T_STR, 0},  {"pct", AN_T_PCT, 0},  {"ms_per_step", AN_T_REAL, 3},
+};
+
+static const an_col depth_cols[] = {
+    {"counter", AN_T_STR, 0},     {"unit", AN_T_STR, 0},       {"samples", AN_T_INT, 0},
+    {"mean", AN_T_REAL, 3},       {"min", AN_T_REAL, 3},       {"max", AN_T_REAL, 3},
+    {"at_max_pct", AN_T_PCT, 0},  {"at_zero_pct", AN_T_PCT, 0}, {"covered_s", AN_T_REAL, 6},
+};
+
+#define N_OF(a) ((int)(sizeof a / sizeof a[0]))
+
+static int oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+static double pct_of(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
+
+static void put_real_or_null(an_table *t, double v)
+{
+    if (isfinite(v)) an_put_real(t, v);
+    else an_put_null(t);
+}
+
+static const char *role_name(const an_pipe *p, int32_t r) { return r >= 0 ? p->role_names[r] : NULL; }
+
+static const char *stage_name(const an_pipe *p, int32_t s)
+{
+    return s >= 0 ? st_reader_stage(p->trace->r, (uint32_t)s)->name : NULL;
+}
+
+static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v, int moved,
+                        const char *gpu_note)
+{
+    an_table *t = an_table_new(out, "verdict", verdict_cols, N_OF(verdict_cols));
+    const char *program = an_trace_meta(p->trace, "program");
+    int64_t rank;
+    an_put_str(t, p->trace->path);
+    an_put_str(t, program);
+    if (an_trace_meta_i64(p->trace, "rank", &rank) == 0) an_put_int(t, rank);
+    else an_put_null(t);
+    an_put_int(t, (int64_t)v->steps);
+    if (p->has_steps) {
+        an_put_int(t, (int64_t)p->bin_step_first[v->bin0]);
+        an_put_int(t, (int64_t)p->bin_step_last[v->bin1 - 1]);
+    } else {
+        an_put_null(t);
+        an_put_null(t);
+    }
+    an_put_real(t, (double)(v->t1_ns - v->t0_ns) * 1e-9);
+    put_real_or_null(t, v->step_ns / 1e6);
+    put_real_or_null(t, v->tokens_per_s);
+    const an_role_load *l = v->role >= 0 ? &loads[v->role] : NULL;
+    an_put_str(t, role_name(p, v->role));
+    if (l) {
+        an_put_int(t, p->role_threads[v->role]);
+        an_put_pct(t, l->busy_pct);
+        an_put_pct(t, l->work_pct);
+        an_put_int(t, v->saturated);
+    } else {
+        for (int i = 0; i < 4; i++) an_put_null(t);
+    }
+    an_put_str(t, stage_name(p, v->stage));
+    if (l && v->stage >= 0) {
+        an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
+        put_real_or_null(t, v->steps ? (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6 : NAN);
+    } else {
+        an_put_null(t);
+        an_put_null(t);
+    }
+    an_put_str(t, role_name(p, v->down_role));
+    if (v->down_role >= 0) an_put_pct(t, v->down_wait_pct);
+    else an_put_null(t);
+    an_put_str(t, role_name(p, v->up_role));
+    if (v->up_role >= 0) an_put_pct(t, v->up_wait_pct);
+    else an_put_null(t);
+    an_put_real(t, v->speedup);
+    put_real_or_null(t, l ? l->busy_per_step_ns / 1e6 : NAN);
+    put_real_or_null(t, v->busy_after_ns / 1e6);
+    an_put_str(t, role_name(p, v->whatif_limit_role));
+    put_real_or_null(t, v->whatif_step_ns / 1e6);
+    put_real_or_null(t, v->whatif_factor);
+    put_real_or_null(t, v->whatif_tokens_per_s);
+    an_put_int(t, moved);
+    an_put_str(t, p->order_inferred ? "inferred" : "trainer");
+    an_put_str(t, gpu_note);
+    an_row_end(t);
+    an_table_end(t);
+}
+
+static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+{
+    an_out_text(out, "roles: shares of each role's wall time (all its threads); busy = work + sync + comm + copy; "
+                     "capacity = tokens per step / busy time per step\n");
+    an_table *t = an_table_new(out, "roles", role_cols, N_OF(role_cols));
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_role_load *l = &loads[r];
+        an_put_str(t, p->role_names[r]);
+        an_put_int(t, p->role_threads[r]);
+        an_put_pct(t, l->busy_pct);
+        an_put_pct(t, l->work_pct);
+        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
+        for (int k = 0; k < 5; k++) an_put_pct(t, l->kind_pct[kinds[k]]);
+        an_put_pct(t, l->idle_pct);
+        put_real_or_null(t, l->busy_per_step_ns / 1e6);
+        double tokens_per_step = v->steps ? (double)v->tokens / (double)v->steps : NAN;
+        put_real_or_null(t, l->busy_per_step_ns > 0 && v->tokens ? tokens_per_step / l->busy_per_step_ns * 1e9 : NAN);
+        an_put_str(t, stage_name(p, l->top_stage));
+        if (l->top_stage >= 0) an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
+        else an_put_null(t);
+        an_put_str(t, (int32_t)r == v->role ? "yes" : NULL);
+        an_row_end(t);
+    }
+    an_table_end(t);
+}
+
+/* Each pair of neighbouring roles: the upstream side's wait_output stages,
+ * the downstream side's wait_input stages. */
+static int put_queues(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+{
+    int64_t *ns = calloc(p->n_cols, sizeof *ns);
+    if (!ns) return -1;
+    an_out_text(out, "queues: each pair of neighbouring roles; put = the upstream role blocked on output, "
+                     "get = the downstream role waiting for input (shares of that role's wall time)\n");
+    an_table *t = an_table_new(out, "queues", queue_cols, N_OF(queue_cols));
+    for (uint32_t r = 0; r + 1 < p->n_roles; r++) {
+        char label[300], a[128], b[128];
+        snprintf(label, sizeof label, "%s -> %s", an_clean(p->role_names[r], a, sizeof a),
+                 an_clean(p->role_names[r + 1], b, sizeof b));
+        int rows = 0;
+        for (int side = 0; side < 2; side++) {
+            uint32_t role = side ? r + 1 : r;
+            st_kind kind = side ? ST_WAIT_INPUT : ST_WAIT_OUTPUT;
+            an_pipe_stage_ns(p, v->bin0, v->bin1, role, ns);
+            for (uint32_t s = 0; s < p->n_stages; s++) {
+                const st_stage_info *si = st_reader_stage(p->trace->r, s);
+                if (si->kind != kind || ns[s] <= 0) continue;
+                an_put_str(t, label);
+                an_put_str(t, side ? "get" : "put");
+                an_put_str(t, p->role_names[role]);
+                an_put_str(t, si->name);
+                an_put_str(t, st_kind_name(kind));
+                an_put_pct(t, pct_of(ns[s], loads[role].wall_ns));
+                put_real_or_null(t, v->steps ? (double)ns[s] / p->role_threads[role] / (double)v->steps / 1e6 : NAN);
+                an_row_end(t);
+                rows++;
+            }
+        }
+        if (rows) an_table_gap(t);
+    }
+    an_table_end(t);
+    free(ns);
+    return 0;
+}
+
+static void put_depths(an_out *out, const an_pipe *p)
+{
+    if (!p->n_queues && an_out_format(out) == AN_FMT_TEXT) return;
+    an_out_text(out, "queue depth: counters named like *queue_depth*, time-weighted over the steps (from the first "
+                     "sample on)\n");
+    an_table *t = an_table_new(out, "queue_depth", depth_cols, N_OF(depth_cols));
+    for (uint32_t i = 0; i < p->n_queues; i++) {
+        const an_pipe_queue *q = &p->queues[i];
+        an_put_str(t, q->name);
+        an_put_str(t, q->unit);
+        an_put_int(t, (int64_t)q->n_samples);
+        put_real_or_null(t, q->mean);
+        put_real_or_null(t, q->covered_ns ? q->min : NAN);
+        put_real_or_null(t, q->covered_ns ? q->max : NAN);
+        if (q->covered_ns) {
+            an_put_pct(t, pct_of(q->at_max_ns, q->covered_ns));
+            an_put_pct(t, pct_of(q->at_zero_ns, q->covered_ns));
+        } else {
+            an_put_null(t);
+            an_put_null(t);
+        }
+        an_put_real(t, (double)q->covered_ns * 1e-9);
+        an_row_end(t);
+    }
+    an_table_end(t);
+}
+
+static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w, uint32_t n, uint64_t every)
+{
+    static const an_col lead[] = {
+        {"window", AN_T_INT, 0},      {"step_first", AN_T_INT, 0}, {"step_last", AN_T_INT, 0},
+        {"tokens_per_s", AN_T_REAL, 1}, {"bottleneck", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
+        {"busy_pct", AN_T_PCT, 0},    {"moved", AN_T_STR, 0},
+    };
+    int n_lead = N_OF(lead), n_cols = n_lead + (int)p->n_roles;
+    an_col *cols = calloc((size_t)n_cols, sizeof *cols);
+    char (*names)[160] = calloc(p->n_roles ? p->n_roles : 1, sizeof *names);
+    an_role_load *loads = calloc(p->n_roles ? p->n_roles : 1, sizeof *loads);
+    if (!cols || !names || !loads) {
+        free(cols);
+        free(names);
+        free(loads);
+        return -1;
+    }
+    memcpy(cols, lead, sizeof lead);
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        char clean[128];
+        snprintf(names[r], sizeof names[r], "%s_wait_pct", an_clean(p->role_names[r], clean, sizeof clean));
+        cols[n_lead + (int)r] = (an_col){names[r], AN_T_PCT, 0};
+    }
+    if (p->has_steps)
+        an_out_text(out, "windows of %llu steps: the bottleneck of each; moved '*' when it changed; <role>_wait_pct = "
+                         "wait_input + wait_output share of that role\n",
+                    (unsigned long long)every);
+    else
+        an_out_text(out, "windows: the trace has fewer than two step marks, so one window over the whole trace\n");
+    an_table *t = an_table_new(out, "windows", cols, n_cols);
+    for (uint32_t i = 0; i < n; i++) {
+        an_pipe_loads(p, w[i].bin0, w[i].bin1, loads);
+        an_put_int(t, i);
+        if (p->has_steps) {
+            an_put_int(t, (int64_t)w[i].step_first);
+            an_put_int(t, (int64_t)w[i].step_last);
+        } else {
+            an_put_null(t);
+            an_put_null(t);
+        }
+        put_real_or_null(t, w[i].tokens_per_s);
+        an_put_str(t, role_name(p, w[i].role));
+        an_put_str(t, stage_name(p, w[i].stage));
+        if (w[i].role >= 0) an_put_pct(t, w[i].busy_pct);
+        else an_put_null(t);
+        an_put_str(t, w[i].moved ? "*" : NULL);
+        for (uint32_t r = 0; r < p->n_roles; r++)
+            an_put_pct(t, loads[r].kind_pct[ST_WAIT_INPUT] + loads[r].kind_pct[ST_WAIT_OUTPUT]);
+        an_row_end(t);
+    }
+    an_table_end(t);
+    free(cols);
+    free(names);
+    free(loads);
+    return 0;
+}
+
+static void heading(an_out *out, const an_pipe *p, const an_verdict *v)
+{
+    char a[512], b[128], period[40];
+    const char *program = an_trace_meta(p->trace, "program");
+    int64_t rank = 0;
+    an_trace_meta_i64(p->trace, "rank", &rank);
+    an_fmt_fixed(period, v->t1_ns - v->t0_ns, 9, 3);
+    an_out_text(out, "== %s: %s rank %lld; ", an_clean(p->trace->path, a, sizeof a),
+                an_clean(program ? program : "?", b, sizeof b), (long long)rank);
+    if (p->has_steps)
+        an_out_text(out, "steps %llu-%llu (%llu steps in %s s, %.3f ms per step)",
+                    (unsigned long long)p->bin_step_first[v->bin0], (unsigned long long)p->bin_step_last[v->bin1 - 1],
+                    (unsigned long long)v->steps, period, v->step_ns / 1e6);
+    else
+        an_out_text(out, "whole trace, %s s (fewer than two step marks)", period);
+    if (isfinite(v->tokens_per_s)) an_out_text(out, "; %.1f tokens/s", v->tokens_per_s);
+    an_out_text(out, "\n");
+}
+
+int cmd_bottleneck(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    uint64_t every = 0, skip = 0;
+    double speedup = 2.0;
+    int have_every = 0, id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "bottleneck", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case AN_OPT_FORMAT:
+            if (an_parse_format(a.value, &fmt))
+                rc = an_usage_error("bottleneck", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_SPEEDUP: {
+            char *end;
+            speedup = strtod(a.value, &end);
+            if (end == a.value || *end || !isfinite(speedup) || speedup < 1.0 || speedup > 1e6)
+                rc = an_usage_error("bottleneck", "--speedup needs a factor >= 1, not '%s'", a.value);
+            break;
+        }
+        case OPT_EVERY:
+            if (an_parse_u64(a.value, &every) || every < 1 || every > UINT32_MAX)
+                rc = an_usage_error("bottleneck", "--every needs a number of steps >= 1, not '%s'", a.value);
+            have_every = 1;
+            break;
+        case OPT_SKIP:
+            if (an_parse_u64(a.value, &skip) || skip > UINT32_MAX)
+                rc = an_usage_error("bottleneck", "--skip-steps needs a number of steps, not '%s'", a.value);
+            break;
+        }
+    }
+    if (!rc && a.n_pos != 1)
+        rc = an_usage_error("bottleneck", a.n_pos ? "give one trace file" : "no trace file given");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open(&t, a.pos[0]);
+        opened = rc == AN_EXIT_OK;
+    }
+    if (!rc && !have_every) {
+        int64_t pi;
+        every = an_trace_meta_i64(&t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
+    }
+    an_pipe p;
+    memset(&p, 0, sizeof p);
+    an_role_load *loads = NULL;
+    an_window_verdict *w = NULL;
+    uint32_t n_windows = 0;
+    char *story = NULL;
+    if (!rc) {
+        an_pipe_opts po;
+        memset(&po, 0, sizeof po);
+        po.skip_steps = (uint32_t)skip;
+        rc = an_pipe_compute(&p, &t, &po);
+    }
+    if (!rc && skip && !p.has_steps) {
+        an_error("bottleneck: --skip-steps %llu leaves fewer than one step window in %s", (unsigned long long)skip, t.path);
+        rc = AN_EXIT_USAGE;
+    }
+    an_verdict v;
+    if (!rc) {
+        loads = calloc(p.n_roles ? p.n_roles : 1, sizeof *loads);
+        if (!loads) rc = oom();
+    }
+    if (!rc) {
+        an_pipe_loads(&p, 0, p.n_bins, loads);
+        an_pipe_verdict(&p, 0, p.n_bins, loads, speedup, &v);
+        n_windows = an_pipe_window_verdicts(&p, every, &w);
+        if (!w) rc = AN_EXIT_FAIL;
+    }
+    const char *gpu_note = NULL;
+    an_gpu_idle *gpu = NULL;
+    uint32_t n_gpu = 0;
+    if (!rc) rc = an_gpu_idle_split(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_note);
+    if (!rc && fmt == AN_FMT_TEXT) {
+        story = an_pipe_story(&p, loads, &v, w, n_windows, every);
+        if (!story) rc = oom();
+    }
+    if (!rc) {
+        an_out *out = an_out_new(stdout, fmt);
+        if (!out) {
+            rc = oom();
+        } else {
+            int moved = 0;
+            for (uint32_t i = 1; i < n_windows; i++) moved |= w[i].moved;
+            if (fmt == AN_FMT_TEXT) {
+                heading(out, &p, &v);
+                an_out_text(out, "%s", story);
+                an_out_text(out, "GPU idle: %s.\n\n", gpu_note);
+            } else {
+                put_verdict(out, &p, loads, &v, moved, gpu_note);
+            }
+            put_roles(out, &p, loads, &v);
+            if (put_queues(out, &p, loads, &v)) rc = oom();
+            put_depths(out, &p);
+            if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();
+            if (an_out_finish(out) && !rc) {
+                an_error("bottleneck: cannot write the output");
+                rc = AN_EXIT_FAIL;
+            }
+        }
+    }
+    if (!rc) an_trace_warn(&t);
+    free(story);
+    free(gpu);
+    free(w);
+    free(loads);
+    an_pipe_free(&p);
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,592 @@
+/* cmd_diff.c: `analyze diff A B`: what changed between two traces, role by
+ * role and stage by stage, judged on per-step distributions.
+ *
+ * Each trace goes through the per-step model of pipeline.c: for every step
+ * window (between consecutive step marks) and every (role, stage), the self
+ * time of the role's threads added up and divided by its thread count (the
+ * role's average thread). Roles and stages are matched by name, so traces
+ * with different thread counts compare. For each (role, stage) the two
+ * samples of per-step times give medians, the change in ms and %, and a
+ * two-sided Mann-Whitney U test (normal approximation with tie and
+ * continuity corrections) of whether the change is beyond run-to-run noise.
+ * Also: ranges begun per step per thread (a count that doubles is work done
+ * twice), tokens/s of each trace and their ratio, the step time, and the top
+ * changes by their effect on the step time (the change of the mean time per
+ * step: means add up to the step time, medians do not).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static const char help[] =
+    "usage: analyze diff [--alpha P] [--top N] [--skip-steps N] [--format text|csv|json] A B\n"
+    "\n"
+    "Compares trace B with trace A, role by role and stage by stage (matched by name, so\n"
+    "the thread counts may differ), on per-step distributions rather than totals.\n"
+    "\n"
+    "Per-step time of a (role, stage): its self time (nested ranges not counted twice) in\n"
+    "each step window, from one step mark to the next, added up over the role's threads and\n"
+    "divided by their number. Each trace gives one value per step; the two samples give the\n"
+    "medians, the change of the median in ms and in %, and a two-sided Mann-Whitney U test\n"
+    "(normal approximation, corrected for ties and continuity): p_value is the chance of a\n"
+    "difference at least this large between two runs of the same program; 'significant'\n"
+    "means p < alpha (default 0.01) with at least 8 steps in each trace. Consecutive steps\n"
+    "are not independent, so p is optimistic on traces with slow drifts: read it with the\n"
+    "size of the change. 'idle' is the time in no range.\n"
+    "count_a, count_b: ranges begun per step per thread; a ratio of 2 is work done twice.\n"
+    "Top changes: stages ordered by the absolute change of their mean time per step (the\n"
+    "means of a role's stages add up to its step time, so this is each stage's share of the\n"
+    "change in step time). Throughput: tokens/s of each (tokens after the first mark / time\n"
+    "from the first mark to the last) and B/A; step time: per-step durations, compared the\n"
+    "same way.\n"
+    "\n"
+    "options:\n"
+    "  --alpha P       significance level (default 0.01)\n"
+    "  --top N         rows of the top-changes table (default 10)\n"
+    "  --skip-steps N  leave out the first N steps of each trace (warm-up)\n"
+    "  --format F      text (default: a summary, then the tables), csv or json (tables:\n"
+    "                  runs, throughput, stages, top_changes)\n";
+
+enum { OPT_ALPHA = 1, OPT_TOP, OPT_SKIP };
+static const an_opt opts[] = {
+    {"alpha", 1, OPT_ALPHA}, {"top", 1, OPT_TOP}, {"skip-steps", 1, OPT_SKIP},
+    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+};
+
+#define MIN_STEPS_FOR_TEST 8
+#define N_OF(a) ((int)(sizeof a / sizeof a[0]))
+
+static int oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+static double mean_of(const double *v, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += v[i];
+    return n ? s / (double)n : NAN;
+}
+
+/* ---- per-step samples of one trace ----------------------------------------------------------- */
+
+typedef struct side {
+    an_trace trace;
+    int opened;
+    an_pipe pipe;
+    double *step_ns;     /* [n_bins] step duration (per step) */
+    double tokens_per_s;
+    uint64_t steps, tokens;
+    int64_t period_ns;
+} side;
+
+/* Per-step time of (role, col) in every bin: ns per step per thread. */
+static void samples_of(const an_pipe *p, uint32_t role, uint32_t col, double *out)
+{
+    for (uint32_t b = 0; b < p->n_bins; b++)
+        out[b] = (double)an_pipe_self(p, b, role, col) / p->role_threads[role] / (p->bin_steps[b] ? p->bin_steps[b] : 1);
+}
+
+static double count_per_step(const side *s, uint32_t role, uint32_t stage)
+{
+    uint64_t c = 0;
+    for (uint32_t b = 0; b < s->pipe.n_bins; b++) c += an_pipe_count(&s->pipe, b, role, stage);
+    return s->steps ? (double)c / s->pipe.role_threads[role] / (double)s->steps : NAN;
+}
+
+/* ---- the comparison ------------------------------------------------------------------------------ */
+
+typedef struct change {
+    const char *role, *stage;  /* stage NULL: idle */
+    const char *kind;
+    int32_t role_a, role_b, col_a, col_b; /* -1: absent */
+    uint32_t order;            /* role position for sorting */
+    double median_a, median_b, mean_a, mean_b; /* ns per step */
+    double p, count_a, count_b;
+    int significant, tested;
+} change;
+
+static int32_t stage_col(const an_pipe *p, const char *name)
+{
+    if (!name) return (int32_t)p->n_stages; /* idle */
+    for (uint32_t s = 0; s < p->n_stages; s++)
+        if (strcmp(st_reader_stage(p->trace->r, s)->name, name) == 0) return (int32_t)s;
+    return -1;
+}
+
+static int role_has(const an_pipe *p, int32_t role, int32_t col)
+{
+    if (role < 0 || col < 0) return 0;
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        if (an_pipe_self(p, b, (uint32_t)role, (uint32_t)col)) return 1;
+        if (col < (int32_t)p->n_stages && an_pipe_count(p, b, (uint32_t)role, (uint32_t)col)) return 1;
+    }
+    return 0;
+}
+
+
+/* Fills c's statistics from the two sides. */
+static int compare_one(change *c, const side *a, const side *b, double alpha, double *buf_a, double *buf_b)
+{
+    size_t na = 0, nb = 0;
+    c->median_a = c->median_b = c->mean_a = c->mean_b = c->p = c->count_a = c->count_b = NAN;
+    /* A role present in a trace without this stage: zero time in every step. */
+    if (c->role_a >= 0) {
+        na = a->pipe.n_bins;
+        if (c->col_a >= 0) samples_of(&a->pipe, (uint32_t)c->role_a, (uint32_t)c->col_a, buf_a);
+        else memset(buf_a, 0, na * sizeof *buf_a);
+        c->mean_a = mean_of(buf_a, na);
+        c->count_a = c->stage ? (c->col_a >= 0 ? count_per_step(a, (uint32_t)c->role_a, (uint32_t)c->col_a) : 0) : NAN;
+    }
+    if (c->role_b >= 0) {
+        nb = b->pipe.n_bins;
+        if (c->col_b >= 0) samples_of(&b->pipe, (uint32_t)c->role_b, (uint32_t)c->col_b, buf_b);
+        else memset(buf_b, 0, nb * sizeof *buf_b);
+        c->mean_b = mean_of(buf_b, nb);
+        c->count_b = c->stage ? (c->col_b >= 0 ? count_per_step(b, (uint32_t)c->role_b, (uint32_t)c->col_b) : 0) : NAN;
+    }
+    if (na && nb) {
+        c->p = an_mann_whitney(buf_a, na, buf_b, nb, NULL);
+        if (isnan(c->p)) return oom();
+        c->tested = 1;
+        c->significant = na >= MIN_STEPS_FOR_TEST && nb >= MIN_STEPS_FOR_TEST && c->p < alpha;
+    }
+    if (na) c->median_a = an_median(buf_a, na);
+    if (nb) c->median_b = an_median(buf_b, nb);
+    return AN_EXIT_OK;
+}
+
+static int cmp_changes_table(const void *x, const void *y)
+{
+    const change *a = x, *b = y;
+    if (a->order != b->order) return a->order < b->order ? -1 : 1;
+    int c = strcmp(a->role, b->role);
+    if (c) return c;
+    if (!a->stage != !b->stage) return a->stage ? -1 : 1; /* idle last */
+    double ka = fmax(isnan(a->mean_a) ? 0 : a->mean_a, isnan(a->mean_b) ? 0 : a->mean_b);
+    double kb = fmax(isnan(b->mean_a) ? 0 : b->mean_a, isnan(b->mean_b) ? 0 : b->mean_b);
+    if (ka != kb) return ka > kb ? -1 : 1;
+    return a->stage && b->stage ? strcmp(a->stage, b->stage) : 0;
+}
+
+static double impact(const change *c)
+{
+    if (isnan(c->mean_a) || isnan(c->mean_b)) return 0;
+    return c->mean_b - c->mean_a;
+}
+
+static int cmp_impact(const void *x, const void *y)
+{
+    const change *a = *(const change *const *)x, *b = *(const change *const *)y;
+    double ka = fabs(impact(a)), kb = fabs(impact(b));
+    if (ka != kb) return ka > kb ? -1 : 1;
+    int c = strcmp(a->role, b->role);
+    return c ? c : strcmp(a->stage ? a->stage : "", b->stage ? b->stage : "");
+}
+
+/* Every (role, stage) with time or ranges in either trace, plus each role's idle. */
+static int collect(const side *a, const side *b, change **out, uint32_t *n_out)
+{
+    const an_pipe *pa = &a->pipe, *pb = &b->pipe;
+    size_t cap = (size_t)(pa->n_roles + pb->n_roles) * (pa->n_cols + pb->n_cols) + 1, n = 0;
+    change *cs = calloc(cap, sizeof *cs);
+    if (!cs) return oom();
+    for (int which = 0; which < 2; which++) {
+        const an_pipe *p = which ? pb : pa, *q = which ? pa : pb;
+        for (uint32_t r = 0; r < p->n_roles; r++) {
+            const char *role = p->role_names[r];
+            int32_t qr = an_pipe_role_index(q, role);
+            if (which && qr >= 0) continue; /* done from A */
+            for (uint32_t col = 0; col < p->n_cols; col++) {
+                const char *stage = col < p->n_stages ? st_reader_stage(p->trace->r, col)->name : NULL;
+                int32_t qcol = stage_col(q, stage);
+                if (!role_has(p, (int32_t)r, (int32_t)col) && !role_has(q, qr, qcol)) continue;
+                change *c = &cs[n++];
+                c->role = role;
+                c->stage = stage;
+                c->kind = stage ? st_kind_name(st_reader_stage(p->trace->r, col)->kind) : NULL;
+                c->role_a = which ? qr : (int32_t)r;
+                c->col_a = which ? qcol : (int32_t)col;
+                c->role_b = which ? (int32_t)r : qr;
+                c->col_b = which ? (int32_t)col : qcol;
+                c->order = which ? 1000 + r : r;
+            }
+            /* Stages only B has, for a role both have. */
+            if (!which && qr >= 0) {
+                for (uint32_t qc = 0; qc < q->n_stages; qc++) {
+                    const char *stage = st_reader_stage(q->trace->r, qc)->name;
+                    if (stage_col(p, stage) >= 0 || !role_has(q, qr, (int32_t)qc)) continue;
+                    change *c = &cs[n++];
+                    c->role = role;
+                    c->stage = stage;
+                    c->kind = st_kind_name(st_reader_stage(q->trace->r, qc)->kind);
+                    c->role_a = (int32_t)r;
+                    c->col_a = -1;
+                    c->role_b = qr;
+                    c->col_b = (int32_t)qc;
+                    c->order = r;
+                }
+            }
+        }
+    }
+    *out = cs;
+    *n_out = (uint32_t)n;
+    return AN_EXIT_OK;
+}
+
+/* ---- output ------------------------------------------------------------------------------------------ */
+
+static const an_col run_cols[] = {
+    {"trace", AN_T_STR, 0},      {"file", AN_T_STR, 0},          {"program", AN_T_STR, 0},
+    {"steps", AN_T_INT, 0},      {"period_s", AN_T_REAL, 6},     {"tokens", AN_T_INT, 0},
+    {"tokens_per_s", AN_T_REAL, 1}, {"step_median_ms", AN_T_REAL, 3}, {"step_mean_ms", AN_T_REAL, 3},
+    {"threads", AN_T_STR, 0},
+};
+
+static const an_col tp_cols[] = {
+    {"tokens_per_s_a", AN_T_REAL, 1}, {"tokens_per_s_b", AN_T_REAL, 1}, {"ratio", AN_T_REAL, 4},
+    {"change_pct", AN_T_PCT, 0},      {"step_median_a_ms", AN_T_REAL, 3}, {"step_median_b_ms", AN_T_REAL, 3},
+    {"step_change_pct", AN_T_PCT, 0}, {"p_value", AN_T_REAL, 6},          {"significant", AN_T_STR, 0},
+};
+
+static const an_col stage_cols[] = {
+    {"role", AN_T_STR, 0},         {"stage", AN_T_STR, 0},         {"kind", AN_T_STR, 0},
+    {"threads_a", AN_T_INT, 0},    {"threads_b", AN_T_INT, 0},     {"median_a_ms", AN_T_REAL, 3},
+    {"median_b_ms", AN_T_REAL, 3}, {"change_ms", AN_T_REAL, 3},    {"change_pct", AN_T_PCT, 0},
+    {"p_value", AN_T_REAL, 6},     {"significant", AN_T_STR, 0},   {"mean_a_ms", AN_T_REAL, 3},
+    {"mean_b_ms", AN_T_REAL, 3},   {"mean_change_ms", AN_T_REAL, 3}, {"count_a", AN_T_REAL, 2},
+    {"count_b", AN_T_REAL, 2},     {"count_ratio", AN_T_REAL, 2},
+};
+
+static const an_col top_cols[] = {
+    {"rank", AN_T_INT, 0},          {"role", AN_T_STR, 0},          {"stage", AN_T_STR, 0},
+    {"kind", AN_T_STR, 0},          {"mean_change_ms", AN_T_REAL, 3}, {"mean_a_ms", AN_T_REAL, 3},
+    {"mean_b_ms", AN_T_REAL, 3},    {"median_a_ms", AN_T_REAL, 3},  {"median_b_ms", AN_T_REAL, 3},
+    {"change_pct", AN_T_PCT, 0},    {"significant", AN_T_STR, 0},   {"count_a", AN_T_REAL, 2},
+    {"count_b", AN_T_REAL, 2},
+};
+
+static void put_r(an_table *t, double v)
+{
+    if (isfinite(v)) an_put_real(t, v);
+    else an_put_null(t);
+}
+
+static double change_pct(double a, double b) { return a > 0 && isfinite(b) ? 100.0 * (b - a) / a : NAN; }
+
+/* A change in percent for sentences: "+69.7%", "-0.8%" (buf >= 40 bytes). */
+static const char *signed_pct(double v, char *buf, size_t size)
+{
+    int plus = isfinite(v) && llround(v * 10.0) > 0;
+    buf[0] = '+';
+    an_fmt_pct1(v, buf + plus, size - 1);
+    return buf;
+}
+
+static char *threads_by_role(const an_pipe *p)
+{
+    char *s = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&s, &len);
+    if (!f) return NULL;
+    for (uint32_t r = 0; r < p->n_roles; r++) fprintf(f, "%s%s %u", r ? ", " : "", p->role_names[r], p->role_threads[r]);
+    fclose(f);
+    return s;
+}
+
+static int put_runs(an_out *out, const side *s, const double *step_median)
+{
+    an_table *t = an_table_new(out, "runs", run_cols, N_OF(run_cols));
+    int rc = 0;
+    for (int i = 0; i < 2; i++) {
+        const an_pipe *p = &s[i].pipe;
+        char *threads = threads_by_role(p);
+        if (!threads) {
+            rc = -1;
+            break;
+        }
+        double mean = mean_of(s[i].step_ns, p->n_bins);
+        an_put_str(t, i ? "B" : "A");
+        an_put_str(t, s[i].trace.path);
+        an_put_str(t, an_trace_meta(&s[i].trace, "program"));
+        an_put_int(t, (int64_t)s[i].steps);
+        an_put_real(t, (double)s[i].period_ns * 1e-9);
+        an_put_int(t, (int64_t)s[i].tokens);
+        put_r(t, s[i].tokens_per_s);
+        put_r(t, step_median[i] / 1e6);
+        put_r(t, mean / 1e6);
+        an_put_str(t, threads);
+        an_row_end(t);
+        free(threads);
+    }
+    an_table_end(t);
+    return rc;
+}
+
+static void put_change_cells(an_table *t, const change *c, int with_stats)
+{
+    put_r(t, c->median_a / 1e6);
+    put_r(t, c->median_b / 1e6);
+    if (with_stats) {
+        put_r(t, (c->median_b - c->median_a) / 1e6);
+        if (isfinite(change_pct(c->median_a, c->median_b))) an_put_pct(t, change_pct(c->median_a, c->median_b));
+        else an_put_null(t);
+        put_r(t, c->p);
+        an_put_str(t, c->tested ? (c->significant ? "yes" : "no") : NULL);
+    }
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    uint64_t top = 10, skip = 0;
+    double alpha = 0.01;
+    int id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "diff", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case AN_OPT_FORMAT:
+            if (an_parse_format(a.value, &fmt))
+                rc = an_usage_error("diff", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_ALPHA: {
+            char *end;
+            alpha = strtod(a.value, &end);
+            if (end == a.value || *end || !(alpha > 0 && alpha < 1))
+                rc = an_usage_error("diff", "--alpha needs a level between 0 and 1, not '%s'", a.value);
+            break;
+        }
+        case OPT_TOP:
+            if (an_parse_u64(a.value, &top) || top > 100000)
+                rc = an_usage_error("diff", "--top needs a number of rows, not '%s'", a.value);
+            break;
+        case OPT_SKIP:
+            if (an_parse_u64(a.value, &skip) || skip > UINT32_MAX)
+                rc = an_usage_error("diff", "--skip-steps needs a number of steps, not '%s'", a.value);
+            break;
+        }
+    }
+    if (!rc && a.n_pos != 2) rc = an_usage_error("diff", "give two trace files, A and B");
+    side s[2];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 2 && !rc; i++) {
+        rc = an_trace_open(&s[i].trace, a.pos[i]);
+        s[i].opened = rc == AN_EXIT_OK;
+    }
+    an_pipe_opts po;
+    memset(&po, 0, sizeof po);
+    po.skip_steps = (uint32_t)skip;
+    for (int i = 0; i < 2 && !rc; i++) {
+        rc = an_pipe_compute(&s[i].pipe, &s[i].trace, &po);
+        if (!rc && !s[i].pipe.has_steps) {
+            an_error("diff: %s has fewer than two step marks%s, so no per-step times to compare", s[i].trace.path,
+                     skip ? " after --skip-steps" : "");
+            rc = AN_EXIT_USAGE;
+        }
+        if (rc) break;
+        an_pipe *p = &s[i].pipe;
+        s[i].step_ns = malloc(p->n_bins * sizeof *s[i].step_ns);
+        if (!s[i].step_ns) {
+            rc = oom();
+            break;
+        }
+        for (uint32_t b = 0; b < p->n_bins; b++) {
+            s[i].step_ns[b] = (double)(p->bin_t[b + 1] - p->bin_t[b]) / (p->bin_steps[b] ? p->bin_steps[b] : 1);
+            s[i].steps += p->bin_steps[b];
+            s[i].tokens += p->bin_tokens[b];
+        }
+        s[i].period_ns = p->bin_t[p->n_bins] - p->bin_t[0];
+        s[i].tokens_per_s = s[i].tokens && s[i].period_ns > 0 ? (double)s[i].tokens * 1e9 / (double)s[i].period_ns : NAN;
+    }
+    change *cs = NULL;
+    uint32_t n = 0;
+    double *buf_a = NULL, *buf_b = NULL;
+    if (!rc) rc = collect(&s[0], &s[1], &cs, &n);
+    if (!rc) {
+        buf_a = malloc(((size_t)s[0].pipe.n_bins + 1) * sizeof *buf_a);
+        buf_b = malloc(((size_t)s[1].pipe.n_bins + 1) * sizeof *buf_b);
+        if (!buf_a || !buf_b) rc = oom();
+    }
+    for (uint32_t i = 0; i < n && !rc; i++) rc = compare_one(&cs[i], &s[0], &s[1], alpha, buf_a, buf_b);
+    double step_p = NAN;
+    if (!rc) {
+        step_p = an_mann_whitney(s[0].step_ns, s[0].pipe.n_bins, s[1].step_ns, s[1].pipe.n_bins, NULL);
+        if (isnan(step_p)) rc = oom();
+    }
+    const change **ranked = NULL;
+    uint32_t n_ranked = 0;
+    if (!rc) {
+        qsort(cs, n, sizeof *cs, cmp_changes_table);
+        ranked = malloc((n + 1) * sizeof *ranked);
+        if (!ranked) rc = oom();
+        for (uint32_t i = 0; i < n && ranked; i++)
+            if (cs[i].stage && cs[i].tested) ranked[n_ranked++] = &cs[i];
+        if (ranked) qsort(ranked, n_ranked, sizeof *ranked, cmp_impact);
+        if (n_ranked > top) n_ranked = (uint32_t)top;
+    }
+    if (!rc) {
+        an_out *out = an_out_new(stdout, fmt);
+        if (!out) {
+            rc = oom();
+            goto done;
+        }
+        double step_median[2] = {NAN, NAN};
+        int step_sig = s[0].pipe.n_bins >= MIN_STEPS_FOR_TEST && s[1].pipe.n_bins >= MIN_STEPS_FOR_TEST && step_p < alpha;
+        char na[512], nb[512], p1[40], p2[40];
+        if (fmt == AN_FMT_TEXT) {
+            an_out_text(out, "== diff: A = %s, B = %s\n", an_clean(s[0].trace.path, na, sizeof na),
+                        an_clean(s[1].trace.path, nb, sizeof nb));
+        }
+        for (int i = 0; i < 2 && !rc; i++) {
+            double *v = malloc(s[i].pipe.n_bins * sizeof *v);
+            if (!v) {
+                rc = oom();
+                break;
+            }
+            memcpy(v, s[i].step_ns, s[i].pipe.n_bins * sizeof *v);
+            step_median[i] = an_median(v, s[i].pipe.n_bins);
+            free(v);
+        }
+        if (!rc && fmt == AN_FMT_TEXT) {
+            double ratio = s[1].tokens_per_s / s[0].tokens_per_s;
+            if (isfinite(ratio))
+                an_out_text(out, "Throughput: A %.1f tokens/s, B %.1f tokens/s: B/A = %.3f (%s).\n", s[0].tokens_per_s,
+                            s[1].tokens_per_s, ratio, signed_pct(100.0 * (ratio - 1.0), p1, sizeof p1));
+            an_out_text(out, "Step time: median %.3f ms in A, %.3f ms in B (%s, %s, p = %.3g; %llu and %llu steps).\n",
+                        step_median[0] / 1e6, step_median[1] / 1e6,
+                        signed_pct(change_pct(step_median[0], step_median[1]), p2, sizeof p2),
+                        step_sig ? "significant" : "within noise", step_p, (unsigned long long)s[0].steps,
+                        (unsigned long long)s[1].steps);
+            uint32_t shown = 0;
+            for (uint32_t i = 0; i < n_ranked && shown < 5; i++) {
+                const change *c = ranked[i];
+                if (!c->significant) continue;
+                if (!shown++) an_out_text(out, "Largest significant changes of the time per step:\n");
+                char rn[128], sn[128];
+                an_out_text(out, "  %s/%s: %+.3f ms per step on average (median %.3f -> %.3f ms, %s, p = %.3g)\n",
+                            an_clean(c->role, rn, sizeof rn), an_clean(c->stage, sn, sizeof sn),
+                            impact(c) / 1e6, c->median_a / 1e6, c->median_b / 1e6,
+                            signed_pct(change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
+            }
+            if (s[0].pipe.n_bins < MIN_STEPS_FOR_TEST || s[1].pipe.n_bins < MIN_STEPS_FOR_TEST)
+                an_out_text(out, "Too few steps to judge noise (fewer than %d in A or B): p-values are shown, no change "
+                                 "is marked significant.\n",
+                            MIN_STEPS_FOR_TEST);
+            else if (!shown)
+                an_out_text(out, "No stage changed beyond run-to-run noise (alpha %g).\n", alpha);
+            for (uint32_t i = 0; i < n; i++) {
+                const change *c = &cs[i];
+                if (!c->stage || !(c->count_a > 0) || !(c->count_b > 0)) continue;
+                double ratio_c = c->count_b / c->count_a;
+                if (ratio_c < 1.5 && ratio_c > 1.0 / 1.5) continue;
+                char rn[128], sn[128];
+                an_out_text(out, "Count per step changed: %s/%s %.2f -> %.2f ranges per step per thread (x%.2f%s).\n",
+                            an_clean(c->role, rn, sizeof rn), an_clean(c->stage, sn, sizeof sn), c->count_a, c->count_b,
+                            ratio_c, ratio_c >= 1.9 && ratio_c <= 2.1 ? ": work done twice?" : "");
+            }
+            for (uint32_t i = 0; i < n; i++) {
+                const change *c = &cs[i];
+                char rn[128], sn[128];
+                if (c->role_a < 0 || c->role_b < 0) {
+                    if (c->stage) continue;
+                    an_out_text(out, "Role %s is only in %s.\n", an_clean(c->role, rn, sizeof rn), c->role_a < 0 ? "B" : "A");
+                } else if (c->stage && (c->col_a < 0 || c->col_b < 0)) {
+                    an_out_text(out, "Stage %s/%s is only in %s.\n", an_clean(c->role, rn, sizeof rn),
+                                an_clean(c->stage, sn, sizeof sn), c->col_a < 0 ? "B" : "A");
+                }
+            }
+            an_out_text(out, "\n");
+        }
+        if (!rc && put_runs(out, s, step_median)) rc = oom();
+        if (!rc) {
+            an_table *t = an_table_new(out, "throughput", tp_cols, N_OF(tp_cols));
+            put_r(t, s[0].tokens_per_s);
+            put_r(t, s[1].tokens_per_s);
+            double ratio = s[1].tokens_per_s / s[0].tokens_per_s;
+            put_r(t, ratio);
+            if (isfinite(ratio)) an_put_pct(t, 100.0 * (ratio - 1.0));
+            else an_put_null(t);
+            put_r(t, step_median[0] / 1e6);
+            put_r(t, step_median[1] / 1e6);
+            if (isfinite(change_pct(step_median[0], step_median[1]))) an_put_pct(t, change_pct(step_median[0], step_median[1]));
+            else an_put_null(t);
+            put_r(t, step_p);
+            an_put_str(t, step_sig ? "yes" : "no");
+            an_row_end(t);
+            an_table_end(t);
+            an_out_text(out, "stages: per-step time (ms per step per thread of the role), A vs B; p_value of a "
+                             "Mann-Whitney U test; count = ranges begun per step per thread\n");
+            t = an_table_new(out, "stages", stage_cols, N_OF(stage_cols));
+            const char *prev = NULL;
+            for (uint32_t i = 0; i < n; i++) {
+                const change *c = &cs[i];
+                if (prev && strcmp(prev, c->role) != 0) an_table_gap(t);
+                prev = c->role;
+                an_put_str(t, c->role);
+                an_put_str(t, c->stage ? c->stage : "idle");
+                an_put_str(t, c->kind);
+                if (c->role_a >= 0) an_put_int(t, s[0].pipe.role_threads[c->role_a]);
+                else an_put_null(t);
+                if (c->role_b >= 0) an_put_int(t, s[1].pipe.role_threads[c->role_b]);
+                else an_put_null(t);
+                put_change_cells(t, c, 1);
+                put_r(t, c->mean_a / 1e6);
+                put_r(t, c->mean_b / 1e6);
+                put_r(t, (c->mean_b - c->mean_a) / 1e6);
+                put_r(t, c->count_a);
+                put_r(t, c->count_b);
+                put_r(t, c->count_a > 0 ? c->count_b / c->count_a : NAN);
+                an_row_end(t);
+            }
+            an_table_end(t);
+            an_out_text(out, "top changes: by the change of the mean time per step (what each stage adds to the "
+                             "step time)\n");
+            t = an_table_new(out, "top_changes", top_cols, N_OF(top_cols));
+            for (uint32_t i = 0; i < n_ranked; i++) {
+                const change *c = ranked[i];
+                an_put_int(t, i + 1);
+                an_put_str(t, c->role);
+                an_put_str(t, c->stage);
+                an_put_str(t, c->kind);
+                put_r(t, impact(c) / 1e6);
+                put_r(t, c->mean_a / 1e6);
+                put_r(t, c->mean_b / 1e6);
+                put_r(t, c->median_a / 1e6);
+                put_r(t, c->median_b / 1e6);
+                if (isfinite(change_pct(c->median_a, c->median_b))) an_put_pct(t, change_pct(c->median_a, c->median_b));
+                else an_put_null(t);
+                an_put_str(t, c->significant ? "yes" : "no");
+                put_r(t, c->count_a);
+                put_r(t, c->count_b);
+                an_row_end(t);
+            }
+            an_table_end(t);
+        }
+        if (an_out_finish(out) && !rc) {
+            an_error("diff: cannot write the output");
+            rc = AN_EXIT_FAIL;
+        }
+        for (int i = 0; i < 2 && !rc; i++) an_trace_warn(&s[i].trace);
+    }
+done:
+    free(ranked);
+    free(cs);
+    free(buf_a);
+    free(buf_b);
+    for (int i = 0; i < 2; i++) {
+        free(s[i].step_ns);
+        an_pipe_free(&s[i].pipe);
+        if (s[i].opened) an_trace_close(&s[i].trace);
+    }
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,1072 @@
+/* cmd_report.c: `analyze report FILE --html OUT.html`: one self-contained
+ * HTML file that tells the story of a run, readable offline.
+ *
+ * Inline CSS and inline SVG only: no script, no external font, image or
+ * link, so the file opens anywhere and shows the same. Sections: run
+ * metadata; the bottleneck verdict (pipeline.c's story) with the roles
+ * table; per role, a stacked chart of where its time went per window (stage
+ * colours are the same in every chart: one colour family per stage kind);
+ * a timeline of a few steps (one lane per thread, ranges as rectangles
+ * coloured by stage, nested ranges thinner inside their parents; ranges
+ * narrower than a pixel are merged into one rectangle per pixel column, so
+ * the number of rectangles is bounded by lanes x depth x width, whatever the
+ * trace); the queue-depth counters over time; tokens/s per window; the
+ * summary table (stats.c). Every string from the trace is escaped and
+ * sanitized (control characters as '?', invalid UTF-8 as U+FFFD).
+ *
+ * The output is written under a temporary name and renamed when complete
+ * (regular files), like `export`; an existing file needs --overwrite.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pipeline.h"
+
+static const char help[] =
+    "usage: analyze report FILE --html OUT.html [--steps A:B] [--every N] [--speedup K] [--overwrite]\n"
+    "\n"
+    "Writes one self-contained HTML file (inline CSS and SVG, no scripts, no external\n"
+    "fonts or links: it reads offline) with:\n"
+    "  - the run's metadata;\n"
+    "  - the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
+    "  - per role, where its time went per window of N steps: stacked shares of its\n"
+    "    threads' wall time per stage (self time) and idle; a stage has the same colour in\n"
+    "    every chart (blues: wait_input, oranges: wait_output, purples: sync, greens: comm,\n"
+    "    reds: copy, grey: idle, strong colours: work);\n"
+    "  - a timeline of a few steps: one lane per thread, ranges coloured by stage, nested\n"
+    "    ranges drawn thinner inside their parents, step marks as dashed lines; ranges\n"
+    "    narrower than a pixel are merged per pixel column;\n"
+    "  - queue depth over time (counters named like *queue_depth*: mean per pixel column,\n"
+    "    with the min-max band);\n"
+    "  - tokens/s per window;\n"
+    "  - the summary table (per thread and stage, as `analyze summary`).\n"
+    "\n"
+    "options:\n"
+    "  --html OUT.html  the output file ('-' writes to stdout)\n"
+    "  --steps A:B      the timeline's steps (default: three steps in the middle of the run)\n"
+    "  --every N        steps per window of the charts (default: meta profile_interval, else\n"
+    "                   10; more when the run has over 150 windows)\n"
+    "  --speedup K      the verdict's what-if factor (default 2)\n"
+    "  --overwrite      replace an existing output file\n";
+
+enum { OPT_HTML = 1, OPT_STEPS, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
+static const an_opt opts[] = {
+    {"html", 1, OPT_HTML},       {"steps", 1, OPT_STEPS},         {"every", 1, OPT_EVERY},
+    {"speedup", 1, OPT_SPEEDUP}, {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
+    {NULL, 0, 0},
+};
+
+#define CHART_W 1100       /* SVG width of every chart */
+#define PLOT_X 60          /* left margin: axis labels */
+#define PLOT_W (CHART_W - PLOT_X - 20)
+#define MAX_WINDOWS 150
+#define LANE_H 22
+#define MAX_DEPTH 8        /* timeline depths drawn; deeper ranges go to the last */
+#define LABEL_W 170        /* timeline: thread names */
+
+static int oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+/* ---- output file: temporary name, then rename (as export) ------------------------------------ */
+
+typedef struct out_file {
+    const char *path;
+    char *tmp; /* NULL: written in place */
+    FILE *f;
+} out_file;
+
+static int out_open(out_file *o, const char *path, int overwrite)
+{
+    memset(o, 0, sizeof *o);
+    o->path = path;
+    if (strcmp(path, "-") == 0) {
+        o->f = stdout;
+        return AN_EXIT_OK;
+    }
+    struct stat sb;
+    int exists = lstat(path, &sb) == 0;
+    if (exists && S_ISDIR(sb.st_mode)) {
+        an_error("report: %s is a directory", path);
+        return AN_EXIT_USAGE;
+    }
+    if (exists && S_ISREG(sb.st_mode) && !overwrite) {
+        an_error("report: %s exists (pass --overwrite to replace it)", path);
+        return AN_EXIT_USAGE;
+    }
+    if (exists && !S_ISREG(sb.st_mode)) {
+        o->f = fopen(path, "w"); /* a device or a FIFO: written to directly */
+    } else {
+        size_t len = strlen(path) + 32;
+        o->tmp = malloc(len);
+        if (!o->tmp) return oom();
+        snprintf(o->tmp, len, "%s.tmp%ld", path, (long)getpid());
+        o->f = fopen(o->tmp, "w");
+    }
+    if (!o->f) {
+        an_error("report: cannot write %s: %s", path, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        return AN_EXIT_USAGE;
+    }
+    return AN_EXIT_OK;
+}
+
+static int out_close(out_file *o, int ok)
+{
+    if (!o->f) return ok ? AN_EXIT_OK : AN_EXIT_FAIL;
+    int bad = fflush(o->f) != 0 || ferror(o->f);
+    int rc = ok ? AN_EXIT_OK : AN_EXIT_FAIL;
+    if (o->f != stdout) {
+        bad |= fclose(o->f) != 0;
+        if (o->tmp) {
+            if (ok && !bad && rename(o->tmp, o->path) != 0) bad = 1;
+            if (!ok || bad) unlink(o->tmp);
+        }
+    }
+    if (ok && bad) {
+        an_error("report: cannot write %s: %s", o->path, strerror(errno));
+        rc = AN_EXIT_FAIL;
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    o->f = NULL;
+    return rc;
+}
+
+/* ---- escaping ------------------------------------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0. */
+static int utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0], cp, min;
+    int n;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; min = 0x80; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; min = 0x800; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+/* Text or attribute value for HTML and SVG (XML-safe). */
+static void esc(FILE *f, const char *str)
+{
+    const unsigned char *s = (const unsigned char *)(str ? str : "");
+    while (*s) {
+        unsigned char c = *s;
+        switch (c) {
+        case '&': fputs("&amp;", f); s++; continue;
+        case '<': fputs("&lt;", f); s++; continue;
+        case '>': fputs("&gt;", f); s++; continue;
+        case '"': fputs("&quot;", f); s++; continue;
+        case '\'': fputs("&#39;", f); s++; continue;
+        default: break;
+        }
+        if (c < 0x20 || c == 0x7f) {
+            putc('?', f);
+            s++;
+            continue;
+        }
+        int n = utf8_seq(s);
+        if (!n) {
+            fputs("&#xFFFD;", f);
+            s++;
+        } else {
+            fwrite(s, 1, (size_t)n, f);
+            s += n;
+        }
+    }
+}
+
+/* ---- colours --------------------------------------------------------------------------------------- */
+
+static const char *const work_colours[] = {"#2f6db5", "#d62728", "#8c564b", "#7b3fa0", "#e6a700", "#17becf",
+                                           "#1b7837", "#e377c2", "#393b79", "#bcbd22", "#843c39", "#636363"};
+static const char *const input_colours[] = {"#9ecae1", "#c6dbef", "#6baed6", "#deebf7"};
+static const char *const output_colours[] = {"#fdae6b", "#fdd0a2", "#fd8d3c", "#feedde"};
+static const char *const sync_colours[] = {"#bcbddc", "#9e9ac8", "#dadaeb"};
+static const char *const comm_colours[] = {"#a1d99b", "#74c476", "#c7e9c0"};
+static const char *const copy_colours[] = {"#fc9272", "#fcbba1", "#fb6a4a"};
+#define IDLE_COLOUR "#e6e6e6"
+
+typedef struct palette {
+    const char **stage; /* [n_stages + 1]; the last is idle */
+} palette;
+
+static int palette_init(palette *pal, const an_pipe *p)
+{
+    pal->stage = calloc(p->n_cols, sizeof *pal->stage);
+    if (!pal->stage) return -1;
+    uint32_t used[ST_KIND_COUNT] = {0};
+    for (uint32_t s = 0; s < p->n_stages; s++) {
+        st_kind k = st_reader_stage(p->trace->r, s)->kind;
+        uint32_t i = (unsigned)k < ST_KIND_COUNT ? used[k]++ : 0;
+        switch (k) {
+        case ST_WAIT_INPUT: pal->stage[s] = input_colours[i % 4]; break;
+        case ST_WAIT_OUTPUT: pal->stage[s] = output_colours[i % 4]; break;
+        case ST_SYNC: pal->stage[s] = sync_colours[i % 3]; break;
+        case ST_COMM: pal->stage[s] = comm_colours[i % 3]; break;
+        case ST_COPY: pal->stage[s] = copy_colours[i % 3]; break;
+        default: pal->stage[s] = work_colours[i % 12]; break;
+        }
+    }
+    pal->stage[p->n_stages] = IDLE_COLOUR;
+    return 0;
+}
+
+static const char *col_name(const an_pipe *p, uint32_t col)
+{
+    return col < p->n_stages ? st_reader_stage(p->trace->r, col)->name : "idle";
+}
+
+static const char *col_kind(const an_pipe *p, uint32_t col)
+{
+    return col < p->n_stages ? st_kind_name(st_reader_stage(p->trace->r, col)->kind) : "no range";
+}
+
+/* ---- small SVG helpers ------------------------------------------------------------------------------- */
+
+static void svg_open(FILE *f, int w, int h, const char *label)
+{
+    /* Inline SVG in HTML needs no xmlns: the file names no URL at all. */
+    fprintf(f, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"",
+            w, h, w, h);
+    esc(f, label);
+    fputs("\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n", f);
+}
+
+/* Nice axis step: 1, 2 or 5 times a power of ten, giving about `ticks` ticks. */
+static double nice_step(double range, int ticks)
+{
+    if (!(range > 0)) return 1;
+    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
+}
+
+static void fmt_num(char *buf, size_t size, double v)
+{
+    double a = fabs(v);
+    if (a >= 1e6) snprintf(buf, size, "%.3gM", v / 1e6);
+    else if (a >= 1e4) snprintf(buf, size, "%.3gk", v / 1e3);
+    else snprintf(buf, size, "%.4g", v);
+}
+
+/* y axis with grid lines for [0, y_max] over a plot of height h at (x, y). */
+static void y_axis(FILE *f, int x, int y, int w, int h, double y_max, const char *unit)
+{
+    double step = nice_step(y_max, 4);
+    for (double v = 0; v <= y_max * 1.0001; v += step) {
+        double py = y + h - v / y_max * h;
+        char label[32];
+        fmt_num(label, sizeof label, v);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>", x, py, x + w, py);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%s%s</text>\n", x - 4, py + 4, label, unit);
+    }
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>\n", x, y + h, x + w, y + h);
+}
+
+/* ---- sections ---------------------------------------------------------------------------------------------- */
+
+typedef struct report {
+    FILE *f;
+    an_trace *t;
+    an_pipe *p;
+    palette pal;
+    an_role_load *loads;
+    an_verdict v;
+    uint64_t every;          /* chart windows */
+    uint32_t n_windows;
+    uint32_t *first;         /* [n_windows + 1] bins */
+    an_window_spec steps;    /* timeline */
+    double speedup;
+} report;
+
+static void put_meta_row(FILE *f, const char *key, const char *value)
+{
+    fputs("<tr><th>", f);
+    esc(f, key);
+    fputs("</th><td>", f);
+    esc(f, value ? value : "-");
+    fputs("</td></tr>\n", f);
+}
+
+static void section_meta(report *rp)
+{
+    FILE *f = rp->f;
+    an_trace *t = rp->t;
+    static const char *const keys[] = {"program", "run_id", "host", "pid", "rank", "world_size", "start_utc",
+                                       "status", "tool_version", "clock", "profile_interval", "dropped_events", "argv"};
+    fputs("<section id=\"run\"><h2>Run</h2><table class=\"meta\">\n", f);
+    put_meta_row(f, "file", t->path);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) put_meta_row(f, keys[i], an_trace_meta(t, keys[i]));
+    char buf[160];
+    snprintf(buf, sizeof buf, "%.3f s", ((double)t->span_t1_ns - (double)t->span_t0_ns) / 1e9);
+    put_meta_row(f, "duration (trace span)", buf);
+    if (rp->p->has_steps) {
+        snprintf(buf, sizeof buf, "%llu (steps %llu-%llu), %.3f ms per step", (unsigned long long)rp->v.steps,
+                 (unsigned long long)rp->p->bin_step_first[0], (unsigned long long)rp->p->bin_step_last[rp->p->n_bins - 1],
+                 rp->v.step_ns / 1e6);
+        put_meta_row(f, "steps", buf);
+    }
+    if (isfinite(rp->v.tokens_per_s)) {
+        snprintf(buf, sizeof buf, "%llu tokens, %.1f tokens/s", (unsigned long long)rp->v.tokens, rp->v.tokens_per_s);
+        put_meta_row(f, "throughput", buf);
+    }
+    char *roles = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&roles, &len);
+    if (m) {
+        for (uint32_t r = 0; r < rp->p->n_roles; r++)
+            fprintf(m, "%s%s %u", r ? ", " : "", rp->p->role_names[r], rp->p->role_threads[r]);
+        fclose(m);
+        put_meta_row(f, "threads by role", roles);
+        free(roles);
+    }
+    fputs("</table></section>\n", f);
+}
+
+static void put_pct_cell(FILE *f, double v)
+{
+    char buf[32];
+    fprintf(f, "<td class=\"n\">%s</td>", an_fmt_pct1(v, buf, sizeof buf));
+}
+
+static int section_verdict(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    an_window_verdict *w = NULL;
+    uint32_t nw = an_pipe_window_verdicts(p, rp->every, &w);
+    if (!w) return AN_EXIT_FAIL;
+    char *story = an_pipe_story(p, rp->loads, &rp->v, w, nw, rp->every);
+    free(w);
+    if (!story) return oom();
+    const char *note = NULL;
+    an_gpu_idle *gpu = NULL;
+    uint32_t n_gpu = 0;
+    int rc = an_gpu_idle_split(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &note);
+    free(gpu);
+    if (rc) {
+        free(story);
+        return rc;
+    }
+    fputs("<section id=\"verdict\"><h2>Bottleneck</h2>\n<div class=\"verdict\">\n", f);
+    for (char *line = story, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl) nl = line + strlen(line) - 1;
+        *nl = '\0';
+        fputs("<p>", f);
+        esc(f, line);
+        fputs("</p>\n", f);
+    }
+    fputs("<p>GPU idle: ", f);
+    esc(f, note);
+    fputs(".</p>\n</div>\n", f);
+    free(story);
+    fputs("<table class=\"data\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th><th>wait_input</th>"
+          "<th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th><th>busy ms/step</th>"
+          "<th>largest work stage</th></tr>\n",
+          f);
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_role_load *l = &rp->loads[r];
+        fprintf(f, "<tr%s><td>", (int32_t)r == rp->v.role ? " class=\"hot\"" : "");
+        esc(f, p->role_names[r]);
+        fprintf(f, "</td><td class=\"n\">%u</td>", p->role_threads[r]);
+        put_pct_cell(f, l->busy_pct);
+        put_pct_cell(f, l->work_pct);
+        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
+        for (int k = 0; k < 5; k++) put_pct_cell(f, l->kind_pct[kinds[k]]);
+        put_pct_cell(f, l->idle_pct);
+        if (isfinite(l->busy_per_step_ns)) fprintf(f, "<td class=\"n\">%.3f</td><td>", l->busy_per_step_ns / 1e6);
+        else fputs("<td class=\"n\">-</td><td>", f);
+        esc(f, l->top_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_stage)->name : "-");
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+    if (p->n_queues) {
+        fputs("<table class=\"data\"><tr><th>queue counter</th><th>mean</th><th>min</th><th>max</th>"
+              "<th>time at max</th><th>time at zero</th></tr>\n",
+              f);
+        for (uint32_t i = 0; i < p->n_queues; i++) {
+            const an_pipe_queue *q = &p->queues[i];
+            fputs("<tr><td>", f);
+            esc(f, q->name);
+            if (q->covered_ns) {
+                fprintf(f, "</td><td class=\"n\">%.2f</td><td class=\"n\">%g</td><td class=\"n\">%g</td>", q->mean, q->min,
+                        q->max);
+                put_pct_cell(f, 100.0 * (double)q->at_max_ns / (double)q->covered_ns);
+                put_pct_cell(f, 100.0 * (double)q->at_zero_ns / (double)q->covered_ns);
+            } else {
+                fputs("</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>", f);
+            }
+            fputs("</tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    fputs("</section>\n", f);
+    return AN_EXIT_OK;
+}
+
+static void legend(FILE *f, const report *rp, const uint8_t *shown)
+{
+    fputs("<div class=\"legend\">", f);
+    for (uint32_t c = 0; c < rp->p->n_cols; c++) {
+        if (!shown[c]) continue;
+        fprintf(f, "<span><i style=\"background:%s\"></i>", rp->pal.stage[c]);
+        esc(f, col_name(rp->p, c));
+        fputs(" <small>", f);
+        esc(f, col_kind(rp->p, c));
+        fputs("</small></span>", f);
+    }
+    fputs("</div>\n", f);
+}
+
+static void x_window_labels(FILE *f, const report *rp, int y, double bar_w)
+{
+    const an_pipe *p = rp->p;
+    uint32_t every_label = (uint32_t)ceil(70.0 / bar_w);
+    if (every_label < 1) every_label = 1;
+    for (uint32_t i = 0; i < rp->n_windows; i += every_label) {
+        char label[64];
+        if (p->has_steps)
+            snprintf(label, sizeof label, "%llu-%llu", (unsigned long long)p->bin_step_first[rp->first[i]],
+                     (unsigned long long)p->bin_step_last[rp->first[i + 1] - 1]);
+        else
+            snprintf(label, sizeof label, "all");
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
+                PLOT_X + (i + 0.5) * bar_w, y, label);
+    }
+}
+
+static int section_breakdown(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    int64_t *ns = calloc(p->n_cols, sizeof *ns);
+    uint8_t *shown = calloc(p->n_cols, 1);
+    if (!ns || !shown) {
+        free(ns);
+        free(shown);
+        return oom();
+    }
+    fprintf(f, "<section id=\"breakdown\"><h2>Where each role&#39;s time went, per window of %llu steps</h2>\n"
+               "<p class=\"note\">Share of the role&#39;s wall time (all its threads) per stage (self time), and idle "
+               "(in no range). The same stage has the same colour in every chart.</p>\n",
+            (unsigned long long)rp->every);
+    const int h = 180, top = 28, height = top + h + 36;
+    double bar_w = (double)PLOT_W / (rp->n_windows ? rp->n_windows : 1);
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        memset(shown, 0, p->n_cols);
+        an_pipe_stage_ns(p, 0, p->n_bins, r, ns);
+        for (uint32_t c = 0; c < p->n_cols; c++) shown[c] = ns[c] > 0;
+        char title[300], name[128];
+        snprintf(title, sizeof title, "%s (%u thread%s): share of time per stage, per window",
+                 an_clean(p->role_names[r], name, sizeof name), p->role_threads[r], p->role_threads[r] == 1 ? "" : "s");
+        fputs("<div class=\"chart\"><h3>", f);
+        esc(f, title);
+        fputs("</h3>\n", f);
+        svg_open(f, CHART_W, height, title);
+        y_axis(f, PLOT_X, top, PLOT_W, h, 100, "%");
+        for (uint32_t i = 0; i < rp->n_windows; i++) {
+            an_pipe_stage_ns(p, rp->first[i], rp->first[i + 1], r, ns);
+            int64_t wall = 0;
+            for (uint32_t c = 0; c < p->n_cols; c++) wall += ns[c];
+            if (wall <= 0) continue;
+            double x = PLOT_X + i * bar_w, w = bar_w > 3 ? bar_w - 1 : bar_w, y = top + h;
+            for (uint32_t c = 0; c < p->n_cols; c++) {
+                if (ns[c] <= 0) continue;
+                double share = (double)ns[c] / (double)wall, hh = share * h;
+                y -= hh;
+                fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>", x, y, w, hh,
+                        rp->pal.stage[c]);
+                esc(f, col_name(p, c));
+                if (p->has_steps)
+                    fprintf(f, ", steps %llu-%llu", (unsigned long long)p->bin_step_first[rp->first[i]],
+                            (unsigned long long)p->bin_step_last[rp->first[i + 1] - 1]);
+                fprintf(f, ": %.1f%%</title></rect>\n", 100.0 * share);
+            }
+        }
+        x_window_labels(f, rp, top + h + 16, bar_w);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">steps</text>\n", PLOT_X + PLOT_W / 2,
+                top + h + 32);
+        fputs("</svg>\n", f);
+        legend(f, rp, shown);
+        fputs("</div>\n", f);
+    }
+    fputs("</section>\n", f);
+    free(ns);
+    free(shown);
+    return AN_EXIT_OK;
+}
+
+/* ---- timeline ------------------------------------------------------------------------------------------- */
+
+/* One row (thread, depth): ranges of at least a pixel are drawn as they are;
+ * narrower ones are gathered per pixel column and drawn as one rectangle
+ * (the colour of the stage whose ranges cover most of it, opacity the share
+ * of the column they all cover). */
+typedef struct tl_row {
+    FILE *f;
+    double y, h;
+    const palette *pal;
+    const an_pipe *p;
+    int64_t col;          /* pixel column gathered, -1 none */
+    double cover;         /* fraction of the column covered */
+    double *stage_cover;  /* [n_stages] per stage, in the column */
+    uint64_t merged;      /* ranges in the column */
+    uint64_t rects;
+} tl_row;
+
+static void tl_flush(tl_row *row)
+{
+    if (row->col < 0) return;
+    uint32_t best = 0;
+    for (uint32_t s = 1; s < row->p->n_stages; s++)
+        if (row->stage_cover[s] > row->stage_cover[best]) best = s;
+    double op = row->cover > 1 ? 1 : row->cover < 0.25 ? 0.25 : row->cover;
+    fprintf(row->f, "<rect x=\"%lld\" y=\"%.1f\" width=\"1\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"%.2f\"><title>%llu ranges, mostly ",
+            (long long)row->col + LABEL_W, row->y, row->h, row->pal->stage[best], op, (unsigned long long)row->merged);
+    esc(row->f, col_name(row->p, best));
+    fputs("</title></rect>\n", row->f);
+    row->rects++;
+    row->col = -1;
+}
+
+static void tl_range(tl_row *row, uint32_t stage, double x0, double x1, int64_t dur_ns)
+{
+    if (x1 - x0 >= 1.0) {
+        tl_flush(row);
+        fprintf(row->f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>", x0 + LABEL_W,
+                row->y, x1 - x0, row->h, row->pal->stage[stage]);
+        esc(row->f, col_name(row->p, stage));
+        fprintf(row->f, " %.3f ms</title></rect>\n", (double)dur_ns / 1e6);
+        row->rects++;
+        return;
+    }
+    int64_t col = (int64_t)floor(x0);
+    if (col != row->col) {
+        tl_flush(row);
+        row->col = col;
+        row->cover = 0;
+        row->merged = 0;
+        memset(row->stage_cover, 0, row->p->n_stages * sizeof *row->stage_cover);
+    }
+    row->cover += x1 - x0;
+    row->stage_cover[stage] += x1 - x0;
+    row->merged++;
+}
+
+typedef struct lane {
+    uint32_t thread;
+    uint32_t role;
+} lane;
+
+static const an_pipe *g_lane_pipe; /* qsort has no context argument */
+
+static int cmp_lane(const void *a, const void *b)
+{
+    const lane *x = a, *y = b;
+    if (x->role != y->role) return x->role < y->role ? -1 : 1;
+    int c = strcmp(st_reader_thread(g_lane_pipe->trace->r, x->thread)->name,
+                   st_reader_thread(g_lane_pipe->trace->r, y->thread)->name);
+    return c ? c : (x->thread < y->thread ? -1 : x->thread > y->thread);
+}
+
+static int section_timeline(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    an_trace *t = rp->t;
+    int64_t t0, t1;
+    if (rp->steps.kind == AN_WIN_ALL) {
+        uint32_t n = st_reader_n_steps(t->r);
+        if (n >= 2) {
+            uint32_t a = n / 2 >= 2 ? n / 2 - 2 : 0, b = a + 3 < n ? a + 3 : n - 1;
+            t0 = st_reader_step(t->r, a)->ts_ns;
+            t1 = st_reader_step(t->r, b)->ts_ns;
+        } else {
+            int64_t span = t->span_t1_ns - t->span_t0_ns;
+            t0 = t->span_t0_ns + span / 2 - span / 20;
+            t1 = t->span_t0_ns + span / 2 + span / 20 + 1;
+        }
+    } else {
+        int rc = an_window_resolve(&rp->steps, t, &t0, &t1);
+        if (rc) return rc;
+    }
+    if (t1 <= t0) t1 = t0 + 1;
+    uint32_t nt = p->n_threads;
+    lane *lanes = calloc(nt ? nt : 1, sizeof *lanes);
+    if (!lanes) return oom();
+    for (uint32_t i = 0; i < nt; i++) lanes[i] = (lane){i, p->thread_role[i]};
+    g_lane_pipe = p;
+    qsort(lanes, nt, sizeof *lanes, cmp_lane);
+    const int plot_w = CHART_W - LABEL_W - 30, top = 24;
+    const int height = top + (int)nt * (LANE_H + 4) + 30;
+    const double scale = (double)plot_w / (double)(t1 - t0);
+    char a[40], b[40];
+    an_fmt_fixed(a, t0 - t->origin_ns, 9, 3);
+    an_fmt_fixed(b, t1 - t->origin_ns, 9, 3);
+    fputs("<section id=\"timeline\"><h2>Timeline", f);
+    uint64_t step_a = 0, step_b = 0;
+    int has_a = 0, has_b = 0;
+    for (uint32_t i = 0; i < st_reader_n_steps(t->r); i++) {
+        const st_step_info *s = st_reader_step(t->r, i);
+        if (s->ts_ns == t0) { step_a = s->step; has_a = 1; }
+        if (s->ts_ns == t1) { step_b = s->step; has_b = 1; }
+    }
+    if (has_a && has_b) fprintf(f, " of steps %llu-%llu", (unsigned long long)step_a + 1, (unsigned long long)step_b);
+    fprintf(f, " (%s-%s s from the trace start)</h2>\n<p class=\"note\">One lane per thread; ranges coloured by stage, "
+               "nested ranges thinner inside their parents; dashed lines are step marks. Ranges narrower than a pixel "
+               "are merged per pixel column (opacity: how much of it they cover).</p>\n",
+            a, b);
+    svg_open(f, CHART_W, height, "timeline");
+    /* time axis */
+    double step = nice_step((double)(t1 - t0) / 1e6, 8);
+    for (double ms = 0; ms <= (double)(t1 - t0) / 1e6 + 1e-9; ms += step) {
+        double x = LABEL_W + ms * 1e6 * scale;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", x, top - 4, x, height - 26);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g ms</text>\n", x, height - 12, ms);
+    }
+    int rc = AN_EXIT_OK;
+    uint64_t rects = 0;
+    uint8_t *shown = calloc(p->n_cols, 1);
+    double *covers = calloc((size_t)MAX_DEPTH * p->n_cols, sizeof *covers);
+    if (!shown || !covers) rc = oom();
+    for (uint32_t li = 0; li < nt && !rc; li++) {
+        uint32_t ti = lanes[li].thread;
+        const st_thread_info *th = st_reader_thread(t->r, ti);
+        double y = top + li * (LANE_H + 4);
+        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\"/>", LABEL_W, y, plot_w, LANE_H);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">", LABEL_W - 6, y + LANE_H / 2 + 4);
+        esc(f, th->name);
+        fputs(" <tspan fill=\"#888\">(", f);
+        esc(f, th->role);
+        fputs(")</tspan></text>\n", f);
+        tl_row rows[MAX_DEPTH];
+        for (int d = 0; d < MAX_DEPTH; d++) {
+            double inset = d * 2.5;
+            rows[d] = (tl_row){f, y + inset, LANE_H - 2 * inset < 3 ? 3 : LANE_H - 2 * inset, &rp->pal, p, -1, 0,
+                               covers + (size_t)d * p->n_cols, 0, 0};
+        }
+        /* The iterator gives a thread's ranges in end order: children before
+         * their parent. Ranges of one depth never overlap, so per depth they
+         * come in time order; one pass per depth draws parents first and
+         * their (thinner) children on top. The window is a few steps, so the
+         * passes are cheap. */
+        uint32_t max_depth = 0;
+        for (uint32_t pass = 0; pass <= max_depth && !rc; pass++) {
+            st_range_iter *it = NULL;
+            if (st_range_iter_open(&it, t->r, th->id, t0, t1)) {
+                rc = an_trace_fail(t);
+                break;
+            }
+            st_range r;
+            int n;
+            while ((n = st_range_iter_next(it, &r)) == 1) {
+                uint32_t d = r.depth < MAX_DEPTH ? r.depth : MAX_DEPTH - 1;
+                if (d > max_depth) max_depth = d;
+                if (d != pass) continue;
+                int64_t s0 = r.start_ns < t0 ? t0 : r.start_ns, s1 = r.start_ns + r.dur_ns > t1 ? t1 : r.start_ns + r.dur_ns;
+                if (s1 < s0 || r.stage >= p->n_stages) continue;
+                shown[r.stage] = 1;
+                tl_range(&rows[d], r.stage, (double)(s0 - t0) * scale, (double)(s1 - t0) * scale, r.dur_ns);
+            }
+            st_range_iter_close(it);
+            if (n < 0) rc = an_trace_fail(t);
+            tl_flush(&rows[pass]);
+        }
+        for (int d = 0; d < MAX_DEPTH; d++) rects += rows[d].rects;
+    }
+    /* step marks */
+    for (uint32_t i = 0; i < st_reader_n_steps(t->r) && !rc; i++) {
+        const st_step_info *s = st_reader_step(t->r, i);
+        if (s->ts_ns < t0 || s->ts_ns > t1) continue;
+        double x = LABEL_W + (double)(s->ts_ns - t0) * scale;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\" stroke-dasharray=\"4 3\"/>", x, top - 8,
+                x, height - 26);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">step %llu</text>\n", x, top - 10,
+                (unsigned long long)s->step);
+    }
+    fputs("</svg>\n", f);
+    if (!rc) {
+        legend(f, rp, shown);
+        fprintf(f, "<p class=\"note\">%llu rectangles.</p>\n", (unsigned long long)rects);
+    }
+    fputs("</section>\n", f);
+    free(shown);
+    free(covers);
+    free(lanes);
+    return rc;
+}
+
+/* ---- queue depth ------------------------------------------------------------------------------------------ */
+
+static int section_queues(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    fputs("<section id=\"queues\"><h2>Queue depth over time</h2>\n", f);
+    if (!p->n_queues) {
+        fputs("<p class=\"note\">No counter named like *queue_depth* in this trace.</p></section>\n", f);
+        return AN_EXIT_OK;
+    }
+    const int cols = PLOT_W, h = 160, top = 14, height = top + h + 36;
+    double *sum = malloc(cols * sizeof *sum), *cov = malloc(cols * sizeof *cov), *lo = malloc(cols * sizeof *lo),
+           *hi = malloc(cols * sizeof *hi);
+    if (!sum || !cov || !lo || !hi) {
+        free(sum);
+        free(cov);
+        free(lo);
+        free(hi);
+        return oom();
+    }
+    int64_t t0 = p->bin_t[0], t1 = p->bin_t[p->n_bins];
+    if (t1 <= t0) t1 = t0 + 1;
+    double per_col = (double)(t1 - t0) / cols;
+    int rc = AN_EXIT_OK;
+    for (uint32_t qi = 0; qi < p->n_queues && !rc; qi++) {
+        const an_pipe_queue *q = &p->queues[qi];
+        for (int c = 0; c < cols; c++) {
+            sum[c] = cov[c] = 0;
+            lo[c] = INFINITY;
+            hi[c] = -INFINITY;
+        }
+        an_counter_merge *m;
+        if (an_counter_merge_open(&m, rp->t, q->counter)) {
+            rc = an_trace_fail(rp->t);
+            break;
+        }
+        int64_t cur_t = 0, ts;
+        double cur_v = 0, v;
+        int have = 0, n;
+        for (;;) {
+            n = an_counter_merge_next(m, &ts, &v);
+            if (n < 0) break;
+            int64_t end = n == 1 ? ts : t1;
+            if (have) {
+                int64_t a = cur_t < t0 ? t0 : cur_t, b = end > t1 ? t1 : end;
+                while (a < b) {
+                    int c = (int)((double)(a - t0) / per_col);
+                    if (c >= cols) c = cols - 1;
+                    int64_t col_end = t0 + (int64_t)ceil((c + 1) * per_col);
+                    if (col_end <= a) col_end = a + 1;
+                    int64_t e = b < col_end ? b : col_end;
+                    sum[c] += cur_v * (double)(e - a);
+                    cov[c] += (double)(e - a);
+                    if (cur_v < lo[c]) lo[c] = cur_v;
+                    if (cur_v > hi[c]) hi[c] = cur_v;
+                    a = e;
+                }
+            }
+            if (n == 0) break;
+            have = isfinite(v);
+            cur_t = ts;
+            cur_v = v;
+        }
+        an_counter_merge_close(m);
+        if (n < 0) {
+            rc = an_trace_fail(rp->t);
+            break;
+        }
+        double y_max = isfinite(q->max) && q->max > 0 ? q->max : 1;
+        char title[300], name[128];
+        snprintf(title, sizeof title, "queue depth: %s (%s)", an_clean(q->name, name, sizeof name),
+                 q->unit && *q->unit ? q->unit : "value");
+        fputs("<div class=\"chart\"><h3>", f);
+        esc(f, title);
+        fputs("</h3>\n", f);
+        svg_open(f, CHART_W, height, title);
+        y_axis(f, PLOT_X, top, PLOT_W, h, y_max * 1.05, "");
+        /* min-max band, then the mean line */
+        fputs("<path fill=\"#9ecae1\" fill-opacity=\"0.5\" stroke=\"none\" d=\"", f);
+        int started = 0;
+        for (int c = 0; c < cols; c++) {
+            if (!cov[c]) continue;
+            fprintf(f, "%s%d %.1f", started ? " L" : "M", PLOT_X + c, top + h - hi[c] / (y_max * 1.05) * h);
+            started = 1;
+        }
+        for (int c = cols; c-- > 0;) {
+            if (!cov[c]) continue;
+            fprintf(f, " L%d %.1f", PLOT_X + c + 1, top + h - lo[c] / (y_max * 1.05) * h);
+        }
+        fputs(started ? " Z\"/>\n" : "\"/>\n", f);
+        fputs("<polyline fill=\"none\" stroke=\"#08519c\" stroke-width=\"1.5\" points=\"", f);
+        for (int c = 0; c < cols; c++)
+            if (cov[c]) fprintf(f, "%d,%.1f ", PLOT_X + c, top + h - sum[c] / cov[c] / (y_max * 1.05) * h);
+        fputs("\"/>\n", f);
+        /* ticks at round seconds from the trace start */
+        double from_s = (double)(t0 - rp->t->origin_ns) / 1e9, span_s = (double)(t1 - t0) / 1e9;
+        double st = nice_step(span_s, 8);
+        for (double s = ceil(from_s / st) * st; s <= from_s + span_s + 1e-12; s += st)
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%g s</text>\n",
+                    PLOT_X + (s - from_s) / span_s * PLOT_W, top + h + 16, s);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">seconds from the trace start</text>\n",
+                PLOT_X + PLOT_W / 2, top + h + 32);
+        fputs("</svg>\n", f);
+        if (q->covered_ns)
+            fprintf(f, "<p class=\"note\">mean %.2f, max %g; at max %.1f%% of the time, at zero %.1f%%.</p>\n", q->mean,
+                    q->max, 100.0 * (double)q->at_max_ns / (double)q->covered_ns,
+                    100.0 * (double)q->at_zero_ns / (double)q->covered_ns);
+        fputs("</div>\n", f);
+    }
+    fputs("</section>\n", f);
+    free(sum);
+    free(cov);
+    free(lo);
+    free(hi);
+    return rc;
+}
+
+/* ---- tokens/s --------------------------------------------------------------------------------------------- */
+
+static void section_tokens(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    fprintf(f, "<section id=\"tokens\"><h2>Tokens/s per window of %llu steps</h2>\n", (unsigned long long)rp->every);
+    double y_max = 0;
+    for (uint32_t i = 0; i < rp->n_windows; i++) {
+        uint64_t tok = 0;
+        for (uint32_t b = rp->first[i]; b < rp->first[i + 1]; b++) tok += p->bin_tokens[b];
+        int64_t len = p->bin_t[rp->first[i + 1]] - p->bin_t[rp->first[i]];
+        double v = len > 0 ? (double)tok * 1e9 / (double)len : 0;
+        if (v > y_max) y_max = v;
+    }
+    if (!p->has_steps || y_max <= 0) {
+        fputs("<p class=\"note\">No tokens in the step marks of this trace.</p></section>\n", f);
+        return;
+    }
+    const int h = 160, top = 14, height = top + h + 36;
+    svg_open(f, CHART_W, height, "tokens per second per window");
+    y_axis(f, PLOT_X, top, PLOT_W, h, y_max * 1.1, "");
+    double bar_w = (double)PLOT_W / rp->n_windows;
+    for (uint32_t i = 0; i < rp->n_windows; i++) {
+        uint64_t tok = 0;
+        for (uint32_t b = rp->first[i]; b < rp->first[i + 1]; b++) tok += p->bin_tokens[b];
+        int64_t len = p->bin_t[rp->first[i + 1]] - p->bin_t[rp->first[i]];
+        double v = len > 0 ? (double)tok * 1e9 / (double)len : 0, hh = v / (y_max * 1.1) * h;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#4e79a7\"><title>steps %llu-%llu: %.1f tokens/s</title></rect>\n",
+                PLOT_X + i * bar_w, top + h - hh, bar_w > 3 ? bar_w - 1 : bar_w, hh,
+                (unsigned long long)p->bin_step_first[rp->first[i]],
+                (unsigned long long)p->bin_step_last[rp->first[i + 1] - 1], v);
+    }
+    x_window_labels(f, rp, top + h + 16, bar_w);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">steps</text>\n", PLOT_X + PLOT_W / 2,
+            top + h + 32);
+    fputs("</svg>\n</section>\n", f);
+}
+
+/* ---- summary table ----------------------------------------------------------------------------------------- */
+
+static void ms_cell(FILE *f, int64_t ns) { fprintf(f, "<td class=\"n\">%.3f</td>", (double)ns / 1e6); }
+
+static int section_summary(report *rp)
+{
+    FILE *f = rp->f;
+    an_select sel;
+    memset(&sel, 0, sizeof sel);
+    an_stats s;
+    int rc = an_stats_compute(&s, rp->t, 1, &sel, 0);
+    if (rc) {
+        an_stats_free(&s);
+        return rc;
+    }
+    const an_file_stats *fs = &s.files[0];
+    fprintf(f, "<section id=\"summary\"><h2>Summary</h2>\n<p class=\"note\">Per thread and stage over the whole trace "
+               "(%.3f ms of wall time per thread): inclusive and self time, share of the wall time, count, mean and "
+               "exact percentiles of the ranges&#39; durations.</p>\n",
+            (double)fs->wall_ns / 1e6);
+    fputs("<table class=\"data\"><tr><th>thread</th><th>role</th><th>stage</th><th>kind</th><th>total ms</th>"
+          "<th>self ms</th><th>self</th><th>count</th><th>mean ms</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th>"
+          "<th>max ms</th></tr>\n",
+          f);
+    uint32_t ns = fs->n_stages;
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        const st_thread_info *th = st_reader_thread(rp->t->r, ti);
+        for (;;) {
+            /* stages of the thread by total, largest first */
+            int32_t best = -1;
+            for (uint32_t st = 0; st < ns; st++) {
+                const an_stage_stats *x = &fs->thread_stage[(size_t)ti * ns + st];
+                if (x->count && x->count != UINT64_MAX && (best < 0 || x->total_ns > fs->thread_stage[(size_t)ti * ns + best].total_ns))
+                    best = (int32_t)st;
+            }
+            if (best < 0) break;
+            an_stage_stats *x = &fs->thread_stage[(size_t)ti * ns + (uint32_t)best];
+            fputs("<tr><td>", f);
+            esc(f, th->name);
+            fputs("</td><td>", f);
+            esc(f, th->role);
+            fputs("</td><td>", f);
+            esc(f, st_reader_stage(rp->t->r, (uint32_t)best)->name);
+            fputs("</td><td>", f);
+            esc(f, st_kind_name(st_reader_stage(rp->t->r, (uint32_t)best)->kind));
+            fputs("</td>", f);
+            ms_cell(f, x->total_ns);
+            ms_cell(f, x->self_ns);
+            put_pct_cell(f, fs->wall_ns > 0 ? 100.0 * (double)x->self_ns / (double)fs->wall_ns : 0);
+            fprintf(f, "<td class=\"n\">%llu</td>", (unsigned long long)x->count);
+            ms_cell(f, (int64_t)(((uint64_t)x->total_ns + x->count / 2) / x->count));
+            for (int pi = 0; pi < AN_NPCT; pi++) ms_cell(f, x->pct_ns[pi]);
+            ms_cell(f, x->max_ns);
+            fputs("</tr>\n", f);
+            x->count = UINT64_MAX; /* printed */
+        }
+        int64_t idle = fs->wall_ns > fs->thread_busy_ns[ti] ? fs->wall_ns - fs->thread_busy_ns[ti] : 0;
+        fputs("<tr class=\"idle\"><td>", f);
+        esc(f, th->name);
+        fputs("</td><td>", f);
+        esc(f, th->role);
+        fputs("</td><td>idle</td><td>-</td>", f);
+        ms_cell(f, idle);
+        ms_cell(f, idle);
+        put_pct_cell(f, fs->wall_ns > 0 ? 100.0 * (double)idle / (double)fs->wall_ns : 0);
+        fputs("<td></td><td></td><td></td><td></td><td></td><td></td></tr>\n", f);
+    }
+    fputs("</table></section>\n", f);
+    an_stats_free(&s);
+    return AN_EXIT_OK;
+}
+
+/* ---- the document ----------------------------------------------------------------------------------------- */
+
+static const char css[] =
+    "body{font-family:Helvetica,Arial,sans-serif;color:#222;margin:24px auto;max-width:1160px;padding:0 16px;"
+    "font-size:14px;line-height:1.4}\n"
+    "h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;"
+    "padding-bottom:4px}h3{font-size:14px;margin:14px 0 4px}\n"
+    "table{border-collapse:collapse;margin:8px 0}td,th{padding:2px 8px;text-align:left;vertical-align:top}\n"
+    "table.meta th{color:#555;font-weight:normal}table.data th{border-bottom:1px solid #999;background:#f4f4f4}\n"
+    "table.data td{border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-nums}\n"
+    "tr.hot td{background:#fff3cd;font-weight:bold}tr.idle td{color:#777}\n"
+    ".verdict{background:#f7f9fc;border-left:4px solid #4e79a7;padding:6px 12px}.verdict p{margin:4px 0}\n"
+    ".note{color:#555;font-size:12px;margin:4px 0}\n"
+    ".legend{font-size:12px;margin:2px 0 10px}.legend span{display:inline-block;margin-right:14px}\n"
+    ".legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;"
+    "border:1px solid #999}\n"
+    "svg{display:block}\n";
+
+static int write_report(report *rp)
+{
+    FILE *f = rp->f;
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>stagetrace report: ", f);
+    esc(f, rp->t->path);
+    fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>stagetrace report: ", css);
+    esc(f, rp->t->path);
+    fputs("</h1>\n", f);
+    section_meta(rp);
+    int rc = section_verdict(rp);
+    if (!rc) rc = section_breakdown(rp);
+    if (!rc) rc = section_timeline(rp);
+    if (!rc) rc = section_queues(rp);
+    if (!rc) section_tokens(rp);
+    if (!rc) rc = section_summary(rp);
+    fprintf(f, "<p class=\"note\">Written by analyze (stagetrace) %s from trace schema version %d.</p>\n</body>\n</html>\n",
+            ST_VERSION_STRING, ST_SCHEMA_VERSION);
+    return rc;
+}
+
+int cmd_report(int argc, char **argv)
+{
+    an_args a;
+    const char *html = NULL;
+    int overwrite = 0, have_every = 0, id, rc = AN_EXIT_OK;
+    report rp;
+    memset(&rp, 0, sizeof rp);
+    rp.speedup = 2.0;
+    if (an_args_init(&a, "report", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case OPT_HTML: html = a.value; break;
+        case OPT_OVERWRITE: overwrite = 1; break;
+        case OPT_STEPS:
+            if (an_window_parse_steps(&rp.steps, a.value)) rc = AN_EXIT_USAGE;
+            break;
+        case OPT_EVERY:
+            if (an_parse_u64(a.value, &rp.every) || rp.every < 1 || rp.every > UINT32_MAX)
+                rc = an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", a.value);
+            have_every = 1;
+            break;
+        case OPT_SPEEDUP: {
+            char *end;
+            rp.speedup = strtod(a.value, &end);
+            if (end == a.value || *end || !isfinite(rp.speedup) || rp.speedup < 1.0 || rp.speedup > 1e6)
+                rc = an_usage_error("report", "--speedup needs a factor >= 1, not '%s'", a.value);
+            break;
+        }
+        }
+    }
+    if (!rc && a.n_pos != 1) rc = an_usage_error("report", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && !html) rc = an_usage_error("report", "--html OUT.html is needed");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open(&t, a.pos[0]);
+        opened = rc == AN_EXIT_OK;
+    }
+    an_pipe p;
+    memset(&p, 0, sizeof p);
+    if (!rc) {
+        rp.t = &t;
+        rp.p = &p;
+        if (!have_every) {
+            int64_t pi;
+            rp.every = an_trace_meta_i64(&t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
+        }
+        if (rp.steps.kind != AN_WIN_ALL) {
+            int64_t t0, t1;
+            rc = an_window_resolve(&rp.steps, &t, &t0, &t1); /* a bad --steps fails before anything is written */
+        }
+    }
+    if (!rc) rc = an_pipe_compute(&p, &t, NULL);
+    if (!rc) {
+        rp.loads = calloc(p.n_roles ? p.n_roles : 1, sizeof *rp.loads);
+        rp.first = malloc(((size_t)p.n_bins + 1) * sizeof *rp.first);
+        if (!rp.loads || !rp.first || palette_init(&rp.pal, &p)) rc = oom();
+    }
+    if (!rc) {
+        an_pipe_loads(&p, 0, p.n_bins, rp.loads);
+        an_pipe_verdict(&p, 0, p.n_bins, rp.loads, rp.speedup, &rp.v);
+        rp.n_windows = an_pipe_windows(&p, rp.every, rp.first);
+        if (rp.n_windows > MAX_WINDOWS) {
+            rp.every *= (rp.n_windows + MAX_WINDOWS - 1) / MAX_WINDOWS;
+            rp.n_windows = an_pipe_windows(&p, rp.every, rp.first);
+        }
+    }
+    out_file o;
+    memset(&o, 0, sizeof o);
+    if (!rc) rc = out_open(&o, html, overwrite);
+    if (!rc) {
+        static char buf[1 << 16];
+        if (o.f != stdout) setvbuf(o.f, buf, _IOFBF, sizeof buf);
+        rp.f = o.f;
+        rc = write_report(&rp);
+        int crc = out_close(&o, rc == AN_EXIT_OK);
+        if (!rc) rc = crc;
+    }
+    if (!rc) an_trace_warn(&t);
+    free(rp.pal.stage);
+    free(rp.loads);
+    free(rp.first);
+    an_pipe_free(&p);
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,970 @@
+/* pipeline.c: the per-step model of a pipeline trace (see pipeline.h), the
+ * bottleneck verdict and its what-if bound, shared by `bottleneck`, `diff`
+ * and `report`.
+ *
+ * The scan reads each thread's begin/end events once, in recorded order,
+ * keeping its own stack of open stages: the time between two events belongs
+ * to the innermost open range (self time), split at step marks; a range is
+ * counted in the step window where it begins (as the profile lines do).
+ * Threads are independent, so there is no merge across threads; a thread's
+ * per-bin sums are folded into its role's, and its idle time per bin is the
+ * bin's length minus its self time.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "pipeline.h"
+
+static int pipe_oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+int an_pipe_known_role(const char *name)
+{
+    static const char *const order[] = {"loader", "target", "post", "drafter"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, order[i]) == 0) return i;
+    if (strcmp(name, "main") == 0) return 1000;
+    return -1;
+}
+
+int32_t an_pipe_role_index(const an_pipe *p, const char *name)
+{
+    for (uint32_t r = 0; r < p->n_roles; r++)
+        if (strcmp(p->role_names[r], name) == 0) return (int32_t)r;
+    return -1;
+}
+
+/* ---- bins from the step marks --------------------------------------------------------- */
+
+/* Every sum of the model is bounded by the analysed period times the number
+ * of threads; a period so long that those sums could overflow int64 comes
+ * only from corrupt timestamps, and is refused. */
+static int check_period(const an_pipe *p)
+{
+    int64_t period;
+    int64_t limit = INT64_MAX / 4 / ((int64_t)p->n_threads + 1);
+    if (__builtin_sub_overflow(p->bin_t[p->n_bins], p->bin_t[0], &period) || period > limit) {
+        an_error("%s: the trace spans more time than any run can (%s); its timestamps are corrupt", p->trace->path,
+                 p->has_steps ? "step marks" : "chunk headers and step marks");
+        return AN_EXIT_USAGE;
+    }
+    return AN_EXIT_OK;
+}
+
+static int setup_bins(an_pipe *p, const an_pipe_opts *o)
+{
+    st_reader *r = p->trace->r;
+    uint32_t n_marks = st_reader_n_steps(r), first = o->skip_steps;
+    uint64_t max_cells = o->max_cells ? o->max_cells : AN_PIPE_MAX_CELLS;
+    uint64_t cells_per_bin = (uint64_t)(p->n_roles ? p->n_roles : 1) * p->n_cols;
+    uint32_t n_windows = n_marks > first + 1 ? n_marks - first - 1 : 0;
+    p->has_steps = n_windows > 0;
+    if (!p->has_steps) {
+        p->n_bins = 1;
+        p->steps_per_bin = 0;
+    } else {
+        uint64_t max_bins = max_cells / cells_per_bin;
+        if (max_bins < 1) max_bins = 1;
+        p->steps_per_bin = (uint32_t)((n_windows + max_bins - 1) / max_bins);
+        p->n_bins = (n_windows + p->steps_per_bin - 1) / p->steps_per_bin;
+    }
+    size_t nb = p->n_bins;
+    p->bin_t = calloc(nb + 1, sizeof *p->bin_t);
+    p->bin_step_first = calloc(nb, sizeof *p->bin_step_first);
+    p->bin_step_last = calloc(nb, sizeof *p->bin_step_last);
+    p->bin_steps = calloc(nb, sizeof *p->bin_steps);
+    p->bin_tokens = calloc(nb, sizeof *p->bin_tokens);
+    p->self_ns = calloc(nb * cells_per_bin, sizeof *p->self_ns);
+    p->count = calloc(nb * (p->n_roles ? p->n_roles : 1) * (p->n_stages ? p->n_stages : 1), sizeof *p->count);
+    if (!p->bin_t || !p->bin_step_first || !p->bin_step_last || !p->bin_steps || !p->bin_tokens || !p->self_ns ||
+        !p->count)
+        return pipe_oom();
+    if (!p->has_steps) {
+        p->bin_t[0] = p->trace->span_t0_ns;
+        p->bin_t[1] = p->trace->span_t1_ns;
+        return check_period(p);
+    }
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        uint32_t m0 = first + b * p->steps_per_bin;               /* opening mark */
+        uint32_t m1 = m0 + p->steps_per_bin;                      /* closing mark */
+        if (m1 > n_marks - 1) m1 = n_marks - 1;
+        p->bin_t[b] = st_reader_step(r, m0)->ts_ns;
+        p->bin_t[b + 1] = st_reader_step(r, m1)->ts_ns;
+        p->bin_step_first[b] = st_reader_step(r, m0 + 1)->step;
+        p->bin_step_last[b] = st_reader_step(r, m1)->step;
+        p->bin_steps[b] = m1 - m0;
+        for (uint32_t m = m0 + 1; m <= m1; m++) p->bin_tokens[b] += st_reader_step(r, m)->tokens;
+    }
+    return check_period(p);
+}
+
+/* ---- the scan ---------------------------------------------------------------------------- */
+
+/* Bin of time ts: -1 before the first, n_bins at or after the end. */
+static int64_t bin_of(const an_pipe *p, int64_t ts)
+{
+    uint32_t lo = 0, hi = p->n_bins + 1; /* boundaries <= ts */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->bin_t[mid] <= ts) lo = mid + 1;
+        else hi = mid;
+    }
+    return (int64_t)lo - 1;
+}
+
+/* One thread: self time per (bin, stage) into ns[], begins into cnt[]. */
+static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_progress *prog)
+{
+    st_reader *r = p->trace->r;
+    st_event_iter *it = NULL;
+    int rc = st_event_iter_open(&it, r, st_reader_thread(r, ti)->id);
+    if (rc) return rc;
+    const uint32_t n_stages = p->n_stages, n_bins = p->n_bins;
+    const int64_t *bt = p->bin_t;
+    uint32_t stack[ST_STACK_MAX + 1];
+    uint32_t depth = 0;
+    int64_t last = 0, b = 0;
+    int started = 0;
+    uint64_t n = 0;
+    st_event ev;
+    while ((rc = st_event_iter_next(it, &ev)) == 1) {
+        int64_t ts = ev.ts_ns;
+        if (!started) {
+            started = 1;
+            b = bin_of(p, ts);
+        } else {
+            /* [last, ts) goes to the innermost open stage, split at the bins. */
+            int64_t a = last;
+            while (a < ts) {
+                if (b < 0) {
+                    if (ts < bt[0]) break;
+                    a = bt[0];
+                    b = 0;
+                    continue;
+                }
+                if (b >= n_bins) break;
+                int64_t end = ts < bt[b + 1] ? ts : bt[b + 1];
+                if (depth && stack[depth - 1] < n_stages) ns[(size_t)b * n_stages + stack[depth - 1]] += end - a;
+                a = end;
+                if (a == bt[b + 1]) b++;
+            }
+        }
+        last = ts;
+        if (ev.is_end) {
+            if (depth) depth--;
+        } else {
+            /* A stage id the stages table does not have can only come from a
+             * trace whose stages table is empty (the decoder checks ids
+             * against it otherwise): its time counts as no stage's. */
+            uint32_t stage = ev.stage < n_stages ? ev.stage : UINT32_MAX;
+            if (b >= 0 && b < n_bins && stage != UINT32_MAX) cnt[(size_t)b * n_stages + stage]++;
+            if (depth <= ST_STACK_MAX) stack[depth++] = stage;
+        }
+        if (++n == 65536) {
+            an_progress_add(prog, n);
+            n = 0;
+        }
+    }
+    an_progress_add(prog, n);
+    st_event_iter_close(it);
+    return rc;
+}
+
+/* Adds a thread's bins to its role, with the idle time of each bin. */
+static void fold_thread(an_pipe *p, uint32_t role, int64_t *ns, uint32_t *cnt)
+{
+    const uint32_t n_stages = p->n_stages, n_cols = p->n_cols;
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        int64_t *to = &p->self_ns[((size_t)b * p->n_roles + role) * n_cols];
+        uint32_t *cto = &p->count[((size_t)b * p->n_roles + role) * n_stages];
+        int64_t *from = &ns[(size_t)b * n_stages];
+        uint32_t *cfrom = &cnt[(size_t)b * n_stages];
+        int64_t busy = 0;
+        for (uint32_t s = 0; s < n_stages; s++) {
+            to[s] += from[s];
+            busy += from[s];
+            cto[s] += cfrom[s];
+        }
+        int64_t len = p->bin_t[b + 1] - p->bin_t[b];
+        to[n_stages] += len > busy ? len - busy : 0;
+    }
+    memset(ns, 0, (size_t)p->n_bins * n_stages * sizeof *ns);
+    memset(cnt, 0, (size_t)p->n_bins * n_stages * sizeof *cnt);
+}
+
+/* ---- role order ---------------------------------------------------------------------------- */
+
+typedef struct role_key {
+    uint32_t role;
+    int cls;
+    const char *name;
+} role_key;
+
+static int cmp_role_key(const void *a, const void *b)
+{
+    const role_key *x = a, *y = b;
+    if (x->cls != y->cls) return x->cls < y->cls ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_role_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Pipeline order: the trainer's when every role (but main) is one of its
+ * names; otherwise sources (roles that wait only for output) first, then
+ * roles that wait for both, then sinks (wait only for input), then roles
+ * that never wait, main last; ties by name. Reorders the role arrays. */
+static int order_roles(an_pipe *p)
+{
+    uint32_t nr = p->n_roles;
+    role_key *keys = calloc(nr ? nr : 1, sizeof *keys);
+    uint32_t *new_of_old = calloc(nr ? nr : 1, sizeof *new_of_old);
+    if (!keys || !new_of_old) {
+        free(keys);
+        free(new_of_old);
+        return pipe_oom();
+    }
+    int all_known = 1;
+    for (uint32_t r = 0; r < nr; r++)
+        if (an_pipe_known_role(p->role_names[r]) < 0) all_known = 0;
+    p->order_inferred = !all_known;
+    for (uint32_t r = 0; r < nr; r++) {
+        keys[r].role = r;
+        keys[r].name = p->role_names[r];
+        if (all_known) {
+            keys[r].cls = an_pipe_known_role(p->role_names[r]);
+            continue;
+        }
+        int64_t wi = 0, wo = 0;
+        for (uint32_t b = 0; b < p->n_bins; b++)
+            for (uint32_t s = 0; s < p->n_stages; s++) {
+                st_kind k = st_reader_stage(p->trace->r, s)->kind;
+                if (k == ST_WAIT_INPUT) wi += an_pipe_self(p, b, r, s);
+                if (k == ST_WAIT_OUTPUT) wo += an_pipe_self(p, b, r, s);
+            }
+        keys[r].cls = strcmp(p->role_names[r], "main") == 0 ? 4 : wo && !wi ? 0 : wo && wi ? 1 : wi ? 2 : 3;
+    }
+    qsort(keys, nr, sizeof *keys, cmp_role_key);
+    int identity = 1;
+    for (uint32_t i = 0; i < nr; i++) {
+        new_of_old[keys[i].role] = i;
+        if (keys[i].role != i) identity = 0;
+    }
+    int rc = AN_EXIT_OK;
+    if (!identity) {
+        size_t nb = p->n_bins;
+        const char **names = malloc(nr * sizeof *names);
+        uint32_t *threads = malloc(nr * sizeof *threads);
+        int64_t *self = malloc(nb * nr * p->n_cols * sizeof *self);
+        uint32_t *count = malloc(nb * nr * (p->n_stages ? p->n_stages : 1) * sizeof *count);
+        if (!names || !threads || !self || !count) {
+            free(names);
+            free(threads);
+            free(self);
+            free(count);
+            rc = pipe_oom();
+        } else {
+            for (uint32_t r = 0; r < nr; r++) {
+                uint32_t to = new_of_old[r];
+                names[to] = p->role_names[r];
+                threads[to] = p->role_threads[r];
+                for (size_t b = 0; b < nb; b++) {
+                    memcpy(&self[(b * nr + to) * p->n_cols], &p->self_ns[(b * nr + r) * p->n_cols],
+                           p->n_cols * sizeof *self);
+                    memcpy(&count[(b * nr + to) * p->n_stages], &p->count[(b * nr + r) * p->n_stages],
+                           p->n_stages * sizeof *count);
+                }
+            }
+            for (uint32_t i = 0; i < p->n_threads; i++) p->thread_role[i] = new_of_old[p->thread_role[i]];
+            free(p->role_names);
+            free(p->role_threads);
+            free(p->self_ns);
+            free(p->count);
+            p->role_names = names;
+            p->role_threads = threads;
+            p->self_ns = self;
+            p->count = count;
+        }
+    }
+    free(keys);
+    free(new_of_old);
+    return rc;
+}
+
+/* ---- counters -------------------------------------------------------------------------------- */
+
+typedef struct merge_head {
+    st_sample_iter *it;
+    st_sample_row row;
+    int has;
+} merge_head;
+
+struct an_counter_merge {
+    uint32_t counter, n;
+    merge_head *heads;
+};
+
+static int head_advance(an_counter_merge *m, merge_head *h)
+{
+    int rc;
+    while ((rc = st_sample_iter_next(h->it, &h->row)) == 1)
+        if (h->row.counter == m->counter) break;
+    h->has = rc == 1;
+    return rc < 0 ? rc : 0;
+}
+
+int an_counter_merge_open(an_counter_merge **out, an_trace *t, uint32_t counter)
+{
+    *out = NULL;
+    an_counter_merge *m = calloc(1, sizeof *m);
+    uint32_t n = st_reader_n_threads(t->r);
+    if (!m || !(m->heads = calloc(n ? n : 1, sizeof *m->heads))) {
+        free(m);
+        return ST_ENOMEM;
+    }
+    m->counter = counter;
+    m->n = n;
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        rc = st_sample_iter_open(&m->heads[i].it, t->r, st_reader_thread(t->r, i)->id, INT64_MIN, INT64_MAX);
+        if (!rc) rc = head_advance(m, &m->heads[i]);
+    }
+    if (rc) {
+        an_counter_merge_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int an_counter_merge_next(an_counter_merge *m, int64_t *ts, double *value)
+{
+    merge_head *best = NULL;
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->heads[i].has && (!best || m->heads[i].row.ts_ns < best->row.ts_ns)) best = &m->heads[i];
+    if (!best) return 0;
+    *ts = best->row.ts_ns;
+    *value = best->row.value;
+    int rc = head_advance(m, best);
+    return rc < 0 ? rc : 1;
+}
+
+void an_counter_merge_close(an_counter_merge *m)
+{
+    if (!m) return;
+    for (uint32_t i = 0; i < m->n; i++) st_sample_iter_close(m->heads[i].it);
+    free(m->heads);
+    free(m);
+}
+
+typedef struct qacc {
+    double *bin_sum;
+    int64_t *bin_cov;
+} qacc;
+
+/* Value v held over [a, b): into the statistics, split per bin. */
+static void queue_hold(an_pipe *p, an_pipe_queue *q, qacc *acc, int64_t a, int64_t b, double v)
+{
+    if (a < p->bin_t[0]) a = p->bin_t[0];
+    if (b > p->bin_t[p->n_bins]) b = p->bin_t[p->n_bins];
+    if (b <= a) return;
+    int64_t bin = bin_of(p, a);
+    while (a < b && bin >= 0 && bin < p->n_bins) {
+        int64_t end = b < p->bin_t[bin + 1] ? b : p->bin_t[bin + 1];
+        int64_t d = end - a;
+        if (d > 0) {
+            acc->bin_sum[bin] += v * (double)d;
+            acc->bin_cov[bin] += d;
+            if (isnan(q->bin_max[bin]) || v > q->bin_max[bin]) q->bin_max[bin] = v;
+            if (q->covered_ns == 0 || v > q->max) {
+                q->max = v;
+                q->at_max_ns = 0;
+            }
+            if (q->covered_ns == 0 || v < q->min) q->min = v;
+            if (v == q->max) q->at_max_ns += d;
+            if (v == 0) q->at_zero_ns += d;
+            q->covered_ns += d;
+        }
+        a = end;
+        bin++;
+    }
+}
+
+static int read_queue(an_pipe *p, an_pipe_queue *q)
+{
+    qacc acc;
+    acc.bin_sum = calloc(p->n_bins, sizeof *acc.bin_sum);
+    acc.bin_cov = calloc(p->n_bins, sizeof *acc.bin_cov);
+    q->bin_mean = malloc(p->n_bins * sizeof *q->bin_mean);
+    q->bin_max = malloc(p->n_bins * sizeof *q->bin_max);
+    if (!acc.bin_sum || !acc.bin_cov || !q->bin_mean || !q->bin_max) {
+        free(acc.bin_sum);
+        free(acc.bin_cov);
+        return pipe_oom();
+    }
+    for (uint32_t b = 0; b < p->n_bins; b++) q->bin_max[b] = q->bin_mean[b] = NAN;
+    q->mean = q->min = q->max = NAN;
+    an_counter_merge *m;
+    int rc = an_counter_merge_open(&m, p->trace, q->counter);
+    int64_t cur_t = 0, ts;
+    double cur_v = 0, v;
+    int have = 0;
+    while (!rc && (rc = an_counter_merge_next(m, &ts, &v)) == 1) {
+        rc = 0;
+        if (have) queue_hold(p, q, &acc, cur_t, ts, cur_v);
+        if (ts >= p->bin_t[0] && ts < p->bin_t[p->n_bins]) q->n_samples++;
+        have = isfinite(v);
+        cur_t = ts;
+        cur_v = v;
+    }
+    an_counter_merge_close(m);
+    if (rc < 0) {
+        free(acc.bin_sum);
+        free(acc.bin_cov);
+        return an_trace_fail(p->trace);
+    }
+    if (have) queue_hold(p, q, &acc, cur_t, p->bin_t[p->n_bins], cur_v);
+    double sum = 0;
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        if (acc.bin_cov[b]) q->bin_mean[b] = acc.bin_sum[b] / (double)acc.bin_cov[b];
+        sum += acc.bin_sum[b];
+    }
+    if (q->covered_ns) q->mean = sum / (double)q->covered_ns;
+    free(acc.bin_sum);
+    free(acc.bin_cov);
+    return AN_EXIT_OK;
+}
+
+static int read_queues(an_pipe *p)
+{
+    st_reader *r = p->trace->r;
+    uint32_t nc = st_reader_n_counters(r);
+    p->queues = calloc(nc ? nc : 1, sizeof *p->queues);
+    if (!p->queues) return pipe_oom();
+    for (uint32_t c = 0; c < nc; c++) {
+        const st_counter_info *ci = st_reader_counter(r, c);
+        if (!strstr(ci->name, "queue_depth")) continue;
+        an_pipe_queue *q = &p->queues[p->n_queues++];
+        q->counter = ci->id;
+        q->name = ci->name;
+        q->unit = ci->unit;
+        int rc = read_queue(p, q);
+        if (rc) return rc;
+    }
+    return AN_EXIT_OK;
+}
+
+/* ---- compute / free ---------------------------------------------------------------------------- */
+
+int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
+{
+    an_pipe_opts none;
+    memset(&none, 0, sizeof none);
+    if (!opts) opts = &none;
+    memset(p, 0, sizeof *p);
+    p->trace = t;
+    st_reader *r = t->r;
+    uint32_t nt = st_reader_n_threads(r);
+    p->n_threads = nt;
+    p->n_stages = st_reader_n_stages(r);
+    p->n_cols = p->n_stages + 1;
+    p->thread_role = calloc(nt ? nt : 1, sizeof *p->thread_role);
+    p->role_names = malloc((nt ? nt : 1) * sizeof *p->role_names);
+    if (!p->thread_role || !p->role_names) return pipe_oom();
+    for (uint32_t i = 0; i < nt; i++) p->role_names[i] = st_reader_thread(r, i)->role;
+    qsort(p->role_names, nt, sizeof *p->role_names, cmp_role_name);
+    for (uint32_t i = 0; i < nt; i++)
+        if (p->n_roles == 0 || strcmp(p->role_names[p->n_roles - 1], p->role_names[i]) != 0)
+            p->role_names[p->n_roles++] = p->role_names[i];
+    p->role_threads = calloc(p->n_roles ? p->n_roles : 1, sizeof *p->role_threads);
+    if (!p->role_threads) return pipe_oom();
+    for (uint32_t i = 0; i < nt; i++) {
+        p->thread_role[i] = (uint32_t)an_pipe_role_index(p, st_reader_thread(r, i)->role);
+        p->role_threads[p->thread_role[i]]++;
+    }
+    int rc = setup_bins(p, opts);
+    if (rc) return rc;
+    size_t scratch = (size_t)p->n_bins * (p->n_stages ? p->n_stages : 1);
+    int64_t *ns = calloc(scratch, sizeof *ns);
+    uint32_t *cnt = calloc(scratch, sizeof *cnt);
+    if (!ns || !cnt) {
+        free(ns);
+        free(cnt);
+        return pipe_oom();
+    }
+    an_progress prog;
+    an_progress_start(&prog, "reading events", t->n_ranges_hint * 2);
+    for (uint32_t i = 0; i < nt && !rc; i++) {
+        if (scan_thread(p, i, ns, cnt, &prog) < 0) rc = an_trace_fail(t);
+        else fold_thread(p, p->thread_role[i], ns, cnt);
+    }
+    an_progress_end(&prog);
+    free(ns);
+    free(cnt);
+    if (!rc) rc = order_roles(p);
+    if (!rc) rc = read_queues(p);
+    return rc;
+}
+
+void an_pipe_free(an_pipe *p)
+{
+    if (!p) return;
+    for (uint32_t q = 0; p->queues && q < p->n_queues; q++) {
+        free(p->queues[q].bin_mean);
+        free(p->queues[q].bin_max);
+    }
+    free(p->queues);
+    free(p->role_names);
+    free(p->role_threads);
+    free(p->thread_role);
+    free(p->bin_t);
+    free(p->bin_step_first);
+    free(p->bin_step_last);
+    free(p->bin_steps);
+    free(p->bin_tokens);
+    free(p->self_ns);
+    free(p->count);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- loads, verdict, windows ----------------------------------------------------------------- */
+
+void an_pipe_stage_ns(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t role, int64_t *stage_ns)
+{
+    memset(stage_ns, 0, p->n_cols * sizeof *stage_ns);
+    for (uint32_t b = bin0; b < bin1; b++)
+        for (uint32_t c = 0; c < p->n_cols; c++) stage_ns[c] += an_pipe_self(p, b, role, c);
+}
+
+static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
+
+void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads)
+{
+    uint64_t steps = 0;
+    int64_t len = 0;
+    for (uint32_t b = bin0; b < bin1; b++) {
+        steps += p->bin_steps[b];
+        len += p->bin_t[b + 1] - p->bin_t[b];
+    }
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        an_role_load *l = &loads[r];
+        memset(l, 0, sizeof *l);
+        l->top_stage = -1;
+        l->wall_ns = len * (int64_t)p->role_threads[r];
+        for (uint32_t s = 0; s < p->n_stages; s++) {
+            int64_t v = 0;
+            for (uint32_t b = bin0; b < bin1; b++) v += an_pipe_self(p, b, r, s);
+            st_kind k = st_reader_stage(p->trace->r, s)->kind;
+            if ((unsigned)k >= ST_KIND_COUNT) continue;
+            l->kind_ns[k] += v;
+            if (an_kind_is_busy(k)) l->busy_ns += v;
+            if (k == ST_WORK && v > 0 && (l->top_stage < 0 || v > l->top_stage_ns)) {
+                l->top_stage = (int32_t)s;
+                l->top_stage_ns = v;
+            }
+        }
+        for (uint32_t b = bin0; b < bin1; b++) l->idle_ns += an_pipe_self(p, b, r, p->n_stages);
+        l->busy_pct = pct(l->busy_ns, l->wall_ns);
+        l->work_pct = pct(l->kind_ns[ST_WORK], l->wall_ns);
+        l->idle_pct = pct(l->idle_ns, l->wall_ns);
+        for (int k = 0; k < ST_KIND_COUNT; k++) l->kind_pct[k] = pct(l->kind_ns[k], l->wall_ns);
+        l->busy_per_step_ns = steps && p->role_threads[r]
+                                  ? (double)l->busy_ns / p->role_threads[r] / (double)steps
+                                  : NAN;
+    }
+}
+
+/* Busy time per thread over the period: what a role needs for the work the
+ * whole pipeline did in it. */
+static double busy_per_thread(const an_pipe *p, const an_role_load *l, uint32_t r)
+{
+    return p->role_threads[r] ? (double)l->busy_ns / p->role_threads[r] : 0.0;
+}
+
+void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_role_load *loads, double speedup,
+                     an_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    v->bin0 = bin0;
+    v->bin1 = bin1;
+    v->t0_ns = p->bin_t[bin0];
+    v->t1_ns = p->bin_t[bin1];
+    for (uint32_t b = bin0; b < bin1; b++) {
+        v->steps += p->bin_steps[b];
+        v->tokens += p->bin_tokens[b];
+    }
+    int64_t period = v->t1_ns - v->t0_ns;
+    v->step_ns = v->steps ? (double)period / (double)v->steps : NAN;
+    v->tokens_per_s = v->steps && period > 0 && v->tokens ? (double)v->tokens * 1e9 / (double)period : NAN;
+    v->role = v->stage = v->down_role = v->up_role = v->whatif_limit_role = -1;
+    v->speedup = speedup;
+    v->busy_after_ns = v->whatif_step_ns = v->whatif_factor = v->whatif_tokens_per_s = NAN;
+    /* The bottleneck: the role with the most busy time per thread, i.e. the
+     * least capacity; within one percentage point, the one with the stronger
+     * evidence from its neighbours' waits. */
+    double best_evidence = -1;
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_role_load *l = &loads[r];
+        if (l->busy_ns <= 0) continue;
+        double evidence = 0;
+        for (uint32_t d = r + 1; d < p->n_roles; d++)
+            if (loads[d].kind_ns[ST_WAIT_INPUT] > 0) {
+                evidence += loads[d].kind_pct[ST_WAIT_INPUT];
+                break;
+            }
+        for (uint32_t u = r; u-- > 0;)
+            if (loads[u].kind_ns[ST_WAIT_OUTPUT] > 0) {
+                evidence += loads[u].kind_pct[ST_WAIT_OUTPUT];
+                break;
+            }
+        if (v->role >= 0) {
+            double cur = loads[v->role].busy_pct;
+            if (l->busy_pct < cur - 1.0) continue;
+            if (l->busy_pct <= cur + 1.0 && evidence <= best_evidence) continue;
+        }
+        v->role = (int32_t)r;
+        best_evidence = evidence;
+    }
+    if (v->role < 0) return;
+    uint32_t br = (uint32_t)v->role;
+    const an_role_load *bl = &loads[br];
+    v->stage = bl->top_stage;
+    v->saturated = bl->busy_pct >= AN_SATURATED_PCT;
+    for (uint32_t d = br + 1; d < p->n_roles; d++)
+        if (loads[d].kind_ns[ST_WAIT_INPUT] > 0) {
+            v->down_role = (int32_t)d;
+            v->down_wait_pct = loads[d].kind_pct[ST_WAIT_INPUT];
+            break;
+        }
+    for (uint32_t u = br; u-- > 0;)
+        if (loads[u].kind_ns[ST_WAIT_OUTPUT] > 0) {
+            v->up_role = (int32_t)u;
+            v->up_wait_pct = loads[u].kind_pct[ST_WAIT_OUTPUT];
+            break;
+        }
+    /* What-if: each role needs its busy time per thread for the period's
+     * work; the pipeline cannot go faster than its slowest role. With the
+     * limiting stage k times faster the bottleneck needs B - S (1 - 1/k), and
+     * the period shrinks to the largest need over all roles. */
+    if (speedup <= 0 || period <= 0) return;
+    double stage_per_thread = bl->top_stage >= 0 ? (double)bl->top_stage_ns / p->role_threads[br] : 0.0;
+    double after = busy_per_thread(p, bl, br) - stage_per_thread * (1.0 - 1.0 / speedup);
+    double need = after;
+    v->whatif_limit_role = (int32_t)br;
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        if (r == br) continue;
+        double b = busy_per_thread(p, &loads[r], r);
+        if (b > need) {
+            need = b;
+            v->whatif_limit_role = (int32_t)r;
+        }
+    }
+    if (need <= 0) return;
+    v->whatif_factor = (double)period / need;
+    if (v->steps) {
+        v->busy_after_ns = after / (double)v->steps;
+        v->whatif_step_ns = need / (double)v->steps;
+    }
+    if (isfinite(v->tokens_per_s)) v->whatif_tokens_per_s = v->tokens_per_s * v->whatif_factor;
+}
+
+uint32_t an_pipe_windows(const an_pipe *p, uint64_t every, uint32_t *first)
+{
+    uint32_t n = 0;
+    if (!p->has_steps || every == 0) {
+        first[0] = 0;
+        first[1] = p->n_bins;
+        return 1;
+    }
+    uint64_t cur = 0;
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        uint64_t w = p->bin_step_last[b] ? (p->bin_step_last[b] - 1) / every : 0;
+        if (b == 0 || w != cur) {
+            first[n++] = b;
+            cur = w;
+        }
+    }
+    first[n] = p->n_bins;
+    return n;
+}
+
+uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_verdict **out)
+{
+    *out = NULL;
+    uint32_t *first = malloc(((size_t)p->n_bins + 1) * sizeof *first);
+    an_role_load *loads = calloc(p->n_roles ? p->n_roles : 1, sizeof *loads);
+    if (!first || !loads) {
+        free(first);
+        free(loads);
+        pipe_oom();
+        return 0;
+    }
+    uint32_t n = an_pipe_windows(p, every, first);
+    an_window_verdict *w = calloc(n ? n : 1, sizeof *w);
+    if (!w) {
+        free(first);
+        free(loads);
+        pipe_oom();
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        an_verdict v;
+        an_pipe_loads(p, first[i], first[i + 1], loads);
+        an_pipe_verdict(p, first[i], first[i + 1], loads, 0, &v);
+        w[i].bin0 = first[i];
+        w[i].bin1 = first[i + 1];
+        w[i].step_first = p->has_steps ? p->bin_step_first[first[i]] : 0;
+        w[i].step_last = p->has_steps ? p->bin_step_last[first[i + 1] - 1] : 0;
+        w[i].tokens_per_s = v.tokens_per_s;
+        w[i].role = v.role;
+        w[i].stage = v.stage;
+        w[i].busy_pct = v.role >= 0 ? loads[v.role].busy_pct : NAN;
+        w[i].moved = i > 0 && w[i].role != w[i - 1].role;
+    }
+    free(first);
+    free(loads);
+    *out = w;
+    return n;
+}
+
+const char *an_clean(const char *s, char *buf, size_t size)
+{
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < size; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+const char *an_fmt_pct1(double v, char *buf, size_t size)
+{
+    if (!isfinite(v)) {
+        snprintf(buf, size, "-");
+        return buf;
+    }
+    long long tenths = llround(v * 10.0);
+    snprintf(buf, size, "%s%lld.%lld%%", tenths < 0 ? "-" : "", llabs(tenths) / 10, llabs(tenths) % 10);
+    return buf;
+}
+
+/* "queue_wait 60.0%, batch_wait 2.0%": a role's stages of one kind, largest first. */
+static void stages_of_kind(FILE *f, const an_pipe *p, const an_verdict *v, uint32_t role, st_kind kind, int64_t wall)
+{
+    int64_t *ns = calloc(p->n_cols, sizeof *ns);
+    if (!ns) return;
+    an_pipe_stage_ns(p, v->bin0, v->bin1, role, ns);
+    int first = 1;
+    for (;;) {
+        int32_t best = -1;
+        for (uint32_t s = 0; s < p->n_stages; s++)
+            if (st_reader_stage(p->trace->r, s)->kind == kind && ns[s] > 0 && (best < 0 || ns[s] > ns[best]))
+                best = (int32_t)s;
+        if (best < 0) break;
+        char name[128], pc[32];
+        fprintf(f, "%s%s %s", first ? "" : ", ", an_clean(st_reader_stage(p->trace->r, (uint32_t)best)->name, name, sizeof name),
+                an_fmt_pct1(pct(ns[best], wall), pc, sizeof pc));
+        ns[best] = 0;
+        first = 0;
+    }
+    free(ns);
+}
+
+char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdict *v, const an_window_verdict *w,
+                    uint32_t n_windows, uint64_t every)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    char a[128], b[128], p1[32], p2[32];
+    st_reader *r = p->trace->r;
+    if (v->role < 0) {
+        fprintf(f, "Bottleneck: none found: no role spends time in work, sync, comm or copy stages.\n");
+    } else {
+        const an_role_load *l = &loads[v->role];
+        fprintf(f, "Bottleneck: %s (%u thread%s), busy %s of its time (work %s", an_clean(p->role_names[v->role], a, sizeof a),
+                p->role_threads[v->role], p->role_threads[v->role] == 1 ? "" : "s", an_fmt_pct1(l->busy_pct, p1, sizeof p1),
+                an_fmt_pct1(l->work_pct, p2, sizeof p2));
+        static const st_kind other[] = {ST_SYNC, ST_COMM, ST_COPY};
+        for (int i = 0; i < 3; i++)
+            if (l->kind_ns[other[i]] > 0)
+                fprintf(f, ", %s %s", st_kind_name(other[i]), an_fmt_pct1(l->kind_pct[other[i]], p1, sizeof p1));
+        fprintf(f, ")");
+        if (v->stage >= 0) {
+            fprintf(f, "; limiting stage: %s, %s of its time", an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
+                    an_fmt_pct1(pct(l->top_stage_ns, l->wall_ns), p1, sizeof p1));
+            if (v->steps)
+                fprintf(f, ", %.3f ms per step", (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+        } else {
+            fprintf(f, "; it has no work stage (its busy time is sync, comm or copy)");
+        }
+        fprintf(f, ".\n");
+        if (!v->saturated) {
+            fprintf(f, "No role is saturated: the busiest, %s, is busy only %s of its time (idle %s); the limit is "
+                       "probably outside the traced stages (untraced code, or the pace of the step marks).\n",
+                    an_clean(p->role_names[v->role], a, sizeof a), an_fmt_pct1(l->busy_pct, p1, sizeof p1),
+                    an_fmt_pct1(l->idle_pct, p2, sizeof p2));
+        }
+        fprintf(f, "Evidence: ");
+        if (v->down_role >= 0) {
+            const an_role_load *d = &loads[v->down_role];
+            fprintf(f, "downstream, %s waits for input %s of its time (", an_clean(p->role_names[v->down_role], a, sizeof a),
+                    an_fmt_pct1(v->down_wait_pct, p1, sizeof p1));
+            stages_of_kind(f, p, v, (uint32_t)v->down_role, ST_WAIT_INPUT, d->wall_ns);
+            fprintf(f, ")");
+        } else {
+            fprintf(f, "no downstream role waits for input");
+        }
+        if (v->up_role >= 0) {
+            const an_role_load *u = &loads[v->up_role];
+            fprintf(f, "; upstream, %s is blocked on output %s of its time (", an_clean(p->role_names[v->up_role], a, sizeof a),
+                    an_fmt_pct1(v->up_wait_pct, p1, sizeof p1));
+            stages_of_kind(f, p, v, (uint32_t)v->up_role, ST_WAIT_OUTPUT, u->wall_ns);
+            fprintf(f, ")");
+        } else {
+            fprintf(f, "; no upstream role is blocked on output");
+        }
+        fprintf(f, ".\n");
+        if (v->stage >= 0 && isfinite(v->whatif_factor)) {
+            fprintf(f, "What if %s were %gx faster: ", an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
+                    v->speedup);
+            an_clean(p->role_names[v->role], a, sizeof a);
+            if (v->steps)
+                fprintf(f, "%s would need %.3f ms per step instead of %.3f ms; ", a, v->busy_after_ns / 1e6,
+                        l->busy_per_step_ns / 1e6);
+            if (v->whatif_limit_role == v->role)
+                fprintf(f, "%s stays the limit", a);
+            else
+                fprintf(f, "the limit becomes %s (busy %s now)",
+                        an_clean(p->role_names[v->whatif_limit_role], b, sizeof b),
+                        an_fmt_pct1(loads[v->whatif_limit_role].busy_pct, p1, sizeof p1));
+            if (v->steps) fprintf(f, " at %.3f ms per step", v->whatif_step_ns / 1e6);
+            if (isfinite(v->whatif_tokens_per_s))
+                fprintf(f, ": at most %.1f tokens/s, %.2fx the measured %.1f.\n", v->whatif_tokens_per_s, v->whatif_factor,
+                        v->tokens_per_s);
+            else
+                fprintf(f, ": throughput at most %.2fx the measured.\n", v->whatif_factor);
+        }
+    }
+    if (n_windows > 1) {
+        int moved = 0;
+        for (uint32_t i = 1; i < n_windows; i++) moved |= w[i].moved;
+        if (!moved) {
+            fprintf(f, "Per window of %llu steps: the bottleneck did not move (%s in all %u windows).\n",
+                    (unsigned long long)every, w[0].role >= 0 ? an_clean(p->role_names[w[0].role], a, sizeof a) : "none",
+                    n_windows);
+        } else {
+            fprintf(f, "Per window of %llu steps: the bottleneck moved:", (unsigned long long)every);
+            uint32_t runs = 0;
+            for (uint32_t i = 0; i < n_windows; i++) {
+                uint32_t j = i;
+                while (j + 1 < n_windows && w[j + 1].role == w[i].role) j++;
+                if (++runs > 12) {
+                    fprintf(f, " ...");
+                    break;
+                }
+                fprintf(f, "%s %s in steps %llu-%llu", runs > 1 ? "," : "",
+                        w[i].role >= 0 ? an_clean(p->role_names[w[i].role], a, sizeof a) : "none",
+                        (unsigned long long)w[i].step_first, (unsigned long long)w[j].step_last);
+                i = j;
+            }
+            fprintf(f, ".\n");
+        }
+    }
+    fprintf(f, "Role order: ");
+    for (uint32_t i = 0; i < p->n_roles; i++)
+        fprintf(f, "%s%s", i ? " -> " : "", an_clean(p->role_names[i], a, sizeof a));
+    fprintf(f, p->order_inferred ? " (inferred from the waits: roles that wait only for output first, then those "
+                                   "that wait for both, then those that wait only for input, main last).\n"
+                                 : " (the trainer's roles).\n");
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n, const char **note)
+{
+    (void)t0_ns;
+    (void)t1_ns;
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    sqlite3 *db = st_reader_db(t->r);
+    int has = 0;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = 'gpu_chunks'", -1,
+                           &st, NULL) == SQLITE_OK) {
+        has = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    /* Schema 1 has no GPU activity. With a gpu_chunks table, this is where
+     * each device's kernels and copies are merged into busy intervals over
+     * [t0, t1), and each idle gap is given a cause from the ranges of the
+     * thread that launched the next kernel: sync/copy open = waiting on the
+     * host, a short gap while the host is in a launch = launch gap, else other. */
+    *note = has ? "GPU activity present, but this analyzer does not read gpu_chunks yet"
+                : "no GPU activity in this trace";
+    return AN_EXIT_OK;
+}
+
+/* ---- statistics of per-step samples ------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double an_median(double *v, size_t n)
+{
+    if (!n) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+typedef struct labelled {
+    double v;
+    int from_a;
+} labelled;
+
+static int cmp_labelled(const void *a, const void *b)
+{
+    return cmp_double(&((const labelled *)a)->v, &((const labelled *)b)->v);
+}
+
+double an_mann_whitney(const double *a, size_t n1, const double *b, size_t n2, double *u_out)
+{
+    if (!n1 || !n2) return NAN;
+    size_t n = n1 + n2;
+    labelled *all = malloc(n * sizeof *all);
+    if (!all) return NAN;
+    for (size_t i = 0; i < n1; i++) all[i] = (labelled){a[i], 1};
+    for (size_t i = 0; i < n2; i++) all[n1 + i] = (labelled){b[i], 0};
+    qsort(all, n, sizeof *all, cmp_labelled);
+    double rank_sum_a = 0, ties = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j + 1 < n && all[j + 1].v == all[i].v) j++;
+        double t = (double)(j - i + 1), rank = (double)(i + j) / 2.0 + 1.0; /* average rank, 1-based */
+        for (size_t k = i; k <= j; k++)
+            if (all[k].from_a) rank_sum_a += rank;
+        ties += t * t * t - t;
+        i = j + 1;
+    }
+    free(all);
+    double dn1 = (double)n1, dn2 = (double)n2, dn = (double)n;
+    double u = rank_sum_a - dn1 * (dn1 + 1.0) / 2.0;
+    if (u_out) *u_out = u;
+    double mu = dn1 * dn2 / 2.0;
+    double var = dn1 * dn2 / 12.0 * ((dn + 1.0) - ties / (dn * (dn - 1.0)));
+    if (!(var > 0)) return 1.0;
+    double d = fabs(u - mu) - 0.5; /* continuity correction */
+    if (d < 0) d = 0;
+    return erfc(d / sqrt(var) / sqrt(2.0));
+}

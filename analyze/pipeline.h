@@ -1,0 +1,194 @@
+/* pipeline.h: the per-step model of a pipeline trace that `bottleneck`,
+ * `diff` and `report` share (pipeline.c).
+ *
+ * One pass over every thread's events splits its wall time, per step window
+ * (the time between two consecutive step marks), into self time per stage
+ * and idle, and counts the ranges begun in each window; threads are then
+ * added up per role. Roles are put in pipeline order (the trainer's names
+ * loader -> target -> post -> drafter, main last; otherwise inferred from
+ * which roles wait for input and which for output). Counters named like
+ * *queue_depth* get time-weighted statistics over the same windows.
+ *
+ * On top of that model: per role loads over any run of windows (busy share,
+ * waits by kind), the bottleneck verdict with its evidence and a what-if
+ * bound (an_pipe_verdict), and the queue-side pairs (upstream wait_output
+ * stages vs downstream wait_input stages).
+ *
+ * Memory: windows x roles x stages cells (at most AN_PIPE_MAX_CELLS; a trace
+ * with more step windows than that groups consecutive steps into one bin, and
+ * per-step values are then per-bin values divided by its steps), never
+ * anything per range.
+ */
+#ifndef ANALYZE_PIPELINE_H
+#define ANALYZE_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "analyze.h"
+
+#define AN_PIPE_MAX_CELLS (4u << 20)
+
+typedef struct an_pipe_opts {
+    uint32_t skip_steps;   /* leave out the first N step windows (warm-up) */
+    uint32_t max_cells;    /* 0: AN_PIPE_MAX_CELLS (tests use less) */
+} an_pipe_opts;
+
+/* A counter named like *queue_depth*, time-weighted: the value holds from
+ * one sample to the next (samples of every thread merged in time order);
+ * time before its first sample is not covered. */
+typedef struct an_pipe_queue {
+    uint32_t counter;
+    const char *name, *unit;
+    uint64_t n_samples;      /* in the analysed period */
+    int64_t covered_ns;      /* time with a known value in the period */
+    double mean, min, max;   /* NaN when nothing is covered */
+    int64_t at_max_ns, at_zero_ns;
+    double *bin_mean, *bin_max; /* [n_bins]; NaN where not covered */
+} an_pipe_queue;
+
+typedef struct an_pipe {
+    an_trace *trace;
+    /* roles, in pipeline order */
+    uint32_t n_roles;
+    const char **role_names;   /* borrowed from the reader */
+    uint32_t *role_threads;    /* threads of each role */
+    int order_inferred;        /* 0: the trainer's role names; 1: inferred */
+    uint32_t n_threads;
+    uint32_t *thread_role;     /* [reader thread index] -> role */
+    uint32_t n_stages;         /* stage ids; column n_stages of self_ns is idle */
+    uint32_t n_cols;           /* n_stages + 1 */
+    /* bins: [bin_t[b], bin_t[b + 1]) */
+    int has_steps;             /* at least two step marks after skipping */
+    uint32_t n_bins, steps_per_bin;
+    int64_t *bin_t;            /* [n_bins + 1] */
+    uint64_t *bin_step_first, *bin_step_last; /* step numbers of the first and last mark closing it */
+    uint32_t *bin_steps;       /* marks closing in the bin (0 without steps) */
+    uint64_t *bin_tokens;
+    int64_t *self_ns;          /* [(bin * n_roles + role) * n_cols + col], all the role's threads */
+    uint32_t *count;           /* [(bin * n_roles + role) * n_stages + stage], ranges begun */
+    uint32_t n_queues;
+    an_pipe_queue *queues;
+} an_pipe;
+
+/* Reads the trace; prints its own errors and returns an exit code. */
+int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts);
+void an_pipe_free(an_pipe *p);
+
+static inline int64_t an_pipe_self(const an_pipe *p, uint32_t bin, uint32_t role, uint32_t col)
+{
+    return p->self_ns[((size_t)bin * p->n_roles + role) * p->n_cols + col];
+}
+static inline uint32_t an_pipe_count(const an_pipe *p, uint32_t bin, uint32_t role, uint32_t stage)
+{
+    return p->count[((size_t)bin * p->n_roles + role) * p->n_stages + stage];
+}
+int32_t an_pipe_role_index(const an_pipe *p, const char *name); /* -1 if absent */
+/* The trainer's position of a role name (loader 0, target 1, post 2,
+ * drafter 3, main 1000), or -1. */
+int an_pipe_known_role(const char *name);
+/* Is time in this kind the role's own (work, sync, comm, copy) or a wait on a
+ * neighbour (wait_input, wait_output)? */
+static inline int an_kind_is_busy(st_kind k) { return k != ST_WAIT_INPUT && k != ST_WAIT_OUTPUT; }
+
+/* ---- loads and the verdict over bins [bin0, bin1) ---------------------------------------- */
+
+typedef struct an_role_load {
+    int64_t wall_ns;                  /* the role's threads' wall time added up */
+    int64_t kind_ns[ST_KIND_COUNT];
+    int64_t idle_ns, busy_ns;         /* busy: work + sync + comm + copy */
+    double busy_pct, work_pct, idle_pct, kind_pct[ST_KIND_COUNT];
+    double busy_per_step_ns;          /* per thread, per step (NaN without steps) */
+    int32_t top_stage;                /* largest self-time work stage, -1 if none */
+    int64_t top_stage_ns;
+} an_role_load;
+
+typedef struct an_verdict {
+    uint32_t bin0, bin1;
+    int64_t t0_ns, t1_ns;
+    uint64_t steps, tokens;
+    double step_ns, tokens_per_s;     /* NaN without steps / tokens */
+    int32_t role, stage;              /* the bottleneck and its limiting stage, -1 if none */
+    int saturated;                    /* busy >= AN_SATURATED_PCT */
+    int32_t down_role, up_role;       /* nearest downstream role waiting for input / upstream blocked on output */
+    double down_wait_pct, up_wait_pct;
+    /* what-if: the limiting stage `speedup` times faster */
+    double speedup;
+    double busy_after_ns;             /* the bottleneck's busy time per step after */
+    double whatif_step_ns;            /* max over roles of busy per step, after */
+    double whatif_factor;             /* throughput after / before (step_ns / whatif_step_ns) */
+    double whatif_tokens_per_s;
+    int32_t whatif_limit_role;        /* the role that limits after */
+} an_verdict;
+
+#define AN_SATURATED_PCT 50.0
+#define AN_EVIDENCE_PCT 5.0
+
+/* loads: [n_roles]. */
+void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads);
+void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_role_load *loads, double speedup,
+                     an_verdict *v);
+/* A role's self time per stage over bins: fills stage_ns[n_cols] (the last is idle). */
+void an_pipe_stage_ns(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t role, int64_t *stage_ns);
+
+/* Windows of `every` steps: window of a bin = (bin_step_last - 1) / every
+ * (as `intervals`: window k spans steps k*every+1 .. (k+1)*every). Fills
+ * first[w], and returns the number of windows (first[n] = n_bins). first must
+ * hold n_bins + 1 entries. */
+uint32_t an_pipe_windows(const an_pipe *p, uint64_t every, uint32_t *first);
+
+/* The verdict of each window of `every` steps (see an_pipe_windows). */
+typedef struct an_window_verdict {
+    uint32_t bin0, bin1;
+    uint64_t step_first, step_last;
+    double tokens_per_s;              /* NaN without tokens */
+    int32_t role, stage;              /* bottleneck, -1 if none */
+    double busy_pct;                  /* the bottleneck's */
+    int moved;                        /* the bottleneck differs from the previous window's */
+} an_window_verdict;
+/* *out: malloc'd [return value] windows; returns 0 with *out NULL on no memory (printed). */
+uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_verdict **out);
+
+/* The verdict as plain sentences, one per line (malloc'd; NULL on no
+ * memory): the bottleneck and its busy share, the limiting stage, the
+ * evidence from its neighbours' waits, the what-if bound, whether the
+ * bottleneck moved between windows, the role order used. Names are
+ * sanitized (control characters shown as '?'). */
+char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdict *v, const an_window_verdict *w,
+                    uint32_t n_windows, uint64_t every);
+
+/* A name from the trace for a line of text: control characters as '?'. */
+const char *an_clean(const char *s, char *buf, size_t size);
+/* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
+const char *an_fmt_pct1(double pct, char *buf, size_t size);
+
+/* GPU idle time per device, split by cause as HTA does: waiting on the host
+ * (a sync or copy stage of the launching thread is open), launch gaps (the
+ * host is launching: short gaps between kernels of one stream), other.
+ * The hook for traces with GPU activity: schema 1 has no gpu_chunks table,
+ * so this returns 0 devices and *note "no GPU activity in this trace". When
+ * the table exists, the split is computed here and every command that
+ * prints the verdict (bottleneck, report) shows it. Returns an exit code. */
+typedef struct an_gpu_idle {
+    int device;
+    int64_t busy_ns, idle_ns, host_wait_ns, launch_gap_ns, other_ns;
+} an_gpu_idle;
+int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n,
+                      const char **note);
+
+/* ---- statistics of per-step samples ---------------------------------------------------
+ * Median (sorts v in place; the mean of the middle two for an even count;
+ * NaN when empty). Two-sided Mann-Whitney U test of a against b: the p-value
+ * by the normal approximation, with the variance corrected for ties and a
+ * continuity correction of 1/2; 1 when every value is tied; NaN when a side
+ * is empty or there is no memory. *u_out (may be NULL) gets U of a. */
+double an_median(double *v, size_t n);
+double an_mann_whitney(const double *a, size_t n1, const double *b, size_t n2, double *u_out);
+
+/* ---- counter samples of one counter, every thread merged in time order -------------- */
+typedef struct an_counter_merge an_counter_merge;
+int an_counter_merge_open(an_counter_merge **out, an_trace *t, uint32_t counter);
+int an_counter_merge_next(an_counter_merge *m, int64_t *ts_ns, double *value); /* 1, 0 done, <0 error */
+void an_counter_merge_close(an_counter_merge *m);
+
+#endif

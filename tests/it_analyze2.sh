@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# it_analyze2.sh: integration test of `analyze bottleneck` and `analyze diff`.
+# First on traces with exactly known answers, written by `test_analyze2
+# --generate` (the numbers are worked out in tests/test_analyze2.c): exact
+# values, golden files for text, CSV and JSON (tests/golden/analyze2/), one
+# line and exit 2 for every bad flag or input. Then on real trainer runs (CPU
+# backend, a tiny model, well under a second each): a run made drafter-bound
+# (--drafter-delay-us) is named drafter-bound, a target-bound one
+# (--target-delay-us) target-bound, and diff of --queue-depth 1 against 60
+# shows the target blocked in queue_put with depth 1.
+#
+#   bash tests/it_analyze2.sh BUILD_DIR
+#   ST_UPDATE_GOLDEN=1 bash tests/it_analyze2.sh build   # rewrite the golden files
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+A="$BUILD/analyze"
+GEN="$BUILD/tests/test_analyze2"
+TRAINER="$BUILD/trainer"
+GOLDEN="$ROOT/tests/golden/analyze2"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
+
+T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_analyze2.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+"$GEN" --generate "$T" >/dev/null
+cd "$T"
+
+n_checks=0
+fail() { echo "FAIL: $*"; exit 1; }
+ok() { n_checks=$((n_checks + 1)); }
+run() {
+    local name=$1; shift
+    set +e
+    "$@" >"$name.out" 2>"$name.err"
+    rc=$?
+    set -e
+}
+expect_ok() {
+    local name=$1
+    run "$@"
+    [ $rc -eq 0 ] || fail "$name: exit $rc: $(cat "$name.err")"
+    [ ! -s "$name.err" ] || fail "$name: unexpected stderr: $(cat "$name.err")"
+    ok
+}
+expect_usage() {
+    local name=$1
+    run "$@"
+    [ $rc -eq 2 ] || fail "$name: exit $rc, wanted 2 (stderr: $(cat "$name.err"))"
+    [ "$(wc -l <"$name.err")" -eq 1 ] || fail "$name: wanted one line on stderr, got: $(cat "$name.err")"
+    grep -q '^analyze: ' "$name.err" || fail "$name: stderr does not start with 'analyze: ': $(cat "$name.err")"
+    ok
+}
+golden() {
+    if [ "${ST_UPDATE_GOLDEN:-0}" = 1 ]; then
+        mkdir -p "$GOLDEN"
+        cp "$2" "$GOLDEN/$1"
+    fi
+    diff -u "$GOLDEN/$1" "$2" >"$1.diff" || fail "golden $1 differs:$(echo; head -40 "$1.diff")"
+    ok
+}
+py() {
+    python3 - || fail "$1"
+    ok
+}
+
+# ---- help and bad flags -----------------------------------------------------------------
+expect_ok help "$A" --help
+for c in bottleneck diff report; do
+    grep -q "^  $c " help.out || fail "analyze --help does not list $c"
+    expect_ok "help_$c" "$A" "$c" --help
+    grep -q "^usage: analyze $c" "help_$c.out" || fail "$c --help: no usage line"
+done
+grep -q 'What-if' help_bottleneck.out || fail "bottleneck --help explains the what-if model"
+grep -q 'Mann-Whitney' help_diff.out || fail "diff --help states the test"
+printf 'not a trace\n' >bad.sqlite
+: >zero.sqlite
+expect_usage b_nofile "$A" bottleneck
+expect_usage b_twofiles "$A" bottleneck target.sqlite target.sqlite
+expect_usage b_speedup "$A" bottleneck --speedup 0.5 target.sqlite
+expect_usage b_speedup2 "$A" bottleneck --speedup x target.sqlite
+expect_usage b_every "$A" bottleneck --every 0 target.sqlite
+expect_usage b_format "$A" bottleneck --format xml target.sqlite
+expect_usage b_skip "$A" bottleneck --skip-steps 20 target.sqlite
+expect_usage b_bad "$A" bottleneck bad.sqlite
+expect_usage b_zero "$A" bottleneck zero.sqlite
+expect_usage b_missing "$A" bottleneck nonexistent.sqlite
+expect_usage d_onefile "$A" diff diff_a.sqlite
+expect_usage d_alpha "$A" diff --alpha 2 diff_a.sqlite diff_b.sqlite
+expect_usage d_top "$A" diff --top x diff_a.sqlite diff_b.sqlite
+expect_usage d_nosteps "$A" diff diff_a.sqlite nosteps.sqlite
+grep -q 'fewer than two step marks' d_nosteps.err || fail "diff without steps: $(cat d_nosteps.err)"
+expect_usage d_bad "$A" diff diff_a.sqlite bad.sqlite
+
+# ---- bottleneck on the target-bound pipeline ------------------------------------------------
+expect_ok b_text "$A" bottleneck target.sqlite
+golden bottleneck.txt b_text.out
+expect_ok b_csv "$A" bottleneck --format csv target.sqlite
+golden bottleneck.csv b_csv.out
+expect_ok b_json "$A" bottleneck --format json target.sqlite
+golden bottleneck.json b_json.out
+grep -q '^Bottleneck: target (1 thread), busy 90.0% of its time' b_text.out || fail "verdict line"
+grep -q '^GPU idle: no GPU activity in this trace.$' b_text.out || fail "GPU line"
+expect_ok b_json4 "$A" bottleneck --format json --speedup 4 target.sqlite
+py "bottleneck values" <<'EOF'
+import json
+d = json.load(open("b_json.out"))
+v = d["verdict"][0]
+want = dict(bottleneck="target", stage="forward", threads=1, busy_pct=90, work_pct=90, saturated=1,
+            downstream="drafter", downstream_wait_input_pct=60, upstream="loader", upstream_wait_output_pct=90,
+            steps=20, step_first=1, step_last=20, tokens_per_s=100000, speedup=2, busy_ms_per_step=9,
+            busy_ms_per_step_after=5, whatif_limit="target", whatif_step_ms=5, whatif_factor=2,
+            whatif_tokens_per_s=200000, moved=0, role_order="trainer", gpu="no GPU activity in this trace",
+            stage_pct=80, stage_ms_per_step=8)
+for k, x in want.items():
+    assert v[k] == x, (k, v[k], x)
+roles = {r["role"]: r for r in d["roles"]}
+assert [r["role"] for r in d["roles"]] == ["loader", "target", "drafter", "main"]
+assert roles["drafter"]["threads"] == 2 and roles["drafter"]["wait_input_pct"] == 60 and roles["drafter"]["busy_pct"] == 35
+assert roles["drafter"]["idle_pct"] == 5 and roles["loader"]["wait_output_pct"] == 90
+assert roles["target"]["bottleneck"] == "yes" and roles["drafter"]["bottleneck"] is None
+assert abs(roles["target"]["capacity_tokens_per_s"] - 111111.1) < 0.1
+q = {(r["queue"], r["side"], r["stage"]): r for r in d["queues"]}
+assert q[("target -> drafter", "put", "queue_put")]["pct"] == 5
+assert q[("target -> drafter", "get", "queue_wait")]["pct"] == 60
+assert q[("target -> drafter", "get", "queue_wait")]["ms_per_step"] == 6
+assert q[("loader -> target", "put", "queue_put")]["pct"] == 90
+qd = d["queue_depth"][0]
+assert (qd["counter"], qd["samples"], qd["mean"], qd["max"], qd["at_max_pct"], qd["at_zero_pct"]) == ("queue_depth", 40, 1.5, 3, 50, 50), qd
+assert len(d["windows"]) == 2 and all(w["bottleneck"] == "target" for w in d["windows"])
+v4 = json.load(open("b_json4.out"))["verdict"][0]
+# forward 4x faster: target needs 3 ms, the drafters 3.5 ms: 10 / 3.5 = 2.857x
+assert v4["whatif_limit"] == "drafter" and v4["busy_ms_per_step_after"] == 3 and v4["whatif_step_ms"] == 3.5, v4
+assert abs(v4["whatif_factor"] - 10 / 3.5) < 1e-6 and abs(v4["whatif_tokens_per_s"] - 1e6 / 3.5) < 1e-3, v4
+EOF
+
+# ---- the bottleneck moves half way ----------------------------------------------------------
+expect_ok b_moves "$A" bottleneck --every 5 --format csv moves.sqlite
+golden bottleneck_moves.csv b_moves.out
+expect_ok b_moves_text "$A" bottleneck moves.sqlite
+grep -q 'Per window of 5 steps: the bottleneck moved: target in steps 1-10, drafter in steps 11-20.' b_moves_text.out \
+    || fail "moved line: $(cat b_moves_text.out)"
+ok
+py "windows" <<'EOF'
+import csv
+text = open("b_moves.out").read().split("\n\n")
+windows = [t for t in text if t.startswith("window,")][0]
+rows = list(csv.DictReader(windows.splitlines()))
+assert [r["bottleneck"] for r in rows] == ["target", "target", "drafter", "drafter"], rows
+assert [r["moved"] for r in rows] == ["", "", "*", ""]
+assert [float(r["busy_pct"]) for r in rows] == [90, 90, 95, 95]
+assert [float(r["drafter_wait_pct"]) for r in rows] == [60, 60, 5, 5]
+assert [float(r["target_wait_pct"]) for r in rows] == [10, 10, 65, 65]
+v = list(csv.DictReader(text[0].splitlines()))[0]
+assert v["moved"] == "1" and v["bottleneck"] == "drafter", v
+EOF
+
+# ---- inferred role order ---------------------------------------------------------------------
+expect_ok b_inferred "$A" bottleneck --format json inferred.sqlite
+py "inferred order" <<'EOF'
+import json
+d = json.load(open("b_inferred.out"))
+assert [r["role"] for r in d["roles"]] == ["producer", "zeta", "consumer", "main"]
+v = d["verdict"][0]
+assert v["role_order"] == "inferred" and v["bottleneck"] == "consumer" and v["upstream"] == "zeta", v
+EOF
+expect_ok b_nosteps "$A" bottleneck nosteps.sqlite
+grep -q 'whole trace' b_nosteps.out || fail "no steps: $(head -3 b_nosteps.out)"
+
+# ---- diff -----------------------------------------------------------------------------------------
+expect_ok d_text "$A" diff diff_a.sqlite diff_b.sqlite
+golden diff.txt d_text.out
+expect_ok d_csv "$A" diff --format csv diff_a.sqlite diff_b.sqlite
+golden diff.csv d_csv.out
+expect_ok d_json "$A" diff --format json diff_a.sqlite diff_b.sqlite
+golden diff.json d_json.out
+grep -q 'Count per step changed: worker/check 1.00 -> 2.00 ranges per step per thread (x2.00: work done twice?)' d_text.out \
+    || fail "count line"
+ok
+py "diff values" <<'EOF'
+import json
+d = json.load(open("d_json.out"))
+st = {(r["role"], r["stage"]): r for r in d["stages"]}
+c = st[("worker", "compute")]
+# 4 ms -> 8 ms (+-0.2 ms of noise): +100% within a few percent, far beyond noise
+assert abs(c["change_pct"] - 100) < 5 and c["significant"] == "yes" and c["p_value"] < 1e-6, c
+assert (c["threads_a"], c["threads_b"]) == (1, 2)
+l = st[("worker", "log")]
+assert l["significant"] == "no" and l["p_value"] > 0.05 and abs(l["change_pct"]) < 5, l
+k = st[("worker", "check")]
+assert (k["count_a"], k["count_b"], k["count_ratio"]) == (1, 2, 2) and k["significant"] == "no", k
+assert k["median_a_ms"] == k["median_b_ms"] == 0.5
+t = d["throughput"][0]
+pa, pb = (int(open(f"diff_{x}.period_ns").read()) for x in "ab")
+assert abs(t["tokens_per_s_a"] - 40000 / (pa / 1e9)) < 0.1 and abs(t["tokens_per_s_b"] - 40000 / (pb / 1e9)) < 0.1, t
+assert abs(t["ratio"] - pa / pb) < 1e-4 and t["significant"] == "yes", t
+top = d["top_changes"]
+assert [ (x["role"], x["stage"]) for x in top[:2] ] == [("main", "step_wait"), ("worker", "compute")], top
+assert abs(top[1]["mean_change_ms"] - (c["mean_b_ms"] - c["mean_a_ms"])) < 1e-3
+runs = d["runs"]
+assert runs[0]["threads"] == "worker 1, main 1" and runs[1]["threads"] == "worker 2, main 1"
+EOF
+# Same trace twice: nothing significant.
+expect_ok d_same "$A" diff --format json diff_a.sqlite diff_a.sqlite
+python3 -c 'import json; d=json.load(open("d_same.out")); assert all(r["significant"] == "no" and r["p_value"] == 1 for r in d["stages"])' \
+    || fail "a trace against itself"
+ok
+
+# ---- real trainer runs (CPU backend) -------------------------------------------------------------
+if [ ! -x "$TRAINER" ]; then
+    echo "trainer not built: trainer checks skipped"
+    echo "it_analyze2: $n_checks checks passed"
+    exit 0
+fi
+SMALL=(--steps 30 --vocab 256 --dim 16 --heads 2 --ffn 32 --target-layers 2 --seq-len 16 --batch 1
+       --block-size 4 --anchors 2 --profile-interval 10 --overwrite)
+train() { # NAME FLAGS...
+    local name=$1; shift
+    set +e
+    "$TRAINER" "${SMALL[@]}" --trace "$name.sqlite" "$@" >"$name.log" 2>&1
+    local trc=$?
+    set -e
+    if [ $trc -eq 2 ]; then
+        echo "SKIP: the trainer refused the flags of this test: $(tail -1 "$name.log")"; exit 0
+    fi
+    [ $trc -eq 0 ] || fail "trainer $name: exit $trc: $(tail -5 "$name.log")"
+}
+# The delays are set from an undelayed run, so that they dominate whatever
+# the build (sanitizers make the model's compute many times slower).
+train baseline --steps 8
+expect_ok t_base "$A" bottleneck --format json baseline.sqlite
+delay_us=$(python3 -c '
+import json
+roles = {r["role"]: r for r in json.load(open("t_base.out"))["roles"]}
+need = max(roles[r]["busy_ms_per_step"] for r in ("target", "drafter"))
+print(int(1000 * (3 * need + 2)))')
+half_us=$((delay_us / 2))
+train drafterbound --drafter-delay-us "$delay_us" --steps 20
+train targetbound --target-delay-us "$delay_us" --steps 20
+# The target about twice as fast as the drafter: in 20 steps it never fills a
+# queue of 60, and with a queue of 1 it waits for the drafter every step.
+train depth1 --target-delay-us "$half_us" --drafter-delay-us "$delay_us" --queue-depth 1 --steps 20
+train depth60 --target-delay-us "$half_us" --drafter-delay-us "$delay_us" --queue-depth 60 --steps 20
+expect_ok t_drafter "$A" bottleneck --format json drafterbound.sqlite
+expect_ok t_target "$A" bottleneck --format json targetbound.sqlite
+expect_ok t_diff "$A" diff --format json depth60.sqlite depth1.sqlite
+expect_ok t_text "$A" bottleneck drafterbound.sqlite
+py "trainer runs" <<'EOF'
+import json
+v = json.load(open("t_drafter.out"))["verdict"][0]
+assert v["bottleneck"] == "drafter" and v["stage"] == "forward" and v["saturated"] == 1, v
+assert v["upstream"] == "target" and v["upstream_wait_output_pct"] > 10, v
+v = json.load(open("t_target.out"))["verdict"][0]
+assert v["bottleneck"] == "target" and v["stage"] == "forward", v
+assert v["downstream"] == "drafter" and v["downstream_wait_input_pct"] > 10, v
+d = json.load(open("t_diff.out"))
+st = {(r["role"], r["stage"]): r for r in d["stages"]}
+put = st[("target", "queue_put")]
+# depth 60: the items of 20 steps never fill the queue; depth 1: the target waits for the drafter every step
+assert put["median_b_ms"] > put["median_a_ms"] + 1.0 and put["significant"] == "yes", put
+EOF
+echo "it_analyze2: $n_checks checks passed"

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# it_report.sh: integration test of `analyze report --html`. On the traces of
+# `test_analyze2 --generate` (and a short trainer run when the trainer is
+# built) it checks the HTML structurally: every <svg> block is well-formed XML,
+# the expected sections and chart titles are there, nothing is loaded from
+# anywhere (no http:// or https://, no script, no external font or
+# stylesheet), every string from the trace is escaped, the timeline's
+# rectangles stay bounded on a trace of dense tiny ranges; the output-file
+# rules (an existing file needs --overwrite, a failed report leaves nothing
+# behind). Then it renders the page in headless Chromium and checks that the
+# screenshot is a PNG that is not blank (a small pure-Python PNG decoder
+# counts its colours). Without chromium the rendering part is skipped
+# (SKIP line: install Debian's `chromium` package to run it).
+#
+#   bash tests/it_report.sh BUILD_DIR     (ST_REPORT_KEEP=DIR keeps the HTML and PNG files there)
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+A="$BUILD/analyze"
+GEN="$BUILD/tests/test_analyze2"
+TRAINER="$BUILD/trainer"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the HTML"; exit 0; }
+
+T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_report.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+"$GEN" --generate "$T" >/dev/null
+cd "$T"
+
+n_checks=0
+fail() { echo "FAIL: $*"; exit 1; }
+ok() { n_checks=$((n_checks + 1)); }
+run() {
+    local name=$1; shift
+    set +e
+    "$@" >"$name.out" 2>"$name.err"
+    rc=$?
+    set -e
+}
+expect_ok() {
+    local name=$1
+    run "$@"
+    [ $rc -eq 0 ] || fail "$name: exit $rc: $(cat "$name.err")"
+    [ ! -s "$name.err" ] || fail "$name: unexpected stderr: $(cat "$name.err")"
+    ok
+}
+expect_usage() {
+    local name=$1
+    run "$@"
+    [ $rc -eq 2 ] || fail "$name: exit $rc, wanted 2 (stderr: $(cat "$name.err"))"
+    [ "$(wc -l <"$name.err")" -eq 1 ] || fail "$name: wanted one line on stderr, got: $(cat "$name.err")"
+    grep -q '^analyze: ' "$name.err" || fail "$name: stderr does not start with 'analyze: '"
+    ok
+}
+
+# A trace whose names need escaping: a role and a stage with markup in them.
+python3 - <<'EOF'
+import shutil, sqlite3
+shutil.copy("target.sqlite", "evil.sqlite")
+db = sqlite3.connect("evil.sqlite")
+db.execute("UPDATE threads SET role = '<b>drafter</b>&amp;' WHERE role = 'drafter'")
+db.execute("UPDATE stages SET name = 'fwd\"><script>alert(1)</script>' WHERE name = 'forward'")
+db.execute("UPDATE meta SET value = 'gen2 ''quoted'' \x01' WHERE key = 'program'")
+db.commit()
+EOF
+
+# ---- flags and output files ---------------------------------------------------------------
+expect_usage r_nohtml "$A" report target.sqlite
+expect_usage r_nofile "$A" report --html x.html
+expect_usage r_badsteps "$A" report target.sqlite --html bad.html --steps 5:99
+[ ! -e bad.html ] || fail "a failed report left bad.html"
+: >zero.sqlite
+expect_usage r_zero "$A" report zero.sqlite --html bad.html
+[ ! -e bad.html ] && [ -z "$(ls bad.html.tmp* 2>/dev/null)" ] || fail "a failed report left files"
+ok
+expect_ok r_target "$A" report target.sqlite --html target.html
+expect_usage r_exists "$A" report target.sqlite --html target.html
+grep -q 'exists (pass --overwrite' r_exists.err || fail "existing output: $(cat r_exists.err)"
+expect_ok r_overwrite "$A" report target.sqlite --html target.html --overwrite --steps 5:8 --every 5
+expect_ok r_stdout "$A" report moves.sqlite --html -
+[ -s r_stdout.out ] || fail "report to stdout"
+cp r_stdout.out moves.html
+expect_ok r_dense "$A" report dense.sqlite --html dense.html
+expect_ok r_evil "$A" report evil.sqlite --html evil.html
+expect_ok r_nosteps "$A" report nosteps.sqlite --html nosteps.html
+expect_ok r_inferred "$A" report inferred.sqlite --html inferred.html
+pages="target.html moves.html dense.html evil.html nosteps.html inferred.html"
+if [ -x "$TRAINER" ]; then
+    set +e
+    "$TRAINER" --steps 30 --vocab 256 --dim 16 --heads 2 --ffn 32 --target-layers 2 --seq-len 16 --batch 1 \
+        --block-size 4 --anchors 2 --drafter-delay-us 3000 --postprocess async --drafter-gpus 2 \
+        --profile-interval 5 --trace trainer.sqlite --overwrite >trainer.log 2>&1
+    trc=$?
+    set -e
+    if [ $trc -eq 0 ]; then
+        expect_ok r_trainer "$A" report trainer.sqlite --html trainer.html
+        pages="$pages trainer.html"
+    elif [ $trc -ne 2 ]; then
+        fail "trainer: exit $trc: $(tail -3 trainer.log)"
+    fi
+fi
+
+# ---- structure ---------------------------------------------------------------------------------
+python3 - $pages <<'EOF' || fail "HTML structure"
+import re, sys
+import xml.etree.ElementTree as ET
+for name in sys.argv[1:]:
+    html = open(name, encoding="utf-8").read()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>"), name
+    low = html.lower()
+    for bad in ("http://", "https://", "<script", "<link", "@import", "url(", "<img", "<iframe", "@font-face"):
+        assert bad not in low, (name, bad)
+    svgs = re.findall(r"<svg\b.*?</svg>", html, flags=re.S)
+    assert len(svgs) >= 2, (name, len(svgs))
+    for s in svgs:
+        ET.fromstring(s)  # well-formed
+    for title in ("<h2>Run</h2>", "<h2>Bottleneck</h2>", "Where each role&#39;s time went", "<h2>Timeline",
+                  "<h2>Queue depth over time</h2>", "<h2>Tokens/s per window", "<h2>Summary</h2>",
+                  "GPU idle: no GPU activity in this trace."):
+        assert title in html, (name, title)
+    # the page as a whole is well-formed XML too once the doctype is gone
+    ET.fromstring(html.replace("<!DOCTYPE html>", "", 1))
+t = open("target.html").read()
+assert "Bottleneck: target (1 thread), busy 90.0% of its time" in t
+assert "share of time per stage, per window" in t and t.count("share of time per stage, per window</h3>") == 4
+assert "queue depth: queue_depth (items)" in t and "Timeline of steps 6-8" in t
+m = open("moves.html").read()
+assert "the bottleneck moved: target in steps 1-10, drafter in steps 11-20." in m
+# Stage colours: one colour per stage, the same in every chart of a page.
+for name in ("target.html", "moves.html"):
+    html = open(name).read()
+    seen = {}
+    for colour, stage in re.findall(r'fill="(#[0-9a-f]{6})"><title>([^,<]+?)(?:,| [0-9.]+ ms)', html):
+        assert seen.setdefault(stage, colour) == colour, (name, stage, colour, seen[stage])
+    assert len(set(seen.values())) == len(seen), seen
+e = open("evil.html").read()
+assert "<b>drafter" not in e and "&lt;b&gt;drafter&lt;/b&gt;&amp;amp;" in e
+assert "<script>" not in e and "fwd&quot;&gt;&lt;script&gt;" in e
+assert "\x01" not in e
+d = open("dense.html").read()
+tl = re.search(r'<section id="timeline">.*?</section>', d, flags=re.S).group(0)
+rects = tl.count("<rect")
+# 2 lanes x 2 depths, 1060 pixel columns: merged, not 10800 ranges
+assert 100 < rects < 2 * 2 * 1100 + 50, rects
+assert "ranges, mostly kernel" in tl
+print("structure ok:", ", ".join(sys.argv[1:]), "; dense timeline rects:", rects)
+EOF
+ok
+
+# ---- rendering in headless Chromium --------------------------------------------------------------
+CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$CHROME" ]; then
+    echo "it_report: $n_checks checks passed"
+    echo "SKIP: chromium not installed"
+    exit 0
+fi
+render() { # HTML PNG
+    timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$T/chrome-profile" \
+        --screenshot="$T/$2" --window-size=1400,2400 "file://$T/$1" >"$2.log" 2>&1 || true
+    [ -s "$2" ] || fail "chromium wrote no $2: $(tail -3 "$2.log")"
+}
+shots="target.png"
+render target.html target.png
+if [ -e trainer.html ]; then render trainer.html trainer.png; shots="$shots trainer.png"; fi
+python3 - $shots <<'EOF' || fail "screenshots"
+import struct, sys, zlib
+def decode(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    pos, idat, w = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride, prev, rows, i = w * bpp, bytearray(w * bpp), [], 0
+    for _ in range(h):
+        f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1: line[x] = (line[x] + a) & 255
+            elif f == 2: line[x] = (line[x] + b) & 255
+            elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return w, h, bpp, rows
+for path in sys.argv[1:]:
+    w, h, bpp, rows = decode(path)
+    colours, non_white, total = set(), 0, 0
+    for y in range(0, h, 3):
+        r = rows[y]
+        for x in range(0, w, 3):
+            px = r[x * bpp:x * bpp + 3]
+            colours.add(px)
+            total += 1
+            non_white += px != b"\xff\xff\xff"
+    print(f"{path}: {w}x{h}, {len(colours)} colours, {100 * non_white / total:.1f}% not white")
+    assert len(colours) >= 20 and non_white / total > 0.03, path
+EOF
+ok
+if [ -n "${ST_REPORT_KEEP:-}" ]; then mkdir -p "$ST_REPORT_KEEP" && cp ./*.html ./*.png "$ST_REPORT_KEEP"/; fi
+echo "it_report: $n_checks checks passed"

@@ -1,0 +1,862 @@
+/* test_analyze2.c: unit tests of the pipeline model behind `analyze
+ * bottleneck`, `diff` and `report` (analyze/pipeline.c), and the generator
+ * of the traces with exactly known answers that tests/it_analyze2.sh and
+ * tests/it_report.sh run the commands on.
+ *
+ * Traces are written directly (SQLite + the chunk encoder + the schema), not
+ * through the recording API, so every timestamp is exact and every expected
+ * number below is worked out by hand in the comments of the generators.
+ *
+ *   test_analyze2                  the cmocka tests
+ *   test_analyze2 --generate DIR   writes the traces of the integration tests
+ *
+ * The analyzer's sources are compiled in (it is a program, not a library).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "encoding.h"
+#include "st_reader.h"
+#include "st_schema.h"
+
+#include "../analyze/common.c"
+#include "../analyze/pipeline.c"
+#include "../analyze/table.c"
+
+#define MS 1000000LL
+#define US 1000LL
+#define BASE_NS 1000000000LL
+
+/* ---- the generator ------------------------------------------------------------------------ */
+
+typedef struct g_event {
+    int is_end;
+    uint32_t stage;
+    int64_t ts;
+} g_event;
+
+typedef struct g_thread {
+    const char *name, *role;
+    g_event *ev;
+    size_t n, cap;
+} g_thread;
+
+typedef struct g_sample {
+    uint32_t thread, counter;
+    int64_t ts;
+    double value;
+} g_sample;
+
+#define G_MAX 16
+#define G_STEPS 128
+typedef struct g_trace {
+    const char *program, *run_id;
+    uint32_t profile_interval;
+    uint32_t n_stages, n_threads, n_counters, n_steps;
+    const char *stage_name[G_MAX], *stage_kind[G_MAX], *counter_name[G_MAX];
+    g_thread threads[G_MAX];
+    uint64_t step[G_STEPS], step_tokens[G_STEPS];
+    int64_t step_ts[G_STEPS];
+    g_sample samples[4 * G_STEPS];
+    uint32_t n_samples;
+} g_trace;
+
+static void g_init(g_trace *g, const char *program, uint32_t profile_interval)
+{
+    memset(g, 0, sizeof *g);
+    g->program = program;
+    g->run_id = "1700000000-77";
+    g->profile_interval = profile_interval;
+}
+
+static void g_free(g_trace *g)
+{
+    for (uint32_t i = 0; i < g->n_threads; i++) free(g->threads[i].ev);
+}
+
+static uint32_t g_stage(g_trace *g, const char *name, const char *kind)
+{
+    g->stage_name[g->n_stages] = name;
+    g->stage_kind[g->n_stages] = kind;
+    return g->n_stages++;
+}
+
+static uint32_t g_thread_add(g_trace *g, const char *name, const char *role)
+{
+    g->threads[g->n_threads] = (g_thread){name, role, NULL, 0, 0};
+    return g->n_threads++;
+}
+
+static void g_push(g_trace *g, uint32_t t, int is_end, uint32_t stage, int64_t ts)
+{
+    g_thread *th = &g->threads[t];
+    if (th->n == th->cap) {
+        th->cap = th->cap ? th->cap * 2 : 64;
+        th->ev = realloc(th->ev, th->cap * sizeof *th->ev);
+        assert_non_null(th->ev);
+    }
+    th->ev[th->n++] = (g_event){is_end, stage, ts};
+}
+
+/* [a, b) in ns from BASE_NS */
+static void g_range(g_trace *g, uint32_t t, uint32_t stage, int64_t a, int64_t b)
+{
+    g_push(g, t, 0, stage, BASE_NS + a);
+    g_push(g, t, 1, 0, BASE_NS + b);
+}
+
+static void g_step(g_trace *g, uint64_t step, int64_t ts, uint64_t tokens)
+{
+    g->step[g->n_steps] = step;
+    g->step_ts[g->n_steps] = BASE_NS + ts;
+    g->step_tokens[g->n_steps++] = tokens;
+}
+
+static void g_sample_add(g_trace *g, uint32_t thread, uint32_t counter, int64_t ts, double v)
+{
+    g->samples[g->n_samples++] = (g_sample){thread, counter, BASE_NS + ts, v};
+}
+
+static void g_sql(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("SQL failed: %s: %s", sql, err ? err : "?");
+}
+
+static void g_bind_exec(sqlite3 *db, const char *sql, const char *fmt, ...)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    va_list ap;
+    va_start(ap, fmt);
+    for (int i = 0; fmt[i]; i++) {
+        if (fmt[i] == 'i') sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
+        else if (fmt[i] == 's') sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
+        else {
+            const st_buf *b = va_arg(ap, const st_buf *);
+            sqlite3_bind_blob(st, i + 1, b->data, (int)b->len, SQLITE_TRANSIENT);
+        }
+    }
+    va_end(ap);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+}
+
+/* Writes g to path as a schema-1 trace; chunks of 5 events, so chunk
+ * boundaries cut through open ranges. */
+static void g_write(const g_trace *g, const char *path)
+{
+    unlink(path);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    g_sql(db, "PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF");
+    g_sql(db, st_schema_sql);
+    g_sql(db, "BEGIN");
+    static const char meta[] = "INSERT INTO meta VALUES (?, ?)";
+    const char *kv[][2] = {{"schema_version", "1"}, {"status", "complete"},   {"tool_version", "0.1.0"},
+                           {"start_utc", "2023-11-14T22:13:20Z"},             {"clock", "monotonic"},
+                           {"tsc_hz", "0"},         {"host", "testhost"},     {"pid", "77"},
+                           {"argv", "gen2"},        {"rank", "0"},            {"world_size", "1"},
+                           {"commit_ms", "250"},    {"ring_records", "65536"}, {"dropped_events", "0"}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) g_bind_exec(db, meta, "ss", kv[i][0], kv[i][1]);
+    char buf[32];
+    g_bind_exec(db, meta, "ss", "program", g->program);
+    g_bind_exec(db, meta, "ss", "run_id", g->run_id);
+    snprintf(buf, sizeof buf, "%lld", BASE_NS);
+    g_bind_exec(db, meta, "ss", "start_ns", buf);
+    snprintf(buf, sizeof buf, "%u", g->profile_interval);
+    g_bind_exec(db, meta, "ss", "profile_interval", buf);
+    for (uint32_t i = 0; i < g->n_threads; i++)
+        g_bind_exec(db, "INSERT INTO threads VALUES (?, ?, ?, ?, -1, 0, 0)", "iiss", (long long)i, 2000LL + i,
+                    g->threads[i].name, g->threads[i].role);
+    for (uint32_t i = 0; i < g->n_stages; i++)
+        g_bind_exec(db, "INSERT INTO stages VALUES (?, ?, ?)", "iss", (long long)i, g->stage_name[i], g->stage_kind[i]);
+    for (uint32_t i = 0; i < g->n_counters; i++)
+        g_bind_exec(db, "INSERT INTO counter_names VALUES (?, ?, 'items')", "is", (long long)i, g->counter_name[i]);
+    for (uint32_t i = 0; i < g->n_steps; i++)
+        g_bind_exec(db, "INSERT INTO steps VALUES (?, ?, ?, 0)", "iii", (long long)g->step[i], (long long)g->step_ts[i],
+                    (long long)g->step_tokens[i]);
+    st_event_encoder *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    static const char chunk_sql[] =
+        "INSERT INTO range_chunks(thread, t0_ns, t1_ns, n_events, n_ranges, data) VALUES (?, ?, ?, ?, ?, ?)";
+    for (uint32_t i = 0; i < g->n_threads; i++) {
+        const g_thread *t = &g->threads[i];
+        uint32_t n_ranges = 0;
+        e->depth = 0;
+        assert_int_equal(st_event_chunk_start(e), 0);
+        for (size_t k = 0; k < t->n; k++) {
+            if (t->ev[k].is_end) {
+                assert_int_equal(st_event_put_end(e, t->ev[k].ts), 0);
+                n_ranges++;
+            } else {
+                assert_int_equal(st_event_put_begin(e, t->ev[k].stage, t->ev[k].ts), 0);
+            }
+            if (e->n_events == 5 || k + 1 == t->n) {
+                g_bind_exec(db, chunk_sql, "iiiiib", (long long)i, (long long)e->t0_ns, (long long)e->t1_ns,
+                            (long long)e->n_events, (long long)n_ranges, &e->buf);
+                n_ranges = 0;
+                assert_int_equal(st_event_chunk_start(e), 0);
+            }
+        }
+    }
+    st_buf_free(&e->buf);
+    free(e);
+    for (uint32_t i = 0; i < g->n_threads; i++) {
+        st_counter_encoder c;
+        memset(&c, 0, sizeof c);
+        assert_int_equal(st_counter_chunk_start(&c), 0);
+        for (uint32_t k = 0; k < g->n_samples; k++)
+            if (g->samples[k].thread == i)
+                assert_int_equal(st_counter_put(&c, g->samples[k].counter, g->samples[k].ts, g->samples[k].value), 0);
+        if (c.n_samples)
+            g_bind_exec(db, "INSERT INTO counter_chunks(thread, t0_ns, t1_ns, n_samples, data) VALUES (?, ?, ?, ?, ?)",
+                        "iiiib", (long long)i, (long long)c.t0_ns, (long long)c.t1_ns, (long long)c.n_samples, &c.buf);
+        st_buf_free(&c.buf);
+    }
+    g_sql(db, "COMMIT");
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* The trainer's stages, as far as these traces need them. */
+typedef struct g_stages {
+    uint32_t load, queue_put, batch_wait, forward, postprocess, queue_wait, optimizer, step_wait;
+} g_stages;
+
+static void g_trainer_stages(g_trace *g, g_stages *s)
+{
+    s->load = g_stage(g, "load", "work");
+    s->queue_put = g_stage(g, "queue_put", "wait_output");
+    s->batch_wait = g_stage(g, "batch_wait", "wait_input");
+    s->forward = g_stage(g, "forward", "work");
+    s->postprocess = g_stage(g, "postprocess", "work");
+    s->queue_wait = g_stage(g, "queue_wait", "wait_input");
+    s->optimizer = g_stage(g, "optimizer", "work");
+    s->step_wait = g_stage(g, "step_wait", "wait_input");
+}
+
+/* One step of a pipeline at t (10 ms per step); target_bound picks the
+ * balance. Target-bound:
+ *   loader   load [0, 1], queue_put [1, 10]                  busy 10%, wait_output 90%
+ *   target   batch_wait [0, 0.5], forward [0.5, 8.5],
+ *            postprocess [8.5, 9.5], queue_put [9.5, 10]      busy 90% (forward 80%), wi 5%, wo 5%
+ *   drafterN queue_wait [0, 6], forward [6, 9], optimizer [9, 9.5], idle 0.5
+ *                                                              busy 35%, wait_input 60%, idle 5%
+ *   main     step_wait [0, 10]                                 wait_input 100%
+ * Drafter-bound: target batch_wait [0, 0.5], forward [0.5, 3.5], postprocess
+ * [3.5, 4], queue_put [4, 10] (busy 35%, wo 60%); drafters queue_wait
+ * [0, 0.5], forward [0.5, 9], optimizer [9, 10] (busy 95%, wi 5%). */
+static void g_pipeline_step(g_trace *g, const g_stages *s, int64_t t, int target_bound)
+{
+    g_range(g, 0, s->load, t, t + 1 * MS);
+    g_range(g, 0, s->queue_put, t + 1 * MS, t + 10 * MS);
+    g_range(g, 1, s->batch_wait, t, t + 500 * US);
+    if (target_bound) {
+        g_range(g, 1, s->forward, t + 500 * US, t + 8500 * US);
+        g_range(g, 1, s->postprocess, t + 8500 * US, t + 9500 * US);
+        g_range(g, 1, s->queue_put, t + 9500 * US, t + 10 * MS);
+    } else {
+        g_range(g, 1, s->forward, t + 500 * US, t + 3500 * US);
+        g_range(g, 1, s->postprocess, t + 3500 * US, t + 4 * MS);
+        g_range(g, 1, s->queue_put, t + 4 * MS, t + 10 * MS);
+    }
+    for (uint32_t d = 2; d <= 3; d++) {
+        if (target_bound) {
+            g_range(g, d, s->queue_wait, t, t + 6 * MS);
+            g_range(g, d, s->forward, t + 6 * MS, t + 9 * MS);
+            g_range(g, d, s->optimizer, t + 9 * MS, t + 9500 * US);
+        } else {
+            g_range(g, d, s->queue_wait, t, t + 500 * US);
+            g_range(g, d, s->forward, t + 500 * US, t + 9 * MS);
+            g_range(g, d, s->optimizer, t + 9 * MS, t + 10 * MS);
+        }
+    }
+    g_range(g, 4, s->step_wait, t, t + 10 * MS);
+}
+
+static void g_pipeline_threads(g_trace *g)
+{
+    g_thread_add(g, "loader", "loader");
+    g_thread_add(g, "target0", "target");
+    g_thread_add(g, "drafter0", "drafter");
+    g_thread_add(g, "drafter1", "drafter");
+    g_thread_add(g, "main", "main");
+}
+
+/* 20 steps of 10 ms, 1000 tokens each (100000 tokens/s), target-bound
+ * throughout. A queue_depth counter on the target thread: 0 for the first
+ * 5 ms of each step, 3 for the rest: mean 1.5, max 3, 50% of the time at max
+ * and 50% at zero, 40 samples. */
+static void gen_target(g_trace *g)
+{
+    g_stages s;
+    g_init(g, "gen2", 10);
+    g_trainer_stages(g, &s);
+    g_pipeline_threads(g);
+    g->counter_name[g->n_counters++] = "queue_depth";
+    for (int k = 0; k <= 20; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 1000 : 0);
+    for (int k = 0; k < 20; k++) {
+        int64_t t = k * 10 * MS;
+        g_pipeline_step(g, &s, t, 1);
+        g_sample_add(g, 1, 0, t, 0);
+        g_sample_add(g, 1, 0, t + 5 * MS, 3);
+    }
+}
+
+/* The same, target-bound in steps 1-10, drafter-bound in steps 11-20;
+ * windows of 5 steps: target, target, drafter (moved), drafter. Over the
+ * whole trace target is busy 62.5%, the drafters 65%: drafter. */
+static void gen_moves(g_trace *g)
+{
+    g_stages s;
+    g_init(g, "gen2", 5);
+    g_trainer_stages(g, &s);
+    g_pipeline_threads(g);
+    for (int k = 0; k <= 20; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 1000 : 0);
+    for (int k = 0; k < 20; k++) g_pipeline_step(g, &s, k * 10 * MS, k < 10);
+}
+
+static uint64_t g_rand(uint64_t *seed)
+{
+    *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *seed >> 33;
+}
+
+/* Diff pair, 40 steps of 1000 tokens. Each worker thread per step: compute
+ * (A 4 ms, B 8 ms, each +-200 us of noise), log (1 ms +-100 us, both), check
+ * (A one 0.5 ms range, B two of 0.25 ms: the same time, the count doubled),
+ * then 0.3 ms of idle after the slowest worker; main waits in step_wait. A has
+ * one worker, B two: roles and stages are matched by name. Returns the sum of
+ * the step durations (ns). */
+static int64_t gen_diff(g_trace *g, int is_b)
+{
+    g_init(g, is_b ? "diffb" : "diffa", 10);
+    g->run_id = is_b ? "1700000100-2" : "1700000000-1";
+    uint32_t s_compute = g_stage(g, "compute", "work");
+    uint32_t s_log = g_stage(g, "log", "work");
+    uint32_t s_check = g_stage(g, "check", "work");
+    uint32_t s_wait = g_stage(g, "step_wait", "wait_input");
+    g_thread_add(g, "main", "main");
+    uint32_t n_workers = is_b ? 2 : 1;
+    g_thread_add(g, "worker0", "worker");
+    if (is_b) g_thread_add(g, "worker1", "worker");
+    uint64_t seed = is_b ? 977 : 13;
+    int64_t t = 0;
+    g_step(g, 0, 0, 0);
+    for (int k = 1; k <= 40; k++) {
+        int64_t longest = 0;
+        for (uint32_t w = 0; w < n_workers; w++) {
+            int64_t c = (is_b ? 8 : 4) * MS + (int64_t)(g_rand(&seed) % 401) * US - 200 * US;
+            int64_t l = 1 * MS + (int64_t)(g_rand(&seed) % 201) * US - 100 * US;
+            int64_t a = t;
+            g_range(g, 1 + w, s_compute, a, a + c);
+            g_range(g, 1 + w, s_log, a + c, a + c + l);
+            a += c + l;
+            if (is_b) {
+                g_range(g, 1 + w, s_check, a, a + 250 * US);
+                g_range(g, 1 + w, s_check, a + 250 * US, a + 500 * US);
+            } else {
+                g_range(g, 1 + w, s_check, a, a + 500 * US);
+            }
+            if (a + 500 * US - t > longest) longest = a + 500 * US - t;
+        }
+        int64_t d = longest + 300 * US;
+        g_range(g, 0, s_wait, t, t + d);
+        t += d;
+        g_step(g, (uint64_t)k, t, 1000);
+    }
+    return t;
+}
+
+/* Roles that are not the trainer's: the order is inferred from the waits.
+ * producer waits only for output, zeta for both, consumer only for input. */
+static void gen_inferred(g_trace *g)
+{
+    g_init(g, "gen2", 5);
+    uint32_t produce = g_stage(g, "produce", "work"), put = g_stage(g, "queue_put", "wait_output");
+    uint32_t wait = g_stage(g, "queue_wait", "wait_input"), consume = g_stage(g, "consume", "work");
+    uint32_t step_wait = g_stage(g, "step_wait", "wait_input");
+    g_thread_add(g, "c", "consumer");
+    g_thread_add(g, "m", "main");
+    g_thread_add(g, "p", "producer");
+    g_thread_add(g, "z", "zeta");
+    for (int k = 0; k <= 10; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 100 : 0);
+    for (int k = 0; k < 10; k++) {
+        int64_t t = k * 10 * MS;
+        g_range(g, 0, wait, t, t + 4 * MS);
+        g_range(g, 0, consume, t + 4 * MS, t + 10 * MS);
+        g_range(g, 1, step_wait, t, t + 10 * MS);
+        g_range(g, 2, produce, t, t + 2 * MS);
+        g_range(g, 2, put, t + 2 * MS, t + 10 * MS);
+        g_range(g, 3, wait, t, t + 1 * MS);
+        g_range(g, 3, produce, t + 1 * MS, t + 5 * MS);
+        g_range(g, 3, put, t + 5 * MS, t + 10 * MS);
+    }
+}
+
+/* No step marks: one window over the span. */
+static void gen_nosteps(g_trace *g)
+{
+    g_init(g, "gen2", 0);
+    uint32_t work = g_stage(g, "work", "work");
+    g_thread_add(g, "w", "worker");
+    for (int k = 0; k < 10; k++) g_range(g, 0, work, k * 10 * MS, k * 10 * MS + 6 * MS);
+}
+
+/* No stages at all, yet chunks with begins of stage 3: the decoder checks
+ * stage ids only against a non-empty stages table (found by fuzz_reader). */
+static void gen_nostages(g_trace *g)
+{
+    g_init(g, "gen2", 0);
+    g_thread_add(g, "w", "worker");
+    g_step(g, 0, 0, 0);
+    g_step(g, 1, 10 * MS, 10);
+    g_range(g, 0, 3, 1 * MS, 5 * MS);
+}
+
+/* Dense: 4 steps of 10 ms; per step and thread a 9 ms parent range with a
+ * 2 us child every 5 us inside (1800 per step): the report's timeline must
+ * merge them per pixel column. */
+static void gen_dense(g_trace *g)
+{
+    g_init(g, "dense", 1);
+    uint32_t outer = g_stage(g, "batch", "work"), inner = g_stage(g, "kernel", "work");
+    uint32_t wait = g_stage(g, "queue_wait", "wait_input");
+    g_thread_add(g, "w0", "worker");
+    g_thread_add(g, "w1", "worker");
+    for (int k = 0; k <= 4; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 10 : 0);
+    for (uint32_t w = 0; w < 2; w++)
+        for (int k = 0; k < 4; k++) {
+            int64_t t = k * 10 * MS;
+            g_range(g, w, wait, t, t + 1 * MS);
+            g_push(g, w, 0, outer, BASE_NS + t + 1 * MS);
+            for (int i = 0; i < 1800; i++) g_range(g, w, inner, t + 1 * MS + i * 5 * US, t + 1 * MS + i * 5 * US + 2 * US);
+            g_push(g, w, 1, 0, BASE_NS + t + 10 * MS);
+        }
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+    size_t len = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(len);
+    assert_non_null(p);
+    snprintf(p, len, "%s/%s", dir, name);
+    return p;
+}
+
+static void write_one(const char *dir, const char *name, void (*gen)(g_trace *))
+{
+    g_trace *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    gen(g);
+    char *p = path_in(dir, name);
+    g_write(g, p);
+    free(p);
+    g_free(g);
+    free(g);
+}
+
+static void generate_all(const char *dir)
+{
+    mkdir(dir, 0777);
+    write_one(dir, "target.sqlite", gen_target);
+    write_one(dir, "moves.sqlite", gen_moves);
+    write_one(dir, "inferred.sqlite", gen_inferred);
+    write_one(dir, "nosteps.sqlite", gen_nosteps);
+    write_one(dir, "dense.sqlite", gen_dense);
+    write_one(dir, "nostages.sqlite", gen_nostages);
+    for (int b = 0; b < 2; b++) {
+        g_trace *g = calloc(1, sizeof *g);
+        assert_non_null(g);
+        int64_t total = gen_diff(g, b);
+        char *p = path_in(dir, b ? "diff_b.sqlite" : "diff_a.sqlite");
+        g_write(g, p);
+        free(p);
+        g_free(g);
+        free(g);
+        /* the exact periods, for the integration test's tokens/s check */
+        char name[32], text[64];
+        snprintf(name, sizeof name, "diff_%c.period_ns", b ? 'b' : 'a');
+        p = path_in(dir, name);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        snprintf(text, sizeof text, "%lld\n", (long long)total);
+        fputs(text, f);
+        fclose(f);
+        free(p);
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------------------------- */
+
+static char tmp_dir[256];
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s", tmp_dir, name);
+    return buf;
+}
+
+static void open_pipe(an_trace *t, an_pipe *p, const char *name, const an_pipe_opts *o)
+{
+    assert_int_equal(an_trace_open(t, tmp_path(name)), 0);
+    assert_int_equal(an_pipe_compute(p, t, o), 0);
+}
+
+static uint32_t role(const an_pipe *p, const char *name)
+{
+    int32_t r = an_pipe_role_index(p, name);
+    if (r < 0) fail_msg("no role %s", name);
+    return (uint32_t)r;
+}
+
+static uint32_t stage(const an_pipe *p, const char *name)
+{
+    for (uint32_t s = 0; s < p->n_stages; s++)
+        if (strcmp(st_reader_stage(p->trace->r, s)->name, name) == 0) return s;
+    fail_msg("no stage %s", name);
+    return 0;
+}
+
+#define assert_close(a, b) assert_true(fabs((double)(a) - (double)(b)) < 1e-9 * (1.0 + fabs((double)(b))))
+
+static void test_loads_and_verdict(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "target.sqlite", NULL);
+    assert_int_equal(p.n_roles, 4);
+    assert_false(p.order_inferred);
+    static const char *const order[] = {"loader", "target", "drafter", "main"};
+    for (int i = 0; i < 4; i++) assert_string_equal(p.role_names[i], order[i]);
+    assert_int_equal(p.role_threads[role(&p, "drafter")], 2);
+    assert_int_equal(p.n_bins, 20);
+    assert_int_equal(p.steps_per_bin, 1);
+    an_role_load loads[4];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    const an_role_load *lo = &loads[0], *ta = &loads[1], *dr = &loads[2], *ma = &loads[3];
+    assert_close(lo->busy_pct, 10);
+    assert_close(lo->kind_pct[ST_WAIT_OUTPUT], 90);
+    assert_close(ta->busy_pct, 90);
+    assert_close(ta->work_pct, 90);
+    assert_close(ta->kind_pct[ST_WAIT_INPUT], 5);
+    assert_close(ta->kind_pct[ST_WAIT_OUTPUT], 5);
+    assert_int_equal(ta->top_stage, (int32_t)stage(&p, "forward"));
+    assert_int_equal(ta->top_stage_ns, 160 * MS);
+    assert_close(ta->busy_per_step_ns, 9 * MS);
+    assert_int_equal(dr->wall_ns, 400 * MS); /* two threads */
+    assert_close(dr->busy_pct, 35);
+    assert_close(dr->kind_pct[ST_WAIT_INPUT], 60);
+    assert_close(dr->idle_pct, 5);
+    assert_close(ma->kind_pct[ST_WAIT_INPUT], 100);
+    /* self time and idle add up to the wall time */
+    for (int r = 0; r < 4; r++) {
+        int64_t sum = loads[r].idle_ns;
+        for (int k = 0; k < ST_KIND_COUNT; k++) sum += loads[r].kind_ns[k];
+        assert_int_equal(sum, loads[r].wall_ns);
+    }
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_int_equal(v.role, 1);
+    assert_int_equal(v.stage, (int32_t)stage(&p, "forward"));
+    assert_true(v.saturated);
+    assert_int_equal(v.down_role, 2);
+    assert_close(v.down_wait_pct, 60);
+    assert_int_equal(v.up_role, 0);
+    assert_close(v.up_wait_pct, 90);
+    assert_int_equal(v.steps, 20);
+    assert_close(v.step_ns, 10 * MS);
+    assert_close(v.tokens_per_s, 100000);
+    /* forward 2x faster: target needs 9 - 8/2 = 5 ms per step, more than any
+     * other role (loader 1, drafter 3.5): still the limit, twice the throughput. */
+    assert_close(v.busy_after_ns, 5 * MS);
+    assert_int_equal(v.whatif_limit_role, 1);
+    assert_close(v.whatif_step_ns, 5 * MS);
+    assert_close(v.whatif_factor, 2.0);
+    assert_close(v.whatif_tokens_per_s, 200000);
+    /* 4x faster: target 9 - 6 = 3 ms, so the drafters' 3.5 ms limit:
+     * 10 / 3.5 = 2.857x, 285714.29 tokens/s. */
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 4.0, &v);
+    assert_close(v.busy_after_ns, 3 * MS);
+    assert_int_equal(v.whatif_limit_role, 2);
+    assert_close(v.whatif_step_ns, 3.5 * MS);
+    assert_close(v.whatif_factor, 10.0 / 3.5);
+    assert_close(v.whatif_tokens_per_s, 1e6 / 3.5);
+    /* counts: one forward per step on target, one per drafter thread */
+    uint64_t fwd = 0;
+    for (uint32_t b = 0; b < p.n_bins; b++) fwd += an_pipe_count(&p, b, 2, stage(&p, "forward"));
+    assert_int_equal(fwd, 40);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_queue_depth(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "target.sqlite", NULL);
+    assert_int_equal(p.n_queues, 1);
+    const an_pipe_queue *q = &p.queues[0];
+    assert_string_equal(q->name, "queue_depth");
+    assert_int_equal(q->n_samples, 40);
+    assert_int_equal(q->covered_ns, 200 * MS);
+    assert_close(q->mean, 1.5);
+    assert_close(q->min, 0);
+    assert_close(q->max, 3);
+    assert_int_equal(q->at_max_ns, 100 * MS);
+    assert_int_equal(q->at_zero_ns, 100 * MS);
+    assert_close(q->bin_mean[7], 1.5);
+    assert_close(q->bin_max[7], 3);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_windows_move(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "moves.sqlite", NULL);
+    an_window_verdict *w;
+    uint32_t n = an_pipe_window_verdicts(&p, 5, &w);
+    assert_int_equal(n, 4);
+    static const char *const want[] = {"target", "target", "drafter", "drafter"};
+    static const int moved[] = {0, 0, 1, 0};
+    static const double busy[] = {90, 90, 95, 95};
+    for (uint32_t i = 0; i < n; i++) {
+        assert_string_equal(p.role_names[w[i].role], want[i]);
+        assert_int_equal(w[i].moved, moved[i]);
+        assert_close(w[i].busy_pct, busy[i]);
+        assert_int_equal(w[i].step_first, 5 * i + 1);
+        assert_int_equal(w[i].step_last, 5 * i + 5);
+        assert_int_equal(w[i].stage, (int32_t)stage(&p, "forward"));
+    }
+    /* Over the whole trace: target 62.5% busy, drafters 65%. */
+    an_role_load loads[4];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    assert_close(loads[1].busy_pct, 62.5);
+    assert_close(loads[2].busy_pct, 65);
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_string_equal(p.role_names[v.role], "drafter");
+    char *story = an_pipe_story(&p, loads, &v, w, n, 5);
+    assert_non_null(story);
+    assert_non_null(strstr(story, "the bottleneck moved: target in steps 1-10, drafter in steps 11-20."));
+    free(story);
+    free(w);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_grouped_bins_and_skip(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    an_pipe_opts o;
+    memset(&o, 0, sizeof o);
+    /* 4 roles x 9 columns a bin: room for 7 bins, so 3 steps each. */
+    o.max_cells = 4 * 9 * 7;
+    open_pipe(&t, &p, "target.sqlite", &o);
+    assert_int_equal(p.steps_per_bin, 3);
+    assert_int_equal(p.n_bins, 7);
+    assert_int_equal(p.bin_steps[6], 2);
+    assert_int_equal(p.bin_step_first[1], 4);
+    assert_int_equal(p.bin_step_last[1], 6);
+    an_role_load loads[4];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    assert_close(loads[1].busy_pct, 90);
+    assert_close(loads[1].busy_per_step_ns, 9 * MS);
+    assert_close(loads[2].kind_pct[ST_WAIT_INPUT], 60);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+
+    memset(&o, 0, sizeof o);
+    o.skip_steps = 5;
+    open_pipe(&t, &p, "target.sqlite", &o);
+    assert_int_equal(p.n_bins, 15);
+    assert_int_equal(p.bin_step_first[0], 6);
+    assert_int_equal(p.bin_t[0], BASE_NS + 50 * MS);
+    assert_int_equal(p.queues[0].n_samples, 30);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_inferred_order(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "inferred.sqlite", NULL);
+    assert_true(p.order_inferred);
+    static const char *const order[] = {"producer", "zeta", "consumer", "main"};
+    for (int i = 0; i < 4; i++) assert_string_equal(p.role_names[i], order[i]);
+    /* thread -> role follows the reordering */
+    for (uint32_t i = 0; i < p.n_threads; i++)
+        assert_string_equal(p.role_names[p.thread_role[i]], st_reader_thread(t.r, i)->role);
+    an_role_load loads[4];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    /* consumer 60% busy, producer 20%, zeta 40%: consumer; upstream zeta blocked 50% */
+    assert_string_equal(p.role_names[v.role], "consumer");
+    assert_string_equal(p.role_names[v.up_role], "zeta");
+    assert_close(v.up_wait_pct, 50);
+    assert_string_equal(p.role_names[v.down_role], "main");
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_nosteps(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "nosteps.sqlite", NULL);
+    assert_false(p.has_steps);
+    assert_int_equal(p.n_bins, 1);
+    an_role_load loads[1];
+    an_pipe_loads(&p, 0, 1, loads);
+    /* span [0, 96] ms: ten 6 ms ranges */
+    assert_int_equal(loads[0].wall_ns, 96 * MS);
+    assert_int_equal(loads[0].busy_ns, 60 * MS);
+    assert_true(isnan(loads[0].busy_per_step_ns));
+    an_verdict v;
+    an_pipe_verdict(&p, 0, 1, loads, 2.0, &v);
+    assert_int_equal(v.role, 0);
+    assert_true(isnan(v.tokens_per_s));
+    /* 60 ms of work, 2x faster: 30 ms needed of 96: 3.2x */
+    assert_close(v.whatif_factor, 96.0 / 30.0);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_unknown_stage(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "nostages.sqlite", NULL);
+    assert_int_equal(p.n_stages, 0);
+    an_role_load loads[1];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    assert_int_equal(loads[0].busy_ns, 0);
+    assert_int_equal(loads[0].idle_ns, 10 * MS); /* the unknown stage's time is no stage's */
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_int_equal(v.role, -1);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static void test_mann_whitney(void **state)
+{
+    (void)state;
+    double a[] = {1, 2, 3, 4, 5}, b[] = {6, 7, 8, 9, 10}, u;
+    /* U = 0; mu = 12.5, var = 25/12 * 11; z = 12 / sqrt(22.9167) = 2.5067; p = 0.012186
+     * (scipy.stats.mannwhitneyu(a, b, method='asymptotic') gives 0.01219). */
+    double p = an_mann_whitney(a, 5, b, 5, &u);
+    assert_close(u, 0);
+    assert_true(fabs(p - 0.0121857) < 1e-6);
+    assert_close(an_mann_whitney(b, 5, a, 5, &u), p);
+    assert_close(u, 25);
+    /* all tied: p = 1 */
+    double c[] = {3, 3, 3}, d[] = {3, 3};
+    assert_close(an_mann_whitney(c, 3, d, 2, NULL), 1.0);
+    /* ties across the samples: a = {1, 2, 2}, b = {2, 3}: ranks 1, 3, 3 | 3, 5;
+     * U = 7 - 6 = 1; tie term 24; var = 6/12 * (6 - 24/20) = 2.4; z = (2 - 0.5)/1.549 */
+    double e[] = {1, 2, 2}, f[] = {2, 3};
+    p = an_mann_whitney(e, 3, f, 2, &u);
+    assert_close(u, 1);
+    assert_true(fabs(p - erfc(1.5 / sqrt(2.4) / sqrt(2.0))) < 1e-12);
+    double m[] = {5, 1, 3, 2};
+    assert_close(an_median(m, 4), 2.5);
+    assert_close(an_median(m, 3), 2); /* sorted in place: 1 2 3 */
+    assert_true(isnan(an_mann_whitney(a, 0, b, 5, NULL)));
+}
+
+static void test_story_and_helpers(void **state)
+{
+    (void)state;
+    char buf[64];
+    assert_string_equal(an_fmt_pct1(62.25, buf, sizeof buf), "62.3%");
+    assert_string_equal(an_fmt_pct1(NAN, buf, sizeof buf), "-");
+    assert_string_equal(an_clean("a\x1b[1mb", buf, sizeof buf), "a?[1mb");
+    assert_int_equal(an_pipe_known_role("post"), 2);
+    assert_int_equal(an_pipe_known_role("main"), 1000);
+    assert_int_equal(an_pipe_known_role("consumer"), -1);
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "target.sqlite", NULL);
+    an_role_load loads[4];
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    char *story = an_pipe_story(&p, loads, &v, NULL, 0, 10);
+    assert_non_null(story);
+    assert_non_null(strstr(story, "Bottleneck: target (1 thread), busy 90.0% of its time (work 90.0%); limiting stage: "
+                                  "forward, 80.0% of its time, 8.000 ms per step.\n"));
+    assert_non_null(strstr(story, "Evidence: downstream, drafter waits for input 60.0% of its time (queue_wait 60.0%); "
+                                  "upstream, loader is blocked on output 90.0% of its time (queue_put 90.0%).\n"));
+    assert_non_null(strstr(story, "What if forward were 2x faster: target would need 5.000 ms per step instead of 9.000 "
+                                  "ms; target stays the limit at 5.000 ms per step: at most 200000.0 tokens/s, 2.00x "
+                                  "the measured 100000.0.\n"));
+    free(story);
+    an_gpu_idle *gpu;
+    uint32_t n_gpu = 99;
+    const char *note;
+    assert_int_equal(an_gpu_idle_split(&t, 0, 1, &gpu, &n_gpu, &note), 0);
+    assert_int_equal(n_gpu, 0);
+    assert_string_equal(note, "no GPU activity in this trace");
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *base = getenv("ST_TEST_TMP");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/analyze2-unit-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmp_dir)) return -1;
+    generate_all(tmp_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--generate") == 0) {
+        generate_all(argv[2]);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loads_and_verdict), cmocka_unit_test(test_queue_depth),
+        cmocka_unit_test(test_windows_move),      cmocka_unit_test(test_grouped_bins_and_skip),
+        cmocka_unit_test(test_inferred_order),    cmocka_unit_test(test_nosteps),
+        cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
+        cmocka_unit_test(test_unknown_stage),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
