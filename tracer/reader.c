@@ -508,6 +508,8 @@ int st_range_iter_next(st_range_iter *it, st_range *out)
             continue;
         }
         if (rc < 0) return chunk_corrupt(&it->rows);
+        /* the cursor checks ids only against a non-empty stages table */
+        if (ev.stage >= it->rows.r->n_stages) return chunk_corrupt(&it->rows);
         if (!ev.is_end) continue;
         int64_t start = ev.start_ns, end = ev.ts_ns;
         if (start >= it->t1) continue;
@@ -561,6 +563,7 @@ int st_event_iter_next(st_event_iter *it, st_event *out)
             it->in_chunk = 1;
         }
         int rc = st_event_next(&it->cur, out);
+        if (rc == 1 && out->stage >= it->rows.r->n_stages) return chunk_corrupt(&it->rows);
         if (rc == 1) return 1;
         if (rc < 0) return chunk_corrupt(&it->rows);
         it->in_chunk = 0;
@@ -664,41 +667,30 @@ int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void 
             ts[i].has = n == 1;
         }
     }
-    uint32_t next_step = 0;
-    while (!rc) {
-        int best = -2; /* -1: a step */
-        int64_t best_ts = 0;
-        int best_rank = 0;
-        uint32_t best_thread = 0;
-        if (next_step < r->n_steps) {
-            best = -1;
-            best_ts = r->steps[next_step].ts_ns;
-            best_rank = ST_AGG_STEP;
-        }
-        for (uint32_t i = 0; i < r->n_threads; i++) {
-            if (!ts[i].has) continue;
-            if (best == -2 || st_agg_order(ts[i].ev.ts_ns, ST_AGG_RANGE, ts[i].id, best_ts,
-                                           best_rank, best_thread) < 0) {
-                best = (int)i;
-                best_ts = ts[i].ev.ts_ns;
-                best_rank = ST_AGG_RANGE;
-                best_thread = ts[i].id;
+    /* Threads meet only at step marks: between two marks each thread's
+     * events are fed on their own, which is the st_agg_order merge (steps
+     * first at equal times) without comparing across threads per event. */
+    for (uint32_t next_step = 0; !rc && next_step <= r->n_steps; next_step++) {
+        int64_t limit = next_step < r->n_steps ? r->steps[next_step].ts_ns : INT64_MAX;
+        for (uint32_t i = 0; i < r->n_threads && !rc; i++) {
+            thread_stream *s = &ts[i];
+            while (s->has && (s->ev.ts_ns < limit || limit == INT64_MAX)) {
+                if (s->ev.is_end)
+                    st_agg_end(agg, s->id, s->ev.ts_ns);
+                else
+                    st_agg_begin(agg, s->id, s->ev.stage, s->ev.ts_ns);
+                int n = st_event_iter_next(s->it, &s->ev);
+                if (n < 0) {
+                    rc = n;
+                    break;
+                }
+                s->has = n == 1;
             }
         }
-        if (best == -2) break;
-        if (best == -1) {
-            const st_step_info *s = &r->steps[next_step++];
-            st_agg_step(agg, s->step, s->ts_ns, s->tokens);
-            continue;
+        if (!rc && next_step < r->n_steps) {
+            const st_step_info *st = &r->steps[next_step];
+            st_agg_step(agg, st->step, st->ts_ns, st->tokens);
         }
-        thread_stream *s = &ts[best];
-        if (s->ev.is_end)
-            st_agg_end(agg, s->id, s->ev.ts_ns);
-        else
-            st_agg_begin(agg, s->id, s->ev.stage, s->ev.ts_ns);
-        int n = st_event_iter_next(s->it, &s->ev);
-        if (n < 0) rc = n;
-        s->has = n == 1;
     }
     for (uint32_t i = 0; i < r->n_threads; i++) st_event_iter_close(ts[i].it);
     free(ts);
