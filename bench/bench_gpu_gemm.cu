@@ -12,9 +12,14 @@
  *     that rate as a fraction of the ceiling (goal >= 0.60).
  *  3. Where the forward's time goes: each part timed alone over the same buffers (median of
  *     --repeats, scaled to the whole forward): the four matmuls of a layer (x layers), the
- *     attention of a layer (x layers), the layer's elementwise kernels (2 RMSNorm, RoPE + QKV
- *     split, SwiGLU; x layers), the LM head + argmax; "other" is the rest (embedding, masks,
- *     RoPE table, taps copies, launch gaps).
+ *     attention of a layer (x layers: the kernel the forward uses, kc_attention_fwd_causal_doc,
+ *     or with TR_ATTENTION=masked the per-sequence explicit-mask kc_attention_fwd), the layer's
+ *     elementwise kernels (2 RMSNorm, RoPE + QKV split, SwiGLU; x layers), the LM head +
+ *     argmax; "other" is the rest (embedding, masks, RoPE table, taps copies, launch gaps).
+ *  4. The two attention kernels side by side on the last layer's q, k, v: time per layer and
+ *     TFLOP/s over the allowed pairs, and a correctness check of the causal-document kernel
+ *     against the explicit-mask one at this shape (|new - old| <= 2e-2 + 2e-2 |old| on every
+ *     element; "ATTENTION CHECK FAILED" otherwise).
  * Prints a table and, last, one line "RESULT gemm_tflops X forward_tflops Y fraction Z" for
  * scripts (bench/run_gpu.sh). Exits 0 even below the goal (it is a measurement), 1 on a CUDA
  * error, 2 on a bad flag.
@@ -23,6 +28,7 @@
  *                               --preset h200 --batch 8 --seq-len 2048]
  * Built by bench/bench_gpu_build.sh (nvcc, linked with the trainer's objects). */
 #include <algorithm>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,13 +228,26 @@ int main(int argc, char **argv)
             RUN(kc_matmul(blas, ws.gu, KC_BF16, ws.h, w.wgu[0], NULL, NT, d, 2 * F, 0, stream));
             RUN(kc_matmul(blas, ws.x, KC_F32, ws.act, w.wdown[0], NULL, NT, F, d, 1, stream));
         }), L * mm_flops);
-    add("attention x L", L * time_median(1, repeats, [&] {
-            for (int q = 0; q < S; q++) {
-                size_t off = (size_t)q * T * d;
-                RUN(kc_attention_fwd(ws.o + off, NULL, ws.q + off, ws.k + off, ws.v + off,
-                                     ws.masks + (size_t)q * T * T, T, T, H, hd, stream));
-            }
-        }), attention_flops);
+    /* the explicit-mask path needs its masks (the default forward no longer builds them) */
+    for (int q = 0; q < S; q++)
+        RUN(kc_mask_causal_doc(ws.masks + (size_t)q * T * T, doc_ids + (size_t)q * T, T, stream));
+    auto attention_masked = [&](kc_bf16 *o) {
+        for (int q = 0; q < S; q++) {
+            size_t off = (size_t)q * T * d;
+            RUN(kc_attention_fwd(o + off, NULL, ws.q + off, ws.k + off, ws.v + off,
+                                 ws.masks + (size_t)q * T * T, T, T, H, hd, stream));
+        }
+    };
+    auto attention_doc = [&](kc_bf16 *o) {
+        RUN(kc_attention_fwd_causal_doc(o, NULL, ws.q, ws.k, ws.v, doc_ids, ws.masks, S, T, H,
+                                        hd, stream));
+    };
+    const char *att_env = getenv("TR_ATTENTION");
+    const bool masked = att_env && strcmp(att_env, "masked") == 0; /* as tm_target_forward */
+    double ms_masked = time_median(1, repeats, [&] { attention_masked(ws.o); });
+    double ms_doc = time_median(1, repeats, [&] { attention_doc(ws.o); });
+    add(masked ? "attention x L (masked, per sequence)" : "attention x L (causal-doc kernel)",
+        L * (masked ? ms_masked : ms_doc), attention_flops);
     add("elementwise x L", L * time_median(1, repeats, [&] {
             RUN(op_rmsnorm_f32_bf16(ws.h, ws.x, NULL, NT, d, D.eps, stream));
             RUN(op_qkv_split_rope(ws.q, ws.k, ws.v, ws.qkv, ws.rope, NT, H, hd, stream));
@@ -255,6 +274,58 @@ int main(int argc, char **argv)
         printf("  %-38s %10.3f %7.1f%% %10s\n", parts[i].name, parts[i].ms,
                100.0 * parts[i].ms / fwd_ms, rate);
     }
+
+    /* ---- 4. the attention kernels side by side, and the new one checked against the old ---- */
+    {
+        const double layer_flops = attention_flops / L;
+        printf("\n  attention of one layer (last layer's q/k/v, %d x %d tokens, %d heads, hd %d):\n",
+               S, T, H, hd);
+        printf("    %-52s %8.3f ms %8.1f TFLOP/s (allowed pairs)\n",
+               "kc_attention_fwd, explicit masks, 1 launch/sequence", ms_masked,
+               layer_flops / (ms_masked * 1e-3) / 1e12);
+        printf("    %-52s %8.3f ms %8.1f TFLOP/s (allowed pairs), %.1fx\n",
+               "kc_attention_fwd_causal_doc, 1 launch", ms_doc,
+               layer_flops / (ms_doc * 1e-3) / 1e12, ms_masked / ms_doc);
+        const size_t n = (size_t)NT * d;
+        kc_bf16 *o_new;
+        CHECK(cudaMalloc(&o_new, n * sizeof(kc_bf16)));
+        CHECK(cudaMemset(o_new, 0xFF, n * sizeof(kc_bf16))); /* poison: NaN */
+        attention_masked(ws.o);
+        attention_doc(o_new);
+        CHECK(cudaStreamSynchronize(stream));
+        std::vector<uint16_t> a(n), b(n);
+        CHECK(cudaMemcpy(a.data(), ws.o, n * 2, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(b.data(), o_new, n * 2, cudaMemcpyDeviceToHost));
+        CHECK(cudaFree(o_new));
+        auto f = [](uint16_t x) {
+            uint32_t u = (uint32_t)x << 16;
+            float y;
+            memcpy(&y, &u, 4);
+            return y;
+        };
+        size_t bad = 0, first_bad = 0;
+        double max_err = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double ref = f(a[i]), got = f(b[i]), err = fabs(got - ref);
+            /* both kernels round P to bf16 (at different points): twice the test's tolerance */
+            if (!(err <= 2e-2 + 2e-2 * fabs(ref))) { /* NaN (unwritten) counts */
+                if (bad++ == 0)
+                    first_bad = i;
+            }
+            if (err > max_err)
+                max_err = err;
+        }
+        if (bad)
+            printf("    ATTENTION CHECK FAILED: %zu of %zu elements differ (first: token %zu, head "
+                   "%zu, dim %zu: new %g, masked %g)\n",
+                   bad, n, first_bad / d, first_bad % d / hd, first_bad % hd, f(b[first_bad]),
+                   f(a[first_bad]));
+        else
+            printf("    check: causal-doc kernel vs explicit-mask kernel, %zu elements, max |diff| "
+                   "%.3g: ok\n",
+                   n, max_err);
+    }
+
     printf("\nRESULT gemm_tflops %.1f forward_tflops %.1f fraction %.3f forward_ms %.3f\n",
            gemm_tflops, fwd_tflops, fwd_tflops / gemm_tflops, fwd_ms);
 

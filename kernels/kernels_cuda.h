@@ -192,6 +192,31 @@ int kc_attention_bwd(kc_bf16 *dq /* bf16 [Tq, H, hd] */, kc_bf16 *dk /* bf16 [Tk
                      float *delta /* fp32 [Tq, H] scratch */, int Tq, int Tk, int H, int hd,
                      cudaStream_t stream);
 
+/* ---- causal-document attention forward (attention_doc.cu) --------------------------------------
+ * B sequences of T tokens, packed: q, k, v, out are [B*T, H, hd] (token b*T + t), doc_ids
+ * int32 [B*T] (optional; NULL = plain causal). Query t of sequence b attends to key j of the
+ * same sequence iff j <= t and j, ..., t all carry the same doc id (a document is a run of equal
+ * consecutive ids): exactly k_mask_causal_doc + k_attention_fwd per sequence whenever an id
+ * does not reappear after a different one (the trainer's ids only increase). Scale
+ * 1/sqrt(hd); lse (natural log, optional) as k_attention_fwd's; a query with no allowed key
+ * gets out = 0, lse = -inf (cannot happen here: every query sees itself).
+ * hd 64 or 128 with q/k/v/out 16-byte aligned (lse 4-byte): one launch, flash-attention
+ * style on tensor cores (bf16 products, fp32 softmax and accumulation, P rounded to bf16 for
+ * P.V), no mask in memory; mask_scratch is not touched and may be NULL.
+ * Any other hd (or alignment): per sequence kc_mask_causal_doc into mask_scratch (uint8
+ * [T, T], required then, else K_EINVAL) and kc_attention_fwd, in stream order. */
+int kc_attention_fwd_causal_doc(kc_bf16 *out /* bf16 [B*T, H, hd] */,
+                                float *lse /* fp32 [B*T, H], optional */,
+                                const kc_bf16 *q /* bf16 [B*T, H, hd] */,
+                                const kc_bf16 *k /* bf16 [B*T, H, hd] */,
+                                const kc_bf16 *v /* bf16 [B*T, H, hd] */,
+                                const int32_t *doc_ids /* int32 [B*T], optional */,
+                                uint8_t *mask_scratch /* uint8 [T, T], fallback only */, int B,
+                                int T, int H, int hd, cudaStream_t stream);
+/* Tests/benchmarks: on != 0 sends every kc_attention_fwd_causal_doc call to the explicit-mask
+ * path (default 0). */
+void kc_attention_causal_doc_use_fallback(int on);
+
 /* ---- rotary position embedding (rope.cu) -------------------------------------------------------
  * As k_rope_fwd / k_rope_bwd (angles in double, like the CPU). out may alias x. */
 int kc_rope_fwd(kc_bf16 *out /* bf16 [T, H, hd] */, const kc_bf16 *x /* bf16 [T, H, hd] */,

@@ -191,6 +191,18 @@ void tm_target_ws_free(tm_target_ws *ws)
     memset(ws, 0, sizeof *ws);
 }
 
+/* The target's attention kernel: TR_ATTENTION=masked selects the previous path (a uint8 mask
+ * per sequence built each forward, one kc_attention_fwd launch per sequence), for comparison;
+ * anything else (the default) kc_attention_fwd_causal_doc. Read once per process. */
+static bool target_attention_masked(void)
+{
+    static const bool masked = [] {
+        const char *env = getenv("TR_ATTENTION");
+        return env && strcmp(env, "masked") == 0;
+    }();
+    return masked;
+}
+
 int tm_target_forward(const tm_target_weights *w, tm_target_ws *ws, kc_blas *blas,
                       const int32_t *tokens, const int32_t *doc_ids, const int32_t *positions,
                       float *const *taps, int32_t *predictions, int32_t *n_bad,
@@ -203,9 +215,11 @@ int tm_target_forward(const tm_target_weights *w, tm_target_ws *ws, kc_blas *bla
         tr_backend_set_error("internal: target forward on a device without target weights");
         return -1;
     }
-    /* per forward: RoPE angles and one mask per sequence, shared by every layer */
+    /* per forward: RoPE angles, and (TR_ATTENTION=masked only) one mask per sequence, shared
+     * by every layer */
+    const bool masked = target_attention_masked();
     TR_TRY(op_rope_table(ws->rope, positions, NT, hd, D->rope_theta, s));
-    for (int q = 0; q < S; q++)
+    for (int q = 0; masked && q < S; q++)
         TR_KC(kc_mask_causal_doc(ws->masks + (size_t)q * T * T, doc_ids + (size_t)q * T, T, s));
     TR_TRY(op_embed_f32(ws->x, tokens, w->embed, NT, d, V, n_bad, s));
     for (int l = 0; l < D->target_layers; l++) {
@@ -213,10 +227,17 @@ int tm_target_forward(const tm_target_weights *w, tm_target_ws *ws, kc_blas *bla
         TR_TRY(op_rmsnorm_f32_bf16(ws->h, ws->x, NULL, NT, d, D->eps, s));
         TR_KC(kc_matmul(blas, ws->qkv, KC_BF16, ws->h, w->wqkv[l], NULL, NT, d, 3 * d, 0, s));
         TR_TRY(op_qkv_split_rope(ws->q, ws->k, ws->v, ws->qkv, ws->rope, NT, H, hd, s));
-        for (int q = 0; q < S; q++) {
-            size_t off = (size_t)q * T * d;
-            TR_KC(kc_attention_fwd(ws->o + off, NULL, ws->q + off, ws->k + off, ws->v + off,
-                                   ws->masks + (size_t)q * T * T, T, T, H, hd, s));
+        if (masked) {
+            for (int q = 0; q < S; q++) {
+                size_t off = (size_t)q * T * d;
+                TR_KC(kc_attention_fwd(ws->o + off, NULL, ws->q + off, ws->k + off, ws->v + off,
+                                       ws->masks + (size_t)q * T * T, T, T, H, hd, s));
+            }
+        } else {
+            /* every sequence and head in one launch, the mask computed from doc_ids (hd other
+             * than 64/128 falls back to explicit masks built in ws->masks) */
+            TR_KC(kc_attention_fwd_causal_doc(ws->o, NULL, ws->q, ws->k, ws->v, doc_ids,
+                                              ws->masks, S, T, H, hd, s));
         }
         TR_KC(kc_matmul(blas, ws->x, KC_F32, ws->o, w->wo[l], NULL, NT, d, d, 1, s));
         /* MLP: x += swiglu(norm(x) W_gate, norm(x) W_up) W_down */

@@ -867,6 +867,236 @@ static void test_attention_bwd(void **state)
     }
 }
 
+/* ---- causal-document attention (kc_attention_fwd_causal_doc) ----------------------------------
+ * Against the CPU reference per sequence: k_mask_causal_doc + k_attention_fwd. Document
+ * layouts (docs_kind):
+ *   0 random: sequence 0 starts with a fixed pattern (length-1 documents, runs of them,
+ *     documents across the 64-token tile boundaries 64, 128 and 192), then random lengths
+ *     (a quarter of them 1, some up to T); the last id of a sequence may continue into the
+ *     next one, as the trainer's batches do (attention stays within each sequence);
+ *   1 doc_ids = NULL (plain causal);
+ *   2 sweep: sequence b's first two documents have lengths 1 + 37b mod 130 and 1 + 53b mod 70,
+ *     so that document starts fall at every offset from the query / key tiles and warps' rows;
+ *   3 every document is one token (out = v);
+ *   4 every token has the same id (plain causal through doc_ids). */
+struct doc_attn_case {
+    int B, T, H, hd;
+    int docs_kind;
+    int path; /* 0: whatever the call picks, 1: forced explicit-mask fallback, 2: 8-byte offset
+               * tensors (unaligned for the fast path: fallback) */
+};
+
+static int32_t *doc_ids_for(int B, int T, int kind)
+{
+    int32_t *ids = (int32_t *)hmalloc((size_t)B * T * sizeof(int32_t));
+    rng_new_stream();
+    int id = 0;
+    for (int b = 0; b < B; b++) {
+        int32_t *row = ids + (size_t)b * T;
+        int t = 0;
+        if (kind == 0 && b == 0) {
+            static const int lens[] = {1, 1, 3, 50, 20, 1, 1, 1, 60, 1, 2, 64, 1};
+            for (size_t n = 0; n < sizeof lens / sizeof lens[0]; n++) {
+                for (int r = 0; r < lens[n] && t < T; r++)
+                    row[t++] = id;
+                id++;
+            }
+        }
+        if (kind == 2) {
+            int l1 = 1 + (b * 37) % 130, l2 = 1 + (b * 53) % 70;
+            for (int r = 0; r < l1 && t < T; r++)
+                row[t++] = id;
+            id++;
+            for (int r = 0; r < l2 && t < T; r++)
+                row[t++] = id;
+            id++;
+        }
+        while (t < T) {
+            int len;
+            double u = rng_unit();
+            if (kind == 3)
+                len = 1;
+            else if (kind == 4)
+                len = T;
+            else if (u < 0.25)
+                len = 1;
+            else if (u < 0.4)
+                len = rng_int(2, 8);
+            else if (u < 0.8)
+                len = rng_int(8, 100);
+            else
+                len = rng_int(100, T + 1);
+            for (int r = 0; r < len && t < T; r++)
+                row[t++] = id;
+            id++;
+        }
+        if (kind == 4)
+            id = 7; /* the same id everywhere */
+        else if (b % 2 == 0)
+            id--; /* the next sequence continues this one's last id */
+    }
+    return ids;
+}
+
+/* On a mismatch: which (sequence, token, head) rows are wrong, and where they sit relative to
+ * their document and to the 64-query / 16-row tiles of the kernel, to locate a bug from one run. */
+static void diagnose_doc_attention(const float *gpu, const unsigned char *unwritten,
+                                   const float *ref, const int32_t *ids, int B, int T, int H,
+                                   int hd)
+{
+    int shown = 0;
+    size_t bad_rows = 0, by_warp[4] = {0, 0, 0, 0}, by_docpos[3] = {0, 0, 0};
+    for (int b = 0; b < B; b++) {
+        int ds = 0;
+        for (int t = 0; t < T; t++) {
+            if (ids && t > 0 && ids[(size_t)b * T + t] != ids[(size_t)b * T + t - 1])
+                ds = t;
+            for (int h = 0; h < H; h++) {
+                size_t base = (((size_t)b * T + t) * H + h) * hd;
+                int bad = 0, unw = 0;
+                double worst = 0.0;
+                for (int d = 0; d < hd; d++) {
+                    double g = gpu[base + d], r = ref[base + d], err = fabs(g - r);
+                    unw |= unwritten[base + d];
+                    if (unwritten[base + d] || isnan(g) || !(err <= 1e-2 + 1e-2 * fabs(r))) {
+                        bad = 1;
+                        if (!(err <= worst))
+                            worst = err;
+                    }
+                }
+                if (!bad)
+                    continue;
+                bad_rows++;
+                by_warp[(t % 64) / 16]++;
+                by_docpos[ds / 64 == t / 64 ? (ds == t ? 0 : 1) : 2]++;
+                if (shown++ < 8)
+                    print_error("    bad row: seq %d token %d head %d%s: doc starts at %d (token "
+                                "%d of its doc), query tile %d row %d (warp %d), worst |err| "
+                                "%.3g\n",
+                                b, t, h, unw ? " (NOT WRITTEN)" : "", ds, t - ds, t / 64,
+                                t % 64, (t % 64) / 16, worst);
+            }
+        }
+    }
+    print_error("    %zu bad (token, head) rows; by warp of the tile: %zu %zu %zu %zu; doc start "
+                "= the token: %zu, inside its query tile: %zu, before it: %zu\n",
+                bad_rows, by_warp[0], by_warp[1], by_warp[2], by_warp[3], by_docpos[0],
+                by_docpos[1], by_docpos[2]);
+}
+
+static void run_doc_attention_case(const doc_attn_case &c)
+{
+    const int B = c.B, T = c.T, H = c.H, hd = c.hd;
+    const size_t n = (size_t)B * T * H * hd, nrow = (size_t)B * T * H, seq = (size_t)T * H * hd;
+    const size_t off = c.path == 2 ? 4 : 0; /* elements: 8 bytes */
+    float *q = rand_floats(n, 2.0f), *k = rand_floats(n, 2.0f), *v = rand_floats(n, 1.0f);
+    int32_t *ids = c.docs_kind == 1 ? NULL : doc_ids_for(B, T, c.docs_kind);
+    /* device tensors (offset by `off` elements for path 2) */
+    kc_bf16 *dq_b = (kc_bf16 *)dmalloc((n + off) * 2), *dk_b = (kc_bf16 *)dmalloc((n + off) * 2);
+    kc_bf16 *dv_b = (kc_bf16 *)dmalloc((n + off) * 2), *dout_b = (kc_bf16 *)dmalloc((n + off) * 2);
+    kc_bf16 *dq = dq_b + off, *dk = dk_b + off, *dv = dv_b + off, *dout = dout_b + off;
+    {
+        kc_bf16 *tq = dev_bf16(q, n), *tk = dev_bf16(k, n), *tv = dev_bf16(v, n); /* rounds q/k/v */
+        CUDA_CHECK(cudaMemcpy(dq, tq, n * 2, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(dk, tk, n * 2, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(dv, tv, n * 2, cudaMemcpyDeviceToDevice));
+    }
+    int32_t *d_ids = ids ? (int32_t *)dev_copy(ids, (size_t)B * T * 4) : NULL;
+    uint8_t *d_scratch = (uint8_t *)dmalloc((size_t)T * T);
+    float *d_lse = (float *)dmalloc(nrow * 4);
+
+    /* reference, per sequence */
+    float *out = hfloats(n), *lse = hfloats(nrow);
+    uint8_t *mask = (uint8_t *)hmalloc((size_t)T * T);
+    for (int b = 0; b < B; b++) {
+        k_mask_causal_doc(mask, ids ? ids + (size_t)b * T : NULL, T);
+        k_attention_fwd(out + b * seq, lse + (size_t)b * T * H, q + b * seq, k + b * seq,
+                        v + b * seq, mask, T, T, H, hd);
+    }
+
+    static const char *kinds[] = {"random docs", "no doc_ids", "doc sweep", "1-token docs",
+                                  "one id"};
+    const bool fast = c.path == 0 && (hd == 64 || hd == 128);
+    printf("  B=%d T=%d H=%d hd=%d, %s, %s\n", B, T, H, hd, kinds[c.docs_kind],
+           fast ? "fast path" : c.path == 1 ? "forced fallback" : c.path == 2 ? "unaligned: fallback"
+                                                                          : "fallback (hd)");
+    kc_attention_causal_doc_use_fallback(c.path == 1);
+    for (int with_lse = 1; with_lse >= 0; with_lse--) {
+        poison(dout, n * 2);
+        poison(d_lse, nrow * 4);
+        /* the fast path must not need (or touch) the scratch: give it none */
+        KC(kc_attention_fwd_causal_doc(dout, with_lse ? d_lse : NULL, dq, dk, dv, d_ids,
+                                       fast ? NULL : d_scratch, B, T, H, hd, g_stream));
+        uint16_t *bits = (uint16_t *)hmalloc(n * 2);
+        download(bits, dout, n * 2);
+        float *gpu = hfloats(n);
+        unsigned char *unwritten = (unsigned char *)hmalloc(n);
+        for (size_t i = 0; i < n; i++) {
+            gpu[i] = k_float_from_bf16(bits[i]);
+            unwritten[i] = bits[i] == 0xFFFFu;
+        }
+        size_t bad = compare(with_lse ? "attention_causal_doc out" : "attention_causal_doc out "
+                                                                     "(no lse)",
+                             gpu, unwritten, out, n, (size_t)H * hd, BF16_REDUCTION);
+        if (bad)
+            diagnose_doc_attention(gpu, unwritten, out, ids, B, T, H, hd);
+        if (with_lse && !bad) {
+            check_f32("attention_causal_doc lse", d_lse, lse, nrow, H, 1e-4, 1e-5);
+        } else if (!with_lse && !bad) { /* lse = NULL: the poisoned lse stays untouched */
+            uint32_t *lbits = (uint32_t *)hmalloc(nrow * 4);
+            download(lbits, d_lse, nrow * 4);
+            size_t touched = 0;
+            for (size_t i = 0; i < nrow; i++)
+                touched += lbits[i] != 0xFFFFFFFFu;
+            if (touched)
+                print_error("    lse = NULL, but %zu lse values were written\n", touched);
+            bad += touched;
+        }
+        kc_attention_causal_doc_use_fallback(0);
+        assert_int_equal(bad, 0);
+        kc_attention_causal_doc_use_fallback(c.path == 1);
+    }
+    kc_attention_causal_doc_use_fallback(0);
+}
+
+static void test_attention_causal_doc(void **state)
+{
+    (void)state;
+    static const doc_attn_case normal[] = {
+        {2, 64, 2, 64, 0, 0},   {2, 64, 3, 128, 0, 0},  {2, 200, 3, 64, 0, 0},
+        {2, 200, 2, 128, 0, 0}, {2, 512, 2, 64, 0, 0},  {2, 512, 3, 128, 0, 0},
+        {2, 200, 2, 128, 1, 0}, {2, 130, 2, 64, 4, 0},  {3, 77, 2, 128, 3, 0},
+        {48, 192, 1, 64, 2, 0}, {16, 256, 1, 128, 2, 0}, {1, 1, 1, 64, 0, 0},
+        {2, 17, 2, 128, 0, 0},  {1, 1000, 1, 128, 1, 0},
+        /* fallback: odd head dims, forced, unaligned tensors */
+        {2, 100, 2, 48, 0, 0},  {2, 70, 3, 96, 2, 0},   {2, 130, 2, 64, 0, 1},
+        {2, 90, 2, 128, 0, 2},
+    };
+    static const doc_attn_case small[] = {
+        {2, 64, 2, 64, 0, 0},  {2, 80, 1, 128, 0, 0}, {4, 96, 1, 64, 2, 0},
+        {1, 33, 1, 128, 1, 0}, {2, 40, 1, 48, 0, 0},  {2, 40, 1, 64, 0, 1},
+    };
+    const doc_attn_case *cases = g_small ? small : normal;
+    size_t n_cases = g_small ? sizeof small / sizeof small[0] : sizeof normal / sizeof normal[0];
+    for (size_t i = 0; i < n_cases; i++)
+        run_doc_attention_case(cases[i]);
+
+    /* argument checks: nothing launched, a message naming the problem */
+    assert_int_equal(kc_attention_fwd_causal_doc(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 4,
+                                                 1, 3, g_stream),
+                     K_EINVAL);
+    assert_true(strstr(kc_last_error(), "hd=3") != NULL);
+    kc_bf16 *buf = (kc_bf16 *)dmalloc(4 * 48 * 2);
+    assert_int_equal(kc_attention_fwd_causal_doc(buf, NULL, buf, buf, buf, NULL, NULL, 1, 4, 1,
+                                                 48, g_stream),
+                     K_EINVAL);
+    assert_true(strstr(kc_last_error(), "mask_scratch") != NULL);
+    /* empty shapes are no-ops */
+    KC(kc_attention_fwd_causal_doc(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 4, 1, 64,
+                                   g_stream));
+    CUDA_CHECK(cudaGetLastError());
+}
+
 /* ---- rope ------------------------------------------------------------------------------------ */
 static void test_rope(void **state)
 {
@@ -1318,6 +1548,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_masks, free_all),
         cmocka_unit_test_teardown(test_attention_fwd, free_all),
         cmocka_unit_test_teardown(test_attention_bwd, free_all),
+        cmocka_unit_test_teardown(test_attention_causal_doc, free_all),
         cmocka_unit_test_teardown(test_rope, free_all),
         cmocka_unit_test_teardown(test_cross_entropy_fwd, free_all),
         cmocka_unit_test_teardown(test_cross_entropy_bwd, free_all),
