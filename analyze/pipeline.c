@@ -462,7 +462,7 @@ static int read_queues(an_pipe *p)
 
 /* ---- compute / free ---------------------------------------------------------------------------- */
 
-int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
+static int pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
 {
     an_pipe_opts none;
     memset(&none, 0, sizeof none);
@@ -509,6 +509,14 @@ int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
     free(cnt);
     if (!rc) rc = order_roles(p);
     if (!rc) rc = read_queues(p);
+    return rc;
+}
+
+int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
+{
+    /* on failure nothing stays allocated */
+    int rc = pipe_compute(p, t, opts);
+    if (rc) an_pipe_free(p);
     return rc;
 }
 
