@@ -339,7 +339,7 @@ static void test_events_scripted_extremes(void **state)
 
     st_event_cursor *c = malloc(sizeof *c);
     assert_non_null(c);
-    st_event ev;
+    st_event ev = {0};
     assert_int_equal(st_event_cursor_open(c, first, first_len, first_n, ST_MAX_STAGES), 0);
     assert_int_equal(st_event_next(c, &ev), 1);
     assert_int_equal(ev.stage, 4095);

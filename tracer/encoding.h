@@ -92,17 +92,28 @@ int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
 /* 1: *ev filled; 0: chunk done (every byte consumed); ST_ECORRUPT.
  * Inline: the readers call it once per event. */
 #define ST_ECORRUPT_ (-7) /* == ST_ECORRUPT in stagetrace.h */
-static inline int st_event_next(st_event_cursor *c, st_event *ev)
+static inline __attribute__((always_inline)) int st_event_next(st_event_cursor *c, st_event *ev)
 {
     if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT_;
     uint64_t tag, delta;
     int64_t ts;
-    size_t n1 = st_varint_get(c->p, c->end, &tag);
-    if (!n1) return ST_ECORRUPT_;
-    c->p += n1;
-    n1 = st_varint_get(c->p, c->end, &delta);
-    if (!n1) return ST_ECORRUPT_;
-    c->p += n1;
+    /* Fast path: tags are one byte almost always, deltas one to three. */
+    if (c->end - c->p >= 4 && c->p[0] < 0x80 && c->p[1] < 0x80) {
+        tag = c->p[0];
+        delta = c->p[1];
+        c->p += 2;
+    } else if (c->end - c->p >= 4 && c->p[0] < 0x80 && c->p[2] < 0x80) {
+        tag = c->p[0];
+        delta = (uint64_t)(c->p[1] & 0x7f) | (uint64_t)c->p[2] << 7;
+        c->p += 3;
+    } else {
+        size_t n1 = st_varint_get(c->p, c->end, &tag);
+        if (!n1) return ST_ECORRUPT_;
+        c->p += n1;
+        n1 = st_varint_get(c->p, c->end, &delta);
+        if (!n1) return ST_ECORRUPT_;
+        c->p += n1;
+    }
     if (delta > (uint64_t)INT64_MAX || c->prev_ts > INT64_MAX - (int64_t)delta) return ST_ECORRUPT_;
     ts = c->prev_ts + (int64_t)delta;
     if (tag == 0) {
