@@ -58,6 +58,7 @@ static void on_window(const struct st_window *w, void *arg)
 static st_trace *trace;
 static int st_outer, st_inner, st_wait;
 static _Atomic int workers_stop;
+static _Atomic int workers_started;
 
 static void spin_ns(long ns)
 {
@@ -74,6 +75,7 @@ static void *worker(void *arg)
     char name[16];
     snprintf(name, sizeof name, "worker%ld", id);
     st_thread_register(trace, name, id % 2 ? "odd" : "even", -1, 0);
+    atomic_fetch_add(&workers_started, 1);
     while (!workers_stop) {
         st_begin((st_stage)st_outer);
         spin_ns(20000 + 7000 * id);
@@ -114,13 +116,17 @@ static void run_and_compare(unsigned every, int steps)
     assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
 
     workers_stop = 0;
+    workers_started = 0;
     pthread_t th[3];
-    st_step(0, 0);
     for (long i = 0; i < 3; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
+    /* every worker records from the first window on, however late the
+     * scheduler starts it */
+    while (atomic_load(&workers_started) < 3) usleep(100);
+    st_step(0, 0);
     for (int s = 1; s <= steps; s++) {
         /* main's own range straddles every step mark */
         st_begin((st_stage)st_main);
-        spin_ns(300000);
+        spin_ns(1000000);
         st_step((uint64_t)s, (uint64_t)(1000 + s));
         spin_ns(100000);
         st_end((st_stage)st_main);
