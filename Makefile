@@ -105,7 +105,7 @@ endif
 	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
 
 # ---- the library ------------------------------------------------------------
-TRACER_SRC := $(sort $(wildcard tracer/*.c))
+TRACER_SRC := $(filter-out tracer/gpu_cupti.c,$(sort $(wildcard tracer/*.c)))
 TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
 EXT_SRC := tracer/vtab.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
@@ -113,7 +113,13 @@ LIB_A := $(BUILD)/libstagetrace.a
 LIB_SO := $(BUILD)/libstagetrace.so
 EXT_SO := $(BUILD)/stagetrace_ext.so
 
-lib: $(LIB_A) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
+# GPU activity (CUPTI) in its own archive: CPU programs never need libcupti.
+LIB_GPU := $(BUILD)/libstagetrace_gpu.a
+$(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
 
 $(BUILD)/obj/%.o: %.c $(wildcard tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
 	@mkdir -p $(dir $@)
@@ -175,7 +181,7 @@ TRAINER_SRC := $(sort $(wildcard trainer/*.c))
 TRAINER_CU := $(if $(HAVE_CUDA),$(sort $(wildcard trainer/*.cu)))
 ifneq ($(TRAINER_SRC),)
 PROGRAMS += $(BUILD)/trainer
-$(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(TRAINER_CU)) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A)
+$(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(TRAINER_CU)) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A)
 	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
 endif
 
@@ -218,12 +224,12 @@ GPU_TESTS_BIN := $(patsubst tests/gpu/%,$(BUILD)/tests/gpu/%,$(basename $(GPU_TE
 $(BUILD)/lib/libcmocka.so.0:
 	@mkdir -p $(dir $@)
 	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $@
-$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti) -lsqlite3 -lpthread -lm -ldl
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) -lsqlite3 -lpthread -lm -ldl
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
 gpu-tests: $(GPU_TESTS_BIN)
 
 test-gpu: all gpu-tests

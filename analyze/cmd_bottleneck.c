@@ -47,8 +47,9 @@ static const char help[] =
     "wait_output stages and the downstream role's wait_input stages), queue depth (counters\n"
     "named like *queue_depth*, time-weighted: mean, min, max, share of time at max and at\n"
     "zero), windows (per window of N steps: the bottleneck, its busy share, every role's\n"
-    "waits; moved '*' when the bottleneck changed). GPU idle time split by cause comes with\n"
-    "traces that hold GPU activity (not yet recorded).\n"
+    "waits; moved '*' when the bottleneck changed). With GPU activity (trainer --trace-gpu), each\n"
+    "device's idle time is split into host wait, launch gaps and other (see analyze gpu --help),\n"
+    "naming the stage the launching thread was in while the device waited on the host.\n"
     "\n"
     "options:\n"
     "  --speedup K     the what-if factor for the limiting stage (default 2)\n"
@@ -430,7 +431,13 @@ int cmd_bottleneck(int argc, char **argv)
     const char *gpu_note = NULL;
     an_gpu_idle *gpu = NULL;
     uint32_t n_gpu = 0;
+    char *gpu_text = NULL;
     if (!rc) rc = an_gpu_idle_split(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_note);
+    if (!rc) {
+        gpu_text = an_gpu_idle_text(&t, gpu, n_gpu, gpu_note);
+        if (!gpu_text) rc = oom();
+        gpu_note = gpu_text;
+    }
     if (!rc && fmt == AN_FMT_TEXT) {
         story = an_pipe_story(&p, loads, &v, w, n_windows, every);
         if (!story) rc = oom();
@@ -462,6 +469,7 @@ int cmd_bottleneck(int argc, char **argv)
     if (!rc) an_trace_warn(&t);
     free(story);
     free(gpu);
+    free(gpu_text);
     free(w);
     free(loads);
     an_pipe_free(&p);

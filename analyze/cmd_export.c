@@ -471,15 +471,80 @@ static void chrome_steps(chrome *c)
     }
 }
 
-/* GPU tracks: the hook for GPU activity. Trace schema 1 holds none (the gpu
- * row table is empty); when gpu chunks exist, this writes one process per
- * device ("GPU n", pid = 1000000 + device) with a thread per stream,
- * kernels and copies as "X" events (cat = kind, args bytes / correlation),
- * and flow events ("s"/"f") from the launching range to its kernel. */
+/* GPU tracks: one process per device ("GPU n", pid = 1000000 + device)
+ * with a thread per stream; kernels, copies, memsets and syncs as "X"
+ * events (cat = kind; args: bytes, correlation, launching thread and stage). */
 static int chrome_gpu_tracks(chrome *c)
 {
-    (void)c;
-    return 0;
+    st_reader *r = c->t->r;
+    int has = st_reader_has_gpu(r);
+    if (has <= 0) return has;
+    st_gpu_iter *it;
+    int rc = st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
+    if (rc) return rc;
+    FILE *f = c->f;
+    st_gpu_row g;
+    int64_t last_device = INT64_MIN, last_stream = -1;
+    while ((rc = st_gpu_iter_next(it, &g)) == 1) {
+        int64_t pid = 1000000 + (int64_t)g.device;
+        if (g.device != last_device) {
+            put_lit(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"args\":{\"name\":\"GPU ");
+            put_i64(f, g.device);
+            put_lit(f, "\"}}");
+            last_device = g.device;
+            last_stream = -1;
+        }
+        if ((int64_t)g.stream != last_stream) {
+            put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"tid\":");
+            put_i64(f, g.stream);
+            put_lit(f, ",\"args\":{\"name\":\"stream ");
+            put_i64(f, g.stream);
+            put_lit(f, "\"}}");
+            last_stream = g.stream;
+        }
+        put_lit(f, ",\n{\"name\":");
+        if (g.name) {
+            an_json_string(f, g.name);
+        } else {
+            put_lit(f, "\"");
+            put_lit(f, st_gpu_kind_name(g.rec.kind));
+            if (g.rec.kind == ST_GPU_MEMCPY) {
+                put_lit(f, " ");
+                put_lit(f, st_gpu_copy_name(g.rec.copy_kind));
+            }
+            put_lit(f, "\"");
+        }
+        put_lit(f, ",\"cat\":\"");
+        put_lit(f, st_gpu_kind_name(g.rec.kind));
+        put_lit(f, "\",\"ph\":\"X\",\"pid\":");
+        put_i64(f, pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, g.stream);
+        put_lit(f, ",\"ts\":");
+        put_us(f, g.rec.start_ns - c->t->origin_ns);
+        put_lit(f, ",\"dur\":");
+        put_us(f, g.rec.dur_ns);
+        put_lit(f, ",\"args\":{\"bytes\":");
+        put_i64(f, (int64_t)g.rec.bytes);
+        put_lit(f, ",\"correlation\":");
+        put_i64(f, g.rec.correlation);
+        if (g.thread >= 0) {
+            put_lit(f, ",\"thread\":");
+            put_i64(f, g.thread);
+        }
+        if (g.stage >= 0 && (uint32_t)g.stage < st_reader_n_stages(r)) {
+            put_lit(f, ",\"stage\":");
+            put_lit(f, c->stage_json[g.stage]);
+        }
+        put_lit(f, "}}");
+        c->n_events++;
+    }
+    st_gpu_iter_close(it);
+    return rc < 0 ? rc : 0;
 }
 
 static int export_chrome(an_trace *t, const char *path, int overwrite)

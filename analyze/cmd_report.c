@@ -357,7 +357,9 @@ static int section_verdict(report *rp)
     an_gpu_idle *gpu = NULL;
     uint32_t n_gpu = 0;
     int rc = an_gpu_idle_split(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &note);
+    char *gpu_text = rc ? NULL : an_gpu_idle_text(rp->t, gpu, n_gpu, note);
     free(gpu);
+    if (!rc && !gpu_text) rc = oom();
     if (rc) {
         free(story);
         return rc;
@@ -372,8 +374,9 @@ static int section_verdict(report *rp)
         fputs("</p>\n", f);
     }
     fputs("<p>GPU idle: ", f);
-    esc(f, note);
+    esc(f, gpu_text);
     fputs(".</p>\n</div>\n", f);
+    free(gpu_text);
     free(story);
     fputs("<table class=\"data\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th><th>wait_input</th>"
           "<th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th><th>busy ms/step</th>"

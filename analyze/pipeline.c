@@ -897,28 +897,187 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
     return text;
 }
 
+typedef struct gpu_span {
+    int64_t start, end, launch, thread;
+} gpu_span;
+
+static int cmp_gpu_span(const void *a, const void *b)
+{
+    const gpu_span *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+typedef struct stage_time {
+    int64_t thread, stage, ns;
+} stage_time;
+
+static int64_t add_stage_time(stage_time **v, size_t *n, int64_t thread, int64_t stage, int64_t ns)
+{
+    for (size_t i = 0; i < *n; i++)
+        if ((*v)[i].thread == thread && (*v)[i].stage == stage) return (*v)[i].ns += ns;
+    stage_time *nv = realloc(*v, (*n + 1) * sizeof *nv);
+    if (!nv) return -1;
+    *v = nv;
+    nv[*n] = (stage_time){thread, stage, ns};
+    (*n)++;
+    return ns;
+}
+
+/* One device's records (sorted here) into its split. */
+static int split_device(st_gpu_iter *it, gpu_span *v, size_t n, int64_t t0, int64_t t1, an_gpu_idle *d)
+{
+    qsort(v, n, sizeof *v, cmp_gpu_span);
+    stage_time *st = NULL;
+    size_t n_st = 0;
+    int64_t cur = t0;
+    for (size_t i = 0; i <= n; i++) {
+        int64_t s = i < n ? (v[i].start > t0 ? v[i].start : t0) : t1;
+        int64_t e = i < n ? (v[i].end < t1 ? v[i].end : t1) : t1;
+        if (s > cur) {
+            int64_t gap = s - cur;
+            d->idle_ns += gap;
+            if (i == n || v[i].launch == INT64_MIN) {
+                d->other_ns += gap;
+            } else {
+                int64_t L = v[i].launch;
+                int64_t host_end = L < s ? L : s;
+                int64_t host = host_end > cur ? host_end - cur : 0;
+                int64_t rest = gap - host;
+                d->host_wait_ns += host;
+                if (rest <= AN_GPU_LAUNCH_GAP_MAX_NS)
+                    d->launch_gap_ns += rest;
+                else
+                    d->other_ns += rest;
+                if (host > 0) {
+                    int64_t stage = st_gpu_iter_stage_at(it, v[i].thread, cur + host / 2);
+                    if (stage < -1) {
+                        free(st);
+                        return (int)stage;
+                    }
+                    if (add_stage_time(&st, &n_st, v[i].thread, stage, host) < 0) {
+                        free(st);
+                        return ST_ENOMEM;
+                    }
+                }
+            }
+            cur = s;
+        }
+        if (i < n && e > cur) {
+            d->busy_ns += e - cur;
+            cur = e;
+        }
+    }
+    d->host_stage = -1;
+    d->host_thread = -1;
+    for (size_t i = 0; i < n_st; i++) {
+        if (st[i].stage >= 0 && st[i].ns > d->host_stage_ns) {
+            d->host_stage = st[i].stage;
+            d->host_stage_ns = st[i].ns;
+            d->host_thread = st[i].thread;
+        }
+    }
+    free(st);
+    return 0;
+}
+
 int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n, const char **note)
 {
-    (void)t0_ns;
-    (void)t1_ns;
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st;
-    sqlite3 *db = st_reader_db(t->r);
-    int has = 0;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = 'gpu_chunks'", -1,
-                           &st, NULL) == SQLITE_OK) {
-        has = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
+    *note = "no GPU activity in this trace";
+    int has = st_reader_has_gpu(t->r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has || t1_ns <= t0_ns) return AN_EXIT_OK;
+    st_gpu_iter *it;
+    if (st_gpu_iter_open(&it, t->r, -1, t0_ns, t1_ns)) return an_trace_fail(t);
+    an_gpu_idle *devs = NULL;
+    uint32_t n_devs = 0;
+    gpu_span *v = NULL;
+    size_t len = 0, cap = 0;
+    int32_t device = INT32_MIN;
+    int rc;
+    st_gpu_row row;
+    for (;;) {
+        rc = st_gpu_iter_next(it, &row);
+        if (rc < 0) break;
+        if (rc == 0 || row.device != device) {
+            if (len) {
+                an_gpu_idle *nd = realloc(devs, (n_devs + 1) * sizeof *nd);
+                if (!nd) {
+                    rc = ST_ENOMEM;
+                    break;
+                }
+                devs = nd;
+                memset(&devs[n_devs], 0, sizeof devs[n_devs]);
+                devs[n_devs].device = device;
+                devs[n_devs].n_records = len;
+                int src = split_device(it, v, len, t0_ns, t1_ns, &devs[n_devs]);
+                n_devs++;
+                if (src) {
+                    rc = src;
+                    break;
+                }
+            }
+            len = 0;
+            if (rc == 0) break;
+            device = row.device;
+        }
+        if (row.rec.kind == ST_GPU_SYNC) continue;
+        if (len == cap) {
+            cap = cap ? cap * 2 : 4096;
+            gpu_span *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = ST_ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        v[len++] = (gpu_span){row.rec.start_ns, row.rec.start_ns + row.rec.dur_ns, row.launch_ns, row.thread};
     }
-    /* Schema 1 has no GPU activity. With a gpu_chunks table, this is where
-     * each device's kernels and copies are merged into busy intervals over
-     * [t0, t1), and each idle gap is given a cause from the ranges of the
-     * thread that launched the next kernel: sync/copy open = waiting on the
-     * host, a short gap while the host is in a launch = launch gap, else other. */
-    *note = has ? "GPU activity present, but this analyzer does not read gpu_chunks yet"
-                : "no GPU activity in this trace";
+    free(v);
+    if (rc < 0) {
+        free(devs);
+        int code = rc == ST_ENOMEM ? (an_error("out of memory"), AN_EXIT_FAIL) : an_trace_fail(t);
+        st_gpu_iter_close(it);
+        return code;
+    }
+    st_gpu_iter_close(it);
+    *out = devs;
+    *n = n_devs;
+    *note = n_devs ? NULL : "no GPU activity in the window";
     return AN_EXIT_OK;
+}
+
+char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, const char *note)
+{
+    if (!n) return strdup(note ? note : "no GPU activity in this trace");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        const an_gpu_idle *g = &d[i];
+        int64_t span = g->busy_ns + g->idle_ns;
+        char pct[32], b1[64], b2[64];
+        fprintf(f, "%sGPU %d busy %s, idle %.3f ms: host wait %.3f ms", i ? "; " : "", g->device,
+                an_fmt_pct1(span ? 100.0 * (double)g->busy_ns / (double)span : 0, pct, sizeof pct),
+                (double)g->idle_ns / 1e6, (double)g->host_wait_ns / 1e6);
+        if (g->host_stage >= 0 && g->host_stage_ns > 0) {
+            const st_stage_info *si = st_reader_stage(t->r, (uint32_t)g->host_stage);
+            const st_thread_info *ti = st_reader_thread_by_id(t->r, (uint32_t)g->host_thread);
+            fprintf(f, " (mostly while %s is in '%s', %.3f ms: the device is host-bound there; make that stage "
+                       "asynchronous or move it off the launching thread)",
+                    an_clean(ti ? ti->name : "?", b1, sizeof b1), an_clean(si ? si->name : "?", b2, sizeof b2),
+                    (double)g->host_stage_ns / 1e6);
+        }
+        fprintf(f, ", launch gaps %.3f ms, other %.3f ms", (double)g->launch_gap_ns / 1e6, (double)g->other_ns / 1e6);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }
 
 /* ---- statistics of per-step samples ------------------------------------------------------------ */

@@ -162,19 +162,37 @@ const char *an_clean(const char *s, char *buf, size_t size);
 /* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
 const char *an_fmt_pct1(double pct, char *buf, size_t size);
 
-/* GPU idle time per device, split by cause as HTA does: waiting on the host
- * (a sync or copy stage of the launching thread is open), launch gaps (the
- * host is launching: short gaps between kernels of one stream), other.
- * The hook for traces with GPU activity: schema 1 has no gpu_chunks table,
- * so this returns 0 devices and *note "no GPU activity in this trace". When
- * the table exists, the split is computed here and every command that
- * prints the verdict (bottleneck, report) shows it. Returns an exit code. */
+/* GPU idle time per device over [t0, t1), split by cause as HTA does.
+ * Busy: the union of the device's kernels, copies and memsets (sync records
+ * are host waits, not device work). Each idle gap ends where a record R
+ * starts (the gap before the first record starts at t0); L is the start of
+ * the API call that launched R:
+ *   host_wait  = the part of the gap before L (nothing was queued: the
+ *                device waited for the host to issue R);
+ *   launch_gap = the rest, from max(L, gap start) to R's start, when at most
+ *                AN_GPU_LAUNCH_GAP_MAX_NS (launch overhead);
+ *   other      = the rest when longer (dependencies: events, other streams),
+ *                gaps whose L is unknown, and the gap after the last record.
+ * host_stage is the stage in which R's launching thread spent most of the
+ * host-wait time (the innermost stage open at the middle of each host-wait
+ * part; -1 none), with its time in host_stage_ns and the thread in
+ * host_thread. Returns 0 devices and *note "no GPU activity in this trace"
+ * when there is none. Returns an exit code. */
+#define AN_GPU_LAUNCH_GAP_MAX_NS 50000
 typedef struct an_gpu_idle {
     int device;
     int64_t busy_ns, idle_ns, host_wait_ns, launch_gap_ns, other_ns;
+    uint64_t n_records;
+    int64_t host_stage, host_stage_ns, host_thread;
 } an_gpu_idle;
 int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n,
                       const char **note);
+/* The split as one sentence per device, joined by "; " (malloc'd; NULL on
+ * no memory), e.g. "GPU 0 busy 61.0%, idle 120.000 ms: host wait 80.000 ms
+ * (mostly while target0 is in 'postprocess': the device is host-bound there,
+ * make that stage asynchronous or move it off the launching thread), launch
+ * gaps 1.000 ms, other 39.000 ms". note when there are no devices. */
+char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, const char *note);
 
 /* ---- statistics of per-step samples ---------------------------------------------------
  * Median (sorts v in place; the mean of the middle two for an even count;

@@ -92,9 +92,12 @@ if [ "$GPUS" -ge 2 ]; then
 fi
 
 echo
-echo "== 3. profiling off vs on (1 GPU, async): --trace + NVTX + --profile-interval $STEPS_WARM"
+echo "== 3. profiling off vs on (1 GPU, async): --trace + NVTX + --profile-interval $STEPS_WARM,"
+echo "   with GPU activity (CUPTI, the default) and without (--trace-gpu off)"
 run_case 1gpu-async-profiled --target-gpus 0, --drafter-gpus 0, --postprocess async \
     --trace "$OUT/profiled.sqlite" --overwrite --profile-interval "$STEPS_WARM"
+run_case 1gpu-async-profiled-nocupti --target-gpus 0, --drafter-gpus 0, --postprocess async \
+    --trace "$OUT/profiled-nocupti.sqlite" --overwrite --profile-interval "$STEPS_WARM" --trace-gpu off
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }'; }
 echo
@@ -110,6 +113,11 @@ if [ "$GPUS" -ge 2 ]; then
 fi
 printf '  %-28s %s\n' "profiling on / off" \
     "$(ratio "${TOKS[1gpu-async-profiled]}" "${TOKS[1gpu-async]}")"
+printf '  %-28s %s  (goal >= 0.97)\n' "CUPTI on / off (profiled)" \
+    "$(ratio "${TOKS[1gpu-async-profiled]}" "${TOKS[1gpu-async-profiled-nocupti]}")"
+printf '  %-28s %s\n' "CUPTI dropped records" \
+    "$("$BUILD/analyze" sql --format csv "$OUT/profiled.sqlite" \
+        "SELECT value FROM meta WHERE key = 'gpu_dropped_records'" 2>/dev/null | tail -1)"
 if [ -f "$OUT/gemm.log" ]; then
     grep '^RESULT' "$OUT/gemm.log" | sed 's/^RESULT/  forward vs ceiling:/'
 fi

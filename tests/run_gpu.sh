@@ -57,6 +57,8 @@ for t in "$BUILD"/tests/gpu/*; do
     fi
 done
 
+run_one "trace_trainer_gpu (CUPTI)" bash "$(dirname "$0")/gpu/trace_trainer_gpu.sh" "$BUILD"
+
 sanitizer=$(command -v compute-sanitizer 2>/dev/null || true)
 if [ -z "$sanitizer" ] && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ]; then
     sanitizer=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer

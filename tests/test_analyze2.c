@@ -786,6 +786,116 @@ static void test_mann_whitney(void **state)
     assert_true(isnan(an_mann_whitney(a, 0, b, 5, NULL)));
 }
 
+
+/* GPU activity on device 0 over step 0 of gen_target, written with the
+ * chunk encoder (target0 is thread 1, os_tid 2001):
+ *   kernel A launched at 0.6 ms (forward), runs [1.0, 8.0]
+ *   kernel B launched at 7.0 ms (forward), runs [8.02, 8.4]: a 20 us gap
+ *            after A with B already issued: launch gap
+ *   kernel C launched at 9.6 ms (queue_put), runs [9.7, 9.9]: the gap
+ *            [8.4, 9.7] is host wait up to the launch (1.2 ms, while target0
+ *            is in postprocess), then 0.1 ms other (over 50 us)
+ *   a sync record [8.4, 9.6] on stream 8 (called in forward): a host wait,
+ *            not device work
+ * Over [0, 10 ms): leading gap [0, 1.0]: host wait 0.6 (batch_wait), other
+ * 0.4; trailing [9.9, 10]: other 0.1. Busy 7.58 ms, idle 2.42 ms: host wait
+ * 1.8, launch gaps 0.02, other 0.6; host stage postprocess, 1.2 ms. */
+static void add_gpu(const char *path, uint32_t postprocess_thread)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+              "INSERT INTO gpu_strings VALUES (0, 'kernA'), (1, 'kernB'), (2, 'kernC')");
+    static const char sql[] =
+        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    int64_t B = BASE_NS;
+    st_gpu_rec k[] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + 1 * MS, .dur_ns = 7 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 2, .start_ns = B + 8020 * US, .dur_ns = 380 * US, .correlation = 2},
+        {.kind = ST_GPU_KERNEL, .name = 3, .start_ns = B + 9700 * US, .dur_ns = 200 * US, .correlation = 3},
+    };
+    st_gpu_rec sync = {.kind = ST_GPU_SYNC, .start_ns = B + 8400 * US, .dur_ns = 1200 * US, .correlation = 4};
+    st_gpu_rec api[] = {
+        {.kind = ST_GPU_API, .start_ns = B + 600 * US, .dur_ns = 5 * US, .correlation = 1},
+        {.kind = ST_GPU_API, .start_ns = B + 7 * MS, .dur_ns = 5 * US, .correlation = 2},
+        {.kind = ST_GPU_API, .start_ns = B + 9600 * US, .dur_ns = 5 * US, .correlation = 3},
+        {.kind = ST_GPU_API, .start_ns = B + 8400 * US, .dur_ns = 1200 * US, .correlation = 4},
+    };
+    st_gpu_encoder e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(st_gpu_put(&e, &k[i]), 0);
+    g_bind_exec(db, sql, "iiiiib", 0LL, 7LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    assert_int_equal(st_gpu_put(&e, &sync), 0);
+    g_bind_exec(db, sql, "iiiiib", 0LL, 8LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < 4; i++) {
+        api[i].os_tid = 2000 + postprocess_thread;
+        assert_int_equal(st_gpu_put(&e, &api[i]), 0);
+    }
+    g_bind_exec(db, sql, "iiiiib", -1LL, 0LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    st_buf_free(&e.buf);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void test_gpu_idle(void **state)
+{
+    (void)state;
+    g_trace *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    gen_target(g);
+    const char *path = tmp_path("gpu.sqlite");
+    g_write(g, path);
+    g_free(g);
+    free(g);
+    add_gpu(path, 1);
+    an_trace t;
+    assert_int_equal(an_trace_open(&t, path), 0);
+    /* the iterator: names, launching thread, stage */
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, t.r, -1, INT64_MIN, INT64_MAX), 0);
+    st_gpu_row row;
+    static const char *const names[] = {"kernA", "kernB", "kernC"};
+    static const char *const stages[] = {"forward", "forward", "queue_put"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(st_gpu_iter_next(it, &row), 1);
+        assert_string_equal(row.name, names[i]);
+        assert_int_equal(row.thread, 1);
+        assert_string_equal(st_reader_stage(t.r, (uint32_t)row.stage)->name, stages[i]);
+    }
+    assert_int_equal(st_gpu_iter_next(it, &row), 1);
+    assert_int_equal(row.rec.kind, ST_GPU_SYNC);
+    assert_int_equal(row.stream, 8);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)row.stage)->name, "forward");
+    assert_int_equal(st_gpu_iter_next(it, &row), 0);
+    st_gpu_iter_close(it);
+
+    an_gpu_idle *gpu;
+    uint32_t n;
+    const char *note;
+    assert_int_equal(an_gpu_idle_split(&t, BASE_NS, BASE_NS + 10 * MS, &gpu, &n, &note), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(gpu[0].device, 0);
+    assert_int_equal(gpu[0].busy_ns, 7580 * US);
+    assert_int_equal(gpu[0].idle_ns, 2420 * US);
+    assert_int_equal(gpu[0].host_wait_ns, 1800 * US);
+    assert_int_equal(gpu[0].launch_gap_ns, 20 * US);
+    assert_int_equal(gpu[0].other_ns, 600 * US);
+    assert_int_equal(gpu[0].host_thread, 1);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)gpu[0].host_stage)->name, "postprocess");
+    assert_int_equal(gpu[0].host_stage_ns, 1200 * US);
+    char *text = an_gpu_idle_text(&t, gpu, n, note);
+    assert_non_null(strstr(text, "GPU 0 busy 75.8%, idle 2.420 ms: host wait 1.800 ms (mostly while target0 is in "
+                                 "'postprocess', 1.200 ms"));
+    free(text);
+    free(gpu);
+    an_trace_close(&t);
+    unlink(path);
+}
+
 static void test_story_and_helpers(void **state)
 {
     (void)state;
@@ -852,7 +962,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_windows_move),      cmocka_unit_test(test_grouped_bins_and_skip),
         cmocka_unit_test(test_inferred_order),    cmocka_unit_test(test_nosteps),
         cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
-        cmocka_unit_test(test_unknown_stage),
+        cmocka_unit_test(test_unknown_stage),     cmocka_unit_test(test_gpu_idle),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -571,23 +571,65 @@ static void test_gpu_table(void **state)
     sqlite3_finalize(st);
     sqlite3_close(db);
 
-    /* An empty gpu_chunks table: still no rows. One with rows, which this
-     * version cannot decode: an error that says so, not an empty table. */
+    /* An empty gpu_chunks table: still no rows. A corrupt chunk: an error
+     * that says so, not an empty table. A valid chunk decodes, with the
+     * launching thread and stage joined in from the API records. */
     char path[512], msg[512];
     tmp_path(path, sizeof path, "gpu.sqlite");
     copy_trace(f->steps_path, path);
     sqlite3 *w;
     assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
-    exec_ok(w, "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER, data BLOB)");
+    exec_ok(w, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+               "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+               " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL)");
     db = open_registered(path, SQLITE_OPEN_READONLY);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 0);
     sqlite3_close(db);
-    exec_ok(w, "INSERT INTO gpu_chunks(device, data) VALUES (0, x'4701020304')");
+    exec_ok(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
+               "VALUES (0, 7, 0, 10, 1, x'4701020304')");
     sqlite3_close(w);
     db = open_registered(path, SQLITE_OPEN_READONLY);
     assert_int_equal(sql_run(db, "SELECT count(*) FROM gpu", msg, sizeof msg), SQLITE_ERROR);
-    assert_non_null(strstr(msg, "cannot decode"));
+    assert_non_null(strstr(msg, "corrupt"));
     assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), 7); /* the rest still reads */
+    sqlite3_close(db);
+
+    /* A kernel launched by thread 0 at the start of its first range. */
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    int64_t tid = sql_int(w, "SELECT os_tid FROM threads WHERE id = 0");
+    st_gpu_encoder enc = {0};
+    assert_int_equal(st_gpu_chunk_start(&enc), 0);
+    st_gpu_rec k = {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = 1000000000000LL, .dur_ns = 5000, .correlation = 9};
+    assert_int_equal(st_gpu_put(&enc, &k), 0);
+    sqlite3_stmt *ins = prepare(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
+                                   "VALUES (?, ?, ?, ?, ?, ?)");
+    exec_ok(w, "DELETE FROM gpu_chunks; INSERT INTO gpu_strings VALUES (0, 'spin_kernel')");
+    sqlite3_bind_int(ins, 1, 1);
+    sqlite3_bind_int(ins, 2, 7);
+    sqlite3_bind_int64(ins, 3, enc.t0_ns);
+    sqlite3_bind_int64(ins, 4, enc.t1_ns);
+    sqlite3_bind_int(ins, 5, (int)enc.n_records);
+    sqlite3_bind_blob(ins, 6, enc.buf.data, (int)enc.buf.len, SQLITE_TRANSIENT);
+    assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+    sqlite3_reset(ins);
+    assert_int_equal(st_gpu_chunk_start(&enc), 0);
+    st_gpu_rec api = {.kind = ST_GPU_API, .start_ns = 999999999000LL, .dur_ns = 10, .correlation = 9, .os_tid = tid};
+    assert_int_equal(st_gpu_put(&enc, &api), 0);
+    sqlite3_bind_int(ins, 1, -1);
+    sqlite3_bind_int(ins, 2, 0);
+    sqlite3_bind_int64(ins, 3, enc.t0_ns);
+    sqlite3_bind_int64(ins, 4, enc.t1_ns);
+    sqlite3_bind_int(ins, 5, (int)enc.n_records);
+    sqlite3_bind_blob(ins, 6, enc.buf.data, (int)enc.buf.len, SQLITE_TRANSIENT);
+    assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+    sqlite3_finalize(ins);
+    st_buf_free(&enc.buf);
+    sqlite3_close(w);
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 1);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu WHERE device = 1 AND stream = 7 AND kind = 'kernel' "
+                                 "AND name = 'spin_kernel' AND dur_ns = 5000 AND correlation = 9 AND thread = 0"),
+                     1);
     sqlite3_close(db);
     unlink(path);
 }

@@ -214,3 +214,88 @@ int st_counter_next(st_counter_cursor *c, st_sample *s)
     c->remaining--;
     return 1;
 }
+
+/* ---- GPU activity ----
+ * header: 0x47
+ * record: varint kind, zigzag varint start delta (from the previous record's
+ * start; the first from 0), varint dur, varint name, varint bytes,
+ * varint copy_kind, varint src_mem, varint dst_mem, varint correlation,
+ * zigzag varint os_tid. */
+
+int st_gpu_chunk_start(st_gpu_encoder *e)
+{
+    e->buf.len = 0;
+    e->n_records = 0;
+    e->prev_start = 0;
+    e->t0_ns = INT64_MAX;
+    e->t1_ns = INT64_MIN;
+    if (st_buf_reserve(&e->buf, 1)) return -1;
+    e->buf.data[e->buf.len++] = ST_CHUNK_GPU_V1;
+    return 0;
+}
+
+int st_gpu_put(st_gpu_encoder *e, const st_gpu_rec *r)
+{
+    if (r->dur_ns < 0 || r->kind < 1 || r->kind > ST_GPU_KIND_MAX) return -1;
+    if (st_buf_reserve(&e->buf, 10 * 10)) return -1;
+    uint8_t *p = e->buf.data + e->buf.len;
+    size_t n = 0;
+    n += st_varint_put(p + n, r->kind);
+    n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->start_ns - (uint64_t)e->prev_start)));
+    n += st_varint_put(p + n, (uint64_t)r->dur_ns);
+    n += st_varint_put(p + n, r->name);
+    n += st_varint_put(p + n, r->bytes);
+    n += st_varint_put(p + n, r->copy_kind);
+    n += st_varint_put(p + n, r->src_mem);
+    n += st_varint_put(p + n, r->dst_mem);
+    n += st_varint_put(p + n, r->correlation);
+    n += st_varint_put(p + n, st_zigzag(r->os_tid));
+    e->buf.len += n;
+    e->prev_start = r->start_ns;
+    e->n_records++;
+    if (r->start_ns < e->t0_ns) e->t0_ns = r->start_ns;
+    int64_t end = r->start_ns + r->dur_ns;
+    if (end > e->t1_ns) e->t1_ns = end;
+    return 0;
+}
+
+int st_gpu_cursor_open(st_gpu_cursor *c, const void *data, size_t size, uint32_t n_records)
+{
+    const uint8_t *p = data;
+    if (!p || size < 1 || p[0] != ST_CHUNK_GPU_V1) return ST_ECORRUPT;
+    c->p = p + 1;
+    c->end = p + size;
+    c->remaining = n_records;
+    c->prev_start = 0;
+    return 0;
+}
+
+int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
+    uint64_t v[10];
+    for (int i = 0; i < 10; i++) {
+        size_t n = st_varint_get(c->p, c->end, &v[i]);
+        if (!n) return ST_ECORRUPT;
+        c->p += n;
+    }
+    if (v[0] < 1 || v[0] > ST_GPU_KIND_MAX || v[2] > (uint64_t)INT64_MAX || v[3] > UINT32_MAX ||
+        v[5] > UINT32_MAX || v[6] > UINT32_MAX || v[7] > UINT32_MAX || v[8] > UINT32_MAX)
+        return ST_ECORRUPT;
+    int64_t start = (int64_t)((uint64_t)c->prev_start + (uint64_t)st_unzigzag(v[1]));
+    int64_t dur = (int64_t)v[2];
+    if (start > INT64_MAX - dur) return ST_ECORRUPT;
+    r->kind = (uint32_t)v[0];
+    r->start_ns = start;
+    r->dur_ns = dur;
+    r->name = (uint32_t)v[3];
+    r->bytes = v[4];
+    r->copy_kind = (uint32_t)v[5];
+    r->src_mem = (uint32_t)v[6];
+    r->dst_mem = (uint32_t)v[7];
+    r->correlation = (uint32_t)v[8];
+    r->os_tid = st_unzigzag(v[9]);
+    c->prev_start = start;
+    c->remaining--;
+    return 1;
+}

@@ -11,6 +11,7 @@
 
 #define ST_CHUNK_EVENTS_V1 0x45   /* 'E' */
 #define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
+#define ST_CHUNK_GPU_V1 0x47      /* 'G' */
 #define ST_STACK_MAX 256          /* open ranges per thread, depth 0..255 */
 
 typedef struct st_buf {
@@ -168,5 +169,53 @@ typedef struct st_counter_cursor {
 int st_counter_cursor_open(st_counter_cursor *c, const void *data, size_t size,
                            uint32_t n_samples, uint32_t n_counters);
 int st_counter_next(st_counter_cursor *c, st_sample *s);
+
+
+/* ---- GPU activity (docs/trace-format.md, "GPU chunk") ---- */
+
+enum st_gpu_kind {
+    ST_GPU_KERNEL = 1,
+    ST_GPU_MEMCPY = 2,
+    ST_GPU_MEMSET = 3,
+    ST_GPU_SYNC = 4,
+    ST_GPU_API = 5, /* a CUDA runtime/driver call: (correlation, os_tid, start, dur); device -1 */
+    ST_GPU_KIND_MAX = 5
+};
+/* Memcpy directions (copy_kind of ST_GPU_MEMCPY). */
+enum st_gpu_copy { ST_COPY_OTHER = 0, ST_COPY_H2D = 1, ST_COPY_D2H = 2, ST_COPY_D2D = 3, ST_COPY_H2H = 4,
+                   ST_COPY_P2P = 5 };
+/* Memory kinds (src_mem, dst_mem; memset: dst_mem). */
+enum st_gpu_mem { ST_MEM_UNKNOWN = 0, ST_MEM_PAGEABLE = 1, ST_MEM_PINNED = 2, ST_MEM_DEVICE = 3,
+                  ST_MEM_MANAGED = 4, ST_MEM_OTHER = 5 };
+
+typedef struct st_gpu_rec {
+    uint32_t kind;        /* st_gpu_kind */
+    uint32_t name;        /* gpu_strings id + 1; 0: none */
+    int64_t start_ns, dur_ns;
+    uint64_t bytes;
+    uint32_t copy_kind;   /* memcpy: st_gpu_copy; sync: CUPTI's synchronization type */
+    uint32_t src_mem, dst_mem;
+    uint32_t correlation; /* CUPTI correlation id (graph kernels: the graph launch's) */
+    int64_t os_tid;       /* API records: the calling OS thread; others 0 */
+} st_gpu_rec;
+
+typedef struct st_gpu_encoder {
+    st_buf buf;
+    uint32_t n_records;
+    int64_t prev_start, t0_ns, t1_ns;
+} st_gpu_encoder;
+
+int st_gpu_chunk_start(st_gpu_encoder *e);
+int st_gpu_put(st_gpu_encoder *e, const st_gpu_rec *r);
+
+typedef struct st_gpu_cursor {
+    const uint8_t *p, *end;
+    uint32_t remaining;
+    int64_t prev_start;
+} st_gpu_cursor;
+
+int st_gpu_cursor_open(st_gpu_cursor *c, const void *data, size_t size, uint32_t n_records);
+/* 1: *r filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
+int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r);
 
 #endif

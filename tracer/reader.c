@@ -697,3 +697,384 @@ int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void 
     st_agg_free(agg);
     return rc;
 }
+
+/* ---- GPU activity ---- */
+
+const char *st_gpu_kind_name(uint32_t kind)
+{
+    static const char *const n[] = {"?", "kernel", "memcpy", "memset", "sync", "api"};
+    return kind <= ST_GPU_KIND_MAX ? n[kind] : "?";
+}
+
+const char *st_gpu_copy_name(uint32_t copy)
+{
+    static const char *const n[] = {"other", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"};
+    return copy <= ST_COPY_P2P ? n[copy] : "other";
+}
+
+const char *st_gpu_mem_name(uint32_t mem)
+{
+    static const char *const n[] = {"unknown", "pageable", "pinned", "device", "managed", "other"};
+    return mem <= ST_MEM_OTHER ? n[mem] : "other";
+}
+
+int st_reader_has_gpu(st_reader *r)
+{
+    int ok = is_table(r->db, "gpu_chunks");
+    if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM main.gpu_chunks WHERE device >= 0 LIMIT 1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return bad("gpu_chunks", sqlite3_errmsg(r->db));
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(r->db));
+    return rc == SQLITE_ROW;
+}
+
+typedef struct api_slot {
+    uint32_t correlation, used;
+    int64_t os_tid, start_ns;
+} api_slot;
+
+typedef struct thread_ranges {
+    int loaded;
+    uint32_t n;
+    int64_t *start, *end;
+    uint32_t *stage;
+    int32_t *parent;
+} thread_ranges;
+
+struct st_gpu_iter {
+    st_reader *r;
+    sqlite3_stmt *st;
+    int64_t t0, t1;
+    int64_t row_id, device, stream, n_items;
+    int in_chunk;
+    st_gpu_cursor cur;
+    char **names;
+    uint32_t n_names;
+    api_slot *api;
+    size_t api_cap;
+    thread_ranges *tr; /* [thread index] */
+};
+
+static int gpu_corrupt(st_gpu_iter *it)
+{
+    return st_set_error(ST_ECORRUPT, "trace table 'gpu_chunks': chunk %lld (device %lld) is corrupt or truncated",
+                        (long long)it->row_id, (long long)it->device);
+}
+
+static int gpu_load_names(st_gpu_iter *it)
+{
+    int ok = is_table(it->r->db, "gpu_strings");
+    if (ok <= 0) return ok < 0 ? bad("gpu_strings", sqlite3_errmsg(it->r->db)) : ST_OK;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(it->r->db, "SELECT id, value FROM main.gpu_strings", -1, &st, NULL) != SQLITE_OK)
+        return bad("gpu_strings", sqlite3_errmsg(it->r->db));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t id;
+        if (int_col(st, 0, &id) || id < 0 || id >= 1 << 24) {
+            sqlite3_finalize(st);
+            return bad("gpu_strings", "a row has a missing or out-of-range id");
+        }
+        if ((uint32_t)id >= it->n_names) {
+            char **n = realloc(it->names, ((size_t)id + 1) * sizeof *n);
+            if (!n) {
+                sqlite3_finalize(st);
+                return st_set_error(ST_ENOMEM, "out of memory");
+            }
+            for (uint32_t i = it->n_names; i <= (uint32_t)id; i++) n[i] = NULL;
+            it->names = n;
+            it->n_names = (uint32_t)id + 1;
+        }
+        free(it->names[id]);
+        it->names[id] = dup_text(st, 1);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return bad("gpu_strings", sqlite3_errmsg(it->r->db));
+    return ST_OK;
+}
+
+static api_slot *api_find(st_gpu_iter *it, uint32_t corr, int insert)
+{
+    if (!it->api_cap) return NULL;
+    size_t h = (corr * 2654435761u) & (it->api_cap - 1);
+    while (it->api[h].used) {
+        if (it->api[h].correlation == corr) return &it->api[h];
+        h = (h + 1) & (it->api_cap - 1);
+    }
+    if (!insert) return NULL;
+    it->api[h].used = 1;
+    it->api[h].correlation = corr;
+    return &it->api[h];
+}
+
+/* Correlation id -> the earliest API call with it (a runtime call and the
+ * driver call it makes share the id; the runtime call starts first). */
+static int gpu_load_api(st_gpu_iter *it)
+{
+    sqlite3 *db = it->r->db;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0", -1, &st, NULL) !=
+        SQLITE_OK)
+        return bad("gpu_chunks", sqlite3_errmsg(db));
+    size_t n_api = 0, len = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t id, n;
+        if (int_col(st, 0, &id) || int_col(st, 1, &n) || n < 0 || n > UINT32_MAX ||
+            sqlite3_column_type(st, 2) != SQLITE_BLOB) {
+            sqlite3_finalize(st);
+            return bad("gpu_chunks", "a chunk row has a missing or wrongly typed column");
+        }
+        if ((len + (size_t)n + 1) * 2 > it->api_cap) {
+            size_t cap = it->api_cap ? it->api_cap : 1024;
+            while ((len + (size_t)n + 1) * 2 > cap) cap *= 2;
+            api_slot *old = it->api;
+            size_t old_cap = it->api_cap;
+            it->api = calloc(cap, sizeof *it->api);
+            if (!it->api) {
+                it->api = old;
+                sqlite3_finalize(st);
+                return st_set_error(ST_ENOMEM, "out of memory");
+            }
+            it->api_cap = cap;
+            for (size_t i = 0; i < old_cap; i++)
+                if (old[i].used) *api_find(it, old[i].correlation, 1) = old[i];
+            free(old);
+        }
+        st_gpu_cursor c;
+        it->row_id = id;
+        it->device = -1;
+        if (st_gpu_cursor_open(&c, sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2), (uint32_t)n)) {
+            sqlite3_finalize(st);
+            return gpu_corrupt(it);
+        }
+        st_gpu_rec rec;
+        int k;
+        while ((k = st_gpu_next(&c, &rec)) == 1) {
+            if (rec.kind != ST_GPU_API) continue;
+            api_slot *s = api_find(it, rec.correlation, 0);
+            if (!s) {
+                s = api_find(it, rec.correlation, 1);
+                s->os_tid = rec.os_tid;
+                s->start_ns = rec.start_ns;
+                len++;
+            } else if (rec.start_ns < s->start_ns) {
+                s->os_tid = rec.os_tid;
+                s->start_ns = rec.start_ns;
+            }
+            n_api++;
+        }
+        if (k < 0) {
+            sqlite3_finalize(st);
+            return gpu_corrupt(it);
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(db));
+    (void)n_api;
+    return ST_OK;
+}
+
+typedef struct range_ix {
+    int64_t start, end;
+    uint32_t stage, depth;
+} range_ix;
+
+static int cmp_range_ix(const void *a, const void *b)
+{
+    const range_ix *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->depth < y->depth ? -1 : x->depth > y->depth;
+}
+
+static int gpu_load_ranges(st_gpu_iter *it, uint32_t index)
+{
+    thread_ranges *tr = &it->tr[index];
+    tr->loaded = 1;
+    st_range_iter *ri;
+    int rc = st_range_iter_open(&ri, it->r, it->r->threads[index].id, INT64_MIN, INT64_MAX);
+    if (rc) return rc;
+    range_ix *v = NULL;
+    size_t n = 0, cap = 0;
+    st_range rg;
+    while ((rc = st_range_iter_next(ri, &rg)) == 1) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            range_ix *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = st_set_error(ST_ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        v[n++] = (range_ix){rg.start_ns, rg.start_ns + rg.dur_ns, rg.stage, rg.depth};
+    }
+    st_range_iter_close(ri);
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    if (n) qsort(v, n, sizeof *v, cmp_range_ix);
+    tr->n = (uint32_t)n;
+    tr->start = malloc((n + 1) * sizeof *tr->start);
+    tr->end = malloc((n + 1) * sizeof *tr->end);
+    tr->stage = malloc((n + 1) * sizeof *tr->stage);
+    tr->parent = malloc((n + 1) * sizeof *tr->parent);
+    if (!tr->start || !tr->end || !tr->stage || !tr->parent) {
+        free(v);
+        tr->n = 0;
+        return st_set_error(ST_ENOMEM, "out of memory");
+    }
+    int32_t last_at[ST_STACK_MAX];
+    for (int d = 0; d < ST_STACK_MAX; d++) last_at[d] = -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = v[i].depth < ST_STACK_MAX ? v[i].depth : ST_STACK_MAX - 1;
+        tr->start[i] = v[i].start;
+        tr->end[i] = v[i].end;
+        tr->stage[i] = v[i].stage;
+        tr->parent[i] = d ? last_at[d - 1] : -1;
+        last_at[d] = (int32_t)i;
+    }
+    free(v);
+    return ST_OK;
+}
+
+/* The innermost range of the thread open at ts (start <= ts < end). */
+static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
+{
+    uint32_t lo = 0, hi = tr->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (tr->start[mid] <= ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int32_t j = (int32_t)lo - 1;
+    for (int guard = 0; j >= 0 && guard <= ST_STACK_MAX; guard++, j = tr->parent[j])
+        if (tr->start[j] <= ts && ts < tr->end[j]) return tr->stage[j];
+    return -1;
+}
+
+int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1)
+{
+    *out = NULL;
+    st_gpu_iter *it = calloc(1, sizeof *it);
+    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->r = r;
+    it->t0 = t0;
+    it->t1 = t1;
+    int ok = is_table(r->db, "gpu_chunks");
+    int rc = ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
+    if (!rc && ok) {
+        it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
+        if (!it->tr) rc = st_set_error(ST_ENOMEM, "out of memory");
+        if (!rc) rc = gpu_load_names(it);
+        if (!rc) rc = gpu_load_api(it);
+        if (!rc && sqlite3_prepare_v2(r->db,
+                                      "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
+                                      "WHERE device >= 0 AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3 "
+                                      "ORDER BY device, stream, id",
+                                      -1, &it->st, NULL) != SQLITE_OK)
+            rc = bad("gpu_chunks", sqlite3_errmsg(r->db));
+        if (!rc) {
+            sqlite3_bind_int64(it->st, 1, device);
+            sqlite3_bind_int64(it->st, 2, t0);
+            sqlite3_bind_int64(it->st, 3, t1);
+        }
+    }
+    if (rc) {
+        st_gpu_iter_close(it);
+        return rc;
+    }
+    *out = it;
+    return ST_OK;
+}
+
+int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
+{
+    if (!it->st) return 0;
+    for (;;) {
+        if (!it->in_chunk) {
+            int rc = sqlite3_step(it->st);
+            if (rc == SQLITE_DONE) return 0;
+            if (rc != SQLITE_ROW) return bad("gpu_chunks", sqlite3_errmsg(it->r->db));
+            if (int_col(it->st, 0, &it->row_id) || int_col(it->st, 1, &it->device) ||
+                int_col(it->st, 2, &it->stream) || int_col(it->st, 3, &it->n_items) || it->n_items < 0 ||
+                it->n_items > UINT32_MAX || it->device > INT32_MAX || it->stream < 0 || it->stream > UINT32_MAX ||
+                sqlite3_column_type(it->st, 4) != SQLITE_BLOB)
+                return bad("gpu_chunks", "a chunk row has a missing, wrongly typed or out-of-range column");
+            if (st_gpu_cursor_open(&it->cur, sqlite3_column_blob(it->st, 4),
+                                   (size_t)sqlite3_column_bytes(it->st, 4), (uint32_t)it->n_items))
+                return gpu_corrupt(it);
+            it->in_chunk = 1;
+        }
+        st_gpu_rec rec;
+        int rc = st_gpu_next(&it->cur, &rec);
+        if (rc == 0) {
+            it->in_chunk = 0;
+            continue;
+        }
+        if (rc < 0) return gpu_corrupt(it);
+        if (rec.kind == ST_GPU_API) continue;
+        int64_t end = rec.start_ns + rec.dur_ns;
+        if (rec.start_ns >= it->t1) continue;
+        if (end < it->t0 || (end == it->t0 && rec.dur_ns != 0)) continue;
+        memset(out, 0, sizeof *out);
+        out->device = (int32_t)it->device;
+        out->stream = (uint32_t)it->stream;
+        out->rec = rec;
+        out->name = rec.name && rec.name - 1 < it->n_names ? it->names[rec.name - 1] : NULL;
+        out->thread = -1;
+        out->stage = -1;
+        out->launch_ns = INT64_MIN;
+        const api_slot *api = api_find(it, rec.correlation, 0);
+        if (api && rec.correlation) {
+            out->launch_ns = api->start_ns;
+            for (uint32_t i = 0; i < it->r->n_threads; i++) {
+                if (it->r->threads[i].os_tid != api->os_tid) continue;
+                out->thread = it->r->threads[i].id;
+                if (!it->tr[i].loaded) {
+                    int lrc = gpu_load_ranges(it, i);
+                    if (lrc) return lrc;
+                }
+                out->stage = gpu_stage_at(&it->tr[i], api->start_ns);
+                break;
+            }
+        }
+        return 1;
+    }
+}
+
+void st_gpu_iter_close(st_gpu_iter *it)
+{
+    if (!it) return;
+    sqlite3_finalize(it->st);
+    for (uint32_t i = 0; i < it->n_names; i++) free(it->names[i]);
+    free(it->names);
+    free(it->api);
+    for (uint32_t i = 0; it->tr && i < it->r->n_threads; i++) {
+        free(it->tr[i].start);
+        free(it->tr[i].end);
+        free(it->tr[i].stage);
+        free(it->tr[i].parent);
+    }
+    free(it->tr);
+    free(it);
+}
+
+int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns)
+{
+    if (!it->tr || thread < 0 || thread >= (int64_t)it->r->thread_index_len) return -1;
+    int32_t i = it->r->thread_index[thread];
+    if (i < 0) return -1;
+    if (!it->tr[i].loaded) {
+        int rc = gpu_load_ranges(it, (uint32_t)i);
+        if (rc) return rc < -1 ? rc : -2;
+    }
+    return gpu_stage_at(&it->tr[i], ts_ns);
+}

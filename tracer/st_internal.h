@@ -120,7 +120,34 @@ struct st_trace {
     st_agg *agg;
     st_thread_state *tstate[ST_MAX_THREADS];
     void *wpriv;                    /* writer.c private state */
+
+    /* GPU activity: gpu.c (CUPTI's threads) submits, the writer stores. */
+    pthread_mutex_t gpu_lock;
+    struct st_gpu_item *gpu_items;  /* under gpu_lock */
+    size_t gpu_items_len, gpu_items_cap;
+    struct st_gpu_string *gpu_strings;
+    size_t gpu_strings_len, gpu_strings_cap;
+    _Atomic long long gpu_dropped;  /* CUPTI's dropped records; -1: GPU tracing off */
+    void (*gpu_stop)(st_trace *t);  /* set by st_gpu_start; st_close calls it first */
+    void *gpu_priv;
 };
+
+/* ---- GPU activity (docs/trace-format.md, gpu_chunks) ----
+ * The collector (gpu.c) parses CUPTI's buffers on CUPTI's thread and hands
+ * the records over here; the writer encodes them into gpu_chunks rows per
+ * device and stream at its next commit. device -1 holds the API records
+ * that the reader joins to activity by correlation id. */
+typedef struct st_gpu_item {
+    int32_t device;
+    uint32_t stream;
+    st_gpu_rec rec;
+} st_gpu_item;
+typedef struct st_gpu_string {
+    uint32_t id;
+    char *value;
+} st_gpu_string;
+int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n); /* thread-safe */
+int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied */
 
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */

@@ -103,6 +103,34 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread,
 int st_sample_iter_next(st_sample_iter *it, st_sample_row *out);
 void st_sample_iter_close(st_sample_iter *it);
 
+/* GPU activity (kernels, copies, memsets, synchronizations), from the
+ * optional gpu_chunks table: per device, per stream, in stored order (within
+ * a stream, by start). API records (device -1) are not returned: they give
+ * each record its launching thread (os_tid joined to threads), the start of
+ * the launching call, and the stage: the innermost range of that thread
+ * open at that start. device < 0: all devices. Only records overlapping
+ * [t0_ns, t1_ns) are returned. A trace without gpu_chunks has none. */
+typedef struct st_gpu_row {
+    int32_t device;
+    uint32_t stream;
+    st_gpu_rec rec;
+    const char *name;       /* kernel name; NULL for others (valid until close) */
+    int64_t thread;         /* launching thread id, -1 unknown */
+    int64_t stage;          /* stage open on it at launch, -1 none */
+    int64_t launch_ns;      /* start of the launching API call; INT64_MIN unknown */
+} st_gpu_row;
+int st_reader_has_gpu(st_reader *r); /* 1: gpu_chunks holds rows; 0; <0 error */
+typedef struct st_gpu_iter st_gpu_iter;
+int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns);
+int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out); /* 1, 0 = done, <0 error */
+void st_gpu_iter_close(st_gpu_iter *it);
+/* The innermost stage open on thread (id) at ts, -1 none or unknown thread;
+ * the same lookup the iterator uses for launches. <-1: error. */
+int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns);
+const char *st_gpu_kind_name(uint32_t kind);   /* "kernel", "memcpy", ... */
+const char *st_gpu_copy_name(uint32_t copy);   /* "HtoD", ... */
+const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", ... */
+
 /* Recomputes the interval windows of every_steps steps from the stored
  * events and step marks, through the same aggregator as the online path. */
 int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);

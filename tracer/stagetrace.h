@@ -157,6 +157,17 @@ uint64_t st_dropped(const st_trace *trace);
  * NVTX or CUDA support. */
 void st_name_stream(void *cuda_stream, const char *name);
 
+/* GPU activity (CUDA builds with CUPTI): from this call to st_close, records
+ * every kernel, memcpy (direction, bytes, pageable or pinned), memset and
+ * synchronization of every device and stream, with the thread and stage
+ * that launched it, into the trace's gpu_chunks table, on the trace's clock.
+ * CUPTI's buffers are parsed on CUPTI's thread and flushed every 100 ms;
+ * st_close forces the last flush. CUPTI's dropped-record count goes to meta
+ * "gpu_dropped_records". Lives in libstagetrace_gpu.a: link it and -lcupti
+ * before libstagetrace. Returns ST_OK, ST_ESTATE (no trace, or already on),
+ * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
+int st_gpu_start(st_trace *trace);
+
 /* Nanoseconds on the trace's clock (the clock every record uses). */
 int64_t st_now_ns(void);
 

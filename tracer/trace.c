@@ -205,6 +205,10 @@ static void free_trace(st_trace *t)
     st_agg_free(t->agg);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->flushed);
+    pthread_mutex_destroy(&t->gpu_lock);
+    free(t->gpu_items);
+    for (size_t i = 0; i < t->gpu_strings_len; i++) free(t->gpu_strings[i].value);
+    free(t->gpu_strings);
     free(t->path);
     free(t->program);
     free(t);
@@ -235,6 +239,8 @@ int st_open(st_trace **out, const st_options *opt)
     t->opt.argc = 0;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->flushed, NULL);
+    pthread_mutex_init(&t->gpu_lock, NULL);
+    atomic_store(&t->gpu_dropped, -1);
 
     if (!t->opt.enabled) {
         st_nvtx_on = 0;
@@ -288,6 +294,9 @@ int st_close(st_trace *t)
     st_thread_unregister();
     int rc = ST_OK;
     if (t->opt.enabled) {
+        /* GPU activity first: CUPTI's forced flush hands over the last
+         * buffers, which the writer's final commit then stores. */
+        if (t->gpu_stop) t->gpu_stop(t);
         st_writer_stop(t);
         rc = t->writer_error;
         if (st_active_trace == t) st_active_trace = NULL;

@@ -30,6 +30,7 @@
  * The tables are documented in docs/trace-format.md, "Row views".
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -77,12 +78,9 @@ static const table_def table_defs[] = {
      "CREATE TABLE x(thread INTEGER, counter INTEGER, ts_ns INTEGER, value NUMERIC)",
      BIT(C_THREAD) | BIT(C_COUNTER) | BIT(C_TS), BIT(C_THREAD) | BIT(C_TS),
      {[C_THREAD] = 0, [C_COUNTER] = 0, [C_TS] = INT64_MIN}},
-    /* GPU activity (CUPTI kernels, copies, ...) is not recorded by schema
-     * version 1: the table exists so that queries and tools can be written
-     * against it, and it is empty. A later schema addition (a gpu_chunks
-     * table and its encoding in docs/trace-format.md) fills it; until this
-     * file decodes that encoding, a trace whose gpu_chunks holds rows makes
-     * a query fail instead of showing an empty table. */
+    /* GPU activity (CUPTI kernels, copies, memsets, syncs) from the
+     * optional gpu_chunks table; empty without it. thread and stage are
+     * the launching thread and its innermost open stage (NULL unknown). */
     {TABLE_GPU, "gpu",
      "CREATE TABLE x(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, "
      "dur_ns INTEGER, bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER)",
@@ -101,6 +99,8 @@ typedef struct st_cursor {
     sqlite3_vtab_cursor base;
     st_range_iter *ranges;
     st_sample_iter *samples;
+    st_gpu_iter *gpus;
+    st_gpu_row gpu;
     st_range range;
     st_sample_row sample;
     int eof;
@@ -228,6 +228,8 @@ static void cursor_reset(st_cursor *c)
 {
     st_range_iter_close(c->ranges);
     st_sample_iter_close(c->samples);
+    st_gpu_iter_close(c->gpus);
+    c->gpus = NULL;
     c->ranges = NULL;
     c->samples = NULL;
     c->eof = 1;
@@ -346,25 +348,29 @@ static int64_t one_thread(const st_cursor *c, int col)
     return c->lo[col] == c->hi[col] ? c->lo[col] : -1;
 }
 
+static int next_gpu(st_cursor *c)
+{
+    int rc = st_gpu_iter_next(c->gpus, &c->gpu);
+    if (rc == 0) {
+        c->eof = 1;
+        return SQLITE_OK;
+    }
+    if (rc < 0) {
+        c->eof = 1;
+        return vt_error((st_vtab *)c->base.pVtab, rc);
+    }
+    c->rowid++;
+    return SQLITE_OK;
+}
+
+/* Traces without a gpu_chunks table (no GPU tracing) have no rows. */
 static int gpu_filter(st_vtab *vt, st_cursor *c)
 {
-    if (!vt->has_gpu_chunks) return SQLITE_OK; /* no GPU activity recorded: no rows */
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(vt->db, "SELECT 1 FROM main.gpu_chunks LIMIT 1", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        sqlite3_free(vt->base.zErrMsg);
-        vt->base.zErrMsg = sqlite3_mprintf("stagetrace table 'gpu': %s", sqlite3_errmsg(vt->db));
-        return rc;
-    }
-    rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc == SQLITE_DONE) return SQLITE_OK;
-    sqlite3_free(vt->base.zErrMsg);
-    vt->base.zErrMsg = sqlite3_mprintf(
-        "stagetrace table 'gpu': this trace holds GPU activity chunks that this version of "
-        "stagetrace (%s) cannot decode; read it with a matching stagetrace release",
-        ST_VERSION_STRING);
-    return SQLITE_ERROR;
+    if (!vt->has_gpu_chunks) return SQLITE_OK;
+    int rc = st_gpu_iter_open(&c->gpus, vt->reader, -1, INT64_MIN, INT64_MAX);
+    if (rc) return vt_error(vt, rc);
+    c->eof = 0;
+    return next_gpu(c);
 }
 
 static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
@@ -420,6 +426,7 @@ static int vt_next(sqlite3_vtab_cursor *cur)
     if (c->eof) return SQLITE_OK;
     if (c->ranges) return next_range(c);
     if (c->samples) return next_sample(c);
+    if (c->gpus) return next_gpu(c);
     c->eof = 1;
     return SQLITE_OK;
 }
@@ -489,6 +496,29 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case C_COUNTER: sqlite3_result_int64(ctx, s->counter); break;
         case C_TS: sqlite3_result_int64(ctx, s->ts_ns); break;
         case C_VALUE: result_value(ctx, s->value); break;
+        }
+    } else if (c->gpus) {
+        const st_gpu_row *g = &c->gpu;
+        switch (col) {
+        case 0: sqlite3_result_int64(ctx, g->device); break;
+        case 1: sqlite3_result_int64(ctx, g->stream); break;
+        case 2: sqlite3_result_text(ctx, st_gpu_kind_name(g->rec.kind), -1, SQLITE_STATIC); break;
+        case 3:
+            if (g->name) sqlite3_result_text(ctx, g->name, -1, SQLITE_TRANSIENT);
+            else if (g->rec.kind == ST_GPU_MEMCPY) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "memcpy %s %s->%s", st_gpu_copy_name(g->rec.copy_kind),
+                         st_gpu_mem_name(g->rec.src_mem), st_gpu_mem_name(g->rec.dst_mem));
+                sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
+            } else
+                sqlite3_result_text(ctx, st_gpu_kind_name(g->rec.kind), -1, SQLITE_STATIC);
+            break;
+        case 4: sqlite3_result_int64(ctx, g->rec.start_ns); break;
+        case 5: sqlite3_result_int64(ctx, g->rec.dur_ns); break;
+        case 6: sqlite3_result_int64(ctx, (sqlite3_int64)g->rec.bytes); break;
+        case 7: sqlite3_result_int64(ctx, g->rec.correlation); break;
+        case 8: if (g->thread >= 0) sqlite3_result_int64(ctx, g->thread); else sqlite3_result_null(ctx); break;
+        case 9: if (g->stage >= 0) sqlite3_result_int64(ctx, g->stage); else sqlite3_result_null(ctx); break;
         }
     }
     return SQLITE_OK;

@@ -58,7 +58,18 @@ typedef struct mark_string {
     int64_t id;
 } mark_string;
 
+typedef struct gpu_stream {
+    int32_t device;
+    uint32_t stream;
+    st_gpu_encoder enc;
+} gpu_stream;
+
 typedef struct writer {
+    gpu_stream *gpu;          /* one encoder per device and stream */
+    size_t n_gpu, gpu_cap;
+    int gpu_tables;           /* gpu_chunks and gpu_strings exist */
+    sqlite3_stmt *ins_gpu_chunk, *ins_gpu_string;
+    long long gpu_dropped_written;
     sqlite3_stmt *ins_range_chunk, *ins_counter_chunk, *ins_step, *ins_mark, *ins_string,
         *ins_thread, *ins_stage, *ins_counter, *upd_dropped, *put_meta;
     mark_string *strings;     /* open addressing by pointer */
@@ -301,6 +312,146 @@ static int64_t string_id(st_trace *t, writer *w, const char *ptr)
     return id;
 }
 
+/* ---- GPU activity ---- */
+
+int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n)
+{
+    if (!n) return ST_OK;
+    pthread_mutex_lock(&t->gpu_lock);
+    if (t->gpu_items_len + n > t->gpu_items_cap) {
+        size_t cap = t->gpu_items_cap ? t->gpu_items_cap : 4096;
+        while (cap < t->gpu_items_len + n) cap *= 2;
+        st_gpu_item *a = realloc(t->gpu_items, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&t->gpu_lock);
+            return ST_ENOMEM;
+        }
+        t->gpu_items = a;
+        t->gpu_items_cap = cap;
+    }
+    memcpy(t->gpu_items + t->gpu_items_len, items, n * sizeof *items);
+    t->gpu_items_len += n;
+    pthread_mutex_unlock(&t->gpu_lock);
+    return ST_OK;
+}
+
+int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value)
+{
+    char *copy = strdup(value ? value : "");
+    if (!copy) return ST_ENOMEM;
+    pthread_mutex_lock(&t->gpu_lock);
+    if (t->gpu_strings_len == t->gpu_strings_cap) {
+        size_t cap = t->gpu_strings_cap ? t->gpu_strings_cap * 2 : 64;
+        st_gpu_string *a = realloc(t->gpu_strings, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&t->gpu_lock);
+            free(copy);
+            return ST_ENOMEM;
+        }
+        t->gpu_strings = a;
+        t->gpu_strings_cap = cap;
+    }
+    t->gpu_strings[t->gpu_strings_len++] = (st_gpu_string){id, copy};
+    pthread_mutex_unlock(&t->gpu_lock);
+    return ST_OK;
+}
+
+static void flush_gpu_chunk(st_trace *t, writer *w, gpu_stream *g)
+{
+    if (g->enc.n_records == 0) return;
+    sqlite3_stmt *st = w->ins_gpu_chunk;
+    sqlite3_bind_int64(st, 1, g->device);
+    sqlite3_bind_int64(st, 2, g->stream);
+    sqlite3_bind_int64(st, 3, g->enc.t0_ns);
+    sqlite3_bind_int64(st, 4, g->enc.t1_ns);
+    sqlite3_bind_int64(st, 5, g->enc.n_records);
+    sqlite3_bind_blob(st, 6, g->enc.buf.data, (int)g->enc.buf.len, SQLITE_STATIC);
+    step_stmt(t, st, "gpu_chunks");
+    st_gpu_chunk_start(&g->enc);
+}
+
+static int prepare(st_trace *t, sqlite3_stmt **st, const char *sql);
+
+static int gpu_tables(st_trace *t, writer *w)
+{
+    if (w->gpu_tables) return 0;
+    exec(t, "CREATE TABLE IF NOT EXISTS gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
+            "CREATE TABLE IF NOT EXISTS gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL,\n"
+            "  stream INTEGER NOT NULL, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL,\n"
+            "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
+            "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);");
+    if (t->writer_error) return -1;
+    if (prepare(t, &w->ins_gpu_chunk,
+                "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)") ||
+        prepare(t, &w->ins_gpu_string, "INSERT OR REPLACE INTO gpu_strings(id, value) VALUES (?, ?)"))
+        return -1;
+    w->gpu_tables = 1;
+    return 0;
+}
+
+static gpu_stream *gpu_stream_of(writer *w, int32_t device, uint32_t stream)
+{
+    for (size_t i = 0; i < w->n_gpu; i++)
+        if (w->gpu[i].device == device && w->gpu[i].stream == stream) return &w->gpu[i];
+    if (w->n_gpu == w->gpu_cap) {
+        size_t cap = w->gpu_cap ? w->gpu_cap * 2 : 16;
+        gpu_stream *a = realloc(w->gpu, cap * sizeof *a);
+        if (!a) return NULL;
+        w->gpu = a;
+        w->gpu_cap = cap;
+    }
+    gpu_stream *g = &w->gpu[w->n_gpu++];
+    memset(g, 0, sizeof *g);
+    g->device = device;
+    g->stream = stream;
+    if (st_gpu_chunk_start(&g->enc)) {
+        w->n_gpu--;
+        return NULL;
+    }
+    return g;
+}
+
+/* Takes what the collector handed over and stores it; on final, flushes
+ * every encoder. */
+static void store_gpu(st_trace *t, writer *w, int final)
+{
+    pthread_mutex_lock(&t->gpu_lock);
+    st_gpu_item *items = t->gpu_items;
+    size_t n = t->gpu_items_len;
+    st_gpu_string *strings = t->gpu_strings;
+    size_t n_strings = t->gpu_strings_len;
+    t->gpu_items = NULL;
+    t->gpu_items_len = t->gpu_items_cap = 0;
+    t->gpu_strings = NULL;
+    t->gpu_strings_len = t->gpu_strings_cap = 0;
+    pthread_mutex_unlock(&t->gpu_lock);
+    long long dropped = atomic_load(&t->gpu_dropped);
+    if ((n || n_strings || dropped >= 0) && gpu_tables(t, w) == 0) {
+        for (size_t i = 0; i < n_strings; i++) {
+            sqlite3_bind_int64(w->ins_gpu_string, 1, strings[i].id);
+            sqlite3_bind_text(w->ins_gpu_string, 2, strings[i].value, -1, SQLITE_STATIC);
+            step_stmt(t, w->ins_gpu_string, "gpu_strings");
+        }
+        for (size_t i = 0; i < n; i++) {
+            gpu_stream *g = gpu_stream_of(w, items[i].device, items[i].stream);
+            if (!g) break;
+            st_gpu_put(&g->enc, &items[i].rec);
+            if (g->enc.buf.len >= ST_CHUNK_BYTES) flush_gpu_chunk(t, w, g);
+        }
+        /* Every commit ends the open chunks: a killed process keeps what
+         * was committed, and chunks stay small enough for a window query. */
+        for (size_t i = 0; i < w->n_gpu; i++) flush_gpu_chunk(t, w, &w->gpu[i]);
+        if (dropped >= 0 && dropped != w->gpu_dropped_written) {
+            meta_int(t, w, "gpu_dropped_records", dropped);
+            w->gpu_dropped_written = dropped;
+        }
+    }
+    (void)final;
+    free(items);
+    for (size_t i = 0; i < n_strings; i++) free(strings[i].value);
+    free(strings);
+}
+
 /* ---- draining ---- */
 
 static void process(st_trace *t, writer *w, st_thread_state *s, const st_record *r)
@@ -462,6 +613,7 @@ static void commit(st_trace *t, writer *w, int final)
         flush_event_chunk(t, w, s);
         flush_counter_chunk(t, w, s);
     }
+    store_gpu(t, w, final);
     write_dropped(t, w);
     if (w->bad_ends || w->bad_steps || w->clock_clamped || w->bad_counters) {
         meta_int(t, w, "unmatched_ends", (long long)w->bad_ends);
@@ -513,6 +665,10 @@ static void writer_free(st_trace *t, writer *w)
                            w->ins_string, w->ins_thread, w->ins_stage, w->ins_counter,
                            w->upd_dropped, w->put_meta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sqlite3_finalize(all[i]);
+    sqlite3_finalize(w->ins_gpu_chunk);
+    sqlite3_finalize(w->ins_gpu_string);
+    for (size_t i = 0; i < w->n_gpu; i++) st_buf_free(&w->gpu[i].enc.buf);
+    free(w->gpu);
     for (uint32_t i = 0; i < ST_MAX_THREADS; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
@@ -606,6 +762,7 @@ int st_writer_start(st_trace *t)
 {
     writer *w = calloc(1, sizeof *w);
     if (!w) return st_set_error(ST_ENOMEM, "out of memory");
+    w->gpu_dropped_written = -1;
     t->wpriv = w;
     if (writer_init(t, w)) {
         writer_free(t, w);

@@ -251,7 +251,7 @@ enum {
     F_DRAFTER_LAYERS, F_DRAFTER_ATTENTION, F_BLOCK_SIZE, F_ANCHORS, F_SLIDING_WINDOW,
     F_STEPS, F_SEQ_LEN, F_BATCH, F_QUEUE_DEPTH, F_TARGET_GPUS, F_DRAFTER_GPUS, F_POSTPROCESS,
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
-    F_LOG_EVERY, F_TRACE, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
+    F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
     F_PROFILE_STEPS,
 };
 
@@ -286,6 +286,7 @@ static const struct option long_options[] = {
     {"metrics-every", required_argument, 0, F_METRICS_EVERY},
     {"log-every", required_argument, 0, F_LOG_EVERY},
     {"trace", required_argument, 0, F_TRACE},
+    {"trace-gpu", required_argument, 0, F_TRACE_GPU},
     {"overwrite", no_argument, 0, F_OVERWRITE},
     {"target-delay-us", required_argument, 0, F_TARGET_DELAY},
     {"drafter-delay-us", required_argument, 0, F_DRAFTER_DELAY},
@@ -321,6 +322,8 @@ static void usage(FILE *f)
         "  --target-gpus N|I,J,...    target threads: a count, or device ids (default 1)\n"
         "  --drafter-gpus N|I,J,...   drafter threads, all-reduced together (default 1)\n"
         "  --queue-depth N            hidden-state queue capacity (default 60)\n"
+        "  --trace-gpu on|off         record kernels, copies and syncs (CUPTI) into the trace\n"
+        "                             (default on when tracing with the cuda backend)\n"
         "  --postprocess sync|async   pack and copy taps on the target thread, or on a post\n"
         "                             thread per target (default sync)\n"
         "  --data PATH                train on a text file (byte tokens, paragraphs are\n"
@@ -415,6 +418,7 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         }
         cfg->trace_path = arg;
         return 0;
+    case F_TRACE_GPU: return parse_choice("--trace-gpu", arg, "on", "off", &cfg->trace_gpu_off, err, n);
     case F_OVERWRITE: cfg->overwrite = 1; return 0;
     case F_PROFILE_STEPS: return parse_step_range("--profile-steps", arg, &cfg->profile_first,
                                                   &cfg->profile_last, err, n);

@@ -54,6 +54,7 @@ typedef struct tr_config {
     long profile_interval, metrics_every, log_every;
     int topk;
     const char *trace_path;   /* NULL: default when profiling is on */
+    int trace_gpu_off;        /* --trace-gpu off: no CUPTI activity in the trace */
     int overwrite;
     long profile_first, profile_last; /* --profile-steps A-B: device profiler capture; 0 = off */
 

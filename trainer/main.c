@@ -134,6 +134,10 @@ int main(int argc, char **argv)
         tr_data_close(data);
         return EXIT_USAGE;
     }
+    /* GPU activity before the backend makes its first CUDA call, so that
+     * nothing it launches is missed. */
+    if (tracing && !cfg.trace_gpu_off && cfg.device == TR_DEVICE_CUDA && st_gpu_start(trace) != ST_OK)
+        fprintf(stderr, "trainer: warning: no GPU activity in the trace: %s\n", st_last_error());
     st_install_signal_handlers(trace, 0);
     st_thread_register(trace, "main", "main", -1, 0);
     st_stage step_wait = (st_stage)st_stage_register(trace, "step_wait", ST_WAIT_INPUT);

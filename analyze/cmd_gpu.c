@@ -1,0 +1,376 @@
+/* cmd_gpu.c: `analyze gpu FILE`: what the GPUs did, from the trace's GPU
+ * activity (recorded through CUPTI, docs/tracer.md): kernels per device,
+ * copies by direction and memory kind, each device's busy share and idle
+ * split (an_gpu_idle_split, as Holistic Trace Analysis splits it), and GPU
+ * time projected onto the CPU stages that launched it (as Nsight Systems'
+ * nvtx_gpu_proj_sum projects it onto NVTX ranges).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "pipeline.h"
+
+static const char help[] =
+    "usage: analyze gpu [--format text|csv|json] [--top N] FILE\n"
+    "\n"
+    "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"
+    "or st_gpu_start). Four tables:\n"
+    "  kernels  per device and kernel name: count, total, mean, share of the device's\n"
+    "           kernel time (the N largest per device; --top 0 for all)\n"
+    "  copies   memcpy by device, direction (HtoD, DtoH, ...) and memory kinds\n"
+    "           (pageable, pinned, device), and memset: count, bytes, total, GB/s\n"
+    "  devices  per device over the trace's span: busy (the union of kernels, copies\n"
+    "           and memsets), busy share, idle, and idle split as HTA does. Each idle\n"
+    "           gap ends where a record R starts; L is the start of the API call that\n"
+    "           launched R:\n"
+    "             host_wait   the part of the gap before L: nothing was queued, the\n"
+    "                         device waited for the host to issue R\n"
+    "             launch_gap  from max(L, gap start) to R's start when at most 50 us\n"
+    "                         (launch overhead)\n"
+    "             other       the rest: longer waits on dependencies (events, other\n"
+    "                         streams), gaps with no known launch, the gap after the\n"
+    "                         last record\n"
+    "           host_stage names the stage the launching thread was in for most of\n"
+    "           the host wait (a host-bound device: make that stage asynchronous)\n"
+    "  stages   GPU time projected onto CPU stages: per launching thread and stage\n"
+    "           (the innermost range open when the launch call started), the records\n"
+    "           launched, and the sum of their GPU durations\n"
+    "\n"
+    "options:\n"
+    "  --top N      kernels per device in the kernels table (default 20, 0 = all)\n"
+    "  --format F   text (default), csv or json\n";
+
+enum { OPT_TOP = 1 };
+static const an_opt opts[] = {
+    {"top", 1, OPT_TOP},
+    {"format", 1, AN_OPT_FORMAT},
+    {"help", 0, AN_OPT_HELP},
+    {NULL, 0, 0},
+};
+
+static const an_col kernel_cols[] = {
+    {"device", AN_T_INT, 0}, {"kernel", AN_T_STR, 0}, {"count", AN_T_INT, 0},
+    {"total_ms", AN_T_MS, 0}, {"mean_ms", AN_T_MS, 0}, {"share_pct", AN_T_PCT, 0},
+};
+static const an_col copy_cols[] = {
+    {"device", AN_T_INT, 0},   {"kind", AN_T_STR, 0},     {"direction", AN_T_STR, 0},
+    {"src", AN_T_STR, 0},      {"dst", AN_T_STR, 0},      {"count", AN_T_INT, 0},
+    {"bytes", AN_T_INT, 0},    {"total_ms", AN_T_MS, 0},  {"gb_per_s", AN_T_REAL, 2},
+};
+static const an_col device_cols[] = {
+    {"device", AN_T_INT, 0},        {"records", AN_T_INT, 0},      {"busy_ms", AN_T_MS, 0},
+    {"busy_pct", AN_T_PCT, 0},      {"idle_ms", AN_T_MS, 0},       {"host_wait_ms", AN_T_MS, 0},
+    {"launch_gap_ms", AN_T_MS, 0},  {"other_ms", AN_T_MS, 0},      {"host_thread", AN_T_STR, 0},
+    {"host_stage", AN_T_STR, 0},    {"host_stage_ms", AN_T_MS, 0},
+};
+static const an_col stage_cols[] = {
+    {"thread", AN_T_STR, 0}, {"stage", AN_T_STR, 0},   {"device", AN_T_INT, 0},
+    {"records", AN_T_INT, 0}, {"kernels", AN_T_INT, 0}, {"gpu_ms", AN_T_MS, 0},
+};
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+typedef struct kernel_sum {
+    int32_t device;
+    const char *name;
+    uint64_t count;
+    int64_t total_ns;
+} kernel_sum;
+
+typedef struct copy_sum {
+    int32_t device;
+    uint32_t kind, dir, src, dst;
+    uint64_t count, bytes;
+    int64_t total_ns;
+} copy_sum;
+
+typedef struct stage_sum {
+    int64_t thread, stage;
+    int32_t device;
+    uint64_t records, kernels;
+    int64_t gpu_ns;
+} stage_sum;
+
+typedef struct sums {
+    kernel_sum *k;   /* open addressing on (device, name) */
+    size_t k_cap, k_len;
+    copy_sum *c;
+    size_t c_len;
+    stage_sum *s;
+    size_t s_len;
+} sums;
+
+static int grow(void **v, size_t len, size_t size)
+{
+    if (len & (len - 1) && len) return 0; /* capacity doubles at powers of two */
+    void *nv = realloc(*v, (len ? len * 2 : 8) * size);
+    if (!nv) return -1;
+    *v = nv;
+    return 0;
+}
+
+static int add_kernel(sums *s, int32_t device, const char *name, int64_t dur)
+{
+    if (s->k_len * 2 >= s->k_cap) {
+        size_t cap = s->k_cap ? s->k_cap * 2 : 256;
+        kernel_sum *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (size_t i = 0; i < s->k_cap; i++) {
+            if (!s->k[i].count) continue;
+            size_t h = (((uintptr_t)s->k[i].name >> 3) * 31 + (size_t)s->k[i].device) & (cap - 1);
+            while (t[h].count) h = (h + 1) & (cap - 1);
+            t[h] = s->k[i];
+        }
+        free(s->k);
+        s->k = t;
+        s->k_cap = cap;
+    }
+    size_t h = (((uintptr_t)name >> 3) * 31 + (size_t)device) & (s->k_cap - 1);
+    while (s->k[h].count && !(s->k[h].device == device && s->k[h].name == name)) h = (h + 1) & (s->k_cap - 1);
+    if (!s->k[h].count) {
+        s->k[h] = (kernel_sum){device, name, 0, 0};
+        s->k_len++;
+    }
+    s->k[h].count++;
+    s->k[h].total_ns += dur;
+    return 0;
+}
+
+static int add_row(sums *s, const st_gpu_row *g)
+{
+    const st_gpu_rec *r = &g->rec;
+    if (r->kind == ST_GPU_KERNEL && add_kernel(s, g->device, g->name ? g->name : "?", r->dur_ns)) return -1;
+    if (r->kind == ST_GPU_MEMCPY || r->kind == ST_GPU_MEMSET) {
+        uint32_t dir = r->kind == ST_GPU_MEMCPY ? r->copy_kind : 0, src = r->kind == ST_GPU_MEMCPY ? r->src_mem : 0;
+        size_t i = 0;
+        for (; i < s->c_len; i++) {
+            copy_sum *c = &s->c[i];
+            if (c->device == g->device && c->kind == r->kind && c->dir == dir && c->src == src && c->dst == r->dst_mem)
+                break;
+        }
+        if (i == s->c_len) {
+            if (grow((void **)&s->c, s->c_len, sizeof *s->c)) return -1;
+            s->c[s->c_len++] = (copy_sum){g->device, r->kind, dir, src, r->dst_mem, 0, 0, 0};
+        }
+        s->c[i].count++;
+        s->c[i].bytes += r->bytes;
+        s->c[i].total_ns += r->dur_ns;
+    }
+    if (r->kind == ST_GPU_SYNC) return 0; /* a host wait, not GPU work */
+    size_t i = 0;
+    for (; i < s->s_len; i++)
+        if (s->s[i].thread == g->thread && s->s[i].stage == g->stage && s->s[i].device == g->device) break;
+    if (i == s->s_len) {
+        if (grow((void **)&s->s, s->s_len, sizeof *s->s)) return -1;
+        s->s[s->s_len++] = (stage_sum){g->thread, g->stage, g->device, 0, 0, 0};
+    }
+    s->s[i].records++;
+    s->s[i].kernels += r->kind == ST_GPU_KERNEL;
+    s->s[i].gpu_ns += r->dur_ns;
+    return 0;
+}
+
+static int cmp_kernel(const void *a, const void *b)
+{
+    const kernel_sum *x = a, *y = b;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_copy(const void *a, const void *b)
+{
+    const copy_sum *x = a, *y = b;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->dir != y->dir) return x->dir < y->dir ? -1 : 1;
+    if (x->src != y->src) return x->src < y->src ? -1 : 1;
+    return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+static int cmp_stage(const void *a, const void *b)
+{
+    const stage_sum *x = a, *y = b;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    if (x->gpu_ns != y->gpu_ns) return x->gpu_ns > y->gpu_ns ? -1 : 1;
+    return (x->device > y->device) - (x->device < y->device);
+}
+
+static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev, uint32_t n_dev, uint64_t top)
+{
+    /* kernels: compact the hash, sort by device then total */
+    size_t nk = 0;
+    for (size_t i = 0; i < s->k_cap; i++)
+        if (s->k[i].count) s->k[nk++] = s->k[i];
+    if (nk) qsort(s->k, nk, sizeof *s->k, cmp_kernel);
+    an_table *tb = an_table_new(out, "kernels", kernel_cols, N_OF(kernel_cols));
+    for (size_t i = 0, shown = 0; i < nk; i++) {
+        if (i == 0 || s->k[i].device != s->k[i - 1].device) shown = 0;
+        if (top && shown++ >= top) continue;
+        int64_t dev_total = 0;
+        for (size_t j = 0; j < nk; j++)
+            if (s->k[j].device == s->k[i].device) dev_total += s->k[j].total_ns;
+        an_put_int(tb, s->k[i].device);
+        an_put_str(tb, s->k[i].name);
+        an_put_int(tb, (int64_t)s->k[i].count);
+        an_put_ns(tb, s->k[i].total_ns);
+        an_put_ns(tb, s->k[i].total_ns / (int64_t)s->k[i].count);
+        an_put_pct(tb, dev_total ? 100.0 * (double)s->k[i].total_ns / (double)dev_total : 0);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+
+    if (s->c_len) qsort(s->c, s->c_len, sizeof *s->c, cmp_copy);
+    tb = an_table_new(out, "copies", copy_cols, N_OF(copy_cols));
+    for (size_t i = 0; i < s->c_len; i++) {
+        const copy_sum *c = &s->c[i];
+        an_put_int(tb, c->device);
+        an_put_str(tb, st_gpu_kind_name(c->kind));
+        if (c->kind == ST_GPU_MEMCPY) {
+            an_put_str(tb, st_gpu_copy_name(c->dir));
+            an_put_str(tb, st_gpu_mem_name(c->src));
+        } else {
+            an_put_null(tb);
+            an_put_null(tb);
+        }
+        an_put_str(tb, st_gpu_mem_name(c->dst));
+        an_put_int(tb, (int64_t)c->count);
+        an_put_int(tb, (int64_t)c->bytes);
+        an_put_ns(tb, c->total_ns);
+        if (c->total_ns > 0) an_put_real(tb, (double)c->bytes / (double)c->total_ns);
+        else an_put_null(tb);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+
+    tb = an_table_new(out, "devices", device_cols, N_OF(device_cols));
+    for (uint32_t i = 0; i < n_dev; i++) {
+        const an_gpu_idle *d = &dev[i];
+        int64_t span = d->busy_ns + d->idle_ns;
+        an_put_int(tb, d->device);
+        an_put_int(tb, (int64_t)d->n_records);
+        an_put_ns(tb, d->busy_ns);
+        an_put_pct(tb, span ? 100.0 * (double)d->busy_ns / (double)span : 0);
+        an_put_ns(tb, d->idle_ns);
+        an_put_ns(tb, d->host_wait_ns);
+        an_put_ns(tb, d->launch_gap_ns);
+        an_put_ns(tb, d->other_ns);
+        const st_thread_info *ti = d->host_thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)d->host_thread) : NULL;
+        const st_stage_info *si = d->host_stage >= 0 ? st_reader_stage(t->r, (uint32_t)d->host_stage) : NULL;
+        an_put_str(tb, ti ? ti->name : NULL);
+        an_put_str(tb, si ? si->name : NULL);
+        an_put_ns(tb, d->host_stage_ns);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+
+    if (s->s_len) qsort(s->s, s->s_len, sizeof *s->s, cmp_stage);
+    tb = an_table_new(out, "stages", stage_cols, N_OF(stage_cols));
+    for (size_t i = 0; i < s->s_len; i++) {
+        const stage_sum *g = &s->s[i];
+        const st_thread_info *ti = g->thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)g->thread) : NULL;
+        const st_stage_info *si = g->stage >= 0 ? st_reader_stage(t->r, (uint32_t)g->stage) : NULL;
+        an_put_str(tb, ti ? ti->name : "(unknown)");
+        an_put_str(tb, si ? si->name : "(none)");
+        an_put_int(tb, g->device);
+        an_put_int(tb, (int64_t)g->records);
+        an_put_int(tb, (int64_t)g->kernels);
+        an_put_ns(tb, g->gpu_ns);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+}
+
+int cmd_gpu(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    uint64_t top = 20;
+    int id, rc = AN_EXIT_OK;
+    if (an_args_init(&a, "gpu", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+        switch (id) {
+        case -1: rc = AN_EXIT_USAGE; break;
+        case AN_OPT_HELP:
+            fputs(help, stdout);
+            an_args_free(&a);
+            return AN_EXIT_OK;
+        case AN_OPT_FORMAT:
+            if (an_parse_format(a.value, &fmt))
+                rc = an_usage_error("gpu", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_TOP:
+            if (an_parse_u64(a.value, &top))
+                rc = an_usage_error("gpu", "--top needs a number of kernels (0 = all), not '%s'", a.value);
+            break;
+        }
+    }
+    if (!rc && a.n_pos != 1) rc = an_usage_error("gpu", a.n_pos ? "give one trace file" : "no trace file given");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open(&t, a.pos[0]);
+        opened = rc == AN_EXIT_OK;
+    }
+    sums s;
+    memset(&s, 0, sizeof s);
+    an_gpu_idle *dev = NULL;
+    uint32_t n_dev = 0;
+    if (!rc) {
+        int has = st_reader_has_gpu(t.r);
+        if (has < 0) rc = an_trace_fail(&t);
+        else if (!has) {
+            an_error("gpu: %s holds no GPU activity (record with GPU tracing on: trainer --trace-gpu on "
+                     "in a CUDA build with CUPTI)", t.path);
+            rc = AN_EXIT_USAGE;
+        }
+    }
+    /* The span: the ranges' and steps', widened to the GPU records'. */
+    int64_t t0 = t.has_span ? t.span_t0_ns : INT64_MAX, t1 = t.has_span ? t.span_t1_ns : INT64_MIN;
+    st_gpu_iter *it = NULL; /* open until the tables are out: it owns the kernel names */
+    if (!rc) {
+        if (st_gpu_iter_open(&it, t.r, -1, INT64_MIN, INT64_MAX)) rc = an_trace_fail(&t);
+        st_gpu_row g;
+        int n;
+        while (!rc && (n = st_gpu_iter_next(it, &g)) != 0) {
+            if (n < 0) {
+                rc = an_trace_fail(&t);
+                break;
+            }
+            if (add_row(&s, &g)) {
+                an_error("out of memory");
+                rc = AN_EXIT_FAIL;
+            }
+            if (g.rec.kind == ST_GPU_SYNC) continue;
+            if (g.rec.start_ns < t0) t0 = g.rec.start_ns;
+            if (g.rec.start_ns + g.rec.dur_ns > t1) t1 = g.rec.start_ns + g.rec.dur_ns;
+        }
+    }
+    const char *note = NULL;
+    if (!rc) rc = an_gpu_idle_split(&t, t0, t1, &dev, &n_dev, &note);
+    if (!rc) {
+        an_out *out = an_out_new(stdout, fmt);
+        if (!out) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        } else {
+            const char *dropped = an_trace_meta(&t, "gpu_dropped_records");
+            an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n\n", t.path,
+                        (double)(t1 - t0) / 1e6, dropped ? dropped : "unknown");
+            put_tables(out, &t, &s, dev, n_dev, top);
+            if (an_out_finish(out)) {
+                an_error("gpu: cannot write the output");
+                rc = AN_EXIT_FAIL;
+            }
+        }
+        if (!rc) an_trace_warn(&t);
+    }
+    st_gpu_iter_close(it);
+    free(dev);
+    free(s.k);
+    free(s.c);
+    free(s.s);
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}

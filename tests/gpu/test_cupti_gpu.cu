@@ -1,0 +1,244 @@
+/* test_cupti_gpu.cu: GPU activity recording (st_gpu_start, CUPTI) end to end.
+ *
+ * A program with known GPU work, each piece inside its own stage range on one
+ * thread: 3 launches of a 3 ms spin kernel (with CUDA events around each),
+ * a 4 MiB pinned HtoD copy, a 1 MiB pageable DtoH copy, a 2 MiB memset, a
+ * cudaStreamSynchronize, and a CUDA graph of two 1 ms spin kernels. After
+ * st_close the trace must hold exactly those kernels, copies and memset
+ * (kinds, bytes, directions, memory kinds, names), each with the launching
+ * thread and the stage of the range it was launched in, its launch inside
+ * that range, its start after its launch (one clock for CPU and GPU), and
+ * the spin kernels' durations within 2% of the CUDA events' timings.
+ * Without a CUDA device it prints "SKIP: ..." and exits 0.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_reader.h"
+#include "stagetrace.h"
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+__global__ void spin_kernel(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+enum { S_SPIN, S_H2D, S_D2H, S_MEMSET, S_SYNC, S_GRAPH, N_STAGES };
+static const char *const stage_names[N_STAGES] = {"spin", "h2d", "d2h", "memset", "sync", "graph"};
+
+typedef struct span {
+    int64_t t0, t1;
+} span;
+
+static void test_cupti_records(void **state)
+{
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/st-cupti-%d.sqlite", (int)getpid());
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cupti_gpu";
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &opt), ST_OK);
+    int stage[N_STAGES];
+    static const st_kind kinds[N_STAGES] = {ST_WORK, ST_COPY, ST_COPY, ST_WORK, ST_SYNC, ST_WORK};
+    for (int i = 0; i < N_STAGES; i++) stage[i] = st_stage_register(trace, stage_names[i], kinds[i]);
+    int me = st_thread_register(trace, "main", "main", 0, 0);
+    assert_true(me >= 0);
+    if (st_gpu_start(trace) != ST_OK) fail_msg("st_gpu_start: %s", st_last_error());
+
+    cudaStream_t s, s2;
+    CK(cudaFree(0));
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    const size_t h2d_bytes = 4u << 20, d2h_bytes = 1u << 20, set_bytes = 2u << 20;
+    void *d, *pinned, *pageable = malloc(d2h_bytes);
+    CK(cudaMalloc(&d, h2d_bytes));
+    CK(cudaMallocHost(&pinned, h2d_bytes));
+    memset(pageable, 1, d2h_bytes);
+    memset(pinned, 1, h2d_bytes);
+    spin_kernel<<<1, 1, 0, s>>>(1000); /* warm-up, outside every range */
+    CK(cudaStreamSynchronize(s));
+
+    span ranges[N_STAGES][3];
+    float event_ms[3];
+    cudaEvent_t e0[3], e1[3];
+    for (int i = 0; i < 3; i++) {
+        CK(cudaEventCreate(&e0[i]));
+        CK(cudaEventCreate(&e1[i]));
+        ranges[S_SPIN][i].t0 = st_now_ns();
+        st_begin((st_stage)stage[S_SPIN]);
+        CK(cudaEventRecord(e0[i], s));
+        spin_kernel<<<1, 1, 0, s>>>(3000000ull);
+        CK(cudaEventRecord(e1[i], s));
+        st_end((st_stage)stage[S_SPIN]);
+        ranges[S_SPIN][i].t1 = st_now_ns();
+    }
+    ranges[S_SYNC][0].t0 = st_now_ns();
+    st_begin((st_stage)stage[S_SYNC]);
+    CK(cudaStreamSynchronize(s));
+    st_end((st_stage)stage[S_SYNC]);
+    ranges[S_SYNC][0].t1 = st_now_ns();
+    for (int i = 0; i < 3; i++) CK(cudaEventElapsedTime(&event_ms[i], e0[i], e1[i]));
+
+    ranges[S_H2D][0].t0 = st_now_ns();
+    st_begin((st_stage)stage[S_H2D]);
+    CK(cudaMemcpyAsync(d, pinned, h2d_bytes, cudaMemcpyHostToDevice, s));
+    st_end((st_stage)stage[S_H2D]);
+    ranges[S_H2D][0].t1 = st_now_ns();
+    ranges[S_MEMSET][0].t0 = st_now_ns();
+    st_begin((st_stage)stage[S_MEMSET]);
+    CK(cudaMemsetAsync(d, 0, set_bytes, s));
+    st_end((st_stage)stage[S_MEMSET]);
+    ranges[S_MEMSET][0].t1 = st_now_ns();
+    ranges[S_D2H][0].t0 = st_now_ns();
+    st_begin((st_stage)stage[S_D2H]);
+    CK(cudaMemcpyAsync(pageable, d, d2h_bytes, cudaMemcpyDeviceToHost, s));
+    st_end((st_stage)stage[S_D2H]);
+    ranges[S_D2H][0].t1 = st_now_ns();
+    CK(cudaStreamSynchronize(s));
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+    spin_kernel<<<1, 1, 0, s2>>>(1000000ull);
+    spin_kernel<<<1, 1, 0, s2>>>(1000000ull);
+    CK(cudaStreamEndCapture(s2, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    ranges[S_GRAPH][0].t0 = st_now_ns();
+    st_begin((st_stage)stage[S_GRAPH]);
+    CK(cudaGraphLaunch(exec, s2));
+    st_end((st_stage)stage[S_GRAPH]);
+    ranges[S_GRAPH][0].t1 = st_now_ns();
+    CK(cudaStreamSynchronize(s2));
+    int64_t done_ns = st_now_ns();
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r;
+    if (st_reader_open(&r, path) != ST_OK) fail_msg("%s", st_last_error());
+    const char *dropped = st_reader_meta(r, "gpu_dropped_records");
+    assert_non_null(dropped);
+    assert_string_equal(dropped, "0");
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row g;
+    int n, spins = 0, graph_kernels = 0, h2d = 0, d2h = 0, memsets = 0, syncs_in_stage = 0, warm = 0;
+    int64_t spin_dur[8], spin_start[8];
+    while ((n = st_gpu_iter_next(it, &g)) == 1) {
+        int expect = -1;
+        const st_gpu_rec *x = &g.rec;
+        if (x->kind == ST_GPU_KERNEL) {
+            assert_non_null(g.name);
+            assert_non_null(strstr(g.name, "spin_kernel"));
+            if (g.stage == stage[S_SPIN]) {
+                assert_true(spins < 8);
+                spin_dur[spins] = x->dur_ns;
+                spin_start[spins] = x->start_ns;
+                spins++;
+                expect = S_SPIN;
+            } else if (g.stage == stage[S_GRAPH]) {
+                graph_kernels++;
+                expect = S_GRAPH;
+            } else {
+                assert_int_equal(g.stage, -1); /* the warm-up */
+                warm++;
+            }
+        } else if (x->kind == ST_GPU_MEMCPY && x->copy_kind == ST_COPY_H2D) {
+            assert_int_equal(x->bytes, h2d_bytes);
+            assert_int_equal(x->src_mem, ST_MEM_PINNED);
+            assert_int_equal(x->dst_mem, ST_MEM_DEVICE);
+            h2d++;
+            expect = S_H2D;
+        } else if (x->kind == ST_GPU_MEMCPY && x->copy_kind == ST_COPY_D2H) {
+            assert_int_equal(x->bytes, d2h_bytes);
+            assert_int_equal(x->src_mem, ST_MEM_DEVICE);
+            assert_int_equal(x->dst_mem, ST_MEM_PAGEABLE);
+            d2h++;
+            expect = S_D2H;
+        } else if (x->kind == ST_GPU_MEMSET) {
+            assert_int_equal(x->bytes, set_bytes);
+            memsets++;
+            expect = S_MEMSET;
+        } else if (x->kind == ST_GPU_SYNC) {
+            if (g.stage == stage[S_SYNC]) syncs_in_stage++;
+            continue;
+        } else {
+            fail_msg("unexpected GPU record kind %u (copy kind %u)", x->kind, x->copy_kind);
+        }
+        if (expect < 0) continue;
+        assert_int_equal(g.thread, me);
+        assert_int_equal(g.stage, stage[expect]);
+        /* launched inside its range (of the 3 spin ranges, one), started after its launch */
+        int inside = 0;
+        for (int i = 0; i < (expect == S_SPIN ? 3 : 1); i++)
+            inside |= g.launch_ns >= ranges[expect][i].t0 && g.launch_ns <= ranges[expect][i].t1;
+        if (!inside) fail_msg("%s record launched at %lld, outside its range", stage_names[expect], (long long)g.launch_ns);
+        assert_true(x->start_ns >= g.launch_ns);
+        assert_true(x->start_ns + x->dur_ns <= done_ns);
+    }
+    assert_int_equal(n, 0);
+    st_gpu_iter_close(it);
+    assert_int_equal(spins, 3);
+    assert_int_equal(graph_kernels, 2);
+    assert_int_equal(warm, 1);
+    assert_int_equal(h2d, 1);
+    assert_int_equal(d2h, 1);
+    assert_int_equal(memsets, 1);
+    assert_true(syncs_in_stage >= 1);
+    /* spin kernels in start order against the events in launch order */
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (spin_start[j] < spin_start[i]) {
+                int64_t a = spin_start[i], b = spin_dur[i];
+                spin_start[i] = spin_start[j], spin_dur[i] = spin_dur[j];
+                spin_start[j] = a, spin_dur[j] = b;
+            }
+    for (int i = 0; i < 3; i++) {
+        double ev_ns = event_ms[i] * 1e6;
+        printf("spin %d: trace %.3f ms, events %.3f ms\n", i, spin_dur[i] / 1e6, ev_ns / 1e6);
+        if (fabs((double)spin_dur[i] - ev_ns) > 0.02 * ev_ns)
+            fail_msg("spin kernel %d: %lld ns in the trace, %.0f ns by CUDA events (over 2%%)", i,
+                     (long long)spin_dur[i], ev_ns);
+    }
+    st_reader_close(r);
+    unlink(path);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaFree(d));
+    CK(cudaFreeHost(pinned));
+    free(pageable);
+}
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cupti_records)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

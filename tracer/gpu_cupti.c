@@ -1,0 +1,315 @@
+/* gpu_cupti.c: GPU activity through CUPTI's activity API (st_gpu_start).
+ *
+ * Built into its own archive, libstagetrace_gpu.a, so that programs that
+ * never trace a GPU do not need libcupti: CUDA programs link it (and
+ * -lcupti) before libstagetrace.a. Without ST_WITH_CUPTI it is a stub that
+ * says so.
+ *
+ * CUPTI writes kernel, memcpy, memset, synchronization and runtime/driver
+ * API records into buffers this file hands it; CUPTI's own thread (or the
+ * thread calling st_close, at the forced flush) gives them back full. Each
+ * buffer is parsed there, never on the application's threads, and the
+ * records go to the writer through st_gpu_submit. Timestamps are the
+ * trace's clock: CUPTI calls st_now_ns through the timestamp callback, so GPU
+ * and CPU rows line up with no conversion. The API records keep the OS
+ * thread id (CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM, the same id as the threads
+ * table) and the call's start; the reader joins them to activity records by
+ * correlation id, which gives each kernel its launching thread and stage.
+ * Kernels of a CUDA graph carry the correlation id of the cudaGraphLaunch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_internal.h"
+
+#ifndef ST_WITH_CUPTI
+
+int st_gpu_start(st_trace *trace)
+{
+    (void)trace;
+    return st_set_error(ST_EINVAL, "GPU tracing needs a CUDA build with CUPTI (this stagetrace has none)");
+}
+
+#else
+
+#include <cupti.h>
+
+#define BUFFER_BYTES (8u << 20)
+#define BATCH 1024
+#define MAX_CONTEXTS 256
+
+static st_trace *gpu_trace;
+static pthread_mutex_t gpu_mutex = PTHREAD_MUTEX_INITIALIZER; /* names, contexts, dropped */
+static int64_t clock_offset_ns; /* added to CUPTI's times without the timestamp callback */
+static long long dropped_total;
+
+typedef struct name_slot {
+    char *value;
+    uint64_t hash;
+    uint32_t id;
+} name_slot;
+static name_slot *names;
+static size_t names_cap, names_len;
+
+static struct {
+    uint32_t context, device;
+} contexts[MAX_CONTEXTS];
+static size_t n_contexts;
+
+#define CUPTI_CHECK(call)                                                                   \
+    do {                                                                                    \
+        CUptiResult r_ = (call);                                                            \
+        if (r_ != CUPTI_SUCCESS) {                                                          \
+            const char *m_ = "unknown error";                                               \
+            cuptiGetResultString(r_, &m_);                                                  \
+            return st_set_error(ST_EIO, "%s:%d: %s: CUPTI: %s", __FILE__, __LINE__, #call, m_); \
+        }                                                                                   \
+    } while (0)
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Under gpu_mutex: the name's gpu_strings id + 1 (0 when out of memory). */
+static uint32_t intern(st_trace *t, const char *name)
+{
+    if (!name) return 0;
+    if (names_len * 2 >= names_cap) {
+        size_t cap = names_cap ? names_cap * 2 : 256;
+        name_slot *tab = calloc(cap, sizeof *tab);
+        if (!tab) return 0;
+        for (size_t i = 0; i < names_cap; i++) {
+            if (!names[i].value) continue;
+            size_t h = names[i].hash & (cap - 1);
+            while (tab[h].value) h = (h + 1) & (cap - 1);
+            tab[h] = names[i];
+        }
+        free(names);
+        names = tab;
+        names_cap = cap;
+    }
+    uint64_t hash = hash_str(name);
+    size_t h = hash & (names_cap - 1);
+    while (names[h].value) {
+        if (names[h].hash == hash && strcmp(names[h].value, name) == 0) return names[h].id + 1;
+        h = (h + 1) & (names_cap - 1);
+    }
+    char *copy = strdup(name);
+    if (!copy) return 0;
+    uint32_t id = (uint32_t)names_len++;
+    names[h] = (name_slot){copy, hash, id};
+    st_gpu_submit_string(t, id, name);
+    return id + 1;
+}
+
+static void note_context(uint32_t context, uint32_t device)
+{
+    for (size_t i = 0; i < n_contexts; i++)
+        if (contexts[i].context == context) return;
+    if (n_contexts < MAX_CONTEXTS) {
+        contexts[n_contexts].context = context;
+        contexts[n_contexts].device = device;
+        n_contexts++;
+    }
+}
+
+static int32_t device_of_context(uint32_t context)
+{
+    for (size_t i = 0; i < n_contexts; i++)
+        if (contexts[i].context == context) return (int32_t)contexts[i].device;
+    return 0;
+}
+
+static uint32_t copy_kind(uint8_t k)
+{
+    switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return ST_COPY_H2D;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return ST_COPY_D2H;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return ST_COPY_D2D;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return ST_COPY_H2H;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return ST_COPY_P2P;
+    default: return ST_COPY_OTHER;
+    }
+}
+
+static uint32_t mem_kind(uint32_t k)
+{
+    switch (k) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN: return ST_MEM_UNKNOWN;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return ST_MEM_PAGEABLE;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return ST_MEM_PINNED;
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC: return ST_MEM_DEVICE;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return ST_MEM_MANAGED;
+    default: return ST_MEM_OTHER;
+    }
+}
+
+static void set_times(st_gpu_rec *r, uint64_t start, uint64_t end)
+{
+    r->start_ns = (int64_t)start + clock_offset_ns;
+    r->dur_ns = end > start ? (int64_t)(end - start) : 0;
+}
+
+/* Under gpu_mutex: one CUPTI record as an item; 0 when it is not kept. */
+static int convert(st_trace *t, const CUpti_Activity *a, st_gpu_item *it)
+{
+    memset(it, 0, sizeof *it);
+    st_gpu_rec *r = &it->rec;
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const CUpti_ActivityKernel10 *k = (const void *)a;
+        note_context(k->contextId, k->deviceId);
+        it->device = (int32_t)k->deviceId;
+        it->stream = k->streamId;
+        r->kind = ST_GPU_KERNEL;
+        r->name = intern(t, k->name);
+        r->correlation = k->correlationId;
+        set_times(r, k->start, k->end);
+        return 1;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const CUpti_ActivityMemcpy6 *m = (const void *)a;
+        note_context(m->contextId, m->deviceId);
+        it->device = (int32_t)m->deviceId;
+        it->stream = m->streamId;
+        r->kind = ST_GPU_MEMCPY;
+        r->bytes = m->bytes;
+        r->copy_kind = copy_kind(m->copyKind);
+        r->src_mem = mem_kind(m->srcKind);
+        r->dst_mem = mem_kind(m->dstKind);
+        r->correlation = m->correlationId;
+        set_times(r, m->start, m->end);
+        return 1;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const CUpti_ActivityMemset4 *m = (const void *)a;
+        note_context(m->contextId, m->deviceId);
+        it->device = (int32_t)m->deviceId;
+        it->stream = m->streamId;
+        r->kind = ST_GPU_MEMSET;
+        r->bytes = m->bytes;
+        r->dst_mem = mem_kind(m->memoryKind);
+        r->correlation = m->correlationId;
+        set_times(r, m->start, m->end);
+        return 1;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        const CUpti_ActivitySynchronization2 *s = (const void *)a;
+        it->device = device_of_context(s->contextId);
+        it->stream = s->streamId;
+        r->kind = ST_GPU_SYNC;
+        r->copy_kind = (uint32_t)s->type;
+        r->correlation = s->correlationId;
+        set_times(r, s->start, s->end);
+        return 1;
+    }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const CUpti_ActivityAPI *api = (const void *)a;
+        it->device = -1;
+        it->stream = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? 0 : 1;
+        r->kind = ST_GPU_API;
+        r->copy_kind = (uint32_t)api->cbid;
+        r->correlation = api->correlationId;
+        r->os_tid = api->threadId;
+        set_times(r, api->start, api->end);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, BUFFER_BYTES);
+    *size = *buffer ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                                      size_t valid)
+{
+    st_gpu_item batch[BATCH];
+    size_t n = 0;
+    pthread_mutex_lock(&gpu_mutex);
+    st_trace *t = gpu_trace;
+    CUpti_Activity *a = NULL;
+    while (t && valid && cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
+        if (convert(t, a, &batch[n])) n++;
+        if (n == BATCH) {
+            st_gpu_submit(t, batch, n);
+            n = 0;
+        }
+    }
+    if (t) {
+        st_gpu_submit(t, batch, n);
+        size_t dropped = 0;
+        if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
+            dropped_total += (long long)dropped;
+        }
+        atomic_store(&t->gpu_dropped, dropped_total);
+    }
+    pthread_mutex_unlock(&gpu_mutex);
+    free(buffer);
+}
+
+static uint64_t trace_clock(void) { return (uint64_t)st_now_ns(); }
+
+static const CUpti_ActivityKind kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+};
+
+static void gpu_stop(st_trace *t)
+{
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) cuptiActivityDisable(kinds[i]);
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&gpu_mutex);
+    atomic_store(&t->gpu_dropped, dropped_total);
+    gpu_trace = NULL;
+    for (size_t i = 0; i < names_cap; i++) free(names[i].value);
+    free(names);
+    names = NULL;
+    names_cap = names_len = 0;
+    n_contexts = 0;
+    pthread_mutex_unlock(&gpu_mutex);
+    t->gpu_stop = NULL;
+}
+
+int st_gpu_start(st_trace *t)
+{
+    if (!t || !t->opt.enabled) return st_set_error(ST_ESTATE, "st_gpu_start: no trace is being written");
+    if (t->gpu_stop || gpu_trace) return st_set_error(ST_ESTATE, "st_gpu_start: GPU tracing is already on");
+    CUPTI_CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+    if (cuptiActivityRegisterTimestampCallback(trace_clock) != CUPTI_SUCCESS) {
+        /* Older CUPTI: measure the offset between the two clocks once,
+         * bracketing CUPTI's reading by two of ours. */
+        uint64_t cupti_ns = 0;
+        int64_t a = st_now_ns();
+        CUPTI_CHECK(cuptiGetTimestamp(&cupti_ns));
+        int64_t b = st_now_ns();
+        clock_offset_ns = a + (b - a) / 2 - (int64_t)cupti_ns;
+    } else {
+        clock_offset_ns = 0;
+    }
+    pthread_mutex_lock(&gpu_mutex);
+    gpu_trace = t;
+    dropped_total = 0;
+    pthread_mutex_unlock(&gpu_mutex);
+    atomic_store(&t->gpu_dropped, 0);
+    CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
+    CUPTI_CHECK(cuptiActivityFlushPeriod(100));
+    t->gpu_stop = gpu_stop;
+    return ST_OK;
+}
+
+#endif
