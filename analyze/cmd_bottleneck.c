@@ -432,12 +432,8 @@ int cmd_bottleneck(int argc, char **argv)
     an_gpu_idle *gpu = NULL;
     uint32_t n_gpu = 0;
     char *gpu_text = NULL;
-    if (!rc) rc = an_gpu_idle_split(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_note);
-    if (!rc) {
-        gpu_text = an_gpu_idle_text(&t, gpu, n_gpu, gpu_note);
-        if (!gpu_text) rc = oom();
-        gpu_note = gpu_text;
-    }
+    if (!rc) rc = an_gpu_idle_steady(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_text);
+    if (!rc) gpu_note = gpu_text;
     if (!rc && fmt == AN_FMT_TEXT) {
         story = an_pipe_story(&p, loads, &v, w, n_windows, every);
         if (!story) rc = oom();
@@ -468,7 +464,7 @@ int cmd_bottleneck(int argc, char **argv)
     }
     if (!rc) an_trace_warn(&t);
     free(story);
-    free(gpu);
+    an_gpu_idle_free(gpu, n_gpu);
     free(gpu_text);
     free(w);
     free(loads);

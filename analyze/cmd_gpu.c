@@ -12,16 +12,20 @@
 #include "pipeline.h"
 
 static const char help[] =
-    "usage: analyze gpu [--format text|csv|json] [--top N] FILE\n"
+    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE\n"
     "\n"
     "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"
-    "or st_gpu_start). Four tables:\n"
+    "or st_gpu_start). Five tables; kernels, copies and stages cover the whole trace,\n"
+    "devices and host_wait a window (stated in the header): by default the steady\n"
+    "state, from the second step mark (step 1's: the first step holds start-up, weight\n"
+    "init and first launches) to the last; the whole trace with fewer than 2 marks.\n"
     "  kernels  per device and kernel name: count, total, mean, share of the device's\n"
     "           kernel time (the N largest per device; --top 0 for all)\n"
     "  copies   memcpy by device, direction (HtoD, DtoH, ...) and memory kinds\n"
     "           (pageable, pinned, device), and memset: count, bytes, total, GB/s\n"
-    "  devices  per device over the trace's span: busy (the union of kernels, copies\n"
-    "           and memsets), busy share, idle, and idle split as HTA does. Each idle\n"
+    "  devices  per device over the window: busy (the union of kernels, copies and\n"
+    "           memsets, clipped to it), busy share, idle, and idle split as HTA does.\n"
+    "           Each idle gap (clipped to the window)\n"
     "           gap ends where a record R starts; L is the start of the API call that\n"
     "           launched R:\n"
     "             host_wait   the part of the gap before L: nothing was queued, the\n"
@@ -31,19 +35,29 @@ static const char help[] =
     "             other       the rest: longer waits on dependencies (events, other\n"
     "                         streams), gaps with no known launch, the gap after the\n"
     "                         last record\n"
-    "           host_stage names the stage the launching thread was in for most of\n"
-    "           the host wait (a host-bound device: make that stage asynchronous)\n"
+    "           host_thread/host_stage: the launching thread and the stage it was in\n"
+    "           (innermost range) for the largest part of the host wait, counting only\n"
+    "           time inside that stage; \"(no stage)\" when the thread was in no range\n"
+    "           (a host-bound device: make that stage asynchronous)\n"
+    "  host_wait per device, the host wait split by launching thread and the stage it\n"
+    "           was in at each instant (\"(no stage)\": in no range): ms and share of\n"
+    "           the device's host wait, largest first\n"
     "  stages   GPU time projected onto CPU stages: per launching thread and stage\n"
     "           (the innermost range open when the launch call started), the records\n"
     "           launched, and the sum of their GPU durations\n"
     "\n"
     "options:\n"
+    "  --steps A:B  devices and host_wait between the marks of steps A and B (A: or :B\n"
+    "               leave an end open)\n"
+    "  --time T0:T1 devices and host_wait over T0..T1 s from the trace start\n"
     "  --top N      kernels per device in the kernels table (default 20, 0 = all)\n"
     "  --format F   text (default), csv or json\n";
 
-enum { OPT_TOP = 1 };
+enum { OPT_TOP = 1, OPT_STEPS, OPT_TIME };
 static const an_opt opts[] = {
     {"top", 1, OPT_TOP},
+    {"steps", 1, OPT_STEPS},
+    {"time", 1, OPT_TIME},
     {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
@@ -63,6 +77,10 @@ static const an_col device_cols[] = {
     {"busy_pct", AN_T_PCT, 0},      {"idle_ms", AN_T_MS, 0},       {"host_wait_ms", AN_T_MS, 0},
     {"launch_gap_ms", AN_T_MS, 0},  {"other_ms", AN_T_MS, 0},      {"host_thread", AN_T_STR, 0},
     {"host_stage", AN_T_STR, 0},    {"host_stage_ms", AN_T_MS, 0},
+};
+static const an_col wait_cols[] = {
+    {"device", AN_T_INT, 0}, {"thread", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
+    {"ms", AN_T_MS, 0},      {"share_pct", AN_T_PCT, 0},
 };
 static const an_col stage_cols[] = {
     {"thread", AN_T_STR, 0}, {"stage", AN_T_STR, 0},   {"device", AN_T_INT, 0},
@@ -257,10 +275,27 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         an_put_ns(tb, d->other_ns);
         const st_thread_info *ti = d->host_thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)d->host_thread) : NULL;
         const st_stage_info *si = d->host_stage >= 0 ? st_reader_stage(t->r, (uint32_t)d->host_stage) : NULL;
-        an_put_str(tb, ti ? ti->name : NULL);
-        an_put_str(tb, si ? si->name : NULL);
+        an_put_str(tb, ti ? ti->name : d->host_thread >= 0 ? "(unknown)" : NULL);
+        an_put_str(tb, si ? si->name : d->host_thread >= 0 ? "(no stage)" : NULL);
         an_put_ns(tb, d->host_stage_ns);
         an_row_end(tb);
+    }
+    an_table_end(tb);
+
+    tb = an_table_new(out, "host_wait", wait_cols, N_OF(wait_cols));
+    for (uint32_t i = 0; i < n_dev; i++) {
+        const an_gpu_idle *d = &dev[i];
+        for (uint32_t k = 0; k < d->n_waits; k++) {
+            const an_gpu_wait *w = &d->waits[k];
+            const st_thread_info *ti = w->thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)w->thread) : NULL;
+            const st_stage_info *si = w->stage >= 0 ? st_reader_stage(t->r, (uint32_t)w->stage) : NULL;
+            an_put_int(tb, d->device);
+            an_put_str(tb, ti ? ti->name : "(unknown)");
+            an_put_str(tb, si ? si->name : "(no stage)");
+            an_put_ns(tb, w->ns);
+            an_put_pct(tb, d->host_wait_ns ? 100.0 * (double)w->ns / (double)d->host_wait_ns : 0);
+            an_row_end(tb);
+        }
     }
     an_table_end(tb);
 
@@ -286,6 +321,9 @@ int cmd_gpu(int argc, char **argv)
     an_args a;
     an_format fmt = AN_FMT_TEXT;
     uint64_t top = 20;
+    an_window_spec win;
+    memset(&win, 0, sizeof win);
+    win.kind = AN_WIN_ALL;
     int id, rc = AN_EXIT_OK;
     if (an_args_init(&a, "gpu", argc, argv)) return AN_EXIT_FAIL;
     while (!rc && (id = an_args_next(&a, opts)) != 0) {
@@ -298,6 +336,15 @@ int cmd_gpu(int argc, char **argv)
         case AN_OPT_FORMAT:
             if (an_parse_format(a.value, &fmt))
                 rc = an_usage_error("gpu", "--format must be text, csv or json, not '%s'", a.value);
+            break;
+        case OPT_STEPS:
+        case OPT_TIME:
+            if (win.kind != AN_WIN_ALL) {
+                rc = an_usage_error("gpu", "give one window: --steps or --time, once");
+                break;
+            }
+            if (id == OPT_STEPS ? an_window_parse_steps(&win, a.value) : an_window_parse_time(&win, a.value))
+                rc = AN_EXIT_USAGE;
             break;
         case OPT_TOP:
             if (an_parse_u64(a.value, &top))
@@ -347,7 +394,10 @@ int cmd_gpu(int argc, char **argv)
         }
     }
     const char *note = NULL;
-    if (!rc) rc = an_gpu_idle_split(&t, t0, t1, &dev, &n_dev, &note);
+    int64_t w0 = t0, w1 = t1;
+    char wdesc[160] = "";
+    if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
+    if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
         if (!out) {
@@ -355,8 +405,10 @@ int cmd_gpu(int argc, char **argv)
             rc = AN_EXIT_FAIL;
         } else {
             const char *dropped = an_trace_meta(&t, "gpu_dropped_records");
-            an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n\n", t.path,
+            an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n", t.path,
                         (double)(t1 - t0) / 1e6, dropped ? dropped : "unknown");
+            an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n\n", wdesc, (double)(w1 - w0) / 1e6,
+                        n_dev ? "" : ": no GPU activity in the window");
             put_tables(out, &t, &s, dev, n_dev, top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
@@ -366,7 +418,7 @@ int cmd_gpu(int argc, char **argv)
         if (!rc) an_trace_warn(&t);
     }
     st_gpu_iter_close(it);
-    free(dev);
+    an_gpu_idle_free(dev, n_dev);
     free(s.k);
     free(s.c);
     free(s.s);

@@ -353,13 +353,10 @@ static int section_verdict(report *rp)
     char *story = an_pipe_story(p, rp->loads, &rp->v, w, nw, rp->every);
     free(w);
     if (!story) return oom();
-    const char *note = NULL;
     an_gpu_idle *gpu = NULL;
     uint32_t n_gpu = 0;
-    int rc = an_gpu_idle_split(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &note);
-    char *gpu_text = rc ? NULL : an_gpu_idle_text(rp->t, gpu, n_gpu, note);
-    free(gpu);
-    if (!rc && !gpu_text) rc = oom();
+    char *gpu_text = NULL;
+    int rc = an_gpu_idle_steady(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &gpu_text);
     if (rc) {
         free(story);
         return rc;
@@ -377,6 +374,34 @@ static int section_verdict(report *rp)
     esc(f, gpu_text);
     fputs(".</p>\n</div>\n", f);
     free(gpu_text);
+    if (n_gpu) {
+        fputs("<table class=\"data\" id=\"gpu-table\"><tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
+              "<th>idle ms</th><th>host wait ms</th><th>launch gap ms</th><th>other ms</th><th>host wait mostly in</th></tr>\n",
+              f);
+        for (uint32_t i = 0; i < n_gpu; i++) {
+            const an_gpu_idle *g = &gpu[i];
+            int64_t span = g->busy_ns + g->idle_ns;
+            fprintf(f, "<tr><td class=\"n\">%d</td><td class=\"n\">%llu</td>", g->device, (unsigned long long)g->n_records);
+            put_pct_cell(f, span ? 100.0 * (double)g->busy_ns / (double)span : 0);
+            fprintf(f, "<td class=\"n\">%.3f</td><td class=\"n\">%.3f</td><td class=\"n\">%.3f</td><td class=\"n\">%.3f</td>"
+                       "<td class=\"n\">%.3f</td><td>",
+                    (double)g->busy_ns / 1e6, (double)g->idle_ns / 1e6, (double)g->host_wait_ns / 1e6,
+                    (double)g->launch_gap_ns / 1e6, (double)g->other_ns / 1e6);
+            if (g->host_thread >= 0) {
+                const st_thread_info *ti = st_reader_thread_by_id(rp->t->r, (uint32_t)g->host_thread);
+                const st_stage_info *si = g->host_stage >= 0 ? st_reader_stage(rp->t->r, (uint32_t)g->host_stage) : NULL;
+                esc(f, ti ? ti->name : "(unknown)");
+                fputs(" / ", f);
+                esc(f, si ? si->name : "(no stage)");
+                fprintf(f, " (%.3f ms)", (double)g->host_stage_ns / 1e6);
+            } else {
+                fputs("-", f);
+            }
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    an_gpu_idle_free(gpu, n_gpu);
     free(story);
     fputs("<table class=\"data\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th><th>wait_input</th>"
           "<th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th><th>busy ms/step</th>"
@@ -576,6 +601,103 @@ typedef struct lane {
     uint32_t role;
 } lane;
 
+/* GPU lanes: one per (device, stream) with kernels, copies or memsets in the
+ * window, under the CPU lanes. Records of at least a pixel are drawn as they
+ * are; narrower ones merged per pixel column (the colour of the kind that
+ * covers most of it), so a lane has at most about plot-width rectangles. */
+static const char *const gpu_kind_colours[4] = {"#999999", "#2ca02c", "#ff7f0e", "#9467bd"}; /* -, kernel, memcpy, memset */
+
+typedef struct gpu_lane {
+    int32_t device;
+    uint32_t stream;
+} gpu_lane;
+
+typedef struct gpu_row {
+    FILE *f;
+    double y;
+    int64_t col;
+    double cover, kind_cover[4];
+    uint64_t merged, rects;
+} gpu_row;
+
+static void gpu_flush(gpu_row *row)
+{
+    if (row->col < 0) return;
+    int best = 1;
+    for (int k = 2; k < 4; k++)
+        if (row->kind_cover[k] > row->kind_cover[best]) best = k;
+    double op = row->cover > 1 ? 1 : row->cover < 0.25 ? 0.25 : row->cover;
+    fprintf(row->f,
+            "<rect class=\"gpu\" x=\"%lld\" y=\"%.1f\" width=\"1\" height=\"%d\" fill=\"%s\" fill-opacity=\"%.2f\">"
+            "<title>%llu GPU records, mostly %s</title></rect>\n",
+            (long long)row->col + LABEL_W, row->y, LANE_H, gpu_kind_colours[best], op, (unsigned long long)row->merged,
+            st_gpu_kind_name((uint32_t)best));
+    row->rects++;
+    row->col = -1;
+}
+
+static void gpu_rec(gpu_row *row, const st_gpu_row *g, double x0, double x1)
+{
+    int k = g->rec.kind >= 1 && g->rec.kind <= 3 ? (int)g->rec.kind : 0;
+    if (x1 - x0 >= 1.0) {
+        gpu_flush(row);
+        fprintf(row->f, "<rect class=\"gpu\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>",
+                x0 + LABEL_W, row->y, x1 - x0, LANE_H, gpu_kind_colours[k]);
+        fputs(st_gpu_kind_name(g->rec.kind), row->f);
+        if (g->name) {
+            fputs(" ", row->f);
+            esc(row->f, g->name);
+        } else if (g->rec.kind == ST_GPU_MEMCPY) {
+            fprintf(row->f, " %s %llu bytes", st_gpu_copy_name(g->rec.copy_kind), (unsigned long long)g->rec.bytes);
+        }
+        fprintf(row->f, " %.3f ms</title></rect>\n", (double)g->rec.dur_ns / 1e6);
+        row->rects++;
+        return;
+    }
+    int64_t col = (int64_t)floor(x0);
+    if (col != row->col) {
+        gpu_flush(row);
+        row->col = col;
+        row->cover = 0;
+        memset(row->kind_cover, 0, sizeof row->kind_cover);
+        row->merged = 0;
+    }
+    row->cover += x1 - x0;
+    row->kind_cover[k] += x1 - x0;
+    row->merged++;
+}
+
+/* The (device, stream) pairs with device work in [t0, t1), in the
+ * iterator's order (device, then stream). */
+static int gpu_lanes(an_trace *t, int64_t t0, int64_t t1, gpu_lane **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    int has = st_reader_has_gpu(t->r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return AN_EXIT_OK;
+    st_gpu_iter *it;
+    if (st_gpu_iter_open(&it, t->r, -1, t0, t1)) return an_trace_fail(t);
+    st_gpu_row g;
+    int r;
+    while ((r = st_gpu_iter_next(it, &g)) == 1) {
+        if (g.rec.kind < ST_GPU_KERNEL || g.rec.kind > ST_GPU_MEMSET) continue;
+        uint32_t i = 0;
+        while (i < *n && !((*out)[i].device == g.device && (*out)[i].stream == g.stream)) i++;
+        if (i < *n) continue;
+        gpu_lane *nv = realloc(*out, (*n + 1) * sizeof *nv);
+        if (!nv) {
+            st_gpu_iter_close(it);
+            return oom();
+        }
+        *out = nv;
+        nv[(*n)++] = (gpu_lane){g.device, g.stream};
+    }
+    st_gpu_iter_close(it);
+    return r < 0 ? an_trace_fail(t) : AN_EXIT_OK;
+}
+
+
 static const an_pipe *g_lane_pipe; /* qsort has no context argument */
 
 static int cmp_lane(const void *a, const void *b)
@@ -615,8 +737,15 @@ static int section_timeline(report *rp)
     for (uint32_t i = 0; i < nt; i++) lanes[i] = (lane){i, p->thread_role[i]};
     g_lane_pipe = p;
     qsort(lanes, nt, sizeof *lanes, cmp_lane);
+    gpu_lane *gl = NULL;
+    uint32_t n_gl = 0;
+    int grc = gpu_lanes(t, t0, t1, &gl, &n_gl);
+    if (grc) {
+        free(lanes);
+        return grc;
+    }
     const int plot_w = CHART_W - LABEL_W - 30, top = 24;
-    const int height = top + (int)nt * (LANE_H + 4) + 30;
+    const int height = top + (int)(nt + n_gl) * (LANE_H + 4) + (n_gl ? 8 : 0) + 30;
     const double scale = (double)plot_w / (double)(t1 - t0);
     char a[40], b[40];
     an_fmt_fixed(a, t0 - t->origin_ns, 9, 3);
@@ -632,8 +761,10 @@ static int section_timeline(report *rp)
     if (has_a && has_b) fprintf(f, " of steps %llu-%llu", (unsigned long long)step_a + 1, (unsigned long long)step_b);
     fprintf(f, " (%s-%s s from the trace start)</h2>\n<p class=\"note\">One lane per thread; ranges coloured by stage, "
                "nested ranges thinner inside their parents; dashed lines are step marks. Ranges narrower than a pixel "
-               "are merged per pixel column (opacity: how much of it they cover).</p>\n",
-            a, b);
+               "are merged per pixel column (opacity: how much of it they cover).%s</p>\n",
+            a, b,
+            n_gl ? " Under them, one lane per GPU device and stream: kernels, copies and memsets coloured by kind, "
+                   "merged per pixel column the same way." : "");
     svg_open(f, CHART_W, height, "timeline");
     /* time axis */
     double step = nice_step((double)(t1 - t0) / 1e6, 8);
@@ -692,6 +823,33 @@ static int section_timeline(report *rp)
         }
         for (int d = 0; d < MAX_DEPTH; d++) rects += rows[d].rects;
     }
+    /* GPU lanes */
+    for (uint32_t li = 0; li < n_gl && !rc; li++) {
+        double y = top + (nt + li) * (LANE_H + 4) + 8;
+        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#f4f7f4\"/>", LABEL_W, y, plot_w, LANE_H);
+        fprintf(f, "<text class=\"gpu-lane\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">GPU %d <tspan fill=\"#888\">"
+                   "(stream %u)</tspan></text>\n",
+                LABEL_W - 6, y + LANE_H / 2 + 4, gl[li].device, gl[li].stream);
+        gpu_row row = {f, y, -1, 0, {0, 0, 0, 0}, 0, 0};
+        st_gpu_iter *it = NULL;
+        if (st_gpu_iter_open(&it, t->r, gl[li].device, t0, t1)) {
+            rc = an_trace_fail(t);
+            break;
+        }
+        st_gpu_row g;
+        int n;
+        while ((n = st_gpu_iter_next(it, &g)) == 1) {
+            if (g.stream != gl[li].stream || g.rec.kind < ST_GPU_KERNEL || g.rec.kind > ST_GPU_MEMSET) continue;
+            int64_t e = g.rec.start_ns + g.rec.dur_ns;
+            int64_t s0 = g.rec.start_ns < t0 ? t0 : g.rec.start_ns, s1 = e > t1 ? t1 : e;
+            if (s1 < s0) continue;
+            gpu_rec(&row, &g, (double)(s0 - t0) * scale, (double)(s1 - t0) * scale);
+        }
+        gpu_flush(&row);
+        st_gpu_iter_close(it);
+        if (n < 0) rc = an_trace_fail(t);
+        rects += row.rects;
+    }
     /* step marks */
     for (uint32_t i = 0; i < st_reader_n_steps(t->r) && !rc; i++) {
         const st_step_info *s = st_reader_step(t->r, i);
@@ -705,12 +863,17 @@ static int section_timeline(report *rp)
     fputs("</svg>\n", f);
     if (!rc) {
         legend(f, rp, shown);
+        if (n_gl)
+            fprintf(f, "<p class=\"legend\">GPU: <span><i style=\"background:%s\"></i>kernel</span> "
+                       "<span><i style=\"background:%s\"></i>memcpy</span> <span><i style=\"background:%s\"></i>memset</span></p>\n",
+                    gpu_kind_colours[1], gpu_kind_colours[2], gpu_kind_colours[3]);
         fprintf(f, "<p class=\"note\">%llu rectangles.</p>\n", (unsigned long long)rects);
     }
     fputs("</section>\n", f);
     free(shown);
     free(covers);
     free(lanes);
+    free(gl);
     return rc;
 }
 

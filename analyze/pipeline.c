@@ -908,28 +908,184 @@ static int cmp_gpu_span(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-typedef struct stage_time {
-    int64_t thread, stage, ns;
-} stage_time;
+/* A thread's innermost stage over time: flat segments [start, end) in time
+ * order, only where some range is open. */
+typedef struct stage_seg {
+    int64_t start, end, stage;
+} stage_seg;
 
-static int64_t add_stage_time(stage_time **v, size_t *n, int64_t thread, int64_t stage, int64_t ns)
+typedef struct thread_segs {
+    int64_t thread;
+    stage_seg *seg;
+    size_t n;
+} thread_segs;
+
+typedef struct seg_cache {
+    an_trace *t;
+    int64_t t0, t1;
+    thread_segs *th;
+    size_t n;
+} seg_cache;
+
+static int cmp_range_start(const void *a, const void *b)
 {
-    for (size_t i = 0; i < *n; i++)
-        if ((*v)[i].thread == thread && (*v)[i].stage == stage) return (*v)[i].ns += ns;
-    stage_time *nv = realloc(*v, (*n + 1) * sizeof *nv);
-    if (!nv) return -1;
-    *v = nv;
-    nv[*n] = (stage_time){thread, stage, ns};
-    (*n)++;
-    return ns;
+    const st_range *x = a, *y = b;
+    if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
+    return (x->depth > y->depth) - (x->depth < y->depth);
+}
+
+static int seg_push(stage_seg **v, size_t *n, size_t *cap, int64_t s, int64_t e, int64_t stage)
+{
+    if (e <= s) return 0;
+    if (*n && (*v)[*n - 1].end == s && (*v)[*n - 1].stage == stage) {
+        (*v)[*n - 1].end = e;
+        return 0;
+    }
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        stage_seg *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (stage_seg){s, e, stage};
+    return 0;
+}
+
+/* Emits the innermost stage from *pos up to x, closing ranges that end by x. */
+static int seg_advance(stage_seg **v, size_t *n, size_t *cap, st_range *stack, size_t *depth, int64_t *pos, int64_t x)
+{
+    while (*depth) {
+        st_range *top = &stack[*depth - 1];
+        int64_t end = top->start_ns + top->dur_ns;
+        if (end > x) break;
+        if (end > *pos) {
+            if (seg_push(v, n, cap, *pos, end, top->stage)) return -1;
+            *pos = end;
+        }
+        (*depth)--;
+    }
+    if (*depth && x > *pos) {
+        if (seg_push(v, n, cap, *pos, x, stack[*depth - 1].stage)) return -1;
+    }
+    if (x > *pos) *pos = x;
+    return 0;
+}
+
+/* The segments of a thread (loaded on first use). Returns 0 or an ST_ code. */
+static int seg_get(seg_cache *c, int64_t thread, const thread_segs **out)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->th[i].thread == thread) {
+            *out = &c->th[i];
+            return 0;
+        }
+    thread_segs *nt = realloc(c->th, (c->n + 1) * sizeof *nt);
+    if (!nt) return ST_ENOMEM;
+    c->th = nt;
+    thread_segs *ts = &c->th[c->n++];
+    *ts = (thread_segs){thread, NULL, 0};
+    *out = ts;
+    if (thread < 0) return 0;
+    st_range *rs = NULL;
+    size_t nr = 0, cr = 0;
+    st_range_iter *it;
+    int rc = st_range_iter_open(&it, c->t->r, thread, c->t0, c->t1);
+    if (rc) return rc < -1 ? rc : -1;
+    st_range r;
+    while ((rc = st_range_iter_next(it, &r)) == 1) {
+        if (nr == cr) {
+            cr = cr ? cr * 2 : 64;
+            st_range *nv = realloc(rs, cr * sizeof *nv);
+            if (!nv) {
+                rc = ST_ENOMEM;
+                break;
+            }
+            rs = nv;
+        }
+        rs[nr++] = r;
+    }
+    st_range_iter_close(it);
+    if (rc < 0) {
+        free(rs);
+        return rc;
+    }
+    if (nr) qsort(rs, nr, sizeof *rs, cmp_range_start);
+    st_range *stack = malloc((nr ? nr : 1) * sizeof *stack);
+    size_t depth = 0, cap = 0;
+    int64_t pos = INT64_MIN;
+    rc = stack ? 0 : ST_ENOMEM;
+    for (size_t i = 0; i < nr && !rc; i++) {
+        if (seg_advance(&ts->seg, &ts->n, &cap, stack, &depth, &pos, rs[i].start_ns)) rc = ST_ENOMEM;
+        stack[depth++] = rs[i];
+        pos = rs[i].start_ns;
+    }
+    if (!rc && seg_advance(&ts->seg, &ts->n, &cap, stack, &depth, &pos, INT64_MAX)) rc = ST_ENOMEM;
+    free(stack);
+    free(rs);
+    return rc;
+}
+
+static void seg_cache_free(seg_cache *c)
+{
+    for (size_t i = 0; i < c->n; i++) free(c->th[i].seg);
+    free(c->th);
+}
+
+static int add_wait(an_gpu_idle *d, size_t *cap, int64_t thread, int64_t stage, int64_t ns)
+{
+    for (uint32_t i = 0; i < d->n_waits; i++)
+        if (d->waits[i].thread == thread && d->waits[i].stage == stage) {
+            d->waits[i].ns += ns;
+            return 0;
+        }
+    if (d->n_waits == *cap) {
+        size_t nc = *cap ? *cap * 2 : 8;
+        an_gpu_wait *nv = realloc(d->waits, nc * sizeof *nv);
+        if (!nv) return ST_ENOMEM;
+        d->waits = nv;
+        *cap = nc;
+    }
+    d->waits[d->n_waits++] = (an_gpu_wait){thread, stage, ns};
+    return 0;
+}
+
+/* Splits the host wait [a, b) of a launching thread by its innermost stage. */
+static int add_host_wait(seg_cache *c, an_gpu_idle *d, size_t *cap, int64_t thread, int64_t a, int64_t b)
+{
+    const thread_segs *ts;
+    int rc = seg_get(c, thread, &ts);
+    if (rc) return rc;
+    size_t lo = 0, hi = ts->n;
+    while (lo < hi) { /* first segment ending after a */
+        size_t mid = lo + (hi - lo) / 2;
+        if (ts->seg[mid].end <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    int64_t covered = 0;
+    for (size_t i = lo; i < ts->n && ts->seg[i].start < b; i++) {
+        int64_t s = ts->seg[i].start > a ? ts->seg[i].start : a, e = ts->seg[i].end < b ? ts->seg[i].end : b;
+        if (e <= s) continue;
+        covered += e - s;
+        if ((rc = add_wait(d, cap, thread, ts->seg[i].stage, e - s))) return rc;
+    }
+    if (b - a > covered) return add_wait(d, cap, thread, -1, b - a - covered);
+    return 0;
+}
+
+static int cmp_wait(const void *a, const void *b)
+{
+    const an_gpu_wait *x = a, *y = b;
+    if (x->ns != y->ns) return x->ns > y->ns ? -1 : 1;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    return (x->stage > y->stage) - (x->stage < y->stage);
 }
 
 /* One device's records (sorted here) into its split. */
-static int split_device(st_gpu_iter *it, gpu_span *v, size_t n, int64_t t0, int64_t t1, an_gpu_idle *d)
+static int split_device(seg_cache *c, gpu_span *v, size_t n, int64_t t0, int64_t t1, an_gpu_idle *d)
 {
     qsort(v, n, sizeof *v, cmp_gpu_span);
-    stage_time *st = NULL;
-    size_t n_st = 0;
+    size_t cap = 0;
     int64_t cur = t0;
     for (size_t i = 0; i <= n; i++) {
         int64_t s = i < n ? (v[i].start > t0 ? v[i].start : t0) : t1;
@@ -950,15 +1106,8 @@ static int split_device(st_gpu_iter *it, gpu_span *v, size_t n, int64_t t0, int6
                 else
                     d->other_ns += rest;
                 if (host > 0) {
-                    int64_t stage = st_gpu_iter_stage_at(it, v[i].thread, cur + host / 2);
-                    if (stage < -1) {
-                        free(st);
-                        return (int)stage;
-                    }
-                    if (add_stage_time(&st, &n_st, v[i].thread, stage, host) < 0) {
-                        free(st);
-                        return ST_ENOMEM;
-                    }
+                    int rc = add_host_wait(c, d, &cap, v[i].thread, cur, host_end);
+                    if (rc) return rc;
                 }
             }
             cur = s;
@@ -968,17 +1117,22 @@ static int split_device(st_gpu_iter *it, gpu_span *v, size_t n, int64_t t0, int6
             cur = e;
         }
     }
+    if (d->n_waits) qsort(d->waits, d->n_waits, sizeof *d->waits, cmp_wait);
     d->host_stage = -1;
     d->host_thread = -1;
-    for (size_t i = 0; i < n_st; i++) {
-        if (st[i].stage >= 0 && st[i].ns > d->host_stage_ns) {
-            d->host_stage = st[i].stage;
-            d->host_stage_ns = st[i].ns;
-            d->host_thread = st[i].thread;
-        }
+    if (d->n_waits) {
+        d->host_thread = d->waits[0].thread;
+        d->host_stage = d->waits[0].stage;
+        d->host_stage_ns = d->waits[0].ns;
     }
-    free(st);
     return 0;
+}
+
+void an_gpu_idle_free(an_gpu_idle *d, uint32_t n)
+{
+    if (!d) return;
+    for (uint32_t i = 0; i < n; i++) free(d[i].waits);
+    free(d);
 }
 
 int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n, const char **note)
@@ -988,9 +1142,12 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
     *note = "no GPU activity in this trace";
     int has = st_reader_has_gpu(t->r);
     if (has < 0) return an_trace_fail(t);
-    if (!has || t1_ns <= t0_ns) return AN_EXIT_OK;
+    if (!has) return AN_EXIT_OK;
+    *note = "no GPU activity in the window";
+    if (t1_ns <= t0_ns) return AN_EXIT_OK;
     st_gpu_iter *it;
     if (st_gpu_iter_open(&it, t->r, -1, t0_ns, t1_ns)) return an_trace_fail(t);
+    seg_cache cache = {t, t0_ns, t1_ns, NULL, 0};
     an_gpu_idle *devs = NULL;
     uint32_t n_devs = 0;
     gpu_span *v = NULL;
@@ -1012,7 +1169,7 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
                 memset(&devs[n_devs], 0, sizeof devs[n_devs]);
                 devs[n_devs].device = device;
                 devs[n_devs].n_records = len;
-                int src = split_device(it, v, len, t0_ns, t1_ns, &devs[n_devs]);
+                int src = split_device(&cache, v, len, t0_ns, t1_ns, &devs[n_devs]);
                 n_devs++;
                 if (src) {
                     rc = src;
@@ -1036,8 +1193,9 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
         v[len++] = (gpu_span){row.rec.start_ns, row.rec.start_ns + row.rec.dur_ns, row.launch_ns, row.thread};
     }
     free(v);
+    seg_cache_free(&cache);
     if (rc < 0) {
-        free(devs);
+        an_gpu_idle_free(devs, n_devs);
         int code = rc == ST_ENOMEM ? (an_error("out of memory"), AN_EXIT_FAIL) : an_trace_fail(t);
         st_gpu_iter_close(it);
         return code;
@@ -1046,6 +1204,39 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
     *out = devs;
     *n = n_devs;
     *note = n_devs ? NULL : "no GPU activity in the window";
+    return AN_EXIT_OK;
+}
+
+int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,
+                  int64_t *t1_ns, char *desc, size_t desc_size)
+{
+    char a[40], b[40];
+    if (w && w->kind != AN_WIN_ALL) {
+        int rc = an_window_resolve(w, t, t0_ns, t1_ns);
+        if (rc) return rc;
+        an_fmt_fixed(a, *t0_ns - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, *t1_ns - t->origin_ns, 9, 3);
+        if (w->kind == AN_WIN_STEPS) snprintf(desc, desc_size, "steps %s (%s-%s s)", w->text, a, b);
+        else snprintf(desc, desc_size, "time %s-%s s", a, b);
+        return AN_EXIT_OK;
+    }
+    uint32_t n = st_reader_n_steps(t->r);
+    if (n >= 2) {
+        uint32_t i0 = n >= 3 ? 1 : 0;
+        const st_step_info *s0 = st_reader_step(t->r, i0), *s1 = st_reader_step(t->r, n - 1);
+        *t0_ns = s0->ts_ns;
+        *t1_ns = s1->ts_ns;
+        an_fmt_fixed(a, *t0_ns - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, *t1_ns - t->origin_ns, 9, 3);
+        snprintf(desc, desc_size, "steps %llu:%llu (%s-%s s%s)", (unsigned long long)s0->step,
+                 (unsigned long long)s1->step, a, b, i0 ? ", the first step left out as start-up" : "");
+        if (*t1_ns > *t0_ns) return AN_EXIT_OK;
+    }
+    *t0_ns = all_t0;
+    *t1_ns = all_t1;
+    an_fmt_fixed(a, all_t0 - t->origin_ns, 9, 3);
+    an_fmt_fixed(b, all_t1 - t->origin_ns, 9, 3);
+    snprintf(desc, desc_size, "the whole trace (%s-%s s, fewer than 2 step marks)", a, b);
     return AN_EXIT_OK;
 }
 
@@ -1063,7 +1254,11 @@ char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, cons
         fprintf(f, "%sGPU %d busy %s, idle %.3f ms: host wait %.3f ms", i ? "; " : "", g->device,
                 an_fmt_pct1(span ? 100.0 * (double)g->busy_ns / (double)span : 0, pct, sizeof pct),
                 (double)g->idle_ns / 1e6, (double)g->host_wait_ns / 1e6);
-        if (g->host_stage >= 0 && g->host_stage_ns > 0) {
+        if (g->host_thread >= 0 && g->host_stage < 0 && g->host_stage_ns > 0) {
+            const st_thread_info *ti = st_reader_thread_by_id(t->r, (uint32_t)g->host_thread);
+            fprintf(f, " (mostly while %s is in no stage, %.3f ms)", an_clean(ti ? ti->name : "?", b1, sizeof b1),
+                    (double)g->host_stage_ns / 1e6);
+        } else if (g->host_stage >= 0 && g->host_stage_ns > 0) {
             const st_stage_info *si = st_reader_stage(t->r, (uint32_t)g->host_stage);
             const st_thread_info *ti = st_reader_thread_by_id(t->r, (uint32_t)g->host_thread);
             fprintf(f, " (mostly while %s is in '%s', %.3f ms: the device is host-bound there; make that stage "
@@ -1078,6 +1273,67 @@ char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, cons
         return NULL;
     }
     return text;
+}
+
+int an_gpu_idle_steady(an_trace *t, int64_t v0, int64_t v1, an_gpu_idle **out, uint32_t *n, char **text)
+{
+    *out = NULL;
+    *n = 0;
+    *text = NULL;
+    int64_t w0, w1;
+    char desc[160];
+    int rc = an_gpu_window(t, NULL, v0, v1, &w0, &w1, desc, sizeof desc);
+    if (rc) return rc;
+    if (w0 < v0) w0 = v0;
+    if (w1 > v1) w1 = v1;
+    if (w1 <= w0) {
+        w0 = v0;
+        w1 = v1;
+        char a[40], b[40];
+        an_fmt_fixed(a, v0 - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, v1 - t->origin_ns, 9, 3);
+        snprintf(desc, sizeof desc, "%s-%s s", a, b);
+    } else if (w0 != v0 || w1 != v1) {
+        char a[40], b[40];
+        an_fmt_fixed(a, w0 - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, w1 - t->origin_ns, 9, 3);
+        int has0 = 0, has1 = 0;
+        uint64_t s0 = 0, s1 = 0;
+        for (uint32_t i = 0; i < st_reader_n_steps(t->r); i++) {
+            const st_step_info *s = st_reader_step(t->r, i);
+            if (s->ts_ns == w0 && !has0) { s0 = s->step; has0 = 1; }
+            if (s->ts_ns == w1) { s1 = s->step; has1 = 1; }
+        }
+        if (has0 && has1)
+            snprintf(desc, sizeof desc, "steps %llu:%llu (%s-%s s, start-up left out)", (unsigned long long)s0,
+                     (unsigned long long)s1, a, b);
+        else
+            snprintf(desc, sizeof desc, "%s-%s s (start-up left out)", a, b);
+    }
+    const char *note = NULL;
+    rc = an_gpu_idle_split(t, w0, w1, out, n, &note);
+    if (rc) return rc;
+    char *body = an_gpu_idle_text(t, *out, *n, note);
+    if (!body) goto oom;
+    if (!*n) {
+        *text = body;
+        return AN_EXIT_OK;
+    }
+    size_t len = strlen(body) + strlen(desc) + 16;
+    *text = malloc(len);
+    if (!*text) {
+        free(body);
+        goto oom;
+    }
+    snprintf(*text, len, "over %s: %s", desc, body);
+    free(body);
+    return AN_EXIT_OK;
+oom:
+    an_gpu_idle_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
 }
 
 /* ---- statistics of per-step samples ------------------------------------------------------------ */

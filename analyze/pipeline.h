@@ -164,35 +164,60 @@ const char *an_fmt_pct1(double pct, char *buf, size_t size);
 
 /* GPU idle time per device over [t0, t1), split by cause as HTA does.
  * Busy: the union of the device's kernels, copies and memsets (sync records
- * are host waits, not device work). Each idle gap ends where a record R
- * starts (the gap before the first record starts at t0); L is the start of
- * the API call that launched R:
+ * are host waits, not device work), clipped to the window. Each idle gap
+ * ends where a record R starts (the gap before the first record in the
+ * window starts at t0); L is the start of the API call that launched R:
  *   host_wait  = the part of the gap before L (nothing was queued: the
  *                device waited for the host to issue R);
  *   launch_gap = the rest, from max(L, gap start) to R's start, when at most
  *                AN_GPU_LAUNCH_GAP_MAX_NS (launch overhead);
  *   other      = the rest when longer (dependencies: events, other streams),
  *                gaps whose L is unknown, and the gap after the last record.
- * host_stage is the stage in which R's launching thread spent most of the
- * host-wait time (the innermost stage open at the middle of each host-wait
- * part; -1 none), with its time in host_stage_ns and the thread in
- * host_thread. Returns 0 devices and *note "no GPU activity in this trace"
- * when there is none. Returns an exit code. */
+ * Each host-wait part is split by the innermost stage open on R's launching
+ * thread at each instant (time in no range counts as stage -1, "(no
+ * stage)"): waits[n_waits] holds the host wait per (thread, stage), largest
+ * first. host_stage/host_thread/host_stage_ns are its largest entry
+ * (host_stage -1 when that is time in no stage; host_thread -1 with no host
+ * wait). Returns 0 devices and *note "no GPU activity in this trace" when
+ * there is none. Returns an exit code; free with an_gpu_idle_free. */
 #define AN_GPU_LAUNCH_GAP_MAX_NS 50000
+typedef struct an_gpu_wait {
+    int64_t thread, stage, ns;
+} an_gpu_wait;
 typedef struct an_gpu_idle {
     int device;
     int64_t busy_ns, idle_ns, host_wait_ns, launch_gap_ns, other_ns;
     uint64_t n_records;
     int64_t host_stage, host_stage_ns, host_thread;
+    an_gpu_wait *waits;
+    uint32_t n_waits;
 } an_gpu_idle;
 int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **out, uint32_t *n,
                       const char **note);
+void an_gpu_idle_free(an_gpu_idle *d, uint32_t n);
+/* The window the GPU split describes. w NULL or AN_WIN_ALL: the steady
+ * state, from the second step mark (step 1's in the trainer's traces: the
+ * first step holds start-up) to the last (the two marks with exactly two,
+ * [all_t0, all_t1) with fewer); otherwise an_window_resolve's. desc gets
+ * e.g. "steps 1:20 (0.010-0.200 s, the first step left out as start-up)".
+ * Returns an exit code (a bad --steps/--time is printed). */
+int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,
+                  int64_t *t1_ns, char *desc, size_t desc_size);
 /* The split as one sentence per device, joined by "; " (malloc'd; NULL on
  * no memory), e.g. "GPU 0 busy 61.0%, idle 120.000 ms: host wait 80.000 ms
- * (mostly while target0 is in 'postprocess': the device is host-bound there,
- * make that stage asynchronous or move it off the launching thread), launch
- * gaps 1.000 ms, other 39.000 ms". note when there are no devices. */
+ * (mostly while target0 is in 'postprocess', 50.000 ms: the device is
+ * host-bound there; make that stage asynchronous or move it off the
+ * launching thread), launch gaps 1.000 ms, other 39.000 ms". note when
+ * there are no devices. */
 char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, const char *note);
+
+/* The GPU idle line of `bottleneck` and `report`: the split over the
+ * analysed window [v0, v1) intersected with an_gpu_window's steady state
+ * (the analysed window alone when they do not meet), as text: "over steps
+ * 1:20 (...): GPU 0 busy ..." with GPU activity, the note alone without.
+ * *text malloc'd; *out and *n: the devices (an_gpu_idle_free). Returns an exit
+ * code. */
+int an_gpu_idle_steady(an_trace *t, int64_t v0, int64_t v1, an_gpu_idle **out, uint32_t *n, char **text);
 
 /* ---- statistics of per-step samples ---------------------------------------------------
  * Median (sorts v in place; the mean of the middle two for an even count;

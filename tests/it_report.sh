@@ -149,6 +149,40 @@ print("structure ok:", ", ".join(sys.argv[1:]), "; dense timeline rects:", rects
 EOF
 ok
 
+# ---- GPU activity: lanes per device/stream and the GPU table (gpu_steps.sqlite, tests/test_analyze2.c) ----
+expect_ok r_gpu "$A" report gpu_steps.sqlite --html gpu.html
+python3 - gpu.html $pages <<'EOF' || fail "GPU lanes"
+import re, sys
+import xml.etree.ElementTree as ET
+g = open(sys.argv[1], encoding="utf-8").read()
+assert g.startswith("<!DOCTYPE html>")
+ET.fromstring(g.replace("<!DOCTYPE html>", "", 1))
+tl = re.search(r'<section id="timeline">.*?</section>', g, flags=re.S).group(0)
+for s in re.findall(r"<svg\b.*?</svg>", tl, flags=re.S):
+    ET.fromstring(s)
+lanes = re.findall(r'class="gpu-lane"[^>]*>(GPU \d+) <tspan[^>]*>\((stream \d+)\)</tspan>', tl)
+assert lanes == [("GPU 0", "stream 7"), ("GPU 0", "stream 8")], lanes
+gpu_rects = re.findall(r'<rect class="gpu"[^>]*fill="(#[0-9a-f]{6})"[^>]*><title>([a-z]+)', tl)
+kinds = {k for _, k in gpu_rects}
+assert kinds == {"kernel", "memcpy"}, kinds
+assert len({c for c, k in gpu_rects if k == "kernel"}) == 1 and len({c for c, k in gpu_rects if k == "memcpy"}) == 1
+assert len({c for c, _ in gpu_rects}) == 2, gpu_rects
+# the timeline's default window (steps 8-10): 3 x (fwd_gemm, sample_tail) on stream 7, 3 memcpys on stream 8
+assert len(gpu_rects) == 9, len(gpu_rects)
+assert "<title>kernel fwd_gemm 7.000 ms</title>" in tl and "<title>memcpy HtoD 1048576 bytes 1.000 ms</title>" in tl
+row = re.search(r'<table class="data" id="gpu-table">.*?</table>', g, flags=re.S).group(0)
+assert ('<td class="n">0</td><td class="n">57</td><td class="n">72.0%</td><td class="n">136.800</td>'
+        '<td class="n">53.200</td><td class="n">43.600</td><td class="n">0.000</td><td class="n">9.600</td>'
+        '<td>target0 / postprocess (19.000 ms)</td>') in row, row
+assert "GPU idle: over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+# CPU-only pages: nothing GPU
+for name in sys.argv[2:]:
+    h = open(name, encoding="utf-8").read()
+    assert 'class="gpu' not in h and 'id="gpu-table"' not in h and "GPU: <span>" not in h, name
+print("GPU lanes ok")
+EOF
+ok
+
 # ---- rendering in headless Chromium --------------------------------------------------------------
 CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$CHROME" ]; then

@@ -248,7 +248,8 @@ static void g_trainer_stages(g_trace *g, g_stages *s)
 }
 
 /* One step of a pipeline at t (10 ms per step); target_bound picks the
- * balance. Target-bound:
+ * balance (2: target-bound after a start-up: target0 is in no range for the
+ * first 4 ms, then forward [4, 8.5] and the rest as target-bound). Target-bound:
  *   loader   load [0, 1], queue_put [1, 10]                  busy 10%, wait_output 90%
  *   target   batch_wait [0, 0.5], forward [0.5, 8.5],
  *            postprocess [8.5, 9.5], queue_put [9.5, 10]      busy 90% (forward 80%), wi 5%, wo 5%
@@ -262,9 +263,9 @@ static void g_pipeline_step(g_trace *g, const g_stages *s, int64_t t, int target
 {
     g_range(g, 0, s->load, t, t + 1 * MS);
     g_range(g, 0, s->queue_put, t + 1 * MS, t + 10 * MS);
-    g_range(g, 1, s->batch_wait, t, t + 500 * US);
+    if (target_bound != 2) g_range(g, 1, s->batch_wait, t, t + 500 * US);
     if (target_bound) {
-        g_range(g, 1, s->forward, t + 500 * US, t + 8500 * US);
+        g_range(g, 1, s->forward, t + (target_bound == 2 ? 4 * MS : 500 * US), t + 8500 * US);
         g_range(g, 1, s->postprocess, t + 8500 * US, t + 9500 * US);
         g_range(g, 1, s->queue_put, t + 9500 * US, t + 10 * MS);
     } else {
@@ -468,6 +469,8 @@ static void write_one(const char *dir, const char *name, void (*gen)(g_trace *))
     free(g);
 }
 
+static void write_gpu_steps(const char *path);
+
 static void generate_all(const char *dir)
 {
     mkdir(dir, 0777);
@@ -477,6 +480,9 @@ static void generate_all(const char *dir)
     write_one(dir, "nosteps.sqlite", gen_nosteps);
     write_one(dir, "dense.sqlite", gen_dense);
     write_one(dir, "nostages.sqlite", gen_nostages);
+    char *gp = path_in(dir, "gpu_steps.sqlite");
+    write_gpu_steps(gp);
+    free(gp);
     for (int b = 0; b < 2; b++) {
         g_trace *g = calloc(1, sizeof *g);
         assert_non_null(g);
@@ -886,14 +892,196 @@ static void test_gpu_idle(void **state)
     assert_int_equal(gpu[0].other_ns, 600 * US);
     assert_int_equal(gpu[0].host_thread, 1);
     assert_string_equal(st_reader_stage(t.r, (uint32_t)gpu[0].host_stage)->name, "postprocess");
-    assert_int_equal(gpu[0].host_stage_ns, 1200 * US);
+    /* only the time inside postprocess: [8.5, 9.5] of the wait [8.4, 9.6] */
+    assert_int_equal(gpu[0].host_stage_ns, 1000 * US);
+    /* host wait by (thread, stage): [0, 0.6] batch_wait 0.5 + forward 0.1;
+     * [8.4, 9.6] forward 0.1, postprocess 1.0, queue_put 0.1 */
+    assert_int_equal(gpu[0].n_waits, 4);
+    static const char *const wst[] = {"postprocess", "batch_wait", "forward", "queue_put"};
+    static const int64_t wns[] = {1000 * US, 500 * US, 200 * US, 100 * US};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(gpu[0].waits[i].thread, 1);
+        assert_string_equal(st_reader_stage(t.r, (uint32_t)gpu[0].waits[i].stage)->name, wst[i]);
+        assert_int_equal(gpu[0].waits[i].ns, wns[i]);
+    }
     char *text = an_gpu_idle_text(&t, gpu, n, note);
     assert_non_null(strstr(text, "GPU 0 busy 75.8%, idle 2.420 ms: host wait 1.800 ms (mostly while target0 is in "
-                                 "'postprocess', 1.200 ms"));
+                                 "'postprocess', 1.000 ms"));
     free(text);
-    free(gpu);
+    an_gpu_idle_free(gpu, n);
     an_trace_close(&t);
     unlink(path);
+}
+
+/* gpu_steps.sqlite: gen_target's pipeline (marks of steps 0-20 at 10k ms)
+ * with a start-up in step 0: target0 (thread 1) is in no range for [0, 4],
+ * then forward [4, 8.5], postprocess [8.5, 9.5], queue_put [9.5, 10]; steps
+ * 1-19 as gen_target. GPU activity on device 0, all launched by target0:
+ *   step 0:  kernel S launched at 3.0 (no stage), runs [5, 8]; kernel X
+ *            launched at 9.6 (queue_put), runs [9.7, 9.9]
+ *   step k (t = 10k ms, k = 1..19): kernel A launched at t+0.6 (forward),
+ *            runs [t+1, t+8]; a memcpy HtoD on stream 8 launched at t+0.55,
+ *            runs [t+2, t+3] (inside A: busy unchanged); kernel C launched
+ *            at t+9.6 (queue_put), runs [t+9.7, t+9.9]
+ * Default window, steps 1:20 = [10, 200) ms (190 ms): busy 19 x 7.2 =
+ * 136.8 ms (72.0%), idle 53.2: the first gap [10, 11] is host wait 0.6
+ * (batch_wait 0.5, forward 0.1) and other 0.4; in steps 2-19 the gap
+ * [t-0.1, t+1] is host wait 0.7 (queue_put 0.1, batch_wait 0.5, forward
+ * 0.1) and other 0.4; each gap [t+8, t+9.7] is host wait 1.6 (forward 0.5,
+ * postprocess 1.0, queue_put 0.1) and other 0.1; the tail [199.9, 200]
+ * other 0.1. Host wait 43.6 = postprocess 19.0 (43.58%), forward 11.4,
+ * batch_wait 9.5, queue_put 3.7; other 9.6; launch gaps 0.
+ * Steps 0:20 = [0, 200): add [0, 5]: host wait 3.0 in no stage, other 2.0;
+ * S busy 3; [8, 9.7]: host wait 1.6 (forward 0.5, postprocess 1.0,
+ * queue_put 0.1), other 0.1; X busy 0.2; step 1's first gap now starts at
+ * 9.9: host wait 0.7 (queue_put 0.1 more). Busy 140.0 (70.0%), idle 60.0,
+ * host wait 48.3 = postprocess 20.0, forward 11.9, batch_wait 9.5, queue_put
+ * 3.9, (no stage) 3.0; other 11.7. */
+static void gen_gpu_steps(g_trace *g)
+{
+    g_stages s;
+    g_init(g, "gen2", 10);
+    g_trainer_stages(g, &s);
+    g_pipeline_threads(g);
+    for (int k = 0; k <= 20; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 1000 : 0);
+    for (int k = 0; k < 20; k++) g_pipeline_step(g, &s, k * 10 * MS, k ? 1 : 2);
+}
+
+static void write_gpu_steps(const char *path)
+{
+    g_trace *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    gen_gpu_steps(g);
+    g_write(g, path);
+    g_free(g);
+    free(g);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+              "INSERT INTO gpu_strings VALUES (0, 'startup_init'), (1, 'fwd_gemm'), (2, 'sample_tail')");
+    static const char sql[] =
+        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    int64_t B = BASE_NS;
+    st_gpu_rec k7[64], k8[32], api[128];
+    int n7 = 0, n8 = 0, na = 0;
+    uint32_t corr = 1;
+    k7[n7++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + 5 * MS, .dur_ns = 3 * MS, .correlation = corr};
+    api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .start_ns = B + 3 * MS, .dur_ns = 5 * US, .correlation = corr++};
+    k7[n7++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 3, .start_ns = B + 9700 * US, .dur_ns = 200 * US, .correlation = corr};
+    api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .start_ns = B + 9600 * US, .dur_ns = 5 * US, .correlation = corr++};
+    for (int k = 1; k < 20; k++) {
+        int64_t t = B + k * 10 * MS;
+        k8[n8++] = (st_gpu_rec){.kind = ST_GPU_MEMCPY, .copy_kind = 1, .src_mem = 1, .dst_mem = 2, .bytes = 1 << 20,
+                                .start_ns = t + 2 * MS, .dur_ns = 1 * MS, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .start_ns = t + 550 * US, .dur_ns = 5 * US, .correlation = corr++};
+        k7[n7++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 2, .start_ns = t + 1 * MS, .dur_ns = 7 * MS, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .start_ns = t + 600 * US, .dur_ns = 5 * US, .correlation = corr++};
+        k7[n7++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 3, .start_ns = t + 9700 * US, .dur_ns = 200 * US, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .start_ns = t + 9600 * US, .dur_ns = 5 * US, .correlation = corr++};
+    }
+    /* API records in time order */
+    for (int i = 1; i < na; i++)
+        for (int j = i; j > 0 && api[j].start_ns < api[j - 1].start_ns; j--) {
+            st_gpu_rec x = api[j];
+            api[j] = api[j - 1];
+            api[j - 1] = x;
+        }
+    st_gpu_encoder e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < n7; i++) assert_int_equal(st_gpu_put(&e, &k7[i]), 0);
+    g_bind_exec(db, sql, "iiiiib", 0LL, 7LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < n8; i++) assert_int_equal(st_gpu_put(&e, &k8[i]), 0);
+    g_bind_exec(db, sql, "iiiiib", 0LL, 8LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < na; i++) {
+        api[i].os_tid = 2001;
+        assert_int_equal(st_gpu_put(&e, &api[i]), 0);
+    }
+    g_bind_exec(db, sql, "iiiiib", -1LL, 0LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
+    st_buf_free(&e.buf);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void check_waits(const an_trace *t, const an_gpu_idle *d, const char *const *stages, const int64_t *ns, uint32_t n)
+{
+    assert_int_equal(d->n_waits, n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(d->waits[i].thread, 1);
+        if (stages[i]) assert_string_equal(st_reader_stage(t->r, (uint32_t)d->waits[i].stage)->name, stages[i]);
+        else assert_int_equal(d->waits[i].stage, -1);
+        assert_int_equal(d->waits[i].ns, ns[i]);
+    }
+}
+
+static void test_gpu_window(void **state)
+{
+    (void)state;
+    an_trace t;
+    assert_int_equal(an_trace_open(&t, tmp_path("gpu_steps.sqlite")), 0);
+    int64_t w0, w1;
+    char desc[160];
+    /* the default: steady state, steps 1:20 */
+    assert_int_equal(an_gpu_window(&t, NULL, t.span_t0_ns, t.span_t1_ns, &w0, &w1, desc, sizeof desc), 0);
+    assert_int_equal(w0, BASE_NS + 10 * MS);
+    assert_int_equal(w1, BASE_NS + 200 * MS);
+    assert_string_equal(desc, "steps 1:20 (0.010-0.200 s, the first step left out as start-up)");
+    an_gpu_idle *gpu;
+    uint32_t n;
+    const char *note;
+    assert_int_equal(an_gpu_idle_split(&t, w0, w1, &gpu, &n, &note), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(gpu[0].n_records, 19 * 3);
+    assert_int_equal(gpu[0].busy_ns, 136800 * US);
+    assert_int_equal(gpu[0].idle_ns, 53200 * US);
+    assert_int_equal(gpu[0].host_wait_ns, 43600 * US);
+    assert_int_equal(gpu[0].launch_gap_ns, 0);
+    assert_int_equal(gpu[0].other_ns, 9600 * US);
+    static const char *const st1[] = {"postprocess", "forward", "batch_wait", "queue_put"};
+    static const int64_t ns1[] = {19000 * US, 11400 * US, 9500 * US, 3700 * US};
+    check_waits(&t, &gpu[0], st1, ns1, 4);
+    assert_int_equal(gpu[0].host_thread, 1);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)gpu[0].host_stage)->name, "postprocess");
+    assert_int_equal(gpu[0].host_stage_ns, 19000 * US);
+    an_gpu_idle_free(gpu, n);
+
+    /* --steps 0:20: the start-up gap is in */
+    an_window_spec w;
+    assert_int_equal(an_window_parse_steps(&w, "0:20"), 0);
+    assert_int_equal(an_gpu_window(&t, &w, t.span_t0_ns, t.span_t1_ns, &w0, &w1, desc, sizeof desc), 0);
+    assert_int_equal(w0, BASE_NS);
+    assert_string_equal(desc, "steps 0:20 (0.000-0.200 s)");
+    assert_int_equal(an_gpu_idle_split(&t, w0, w1, &gpu, &n, &note), 0);
+    assert_int_equal(gpu[0].busy_ns, 140000 * US);
+    assert_int_equal(gpu[0].idle_ns, 60000 * US);
+    assert_int_equal(gpu[0].host_wait_ns, 48300 * US);
+    assert_int_equal(gpu[0].other_ns, 11700 * US);
+    static const char *const st2[] = {"postprocess", "forward", "batch_wait", "queue_put", NULL};
+    static const int64_t ns2[] = {20000 * US, 11900 * US, 9500 * US, 3900 * US, 3000 * US};
+    check_waits(&t, &gpu[0], st2, ns2, 5);
+    an_gpu_idle_free(gpu, n);
+
+    /* only the start-up: mostly in no stage */
+    assert_int_equal(an_gpu_idle_split(&t, BASE_NS, BASE_NS + 9 * MS, &gpu, &n, &note), 0);
+    assert_int_equal(gpu[0].host_wait_ns, 3000 * US);
+    assert_int_equal(gpu[0].host_thread, 1);
+    assert_int_equal(gpu[0].host_stage, -1);
+    char *text = an_gpu_idle_text(&t, gpu, n, note);
+    assert_non_null(strstr(text, "host wait 3.000 ms (mostly while target0 is in no stage, 3.000 ms)"));
+    free(text);
+    an_gpu_idle_free(gpu, n);
+
+    /* the bottleneck's line: steady state within the analysed window */
+    char *line;
+    assert_int_equal(an_gpu_idle_steady(&t, BASE_NS, BASE_NS + 200 * MS, &gpu, &n, &line), 0);
+    assert_non_null(strstr(line, "over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: "
+                                 "host wait 43.600 ms (mostly while target0 is in 'postprocess', 19.000 ms"));
+    free(line);
+    an_gpu_idle_free(gpu, n);
+    an_trace_close(&t);
 }
 
 static void test_story_and_helpers(void **state)
@@ -963,6 +1151,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inferred_order),    cmocka_unit_test(test_nosteps),
         cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
         cmocka_unit_test(test_unknown_stage),     cmocka_unit_test(test_gpu_idle),
+        cmocka_unit_test(test_gpu_window),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
