@@ -29,31 +29,7 @@ trap 'rm -rf "$T"' EXIT
 "$GEN" --generate "$T" >/dev/null
 cd "$T"
 
-n_checks=0
-fail() { echo "FAIL: $*"; exit 1; }
-ok() { n_checks=$((n_checks + 1)); }
-run() {
-    local name=$1; shift
-    set +e
-    "$@" >"$name.out" 2>"$name.err"
-    rc=$?
-    set -e
-}
-expect_ok() {
-    local name=$1
-    run "$@"
-    [ $rc -eq 0 ] || fail "$name: exit $rc: $(cat "$name.err")"
-    [ ! -s "$name.err" ] || fail "$name: unexpected stderr: $(cat "$name.err")"
-    ok
-}
-expect_usage() {
-    local name=$1
-    run "$@"
-    [ $rc -eq 2 ] || fail "$name: exit $rc, wanted 2 (stderr: $(cat "$name.err"))"
-    [ "$(wc -l <"$name.err")" -eq 1 ] || fail "$name: wanted one line on stderr, got: $(cat "$name.err")"
-    grep -q '^analyze: ' "$name.err" || fail "$name: stderr does not start with 'analyze: '"
-    ok
-}
+. "$ROOT/tests/lib.sh"
 
 # A trace whose names need escaping: a role and a stage with markup in them.
 python3 - <<'EOF'
