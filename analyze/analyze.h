@@ -35,6 +35,25 @@ void an_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on stderr: "analyze: warning: <message>". */
 void an_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- output files (output.c) ------------------------------------------------ */
+
+enum { AN_PATH_NONE, AN_PATH_FILE, AN_PATH_DIR, AN_PATH_OTHER };
+int an_path_kind(const char *path); /* AN_PATH_*: none, regular, directory, other */
+/* Whether `what` (the command, for messages) may write path; prints why not. */
+int an_out_allowed(const char *what, const char *path, int overwrite);
+
+/* A file being written: regular files under a temporary name, renamed into
+ * place by an_file_close(ok = 1); devices and FIFOs directly; "-" stdout. */
+typedef struct an_file {
+    const char *what, *path;
+    char *tmp; /* NULL: written in place */
+    char *buf;
+    FILE *f;
+} an_file;
+int an_file_open(an_file *o, const char *what, const char *path, int overwrite);
+/* Finishes (ok) or abandons the file; returns an exit code. */
+int an_file_close(an_file *o, int ok);
+
 /* A subcommand: argv[0] is its name; returns an exit code. */
 typedef int (*an_command_fn)(int argc, char **argv);
 typedef struct an_command {

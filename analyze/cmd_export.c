@@ -54,95 +54,6 @@ static const an_opt opts[] = {
 
 #define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
 
-/* ---- output files: temporary name, then rename ---------------------------------------
- * Only a regular file (or a new one) is written through a temporary name:
- * renaming over anything else would replace it, and a device or a FIFO
- * (/dev/null, /dev/stdout, a pipe) is what the user wants written to. */
-
-typedef struct out_file {
-    const char *path;
-    char *tmp;   /* NULL: written in place */
-    FILE *f;
-} out_file;
-
-enum { PATH_NONE, PATH_FILE, PATH_DIR, PATH_OTHER };
-
-static int path_kind(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return PATH_NONE;
-    if (S_ISREG(sb.st_mode)) return PATH_FILE;
-    if (S_ISDIR(sb.st_mode)) return PATH_DIR;
-    return PATH_OTHER; /* device, FIFO, socket, symbolic link */
-}
-
-/* Whether an output may go to path; prints why not. */
-static int out_allowed(const char *path, int overwrite)
-{
-    int kind = path_kind(path);
-    if (kind == PATH_DIR) {
-        an_error("export: %s is a directory", path);
-        return AN_EXIT_USAGE;
-    }
-    if (kind == PATH_FILE && !overwrite) {
-        an_error("export: %s exists (pass --overwrite to replace it)", path);
-        return AN_EXIT_USAGE;
-    }
-    return AN_EXIT_OK;
-}
-
-static int out_open(out_file *o, const char *path, int overwrite)
-{
-    memset(o, 0, sizeof *o);
-    o->path = path;
-    if (strcmp(path, "-") == 0) {
-        o->f = stdout;
-        return 0;
-    }
-    int rc = out_allowed(path, overwrite);
-    if (rc) return rc;
-    if (path_kind(path) == PATH_OTHER) {
-        o->f = fopen(path, "w");
-    } else {
-        size_t len = strlen(path) + 32;
-        o->tmp = malloc(len);
-        if (!o->tmp) return AN_EXIT_FAIL;
-        snprintf(o->tmp, len, "%s.tmp%ld", path, (long)getpid());
-        o->f = fopen(o->tmp, "w");
-    }
-    if (!o->f) {
-        an_error("export: cannot write %s: %s", path, strerror(errno));
-        free(o->tmp);
-        o->tmp = NULL;
-        return AN_EXIT_USAGE;
-    }
-    static char buf[1 << 20];
-    setvbuf(o->f, buf, _IOFBF, sizeof buf);
-    return 0;
-}
-
-/* Finishes (ok) or abandons the file. Returns an exit code. */
-static int out_close(out_file *o, int ok)
-{
-    if (!o->f) return ok ? AN_EXIT_OK : AN_EXIT_FAIL;
-    int bad = fflush(o->f) != 0 || ferror(o->f);
-    int rc = ok ? AN_EXIT_OK : AN_EXIT_FAIL;
-    if (o->f != stdout) {
-        bad |= fclose(o->f) != 0;
-        if (o->tmp) {
-            if (ok && !bad && rename(o->tmp, o->path) != 0) bad = 1;
-            if (!ok || bad) unlink(o->tmp);
-        }
-    }
-    if (ok && bad) {
-        an_error("export: cannot write %s: %s", o->path, strerror(errno));
-        rc = AN_EXIT_FAIL;
-    }
-    free(o->tmp);
-    memset(o, 0, sizeof *o);
-    return rc;
-}
-
 /* ---- Chrome trace-event JSON ---------------------------------------------------------- */
 
 typedef struct pending {
@@ -549,8 +460,8 @@ static int chrome_gpu_tracks(chrome *c)
 
 static int export_chrome(an_trace *t, const char *path, int overwrite)
 {
-    out_file o;
-    int rc = out_open(&o, path, overwrite);
+    an_file o;
+    int rc = an_file_open(&o, "export", path, overwrite);
     if (rc) return rc;
     st_reader *r = t->r;
     chrome c;
@@ -593,7 +504,7 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
     free(c.queue);
     if (st == ST_ENOMEM) an_error("out of memory");
     else if (st) an_trace_fail(t);
-    rc = out_close(&o, st == 0);
+    rc = an_file_close(&o, st == 0);
     if (st) return st == ST_ENOMEM ? AN_EXIT_FAIL : AN_EXIT_USAGE;
     if (!rc && c.n_skipped_samples)
         an_warn("export: %llu counter samples with NaN or infinite values left out of %s (JSON has no such numbers)",
@@ -743,7 +654,7 @@ static int export_csv(an_trace *t, const char *dir, int overwrite)
     if (!path) return AN_EXIT_FAIL;
     for (int i = 0; i < N_TABS; i++) {
         snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
-        int rc = out_allowed(path, overwrite);
+        int rc = an_out_allowed("export", path, overwrite);
         if (rc) {
             free(path);
             return rc;
@@ -754,8 +665,8 @@ static int export_csv(an_trace *t, const char *dir, int overwrite)
     an_progress_start(&p, "export --csv", t->n_ranges_hint + t->n_samples_hint);
     for (int i = 0; i < N_TABS && !rc; i++) {
         snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
-        out_file o;
-        rc = out_open(&o, path, 1);
+        an_file o;
+        rc = an_file_open(&o, "export", path, 1);
         if (rc) break;
         an_out *out = an_out_new(o.f, AN_FMT_CSV);
         an_table *tb = out ? an_table_new(out, tabs[i].name, tabs[i].cols, tabs[i].n_cols) : NULL;
@@ -764,7 +675,7 @@ static int export_csv(an_trace *t, const char *dir, int overwrite)
         int bad = an_out_finish(out) != 0;
         if (st == ST_ENOMEM || (bad && !st)) an_error("export: cannot write %s", path);
         else if (st) an_trace_fail(t);
-        rc = out_close(&o, st == 0 && !bad);
+        rc = an_file_close(&o, st == 0 && !bad);
         if (st && st != ST_ENOMEM) rc = AN_EXIT_USAGE;
         else if (st || bad) rc = AN_EXIT_FAIL;
     }
@@ -905,12 +816,12 @@ fail:
 
 static int export_rows(an_trace *t, const char *path, int overwrite)
 {
-    int kind = path_kind(path);
-    if (kind == PATH_OTHER || kind == PATH_DIR) {
+    int kind = an_path_kind(path);
+    if (kind == AN_PATH_OTHER || kind == AN_PATH_DIR) {
         an_error("export: --rows %s: not a regular file (a SQLite database is written beside it and renamed)", path);
         return AN_EXIT_USAGE;
     }
-    if (out_allowed(path, overwrite)) return AN_EXIT_USAGE;
+    if (an_out_allowed("export", path, overwrite)) return AN_EXIT_USAGE;
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp) return AN_EXIT_FAIL;

@@ -74,72 +74,6 @@ static int oom(void)
     return AN_EXIT_FAIL;
 }
 
-/* ---- output file: temporary name, then rename (as export) ------------------------------------ */
-
-typedef struct out_file {
-    const char *path;
-    char *tmp; /* NULL: written in place */
-    FILE *f;
-} out_file;
-
-static int out_open(out_file *o, const char *path, int overwrite)
-{
-    memset(o, 0, sizeof *o);
-    o->path = path;
-    if (strcmp(path, "-") == 0) {
-        o->f = stdout;
-        return AN_EXIT_OK;
-    }
-    struct stat sb;
-    int exists = lstat(path, &sb) == 0;
-    if (exists && S_ISDIR(sb.st_mode)) {
-        an_error("report: %s is a directory", path);
-        return AN_EXIT_USAGE;
-    }
-    if (exists && S_ISREG(sb.st_mode) && !overwrite) {
-        an_error("report: %s exists (pass --overwrite to replace it)", path);
-        return AN_EXIT_USAGE;
-    }
-    if (exists && !S_ISREG(sb.st_mode)) {
-        o->f = fopen(path, "w"); /* a device or a FIFO: written to directly */
-    } else {
-        size_t len = strlen(path) + 32;
-        o->tmp = malloc(len);
-        if (!o->tmp) return oom();
-        snprintf(o->tmp, len, "%s.tmp%ld", path, (long)getpid());
-        o->f = fopen(o->tmp, "w");
-    }
-    if (!o->f) {
-        an_error("report: cannot write %s: %s", path, strerror(errno));
-        free(o->tmp);
-        o->tmp = NULL;
-        return AN_EXIT_USAGE;
-    }
-    return AN_EXIT_OK;
-}
-
-static int out_close(out_file *o, int ok)
-{
-    if (!o->f) return ok ? AN_EXIT_OK : AN_EXIT_FAIL;
-    int bad = fflush(o->f) != 0 || ferror(o->f);
-    int rc = ok ? AN_EXIT_OK : AN_EXIT_FAIL;
-    if (o->f != stdout) {
-        bad |= fclose(o->f) != 0;
-        if (o->tmp) {
-            if (ok && !bad && rename(o->tmp, o->path) != 0) bad = 1;
-            if (!ok || bad) unlink(o->tmp);
-        }
-    }
-    if (ok && bad) {
-        an_error("report: cannot write %s: %s", o->path, strerror(errno));
-        rc = AN_EXIT_FAIL;
-    }
-    free(o->tmp);
-    o->tmp = NULL;
-    o->f = NULL;
-    return rc;
-}
-
 /* ---- escaping ------------------------------------------------------------------------------------ */
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0. */
@@ -1216,15 +1150,13 @@ int cmd_report(int argc, char **argv)
             rp.n_windows = an_pipe_windows(&p, rp.every, rp.first);
         }
     }
-    out_file o;
+    an_file o;
     memset(&o, 0, sizeof o);
-    if (!rc) rc = out_open(&o, html, overwrite);
+    if (!rc) rc = an_file_open(&o, "report", html, overwrite);
     if (!rc) {
-        static char buf[1 << 16];
-        if (o.f != stdout) setvbuf(o.f, buf, _IOFBF, sizeof buf);
         rp.f = o.f;
         rc = write_report(&rp);
-        int crc = out_close(&o, rc == AN_EXIT_OK);
+        int crc = an_file_close(&o, rc == AN_EXIT_OK);
         if (!rc) rc = crc;
     }
     if (!rc) an_trace_warn(&t);
