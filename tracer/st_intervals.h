@@ -6,8 +6,10 @@
  *
  * Order contract: events are fed in non-decreasing time; at equal times
  * step marks come before range events. Within one thread, events keep the
- * order the thread recorded them in. st_agg_order() is the comparator that
- * both sides use to merge the per-thread streams.
+ * order the thread recorded them in. st_agg_order() defines that order.
+ * Threads interact only at step marks, so feeding, between two marks, each
+ * thread's events in turn is the same as the full st_agg_order merge; the
+ * writer and st_reader_windows both feed that way.
  *
  * Accounting: a window is the time between the marks of steps k*N and
  * (k+1)*N. In it each thread's wall time is split exactly: every

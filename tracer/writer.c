@@ -3,7 +3,7 @@
  * samples into per-thread chunks, stores small rows (threads, stages,
  * steps, marks) and commits at most opt.commit_ms apart, so a killed
  * process loses at most that window. It also feeds the interval
- * aggregator: per-thread event queues merged in st_agg_order up to a
+ * aggregator: per-thread event queues fed in st_agg_order up to a
  * horizon that lags the clock by ST_AGG_GRACE_NS, because a thread may read
  * the clock and publish its record a little later. */
 #include <errno.h>
@@ -162,45 +162,33 @@ static int steps_push(writer *w, step_item s)
     return 0;
 }
 
-/* Feeds every queued event with ts < horizon to the aggregator, merged in
- * st_agg_order. */
+/* Feeds every queued event with ts < horizon to the aggregator in
+ * st_agg_order. Threads meet only at step marks, so each thread's events
+ * before the next mark go in one run, then the mark: the same rule as
+ * st_reader_windows, hence the same windows. */
 static void feed_agg(st_trace *t, writer *w, int64_t horizon)
 {
     uint32_t n = atomic_load(&t->n_threads);
     for (;;) {
-        int best_rank = -1;
-        uint32_t best_thread = 0;
-        int64_t best_ts = 0;
-        if (w->steps_len && w->steps[w->steps_head].ts < horizon) {
-            best_rank = ST_AGG_STEP;
-            best_ts = w->steps[w->steps_head].ts;
-        }
+        int have_step = w->steps_len && w->steps[w->steps_head].ts < horizon;
+        int64_t limit = have_step ? w->steps[w->steps_head].ts : horizon;
         for (uint32_t i = 0; i < n; i++) {
             st_thread_state *s = t->tstate[i];
-            if (!s || !s->q.len) continue;
-            int64_t ts = s->q.items[s->q.head].ts;
-            if (ts >= horizon) continue;
-            if (best_rank < 0 ||
-                st_agg_order(ts, ST_AGG_RANGE, i, best_ts, best_rank, best_thread) < 0) {
-                best_rank = ST_AGG_RANGE;
-                best_ts = ts;
-                best_thread = i;
+            if (!s) continue;
+            agg_queue *q = &s->q;
+            while (q->len && (q->items[q->head].ts < limit || limit == INT64_MAX)) {
+                agg_item *it = &q->items[q->head++];
+                q->len--;
+                if (it->is_end)
+                    st_agg_end(t->agg, i, it->ts);
+                else
+                    st_agg_begin(t->agg, i, it->stage, it->ts);
             }
         }
-        if (best_rank < 0) return;
-        if (best_rank == ST_AGG_STEP) {
-            step_item *s = &w->steps[w->steps_head++];
-            w->steps_len--;
-            st_agg_step(t->agg, s->step, s->ts, s->tokens);
-        } else {
-            agg_queue *q = &t->tstate[best_thread]->q;
-            agg_item *it = &q->items[q->head++];
-            q->len--;
-            if (it->is_end)
-                st_agg_end(t->agg, best_thread, it->ts);
-            else
-                st_agg_begin(t->agg, best_thread, it->stage, it->ts);
-        }
+        if (!have_step) return;
+        step_item *st = &w->steps[w->steps_head++];
+        w->steps_len--;
+        st_agg_step(t->agg, st->step, st->ts, st->tokens);
     }
 }
 
