@@ -69,14 +69,15 @@ static const an_col verdict_cols[] = {
     {"rank", AN_T_INT, 0},                 {"steps", AN_T_INT, 0},
     {"step_first", AN_T_INT, 0},           {"step_last", AN_T_INT, 0},
     {"period_s", AN_T_REAL, 9},            {"step_ms", AN_T_REAL, 6},
-    {"tokens_per_s", AN_T_REAL, 3},        {"bottleneck", AN_T_STR, 0},
+    {"tokens_per_s", AN_T_REAL, 3},        {"bottleneck_device", AN_T_INT, 0},
+    {"device_busy_pct", AN_T_PCT, 0},      {"bottleneck", AN_T_STR, 0},
     {"threads", AN_T_INT, 0},              {"busy_pct", AN_T_PCT, 0},
     {"work_pct", AN_T_PCT, 0},             {"saturated", AN_T_INT, 0},
     {"stage", AN_T_STR, 0},                {"stage_pct", AN_T_PCT, 0},
     {"stage_ms_per_step", AN_T_REAL, 6},   {"downstream", AN_T_STR, 0},
     {"downstream_wait_input_pct", AN_T_PCT, 0}, {"upstream", AN_T_STR, 0},
     {"upstream_wait_output_pct", AN_T_PCT, 0},  {"speedup", AN_T_REAL, 3},
-    {"busy_ms_per_step", AN_T_REAL, 6},    {"busy_ms_per_step_after", AN_T_REAL, 6},
+    {"need_ms_per_step", AN_T_REAL, 6},    {"need_ms_per_step_after", AN_T_REAL, 6},
     {"whatif_limit", AN_T_STR, 0},         {"whatif_step_ms", AN_T_REAL, 6},
     {"whatif_factor", AN_T_REAL, 6},       {"whatif_tokens_per_s", AN_T_REAL, 3},
     {"moved", AN_T_INT, 0},                {"role_order", AN_T_STR, 0},
@@ -87,8 +88,15 @@ static const an_col role_cols[] = {
     {"role", AN_T_STR, 0},           {"threads", AN_T_INT, 0},         {"busy_pct", AN_T_PCT, 0},
     {"work_pct", AN_T_PCT, 0},       {"wait_input_pct", AN_T_PCT, 0},  {"wait_output_pct", AN_T_PCT, 0},
     {"sync_pct", AN_T_PCT, 0},       {"comm_pct", AN_T_PCT, 0},        {"copy_pct", AN_T_PCT, 0},
-    {"idle_pct", AN_T_PCT, 0},       {"busy_ms_per_step", AN_T_REAL, 3}, {"capacity_tokens_per_s", AN_T_REAL, 1},
-    {"top_stage", AN_T_STR, 0},      {"top_stage_pct", AN_T_PCT, 0},   {"bottleneck", AN_T_STR, 0},
+    {"idle_pct", AN_T_PCT, 0},       {"host_pct", AN_T_PCT, 0},        {"gpu_pct", AN_T_PCT, 0},
+    {"busy_ms_per_step", AN_T_REAL, 3}, {"need_ms_per_step", AN_T_REAL, 3}, {"capacity_tokens_per_s", AN_T_REAL, 1},
+    {"top_stage", AN_T_STR, 0},      {"top_stage_pct", AN_T_PCT, 0},   {"top_gpu_stage", AN_T_STR, 0},
+    {"bottleneck", AN_T_STR, 0},
+};
+
+static const an_col device_cols[] = {
+    {"device", AN_T_INT, 0}, {"role", AN_T_STR, 0}, {"busy_pct", AN_T_PCT, 0}, {"ms_per_step", AN_T_REAL, 3},
+    {"bottleneck", AN_T_STR, 0},
 };
 
 static const an_col queue_cols[] = {
@@ -147,6 +155,13 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     put_real_or_null(t, v->step_ns / 1e6);
     put_real_or_null(t, v->tokens_per_s);
     const an_role_load *l = v->role >= 0 ? &loads[v->role] : NULL;
+    if (v->device >= 0) {
+        an_put_int(t, p->devices[v->device]);
+        an_put_pct(t, v->load_pct);
+    } else {
+        an_put_null(t);
+        an_put_null(t);
+    }
     an_put_str(t, role_name(p, v->role));
     if (l) {
         an_put_int(t, p->role_threads[v->role]);
@@ -158,8 +173,10 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     }
     an_put_str(t, stage_name(p, v->stage));
     if (l && v->stage >= 0) {
-        an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
-        put_real_or_null(t, v->steps ? (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6 : NAN);
+        /* the stage's host self time, or the GPU time it launched when that is what the bottleneck needs */
+        int64_t stage_ns = v->device >= 0 || l->device_bound ? l->top_device_stage_ns : l->top_stage_ns;
+        an_put_pct(t, pct_of(stage_ns, l->wall_ns));
+        put_real_or_null(t, v->steps ? (double)stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6 : NAN);
     } else {
         an_put_null(t);
         an_put_null(t);
@@ -171,9 +188,11 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     if (v->up_role >= 0) an_put_pct(t, v->up_wait_pct);
     else an_put_null(t);
     an_put_real(t, v->speedup);
-    put_real_or_null(t, l ? l->busy_per_step_ns / 1e6 : NAN);
+    put_real_or_null(t, !l ? NAN : v->device >= 0 ? v->load_pct / 100.0 * v->step_ns / 1e6 : l->need_per_step_ns / 1e6);
     put_real_or_null(t, v->busy_after_ns / 1e6);
-    an_put_str(t, role_name(p, v->whatif_limit_role));
+    char limit[160];
+    an_put_str(t, v->whatif_limit_device >= 0 ? (snprintf(limit, sizeof limit, "GPU %d", p->devices[v->whatif_limit_device]), limit)
+                                              : role_name(p, v->whatif_limit_role));
     put_real_or_null(t, v->whatif_step_ns / 1e6);
     put_real_or_null(t, v->whatif_factor);
     put_real_or_null(t, v->whatif_tokens_per_s);
@@ -187,7 +206,8 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
 static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
 {
     an_out_text(out, "roles: shares of each role's wall time (all its threads); busy = work + sync + comm + copy; "
-                     "capacity = tokens per step / busy time per step\n");
+                     "with GPU activity, host = busy - sync, gpu = the device time of the work it launched, and "
+                     "need = the larger of the two (else busy); capacity = tokens per step / need per step\n");
     an_table *t = an_table_new(out, "roles", role_cols, N_OF(role_cols));
     for (uint32_t r = 0; r < p->n_roles; r++) {
         const an_role_load *l = &loads[r];
@@ -198,16 +218,61 @@ static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, 
         static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
         for (int k = 0; k < 5; k++) an_put_pct(t, l->kind_pct[kinds[k]]);
         an_put_pct(t, l->idle_pct);
+        if (p->n_devices) {
+            an_put_pct(t, l->host_pct);
+            an_put_pct(t, l->device_pct);
+        } else {
+            an_put_null(t);
+            an_put_null(t);
+        }
         put_real_or_null(t, l->busy_per_step_ns / 1e6);
+        put_real_or_null(t, l->need_per_step_ns / 1e6);
         double tokens_per_step = v->steps ? (double)v->tokens / (double)v->steps : NAN;
-        put_real_or_null(t, l->busy_per_step_ns > 0 && v->tokens ? tokens_per_step / l->busy_per_step_ns * 1e9 : NAN);
+        put_real_or_null(t, l->need_per_step_ns > 0 && v->tokens ? tokens_per_step / l->need_per_step_ns * 1e9 : NAN);
         an_put_str(t, stage_name(p, l->top_stage));
         if (l->top_stage >= 0) an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
         else an_put_null(t);
-        an_put_str(t, (int32_t)r == v->role ? "yes" : NULL);
+        an_put_str(t, stage_name(p, l->top_device_stage));
+        an_put_str(t, (int32_t)r == v->role ? (v->device >= 0 ? "its GPU" : "yes") : NULL);
         an_row_end(t);
     }
     an_table_end(t);
+}
+
+/* Each device: its busy share over the period, then each role's GPU work on
+ * it (the union of that role's records; roles overlap, so the parts add up
+ * to more than the total when they run concurrently). */
+static int put_devices(an_out *out, const an_pipe *p, const an_verdict *v)
+{
+    if (!p->n_devices && an_out_format(out) == AN_FMT_TEXT) return 0;
+    an_device_load *d = calloc(p->n_devices ? p->n_devices : 1, sizeof *d);
+    int64_t *role_ns = calloc((size_t)(p->n_devices ? p->n_devices : 1) * (p->n_roles ? p->n_roles : 1), sizeof *role_ns);
+    if (!d || !role_ns) {
+        free(d);
+        free(role_ns);
+        return -1;
+    }
+    for (uint32_t i = 0; i < p->n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p->n_roles;
+    an_pipe_device_loads(p, v->bin0, v->bin1, d);
+    an_out_text(out, "devices: GPU busy time (kernels, copies, memsets) as a share of the period, in all and per "
+                     "launching role (roles overlap in time)\n");
+    an_table *t = an_table_new(out, "devices", device_cols, N_OF(device_cols));
+    for (uint32_t i = 0; i < p->n_devices; i++) {
+        for (int64_t r = -1; r < (int64_t)p->n_roles; r++) {
+            int64_t ns = r < 0 ? d[i].busy_ns : d[i].role_ns[r];
+            if (r >= 0 && ns <= 0) continue;
+            an_put_int(t, d[i].device);
+            an_put_str(t, r < 0 ? "*" : p->role_names[r]);
+            an_put_pct(t, pct_of(ns, d[i].span_ns));
+            put_real_or_null(t, v->steps ? (double)ns / (double)v->steps / 1e6 : NAN);
+            an_put_str(t, r < 0 && (int32_t)i == v->device ? "yes" : NULL);
+            an_row_end(t);
+        }
+    }
+    an_table_end(t);
+    free(role_ns);
+    free(d);
+    return 0;
 }
 
 /* Each pair of neighbouring roles: the upstream side's wait_output stages,
@@ -280,8 +345,8 @@ static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w
 {
     static const an_col lead[] = {
         {"window", AN_T_INT, 0},      {"step_first", AN_T_INT, 0}, {"step_last", AN_T_INT, 0},
-        {"tokens_per_s", AN_T_REAL, 1}, {"bottleneck", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
-        {"busy_pct", AN_T_PCT, 0},    {"moved", AN_T_STR, 0},
+        {"tokens_per_s", AN_T_REAL, 1}, {"device", AN_T_INT, 0},    {"bottleneck", AN_T_STR, 0},
+        {"stage", AN_T_STR, 0},       {"busy_pct", AN_T_PCT, 0},   {"moved", AN_T_STR, 0},
     };
     int n_lead = N_OF(lead), n_cols = n_lead + (int)p->n_roles;
     an_col *cols = calloc((size_t)n_cols, sizeof *cols);
@@ -317,6 +382,8 @@ static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w
             an_put_null(t);
         }
         put_real_or_null(t, w[i].tokens_per_s);
+        if (w[i].device >= 0) an_put_int(t, p->devices[w[i].device]);
+        else an_put_null(t);
         an_put_str(t, role_name(p, w[i].role));
         an_put_str(t, stage_name(p, w[i].stage));
         if (w[i].role >= 0) an_put_pct(t, w[i].busy_pct);
@@ -453,7 +520,8 @@ int cmd_bottleneck(int argc, char **argv)
                 put_verdict(out, &p, loads, &v, moved, gpu_note);
             }
             put_roles(out, &p, loads, &v);
-            if (put_queues(out, &p, loads, &v)) rc = oom();
+            if (put_devices(out, &p, &v)) rc = oom();
+            if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);
             if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();
             if (an_out_finish(out) && !rc) {

@@ -462,6 +462,178 @@ static int read_queues(an_pipe *p)
 
 /* ---- compute / free ---------------------------------------------------------------------------- */
 
+/* ---- GPU activity per bin ------------------------------------------------------------------ */
+
+typedef struct dev_span {
+    int64_t start, end, stage;
+    uint32_t role; /* n_roles: unknown launcher */
+} dev_span;
+
+static int cmp_dev_span_role(const void *a, const void *b)
+{
+    const dev_span *x = a, *y = b;
+    if (x->role != y->role) return x->role < y->role ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Adds [a, b) to cells[bin * stride] of the bins it overlaps. */
+static void add_to_bins(const an_pipe *p, int64_t a, int64_t b, int64_t *cells, size_t stride)
+{
+    if (a < p->bin_t[0]) a = p->bin_t[0];
+    if (b > p->bin_t[p->n_bins]) b = p->bin_t[p->n_bins];
+    if (b <= a) return;
+    for (int64_t bin = bin_of(p, a); bin < (int64_t)p->n_bins && p->bin_t[bin] < b; bin++) {
+        int64_t lo = a > p->bin_t[bin] ? a : p->bin_t[bin], hi = b < p->bin_t[bin + 1] ? b : p->bin_t[bin + 1];
+        if (hi > lo) cells[(size_t)bin * stride] += hi - lo;
+    }
+}
+
+/* One device's records: the union per role and in total, and the device
+ * time per (role, stage), into the bins. */
+static void fold_device(an_pipe *p, uint32_t dev, dev_span *v, size_t n)
+{
+    const uint32_t nr = p->n_roles;
+    const size_t dev_stride = (size_t)p->n_devices * (nr + 1), stage_stride = (size_t)nr * p->n_stages;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].role < nr && v[i].stage >= 0 && (uint64_t)v[i].stage < p->n_stages)
+            add_to_bins(p, v[i].start, v[i].end, p->dev_stage_ns + (size_t)v[i].role * p->n_stages + (size_t)v[i].stage,
+                        stage_stride);
+    /* per role: sorted by (role, start), merged within each role */
+    qsort(v, n, sizeof *v, cmp_dev_span_role);
+    for (size_t i = 0; i < n;) {
+        uint32_t role = v[i].role;
+        int64_t a = v[i].start, b = v[i].end;
+        for (i++; i < n && v[i].role == role; i++) {
+            if (v[i].start > b) {
+                if (role < nr) add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + role, dev_stride);
+                a = v[i].start;
+            }
+            if (v[i].end > b) b = v[i].end;
+        }
+        if (role < nr) add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + role, dev_stride);
+    }
+    /* in total: every role together, merged in start order */
+    for (size_t i = 0; i < n; i++) v[i].role = 0;
+    qsort(v, n, sizeof *v, cmp_dev_span_role);
+    for (size_t i = 0; i < n;) {
+        int64_t a = v[i].start, b = v[i].end;
+        for (i++; i < n && v[i].start <= b; i++)
+            if (v[i].end > b) b = v[i].end;
+        add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + nr, dev_stride);
+    }
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u32_pair(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The devices of the period, then their records bin by bin (st_gpu_iter
+ * returns one device's records after another). */
+static int read_gpu(an_pipe *p)
+{
+    an_trace *t = p->trace;
+    int has = st_reader_has_gpu(t->r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return AN_EXIT_OK;
+    int64_t t0 = p->bin_t[0], t1 = p->bin_t[p->n_bins];
+    /* thread id -> role, sorted by id */
+    uint32_t (*ids)[2] = malloc((p->n_threads ? p->n_threads : 1) * sizeof *ids);
+    if (!ids) return pipe_oom();
+    for (uint32_t i = 0; i < p->n_threads; i++) {
+        ids[i][0] = st_reader_thread(t->r, i)->id;
+        ids[i][1] = p->thread_role[i];
+    }
+    qsort(ids, p->n_threads, sizeof *ids, cmp_u32_pair);
+    st_gpu_iter *it = NULL;
+    dev_span *v = NULL;
+    size_t len = 0, cap = 0;
+    int32_t device = INT32_MIN;
+    int rc = AN_EXIT_OK;
+    st_gpu_row row;
+    /* pass 0 finds the devices and sizes the tables; pass 1 fills them */
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 1) {
+            if (!p->n_devices) break;
+            qsort(p->devices, p->n_devices, sizeof *p->devices, cmp_i32);
+            size_t cells = (size_t)p->n_bins * p->n_devices * (p->n_roles + 1);
+            p->dev_ns = calloc(cells, sizeof *p->dev_ns);
+            p->dev_stage_ns = calloc((size_t)p->n_bins * (p->n_roles ? p->n_roles : 1) * (p->n_stages ? p->n_stages : 1),
+                                     sizeof *p->dev_stage_ns);
+            if (!p->dev_ns || !p->dev_stage_ns) {
+                rc = pipe_oom();
+                break;
+            }
+        }
+        if (st_gpu_iter_open(&it, t->r, -1, t0, t1)) {
+            rc = an_trace_fail(t);
+            break;
+        }
+        device = INT32_MIN;
+        len = 0;
+        for (;;) {
+            int got = st_gpu_iter_next(it, &row);
+            if (got < 0) {
+                rc = an_trace_fail(t);
+                break;
+            }
+            if (got == 0 || row.device != device) {
+                if (pass == 1 && len) {
+                    int32_t *d = bsearch(&device, p->devices, p->n_devices, sizeof *p->devices, cmp_i32);
+                    if (d) fold_device(p, (uint32_t)(d - p->devices), v, len);
+                }
+                len = 0;
+                if (got == 0) break;
+                device = row.device;
+            }
+            if (row.rec.kind == ST_GPU_SYNC || row.rec.dur_ns <= 0) continue;
+            if (pass == 0) {
+                int32_t *nd;
+                if (p->n_devices && p->devices[p->n_devices - 1] == device) continue;
+                int seen = 0;
+                for (uint32_t i = 0; i < p->n_devices; i++) seen |= p->devices[i] == device;
+                if (seen) continue;
+                nd = realloc(p->devices, (p->n_devices + 1) * sizeof *nd);
+                if (!nd) {
+                    rc = pipe_oom();
+                    break;
+                }
+                p->devices = nd;
+                p->devices[p->n_devices++] = device;
+                continue;
+            }
+            if (len == cap) {
+                size_t nc = cap ? cap * 2 : 4096;
+                dev_span *nv = realloc(v, nc * sizeof *nv);
+                if (!nv) {
+                    rc = pipe_oom();
+                    break;
+                }
+                v = nv;
+                cap = nc;
+            }
+            uint32_t key[2] = {row.thread >= 0 && row.thread <= UINT32_MAX ? (uint32_t)row.thread : UINT32_MAX, 0};
+            uint32_t(*hit)[2] = row.thread >= 0 && row.thread <= UINT32_MAX
+                                    ? bsearch(key, ids, p->n_threads, sizeof *ids, cmp_u32_pair)
+                                    : NULL;
+            v[len++] = (dev_span){row.rec.start_ns, row.rec.start_ns + row.rec.dur_ns, hit ? row.stage : -1,
+                                  hit ? (*hit)[1] : p->n_roles};
+        }
+        st_gpu_iter_close(it);
+        it = NULL;
+    }
+    free(v);
+    free(ids);
+    return rc;
+}
+
 static int pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
 {
     an_pipe_opts none;
@@ -509,6 +681,7 @@ static int pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
     free(cnt);
     if (!rc) rc = order_roles(p);
     if (!rc) rc = read_queues(p);
+    if (!rc) rc = read_gpu(p);
     return rc;
 }
 
@@ -538,6 +711,9 @@ void an_pipe_free(an_pipe *p)
     free(p->bin_tokens);
     free(p->self_ns);
     free(p->count);
+    free(p->devices);
+    free(p->dev_ns);
+    free(p->dev_stage_ns);
     memset(p, 0, sizeof *p);
 }
 
@@ -552,6 +728,22 @@ void an_pipe_stage_ns(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t r
 
 static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
 
+/* Device time of (role, stage) over bins. */
+static int64_t dev_stage_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t role, uint32_t stage)
+{
+    int64_t v = 0;
+    if (!p->n_devices) return 0;
+    for (uint32_t b = bin0; b < bin1; b++) v += p->dev_stage_ns[((size_t)b * p->n_roles + role) * p->n_stages + stage];
+    return v;
+}
+
+static int64_t dev_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t dev, uint32_t role)
+{
+    int64_t v = 0;
+    for (uint32_t b = bin0; b < bin1; b++) v += an_pipe_dev(p, b, dev, role);
+    return v;
+}
+
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads)
 {
     uint64_t steps = 0;
@@ -563,7 +755,7 @@ void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load 
     for (uint32_t r = 0; r < p->n_roles; r++) {
         an_role_load *l = &loads[r];
         memset(l, 0, sizeof *l);
-        l->top_stage = -1;
+        l->top_stage = l->top_device_stage = -1;
         l->wall_ns = len * (int64_t)p->role_threads[r];
         for (uint32_t s = 0; s < p->n_stages; s++) {
             int64_t v = 0;
@@ -576,23 +768,79 @@ void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load 
                 l->top_stage = (int32_t)s;
                 l->top_stage_ns = v;
             }
+            int64_t d = dev_stage_sum(p, bin0, bin1, r, s);
+            if (d > 0 && (l->top_device_stage < 0 || d > l->top_device_stage_ns)) {
+                l->top_device_stage = (int32_t)s;
+                l->top_device_stage_ns = d;
+            }
         }
         for (uint32_t b = bin0; b < bin1; b++) l->idle_ns += an_pipe_self(p, b, r, p->n_stages);
+        l->host_ns = l->busy_ns;
+        if (p->n_devices) {
+            l->host_ns -= l->kind_ns[ST_SYNC];
+            for (uint32_t d = 0; d < p->n_devices; d++) l->device_ns += dev_sum(p, bin0, bin1, d, r);
+        }
+        l->device_bound = l->device_ns > l->host_ns;
+        l->need_ns = p->n_devices ? (l->device_bound ? l->device_ns : l->host_ns) : l->busy_ns;
         l->busy_pct = pct(l->busy_ns, l->wall_ns);
         l->work_pct = pct(l->kind_ns[ST_WORK], l->wall_ns);
         l->idle_pct = pct(l->idle_ns, l->wall_ns);
+        l->host_pct = pct(l->host_ns, l->wall_ns);
+        l->device_pct = pct(l->device_ns, l->wall_ns);
+        l->need_pct = pct(l->need_ns, l->wall_ns);
         for (int k = 0; k < ST_KIND_COUNT; k++) l->kind_pct[k] = pct(l->kind_ns[k], l->wall_ns);
         l->busy_per_step_ns = steps && p->role_threads[r]
                                   ? (double)l->busy_ns / p->role_threads[r] / (double)steps
                                   : NAN;
+        l->need_per_step_ns = steps && p->role_threads[r]
+                                  ? (double)l->need_ns / p->role_threads[r] / (double)steps
+                                  : NAN;
     }
 }
 
-/* Busy time per thread over the period: what a role needs for the work the
- * whole pipeline did in it. */
-static double busy_per_thread(const an_pipe *p, const an_role_load *l, uint32_t r)
+void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_device_load *out)
 {
-    return p->role_threads[r] ? (double)l->busy_ns / p->role_threads[r] : 0.0;
+    int64_t len = p->bin_t[bin1] - p->bin_t[bin0];
+    for (uint32_t d = 0; d < p->n_devices; d++) {
+        an_device_load *l = &out[d];
+        l->device = p->devices[d];
+        l->span_ns = len;
+        l->busy_ns = dev_sum(p, bin0, bin1, d, p->n_roles);
+        l->busy_pct = pct(l->busy_ns, len);
+        l->n_roles_on = 0;
+        l->top_role = -1;
+        for (uint32_t r = 0; r < p->n_roles; r++) {
+            l->role_ns[r] = dev_sum(p, bin0, bin1, d, r);
+            if (l->role_ns[r] > 0) l->n_roles_on++;
+            if (l->role_ns[r] > 0 && (l->top_role < 0 || l->role_ns[r] > l->role_ns[l->top_role])) l->top_role = (int32_t)r;
+        }
+    }
+}
+
+/* What a role needs over the period, per thread. */
+static double need_per_thread(const an_pipe *p, const an_role_load *l, uint32_t r)
+{
+    return p->role_threads[r] ? (double)l->need_ns / p->role_threads[r] : 0.0;
+}
+
+/* The nearest neighbours' waits: downstream wait_input, upstream wait_output. */
+static double neighbour_evidence(const an_pipe *p, const an_role_load *loads, uint32_t r, int32_t *down, int32_t *up)
+{
+    double evidence = 0;
+    *down = *up = -1;
+    for (uint32_t d = r + 1; d < p->n_roles; d++)
+        if (loads[d].kind_ns[ST_WAIT_INPUT] > 0) {
+            evidence += loads[d].kind_pct[ST_WAIT_INPUT];
+            *down = (int32_t)d;
+            break;
+        }
+    for (uint32_t u = r; u-- > 0;)
+        if (loads[u].kind_ns[ST_WAIT_OUTPUT] > 0) {
+            evidence += loads[u].kind_pct[ST_WAIT_OUTPUT];
+            *up = (int32_t)u;
+            break;
+        }
+    return evidence;
 }
 
 void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_role_load *loads, double speedup,
@@ -610,67 +858,107 @@ void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_ro
     int64_t period = v->t1_ns - v->t0_ns;
     v->step_ns = v->steps ? (double)period / (double)v->steps : NAN;
     v->tokens_per_s = v->steps && period > 0 && v->tokens ? (double)v->tokens * 1e9 / (double)period : NAN;
-    v->role = v->stage = v->down_role = v->up_role = v->whatif_limit_role = -1;
+    v->role = v->stage = v->down_role = v->up_role = v->whatif_limit_role = v->whatif_limit_device = v->device = -1;
     v->speedup = speedup;
+    v->load_pct = NAN;
     v->busy_after_ns = v->whatif_step_ns = v->whatif_factor = v->whatif_tokens_per_s = NAN;
-    /* The bottleneck: the role with the most busy time per thread, i.e. the
-     * least capacity; within one percentage point, the one with the stronger
+    /* The bottleneck: the role with the most need per thread, i.e. the least
+     * capacity; within one percentage point, the one with the stronger
      * evidence from its neighbours' waits. */
     double best_evidence = -1;
     for (uint32_t r = 0; r < p->n_roles; r++) {
         const an_role_load *l = &loads[r];
-        if (l->busy_ns <= 0) continue;
-        double evidence = 0;
-        for (uint32_t d = r + 1; d < p->n_roles; d++)
-            if (loads[d].kind_ns[ST_WAIT_INPUT] > 0) {
-                evidence += loads[d].kind_pct[ST_WAIT_INPUT];
-                break;
-            }
-        for (uint32_t u = r; u-- > 0;)
-            if (loads[u].kind_ns[ST_WAIT_OUTPUT] > 0) {
-                evidence += loads[u].kind_pct[ST_WAIT_OUTPUT];
-                break;
-            }
+        if (l->need_ns <= 0) continue;
+        int32_t down, up;
+        double evidence = neighbour_evidence(p, loads, r, &down, &up);
         if (v->role >= 0) {
-            double cur = loads[v->role].busy_pct;
-            if (l->busy_pct < cur - 1.0) continue;
-            if (l->busy_pct <= cur + 1.0 && evidence <= best_evidence) continue;
+            double cur = loads[v->role].need_pct;
+            if (l->need_pct < cur - 1.0) continue;
+            if (l->need_pct <= cur + 1.0 && evidence <= best_evidence) continue;
         }
         v->role = (int32_t)r;
         best_evidence = evidence;
     }
+    /* A device busier than any role needs: roles share it, and it is the
+     * limit. Of devices within one percentage point of the busiest, the
+     * first, so that twin devices do not trade places on noise. */
+    double role_pct = v->role >= 0 ? loads[v->role].need_pct : 0.0, top_pct = -1.0;
+    for (uint32_t d = 0; d < p->n_devices; d++) {
+        double bp = pct(dev_sum(p, bin0, bin1, d, p->n_roles), period);
+        if (bp > top_pct) top_pct = bp;
+    }
+    double dev_pct = 0;
+    for (uint32_t d = 0; d < p->n_devices && top_pct > role_pct + 1.0; d++) {
+        double bp = pct(dev_sum(p, bin0, bin1, d, p->n_roles), period);
+        if (bp <= role_pct + 1.0 || bp < top_pct - 1.0) continue;
+        int32_t top = -1;
+        int64_t top_ns = 0;
+        for (uint32_t r = 0; r < p->n_roles; r++) {
+            int64_t x = dev_sum(p, bin0, bin1, d, r);
+            if (x > 0 && (top < 0 || x > top_ns)) {
+                top = (int32_t)r;
+                top_ns = x;
+            }
+        }
+        if (top < 0) continue; /* only records of unknown threads: no role to name */
+        v->device = (int32_t)d;
+        v->role = top;
+        dev_pct = bp;
+        break;
+    }
     if (v->role < 0) return;
     uint32_t br = (uint32_t)v->role;
     const an_role_load *bl = &loads[br];
-    v->stage = bl->top_stage;
-    v->saturated = bl->busy_pct >= AN_SATURATED_PCT;
-    for (uint32_t d = br + 1; d < p->n_roles; d++)
-        if (loads[d].kind_ns[ST_WAIT_INPUT] > 0) {
-            v->down_role = (int32_t)d;
-            v->down_wait_pct = loads[d].kind_pct[ST_WAIT_INPUT];
-            break;
-        }
-    for (uint32_t u = br; u-- > 0;)
-        if (loads[u].kind_ns[ST_WAIT_OUTPUT] > 0) {
-            v->up_role = (int32_t)u;
-            v->up_wait_pct = loads[u].kind_pct[ST_WAIT_OUTPUT];
-            break;
-        }
-    /* What-if: each role needs its busy time per thread for the period's
-     * work; the pipeline cannot go faster than its slowest role. With the
-     * limiting stage k times faster the bottleneck needs B - S (1 - 1/k), and
-     * the period shrinks to the largest need over all roles. */
+    if (v->device >= 0) {
+        v->stage = bl->top_device_stage;
+        v->load_pct = dev_pct;
+    } else {
+        v->stage = bl->device_bound ? bl->top_device_stage : bl->top_stage;
+        v->load_pct = bl->need_pct;
+    }
+    v->saturated = v->load_pct >= AN_SATURATED_PCT;
+    neighbour_evidence(p, loads, br, &v->down_role, &v->up_role);
+    if (v->down_role >= 0) v->down_wait_pct = loads[v->down_role].kind_pct[ST_WAIT_INPUT];
+    if (v->up_role >= 0) v->up_wait_pct = loads[v->up_role].kind_pct[ST_WAIT_OUTPUT];
+    /* What-if: each role needs its need per thread for the period's work,
+     * each device its busy time; the pipeline cannot go faster than the
+     * largest. With the limiting stage k times faster, its host self time and
+     * the device time it launched shrink by (1 - 1/k): the bottleneck role's
+     * host and device parts, and each device by the part of the stage's
+     * device time that ran there (in proportion to the role's time on it). */
     if (speedup <= 0 || period <= 0) return;
-    double stage_per_thread = bl->top_stage >= 0 ? (double)bl->top_stage_ns / p->role_threads[br] : 0.0;
-    double after = busy_per_thread(p, bl, br) - stage_per_thread * (1.0 - 1.0 / speedup);
-    double need = after;
+    double cut = 1.0 - 1.0 / speedup, threads = p->role_threads[br];
+    double stage_host = 0, stage_dev = 0;
+    if (v->stage >= 0) {
+        int64_t *ns = calloc(p->n_cols, sizeof *ns);
+        if (!ns) return;
+        an_pipe_stage_ns(p, bin0, bin1, br, ns);
+        st_kind k = st_reader_stage(p->trace->r, (uint32_t)v->stage)->kind;
+        stage_host = an_kind_is_busy(k) && (k != ST_SYNC || !p->n_devices) ? (double)ns[v->stage] : 0.0;
+        free(ns);
+        stage_dev = (double)dev_stage_sum(p, bin0, bin1, br, (uint32_t)v->stage);
+    }
+    double host_after = ((double)(p->n_devices ? bl->host_ns : bl->busy_ns) - stage_host * cut) / threads;
+    double dev_after = ((double)bl->device_ns - stage_dev * cut) / threads;
+    double role_after = host_after > dev_after ? host_after : dev_after;
+    double need = role_after, after = role_after;
     v->whatif_limit_role = (int32_t)br;
     for (uint32_t r = 0; r < p->n_roles; r++) {
         if (r == br) continue;
-        double b = busy_per_thread(p, &loads[r], r);
+        double b = need_per_thread(p, &loads[r], r);
         if (b > need) {
             need = b;
             v->whatif_limit_role = (int32_t)r;
+        }
+    }
+    for (uint32_t d = 0; d < p->n_devices; d++) {
+        double busy = (double)dev_sum(p, bin0, bin1, d, p->n_roles);
+        if (bl->device_ns > 0) busy -= stage_dev * cut * (double)dev_sum(p, bin0, bin1, d, br) / (double)bl->device_ns;
+        if ((int32_t)d == v->device) after = busy;
+        if (busy > need) {
+            need = busy;
+            v->whatif_limit_role = -1;
+            v->whatif_limit_device = (int32_t)d;
         }
     }
     if (need <= 0) return;
@@ -731,14 +1019,24 @@ uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_ver
         w[i].step_last = p->has_steps ? p->bin_step_last[first[i + 1] - 1] : 0;
         w[i].tokens_per_s = v.tokens_per_s;
         w[i].role = v.role;
+        w[i].device = v.device;
         w[i].stage = v.stage;
-        w[i].busy_pct = v.role >= 0 ? loads[v.role].busy_pct : NAN;
-        w[i].moved = i > 0 && w[i].role != w[i - 1].role;
+        w[i].busy_pct = v.load_pct;
+        w[i].moved = i > 0 && (w[i].role != w[i - 1].role || w[i].device != w[i - 1].device);
     }
     free(first);
     free(loads);
     *out = w;
     return n;
+}
+
+const char *an_pipe_label(const an_pipe *p, int32_t role, int32_t device, char *buf, size_t size)
+{
+    char name[128];
+    if (role < 0) snprintf(buf, size, "none");
+    else if (device >= 0) snprintf(buf, size, "GPU %d (%s)", p->devices[device], an_clean(p->role_names[role], name, sizeof name));
+    else an_clean(p->role_names[role], buf, size);
+    return buf;
 }
 
 const char *an_clean(const char *s, char *buf, size_t size)
@@ -782,6 +1080,64 @@ static void stages_of_kind(FILE *f, const an_pipe *p, const an_verdict *v, uint3
     free(ns);
 }
 
+static double max_need_pct(const an_pipe *p, const an_role_load *loads)
+{
+    double m = 0;
+    for (uint32_t r = 0; r < p->n_roles; r++)
+        if (loads[r].need_pct > m) m = loads[r].need_pct;
+    return m;
+}
+
+/* The verdict's first line when a shared device is the limit: its busy
+ * share, each role's part of it, the largest user and its stage, and what
+ * the roles' host threads do meanwhile. */
+static void story_device(FILE *f, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+{
+    char a[128], b[128], p1[32], p2[32];
+    uint32_t d = (uint32_t)v->device;
+    int64_t *role_ns = calloc(p->n_roles ? p->n_roles : 1, sizeof *role_ns);
+    if (!role_ns) return;
+    for (uint32_t r = 0; r < p->n_roles; r++) role_ns[r] = dev_sum(p, v->bin0, v->bin1, d, r);
+    int64_t period = v->t1_ns - v->t0_ns;
+    uint32_t n_on = 0;
+    for (uint32_t r = 0; r < p->n_roles; r++) n_on += role_ns[r] > 0;
+    if (n_on == 1)
+        fprintf(f, "Bottleneck: GPU %d, busy %s of the time, used by one role:", p->devices[d],
+                an_fmt_pct1(v->load_pct, p1, sizeof p1));
+    else
+        fprintf(f, "Bottleneck: GPU %d, busy %s of the time, shared by %u roles:", p->devices[d],
+                an_fmt_pct1(v->load_pct, p1, sizeof p1), n_on);
+    for (int first = 1;; first = 0) {
+        int32_t best = -1;
+        for (uint32_t r = 0; r < p->n_roles; r++)
+            if (role_ns[r] > 0 && (best < 0 || role_ns[r] > role_ns[best])) best = (int32_t)r;
+        if (best < 0) break;
+        fprintf(f, "%s %s %s", first ? "" : ",", an_clean(p->role_names[best], a, sizeof a),
+                an_fmt_pct1(pct(role_ns[best], period), p1, sizeof p1));
+        role_ns[best] = 0;
+    }
+    free(role_ns);
+    const an_role_load *l = &loads[v->role];
+    fprintf(f, " (the time each role's GPU work ran on it; they overlap); its largest user is %s", an_clean(p->role_names[v->role], a, sizeof a));
+    if (v->stage >= 0) {
+        fprintf(f, ", whose stage %s launched %s of its time in GPU work",
+                an_clean(st_reader_stage(p->trace->r, (uint32_t)v->stage)->name, b, sizeof b),
+                an_fmt_pct1(pct(l->top_device_stage_ns, l->wall_ns), p1, sizeof p1));
+        if (v->steps)
+            fprintf(f, " (%.3f ms per step)", (double)l->top_device_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+    }
+    fprintf(f, ".\nOn the host, the roles on it ");
+    int first = 1;
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        if (dev_sum(p, v->bin0, v->bin1, d, r) <= 0) continue;
+        fprintf(f, "%s%s %s busy without sync (sync %s)", first ? "are: " : ", ", an_clean(p->role_names[r], a, sizeof a),
+                an_fmt_pct1(loads[r].host_pct, p1, sizeof p1), an_fmt_pct1(loads[r].kind_pct[ST_SYNC], p2, sizeof p2));
+        first = 0;
+    }
+    fprintf(f, "; no role needs more than %s of its threads' time, so the device, not a role, sets the pace.\n",
+            an_fmt_pct1(max_need_pct(p, loads), p1, sizeof p1));
+}
+
 char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdict *v, const an_window_verdict *w,
                     uint32_t n_windows, uint64_t every)
 {
@@ -795,27 +1151,45 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
         fprintf(f, "Bottleneck: none found: no role spends time in work, sync, comm or copy stages.\n");
     } else {
         const an_role_load *l = &loads[v->role];
-        fprintf(f, "Bottleneck: %s (%u thread%s), busy %s of its time (work %s", an_clean(p->role_names[v->role], a, sizeof a),
-                p->role_threads[v->role], p->role_threads[v->role] == 1 ? "" : "s", an_fmt_pct1(l->busy_pct, p1, sizeof p1),
-                an_fmt_pct1(l->work_pct, p2, sizeof p2));
-        static const st_kind other[] = {ST_SYNC, ST_COMM, ST_COPY};
-        for (int i = 0; i < 3; i++)
-            if (l->kind_ns[other[i]] > 0)
-                fprintf(f, ", %s %s", st_kind_name(other[i]), an_fmt_pct1(l->kind_pct[other[i]], p1, sizeof p1));
-        fprintf(f, ")");
-        if (v->stage >= 0) {
-            fprintf(f, "; limiting stage: %s, %s of its time", an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
-                    an_fmt_pct1(pct(l->top_stage_ns, l->wall_ns), p1, sizeof p1));
-            if (v->steps)
-                fprintf(f, ", %.3f ms per step", (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+        if (v->device >= 0) {
+            story_device(f, p, loads, v);
         } else {
-            fprintf(f, "; it has no work stage (its busy time is sync, comm or copy)");
+            fprintf(f, "Bottleneck: %s (%u thread%s), busy %s of its time (work %s",
+                    an_clean(p->role_names[v->role], a, sizeof a), p->role_threads[v->role],
+                    p->role_threads[v->role] == 1 ? "" : "s", an_fmt_pct1(l->busy_pct, p1, sizeof p1),
+                    an_fmt_pct1(l->work_pct, p2, sizeof p2));
+            static const st_kind other[] = {ST_SYNC, ST_COMM, ST_COPY};
+            for (int i = 0; i < 3; i++)
+                if (l->kind_ns[other[i]] > 0)
+                    fprintf(f, ", %s %s", st_kind_name(other[i]), an_fmt_pct1(l->kind_pct[other[i]], p1, sizeof p1));
+            fprintf(f, ")");
+            if (p->n_devices)
+                fprintf(f, "; it needs %s: %s of GPU time (the work it launched) against %s on the host without sync",
+                        an_fmt_pct1(l->need_pct, p1, sizeof p1), an_fmt_pct1(l->device_pct, p2, sizeof p2),
+                        an_fmt_pct1(l->host_pct, b, sizeof b));
+            if (v->stage >= 0 && l->device_bound) {
+                fprintf(f, "; limiting stage: %s, which launched %s of its time in GPU work",
+                        an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
+                        an_fmt_pct1(pct(l->top_device_stage_ns, l->wall_ns), p1, sizeof p1));
+                if (v->steps)
+                    fprintf(f, ", %.3f ms per step",
+                            (double)l->top_device_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+            } else if (v->stage >= 0) {
+                fprintf(f, "; limiting stage: %s, %s of its time",
+                        an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
+                        an_fmt_pct1(pct(l->top_stage_ns, l->wall_ns), p1, sizeof p1));
+                if (v->steps)
+                    fprintf(f, ", %.3f ms per step",
+                            (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+            } else {
+                fprintf(f, "; it has no work stage (its busy time is sync, comm or copy)");
+            }
+            fprintf(f, ".\n");
         }
-        fprintf(f, ".\n");
         if (!v->saturated) {
             fprintf(f, "No role is saturated: the busiest, %s, is busy only %s of its time (idle %s); the limit is "
                        "probably outside the traced stages (untraced code, or the pace of the step marks).\n",
-                    an_clean(p->role_names[v->role], a, sizeof a), an_fmt_pct1(l->busy_pct, p1, sizeof p1),
+                    an_clean(p->role_names[v->role], a, sizeof a), an_fmt_pct1(v->load_pct, p1, sizeof p1),
                     an_fmt_pct1(l->idle_pct, p2, sizeof p2));
         }
         fprintf(f, "Evidence: ");
@@ -841,16 +1215,19 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
         if (v->stage >= 0 && isfinite(v->whatif_factor)) {
             fprintf(f, "What if %s were %gx faster: ", an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
                     v->speedup);
-            an_clean(p->role_names[v->role], a, sizeof a);
-            if (v->steps)
-                fprintf(f, "%s would need %.3f ms per step instead of %.3f ms; ", a, v->busy_after_ns / 1e6,
-                        l->busy_per_step_ns / 1e6);
-            if (v->whatif_limit_role == v->role)
+            if (v->device >= 0) snprintf(a, sizeof a, "GPU %d", p->devices[v->device]);
+            else an_clean(p->role_names[v->role], a, sizeof a);
+            double before = v->device >= 0 ? v->load_pct / 100.0 * v->step_ns : l->need_per_step_ns;
+            if (v->steps) fprintf(f, "%s would need %.3f ms per step instead of %.3f ms; ", a, v->busy_after_ns / 1e6, before / 1e6);
+            if (v->whatif_limit_device >= 0 ? v->whatif_limit_device == v->device
+                                            : v->device < 0 && v->whatif_limit_role == v->role)
                 fprintf(f, "%s stays the limit", a);
+            else if (v->whatif_limit_device >= 0)
+                fprintf(f, "the limit becomes GPU %d", p->devices[v->whatif_limit_device]);
             else
-                fprintf(f, "the limit becomes %s (busy %s now)",
-                        an_clean(p->role_names[v->whatif_limit_role], b, sizeof b),
-                        an_fmt_pct1(loads[v->whatif_limit_role].busy_pct, p1, sizeof p1));
+                fprintf(f, "the limit becomes %s (%s %s now)", an_clean(p->role_names[v->whatif_limit_role], b, sizeof b),
+                        p->n_devices ? "needs" : "busy",
+                        an_fmt_pct1(loads[v->whatif_limit_role].need_pct, p1, sizeof p1));
             if (v->steps) fprintf(f, " at %.3f ms per step", v->whatif_step_ns / 1e6);
             if (isfinite(v->whatif_tokens_per_s))
                 fprintf(f, ": at most %.1f tokens/s, %.2fx the measured %.1f.\n", v->whatif_tokens_per_s, v->whatif_factor,
@@ -864,21 +1241,20 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
         for (uint32_t i = 1; i < n_windows; i++) moved |= w[i].moved;
         if (!moved) {
             fprintf(f, "Per window of %llu steps: the bottleneck did not move (%s in all %u windows).\n",
-                    (unsigned long long)every, w[0].role >= 0 ? an_clean(p->role_names[w[0].role], a, sizeof a) : "none",
-                    n_windows);
+                    (unsigned long long)every, an_pipe_label(p, w[0].role, w[0].device, a, sizeof a), n_windows);
         } else {
             fprintf(f, "Per window of %llu steps: the bottleneck moved:", (unsigned long long)every);
             uint32_t runs = 0;
             for (uint32_t i = 0; i < n_windows; i++) {
                 uint32_t j = i;
-                while (j + 1 < n_windows && w[j + 1].role == w[i].role) j++;
+                while (j + 1 < n_windows && !w[j + 1].moved) j++;
                 if (++runs > 12) {
                     fprintf(f, " ...");
                     break;
                 }
                 fprintf(f, "%s %s in steps %llu-%llu", runs > 1 ? "," : "",
-                        w[i].role >= 0 ? an_clean(p->role_names[w[i].role], a, sizeof a) : "none",
-                        (unsigned long long)w[i].step_first, (unsigned long long)w[j].step_last);
+                        an_pipe_label(p, w[i].role, w[i].device, a, sizeof a), (unsigned long long)w[i].step_first,
+                        (unsigned long long)w[j].step_last);
                 i = j;
             }
             fprintf(f, ".\n");

@@ -69,6 +69,16 @@ typedef struct an_pipe {
     uint32_t *count;           /* [(bin * n_roles + role) * n_stages + stage], ranges begun */
     uint32_t n_queues;
     an_pipe_queue *queues;
+    /* GPU activity (trainer --trace-gpu), per bin; n_devices 0 without it.
+     * A device's busy time is the union of its kernels, copies and memsets
+     * clipped to the bin, in total and per launching role (the union of that
+     * role's records; records of an unknown thread count in the total only).
+     * Per role and stage: the device time of the records launched while the
+     * role's thread was in that stage (their clipped durations added up). */
+    uint32_t n_devices;
+    int32_t *devices;          /* device numbers, ascending */
+    int64_t *dev_ns;           /* [(bin * n_devices + dev) * (n_roles + 1) + role]; role n_roles: the total */
+    int64_t *dev_stage_ns;     /* [(bin * n_roles + role) * n_stages + stage] */
 } an_pipe;
 
 /* Reads the trace; prints its own errors and returns an exit code. */
@@ -83,6 +93,10 @@ static inline uint32_t an_pipe_count(const an_pipe *p, uint32_t bin, uint32_t ro
 {
     return p->count[((size_t)bin * p->n_roles + role) * p->n_stages + stage];
 }
+static inline int64_t an_pipe_dev(const an_pipe *p, uint32_t bin, uint32_t dev, uint32_t role)
+{
+    return p->dev_ns[((size_t)bin * p->n_devices + dev) * (p->n_roles + 1) + role];
+}
 int32_t an_pipe_role_index(const an_pipe *p, const char *name); /* -1 if absent */
 /* The trainer's position of a role name (loader 0, target 1, post 2,
  * drafter 3, main 1000), or -1. */
@@ -93,6 +107,11 @@ static inline int an_kind_is_busy(st_kind k) { return k != ST_WAIT_INPUT && k !=
 
 /* ---- loads and the verdict over bins [bin0, bin1) ---------------------------------------- */
 
+/* What a role needs for the period's work. Without GPU activity: its busy
+ * time. With it, a host thread's sync time is a wait on a device, which may
+ * run other roles' work too (a shared GPU), so it is not the role's own
+ * need: the role needs the larger of its host time without sync (work +
+ * comm + copy) and the device time of the records it launched. */
 typedef struct an_role_load {
     int64_t wall_ns;                  /* the role's threads' wall time added up */
     int64_t kind_ns[ST_KIND_COUNT];
@@ -101,7 +120,26 @@ typedef struct an_role_load {
     double busy_per_step_ns;          /* per thread, per step (NaN without steps) */
     int32_t top_stage;                /* largest self-time work stage, -1 if none */
     int64_t top_stage_ns;
+    /* GPU activity (all 0 / NaN / -1 without it) */
+    int64_t device_ns;                /* its records' device time: per device the union, added up */
+    int64_t host_ns;                  /* busy - sync with GPU activity, busy without */
+    double device_pct, host_pct;      /* of wall_ns */
+    int32_t top_device_stage;         /* the stage that launched the most device time, -1 if none */
+    int64_t top_device_stage_ns;
+    int device_bound;                 /* device_ns > host_ns: the need is device time */
+    int64_t need_ns;                  /* max(host_ns, device_ns) with GPU activity, busy_ns without */
+    double need_pct, need_per_step_ns; /* of wall_ns; per thread, per step (NaN without steps) */
 } an_role_load;
+
+/* A device's load over bins: busy time in total and per launching role. */
+typedef struct an_device_load {
+    int device;
+    int64_t busy_ns, span_ns;         /* span: the period's length */
+    double busy_pct;
+    uint32_t n_roles_on;              /* roles that launched work on it */
+    int32_t top_role;                 /* the role with the most device time on it, -1 if none */
+    int64_t *role_ns;                 /* [n_roles], owned by the caller */
+} an_device_load;
 
 typedef struct an_verdict {
     uint32_t bin0, bin1;
@@ -110,6 +148,10 @@ typedef struct an_verdict {
     double step_ns, tokens_per_s;     /* NaN without steps / tokens */
     int32_t role, stage;              /* the bottleneck and its limiting stage, -1 if none */
     int saturated;                    /* busy >= AN_SATURATED_PCT */
+    int32_t device;                   /* with GPU activity: index into p->devices when the bottleneck is a device
+                                       * busier than any role needs (a GPU shared by roles), else -1; role and
+                                       * stage are then its largest user and that role's top device stage */
+    double load_pct;                  /* the bottleneck's need (a role's) or busy share (a device's) */
     int32_t down_role, up_role;       /* nearest downstream role waiting for input / upstream blocked on output */
     double down_wait_pct, up_wait_pct;
     /* what-if: the limiting stage `speedup` times faster */
@@ -118,7 +160,8 @@ typedef struct an_verdict {
     double whatif_step_ns;            /* max over roles of busy per step, after */
     double whatif_factor;             /* throughput after / before (step_ns / whatif_step_ns) */
     double whatif_tokens_per_s;
-    int32_t whatif_limit_role;        /* the role that limits after */
+    int32_t whatif_limit_role;        /* the role that limits after, -1 when a device does */
+    int32_t whatif_limit_device;      /* the device (index) that limits after, -1 when a role does */
 } an_verdict;
 
 #define AN_SATURATED_PCT 50.0
@@ -126,6 +169,12 @@ typedef struct an_verdict {
 
 /* loads: [n_roles]. */
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads);
+/* d: [n_devices], each with role_ns pointing at n_roles entries. */
+void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_device_load *d);
+/* The verdict. Candidates are the roles (their need per thread) and, with
+ * GPU activity, the devices (their busy time): a device wins only when it is
+ * busier than every role's need by more than one percentage point, which
+ * happens when roles share it. */
 void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_role_load *loads, double speedup,
                      an_verdict *v);
 /* A role's self time per stage over bins: fills stage_ns[n_cols] (the last is idle). */
@@ -142,8 +191,9 @@ typedef struct an_window_verdict {
     uint32_t bin0, bin1;
     uint64_t step_first, step_last;
     double tokens_per_s;              /* NaN without tokens */
-    int32_t role, stage;              /* bottleneck, -1 if none */
-    double busy_pct;                  /* the bottleneck's */
+    int32_t role, stage;              /* bottleneck, -1 if none (with device >= 0: the device's largest user) */
+    int32_t device;                   /* as an_verdict's */
+    double busy_pct;                  /* the bottleneck's load_pct */
     int moved;                        /* the bottleneck differs from the previous window's */
 } an_window_verdict;
 /* *out: malloc'd [return value] windows; returns 0 with *out NULL on no memory (printed). */
@@ -157,6 +207,9 @@ uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_ver
 char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdict *v, const an_window_verdict *w,
                     uint32_t n_windows, uint64_t every);
 
+/* A verdict's bottleneck for a line of text: the role's name, "GPU 0
+ * (target)" for a device and its largest user, or "none". */
+const char *an_pipe_label(const an_pipe *p, int32_t role, int32_t device, char *buf, size_t size);
 /* A name from the trace for a line of text: control characters as '?'. */
 const char *an_clean(const char *s, char *buf, size_t size);
 /* Percent with one decimal, rounded half up like the profile lines: "62.5%". */

@@ -74,10 +74,10 @@ d = json.load(open("b_json.out"))
 v = d["verdict"][0]
 want = dict(bottleneck="target", stage="forward", threads=1, busy_pct=90, work_pct=90, saturated=1,
             downstream="drafter", downstream_wait_input_pct=60, upstream="loader", upstream_wait_output_pct=90,
-            steps=20, step_first=1, step_last=20, tokens_per_s=100000, speedup=2, busy_ms_per_step=9,
-            busy_ms_per_step_after=5, whatif_limit="target", whatif_step_ms=5, whatif_factor=2,
+            steps=20, step_first=1, step_last=20, tokens_per_s=100000, speedup=2, need_ms_per_step=9,
+            need_ms_per_step_after=5, whatif_limit="target", whatif_step_ms=5, whatif_factor=2,
             whatif_tokens_per_s=200000, moved=0, role_order="trainer", gpu="no GPU activity in this trace",
-            stage_pct=80, stage_ms_per_step=8)
+            stage_pct=80, stage_ms_per_step=8, bottleneck_device=None, device_busy_pct=None)
 for k, x in want.items():
     assert v[k] == x, (k, v[k], x)
 roles = {r["role"]: r for r in d["roles"]}
@@ -96,7 +96,7 @@ assert (qd["counter"], qd["samples"], qd["mean"], qd["max"], qd["at_max_pct"], q
 assert len(d["windows"]) == 2 and all(w["bottleneck"] == "target" for w in d["windows"])
 v4 = json.load(open("b_json4.out"))["verdict"][0]
 # forward 4x faster: target needs 3 ms, the drafters 3.5 ms: 10 / 3.5 = 2.857x
-assert v4["whatif_limit"] == "drafter" and v4["busy_ms_per_step_after"] == 3 and v4["whatif_step_ms"] == 3.5, v4
+assert v4["whatif_limit"] == "drafter" and v4["need_ms_per_step_after"] == 3 and v4["whatif_step_ms"] == 3.5, v4
 assert abs(v4["whatif_factor"] - 10 / 3.5) < 1e-6 and abs(v4["whatif_tokens_per_s"] - 1e6 / 3.5) < 1e-3, v4
 EOF
 
@@ -191,6 +191,26 @@ expect_usage g_badstep "$A" gpu --steps 0:99 gpu_steps.sqlite
 expect_ok g_bneck "$A" bottleneck gpu_steps.sqlite
 grep -q '^GPU idle: over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: host wait 43.600 ms' g_bneck.out \
     || fail "bottleneck GPU idle line: $(grep 'GPU idle' g_bneck.out)"
+ok
+
+# ---- bottleneck with GPU activity: a shared GPU as the limit (gpu_shared.sqlite, tests/test_analyze2.c) ----
+expect_ok g_shared "$A" bottleneck --format json gpu_shared.sqlite
+py "bottleneck on a shared GPU" <<'EOF'
+import json
+d = json.load(open("g_shared.out"))
+v = d["verdict"][0]
+assert (v["bottleneck_device"], v["device_busy_pct"], v["bottleneck"], v["stage"]) == (0, 80, "target", "forward"), v
+assert (v["whatif_limit"], v["whatif_factor"], v["need_ms_per_step"], v["need_ms_per_step_after"]) == ("GPU 0", 2, 8, 5), v
+roles = {r["role"]: r for r in d["roles"]}
+assert (roles["target"]["host_pct"], roles["target"]["gpu_pct"], roles["target"]["need_ms_per_step"]) == (10, 60, 6)
+assert roles["target"]["busy_pct"] == 90 and roles["target"]["bottleneck"] == "its GPU"
+assert (roles["drafter"]["gpu_pct"], roles["drafter"]["top_gpu_stage"]) == (40, "forward")
+dev = {(r["device"], r["role"]): r for r in d["devices"]}
+assert dev[(0, "*")]["busy_pct"] == 80 and dev[(0, "*")]["bottleneck"] == "yes"
+assert dev[(0, "target")]["busy_pct"] == 60 and dev[(0, "drafter")]["busy_pct"] == 40
+assert dev[(1, "*")]["busy_pct"] == 45 and dev[(1, "drafter")]["ms_per_step"] == 4
+assert [w["device"] for w in d["windows"]] == [0, 0]
+EOF
 ok
 
 # ---- real trainer runs (CPU backend) -------------------------------------------------------------

@@ -470,6 +470,7 @@ static void write_one(const char *dir, const char *name, void (*gen)(g_trace *))
 }
 
 static void write_gpu_steps(const char *path);
+static void write_gpu_pipeline(const char *path, int shared);
 
 static void generate_all(const char *dir)
 {
@@ -482,6 +483,12 @@ static void generate_all(const char *dir)
     write_one(dir, "nostages.sqlite", gen_nostages);
     char *gp = path_in(dir, "gpu_steps.sqlite");
     write_gpu_steps(gp);
+    free(gp);
+    gp = path_in(dir, "gpu_shared.sqlite");
+    write_gpu_pipeline(gp, 1);
+    free(gp);
+    gp = path_in(dir, "gpu_split.sqlite");
+    write_gpu_pipeline(gp, 0);
     free(gp);
     for (int b = 0; b < 2; b++) {
         g_trace *g = calloc(1, sizeof *g);
@@ -1006,6 +1013,246 @@ static void write_gpu_steps(const char *path)
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
+/* gpu_shared.sqlite (shared = 1) and gpu_split.sqlite (shared = 0): a
+ * pipeline whose host threads mostly wait on their GPUs. Steps 0-10 at 10k
+ * ms, 1000 tokens each (100000 tokens/s). Per step t:
+ *   loader    load [0, 1], queue_put [1, 10]
+ *   target0   batch_wait [0, 0.5], forward [0.5, 1.5], stream_sync [1.5, 9.5], queue_put [9.5, 10]
+ *   drafterN  queue_wait [0, 1], forward [1, 2], stream_sync [2, 10]
+ *   main      step_wait [0, 10]
+ * Host busy 90% for target and drafters, of which sync 80%: without GPU
+ * activity the model could not tell them apart. GPU records (launch API call
+ * in the launching thread's forward):
+ *   T   target0, device 0, launched t+0.6, runs [t+1, t+7]
+ *   D0  drafter0, device 0 when shared (else 1), launched t+1.2, runs [t+5, t+9]
+ *   D1  drafter1, device 1, launched t+1.2, runs [t+2, t+6]
+ *   U   unknown launcher (no API record), device 1, [t+7, t+7.5]
+ *   a sync record on device 0 over [t+1.5, t+9.5]: a host wait, not device work
+ * Shared: device 0 busy [1, 9] = 80%, target 60%, drafter 40%; device 1
+ * busy 4.5 ms = 45%, drafter 40%. Roles: target host 10%, GPU 60% (need
+ * 60%, device-bound, top GPU stage forward); drafter host 10%, GPU 8 ms per
+ * step over 2 threads = 40%. Device 0 (80%) > target's 60% + 1: the
+ * bottleneck is GPU 0, its largest user target, stage forward. What-if x2:
+ * forward's host 10 ms -> 5, its GPU 60 ms -> 30: target needs 30 ms;
+ * device 0 loses 30 ms (all of target's GPU time is there): 50 ms; device 1
+ * 45 ms; drafter 40 ms: the limit stays GPU 0 at 5 ms per step, factor 2.
+ * Split: device 0 holds T only (60%, no more than target needs), device 1
+ * D0, D1 and U: union [2, 9] = 70%, drafter's union the same. Drafter
+ * needs 7 ms per step over 2 threads = 35% each, but both share GPU 1: 70%
+ * > target's 60% + 1, so GPU 1 is the bottleneck (one role on it), its user
+ * drafter, stage forward. What-if x2: forward's GPU time (durations added
+ * up: 80 ms) and host time (20 ms) halve: drafter needs (70 - 40) / 2 = 15
+ * ms; device 1 70 - 40 = 30 ms; device 0 and target still 60 ms: the limit
+ * becomes target at 6 ms per step, factor 100 / 60. */
+static void gen_gpu_pipeline(g_trace *g, int shared, uint32_t *stream_sync)
+{
+    g_stages s;
+    g_init(g, "gen2", 5);
+    g_trainer_stages(g, &s);
+    *stream_sync = g_stage(g, "stream_sync", "sync");
+    g_pipeline_threads(g);
+    (void)shared;
+    for (int k = 0; k <= 10; k++) g_step(g, (uint64_t)k, k * 10 * MS, k ? 1000 : 0);
+    for (int k = 0; k < 10; k++) {
+        int64_t t = k * 10 * MS;
+        g_range(g, 0, s.load, t, t + 1 * MS);
+        g_range(g, 0, s.queue_put, t + 1 * MS, t + 10 * MS);
+        g_range(g, 1, s.batch_wait, t, t + 500 * US);
+        g_range(g, 1, s.forward, t + 500 * US, t + 1500 * US);
+        g_range(g, 1, *stream_sync, t + 1500 * US, t + 9500 * US);
+        g_range(g, 1, s.queue_put, t + 9500 * US, t + 10 * MS);
+        for (uint32_t d = 2; d <= 3; d++) {
+            g_range(g, d, s.queue_wait, t, t + 1 * MS);
+            g_range(g, d, s.forward, t + 1 * MS, t + 2 * MS);
+            g_range(g, d, *stream_sync, t + 2 * MS, t + 10 * MS);
+        }
+        g_range(g, 4, s.step_wait, t, t + 10 * MS);
+    }
+}
+
+static void put_gpu_chunk(sqlite3 *db, int64_t device, int64_t stream, const st_gpu_rec *r, int n)
+{
+    static const char sql[] =
+        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    st_gpu_encoder e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < n; i++) assert_int_equal(st_gpu_put(&e, &r[i]), 0);
+    g_bind_exec(db, sql, "iiiiib", (long long)device, (long long)stream, (long long)e.t0_ns, (long long)e.t1_ns,
+                (long long)e.n_records, &e.buf);
+    st_buf_free(&e.buf);
+}
+
+static void write_gpu_pipeline(const char *path, int shared)
+{
+    g_trace *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    uint32_t stream_sync;
+    gen_gpu_pipeline(g, shared, &stream_sync);
+    g_write(g, path);
+    g_free(g);
+    free(g);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+              "INSERT INTO gpu_strings VALUES (0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked')");
+    int64_t B = BASE_NS;
+    st_gpu_rec tk[10], d0[10], d1[20], sy[10], api[30];
+    int nd1 = 0, na = 0;
+    uint32_t corr = 1;
+    for (int k = 0; k < 10; k++) {
+        int64_t t = B + k * 10 * MS;
+        tk[k] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 1 * MS, .dur_ns = 6 * MS, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2001, .start_ns = t + 600 * US, .dur_ns = 5 * US,
+                                 .correlation = corr++};
+        d0[k] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 2, .start_ns = t + 5 * MS, .dur_ns = 4 * MS, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2002, .start_ns = t + 1200 * US, .dur_ns = 5 * US,
+                                 .correlation = corr++};
+        d1[nd1++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 2, .start_ns = t + 2 * MS, .dur_ns = 4 * MS, .correlation = corr};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2003, .start_ns = t + 1200 * US, .dur_ns = 5 * US,
+                                 .correlation = corr++};
+        d1[nd1++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 3, .start_ns = t + 7 * MS, .dur_ns = 500 * US,
+                                 .correlation = 100000 + (uint32_t)k};
+        sy[k] = (st_gpu_rec){.kind = ST_GPU_SYNC, .start_ns = t + 1500 * US, .dur_ns = 8 * MS, .correlation = 200000 + (uint32_t)k};
+    }
+    put_gpu_chunk(db, 0, 7, tk, 10);
+    put_gpu_chunk(db, shared ? 0 : 1, 9, d0, 10);
+    put_gpu_chunk(db, 1, 7, d1, nd1);
+    put_gpu_chunk(db, 0, 8, sy, 10);
+    put_gpu_chunk(db, -1, 0, api, na);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* The GPU-aware model on gpu_shared.sqlite and gpu_split.sqlite (see
+ * gen_gpu_pipeline for every number). */
+static void test_gpu_model(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "gpu_shared.sqlite", NULL);
+    assert_int_equal(p.n_devices, 2);
+    assert_int_equal(p.devices[0], 0);
+    assert_int_equal(p.devices[1], 1);
+    int32_t target = an_pipe_role_index(&p, "target"), drafter = an_pipe_role_index(&p, "drafter");
+    an_role_load loads[8];
+    assert_true(p.n_roles <= 8);
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    const an_role_load *tl = &loads[target], *dl = &loads[drafter];
+    assert_int_equal(tl->busy_ns, 90 * MS);
+    assert_int_equal(tl->kind_ns[ST_SYNC], 80 * MS);
+    assert_int_equal(tl->host_ns, 10 * MS);
+    assert_int_equal(tl->device_ns, 60 * MS);
+    assert_true(tl->device_bound);
+    assert_int_equal(tl->need_ns, 60 * MS);
+    assert_close(tl->need_pct, 60.0);
+    assert_close(tl->need_per_step_ns, 6.0 * MS);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)tl->top_device_stage)->name, "forward");
+    assert_int_equal(tl->top_device_stage_ns, 60 * MS);
+    assert_int_equal(dl->host_ns, 20 * MS);
+    assert_int_equal(dl->device_ns, 80 * MS);
+    assert_close(dl->need_pct, 40.0);
+    /* the loader launches nothing: its need is its host time */
+    assert_int_equal(loads[an_pipe_role_index(&p, "loader")].need_ns, 10 * MS);
+
+    an_device_load d[2];
+    int64_t role_ns[2][8];
+    d[0].role_ns = role_ns[0];
+    d[1].role_ns = role_ns[1];
+    an_pipe_device_loads(&p, 0, p.n_bins, d);
+    assert_int_equal(d[0].busy_ns, 80 * MS); /* [1, 9] per step; the sync record is not device work */
+    assert_int_equal(d[0].role_ns[target], 60 * MS);
+    assert_int_equal(d[0].role_ns[drafter], 40 * MS);
+    assert_int_equal(d[0].n_roles_on, 2);
+    assert_int_equal(d[0].top_role, target);
+    assert_int_equal(d[1].busy_ns, 45 * MS); /* D1 and the unknown launcher's kernel */
+    assert_int_equal(d[1].role_ns[drafter], 40 * MS);
+    assert_int_equal(d[1].n_roles_on, 1);
+
+    an_verdict v;
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_int_equal(v.device, 0);
+    assert_int_equal(v.role, target);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)v.stage)->name, "forward");
+    assert_close(v.load_pct, 80.0);
+    assert_true(v.saturated);
+    assert_int_equal(v.whatif_limit_device, 0);
+    assert_int_equal(v.whatif_limit_role, -1);
+    assert_close(v.whatif_factor, 2.0);
+    assert_close(v.whatif_step_ns, 5.0 * MS);
+    assert_close(v.busy_after_ns, 5.0 * MS);
+    assert_close(v.whatif_tokens_per_s, 200000.0);
+
+    an_window_verdict *w;
+    uint32_t nw = an_pipe_window_verdicts(&p, 5, &w);
+    assert_int_equal(nw, 2);
+    for (uint32_t i = 0; i < nw; i++) {
+        assert_int_equal(w[i].device, 0);
+        assert_int_equal(w[i].role, target);
+        assert_close(w[i].busy_pct, 80.0);
+        assert_false(w[i].moved);
+    }
+    char *story = an_pipe_story(&p, loads, &v, w, nw, 5);
+    assert_non_null(story);
+    assert_non_null(strstr(story, "Bottleneck: GPU 0, busy 80.0% of the time, shared by 2 roles: target 60.0%, "
+                                  "drafter 40.0% (the time each role's GPU work ran on it; they overlap); its largest "
+                                  "user is target, whose stage forward launched 60.0% of its time in GPU work "
+                                  "(6.000 ms per step).\n"));
+    assert_non_null(strstr(story, "target 10.0% busy without sync (sync 80.0%), drafter 10.0% busy without sync "
+                                  "(sync 80.0%); no role needs more than 60.0% of its threads' time"));
+    assert_non_null(strstr(story, "What if forward were 2x faster: GPU 0 would need 5.000 ms per step instead of "
+                                  "8.000 ms; GPU 0 stays the limit at 5.000 ms per step: at most 200000.0 tokens/s, "
+                                  "2.00x the measured 100000.0.\n"));
+    assert_non_null(strstr(story, "the bottleneck did not move (GPU 0 (target) in all 2 windows)"));
+    free(story);
+    free(w);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+
+    /* split: GPU 1 holds both drafters; the what-if moves the limit to target */
+    open_pipe(&t, &p, "gpu_split.sqlite", NULL);
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    assert_int_equal(loads[drafter].device_ns, 70 * MS);
+    assert_close(loads[drafter].need_pct, 35.0);
+    assert_close(loads[target].need_pct, 60.0);
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_int_equal(v.device, 1);
+    assert_int_equal(v.role, drafter);
+    assert_string_equal(st_reader_stage(t.r, (uint32_t)v.stage)->name, "forward");
+    assert_close(v.load_pct, 70.0);
+    assert_int_equal(v.whatif_limit_role, target);
+    assert_int_equal(v.whatif_limit_device, -1);
+    story = an_pipe_story(&p, loads, &v, NULL, 0, 5);
+    assert_non_null(story);
+    assert_non_null(strstr(story, "Bottleneck: GPU 1, busy 70.0% of the time, used by one role: drafter 70.0%"));
+    assert_non_null(strstr(story, "the limit becomes target (needs 60.0% now) at 6.000 ms per step: at most "
+                                  "166666.7 tokens/s, 1.67x the measured 100000.0.\n"));
+    free(story);
+    assert_close(v.busy_after_ns, 3.0 * MS);
+    assert_close(v.whatif_step_ns, 6.0 * MS);
+    assert_close(v.whatif_factor, 100.0 / 60.0);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+
+    /* without GPU activity (target.sqlite): need is busy time, no device */
+    open_pipe(&t, &p, "target.sqlite", NULL);
+    assert_int_equal(p.n_devices, 0);
+    an_pipe_loads(&p, 0, p.n_bins, loads);
+    target = an_pipe_role_index(&p, "target");
+    assert_int_equal(loads[target].need_ns, loads[target].busy_ns);
+    assert_int_equal(loads[target].host_ns, loads[target].busy_ns);
+    assert_int_equal(loads[target].device_ns, 0);
+    assert_int_equal(loads[target].top_device_stage, -1);
+    an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
+    assert_int_equal(v.device, -1);
+    assert_int_equal(v.role, target);
+    assert_close(v.load_pct, loads[target].busy_pct);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
 static void check_waits(const an_trace *t, const an_gpu_idle *d, const char *const *stages, const int64_t *ns, uint32_t n)
 {
     assert_int_equal(d->n_waits, n);
@@ -1151,7 +1398,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inferred_order),    cmocka_unit_test(test_nosteps),
         cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
         cmocka_unit_test(test_unknown_stage),     cmocka_unit_test(test_gpu_idle),
-        cmocka_unit_test(test_gpu_window),
+        cmocka_unit_test(test_gpu_window),        cmocka_unit_test(test_gpu_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
