@@ -277,6 +277,13 @@ static void put_pct_cell(FILE *f, double v)
     fprintf(f, "<td class=\"n\">%s</td>", an_fmt_pct1(v, buf, sizeof buf));
 }
 
+/* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
+static void put_ms_cell(FILE *f, double ns)
+{
+    if (isfinite(ns)) fprintf(f, "<td class=\"n\">%.3f</td>", ns / 1e6);
+    else fputs("<td class=\"n\">-</td>", f);
+}
+
 static int section_verdict(report *rp)
 {
     FILE *f = rp->f;
@@ -337,10 +344,15 @@ static int section_verdict(report *rp)
     }
     an_gpu_idle_free(gpu, n_gpu);
     free(story);
-    fputs("<table class=\"data\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th><th>wait_input</th>"
-          "<th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th><th>busy ms/step</th>"
-          "<th>largest work stage</th></tr>\n",
+    fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
+          "<th>wait_input</th><th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th>",
           f);
+    if (p->n_devices) fputs("<th>host (busy - sync)</th><th>GPU work</th>", f);
+    fputs("<th>busy ms/step</th>", f);
+    if (p->n_devices) fputs("<th>need ms/step</th>", f);
+    fputs("<th>largest work stage</th>", f);
+    if (p->n_devices) fputs("<th>largest GPU stage</th>", f);
+    fputs("</tr>\n", f);
     for (uint32_t r = 0; r < p->n_roles; r++) {
         const an_role_load *l = &rp->loads[r];
         fprintf(f, "<tr%s><td>", (int32_t)r == rp->v.role ? " class=\"hot\"" : "");
@@ -351,9 +363,18 @@ static int section_verdict(report *rp)
         static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
         for (int k = 0; k < 5; k++) put_pct_cell(f, l->kind_pct[kinds[k]]);
         put_pct_cell(f, l->idle_pct);
-        if (isfinite(l->busy_per_step_ns)) fprintf(f, "<td class=\"n\">%.3f</td><td>", l->busy_per_step_ns / 1e6);
-        else fputs("<td class=\"n\">-</td><td>", f);
+        if (p->n_devices) {
+            put_pct_cell(f, l->host_pct);
+            put_pct_cell(f, l->device_pct);
+        }
+        put_ms_cell(f, l->busy_per_step_ns);
+        if (p->n_devices) put_ms_cell(f, l->need_per_step_ns);
+        fputs("<td>", f);
         esc(f, l->top_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_stage)->name : "-");
+        if (p->n_devices) {
+            fputs("</td><td>", f);
+            esc(f, l->top_device_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_device_stage)->name : "-");
+        }
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);

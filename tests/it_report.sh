@@ -159,6 +159,24 @@ print("GPU lanes ok")
 EOF
 ok
 
+# ---- GPU-aware verdict: a shared GPU as the bottleneck, the roles' host/GPU columns (gpu_shared.sqlite) ----
+expect_ok r_gpu_shared "$A" report gpu_shared.sqlite --html gpu_shared.html
+python3 - gpu_shared.html target.html <<'EOF' || fail "GPU-aware verdict in the report"
+import re, sys
+g = open(sys.argv[1], encoding="utf-8").read()
+assert "<p>Bottleneck: GPU 0, busy 80.0% of the time, shared by 2 roles: target 60.0%, drafter 40.0%" in g
+roles = re.search(r'<table class="data" id="roles-table">.*?</table>', g, flags=re.S).group(0)
+assert "<th>host (busy - sync)</th><th>GPU work</th>" in roles and "<th>need ms/step</th>" in roles
+row = re.search(r'<tr class="hot"><td>target</td>.*?</tr>', roles).group(0)
+assert ('<td class="n">10.0%</td><td class="n">60.0%</td><td class="n">9.000</td><td class="n">6.000</td>'
+        '<td>forward</td><td>forward</td></tr>') in row, row
+# without GPU activity the table has no GPU columns
+t = open(sys.argv[2], encoding="utf-8").read()
+assert "need ms/step" not in t and "GPU work" not in t
+print("GPU-aware verdict ok")
+EOF
+ok
+
 # ---- rendering in headless Chromium --------------------------------------------------------------
 CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$CHROME" ]; then
