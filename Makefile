@@ -227,9 +227,9 @@ $(BUILD)/lib/libcmocka.so.0:
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) -lsqlite3 -lpthread -lm -ldl
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_COMMON) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0 $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
 gpu-tests: $(GPU_TESTS_BIN)
 
 test-gpu: all gpu-tests

@@ -28,6 +28,7 @@
 
 #include <sqlite3.h>
 
+#include "common.h"
 #include "encoding.h"
 #include "st_intervals.h"
 #include "st_reader.h"
@@ -151,15 +152,6 @@ static void gen_sample_add(gen_trace *g, uint32_t thread, uint32_t counter, int6
         assert_non_null(g->samples);
     }
     g->samples[g->n_samples++] = (gen_sample){thread, counter, ts, v};
-}
-
-static void exec_sql(sqlite3 *db, const char *sql)
-{
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "SQL failed: %s: %s\n", sql, err ? err : "?");
-        fail();
-    }
 }
 
 static void put_meta(sqlite3 *db, const char *key, const char *value)
@@ -841,11 +833,10 @@ static void test_window_parse(void **state)
 
 /* ---- tests: statistics on the generated trace ------------------------------------------- */
 
-static char tmp_dir[256];
-
-static const char *tmp_path(const char *name)
+/* tmp_dir/name: a trace setup_traces generated. */
+static const char *generated_trace(const char *name)
 {
-    static char buf[512];
+    static char buf[PATH_MAX + 64];
     snprintf(buf, sizeof buf, "%s/%s", tmp_dir, name);
     return buf;
 }
@@ -899,7 +890,7 @@ static void test_stats_whole(void **state)
 {
     (void)state;
     an_trace t;
-    assert_int_equal(an_trace_open(&t, tmp_path("gen.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t, generated_trace("gen.sqlite")), 0);
     assert_int_equal(t.origin_ns, BASE_NS);
     assert_int_equal(t.span_t0_ns, BASE_NS);
     assert_int_equal(t.span_t1_ns, BASE_NS + 800 * MS);
@@ -929,7 +920,7 @@ static void test_stats_windows(void **state)
 {
     (void)state;
     an_trace t;
-    assert_int_equal(an_trace_open(&t, tmp_path("gen.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t, generated_trace("gen.sqlite")), 0);
     an_stats s;
     /* Steps 2:4 = [200, 400) ms: allreduce [150, 350] clipped to 150 ms, 10 ms of sync inside. */
     stats_of(&t, &s, "2:4", NULL);
@@ -952,7 +943,7 @@ static void test_stats_filters_and_passes(void **state)
 {
     (void)state;
     an_trace t;
-    assert_int_equal(an_trace_open(&t, tmp_path("many.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t, generated_trace("many.sqlite")), 0);
     an_select sel;
     memset(&sel, 0, sizeof sel);
     an_stats s;
@@ -968,7 +959,7 @@ static void test_stats_filters_and_passes(void **state)
     an_stats_free(&s);
     an_trace_close(&t);
 
-    assert_int_equal(an_trace_open(&t, tmp_path("gen.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t, generated_trace("gen.sqlite")), 0);
     assert_int_equal(an_filter_add(&sel.filter.threads, &sel.filter.n_threads, "loader,3"), 0);
     assert_int_equal(an_filter_add(&sel.filter.stages, &sel.filter.n_stages, "load"), 0);
     assert_int_equal(an_stats_compute(&s, &t, 1, &sel, 0), 0);
@@ -992,8 +983,8 @@ static void test_stats_merged(void **state)
 {
     (void)state;
     an_trace t[2];
-    assert_int_equal(an_trace_open(&t[0], tmp_path("rank0.sqlite")), 0);
-    assert_int_equal(an_trace_open(&t[1], tmp_path("rank1.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t[0], generated_trace("rank0.sqlite")), 0);
+    assert_int_equal(an_trace_open(&t[1], generated_trace("rank1.sqlite")), 0);
     an_select sel;
     memset(&sel, 0, sizeof sel);
     an_stats s;
@@ -1023,7 +1014,7 @@ static void test_intervals_equal(void **state)
     char *want = gen_intervals_text(&g, 2);
     gen_free(&g);
     st_reader *r;
-    assert_int_equal(st_reader_open(&r, tmp_path("gen.sqlite")), ST_OK);
+    assert_int_equal(st_reader_open(&r, generated_trace("gen.sqlite")), ST_OK);
     char *got = NULL;
     assert_int_equal(st_reader_windows(r, 2, on_window_append, &got), ST_OK);
     assert_non_null(got);
@@ -1039,9 +1030,7 @@ static void test_intervals_equal(void **state)
 static int setup_traces(void **state)
 {
     (void)state;
-    const char *base = getenv("ST_TEST_TMP");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/analyze-unit-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp_dir)) return -1;
+    if (make_tmp_dir("test_analyze")) return -1;
     generate_all(tmp_dir);
     return 0;
 }
@@ -1049,9 +1038,7 @@ static int setup_traces(void **state)
 static int teardown_traces(void **state)
 {
     (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return remove_tmp_dir();
 }
 
 int main(int argc, char **argv)

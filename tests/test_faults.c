@@ -26,7 +26,6 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -41,47 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
-
-/* ---- files ---- */
-
-static char tmp_dir[PATH_MAX];
-static int tmp_dir_ours;
-
-static void make_tmp_dir(void)
-{
-    const char *base = getenv("ST_TEST_TMP");
-    if (!base || !*base) {
-        base = "/tmp";
-        tmp_dir_ours = 1;
-    }
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_faults.XXXXXX", base);
-    if (!mkdtemp(tmp_dir)) {
-        fprintf(stderr, "cannot make a temporary directory under %s: %s\n", base, strerror(errno));
-        exit(1);
-    }
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void tmp_path(char *out, size_t size, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
-    assert_true(n > 0 && (size_t)n < size);
-    static const char *const sides[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < 3; i++) {
-        char p[PATH_MAX + 8];
-        snprintf(p, sizeof p, "%s%s", out, sides[i]);
-        unlink(p);
-    }
-}
 
 static int64_t now_ms(void)
 {
@@ -242,24 +203,6 @@ static int drain_and_reap(child *c, int timeout_ms)
     int status = 0;
     assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
     return status;
-}
-
-static st_reader *open_reader(const char *path)
-{
-    st_reader *r = NULL;
-    int rc = st_reader_open(&r, path);
-    if (rc) fail_msg("st_reader_open('%s') = %d: %s", path, rc, st_last_error());
-    return r;
-}
-
-static void assert_meta(const st_reader *r, const char *key, const char *want)
-{
-    const char *v = st_reader_meta(r, key);
-    if (!want) {
-        if (v) fail_msg("meta %s = '%s', want it absent", key, v);
-        return;
-    }
-    if (!v || strcmp(v, want) != 0) fail_msg("meta %s = '%s', want '%s'", key, v ? v : "(absent)", want);
 }
 
 /* The trace holds a prefix of the child's iterations 0, 1, 2, ...: events in
@@ -610,7 +553,7 @@ static void test_sigkill_while_registering(void **state)
 
 int main(void)
 {
-    make_tmp_dir();
+    if (make_tmp_dir("test_faults")) return 1;
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_keeps_flushed_batches),
@@ -620,6 +563,6 @@ int main(void)
         cmocka_unit_test(test_sigkill_while_registering),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (!failed && tmp_dir_ours) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tidy_tmp_dir(failed);
     return failed;
 }

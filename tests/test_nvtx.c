@@ -53,6 +53,7 @@ int main(void)
 
 #include <nvtx3/nvToolsExt.h>
 
+#include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -241,31 +242,14 @@ static int child_main(const char *mode, const char *trace_path)
 
 /* ---- the parent: running a child ---- */
 
-static char tmp_dir[PATH_MAX];
 static char tool_path[PATH_MAX];
-
-static void path_in_tmp(char *out, size_t size, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
-    if (n < 0 || (size_t)n >= size) fail_msg("path too long: %s/%s", tmp_dir, name);
-}
-
-static void remove_trace(const char *path)
-{
-    char side[PATH_MAX + 8];
-    unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
-}
 
 /* Runs "this-binary child MODE TRACE" with the tool attached; returns its
  * exit status (or 128 + signal). */
 static int run_child(const char *mode, const char *trace_path, const char *log_path)
 {
     unlink(log_path);
-    remove_trace(trace_path);
+    remove_trace_files(trace_path);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -530,8 +514,7 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
     memset(result, 0, sizeof *result);
     check_child_marks(log);
 
-    st_reader *r = NULL;
-    if (st_reader_open(&r, trace_path) != ST_OK) fail_msg("cannot read the trace: %s", st_last_error());
+    st_reader *r = open_reader(trace_path);
     assert_string_equal(st_reader_meta(r, "program"), "nvtxtest");
     assert_string_equal(st_reader_meta(r, "status"), "complete");
 
@@ -656,15 +639,15 @@ static void test_nvtx_matches_trace(void **state)
     char trace_path[PATH_MAX], log_path[PATH_MAX];
     run_result runs[2];
     for (int run = 0; run < 2; run++) {
-        path_in_tmp(trace_path, sizeof trace_path, "full.sqlite");
-        path_in_tmp(log_path, sizeof log_path, "full.nvtx.log");
+        tmp_path(trace_path, sizeof trace_path, "full.sqlite");
+        tmp_path(log_path, sizeof log_path, "full.nvtx.log");
         int rc = run_child("full", trace_path, log_path);
         if (rc != 0) fail_msg("the child (mode full, run %d) exited with status %d", run + 1, rc);
         tool_log log;
         tool_log_load(&log, log_path);
         check_full_run(&log, trace_path, &runs[run]);
         tool_log_free(&log);
-        remove_trace(trace_path);
+        remove_trace_files(trace_path);
         unlink(log_path);
     }
     /* Colours are a function of the stage, the same from run to run. */
@@ -676,8 +659,8 @@ static void test_nvtx_off(void **state)
 {
     (void)state;
     char trace_path[PATH_MAX], log_path[PATH_MAX];
-    path_in_tmp(trace_path, sizeof trace_path, "nvtx_off.sqlite");
-    path_in_tmp(log_path, sizeof log_path, "nvtx_off.nvtx.log");
+    tmp_path(trace_path, sizeof trace_path, "nvtx_off.sqlite");
+    tmp_path(log_path, sizeof log_path, "nvtx_off.nvtx.log");
     int rc = run_child("nvtx_off", trace_path, log_path);
     if (rc != 0) fail_msg("the child (mode nvtx_off) exited with status %d", rc);
     tool_log log;
@@ -688,8 +671,7 @@ static void test_nvtx_off(void **state)
     assert_int_equal(log.n, 3); /* init and the child's own two marks: nothing from the tracer */
     tool_log_free(&log);
 
-    st_reader *r = NULL;
-    if (st_reader_open(&r, trace_path) != ST_OK) fail_msg("cannot read the trace: %s", st_last_error());
+    st_reader *r = open_reader(trace_path);
     assert_int_equal(st_reader_n_threads(r), 1 + N_WORKERS);
     for (uint32_t t = 0; t < st_reader_n_threads(r); t++) {
         const st_thread_info *th = st_reader_thread(r, t);
@@ -705,7 +687,7 @@ static void test_nvtx_off(void **state)
         free(recorded.v);
     }
     st_reader_close(r);
-    remove_trace(trace_path);
+    remove_trace_files(trace_path);
     unlink(log_path);
 }
 
@@ -714,8 +696,8 @@ static void test_disabled(void **state)
 {
     (void)state;
     char trace_path[PATH_MAX], log_path[PATH_MAX];
-    path_in_tmp(trace_path, sizeof trace_path, "disabled.sqlite");
-    path_in_tmp(log_path, sizeof log_path, "disabled.nvtx.log");
+    tmp_path(trace_path, sizeof trace_path, "disabled.sqlite");
+    tmp_path(log_path, sizeof log_path, "disabled.nvtx.log");
     int rc = run_child("disabled", trace_path, log_path);
     if (rc != 0) fail_msg("the child (mode disabled) exited with status %d", rc);
     tool_log log;
@@ -732,21 +714,14 @@ static void test_disabled(void **state)
 static int setup(void **state)
 {
     (void)state;
-    const char *build = getenv("ST_BUILD");
     char rel[PATH_MAX];
-    snprintf(rel, sizeof rel, "%s/tests/libnvtx_inject.so", build && *build ? build : "build");
+    snprintf(rel, sizeof rel, "%s/tests/libnvtx_inject.so", build_dir());
     if (!realpath(rel, tool_path)) {
         fprintf(stderr, "the NVTX test tool %s is missing (%s): build it with make %s\n", rel,
                 strerror(errno), rel);
         return -1;
     }
-    const char *base = getenv("ST_TEST_TMP");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_nvtx.XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp_dir)) {
-        fprintf(stderr, "cannot create a folder %s: %s\n", tmp_dir, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return make_tmp_dir("test_nvtx");
 }
 
 static int teardown(void **state)

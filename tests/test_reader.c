@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -206,12 +207,6 @@ static void *worker(void *p)
     return NULL;
 }
 
-static void trace_path(char *buf, size_t size, const char *name)
-{
-    const char *dir = getenv("ST_TEST_TMP");
-    snprintf(buf, size, "%s/%s-%ld.sqlite", dir && *dir ? dir : "/tmp", name, (long)getpid());
-}
-
 static void record_run(const char *path)
 {
     static run r;
@@ -285,7 +280,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     if (!f) return -1;
-    trace_path(f->path, sizeof f->path, "test_reader");
+    tmp_path(f->path, sizeof f->path, "test_reader.sqlite");
     build_expected(&f->exp);
     record_run(f->path);
     *state = f;
@@ -300,20 +295,12 @@ static int teardown(void **state)
     return 0;
 }
 
-static st_reader *open_reader(const fixture *f)
-{
-    st_reader *r = NULL;
-    int rc = st_reader_open(&r, f->path);
-    if (rc) fail_msg("st_reader_open: %s", st_last_error());
-    return r;
-}
-
 /* ---- (a) through the reader API ---- */
 
 static void test_meta_and_tables(void **state)
 {
     fixture *f = *state;
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     assert_string_equal(st_reader_meta(r, "status"), "complete");
     assert_string_equal(st_reader_meta(r, "schema_version"), "1");
     assert_string_equal(st_reader_meta(r, "dropped_events"), "0");
@@ -401,7 +388,7 @@ static void test_meta_and_tables(void **state)
 static void test_ranges_match_script(void **state)
 {
     fixture *f = *state;
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     st_range_iter *it;
     assert_int_equal(st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
     int n = 0, rc;
@@ -462,7 +449,7 @@ static void test_ranges_match_script(void **state)
 static void test_samples_match_script(void **state)
 {
     fixture *f = *state;
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     st_sample_iter *it;
     assert_int_equal(st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
     int n = 0, rc;
@@ -555,7 +542,7 @@ static void test_time_windows(void **state)
 {
     fixture *f = *state;
     assert_true(f->n_ranges > 0);
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     /* Several chunks per thread, so windows can skip some. */
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(st_reader_db(r), "SELECT count(*) FROM range_chunks WHERE thread = 1",
@@ -603,7 +590,7 @@ static void test_time_windows(void **state)
 static void test_events(void **state)
 {
     fixture *f = *state;
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     for (uint32_t t = 0; t < N_THREADS; t++) {
         st_event_iter *it;
         assert_int_equal(st_event_iter_open(&it, r, t), ST_OK);
@@ -639,28 +626,11 @@ static void test_events(void **state)
 
 /* ---- (b) through the virtual tables ---- */
 
-static sqlite3_stmt *prepare(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    return st;
-}
-
-static int64_t sql_int(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = prepare(db, sql);
-    if (sqlite3_step(st) != SQLITE_ROW) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 static void test_sql_ranges(void **state)
 {
     fixture *f = *state;
     assert_true(f->n_ranges > 0);
-    st_reader *r = open_reader(f);
+    st_reader *r = open_reader(f->path);
     sqlite3 *db = st_reader_db(r); /* the read-only, defensive connection */
     assert_int_equal(st_sql_register(db), ST_OK);
 
@@ -833,5 +803,8 @@ int main(void)
         cmocka_unit_test(test_sql_ranges),
         cmocka_unit_test(test_sql_counters),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    if (make_tmp_dir("test_reader")) return 1;
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    tidy_tmp_dir(failed);
+    return failed;
 }

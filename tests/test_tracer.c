@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,48 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
-/* ---- files ---- */
-
-static char tmp_dir[PATH_MAX];
-static int tmp_dir_ours; /* made under /tmp: removed at the end */
-
-static void make_tmp_dir(void)
-{
-    const char *base = getenv("ST_TEST_TMP");
-    if (!base || !*base) {
-        base = "/tmp";
-        tmp_dir_ours = 1;
-    }
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_tracer.XXXXXX", base);
-    if (!mkdtemp(tmp_dir)) {
-        fprintf(stderr, "cannot make a temporary directory under %s: %s\n", base, strerror(errno));
-        exit(1);
-    }
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_tmp_dir(void)
-{
-    if (tmp_dir_ours) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* tmp_dir/name, with no file of a previous run there. */
-static void tmp_path(char *out, size_t size, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
-    assert_true(n > 0 && (size_t)n < size);
-    unlink(out);
-}
+/* ---- helpers ---- */
 
 static int exists(const char *path)
 {
@@ -114,24 +76,6 @@ static void options(st_options *o, const char *path)
     o->nvtx = 0;
 }
 
-static st_reader *open_reader(const char *path)
-{
-    st_reader *r = NULL;
-    int rc = st_reader_open(&r, path);
-    if (rc) fail_msg("st_reader_open('%s') = %d: %s", path, rc, st_last_error());
-    return r;
-}
-
-static void assert_meta(const st_reader *r, const char *key, const char *want)
-{
-    const char *v = st_reader_meta(r, key);
-    if (!want) {
-        if (v) fail_msg("meta %s = '%s', want it absent", key, v);
-        return;
-    }
-    if (!v || strcmp(v, want) != 0) fail_msg("meta %s = '%s', want '%s'", key, v ? v : "(absent)", want);
-}
-
 static long long meta_ll(const st_reader *r, const char *key)
 {
     const char *v = st_reader_meta(r, key);
@@ -140,27 +84,6 @@ static long long meta_ll(const st_reader *r, const char *key)
     long long x = strtoll(v, &end, 10);
     if (*end) fail_msg("meta %s = '%s' is not an integer", key, v);
     return x;
-}
-
-/* One integer from SQL over the trace. */
-static long long sql_ll(st_reader *r, const char *sql, long long bind)
-{
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(st_reader_db(r), sql, -1, &st, NULL), SQLITE_OK);
-    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, bind);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
-/* Index of the reader's thread named `name`. */
-static const st_thread_info *thread_named(const st_reader *r, const char *name)
-{
-    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
-        if (strcmp(st_reader_thread(r, i)->name, name) == 0) return st_reader_thread(r, i);
-    fail_msg("no thread named '%s' in the trace", name);
-    return NULL;
 }
 
 /* ---- rings: everything arrives, once, in order ---- */
@@ -292,6 +215,7 @@ static void test_rings_every_event_once_in_order(void **state)
         char name[32];
         snprintf(name, sizeof name, "worker%d", t);
         const st_thread_info *ti = thread_named(r, name);
+        if (!ti) fail_msg("no thread named '%s' in the trace", name);
         assert_int_equal(ti->id, (uint32_t)w[t].thread_id);
         assert_string_equal(ti->role, "worker");
         assert_int_equal(ti->dropped, 0);
@@ -342,11 +266,12 @@ static void test_rings_every_event_once_in_order(void **state)
         st_sample_iter_close(si);
 
         /* The chunk rows' own counts agree. */
-        assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks WHERE thread = ?", ti->id),
+        sqlite3 *db = st_reader_db(r);
+        assert_int_equal(sql_intf(db, "SELECT sum(n_ranges) FROM range_chunks WHERE thread = %u", ti->id),
                          ranges_per_thread);
-        assert_int_equal(sql_ll(r, "SELECT sum(n_events) FROM range_chunks WHERE thread = ?", ti->id),
+        assert_int_equal(sql_intf(db, "SELECT sum(n_events) FROM range_chunks WHERE thread = %u", ti->id),
                          2 * ranges_per_thread);
-        assert_int_equal(sql_ll(r, "SELECT sum(n_samples) FROM counter_chunks WHERE thread = ?", ti->id),
+        assert_int_equal(sql_intf(db, "SELECT sum(n_samples) FROM counter_chunks WHERE thread = %u", ti->id),
                          iterations);
     }
     /* Completed ranges: per thread in end order, with stage and depth. */
@@ -482,8 +407,8 @@ static void check_drops(int nested, uint32_t ring_records)
         st_event_iter_close(it);
         assert_int_equal(depth, 0);
         assert_int_equal(begins, ends);
-        uint64_t ranges = (uint64_t)sql_ll(r, "SELECT coalesce(sum(n_ranges), 0) FROM range_chunks WHERE thread = ?",
-                                           ti->id);
+        uint64_t ranges = (uint64_t)sql_intf(
+            st_reader_db(r), "SELECT coalesce(sum(n_ranges), 0) FROM range_chunks WHERE thread = %u", ti->id);
         assert_int_equal(ranges, ends);
         /* The accounting is exact: each begin/end pair is stored or both
          * its halves are counted. */
@@ -595,21 +520,13 @@ static void test_blocking_ring_deeper_than_ring(void **state)
     assert_int_equal(st_dropped(trace), 3 * 2 * (100 - 63));
     assert_int_equal(st_close(trace), ST_OK);
     st_reader *r = open_reader(path);
-    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 3 * 63);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), 3 * 63);
     assert_int_equal(meta_ll(r, "dropped_events"), 3 * 2 * (100 - 63));
     assert_meta(r, "unmatched_ends", NULL);
     st_reader_close(r);
 }
 
 /* ---- bad input ---- */
-
-static void read_file(const char *path, char *buf, size_t cap, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    *len = fread(buf, 1, cap, f);
-    fclose(f);
-}
 
 static void test_open_unwritable_paths(void **state)
 {
@@ -684,11 +601,11 @@ static void test_open_existing_file(void **state)
     assert_int_equal(st_open(&trace, &o), ST_EEXIST);
     assert_null(trace);
     assert_error_line(path);
-    char buf[256];
     size_t len;
-    read_file(path, buf, sizeof buf, &len);
+    char *contents = read_file(path, &len);
     assert_int_equal(len, sizeof original - 1);
-    assert_memory_equal(buf, original, len);
+    assert_memory_equal(contents, original, len);
+    free(contents);
     char side[PATH_MAX + 8];
     snprintf(side, sizeof side, "%s-wal", path);
     assert_false(exists(side));
@@ -710,19 +627,20 @@ static void test_open_existing_file(void **state)
     st_end((st_stage)s);
     assert_int_equal(st_close(trace), ST_OK);
     assert_false(exists(side));
-    read_file(path, buf, sizeof buf, &len);
+    contents = read_file(path, &len);
     assert_true(len >= 16);
-    assert_memory_equal(buf, "SQLite format 3", 16);
+    assert_memory_equal(contents, "SQLite format 3", 16);
+    free(contents);
     st_reader *r = open_reader(path);
     assert_meta(r, "status", "complete");
-    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), 1);
     st_reader_close(r);
 
     /* Without overwrite, an existing trace is refused too. */
     o.overwrite = 0;
     assert_int_equal(st_open(&trace, &o), ST_EEXIST);
     r = open_reader(path);
-    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), 1);
     st_reader_close(r);
 }
 
@@ -823,7 +741,7 @@ static void test_second_open_fails(void **state)
     st_end((st_stage)s);
     assert_int_equal(st_close(a), ST_OK);
     st_reader *r = open_reader(first);
-    assert_int_equal(sql_ll(r, "SELECT sum(n_ranges) FROM range_chunks", 0), 1);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), 1);
     st_reader_close(r);
     /* Once closed, another may be opened. */
     assert_int_equal(st_open(&b, &o), ST_OK);
@@ -1024,8 +942,8 @@ static void test_unmatched_and_unregistered(void **state)
     assert_int_equal(meta_ll(r, "unmatched_ends"), 4 + 1);
     assert_int_equal(st_reader_thread(r, 0)->dropped, 0);
     assert_int_equal(st_reader_n_steps(r), 0);
-    assert_int_equal(sql_ll(r, "SELECT count(*) FROM marks", 0), 0);
-    assert_int_equal(sql_ll(r, "SELECT count(*) FROM counter_chunks", 0), 0);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT count(*) FROM marks"), 0);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT count(*) FROM counter_chunks"), 0);
     st_range_iter *ri;
     assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
     st_range rg;
@@ -1099,7 +1017,7 @@ static void test_unregistered_stage_id(void **state)
 
 int main(void)
 {
-    make_tmp_dir();
+    if (make_tmp_dir("test_tracer")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rings_every_event_once_in_order),
         cmocka_unit_test(test_drops_counted_exactly_flat),
@@ -1116,6 +1034,6 @@ int main(void)
         cmocka_unit_test(test_unregistered_stage_id),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (!failed) remove_tmp_dir();
+    tidy_tmp_dir(failed);
     return failed;
 }

@@ -31,8 +31,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -40,10 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_intervals.h"
 #include "st_reader.h"
 
@@ -61,110 +59,10 @@
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
-static char tmp_dir[PATH_MAX];
-static char trainer_path[PATH_MAX];
-
 static int setup_paths(void **state)
 {
     (void)state;
-    const char *build = getenv("ST_BUILD");
-    char relative[PATH_MAX];
-    snprintf(relative, sizeof relative, "%s/trainer", build && *build ? build : "build");
-    if (!realpath(relative, trainer_path)) /* absolute: some runs start in another directory */
-        return -1;
-    const char *base = getenv("ST_TEST_TMP");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_trainer.XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp_dir))
-        return -1;
-    return access(trainer_path, X_OK);
-}
-
-static void tmp_path(char *out, size_t size, const char *name)
-{
-    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
-    assert_true(n > 0 && (size_t)n < size);
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (cap - len < 2)
-            buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
-/* Starts the trainer with args (NULL-terminated), stdout and stderr into files, in the
- * directory cwd (NULL: this one). */
-static pid_t spawn_trainer_in(const char *cwd, const char *const *args, const char *out_path,
-                              const char *err_path)
-{
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = trainer_path;
-    while (args[n - 1] && n < 63) {
-        argv[n] = args[n - 1];
-        n++;
-    }
-    argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || (cwd && chdir(cwd)))
-            _exit(127);
-        execv(trainer_path, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static pid_t spawn_trainer(const char *const *args, const char *out_path, const char *err_path)
-{
-    return spawn_trainer_in(NULL, args, out_path, err_path);
-}
-
-static int wait_exit(pid_t pid)
-{
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        assert_int_equal(errno, EINTR);
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    return 128 + WTERMSIG(status);
-}
-
-typedef struct run_result {
-    int status;
-    char *out, *err;
-} run_result;
-
-static run_result run_trainer(const char *const *args)
-{
-    char out_path[PATH_MAX], err_path[PATH_MAX];
-    tmp_path(out_path, sizeof out_path, "stdout.txt");
-    tmp_path(err_path, sizeof err_path, "stderr.txt");
-    run_result r;
-    r.status = wait_exit(spawn_trainer(args, out_path, err_path));
-    r.out = read_file(out_path);
-    r.err = read_file(err_path);
-    return r;
-}
-
-static void free_result(run_result *r)
-{
-    free(r->out);
-    free(r->err);
+    return (find_trainer() || make_tmp_dir("test_trainer")) ? -1 : 0;
 }
 
 static int count_lines(const char *s)
@@ -175,95 +73,10 @@ static int count_lines(const char *s)
     return n;
 }
 
-/* The log lines: "step N loss X acc A top4 B tok/s T queue Q/D". */
-typedef struct log_line {
-    long step;
-    double loss, acc, topk, tok_s;
-    int queue, depth;
-} log_line;
-
-static int parse_log(const char *out, log_line *lines, int max)
-{
-    int n = 0;
-    for (const char *p = out; *p && n < max; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : "") {
-        log_line l;
-        if (sscanf(p, "step %ld loss %lf acc %lf top4 %lf tok/s %lf queue %d/%d", &l.step,
-                   &l.loss, &l.acc, &l.topk, &l.tok_s, &l.queue, &l.depth) == 7)
-            lines[n++] = l;
-    }
-    return n;
-}
-
-/* The profile lines printed: the window headers and the thread/role lines under them. */
-static char *profile_text(const char *out)
-{
-    size_t len = strlen(out);
-    char *text = calloc(1, len + 1);
-    size_t at = 0;
-    int in_window = 0;
-    for (const char *p = out; *p;) {
-        const char *end = strchr(p, '\n');
-        size_t n = end ? (size_t)(end - p) + 1 : strlen(p);
-        if (!strncmp(p, "profile ", 8))
-            in_window = 1;
-        else if (strncmp(p, "  ", 2))
-            in_window = 0;
-        if (in_window) {
-            memcpy(text + at, p, n);
-            at += n;
-        }
-        p += n;
-    }
-    return text;
-}
-
-typedef struct text_buf {
-    char *data;
-    size_t len, cap;
-} text_buf;
-
-static void append_window(const struct st_window *w, void *arg)
-{
-    text_buf *t = arg;
-    size_t need = st_window_format(w, NULL, 0);
-    if (t->len + need + 1 > t->cap) {
-        t->cap = (t->len + need + 1) * 2;
-        t->data = realloc(t->data, t->cap);
-    }
-    st_window_format(w, t->data + t->len, need + 1);
-    t->len += need;
-}
-
-static int stage_id(st_reader *r, const char *name)
-{
-    for (uint32_t i = 0; i < st_reader_n_stages(r); i++)
-        if (!strcmp(st_reader_stage(r, i)->name, name))
-            return (int)i;
-    return -1;
-}
-
-/* Count of ranges of `stage` on thread `thread`. */
-static long count_ranges(st_reader *r, uint32_t thread, int stage)
-{
-    st_range_iter *it;
-    assert_int_equal(st_range_iter_open(&it, r, thread, INT64_MIN, INT64_MAX), ST_OK);
-    st_range rg;
-    long n = 0;
-    int rc;
-    while ((rc = st_range_iter_next(it, &rg)) == 1)
-        n += (int)rg.stage == stage;
-    assert_int_equal(rc, 0);
-    st_range_iter_close(it);
-    return n;
-}
-
 /* Max and count of the samples of a counter (all threads). */
 static void counter_stats(st_reader *r, const char *name, double *max, long *count)
 {
-    int id = -1;
-    for (uint32_t i = 0; i < st_reader_n_counters(r); i++)
-        if (!strcmp(st_reader_counter(r, i)->name, name))
-            id = (int)st_reader_counter(r, i)->id;
+    int id = counter_id(r, name);
     assert_true(id >= 0);
     st_sample_iter *it;
     assert_int_equal(st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
@@ -316,14 +129,6 @@ static double role_share(st_reader *r, const char *role, const char *stage, uint
     assert_int_equal(st_reader_windows(r, steps, share_cb, &q), ST_OK);
     assert_true(q.threads > 0);
     return q.share;
-}
-
-static const st_thread_info *thread_named(st_reader *r, const char *name)
-{
-    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
-        if (!strcmp(st_reader_thread(r, i)->name, name))
-            return st_reader_thread(r, i);
-    return NULL;
 }
 
 /* A model small enough that compute is negligible next to the delay knobs, even under
@@ -651,15 +456,15 @@ static void test_end_to_end(void **state)
 #else
     const uint64_t tokens_per_step = 2 * 2 * 128;
 #endif
-    run_result res = run_trainer(args);
+    trainer_result res = run_trainer(args, NULL);
     if (res.status != 0)
         print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
     assert_int_equal(res.status, 0);
     assert_string_equal(res.err, "");
 
     /* log lines, and the loss falling */
-    log_line lines[16];
-    int n = parse_log(res.out, lines, 16);
+    trainer_log_line lines[16];
+    int n = parse_trainer_log(res.out, lines, 16);
     assert_int_equal(n, 5);
     for (int i = 0; i < n; i++) {
         assert_int_equal(lines[i].step, 10 * (i + 1));
@@ -672,10 +477,7 @@ static void test_end_to_end(void **state)
     assert_true(lines[n - 1].loss < lines[0].loss - 0.5);
     assert_true(lines[n - 1].acc > 0.1);
 
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, trace), ST_OK);
-    assert_string_equal(st_reader_meta(r, "status"), "complete");
-    assert_string_equal(st_reader_meta(r, "dropped_events"), "0");
+    st_reader *r = open_complete_trace(trace);
 
     /* every role's threads, with their stages */
     static const struct {
@@ -748,7 +550,7 @@ static void test_end_to_end(void **state)
     free(printed);
     free(recomputed.data);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 /* Slow drafter: the queue fills to its depth and the target waits in queue_put. Target and
@@ -761,12 +563,11 @@ static void test_slow_drafter(void **state)
     const char *args[] = {MICRO_MODEL, "--steps", "16", "--queue-depth", "3",
                           "--drafter-delay-us", "40000", "--target-gpus", "0,1",
                           "--drafter-gpus", "1,2", "--trace", trace, NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_trainer(args, NULL);
     if (res.status != 0)
         print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
     assert_int_equal(res.status, 0);
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, trace), ST_OK);
+    st_reader *r = open_reader(trace);
     assert_non_null(thread_named(r, "target0"));
     assert_non_null(thread_named(r, "target1"));
     assert_non_null(thread_named(r, "drafter1"));
@@ -782,7 +583,7 @@ static void test_slow_drafter(void **state)
     assert_true(put > 0.5);
     assert_true(fwd > 0.5);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 /* Slow target: the drafters wait in queue_wait; the queue stays nearly empty. */
@@ -793,10 +594,9 @@ static void test_slow_target(void **state)
     tmp_path(trace, sizeof trace, "slow_target.sqlite");
     const char *args[] = {MICRO_MODEL, "--steps", "12", "--queue-depth", "3",
                           "--target-delay-us", "50000", "--trace", trace, NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_trainer(args, NULL);
     assert_int_equal(res.status, 0);
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, trace), ST_OK);
+    st_reader *r = open_reader(trace);
     double wait = role_share(r, "drafter", "queue_wait", 12);
     double fwd = role_share(r, "target", "forward", 12);
     printf("  slow target: drafter queue_wait %.0f%%, target forward %.0f%%\n", 100 * wait,
@@ -808,7 +608,7 @@ static void test_slow_target(void **state)
     counter_stats(r, "queue_depth", &max_depth, &samples);
     assert_true(max_depth <= 1.0);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 /* SIGINT: clean stop, exit status 130, trace flushed with status interrupted. */
@@ -822,24 +622,23 @@ static void test_sigint(void **state)
     const char *args[] = {MICRO_MODEL, "--steps", "1000000", "--log-every", "5",
                           "--target-delay-us", "2000", "--postprocess", "async",
                           "--drafter-gpus", "2", "--trace", trace, NULL};
-    pid_t pid = spawn_trainer(args, out_path, err_path);
+    pid_t pid = spawn_trainer(args, NULL, out_path, err_path);
     /* wait for a log line, so that the run is well under way */
     int seen = 0;
     for (int i = 0; i < 600 && !seen; i++) {
         struct timespec pause = {0, 50 * 1000000L};
         nanosleep(&pause, NULL);
-        char *out = read_file(out_path);
+        char *out = read_file(out_path, NULL);
         seen = strstr(out, "\nstep ") != NULL;
         free(out);
     }
     assert_true(seen);
     assert_int_equal(kill(pid, SIGINT), 0);
-    assert_int_equal(wait_exit(pid), 130);
-    char *out = read_file(out_path), *err = read_file(err_path);
+    assert_int_equal(wait_trainer(pid, 0), 130);
+    char *out = read_file(out_path, NULL), *err = read_file(err_path, NULL);
     assert_non_null(strstr(out, "trainer: interrupted after"));
     assert_string_equal(err, "");
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, trace), ST_OK);
+    st_reader *r = open_reader(trace);
     assert_string_equal(st_reader_meta(r, "status"), "interrupted");
     assert_true(st_reader_n_steps(r) >= 6); /* step 0 and the 5 logged at least */
     assert_non_null(thread_named(r, "post0"));
@@ -854,17 +653,17 @@ static void test_sigint(void **state)
  * directory, the default trace path runs/<time>-<pid>.sqlite when profiling is on. */
 static void check_run(const char *const *args, const char *what, int steps)
 {
-    run_result res = run_trainer(args);
+    trainer_result res = run_trainer(args, NULL);
     if (res.status != 0 || res.err[0])
         print_error("%s: exit %d\n%s%s", what, res.status, res.out, res.err);
     assert_int_equal(res.status, 0);
-    log_line lines[8];
-    int n = parse_log(res.out, lines, 8);
+    trainer_log_line lines[8];
+    int n = parse_trainer_log(res.out, lines, 8);
     assert_true(n >= 1);
     assert_int_equal(lines[n - 1].step, steps);
     for (int i = 0; i < n; i++)
         assert_true(isfinite(lines[i].loss) && lines[i].loss > 0.0 && lines[i].loss < 10.0);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 static void test_variants(void **state)
@@ -893,8 +692,9 @@ static void test_variants(void **state)
     tmp_path(err_path, sizeof err_path, "cwd.err");
     assert_int_equal(mkdir(dir, 0755), 0);
     const char *profiled[] = {MICRO_MODEL, "--steps", "6", "--profile-interval", "3", NULL};
-    assert_int_equal(wait_exit(spawn_trainer_in(dir, profiled, out_path, err_path)), 0);
-    char *out = read_file(out_path);
+    const trainer_options in_dir = {.cwd = dir};
+    assert_int_equal(wait_trainer(spawn_trainer(profiled, &in_dir, out_path, err_path), 0), 0);
+    char *out = read_file(out_path, NULL);
     assert_non_null(strstr(out, "\nprofile steps 1-3 "));
     assert_non_null(strstr(out, "\nprofile steps 4-6 "));
     const char *at = strstr(out, "; trace runs/");
@@ -903,8 +703,7 @@ static void test_variants(void **state)
     assert_int_equal(sscanf(at, "; trace %1000s", trace), 1);
     char full[PATH_MAX * 2];
     snprintf(full, sizeof full, "%s/%s", dir, trace);
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, full), ST_OK);
+    st_reader *r = open_reader(full);
     assert_string_equal(st_reader_meta(r, "status"), "complete");
     assert_string_equal(st_reader_meta(r, "profile_interval"), "3");
     st_reader_close(r);
@@ -917,18 +716,18 @@ static void test_help_and_version(void **state)
 {
     (void)state;
     const char *help[] = {"--help", NULL};
-    run_result res = run_trainer(help);
+    trainer_result res = run_trainer(help, NULL);
     assert_int_equal(res.status, 0);
     assert_non_null(strstr(res.out, "usage: trainer"));
     assert_non_null(strstr(res.out, "--queue-depth"));
     assert_non_null(strstr(res.out, "--postprocess sync|async"));
-    free_result(&res);
+    free_trainer_result(&res);
     const char *version[] = {"--version", NULL};
-    res = run_trainer(version);
+    res = run_trainer(version, NULL);
     assert_int_equal(res.status, 0);
     assert_int_equal(strncmp(res.out, "trainer " TR_VERSION, strlen("trainer " TR_VERSION)), 0);
     assert_int_equal(count_lines(res.out), 1);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 static void test_bad_flags(void **state)
@@ -956,10 +755,10 @@ static void test_bad_flags(void **state)
     };
     size_t n_cases = sizeof cases / sizeof cases[0];
     const char *version[] = {"--version", NULL};
-    run_result v = run_trainer(version);
+    trainer_result v = run_trainer(version, NULL);
     if (strstr(v.out, "cuda"))
         n_cases--;
-    free_result(&v);
+    free_trainer_result(&v);
     for (size_t i = 0; i < n_cases; i++) {
         const char *args[12];
         int k = 0;
@@ -971,7 +770,7 @@ static void test_bad_flags(void **state)
             args[k++] = trace;
         }
         args[k] = NULL;
-        run_result res = run_trainer(args);
+        trainer_result res = run_trainer(args, NULL);
         if (res.status != 2 || count_lines(res.err) != 1 || res.out[0] ||
             strncmp(res.err, "trainer: ", 9)) {
             print_error("case %zu (%s): exit %d, stdout '%s', stderr '%s'\n", i, cases[i][0],
@@ -979,7 +778,7 @@ static void test_bad_flags(void **state)
             fail();
         }
         assert_int_equal(access(trace, F_OK), -1);
-        free_result(&res);
+        free_trainer_result(&res);
     }
 }
 

@@ -23,45 +23,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
 /* ---- helpers ---- */
-
-static void tmp_path(char *buf, size_t size, const char *name)
-{
-    const char *dir = getenv("ST_TEST_TMP");
-    snprintf(buf, size, "%s/test_vtab-%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), name);
-}
-
-static const char *build_dir(void)
-{
-    const char *b = getenv("ST_BUILD");
-    return b && *b ? b : "build";
-}
-
-static sqlite3_stmt *prepare(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    return st;
-}
-
-static int64_t sql_int(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = prepare(db, sql);
-    if (sqlite3_step(st) != SQLITE_ROW) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
-static void exec_ok(sqlite3 *db, const char *sql)
-{
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
-}
 
 /* Runs sql to completion; returns the SQLite code of the last step and
  * copies the error message. */
@@ -93,7 +59,7 @@ static void copy_trace(const char *from, const char *to)
     sqlite3 *db;
     assert_int_equal(sqlite3_open_v2(from, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     char *sql = sqlite3_mprintf("VACUUM INTO %Q", to);
-    exec_ok(db, sql);
+    exec_sql(db, sql);
     sqlite3_free(sql);
     sqlite3_close(db);
 }
@@ -579,14 +545,14 @@ static void test_gpu_table(void **state)
     copy_trace(f->steps_path, path);
     sqlite3 *w;
     assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
-    exec_ok(w, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-               "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
-               " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL)");
+    exec_sql(w, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+                "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+                " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL)");
     db = open_registered(path, SQLITE_OPEN_READONLY);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 0);
     sqlite3_close(db);
-    exec_ok(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
-               "VALUES (0, 7, 0, 10, 1, x'4701020304')");
+    exec_sql(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
+                "VALUES (0, 7, 0, 10, 1, x'4701020304')");
     sqlite3_close(w);
     db = open_registered(path, SQLITE_OPEN_READONLY);
     assert_int_equal(sql_run(db, "SELECT count(*) FROM gpu", msg, sizeof msg), SQLITE_ERROR);
@@ -603,7 +569,7 @@ static void test_gpu_table(void **state)
     assert_int_equal(st_gpu_put(&enc, &k), 0);
     sqlite3_stmt *ins = prepare(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
                                    "VALUES (?, ?, ?, ?, ?, ?)");
-    exec_ok(w, "DELETE FROM gpu_chunks; INSERT INTO gpu_strings VALUES (0, 'spin_kernel')");
+    exec_sql(w, "DELETE FROM gpu_chunks; INSERT INTO gpu_strings VALUES (0, 'spin_kernel')");
     sqlite3_bind_int(ins, 1, 1);
     sqlite3_bind_int(ins, 2, 7);
     sqlite3_bind_int64(ins, 3, enc.t0_ns);
@@ -670,7 +636,7 @@ static void test_read_only_and_registration(void **state)
     tmp_path(path, sizeof path, "stored_view.sqlite");
     copy_trace(f->steps_path, path);
     db = open_registered(path, SQLITE_OPEN_READWRITE);
-    exec_ok(db, "CREATE VIEW main.stored_v AS SELECT count(*) AS n FROM ranges WHERE step IS NOT NULL");
+    exec_sql(db, "CREATE VIEW main.stored_v AS SELECT count(*) AS n FROM ranges WHERE step IS NOT NULL");
     sqlite3_close(db);
     assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)0), SQLITE_OK);
@@ -814,7 +780,7 @@ static void test_extension_shell(void **state)
     tmp_path(path, sizeof path, "not_a_trace.sqlite");
     unlink(path);
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    exec_ok(db, "CREATE TABLE t(x)");
+    exec_sql(db, "CREATE TABLE t(x)");
     sqlite3_close(db);
     status = run_shell(path, "SELECT count(*) FROM ranges;\n", out, sizeof out);
     assert_true(status != 0);
@@ -831,7 +797,7 @@ static void damaged_copy(const fixture *f, const char *path, const char *sql)
     copy_trace(f->multi_path, path);
     sqlite3 *w;
     assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
-    exec_ok(w, sql);
+    exec_sql(w, sql);
     assert_int_equal(sqlite3_changes(w), 1);
     sqlite3_close(w);
 }
@@ -953,5 +919,8 @@ int main(void)
         cmocka_unit_test(test_extension_shell),
         cmocka_unit_test(test_corrupt_chunks),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    if (make_tmp_dir("test_vtab")) return 1;
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    tidy_tmp_dir(failed);
+    return failed;
 }

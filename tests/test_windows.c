@@ -17,36 +17,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "st_intervals.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
 typedef struct captured {
-    char *text;
-    size_t len, cap;
+    text_buf text;
     int windows;
     int64_t accounted_bad; /* windows where a thread's time did not add up */
 } captured;
 
-static void append(captured *c, const char *s, size_t n)
-{
-    if (c->len + n + 1 > c->cap) {
-        c->cap = (c->len + n + 1) * 2;
-        c->text = realloc(c->text, c->cap);
-    }
-    memcpy(c->text + c->len, s, n);
-    c->len += n;
-    c->text[c->len] = 0;
-}
-
+/* Called on the writer's thread for the online windows: no asserts here. */
 static void on_window(const struct st_window *w, void *arg)
 {
     captured *c = arg;
-    size_t need = st_window_format(w, NULL, 0);
-    char *buf = malloc(need + 1);
-    st_window_format(w, buf, need + 1);
-    append(c, buf, need);
-    free(buf);
+    append_window(w, &c->text);
     c->windows++;
     for (uint32_t i = 0; i < w->n_threads; i++) {
         int64_t sum = w->threads[i].idle_ns;
@@ -93,9 +79,9 @@ static void *worker(void *arg)
 
 static void run_and_compare(unsigned every, int steps)
 {
-    char path[256];
-    const char *dir = getenv("ST_TEST_TMP") ? getenv("ST_TEST_TMP") : "/tmp";
-    snprintf(path, sizeof path, "%s/test_windows_%d_%u.sqlite", dir, (int)getpid(), every);
+    char path[PATH_MAX], name[64];
+    snprintf(name, sizeof name, "every%u.sqlite", every);
+    tmp_path(path, sizeof path, name);
     captured online = {0}, offline = {0};
 
     st_options opt;
@@ -135,8 +121,7 @@ static void run_and_compare(unsigned every, int steps)
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
     assert_int_equal(st_close(trace), ST_OK);
 
-    st_reader *r;
-    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    st_reader *r = open_reader(path);
     assert_int_equal(st_reader_windows(r, every, on_window, &offline), ST_OK);
     st_reader_close(r);
 
@@ -144,14 +129,14 @@ static void run_and_compare(unsigned every, int steps)
     assert_int_equal(offline.windows, online.windows);
     assert_int_equal(online.accounted_bad, 0);
     assert_int_equal(offline.accounted_bad, 0);
-    assert_non_null(online.text);
-    assert_string_equal(online.text, offline.text);
+    assert_non_null(online.text.data);
+    assert_string_equal(online.text.data, offline.text.data);
     /* every thread shows up, with its stages */
-    assert_non_null(strstr(online.text, "worker2"));
-    assert_non_null(strstr(online.text, "main_work"));
-    assert_non_null(strstr(online.text, "outer"));
-    free(online.text);
-    free(offline.text);
+    assert_non_null(strstr(online.text.data, "worker2"));
+    assert_non_null(strstr(online.text.data, "main_work"));
+    assert_non_null(strstr(online.text.data, "outer"));
+    free(online.text.data);
+    free(offline.text.data);
     unlink(path);
 }
 
@@ -173,5 +158,8 @@ int main(void)
         cmocka_unit_test(test_online_equals_offline_every1),
         cmocka_unit_test(test_online_equals_offline_every4),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (make_tmp_dir("test_windows")) return 1;
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    tidy_tmp_dir(failed);
+    return failed;
 }

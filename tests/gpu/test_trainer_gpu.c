@@ -37,146 +37,47 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cuda_runtime.h>
 
+#include "common.h"
 #include "st_intervals.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
-static char tmp_dir[PATH_MAX];
-static char trainer_path[PATH_MAX];
 static int n_gpus;
 
 /* ---- running the trainer ---------------------------------------------------------------- */
 
-static void tmp_path(char *out, size_t size, const char *name)
+/* Runs the trainer with args (NULL-terminated) and extra environment (NAME=VALUE, NULL-ended)
+ * under a watchdog, printing the command and how it ended. */
+static trainer_result run_watched(const char *const *args, const char *const *env)
 {
-    int n = snprintf(out, size, "%s/%s", tmp_dir, name);
-    assert_true(n > 0 && (size_t)n < size);
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    size_t cap = 4096, len = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (cap - len < 2)
-            buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
-typedef struct run_result {
-    int status; /* exit status, 128 + signal, or -1 for a timeout */
-    char *out, *err;
-} run_result;
-
-static void free_result(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Runs the trainer with args (NULL-terminated) and extra environment (NAME=VALUE, NULL-ended),
- * under a watchdog. */
-static run_result run_trainer_env(const char *const *args, const char *const *env)
-{
-    static int serial;
-    char out_path[PATH_MAX], err_path[PATH_MAX], name[64];
-    snprintf(name, sizeof name, "run%d.out", serial);
-    tmp_path(out_path, sizeof out_path, name);
-    snprintf(name, sizeof name, "run%d.err", serial++);
-    tmp_path(err_path, sizeof err_path, name);
-    const char *argv[80];
-    int n = 0;
-    argv[n++] = trainer_path;
-    for (int i = 0; args[i] && n < 79; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
     printf("  $ ");
     for (int i = 0; env && env[i]; i++)
         printf("%s ", env[i]);
-    for (int i = 0; argv[i]; i++)
-        printf("%s ", argv[i]);
+    printf("%s ", trainer_path);
+    for (int i = 0; args[i]; i++)
+        printf("%s ", args[i]);
     printf("\n");
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-            _exit(127);
-        setenv("NCCL_NVLS_ENABLE", "0", 0);
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        execv(trainer_path, (char *const *)argv);
-        _exit(127);
-    }
     const char *limit_text = getenv("TRAINER_TIMEOUT_S");
     double limit = limit_text && atof(limit_text) > 0 ? atof(limit_text) : 300.0;
-    double t0 = now_s();
-    int status = 0, timed_out = 0, signalled = 0;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            break;
-        assert_true(r == 0 || errno == EINTR);
-        double t = now_s() - t0;
-        if (t > limit && !signalled) {
-            kill(pid, SIGTERM);
-            signalled = 1;
-            timed_out = 1;
-        } else if (t > limit + 15.0) {
-            kill(pid, SIGKILL);
-        }
-        usleep(20000);
-    }
-    run_result res;
-    res.status = timed_out ? -1
-                 : WIFEXITED(status) ? WEXITSTATUS(status)
-                                     : 128 + WTERMSIG(status);
-    res.out = read_file(out_path);
-    res.err = read_file(err_path);
-    printf("    exit %d after %.1f s\n", res.status, now_s() - t0);
-    if (timed_out)
+    const trainer_options opt = {.env = env, .timeout_s = limit};
+    double t0 = monotonic_s();
+    trainer_result res = run_trainer(args, &opt);
+    printf("    exit %d after %.1f s\n", res.status, monotonic_s() - t0);
+    if (res.status == -1)
         print_error("the trainer did not finish in %.0f s (hung?): stopped it\n", limit);
     return res;
 }
 
-static run_result run_trainer(const char *const *args)
-{
-    return run_trainer_env(args, NULL);
-}
-
 /* Fails the test with the run's output when it did not exit 0. */
-static void expect_success(const run_result *r)
+static void expect_success(const trainer_result *r)
 {
     if (r->status != 0) {
         print_error("trainer exited %d\n--- stdout ---\n%s--- stderr ---\n%s--------------\n",
@@ -185,64 +86,11 @@ static void expect_success(const run_result *r)
     }
 }
 
-/* The log lines: "step N loss X acc A top4 B tok/s T queue Q/D" (acc may be "-"). */
-typedef struct log_line {
-    long step;
-    double loss, acc, topk, tok_s;
-} log_line;
-
-static int parse_log(const char *out, log_line *lines, int max)
-{
-    int n = 0;
-    for (const char *p = out; *p && n < max; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : "") {
-        log_line l = {0, 0, -1, -1, 0};
-        int q, depth;
-        if (sscanf(p, "step %ld loss %lf acc %lf top4 %lf tok/s %lf queue %d/%d", &l.step, &l.loss,
-                   &l.acc, &l.topk, &l.tok_s, &q, &depth) == 7 ||
-            sscanf(p, "step %ld loss %lf acc - top4 - tok/s %lf", &l.step, &l.loss, &l.tok_s) == 3)
-            lines[n++] = l;
-    }
-    return n;
-}
-
 /* ---- reading the trace -------------------------------------------------------------------- */
-
-static int stage_id(st_reader *r, const char *name)
-{
-    for (uint32_t i = 0; i < st_reader_n_stages(r); i++)
-        if (!strcmp(st_reader_stage(r, i)->name, name))
-            return (int)i;
-    return -1;
-}
-
-static long count_ranges(st_reader *r, uint32_t thread, int stage)
-{
-    st_range_iter *it;
-    assert_int_equal(st_range_iter_open(&it, r, thread, INT64_MIN, INT64_MAX), ST_OK);
-    st_range rg;
-    long n = 0;
-    int rc;
-    while ((rc = st_range_iter_next(it, &rg)) == 1)
-        n += (int)rg.stage == stage;
-    assert_int_equal(rc, 0);
-    st_range_iter_close(it);
-    return n;
-}
-
-static const st_thread_info *thread_named(st_reader *r, const char *name)
-{
-    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
-        if (!strcmp(st_reader_thread(r, i)->name, name))
-            return st_reader_thread(r, i);
-    return NULL;
-}
 
 static long counter_samples(st_reader *r, const char *name)
 {
-    int id = -1;
-    for (uint32_t i = 0; i < st_reader_n_counters(r); i++)
-        if (!strcmp(st_reader_counter(r, i)->name, name))
-            id = (int)st_reader_counter(r, i)->id;
+    int id = counter_id(r, name);
     if (id < 0)
         return 0;
     st_sample_iter *it;
@@ -341,11 +189,11 @@ static void expect_steps(st_reader *r, uint32_t steps, uint64_t tokens_per_step)
 }
 
 /* The loss of the last log line is at least `drop` below the first's. */
-static void expect_loss_falls(const run_result *res, int n_lines_expected, double drop,
+static void expect_loss_falls(const trainer_result *res, int n_lines_expected, double drop,
                               double min_accuracy)
 {
-    log_line lines[64];
-    int n = parse_log(res->out, lines, 64);
+    trainer_log_line lines[64];
+    int n = parse_trainer_log(res->out, lines, 64);
     if (n != n_lines_expected) {
         print_error("%d log lines, expected %d:\n%s", n, n_lines_expected, res->out);
         fail();
@@ -367,54 +215,6 @@ static void expect_loss_falls(const run_result *res, int n_lines_expected, doubl
     }
 }
 
-typedef struct text_buf {
-    char *data;
-    size_t len, cap;
-} text_buf;
-
-static void append_window(const struct st_window *w, void *arg)
-{
-    text_buf *t = arg;
-    size_t need = st_window_format(w, NULL, 0);
-    if (t->len + need + 1 > t->cap) {
-        t->cap = (t->len + need + 1) * 2;
-        t->data = realloc(t->data, t->cap);
-    }
-    st_window_format(w, t->data + t->len, need + 1);
-    t->len += need;
-}
-
-/* The printed profile lines: window headers and the thread/role lines under them. */
-static char *profile_text(const char *out)
-{
-    size_t len = strlen(out), at = 0;
-    char *text = calloc(1, len + 1);
-    int in_window = 0;
-    for (const char *p = out; *p;) {
-        const char *end = strchr(p, '\n');
-        size_t n = end ? (size_t)(end - p) + 1 : strlen(p);
-        if (!strncmp(p, "profile ", 8))
-            in_window = 1;
-        else if (strncmp(p, "  ", 2))
-            in_window = 0;
-        if (in_window) {
-            memcpy(text + at, p, n);
-            at += n;
-        }
-        p += n;
-    }
-    return text;
-}
-
-static void open_trace(st_reader **r, const char *trace)
-{
-    assert_int_equal(st_reader_open(r, trace), ST_OK);
-    assert_string_equal(st_reader_meta(*r, "status"), "complete");
-    const char *dropped = st_reader_meta(*r, "dropped_events");
-    assert_non_null(dropped);
-    assert_string_equal(dropped, "0");
-}
-
 /* ---- 1 GPU ------------------------------------------------------------------------------------ */
 
 /* The loss of step 1 (seed 7, one target and one drafter, each on device 0) with the given
@@ -429,15 +229,15 @@ static double first_step_loss(const char *device, const char *const *extra)
         args[n++] = extra[i];
     args[n] = NULL;
     const char *env[] = {"KC_DEBUG_SYNC=1", NULL};
-    run_result res = run_trainer_env(args, strcmp(device, "cuda") ? NULL : env);
+    trainer_result res = run_watched(args, strcmp(device, "cuda") ? NULL : env);
     expect_success(&res);
-    log_line l;
-    if (parse_log(res.out, &l, 1) != 1) {
+    trainer_log_line l;
+    if (parse_trainer_log(res.out, &l, 1) != 1) {
         print_error("no log line for step 1:\n%s%s", res.out, res.err);
         fail();
     }
     printf("    %s: step 1 loss %.3f acc %.3f top4 %.3f\n", device, l.loss, l.acc, l.topk);
-    free_result(&res);
+    free_trainer_result(&res);
     return l.loss;
 }
 
@@ -491,12 +291,11 @@ static void test_colocated_1gpu_async(void **state)
                           "50", "--log-every", "10", "--metrics-every", "10",
                           "--profile-interval", "10", "--postprocess", "async", "--target-gpus",
                           "0,", "--drafter-gpus", "0,", "--trace", trace, "--overwrite", NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_watched(args, NULL);
     expect_success(&res);
     expect_loss_falls(&res, 5, 0.4, 0.1);
 
-    st_reader *r;
-    open_trace(&r, trace);
+    st_reader *r = open_complete_trace(trace);
     static const expect_thread expect[] = {
         {"main", "main", -1, {"step_wait"}},
         {"loader", "loader", -1, {"load", "queue_put"}},
@@ -533,7 +332,7 @@ static void test_colocated_1gpu_async(void **state)
     free(recomputed.data);
     st_reader_close(r);
     assert_non_null(strstr(res.out, "GPU busy with the forward"));
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 static void test_colocated_1gpu_sync_small(void **state)
@@ -545,11 +344,10 @@ static void test_colocated_1gpu_sync_small(void **state)
                           "60", "--log-every", "10", "--metrics-every", "10",
                           "--postprocess", "sync", "--target-gpus", "0,", "--drafter-gpus",
                           "0,", "--profile-steps", "3-5", "--trace", trace, "--overwrite", NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_watched(args, NULL);
     expect_success(&res);
     expect_loss_falls(&res, 6, 0.4, 0.0);
-    st_reader *r;
-    open_trace(&r, trace);
+    st_reader *r = open_complete_trace(trace);
     static const expect_thread expect[] = {
         {"target0", "target", 0,
          {"batch_wait", "forward", "postprocess", "event_sync", "d2h", "stream_sync",
@@ -564,7 +362,7 @@ static void test_colocated_1gpu_sync_small(void **state)
     assert_int_equal(thread_stage_count(r, "drafter0", "d2h"), 6);
     expect_steps(r, 60, 4 * 256);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 /* ---- 2 GPUs ----------------------------------------------------------------------------------- */
@@ -578,11 +376,10 @@ static void test_split_2gpu_sync(void **state)
                           "60", "--log-every", "10", "--metrics-every", "10", "--postprocess",
                           "sync", "--target-gpus", "0,", "--drafter-gpus", "1,", "--trace",
                           trace, "--overwrite", NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_watched(args, NULL);
     expect_success(&res);
     expect_loss_falls(&res, 6, 0.4, 0.0);
-    st_reader *r;
-    open_trace(&r, trace);
+    st_reader *r = open_complete_trace(trace);
     static const expect_thread expect[] = {
         {"main", "main", -1, {"step_wait"}},
         {"loader", "loader", -1, {"load", "queue_put"}},
@@ -599,7 +396,7 @@ static void test_split_2gpu_sync(void **state)
     assert_int_equal(thread_stage_count(r, "drafter1", "forward"), 60);
     expect_steps(r, 60, 4 * 256);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 static void test_colocated_2gpu_nccl(void **state)
@@ -611,11 +408,10 @@ static void test_colocated_2gpu_nccl(void **state)
                           "50", "--log-every", "10", "--metrics-every", "10",
                           "--profile-interval", "10", "--postprocess", "async", "--target-gpus",
                           "0,1", "--drafter-gpus", "0,1", "--trace", trace, "--overwrite", NULL};
-    run_result res = run_trainer(args);
+    trainer_result res = run_watched(args, NULL);
     expect_success(&res);
     expect_loss_falls(&res, 5, 0.4, 0.1);
-    st_reader *r;
-    open_trace(&r, trace);
+    st_reader *r = open_complete_trace(trace);
     static const expect_thread expect[] = {
         {"main", "main", -1, {"step_wait"}},
         {"loader", "loader", -1, {"load", "queue_put"}},
@@ -638,28 +434,10 @@ static void test_colocated_2gpu_nccl(void **state)
     assert_int_equal(thread_stage_count(r, "drafter1", "allreduce"), 50);
     expect_steps(r, 50, 2 * 2 * 128);
     st_reader_close(r);
-    free_result(&res);
+    free_trainer_result(&res);
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
-
-static int setup_paths(void)
-{
-    const char *build = getenv("ST_BUILD");
-    char relative[PATH_MAX];
-    snprintf(relative, sizeof relative, "%s/trainer", build && *build ? build : "build");
-    if (!realpath(relative, trainer_path) || access(trainer_path, X_OK)) {
-        fprintf(stderr, "test_trainer_gpu: no trainer at %s (set ST_BUILD)\n", relative);
-        return -1;
-    }
-    const char *base = getenv("ST_TEST_TMP");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_trainer_gpu.XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        return -1;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -678,8 +456,9 @@ int main(int argc, char **argv)
         printf("SKIP: the 2gpu group needs 2 GPUs, this machine has %d\n", n_gpus);
         return 0;
     }
-    if (setup_paths())
+    if (find_trainer() || make_tmp_dir("test_trainer_gpu"))
         return 1;
+    setenv("NCCL_NVLS_ENABLE", "0", 0); /* a default the runs inherit */
     printf("test_trainer_gpu: %s, %d GPU%s, trainer %s\n", group, n_gpus, n_gpus > 1 ? "s" : "",
            trainer_path);
     const struct CMUnitTest one[] = {
