@@ -780,6 +780,12 @@ static void test_bad_flags(void **state)
         assert_int_equal(access(trace, F_OK), -1);
         free_trainer_result(&res);
     }
+    /* "0" reads as a count of no devices; the message says how to name device 0 alone */
+    const char *zero[] = {"--target-gpus", "0", NULL};
+    trainer_result z = run_trainer(zero, NULL);
+    assert_int_equal(z.status, 2);
+    assert_string_equal(z.err, "trainer: --target-gpus 0 is a count of no devices; for device 0 alone write '0,'\n");
+    free_trainer_result(&z);
 }
 
 int main(void)

@@ -195,9 +195,13 @@ static int parse_devices(const char *flag, const char *text, int *devices, int *
     if (!strchr(text, ',')) {
         int k;
         if (parse_int(flag, text, 1, TR_MAX_DEVICES, &k, err, n)) {
-            set_error(err, n,
-                      "%s expects a count in 1..%d or a comma list of device ids, got '%s'", flag,
-                      TR_MAX_DEVICES, text);
+            if (strcmp(text, "0") == 0) /* meant device 0: a list of one needs its comma */
+                set_error(err, n, "%s 0 is a count of no devices; for device 0 alone write '0,'",
+                          flag);
+            else
+                set_error(err, n,
+                          "%s expects a count in 1..%d or a comma list of device ids, got '%s'",
+                          flag, TR_MAX_DEVICES, text);
             return -1;
         }
         for (int i = 0; i < k; i++)
