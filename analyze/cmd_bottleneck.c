@@ -40,7 +40,7 @@ static const char help[] =
     "device that may run other roles' work too, so a role needs the larger of its host time\n"
     "without sync (host = work + comm + copy) and the GPU time of the work it launched (the\n"
     "union of its kernels, copies and memsets per device). Each device is a candidate too,\n"
-    "with its busy time: a GPU busier than every role's need by more than one point (roles,\n"
+    "with its busy time: a GPU busier than every role's need by more than 5 points (roles,\n"
     "or several threads of one role, share it) is the bottleneck; the verdict names it, its\n"
     "largest user, and that role's stage that launched the most GPU time.\n"
     "\n"

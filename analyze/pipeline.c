@@ -879,18 +879,20 @@ void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_ro
         v->role = (int32_t)r;
         best_evidence = evidence;
     }
-    /* A device busier than any role needs: roles share it, and it is the
-     * limit. Of devices within one percentage point of the busiest, the
-     * first, so that twin devices do not trade places on noise. */
+    /* A device busier than any role needs, by more than AN_DEVICE_MARGIN_PCT
+     * (less is a role's own copies on the copy engines, or another role's
+     * odd kernel): roles share it, and it is the limit. Of devices within
+     * one percentage point of the busiest, the first, so that twin devices
+     * do not trade places on noise. */
     double role_pct = v->role >= 0 ? loads[v->role].need_pct : 0.0, top_pct = -1.0;
     for (uint32_t d = 0; d < p->n_devices; d++) {
         double bp = pct(dev_sum(p, bin0, bin1, d, p->n_roles), period);
         if (bp > top_pct) top_pct = bp;
     }
     double dev_pct = 0;
-    for (uint32_t d = 0; d < p->n_devices && top_pct > role_pct + 1.0; d++) {
+    for (uint32_t d = 0; d < p->n_devices && top_pct > role_pct + AN_DEVICE_MARGIN_PCT; d++) {
         double bp = pct(dev_sum(p, bin0, bin1, d, p->n_roles), period);
-        if (bp <= role_pct + 1.0 || bp < top_pct - 1.0) continue;
+        if (bp <= role_pct + AN_DEVICE_MARGIN_PCT || bp < top_pct - 1.0) continue;
         int32_t top = -1;
         int64_t top_ns = 0;
         for (uint32_t r = 0; r < p->n_roles; r++) {

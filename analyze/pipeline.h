@@ -166,6 +166,7 @@ typedef struct an_verdict {
 
 #define AN_SATURATED_PCT 50.0
 #define AN_EVIDENCE_PCT 5.0
+#define AN_DEVICE_MARGIN_PCT 5.0
 
 /* loads: [n_roles]. */
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads);
@@ -173,8 +174,8 @@ void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load 
 void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_device_load *d);
 /* The verdict. Candidates are the roles (their need per thread) and, with
  * GPU activity, the devices (their busy time): a device wins only when it is
- * busier than every role's need by more than one percentage point, which
- * happens when roles share it. */
+ * busier than every role's need by more than AN_DEVICE_MARGIN_PCT points,
+ * which happens when roles (or several threads of one role) share it. */
 void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_role_load *loads, double speedup,
                      an_verdict *v);
 /* A role's self time per stage over bins: fills stage_ns[n_cols] (the last is idle). */
