@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+
 #include "analyze.h"
 
 static const char help[] =
@@ -21,7 +23,8 @@ static const char help[] =
     "Shows, per trace: program, rank, run id, host, start time, schema version, status\n"
     "(complete, interrupted, or running: the run did not finish, an incomplete trace whose\n"
     "contents can still be analyzed), threads by role, stages by kind, ranges, counter\n"
-    "samples, steps, tokens, dropped events, duration and tokens/s.\n"
+    "samples, steps, tokens, dropped events, duration and tokens/s, and GPU activity\n"
+    "(devices, their records, API calls, CUPTI's dropped records; 'none' without it).\n"
     "\n"
     "  duration    the trace span: from the first range event or step mark to the last\n"
     "  tokens/s    tokens of the steps after the first mark / time from first to last mark\n"
@@ -50,6 +53,8 @@ static const an_col cols[] = {
     {"counter_samples", AN_T_INT, 0}, {"steps", AN_T_INT, 0},          {"first_step", AN_T_INT, 0},
     {"last_step", AN_T_INT, 0},      {"tokens", AN_T_INT, 0},          {"dropped_events", AN_T_INT, 0},
     {"duration_s", AN_T_REAL, 9},    {"tokens_per_s", AN_T_REAL, 3},   {"profile_interval", AN_T_INT, 0},
+    {"gpu_devices", AN_T_STR, 0},    {"gpu_records", AN_T_INT, 0},     {"gpu_api_calls", AN_T_INT, 0},
+    {"gpu_dropped_records", AN_T_INT, 0},
 };
 #define N_COLS ((int)(sizeof cols / sizeof cols[0]))
 
@@ -65,7 +70,51 @@ typedef struct info {
     int has_steps;
     double duration_s, tokens_per_s; /* NaN when unknown */
     int64_t dropped;
+    /* GPU activity, from the gpu_chunks headers: device records (kernels,
+     * copies, memsets, syncs) and API calls (device -1) */
+    int has_gpu;
+    char gpu_devices[256];
+    int64_t gpu_records, gpu_api_calls;
 } info;
+
+/* Counts from the chunk headers of gpu_chunks, per device; 0, or 1 with the
+ * error printed. */
+static int gather_gpu(const an_trace *t, info *in)
+{
+    int has = st_reader_has_gpu(t->r);
+    if (has < 0) {
+        an_trace_fail(t);
+        return 1;
+    }
+    if (!has) return 0;
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT device, sum(max(n_records, 0)) FROM gpu_chunks GROUP BY device ORDER BY device",
+                           -1, &st, NULL) != SQLITE_OK) {
+        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+        return 1;
+    }
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t device = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+        if (device < 0) {
+            in->gpu_api_calls += n;
+            continue;
+        }
+        in->gpu_records += n;
+        size_t len = strlen(in->gpu_devices);
+        if (len < sizeof in->gpu_devices)
+            snprintf(in->gpu_devices + len, sizeof in->gpu_devices - len, "%s%lld", len ? ", " : "", (long long)device);
+    }
+    if (rc != SQLITE_DONE) {
+        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return 1;
+    }
+    sqlite3_finalize(st);
+    in->has_gpu = 1;
+    return 0;
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -158,7 +207,7 @@ static int gather(const an_trace *t, info *in)
         in->dropped = 0;
         for (uint32_t i = 0; i < in->n_threads; i++) in->dropped += (int64_t)st_reader_thread(r, i)->dropped;
     }
-    return 0;
+    return gather_gpu(t, in);
 }
 
 /* Text values from the trace: control characters would reach the terminal. */
@@ -236,6 +285,17 @@ static void print_text(FILE *f, const an_trace *t, const info *in)
     if (!isnan(in->tokens_per_s)) fprintf(f, ", %.1f tokens/s", in->tokens_per_s);
     fprintf(f, "\n  dropped events: %lld", (long long)in->dropped);
     if (in->dropped > 0) fputs(" (rings were full: stage times may be undercounted)", f);
+    if (in->has_gpu) {
+        fprintf(f, "\n  gpu activity: %lld records on device%s ", (long long)in->gpu_records,
+                strchr(in->gpu_devices, ',') ? "s" : "");
+        put_clean(f, in->gpu_devices[0] ? in->gpu_devices : "-");
+        fprintf(f, " (kernels, copies, memsets, syncs), %lld API calls", (long long)in->gpu_api_calls);
+        int64_t gd;
+        if (an_trace_meta_i64(t, "gpu_dropped_records", &gd) == 0)
+            fprintf(f, "; CUPTI dropped %lld%s", (long long)gd, gd > 0 ? " (GPU times may be undercounted)" : "");
+    } else {
+        fputs("\n  gpu activity: none", f);
+    }
     const char *pi = an_trace_meta(t, "profile_interval");
     if (pi) {
         fputs("\n  profile interval: ", f);
@@ -293,6 +353,15 @@ static void put_row(an_table *tb, const an_trace *t, const info *in)
     an_put_real(tb, in->duration_s);
     an_put_real(tb, in->tokens_per_s);
     put_meta_int(tb, t, "profile_interval");
+    an_put_str(tb, in->has_gpu ? in->gpu_devices : NULL);
+    if (in->has_gpu) {
+        an_put_int(tb, in->gpu_records);
+        an_put_int(tb, in->gpu_api_calls);
+    } else {
+        an_put_null(tb);
+        an_put_null(tb);
+    }
+    put_meta_int(tb, t, "gpu_dropped_records");
     an_row_end(tb);
 }
 
@@ -330,9 +399,12 @@ int cmd_info(int argc, char **argv)
             continue;
         }
         info in;
-        if (gather(&t, &in)) {
+        int grc = gather(&t, &in);
+        if (grc == -1) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
+        } else if (grc) {
+            rc = AN_EXIT_USAGE;
         } else if (want_verify && verify(&t, &in) != ST_OK) {
             rc = an_trace_fail(&t);
         } else if (fmt == AN_FMT_TEXT) {

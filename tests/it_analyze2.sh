@@ -213,6 +213,16 @@ assert [w["device"] for w in d["windows"]] == [0, 0]
 EOF
 ok
 
+expect_ok g_info "$A" info gpu_shared.sqlite
+grep -qx '  gpu activity: 50 records on devices 0, 1 (kernels, copies, memsets, syncs), 30 API calls' g_info.out \
+    || fail "info GPU line: $(grep 'gpu activity' g_info.out)"
+expect_ok g_info_json "$A" info --format json gpu_shared.sqlite
+py "info GPU columns" <<'EOF'
+import json
+r = json.load(open("g_info_json.out"))["info"][0]
+assert (r["gpu_devices"], r["gpu_records"], r["gpu_api_calls"], r["gpu_dropped_records"]) == ("0, 1", 50, 30, None), r
+EOF
+
 # ---- real trainer runs (CPU backend) -------------------------------------------------------------
 if [ ! -x "$TRAINER" ]; then
     echo "trainer not built: trainer checks skipped"
