@@ -15,8 +15,8 @@ static const char help[] =
     "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE\n"
     "\n"
     "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"
-    "or st_gpu_start). Five tables; kernels, copies and stages cover the whole trace,\n"
-    "devices and host_wait a window (stated in the header): by default the steady\n"
+    "or st_gpu_start). Six tables; kernels, copies and stages cover the whole trace,\n"
+    "devices, host_wait and api a window (stated in the header): by default the steady\n"
     "state, from the second step mark (step 1's: the first step holds start-up, weight\n"
     "init and first launches) to the last; the whole trace with fewer than 2 marks.\n"
     "  kernels  per device and kernel name: count, total, mean, share of the device's\n"
@@ -45,12 +45,18 @@ static const char help[] =
     "  stages   GPU time projected onto CPU stages: per launching thread and stage\n"
     "           (the innermost range open when the launch call started), the records\n"
     "           launched, and the sum of their GPU durations\n"
+    "  api      host time in CUDA API calls over the window: per thread, stage (open at\n"
+    "           the call's start) and function: count, total, mean, max, share of the\n"
+    "           window. Top-level calls only: a driver call inside a runtime call on the\n"
+    "           same thread is part of it. Calls on untraced threads (libraries' own)\n"
+    "           count under \"(untraced)\". The N largest per thread (--top)\n"
     "\n"
     "options:\n"
-    "  --steps A:B  devices and host_wait between the marks of steps A and B (A: or :B\n"
-    "               leave an end open)\n"
-    "  --time T0:T1 devices and host_wait over T0..T1 s from the trace start\n"
-    "  --top N      kernels per device in the kernels table (default 20, 0 = all)\n"
+    "  --steps A:B  devices, host_wait and api between the marks of steps A and B (A: or\n"
+    "               :B leave an end open)\n"
+    "  --time T0:T1 devices, host_wait and api over T0..T1 s from the trace start\n"
+    "  --top N      kernels per device in the kernels table, and functions per thread\n"
+    "               in the api table (default 20, 0 = all)\n"
     "  --format F   text (default), csv or json\n";
 
 enum { OPT_TOP = 1, OPT_STEPS, OPT_TIME };
@@ -85,6 +91,11 @@ static const an_col wait_cols[] = {
 static const an_col stage_cols[] = {
     {"thread", AN_T_STR, 0}, {"stage", AN_T_STR, 0},   {"device", AN_T_INT, 0},
     {"records", AN_T_INT, 0}, {"kernels", AN_T_INT, 0}, {"gpu_ms", AN_T_MS, 0},
+};
+static const an_col api_cols[] = {
+    {"thread", AN_T_STR, 0},  {"stage", AN_T_STR, 0},    {"function", AN_T_STR, 0}, {"api", AN_T_STR, 0},
+    {"count", AN_T_INT, 0},   {"total_ms", AN_T_MS, 0},  {"mean_us", AN_T_REAL, 3}, {"max_ms", AN_T_MS, 0},
+    {"share_pct", AN_T_PCT, 0},
 };
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -186,6 +197,141 @@ static int add_row(sums *s, const st_gpu_row *g)
     s->s[i].kernels += r->kind == ST_GPU_KERNEL;
     s->s[i].gpu_ns += r->dur_ns;
     return 0;
+}
+
+/* ---- CUDA API calls ---- */
+
+typedef struct api_call {
+    int64_t thread, stage, start, end;
+    const char *name; /* owned by the API iterator */
+    uint32_t domain, cbid;
+} api_call;
+
+typedef struct api_sum {
+    int64_t thread, stage;
+    const char *name;
+    uint32_t domain, cbid;
+    uint64_t count;
+    int64_t total_ns, max_ns;
+} api_sum;
+
+static int cmp_api_call(const void *a, const void *b)
+{
+    const api_call *x = a, *y = b;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->end < y->end) - (x->end > y->end); /* the enclosing call first */
+}
+
+static int cmp_api_sum(const void *a, const void *b)
+{
+    const api_sum *x = a, *y = b;
+    /* traced threads by id, then the untraced */
+    if (x->thread != y->thread) return (uint64_t)x->thread < (uint64_t)y->thread ? -1 : 1;
+    if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
+    if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
+    if (x->name != y->name) return x->name && y->name ? strcmp(x->name, y->name) : x->name ? -1 : 1;
+    return (x->cbid > y->cbid) - (x->cbid < y->cbid);
+}
+
+/* The API calls of the window [w0, w1), top level only (a call inside the
+ * previous top-level call of its thread is part of it), clipped to the
+ * window and added up per (thread, stage, function). */
+static int api_sums(st_gpu_iter *it, int64_t w0, int64_t w1, api_sum **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    api_call *v = NULL;
+    size_t n = 0, cap = 0;
+    st_gpu_row g;
+    int k;
+    while ((k = st_gpu_iter_next(it, &g)) == 1) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            api_call *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                return ST_ENOMEM;
+            }
+            v = nv;
+        }
+        v[n++] = (api_call){g.thread, g.stage, g.rec.start_ns, g.rec.start_ns + g.rec.dur_ns, g.name, g.stream,
+                            g.rec.copy_kind};
+    }
+    if (k < 0) {
+        free(v);
+        return k;
+    }
+    if (n) qsort(v, n, sizeof *v, cmp_api_call);
+    api_sum *sums = NULL;
+    size_t ns = 0, scap = 0;
+    int64_t top_end = INT64_MIN, thread = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        const api_call *c = &v[i];
+        if (c->thread != thread) {
+            thread = c->thread;
+            top_end = INT64_MIN;
+        }
+        /* untraced threads are many OS threads under one label: no nesting across them */
+        if (c->thread >= 0 && c->start < top_end && c->end <= top_end) continue;
+        if (c->end > top_end) top_end = c->end;
+        int64_t a = c->start > w0 ? c->start : w0, b = c->end < w1 ? c->end : w1;
+        if (b < a || (b == a && c->end > c->start) || c->start >= w1) continue; /* outside the window */
+        size_t j = ns;
+        for (size_t m = ns; m-- > 0;) { /* rows of this thread are the last ones */
+            if (sums[m].thread != c->thread) break;
+            if (sums[m].stage == c->stage && sums[m].name == c->name && sums[m].domain == c->domain &&
+                (c->name || sums[m].cbid == c->cbid)) {
+                j = m;
+                break;
+            }
+        }
+        if (j == ns) {
+            if (ns == scap) {
+                scap = scap ? scap * 2 : 64;
+                api_sum *nsum = realloc(sums, scap * sizeof *nsum);
+                if (!nsum) {
+                    free(sums);
+                    free(v);
+                    return ST_ENOMEM;
+                }
+                sums = nsum;
+            }
+            sums[ns++] = (api_sum){c->thread, c->stage, c->name, c->domain, c->cbid, 0, 0, 0};
+        }
+        sums[j].count++;
+        sums[j].total_ns += b - a;
+        if (b - a > sums[j].max_ns) sums[j].max_ns = b - a;
+    }
+    free(v);
+    if (ns) qsort(sums, ns, sizeof *sums, cmp_api_sum);
+    *out = sums;
+    *n_out = ns;
+    return ST_OK;
+}
+
+static void put_api(an_out *out, an_trace *t, const api_sum *s, size_t n, int64_t window_ns, uint64_t top)
+{
+    an_table *tb = an_table_new(out, "api", api_cols, N_OF(api_cols));
+    for (size_t i = 0, shown = 0; i < n; i++) {
+        if (i == 0 || s[i].thread != s[i - 1].thread) shown = 0;
+        if (top && shown++ >= top) continue;
+        const st_thread_info *ti = s[i].thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)s[i].thread) : NULL;
+        const st_stage_info *si = s[i].stage >= 0 ? st_reader_stage(t->r, (uint32_t)s[i].stage) : NULL;
+        char fn[64];
+        if (!s[i].name) snprintf(fn, sizeof fn, "cbid %u", s[i].cbid);
+        an_put_str(tb, ti ? ti->name : "(untraced)");
+        an_put_str(tb, si ? si->name : s[i].thread >= 0 ? "(no stage)" : NULL);
+        an_put_str(tb, s[i].name ? s[i].name : fn);
+        an_put_str(tb, s[i].domain ? "driver" : "runtime");
+        an_put_int(tb, (int64_t)s[i].count);
+        an_put_ns(tb, s[i].total_ns);
+        an_put_real(tb, (double)s[i].total_ns / (double)s[i].count / 1e3);
+        an_put_ns(tb, s[i].max_ns);
+        an_put_pct(tb, window_ns > 0 ? 100.0 * (double)s[i].total_ns / (double)window_ns : 0);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
 }
 
 static int cmp_kernel(const void *a, const void *b)
@@ -398,6 +544,19 @@ int cmd_gpu(int argc, char **argv)
     char wdesc[160] = "";
     if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
     if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
+    st_gpu_iter *api_it = NULL; /* open until the tables are out: it owns the function names */
+    api_sum *api = NULL;
+    size_t n_api = 0;
+    if (!rc) {
+        int arc = st_gpu_api_iter_open(&api_it, t.r, w0, w1);
+        if (!arc) arc = api_sums(api_it, w0, w1, &api, &n_api);
+        if (arc == ST_ENOMEM) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        } else if (arc) {
+            rc = an_trace_fail(&t);
+        }
+    }
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
         if (!out) {
@@ -410,6 +569,7 @@ int cmd_gpu(int argc, char **argv)
             an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n\n", wdesc, (double)(w1 - w0) / 1e6,
                         n_dev ? "" : ": no GPU activity in the window");
             put_tables(out, &t, &s, dev, n_dev, top);
+            put_api(out, &t, api, n_api, w1 - w0, top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
                 rc = AN_EXIT_FAIL;
@@ -418,6 +578,8 @@ int cmd_gpu(int argc, char **argv)
         if (!rc) an_trace_warn(&t);
     }
     st_gpu_iter_close(it);
+    st_gpu_iter_close(api_it);
+    free(api);
     an_gpu_idle_free(dev, n_dev);
     free(s.k);
     free(s.c);

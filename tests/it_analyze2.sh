@@ -214,13 +214,48 @@ EOF
 ok
 
 expect_ok g_info "$A" info gpu_shared.sqlite
-grep -qx '  gpu activity: 50 records on devices 0, 1 (kernels, copies, memsets, syncs), 30 API calls' g_info.out \
+grep -qx '  gpu activity: 50 records on devices 0, 1 (kernels, copies, memsets, syncs), 70 API calls' g_info.out \
     || fail "info GPU line: $(grep 'gpu activity' g_info.out)"
 expect_ok g_info_json "$A" info --format json gpu_shared.sqlite
 py "info GPU columns" <<'EOF'
 import json
 r = json.load(open("g_info_json.out"))["info"][0]
-assert (r["gpu_devices"], r["gpu_records"], r["gpu_api_calls"], r["gpu_dropped_records"]) == ("0, 1", 50, 30, None), r
+assert (r["gpu_devices"], r["gpu_records"], r["gpu_api_calls"], r["gpu_dropped_records"]) == ("0, 1", 50, 70, None), r
+EOF
+
+# ---- gpu: host time in CUDA API calls (gpu_shared.sqlite: named calls; gpu_steps.sqlite: unnamed) ----
+expect_ok g_api "$A" gpu --format json gpu_shared.sqlite
+py "gpu api table" <<'EOF'
+import json
+rows = json.load(open("g_api.out"))["api"]
+got = [(r["thread"], r["stage"], r["function"], r["api"], r["count"], r["total_ms"], r["max_ms"], r["share_pct"])
+       for r in rows]
+assert got == [
+    ("target0", "stream_sync", "cudaStreamSynchronize", "runtime", 9, 72, 8, 80),
+    ("target0", "forward", "cudaLaunchKernel", "runtime", 9, 0.045, 0.005, 0.05),
+    ("drafter0", "forward", "cudaLaunchKernel", "runtime", 9, 0.045, 0.005, 0.05),
+    ("drafter1", "forward", "cudaLaunchKernel", "runtime", 9, 0.045, 0.005, 0.05),
+    ("drafter1", "forward", "cuEventRecord", "driver", 9, 0.018, 0.002, 0.02),
+    ("(untraced)", None, "cudaLaunchKernel", "runtime", 9, 0.09, 0.01, 0.1),
+], got
+EOF
+expect_ok g_api_top "$A" gpu --format csv --top 1 --steps 2:4 gpu_shared.sqlite
+py "gpu api --top 1 --steps 2:4" <<'EOF'
+import csv
+text = open("g_api_top.out").read()
+api = text[text.index("thread,stage,function,api,"):]
+rows = list(csv.DictReader(api.splitlines()))
+assert [(r["thread"], r["function"], r["count"]) for r in rows] == [
+    ("target0", "cudaStreamSynchronize", "2"), ("drafter0", "cudaLaunchKernel", "2"),
+    ("drafter1", "cudaLaunchKernel", "2"), ("(untraced)", "cudaLaunchKernel", "2")], rows
+EOF
+expect_ok g_api_old "$A" gpu --format json gpu_steps.sqlite
+py "gpu api table without stored names" <<'EOF'
+import json
+rows = json.load(open("g_api_old.out"))["api"]
+assert {r["function"] for r in rows} == {"cbid 0"} and {r["thread"] for r in rows} == {"target0"}, rows
+# steps 1-19: the memcpy and kernel A launched in forward, kernel C in queue_put
+assert [(r["stage"], r["count"]) for r in rows] == [("forward", 38), ("queue_put", 19)], rows
 EOF
 
 # ---- real trainer runs (CPU backend) -------------------------------------------------------------

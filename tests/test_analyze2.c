@@ -1028,6 +1028,14 @@ static void write_gpu_steps(const char *path)
  *   D1  drafter1, device 1, launched t+1.2, runs [t+2, t+6]
  *   U   unknown launcher (no API record), device 1, [t+7, t+7.5]
  *   a sync record on device 0 over [t+1.5, t+9.5]: a host wait, not device work
+ * CUDA API calls (named): each launch is a cudaLaunchKernel of 5 us (target0's
+ * with a cuLaunchKernel of 3 us inside it, at t+0.601); target0 calls
+ * cudaStreamSynchronize over [t+1.5, t+9.5] (8 ms, in stream_sync); drafter1
+ * a top-level cuEventRecord of 2 us at t+1.5 (in forward); an untraced thread
+ * a cudaLaunchKernel of 10 us at t+3. Over the steady state (steps 1:10,
+ * [10, 100) ms, 9 steps): target0 stream_sync cudaStreamSynchronize 9 calls,
+ * 72 ms, 80% of the window; target0 forward cudaLaunchKernel 9, 45 us;
+ * drafter1 forward cuEventRecord (driver) 9, 18 us; (untraced) 9, 90 us.
  * Shared: device 0 busy [1, 9] = 80%, target 60%, drafter 40%; device 1
  * busy 4.5 ms = 45%, drafter 40%. Roles: target host 10%, GPU 60% (need
  * 60%, device-bound, top GPU stage forward); drafter host 10%, GPU 8 ms per
@@ -1097,22 +1105,34 @@ static void write_gpu_pipeline(const char *path, int shared)
     g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
               "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
               " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
-              "INSERT INTO gpu_strings VALUES (0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked')");
+              "INSERT INTO gpu_strings VALUES (0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked'),"
+              " (3, 'cudaLaunchKernel'), (4, 'cudaStreamSynchronize'), (5, 'cuLaunchKernel'), (6, 'cuEventRecord')");
     int64_t B = BASE_NS;
-    st_gpu_rec tk[10], d0[10], d1[20], sy[10], api[30];
-    int nd1 = 0, na = 0;
+    st_gpu_rec tk[10], d0[10], d1[20], sy[10], api[60], drv[20];
+    int nd1 = 0, na = 0, nd = 0;
     uint32_t corr = 1;
     for (int k = 0; k < 10; k++) {
         int64_t t = B + k * 10 * MS;
         tk[k] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 1 * MS, .dur_ns = 6 * MS, .correlation = corr};
-        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2001, .start_ns = t + 600 * US, .dur_ns = 5 * US,
-                                 .correlation = corr++};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 2001, .start_ns = t + 600 * US,
+                                 .dur_ns = 5 * US, .correlation = corr++};
+        /* the driver call inside it: part of the runtime call, not counted apart */
+        drv[nd++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 6, .os_tid = 2001, .start_ns = t + 601 * US,
+                                 .dur_ns = 3 * US, .correlation = 300000 + (uint32_t)k};
         d0[k] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 2, .start_ns = t + 5 * MS, .dur_ns = 4 * MS, .correlation = corr};
-        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2002, .start_ns = t + 1200 * US, .dur_ns = 5 * US,
-                                 .correlation = corr++};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 2002, .start_ns = t + 1200 * US,
+                                 .dur_ns = 5 * US, .correlation = corr++};
         d1[nd1++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 2, .start_ns = t + 2 * MS, .dur_ns = 4 * MS, .correlation = corr};
-        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 2003, .start_ns = t + 1200 * US, .dur_ns = 5 * US,
-                                 .correlation = corr++};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 2003, .start_ns = t + 1200 * US,
+                                 .dur_ns = 5 * US, .correlation = corr++};
+        /* a driver call of its own (top level) on drafter1 */
+        drv[nd++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 7, .os_tid = 2003, .start_ns = t + 1500 * US,
+                                 .dur_ns = 2 * US, .correlation = 400000 + (uint32_t)k};
+        /* target0's host sync, and a call on a thread the trace does not know */
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 5, .os_tid = 2001, .start_ns = t + 1500 * US,
+                                 .dur_ns = 8 * MS, .correlation = 500000 + (uint32_t)k};
+        api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 9999, .start_ns = t + 3 * MS,
+                                 .dur_ns = 10 * US, .correlation = 600000 + (uint32_t)k};
         d1[nd1++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 3, .start_ns = t + 7 * MS, .dur_ns = 500 * US,
                                  .correlation = 100000 + (uint32_t)k};
         sy[k] = (st_gpu_rec){.kind = ST_GPU_SYNC, .start_ns = t + 1500 * US, .dur_ns = 8 * MS, .correlation = 200000 + (uint32_t)k};
@@ -1122,6 +1142,7 @@ static void write_gpu_pipeline(const char *path, int shared)
     put_gpu_chunk(db, 1, 7, d1, nd1);
     put_gpu_chunk(db, 0, 8, sy, 10);
     put_gpu_chunk(db, -1, 0, api, na);
+    put_gpu_chunk(db, -1, 1, drv, nd);
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 

@@ -51,6 +51,11 @@ typedef struct name_slot {
 static name_slot *names;
 static size_t names_cap, names_len;
 
+/* API function names by (domain, cbid): gpu_strings id + 1, 0 not looked up
+ * yet; cbids past the table go through intern() each time. */
+#define API_NAME_CACHE 2048
+static uint32_t api_name_ids[2][API_NAME_CACHE];
+
 static struct {
     uint32_t context, device;
 } contexts[MAX_CONTEXTS];
@@ -149,6 +154,27 @@ static uint32_t mem_kind(uint32_t k)
     }
 }
 
+/* Under gpu_mutex: the name of a runtime (driver = 0) or driver (1) API
+ * function as a gpu_strings id + 1, without CUPTI's version suffix
+ * ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel"); 0 when CUPTI does not
+ * know the cbid. */
+static uint32_t api_name(st_trace *t, int driver, uint32_t cbid)
+{
+    if (cbid < API_NAME_CACHE && api_name_ids[driver][cbid]) return api_name_ids[driver][cbid];
+    const char *name = NULL;
+    if (cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) !=
+            CUPTI_SUCCESS ||
+        !name)
+        return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", name);
+    char *v = strrchr(buf, '_');
+    if (v && v[1] == 'v' && v[2] >= '0' && v[2] <= '9' && strspn(v + 2, "0123456789") == strlen(v + 2)) *v = '\0';
+    uint32_t id = intern(t, buf);
+    if (cbid < API_NAME_CACHE) api_name_ids[driver][cbid] = id;
+    return id;
+}
+
 static void set_times(st_gpu_rec *r, uint64_t start, uint64_t end)
 {
     r->start_ns = (int64_t)start + clock_offset_ns;
@@ -216,6 +242,7 @@ static int convert(st_trace *t, const CUpti_Activity *a, st_gpu_item *it)
         it->stream = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? 0 : 1;
         r->kind = ST_GPU_API;
         r->copy_kind = (uint32_t)api->cbid;
+        r->name = api_name(t, it->stream, api->cbid);
         r->correlation = api->correlationId;
         r->os_tid = api->threadId;
         set_times(r, api->start, api->end);
@@ -279,6 +306,7 @@ static void gpu_stop(st_trace *t)
     free(names);
     names = NULL;
     names_cap = names_len = 0;
+    memset(api_name_ids, 0, sizeof api_name_ids);
     n_contexts = 0;
     pthread_mutex_unlock(&gpu_mutex);
     t->gpu_stop = NULL;

@@ -757,6 +757,7 @@ struct st_gpu_iter {
     api_slot *api;
     size_t api_cap;
     thread_ranges *tr; /* [thread index] */
+    int api_mode;      /* st_gpu_api_iter_open: the API calls only */
 };
 
 static int gpu_corrupt(st_gpu_iter *it)
@@ -960,7 +961,7 @@ static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
     return -1;
 }
 
-int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1)
+static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
 {
     *out = NULL;
     st_gpu_iter *it = calloc(1, sizeof *it);
@@ -968,17 +969,21 @@ int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0
     it->r = r;
     it->t0 = t0;
     it->t1 = t1;
+    it->api_mode = api_mode;
     int ok = is_table(r->db, "gpu_chunks");
     int rc = ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
     if (!rc && ok) {
         it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
         if (!it->tr) rc = st_set_error(ST_ENOMEM, "out of memory");
         if (!rc) rc = gpu_load_names(it);
-        if (!rc) rc = gpu_load_api(it);
+        if (!rc && !api_mode) rc = gpu_load_api(it);
         if (!rc && sqlite3_prepare_v2(r->db,
-                                      "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
-                                      "WHERE device >= 0 AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3 "
-                                      "ORDER BY device, stream, id",
+                                      api_mode ? "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
+                                                 "WHERE device < 0 AND ?1 = ?1 AND t1_ns >= ?2 AND t0_ns < ?3 "
+                                                 "ORDER BY stream, id"
+                                               : "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
+                                                 "WHERE device >= 0 AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 "
+                                                 "AND t0_ns < ?3 ORDER BY device, stream, id",
                                       -1, &it->st, NULL) != SQLITE_OK)
             rc = bad("gpu_chunks", sqlite3_errmsg(r->db));
         if (!rc) {
@@ -992,6 +997,32 @@ int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0
         return rc;
     }
     *out = it;
+    return ST_OK;
+}
+
+int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1)
+{
+    return gpu_iter_open(out, r, device, t0, t1, 0);
+}
+
+int st_gpu_api_iter_open(st_gpu_iter **out, st_reader *r, int64_t t0, int64_t t1)
+{
+    return gpu_iter_open(out, r, -1, t0, t1, 1);
+}
+
+/* The traced thread with this OS thread id, and its innermost stage at ts. */
+static int gpu_thread_at(st_gpu_iter *it, int64_t os_tid, int64_t ts, st_gpu_row *out)
+{
+    for (uint32_t i = 0; i < it->r->n_threads; i++) {
+        if (it->r->threads[i].os_tid != os_tid) continue;
+        out->thread = it->r->threads[i].id;
+        if (!it->tr[i].loaded) {
+            int lrc = gpu_load_ranges(it, i);
+            if (lrc) return lrc;
+        }
+        out->stage = gpu_stage_at(&it->tr[i], ts);
+        break;
+    }
     return ST_OK;
 }
 
@@ -1020,7 +1051,7 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
             continue;
         }
         if (rc < 0) return gpu_corrupt(it);
-        if (rec.kind == ST_GPU_API) continue;
+        if ((rec.kind == ST_GPU_API) != it->api_mode) continue;
         int64_t end = rec.start_ns + rec.dur_ns;
         if (rec.start_ns >= it->t1) continue;
         if (end < it->t0 || (end == it->t0 && rec.dur_ns != 0)) continue;
@@ -1032,19 +1063,17 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
         out->thread = -1;
         out->stage = -1;
         out->launch_ns = INT64_MIN;
-        const api_slot *api = api_find(it, rec.correlation, 0);
+        if (it->api_mode) {
+            out->launch_ns = rec.start_ns;
+            int trc = gpu_thread_at(it, rec.os_tid, rec.start_ns, out);
+            if (trc) return trc;
+            return 1;
+        }
+        const api_slot *api = it->api ? api_find(it, rec.correlation, 0) : NULL;
         if (api && rec.correlation) {
             out->launch_ns = api->start_ns;
-            for (uint32_t i = 0; i < it->r->n_threads; i++) {
-                if (it->r->threads[i].os_tid != api->os_tid) continue;
-                out->thread = it->r->threads[i].id;
-                if (!it->tr[i].loaded) {
-                    int lrc = gpu_load_ranges(it, i);
-                    if (lrc) return lrc;
-                }
-                out->stage = gpu_stage_at(&it->tr[i], api->start_ns);
-                break;
-            }
+            int trc = gpu_thread_at(it, api->os_tid, api->start_ns, out);
+            if (trc) return trc;
         }
         return 1;
     }

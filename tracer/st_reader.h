@@ -122,6 +122,10 @@ typedef struct st_gpu_row {
 int st_reader_has_gpu(st_reader *r); /* 1: gpu_chunks holds rows; 0; <0 error */
 typedef struct st_gpu_iter st_gpu_iter;
 int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns);
+/* The CUDA API calls instead (stream 0: runtime, 1: driver; name: the
+ * function, NULL in traces that did not store it; rec.copy_kind: CUPTI's
+ * cbid), each with its thread and the stage open at its start (launch_ns). */
+int st_gpu_api_iter_open(st_gpu_iter **out, st_reader *r, int64_t t0_ns, int64_t t1_ns);
 int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out); /* 1, 0 = done, <0 error */
 void st_gpu_iter_close(st_gpu_iter *it);
 /* The innermost stage open on thread (id) at ts, -1 none or unknown thread;

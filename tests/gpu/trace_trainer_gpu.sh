@@ -57,6 +57,18 @@ for mode in ("sync", "async"):
     if total == 0 or known < 0.9 * total: fail.append(f"{mode}: only {known} of {total} records have a stage")
     if not d["kernels"]: fail.append(f"{mode}: no kernels")
     if not any(c["direction"] == "DtoH" for c in d["copies"]): fail.append(f"{mode}: no DtoH copies")
+    # CUDA API calls: named functions, launches from the target's forward, the host's polling syncs
+    api = d["api"]
+    unnamed = [r for r in api if r["function"].startswith("cbid ")]
+    if unnamed: fail.append(f"{mode}: API calls without a function name: {unnamed[:3]}")
+    launches = sum(r["count"] for r in api if r["thread"] == "target0" and r["stage"] == "forward"
+                   and r["function"] in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
+    if launches <= 0: fail.append(f"{mode}: no kernel launches by target0 in forward: {api[:5]}")
+    polls = sum(r["count"] for r in api if r["function"] in ("cudaStreamQuery", "cudaEventQuery"))
+    if polls <= 0: fail.append(f"{mode}: no polling syncs (cudaStreamQuery / cudaEventQuery) in the api table")
+    if any(r["share_pct"] > 100 for r in api): fail.append(f"{mode}: an API share over 100%")
+    print(f"{mode}: api: {len(api)} rows, target0 forward launches {launches}, polls {polls}; "
+          f"top {[(r['thread'], r['stage'], r['function'], r['count'], r['total_ms']) for r in api[:4]]}")
     host[mode] = sum(r["host_wait_ms"] for r in d["devices"])
     print(f"{mode}: projected GPU ms per stage {proj}; host wait {host[mode]:.3f} ms; devices {d['devices']}")
 if int(sys.argv[2]) >= 2:
