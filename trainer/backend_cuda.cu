@@ -31,9 +31,11 @@
  *     by the backward two steps back) }; on log steps only (--log-every, and the last step),
  *     optimizer { ... d2h { one copy of the batched scalars: loss sum, metrics, grad norm,
  *     skips ; stream_sync } }. No other device-to-host read.
- * Host waits poll (cudaEventQuery / cudaStreamQuery, then short sleeps) so that the drafters'
- * waits can be abandoned when the run is aborted (a collective whose peer stopped would
- * otherwise never complete).
+ * Host waits: the drafters' poll (cudaEventQuery / cudaStreamQuery, then sleeps growing from 20
+ * to 100 us) so that they can be abandoned when the run is aborted (a collective whose peer
+ * stopped would otherwise never complete); the target's and post threads' block in one
+ * cudaEventSynchronize / cudaStreamSynchronize (their streams hold no collective). Each poll is
+ * two CUDA API calls in the trace's GPU activity, so a wait polls as few times as it can.
  *
  * Drafter gradients: all-reduced (ncclAvg, in place) over the flat fp32 gradient in buckets of
  * ALLREDUCE_BUCKET_FLOATS, in one NCCL group, on the compute stream. One communicator per
@@ -74,7 +76,8 @@
 #define ALLREDUCE_BUCKET_FLOATS (32u << 20) /* 128 MiB of fp32 gradient per NCCL call */
 #define TIMING_WARMUP 2                     /* forwards left out of the busy fraction */
 #define POLL_SPINS 200                      /* queries before a host wait starts sleeping */
-#define POLL_SLEEP_NS 20000L
+#define POLL_SLEEP_NS 20000L                /* the first sleep; each next one doubles, */
+#define POLL_SLEEP_MAX_NS 100000L           /* up to this: a wait ends at most 100 us late */
 #define QUIESCE_TIMEOUT_S 60.0
 
 /* ---- context ------------------------------------------------------------------------------------ */
@@ -213,7 +216,10 @@ static void poll_pause(int spins)
 {
     if (spins < POLL_SPINS)
         return;
-    struct timespec ts = {0, POLL_SLEEP_NS};
+    long ns = POLL_SLEEP_NS;
+    for (int i = POLL_SPINS; i < spins && ns < POLL_SLEEP_MAX_NS; i++)
+        ns *= 2;
+    struct timespec ts = {0, ns < POLL_SLEEP_MAX_NS ? ns : POLL_SLEEP_MAX_NS};
     nanosleep(&ts, NULL);
 }
 
@@ -221,6 +227,10 @@ static void poll_pause(int spins)
  * hold collectives that a stopped peer never joins). */
 static int wait_event(tr_context *ctx, cudaEvent_t ev, int abortable)
 {
+    if (!abortable) {
+        cudaError_t e = cudaEventSynchronize(ev);
+        return e == cudaSuccess ? 0 : tr_cuda_fail(e, "cudaEventSynchronize", __FILE__, __LINE__);
+    }
     for (int spins = 0;; spins++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess)
@@ -239,6 +249,10 @@ static int wait_event(tr_context *ctx, cudaEvent_t ev, int abortable)
 
 static int wait_stream(tr_context *ctx, cudaStream_t s, int abortable)
 {
+    if (!abortable) {
+        cudaError_t e = cudaStreamSynchronize(s);
+        return e == cudaSuccess ? 0 : tr_cuda_fail(e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
     for (int spins = 0;; spins++) {
         cudaError_t e = cudaStreamQuery(s);
         if (e == cudaSuccess)
