@@ -41,13 +41,20 @@ static const char help[] =
     "change in step time). Throughput: tokens/s of each (tokens after the first mark / time\n"
     "from the first mark to the last) and B/A; step time: per-step durations, compared the\n"
     "same way.\n"
+    "With GPU activity in both traces (trainer --trace-gpu): gpu_busy compares each GPU's busy\n"
+    "time per step (the union of its kernels, copies and memsets in each step window), in all\n"
+    "and per launching role, the same way; kernels compares each kernel (by name, all devices)\n"
+    "over the analysed steps: launches and GPU ms per step in A and B, largest change of the\n"
+    "time first. A kernel launched 1.5x as often or more (or as seldom) is named in the\n"
+    "summary: the same work launched twice shows here.\n"
     "\n"
     "options:\n"
     "  --alpha P       significance level (default 0.01)\n"
-    "  --top N         rows of the top-changes table (default 10)\n"
+    "  --top N         rows of the top-changes and kernels tables (default 10)\n"
     "  --skip-steps N  leave out the first N steps of each trace (warm-up)\n"
     "  --format F      text (default: a summary, then the tables), csv or json (tables:\n"
-    "                  runs, throughput, stages, top_changes)\n";
+    "                  runs, throughput, stages, top_changes; with GPU activity also\n"
+    "                  gpu_busy and kernels)\n";
 
 enum { OPT_ALPHA = 1, OPT_TOP, OPT_SKIP };
 static const an_opt opts[] = {
@@ -237,6 +244,182 @@ static int collect(const side *a, const side *b, change **out, uint32_t *n_out)
     return AN_EXIT_OK;
 }
 
+/* ---- GPU activity ----------------------------------------------------------------------------------- */
+
+/* Busy time per step of (device, role) in every bin of one trace; role < 0:
+ * the device's total. 0 in every bin where the trace lacks the device or role. */
+static void gpu_samples(const an_pipe *p, int device, const char *role, double *out)
+{
+    int32_t d = -1, r = role ? an_pipe_role_index(p, role) : (int32_t)p->n_roles;
+    for (uint32_t i = 0; i < p->n_devices; i++)
+        if (p->devices[i] == device) d = (int32_t)i;
+    for (uint32_t b = 0; b < p->n_bins; b++)
+        out[b] = d >= 0 && r >= 0 ? (double)an_pipe_dev(p, b, (uint32_t)d, (uint32_t)r) / (p->bin_steps[b] ? p->bin_steps[b] : 1)
+                                  : 0.0;
+}
+
+typedef struct gpu_change {
+    int device;
+    const char *role; /* NULL: the device's total */
+    double median_a, median_b, mean_a, mean_b, p;
+    int significant, tested;
+} gpu_change;
+
+/* Every device of either trace, in all and per role that launched on it. */
+static int gpu_collect(const side *a, const side *b, double alpha, double *buf_a, double *buf_b, gpu_change **out,
+                       uint32_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    const an_pipe *pa = &a->pipe, *pb = &b->pipe;
+    size_t cap = (size_t)(pa->n_devices + pb->n_devices) * (pa->n_roles + pb->n_roles + 1) + 1, n = 0;
+    gpu_change *v = calloc(cap, sizeof *v);
+    if (!v) return oom();
+    for (int which = 0; which < 2; which++) {
+        const an_pipe *p = which ? pb : pa, *q = which ? pa : pb;
+        for (uint32_t d = 0; d < p->n_devices; d++) {
+            int dev = p->devices[d], seen = 0;
+            for (uint32_t e = 0; e < q->n_devices && which; e++) seen |= q->devices[e] == dev;
+            if (seen) continue; /* done from A */
+            for (int64_t r = -1; r < (int64_t)p->n_roles + (int64_t)q->n_roles; r++) {
+                const char *role = r < 0 ? NULL : r < p->n_roles ? p->role_names[r] : q->role_names[r - p->n_roles];
+                if (r >= p->n_roles && an_pipe_role_index(p, role) >= 0) continue; /* listed from p */
+                gpu_change *c = &v[n];
+                c->device = dev;
+                c->role = role;
+                gpu_samples(pa, dev, role, buf_a);
+                gpu_samples(pb, dev, role, buf_b);
+                c->mean_a = mean_of(buf_a, pa->n_bins);
+                c->mean_b = mean_of(buf_b, pb->n_bins);
+                if (role && !(c->mean_a > 0) && !(c->mean_b > 0)) continue;
+                c->p = an_mann_whitney(buf_a, pa->n_bins, buf_b, pb->n_bins, NULL);
+                if (isnan(c->p)) {
+                    free(v);
+                    return oom();
+                }
+                c->tested = 1;
+                c->significant = pa->n_bins >= MIN_STEPS_FOR_TEST && pb->n_bins >= MIN_STEPS_FOR_TEST && c->p < alpha;
+                c->median_a = an_median(buf_a, pa->n_bins);
+                c->median_b = an_median(buf_b, pb->n_bins);
+                n++;
+            }
+        }
+    }
+    *out = v;
+    *n_out = (uint32_t)n;
+    return AN_EXIT_OK;
+}
+
+typedef struct kernel_change {
+    char *name;
+    uint64_t count[2];
+    int64_t ns[2];
+    double change_ns; /* GPU ns per step, B - A */
+} kernel_change;
+
+typedef struct kernel_set {
+    kernel_change *slot; /* open addressing on the name */
+    size_t cap, len;
+} kernel_set;
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static kernel_change *kernel_slot(kernel_set *k, const char *name)
+{
+    if (k->len * 2 >= k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 256;
+        kernel_change *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = 0; i < k->cap; i++) {
+            if (!k->slot[i].name) continue;
+            size_t h = name_hash(k->slot[i].name) & (cap - 1);
+            while (t[h].name) h = (h + 1) & (cap - 1);
+            t[h] = k->slot[i];
+        }
+        free(k->slot);
+        k->slot = t;
+        k->cap = cap;
+    }
+    size_t h = name_hash(name) & (k->cap - 1);
+    while (k->slot[h].name && strcmp(k->slot[h].name, name) != 0) h = (h + 1) & (k->cap - 1);
+    if (!k->slot[h].name) {
+        if (!(k->slot[h].name = strdup(name))) return NULL;
+        k->len++;
+    }
+    return &k->slot[h];
+}
+
+/* Kernels launched in the analysed period of trace `which` (a kernel counts
+ * where it starts), by name over all devices. */
+static int kernel_sums(const side *s, int which, kernel_set *k)
+{
+    const an_pipe *p = &s->pipe;
+    st_gpu_iter *it;
+    if (st_gpu_iter_open(&it, s->trace.r, -1, p->bin_t[0], p->bin_t[p->n_bins])) return an_trace_fail(&s->trace);
+    st_gpu_row g;
+    int n, rc = AN_EXIT_OK;
+    while ((n = st_gpu_iter_next(it, &g)) != 0) {
+        if (n < 0) {
+            rc = an_trace_fail(&s->trace);
+            break;
+        }
+        if (g.rec.kind != ST_GPU_KERNEL || g.rec.start_ns < p->bin_t[0] || g.rec.start_ns >= p->bin_t[p->n_bins]) continue;
+        kernel_change *c = kernel_slot(k, g.name ? g.name : "?");
+        if (!c) {
+            rc = oom();
+            break;
+        }
+        c->count[which]++;
+        c->ns[which] += g.rec.dur_ns;
+    }
+    st_gpu_iter_close(it);
+    return rc;
+}
+
+static double per_step(uint64_t v, uint64_t steps) { return steps ? (double)v / (double)steps : NAN; }
+
+static int cmp_kernel_change(const void *x, const void *y)
+{
+    const kernel_change *a = x, *b = y;
+    double ka = fabs(a->change_ns), kb = fabs(b->change_ns);
+    if (ka != kb) return ka > kb ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* Both traces' kernels, compacted and ordered by the change of their GPU
+ * time per step, largest first. */
+static int kernel_changes(const side *s, kernel_change **out, size_t *n_out)
+{
+    kernel_set k;
+    memset(&k, 0, sizeof k);
+    int rc = kernel_sums(&s[0], 0, &k);
+    if (!rc) rc = kernel_sums(&s[1], 1, &k);
+    size_t n = 0;
+    for (size_t i = 0; i < k.cap; i++) {
+        if (!k.slot[i].name) continue;
+        if (rc) {
+            free(k.slot[i].name);
+            continue;
+        }
+        kernel_change *c = &k.slot[n++];
+        *c = k.slot[i];
+        c->change_ns = per_step((uint64_t)c->ns[1], s[1].steps) - per_step((uint64_t)c->ns[0], s[0].steps);
+    }
+    if (rc) {
+        free(k.slot);
+        return rc;
+    }
+    if (n) qsort(k.slot, n, sizeof *k.slot, cmp_kernel_change);
+    *out = k.slot;
+    *n_out = n;
+    return AN_EXIT_OK;
+}
+
 /* ---- output ------------------------------------------------------------------------------------------ */
 
 static const an_col run_cols[] = {
@@ -267,6 +450,19 @@ static const an_col top_cols[] = {
     {"mean_b_ms", AN_T_REAL, 3},    {"median_a_ms", AN_T_REAL, 3},  {"median_b_ms", AN_T_REAL, 3},
     {"change_pct", AN_T_PCT, 0},    {"significant", AN_T_STR, 0},   {"count_a", AN_T_REAL, 2},
     {"count_b", AN_T_REAL, 2},
+};
+
+static const an_col gpu_busy_cols[] = {
+    {"device", AN_T_INT, 0},       {"role", AN_T_STR, 0},        {"median_a_ms", AN_T_REAL, 3},
+    {"median_b_ms", AN_T_REAL, 3}, {"change_ms", AN_T_REAL, 3},  {"change_pct", AN_T_PCT, 0},
+    {"p_value", AN_T_REAL, 6},     {"significant", AN_T_STR, 0}, {"mean_a_ms", AN_T_REAL, 3},
+    {"mean_b_ms", AN_T_REAL, 3},
+};
+
+static const an_col kernel_cols[] = {
+    {"rank", AN_T_INT, 0},           {"kernel", AN_T_STR, 0},         {"launches_per_step_a", AN_T_REAL, 2},
+    {"launches_per_step_b", AN_T_REAL, 2}, {"launch_ratio", AN_T_REAL, 2}, {"ms_per_step_a", AN_T_REAL, 3},
+    {"ms_per_step_b", AN_T_REAL, 3}, {"change_ms", AN_T_REAL, 3},
 };
 
 static void put_r(an_table *t, double v)
@@ -433,6 +629,14 @@ int cmd_diff(int argc, char **argv)
         if (ranked) qsort(ranked, n_ranked, sizeof *ranked, cmp_impact);
         if (n_ranked > top) n_ranked = (uint32_t)top;
     }
+    /* GPU activity: only when both traces hold it */
+    int with_gpu = !rc && s[0].pipe.n_devices && s[1].pipe.n_devices;
+    gpu_change *gc = NULL;
+    uint32_t n_gc = 0;
+    kernel_change *kc = NULL;
+    size_t n_kc = 0;
+    if (with_gpu) rc = gpu_collect(&s[0], &s[1], alpha, buf_a, buf_b, &gc, &n_gc);
+    if (with_gpu && !rc) rc = kernel_changes(s, &kc, &n_kc);
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
         if (!out) {
@@ -493,6 +697,34 @@ int cmd_diff(int argc, char **argv)
                             an_clean(c->role, rn, sizeof rn), an_clean(c->stage, sn, sizeof sn), c->count_a, c->count_b,
                             ratio_c, ratio_c >= 1.9 && ratio_c <= 2.1 ? ": work done twice?" : "");
             }
+            for (uint32_t i = 0; i < n_gc; i++) {
+                const gpu_change *g = &gc[i];
+                if (g->role) continue;
+                an_out_text(out, "GPU %d busy per step: median %.3f ms in A, %.3f ms in B (%s, %s, p = %.3g).\n", g->device,
+                            g->median_a / 1e6, g->median_b / 1e6,
+                            signed_pct(change_pct(g->median_a, g->median_b), p1, sizeof p1),
+                            g->significant ? "significant" : "within noise", g->p);
+            }
+            for (size_t i = 0, shown = 0; i < n_kc && shown < 5; i++) {
+                const kernel_change *k = &kc[i];
+                double la = per_step(k->count[0], s[0].steps), lb = per_step(k->count[1], s[1].steps);
+                if (!(la > 0) || !(lb > 0) || (lb / la < 1.5 && lb / la > 1.0 / 1.5)) continue;
+                char kn[160];
+                an_out_text(out, "Kernel launches per step changed: %s %.2f -> %.2f (x%.2f), GPU %.3f -> %.3f ms per step%s\n",
+                            an_clean(k->name, kn, sizeof kn), la, lb, lb / la,
+                            per_step((uint64_t)k->ns[0], s[0].steps) / 1e6, per_step((uint64_t)k->ns[1], s[1].steps) / 1e6,
+                            lb / la >= 1.9 && lb / la <= 2.1 ? ": launched twice?" : ".");
+                shown++;
+            }
+            if (n_kc && fabs(kc[0].change_ns) > 0) {
+                char kn[160];
+                an_out_text(out, "Largest change of a kernel's GPU time: %s, %+.3f ms per step (%.3f -> %.3f).\n",
+                            an_clean(kc[0].name, kn, sizeof kn), kc[0].change_ns / 1e6,
+                            per_step((uint64_t)kc[0].ns[0], s[0].steps) / 1e6,
+                            per_step((uint64_t)kc[0].ns[1], s[1].steps) / 1e6);
+            }
+            if (!with_gpu && (s[0].pipe.n_devices || s[1].pipe.n_devices))
+                an_out_text(out, "GPU activity is only in %s: GPUs are not compared.\n", s[0].pipe.n_devices ? "A" : "B");
             for (uint32_t i = 0; i < n; i++) {
                 const change *c = &cs[i];
                 char rn[128], sn[128];
@@ -570,6 +802,45 @@ int cmd_diff(int argc, char **argv)
                 an_row_end(t);
             }
             an_table_end(t);
+            if (with_gpu) {
+                an_out_text(out, "gpu_busy: GPU busy time per step (the union of kernels, copies and memsets in each "
+                                 "step window), in all ('*') and per launching role\n");
+                t = an_table_new(out, "gpu_busy", gpu_busy_cols, N_OF(gpu_busy_cols));
+                for (uint32_t i = 0; i < n_gc; i++) {
+                    const gpu_change *g = &gc[i];
+                    if (i && g->device != gc[i - 1].device) an_table_gap(t);
+                    an_put_int(t, g->device);
+                    an_put_str(t, g->role ? g->role : "*");
+                    put_r(t, g->median_a / 1e6);
+                    put_r(t, g->median_b / 1e6);
+                    put_r(t, (g->median_b - g->median_a) / 1e6);
+                    if (isfinite(change_pct(g->median_a, g->median_b))) an_put_pct(t, change_pct(g->median_a, g->median_b));
+                    else an_put_null(t);
+                    put_r(t, g->p);
+                    an_put_str(t, g->significant ? "yes" : "no");
+                    put_r(t, g->mean_a / 1e6);
+                    put_r(t, g->mean_b / 1e6);
+                    an_row_end(t);
+                }
+                an_table_end(t);
+                an_out_text(out, "kernels: launches and GPU time per step over the analysed steps, by kernel name (all "
+                                 "devices), largest change of the time first\n");
+                t = an_table_new(out, "kernels", kernel_cols, N_OF(kernel_cols));
+                for (size_t i = 0; i < n_kc && i < top; i++) {
+                    const kernel_change *k = &kc[i];
+                    double la = per_step(k->count[0], s[0].steps), lb = per_step(k->count[1], s[1].steps);
+                    an_put_int(t, (int64_t)i + 1);
+                    an_put_str(t, k->name);
+                    put_r(t, la);
+                    put_r(t, lb);
+                    put_r(t, la > 0 ? lb / la : NAN);
+                    put_r(t, per_step((uint64_t)k->ns[0], s[0].steps) / 1e6);
+                    put_r(t, per_step((uint64_t)k->ns[1], s[1].steps) / 1e6);
+                    put_r(t, k->change_ns / 1e6);
+                    an_row_end(t);
+                }
+                an_table_end(t);
+            }
         }
         if (an_out_finish(out) && !rc) {
             an_error("diff: cannot write the output");
@@ -578,6 +849,9 @@ int cmd_diff(int argc, char **argv)
         for (int i = 0; i < 2 && !rc; i++) an_trace_warn(&s[i].trace);
     }
 done:
+    for (size_t i = 0; i < n_kc; i++) free(kc[i].name);
+    free(kc);
+    free(gc);
     free(ranked);
     free(cs);
     free(buf_a);

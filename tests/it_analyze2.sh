@@ -258,6 +258,37 @@ assert {r["function"] for r in rows} == {"cbid 0"} and {r["thread"] for r in row
 assert [(r["stage"], r["count"]) for r in rows] == [("forward", 38), ("queue_put", 19)], rows
 EOF
 
+# ---- diff with GPU activity: busy per step per device and role, kernels per step (gpu_*.sqlite) ----
+expect_ok d_gpu_twice "$A" diff gpu_shared.sqlite gpu_twice.sqlite
+grep -qx 'Kernel launches per step changed: target_fwd 1.00 -> 2.00 (x2.00), GPU 6.000 -> 6.000 ms per step: launched twice?' \
+    d_gpu_twice.out || fail "diff: the doubled launches: $(grep -i kernel d_gpu_twice.out)"
+grep -qx 'GPU 0 busy per step: median 8.000 ms in A, 8.000 ms in B (0.0%, within noise, p = 1).' d_gpu_twice.out \
+    || fail "diff: GPU 0 line: $(grep '^GPU' d_gpu_twice.out)"
+ok
+expect_ok d_gpu_split "$A" diff --format json gpu_shared.sqlite gpu_split.sqlite
+py "diff gpu_busy and kernels" <<'EOF'
+import json
+d = json.load(open("d_gpu_split.out"))
+g = {(r["device"], r["role"]): r for r in d["gpu_busy"]}
+assert sorted(g) == [(0, "*"), (0, "drafter"), (0, "target"), (1, "*"), (1, "drafter")], sorted(g)
+assert (g[(0, "*")]["median_a_ms"], g[(0, "*")]["median_b_ms"], g[(0, "*")]["change_pct"]) == (8, 6, -25)
+assert g[(0, "*")]["significant"] == "yes" and g[(0, "target")]["significant"] == "no" and g[(0, "target")]["p_value"] == 1
+assert (g[(1, "drafter")]["median_a_ms"], g[(1, "drafter")]["median_b_ms"]) == (4, 7)
+k = [(r["kernel"], r["launches_per_step_a"], r["launches_per_step_b"], r["ms_per_step_a"], r["ms_per_step_b"]) for r in d["kernels"]]
+assert k == [("drafter_fwd", 2, 2, 8, 8), ("target_fwd", 1, 1, 6, 6), ("untracked", 1, 1, 0.5, 0.5)], k
+EOF
+expect_ok d_gpu_top "$A" diff --format json --top 1 gpu_shared.sqlite gpu_twice.sqlite
+py "diff kernels --top 1" <<'EOF'
+import json
+k = json.load(open("d_gpu_top.out"))["kernels"]
+assert [(r["rank"], r["kernel"], r["launch_ratio"]) for r in k] == [(1, "drafter_fwd", 1)], k
+EOF
+# GPU activity in one trace only: said, and no GPU tables
+expect_ok d_gpu_one "$A" diff target.sqlite gpu_shared.sqlite
+grep -qx 'GPU activity is only in B: GPUs are not compared.' d_gpu_one.out || fail "diff: one-sided GPU activity"
+! grep -q '^gpu_busy' d_gpu_one.out || fail "diff: gpu_busy table without GPU activity in A"
+ok
+
 # ---- real trainer runs (CPU backend) -------------------------------------------------------------
 if [ ! -x "$TRAINER" ]; then
     echo "trainer not built: trainer checks skipped"

@@ -470,7 +470,7 @@ static void write_one(const char *dir, const char *name, void (*gen)(g_trace *))
 }
 
 static void write_gpu_steps(const char *path);
-static void write_gpu_pipeline(const char *path, int shared);
+static void write_gpu_pipeline(const char *path, int layout);
 
 static void generate_all(const char *dir)
 {
@@ -489,6 +489,9 @@ static void generate_all(const char *dir)
     free(gp);
     gp = path_in(dir, "gpu_split.sqlite");
     write_gpu_pipeline(gp, 0);
+    free(gp);
+    gp = path_in(dir, "gpu_twice.sqlite");
+    write_gpu_pipeline(gp, 2);
     free(gp);
     for (int b = 0; b < 2; b++) {
         g_trace *g = calloc(1, sizeof *g);
@@ -1091,8 +1094,12 @@ static void put_gpu_chunk(sqlite3 *db, int64_t device, int64_t stream, const st_
     st_buf_free(&e.buf);
 }
 
-static void write_gpu_pipeline(const char *path, int shared)
+/* layout 0: gpu_split, 1: gpu_shared, 2: gpu_twice (gpu_shared with T
+ * launched as two kernels of 3 ms, [t+1, t+4] and [t+4, t+7], the second
+ * launched at t+0.7: the same GPU time, twice the launches). */
+static void write_gpu_pipeline(const char *path, int layout)
 {
+    int shared = layout >= 1, twice = layout == 2;
     g_trace *g = calloc(1, sizeof *g);
     assert_non_null(g);
     uint32_t stream_sync;
@@ -1108,14 +1115,21 @@ static void write_gpu_pipeline(const char *path, int shared)
               "INSERT INTO gpu_strings VALUES (0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked'),"
               " (3, 'cudaLaunchKernel'), (4, 'cudaStreamSynchronize'), (5, 'cuLaunchKernel'), (6, 'cuEventRecord')");
     int64_t B = BASE_NS;
-    st_gpu_rec tk[10], d0[10], d1[20], sy[10], api[60], drv[20];
-    int nd1 = 0, na = 0, nd = 0;
+    st_gpu_rec tk[20], d0[10], d1[20], sy[10], api[70], drv[20];
+    int nd1 = 0, na = 0, nd = 0, nt = 0;
     uint32_t corr = 1;
     for (int k = 0; k < 10; k++) {
         int64_t t = B + k * 10 * MS;
-        tk[k] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 1 * MS, .dur_ns = 6 * MS, .correlation = corr};
+        tk[nt++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 1 * MS, .dur_ns = (twice ? 3 : 6) * MS,
+                                .correlation = corr};
         api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 2001, .start_ns = t + 600 * US,
                                  .dur_ns = 5 * US, .correlation = corr++};
+        if (twice) {
+            tk[nt++] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 4 * MS, .dur_ns = 3 * MS,
+                                    .correlation = corr};
+            api[na++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 4, .os_tid = 2001, .start_ns = t + 700 * US,
+                                     .dur_ns = 5 * US, .correlation = corr++};
+        }
         /* the driver call inside it: part of the runtime call, not counted apart */
         drv[nd++] = (st_gpu_rec){.kind = ST_GPU_API, .name = 6, .os_tid = 2001, .start_ns = t + 601 * US,
                                  .dur_ns = 3 * US, .correlation = 300000 + (uint32_t)k};
@@ -1137,7 +1151,7 @@ static void write_gpu_pipeline(const char *path, int shared)
                                  .correlation = 100000 + (uint32_t)k};
         sy[k] = (st_gpu_rec){.kind = ST_GPU_SYNC, .start_ns = t + 1500 * US, .dur_ns = 8 * MS, .correlation = 200000 + (uint32_t)k};
     }
-    put_gpu_chunk(db, 0, 7, tk, 10);
+    put_gpu_chunk(db, 0, 7, tk, nt);
     put_gpu_chunk(db, shared ? 0 : 1, 9, d0, 10);
     put_gpu_chunk(db, 1, 7, d1, nd1);
     put_gpu_chunk(db, 0, 8, sy, 10);
