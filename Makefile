@@ -207,6 +207,7 @@ $(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_A) $(LIB_KERNELS) $(w
 # tests that compile trainer sources into themselves rebuild when those change
 $(BUILD)/tests/test_drafter_grad $(BUILD)/tests/test_trainer: $(wildcard trainer/*.c trainer/*.h)
 $(BUILD)/tests/test_analyze: $(wildcard analyze/*.c analyze/*.h)
+$(BUILD)/tests/test_summary: $(wildcard analyze/*.c analyze/*.h)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)

@@ -183,6 +183,12 @@ uint64_t an_quant_count(const an_quant *q, uint32_t group);
 int64_t an_quant_get(const an_quant *q, uint32_t group, uint32_t pct_index); /* 0 if empty */
 /* Tuning, for tests: values kept exactly per group, values collected per pass. */
 void an_quant_limits(an_quant *q, uint32_t exact_per_group, uint64_t collect_per_pass);
+/* Several threads in one pass: each adds to its own shard of q (made from
+ * one thread at the start of the pass) and merges it into q (which frees it)
+ * when done, before an_quant_end_pass. The results do not depend on how the
+ * values were split among shards. */
+an_quant *an_quant_shard(an_quant *q);            /* NULL: no memory */
+int an_quant_merge(an_quant *q, an_quant *shard); /* 0, or -1: no memory, or not the same data */
 
 /* ---- traces, windows and filters (common.c) ----------------------------------- */
 
@@ -304,6 +310,10 @@ typedef struct an_stats {
 
 /* Computes everything; prints its own errors and returns an exit code. */
 int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge);
+/* The same with up to `jobs` threads, each reading whole trace threads through
+ * its own reader; the results are the same for every jobs (1: no threads). */
+int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge,
+                          int jobs);
 void an_stats_free(an_stats *s);
 
 #endif

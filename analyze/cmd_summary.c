@@ -5,11 +5,19 @@
  * rows and prints them: per file, each thread's stages, then each role's
  * (all its threads together); for several files of one run, a table across
  * ranks with a column per rank and the slowest rank of every stage.
+ * --jobs N reads the trace threads on N threads (stats.c); the output is the
+ * same for every N.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analyze.h"
+
+#define JOBS_MAX 256         /* --jobs */
+#define JOBS_DEFAULT_MAX 8   /* the default: the CPUs, at most this many, */
+#define JOBS_DEFAULT_MIN_RANGES 500000 /* and one job below this many ranges */
 
 static const char help[] =
     "usage: analyze summary [options] FILE...\n"
@@ -35,15 +43,37 @@ static const char help[] =
     "  --merge          treat the files as ranks of one run (per-rank columns), even if\n"
     "                   their run ids differ; --separate never does. By default files\n"
     "                   whose run_id agree up to the last '-' and whose ranks differ are merged\n"
-    "  --format F       text (default), csv or json\n";
+    "  --format F       text (default), csv or json\n"
+    "  --jobs N         read the trace threads on N threads, 1 to 256 (default: the CPUs this\n"
+    "                   process may use, at most 8; 1 for traces under 500000 ranges). The\n"
+    "                   output is the same for every N\n";
 
-enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_STEPS, OPT_TIME, OPT_SORT, OPT_MERGE, OPT_SEPARATE };
+enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_STEPS, OPT_TIME, OPT_SORT, OPT_MERGE, OPT_SEPARATE, OPT_JOBS };
 static const an_opt opts[] = {
     {"role", 1, OPT_ROLE},   {"thread", 1, OPT_THREAD},       {"stage", 1, OPT_STAGE},
     {"steps", 1, OPT_STEPS}, {"time", 1, OPT_TIME},           {"sort", 1, OPT_SORT},
     {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT},
-    {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"jobs", 1, OPT_JOBS},   {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
+
+/* The CPUs this process may run on (online ones, within its affinity mask),
+ * at most JOBS_DEFAULT_MAX: past a few workers the reading is bound by
+ * memory and SQLite, and each worker holds a reader and a page cache. Small
+ * traces get one job: starting workers (a reader each) costs a few
+ * milliseconds, more than they save under about half a million ranges. */
+static int default_jobs(const an_trace *traces, int n)
+{
+    uint64_t ranges = 0;
+    for (int i = 0; i < n; i++) ranges += traces[i].n_ranges_hint;
+    if (ranges < JOBS_DEFAULT_MIN_RANGES) return 1;
+    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n_cpus)
+        n_cpus = CPU_COUNT(&set);
+    if (n_cpus < 1) n_cpus = 1;
+    return n_cpus > JOBS_DEFAULT_MAX ? JOBS_DEFAULT_MAX : (int)n_cpus;
+}
 
 enum sort_key { SORT_TOTAL, SORT_COUNT, SORT_MEAN, SORT_P99, SORT_NAME };
 
@@ -340,7 +370,7 @@ int cmd_summary(int argc, char **argv)
     memset(&sel, 0, sizeof sel);
     an_format fmt = AN_FMT_TEXT;
     enum sort_key sort = SORT_TOTAL;
-    int merge = -1, id, rc = AN_EXIT_OK;
+    int merge = -1, id, rc = AN_EXIT_OK, jobs = 0;
     if (an_args_init(&a, "summary", argc, argv)) return AN_EXIT_FAIL;
     while (!rc && (id = an_args_next(&a, opts)) != 0) {
         switch (id) {
@@ -378,6 +408,14 @@ int cmd_summary(int argc, char **argv)
         }
         case OPT_MERGE: merge = 1; break;
         case OPT_SEPARATE: merge = 0; break;
+        case OPT_JOBS: {
+            uint64_t v;
+            if (an_parse_u64(a.value, &v) || v < 1 || v > JOBS_MAX)
+                rc = an_usage_error("summary", "--jobs needs a number of threads from 1 to %d, not '%s'", JOBS_MAX,
+                                    a.value);
+            else jobs = (int)v;
+            break;
+        }
         }
     }
     if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
@@ -392,7 +430,8 @@ int cmd_summary(int argc, char **argv)
     memset(&s, 0, sizeof s);
     if (!rc) {
         if (merge < 0) merge = n_open > 1 && same_run(traces, n_open);
-        rc = an_stats_compute(&s, traces, (uint32_t)n_open, &sel, merge);
+        if (!jobs) jobs = default_jobs(traces, n_open);
+        rc = an_stats_compute_jobs(&s, traces, (uint32_t)n_open, &sel, merge, jobs);
     }
     if (!rc) {
         g_sort = sort;

@@ -23,7 +23,18 @@
  * narrowing, never by collecting them all. Memory: a few kB per large group
  * plus at most `collect_per_pass` values (32 MB by default), whatever the
  * trace length.
+ *
+ * Several threads add to one pass through shards: each thread adds to its
+ * own shard (pass 1: its own exact values and histograms; later passes: its
+ * own bins, reading the plan of the engine without changing it), and the
+ * shards are merged into the engine before the pass ends. Collected values
+ * go from a shard to the engine in blocks, under the engine's lock, so the
+ * budget stays that of the engine. Every result depends only on the multiset
+ * of values a group received (sums of counts, the k-th smallest of the
+ * values), never on their order, so the answer is the same however the
+ * values were split.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,12 +62,21 @@ typedef struct target {
     uint64_t bin_width;
 } target;
 
+/* A shard's part of one target in a later pass. */
+#define SHARD_BLOCK 1024 /* collected values a shard hands to the engine at once */
+typedef struct shard_target {
+    int64_t *vals;       /* [SHARD_BLOCK] */
+    uint32_t n_vals;
+    uint64_t *bins;      /* as the engine's target's */
+} shard_target;
+
 typedef struct qgroup {
     uint64_t n;
     int64_t *vals;       /* exact mode (hist == NULL) */
     uint32_t n_vals, cap;
     uint64_t **hist;     /* [N_BLOCKS] blocks of SUB counts, NULL until used */
     target *targets;     /* [n_pct] while passes remain */
+    shard_target *local; /* shards, later passes: [n_pct], NULL until a value comes */
     int64_t result[AN_QUANT_MAX_PCT];
 } qgroup;
 
@@ -69,6 +89,8 @@ struct an_quant {
     int failed;
     uint32_t exact_limit;
     uint64_t collect_limit;
+    an_quant *engine;    /* a shard: the engine it adds to; NULL for the engine */
+    pthread_mutex_t lock; /* the engine: guards its targets' collected values */
 };
 
 an_quant *an_quant_new(uint32_t n_groups, const uint32_t *permille, uint32_t n_pct)
@@ -84,6 +106,7 @@ an_quant *an_quant_new(uint32_t n_groups, const uint32_t *permille, uint32_t n_p
     q->pass = 1;
     q->exact_limit = DEFAULT_EXACT;
     q->collect_limit = DEFAULT_COLLECT;
+    pthread_mutex_init(&q->lock, NULL);
     if (!q->groups || !q->wants) {
         an_quant_free(q);
         return NULL;
@@ -105,6 +128,17 @@ static void free_hist(qgroup *g)
     g->hist = NULL;
 }
 
+static void free_local(qgroup *g, uint32_t n_pct)
+{
+    if (!g->local) return;
+    for (uint32_t i = 0; i < n_pct; i++) {
+        free(g->local[i].vals);
+        free(g->local[i].bins);
+    }
+    free(g->local);
+    g->local = NULL;
+}
+
 static void free_targets(qgroup *g, uint32_t n_pct)
 {
     if (!g->targets) return;
@@ -123,9 +157,11 @@ void an_quant_free(an_quant *q)
         free(q->groups[i].vals);
         free_hist(&q->groups[i]);
         free_targets(&q->groups[i], q->n_pct);
+        free_local(&q->groups[i], q->n_pct);
     }
     free(q->groups);
-    free(q->wants);
+    if (!q->engine) free(q->wants); /* a shard borrows its engine's */
+    pthread_mutex_destroy(&q->lock);
     free(q);
 }
 
@@ -225,6 +261,64 @@ static void add_later_pass(an_quant *q, qgroup *g, int64_t v)
     }
 }
 
+/* Moves a shard's collected values of one target to the engine; the
+ * caller holds the engine's lock. */
+static void shard_flush_locked(an_quant *q, uint32_t group, uint32_t i)
+{
+    shard_target *lt = &q->groups[group].local[i];
+    if (!lt->n_vals) return;
+    an_quant *e = q->engine;
+    target *t = &e->groups[group].targets[i];
+    if (t->n_in - t->n_vals >= lt->n_vals) {
+        memcpy(t->vals + t->n_vals, lt->vals, lt->n_vals * sizeof *lt->vals);
+        t->n_vals += lt->n_vals;
+    } else {
+        e->failed = 1; /* the replay was not the same data */
+    }
+    lt->n_vals = 0;
+}
+
+static void shard_flush(an_quant *q, uint32_t group, uint32_t i)
+{
+    pthread_mutex_lock(&q->engine->lock);
+    shard_flush_locked(q, group, i);
+    pthread_mutex_unlock(&q->engine->lock);
+}
+
+/* add_later_pass for a shard: the engine's targets are only read (their
+ * bounds, state and bin width do not change during a pass). */
+static void shard_add_later_pass(an_quant *q, uint32_t group, int64_t v)
+{
+    const target *targets = q->engine->groups[group].targets;
+    qgroup *g = &q->groups[group];
+    for (uint32_t i = 0; i < q->n_pct; i++) {
+        const target *t = &targets[i];
+        if (t->state == T_DONE || t->share >= 0 || v < t->lo || v > t->hi) continue;
+        if (!g->local && !(g->local = calloc(q->n_pct, sizeof *g->local))) {
+            q->failed = 1;
+            return;
+        }
+        shard_target *lt = &g->local[i];
+        if (t->state == T_COLLECT) {
+            if (!lt->vals && !(lt->vals = malloc(SHARD_BLOCK * sizeof *lt->vals))) {
+                q->failed = 1;
+                continue;
+            }
+            lt->vals[lt->n_vals++] = v;
+            if (lt->n_vals == SHARD_BLOCK) shard_flush(q, group, i);
+        } else {
+            if (!lt->bins) {
+                uint64_t n_bins = ((uint64_t)t->hi - (uint64_t)t->lo) / t->bin_width + 1;
+                if (!(lt->bins = calloc(n_bins, sizeof *lt->bins))) {
+                    q->failed = 1;
+                    continue;
+                }
+            }
+            lt->bins[((uint64_t)v - (uint64_t)t->lo) / t->bin_width]++;
+        }
+    }
+}
+
 void an_quant_add(an_quant *q, uint32_t group, int64_t value)
 {
     an_quant_add_many(q, &group, &value, 1);
@@ -237,6 +331,12 @@ void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *value
             if (groups[i] >= q->n_groups) continue;
             add_first_pass(q, &q->groups[groups[i]], values[i] < 0 ? 0 : values[i]);
         }
+        return;
+    }
+    if (q->engine) {
+        for (size_t i = 0; i < n; i++)
+            if (groups[i] < q->n_groups && q->wants[groups[i]])
+                shard_add_later_pass(q, groups[i], values[i] < 0 ? 0 : values[i]);
         return;
     }
     for (size_t i = 0; i < n; i++)
@@ -418,7 +518,7 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
 
 int an_quant_end_pass(an_quant *q)
 {
-    if (q->failed) return -1;
+    if (q->failed || q->engine) return -1;
     uint64_t budget = q->collect_limit;
     int more = 0;
     for (uint32_t gi = 0; gi < q->n_groups; gi++) {
@@ -464,4 +564,101 @@ int64_t an_quant_get(const an_quant *q, uint32_t group, uint32_t pct_index)
 {
     if (group >= q->n_groups || pct_index >= q->n_pct) return 0;
     return q->groups[group].result[pct_index];
+}
+
+/* ---- shards ------------------------------------------------------------------------- */
+
+an_quant *an_quant_shard(an_quant *q)
+{
+    if (q->engine) return NULL;
+    an_quant *sh = calloc(1, sizeof *sh);
+    if (!sh) return NULL;
+    sh->n_groups = q->n_groups;
+    sh->n_pct = q->n_pct;
+    memcpy(sh->permille, q->permille, sizeof sh->permille);
+    sh->pass = q->pass;
+    sh->exact_limit = q->exact_limit;
+    sh->collect_limit = q->collect_limit;
+    sh->engine = q;
+    sh->wants = q->wants;
+    pthread_mutex_init(&sh->lock, NULL);
+    sh->groups = calloc(q->n_groups ? q->n_groups : 1, sizeof *sh->groups);
+    if (!sh->groups) {
+        an_quant_free(sh);
+        return NULL;
+    }
+    return sh;
+}
+
+/* Pass 1: a group stays exact while all its values together fit in
+ * exact_limit, as it would have had they come to the engine directly. */
+static void merge_first_pass(an_quant *q, qgroup *g, qgroup *from)
+{
+    if (!from->n) return;
+    if (!g->hist && !from->hist && (uint64_t)g->n_vals + from->n_vals <= q->exact_limit) {
+        uint32_t n = g->n_vals + from->n_vals;
+        if (n > g->cap) {
+            int64_t *vals = realloc(g->vals, n * sizeof *vals);
+            if (!vals) {
+                q->failed = 1;
+                return;
+            }
+            g->vals = vals;
+            g->cap = n;
+        }
+        if (from->n_vals) memcpy(g->vals + g->n_vals, from->vals, from->n_vals * sizeof *g->vals);
+        g->n_vals = n;
+        g->n += from->n;
+        return;
+    }
+    if (!g->hist) {
+        to_histogram(q, g);
+        if (!g->hist) return;
+    }
+    if (from->hist) {
+        for (uint32_t b = 0; b < N_BLOCKS; b++) {
+            if (!from->hist[b]) continue;
+            if (!g->hist[b]) {
+                g->hist[b] = from->hist[b];
+                from->hist[b] = NULL;
+                continue;
+            }
+            for (uint32_t sub = 0; sub < SUB; sub++) g->hist[b][sub] += from->hist[b][sub];
+        }
+    } else {
+        for (uint32_t i = 0; i < from->n_vals; i++)
+            if (hist_add(g, from->vals[i])) q->failed = 1;
+    }
+    g->n += from->n;
+}
+
+int an_quant_merge(an_quant *q, an_quant *shard)
+{
+    if (!shard) return 0;
+    pthread_mutex_lock(&q->lock);
+    if (shard->engine != q || shard->pass != q->pass || shard->failed) q->failed = 1;
+    for (uint32_t gi = 0; gi < q->n_groups && !q->failed; gi++) {
+        qgroup *g = &q->groups[gi], *from = &shard->groups[gi];
+        if (q->pass == 1) {
+            merge_first_pass(q, g, from);
+            continue;
+        }
+        if (!from->local) continue;
+        for (uint32_t i = 0; i < q->n_pct; i++) {
+            shard_flush_locked(shard, gi, i);
+            const uint64_t *bins = from->local[i].bins;
+            target *t = &g->targets[i];
+            if (!bins) continue;
+            if (t->state != T_REFINE || !t->bins) {
+                q->failed = 1;
+                break;
+            }
+            uint64_t n_bins = ((uint64_t)t->hi - (uint64_t)t->lo) / t->bin_width + 1;
+            for (uint64_t b = 0; b < n_bins; b++) t->bins[b] += bins[b];
+        }
+    }
+    int rc = q->failed ? -1 : 0;
+    pthread_mutex_unlock(&q->lock);
+    an_quant_free(shard);
+    return rc;
 }

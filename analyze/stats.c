@@ -18,9 +18,22 @@
  *
  * Cost per range: a clip, an add to the thread's accumulator and one
  * quantile add per group (thread, role, merged role); no allocation.
+ *
+ * With several jobs, the trace threads (of every file) are shared out among
+ * worker threads, largest first: a worker reads a whole thread, in order
+ * (self time needs it), through its own reader of the file (a reader and its
+ * SQLite connection are not shared), sums the thread's row, and adds the
+ * durations to its own shard of the quantile engine, merged when the pass
+ * ends. Role and merged rows are then summed from the thread rows as with
+ * one job. Every number is a sum, a maximum, a count or a k-th smallest
+ * value, so the results are the same for any number of jobs and any order
+ * of the work; an error is the one a single job meets first.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sqlite3.h>
 
 #include "analyze.h"
 
@@ -38,16 +51,32 @@ typedef struct file_ctx {
 
 #define BATCH 4096 /* (group, value) pairs handed to the quantile engine at once */
 
+#define REPORT_EVERY 65536 /* ranges read between progress updates */
+
 typedef struct ctx {
     an_stats *s;
     file_ctx *fc;
-    an_quant *q;
+    an_quant *q;            /* the engine, or this worker's shard of it */
     uint32_t group_merged;
-    an_progress progress;
+    an_progress *progress;
+    pthread_mutex_t *lock;  /* with workers: guards progress and the files' n_ranges */
+    uint64_t unreported;    /* ranges read, not yet added to progress */
+    uint64_t n_read;        /* ranges read */
+    uint64_t n_ranges;      /* selected ranges, not yet added to the file's */
+    an_stage_stats *row;    /* [max stages]: the current thread's sums, first pass */
     size_t n_batch;
     uint32_t batch_group[BATCH];
     int64_t batch_value[BATCH];
 } ctx;
+
+static void report(ctx *c, an_file_stats *fs)
+{
+    if (c->lock) pthread_mutex_lock(c->lock);
+    an_progress_add(c->progress, c->unreported);
+    fs->n_ranges += c->n_ranges;
+    if (c->lock) pthread_mutex_unlock(c->lock);
+    c->unreported = c->n_ranges = 0;
+}
 
 static void flush_batch(ctx *c)
 {
@@ -234,6 +263,18 @@ static int thread_needed(ctx *c, uint32_t f, uint32_t ti)
     return 0;
 }
 
+/* The first pass sums a thread's ranges in c->row and adds them to the
+ * thread's row when the thread is done: workers reading threads side by
+ * side write no shared cache line per range. */
+static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
+{
+    an_stage_stats *row = &fs->thread_stage[(size_t)ti * fs->n_stages];
+    for (uint32_t st = 0; st < fs->n_stages; st++) add_stats(&row[st], &c->row[st]);
+    memset(c->row, 0, fs->n_stages * sizeof *c->row);
+    fs->thread_busy_ns[ti] += *busy_ns;
+    *busy_ns = 0;
+}
+
 /* Reads the ranges of one iterator (one thread, or all threads by id). */
 static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
 {
@@ -245,12 +286,15 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
     const int64_t w0 = fs->t0_ns, w1 = fs->t1_ns;
     int64_t child_ns[ST_STACK_MAX + 2];
     uint32_t cur = UINT32_MAX, ti = 0, role = 0, on = 0, role_group = 0;
-    an_stage_stats *row = NULL;
+    an_stage_stats *row = c->row;
+    int64_t busy_ns = 0;
     st_range r;
     int rc;
     while ((rc = st_range_iter_next(it, &r)) == 1) {
-        an_progress_add(&c->progress, 1);
+        c->n_read++;
+        if (++c->unreported == REPORT_EVERY) report(c, fs);
         if (r.thread != cur) {
+            if (first_pass && on) flush_row(c, fs, ti, &busy_ns);
             cur = r.thread;
             ti = r.thread < fc->n_ids ? fc->thread_index[r.thread] : UINT32_MAX;
             /* The reader refuses chunks of unknown threads; this is a guard. */
@@ -259,7 +303,6 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
             role = fs->thread_role[ti];
             /* A role of one thread takes its percentiles from the thread. */
             role_group = fs->role_threads[role] > 1;
-            row = &fs->thread_stage[(size_t)ti * ns];
             memset(child_ns, 0, sizeof child_ns);
         }
         if (!on) continue;
@@ -271,7 +314,7 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
         int64_t kids = child_ns[depth + 1];
         child_ns[depth + 1] = 0;
         child_ns[depth] += d;
-        if (first_pass && depth == 0) fs->thread_busy_ns[ti] += d;
+        if (depth == 0) busy_ns += d;
         uint32_t st = r.stage;
         if (st >= ns || !fs->stage_on[st]) continue;
         if (first_pass) {
@@ -280,7 +323,7 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
             x->self_ns += d > kids ? d - kids : 0;
             x->count++;
             if (d > x->max_ns) x->max_ns = d;
-            fs->n_ranges++;
+            c->n_ranges++;
         }
         if (c->n_batch > BATCH - 3) flush_batch(c);
         batch_add(c, fc->group_thread + ti * ns + st, d);
@@ -288,7 +331,9 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
         if (merged)
             batch_add(c, c->group_merged + (uint32_t)fc->role_merged[role] * mns + (uint32_t)fc->stage_merged[st], d);
     }
+    if (first_pass && on) flush_row(c, fs, ti, &busy_ns);
     flush_batch(c);
+    report(c, fs);
     return rc;
 }
 
@@ -325,7 +370,269 @@ static int scan_file(ctx *c, uint32_t f)
     return AN_EXIT_OK;
 }
 
+/* ---- several jobs ----------------------------------------------------------------------- */
+
+/* A task: one trace thread of one file, read whole by one worker. */
+typedef struct task {
+    uint32_t file, thread, id; /* thread index and id */
+    uint32_t at;               /* its index in team.size */
+    uint64_t size;             /* the largest go first */
+} task;
+
+typedef struct worker {
+    struct team *team;
+    ctx *c;
+    st_reader *reader;         /* its reader of file reader_file (worker 0 uses the traces') */
+    uint32_t reader_file;
+    pthread_t tid;
+} worker;
+
+typedef struct team {
+    an_trace *traces;
+    uint32_t n_files, n_workers;
+    worker *workers;
+    uint64_t *size;            /* [threads of all files]: chunks, then ranges read in pass 1 */
+    task *tasks;               /* [threads of all files] */
+    uint32_t n_tasks, next;
+    pthread_mutex_t lock;      /* guards next, the error and what ctx.lock guards */
+    uint64_t err_key;          /* the failed task first in file and thread order; UINT64_MAX none */
+    char err_msg[1024];
+} team;
+
+static uint64_t task_key(const task *t) { return (uint64_t)t->file << 32 | t->thread; }
+
+static int cmp_tasks(const void *pa, const void *pb)
+{
+    const task *a = pa, *b = pb;
+    if (a->size != b->size) return a->size > b->size ? -1 : 1;
+    uint64_t ka = task_key(a), kb = task_key(b);
+    return ka < kb ? -1 : ka > kb;
+}
+
+/* The size of each thread for the order of the first pass: its chunks,
+ * counted in the index of the chunk table (reading the chunks' headers would
+ * cost as much as a few percent of the pass). Later passes go by the ranges
+ * each thread gave in the first. An estimate only: it decides balance,
+ * nothing else. */
+static void thread_sizes(const an_trace *t, const file_ctx *fc, uint64_t *size)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(st_reader_db(t->r), "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", -1,
+                           &st, NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+        if (id >= 0 && id < fc->n_ids && fc->thread_index[id] != UINT32_MAX)
+            size[fc->thread_index[id]] = n > 0 ? (uint64_t)n : 0;
+    }
+    sqlite3_finalize(st);
+}
+
+/* msg as an_trace_fail prints it: after the file's name, unless it names
+ * the file itself (the reader's open errors do). */
+static void task_failed(team *tm, const task *tk, const char *msg, int named)
+{
+    const char *path = tm->traces[tk->file].path;
+    pthread_mutex_lock(&tm->lock);
+    if (task_key(tk) < tm->err_key) {
+        tm->err_key = task_key(tk);
+        if (named && strstr(msg, path)) snprintf(tm->err_msg, sizeof tm->err_msg, "%s", msg);
+        else snprintf(tm->err_msg, sizeof tm->err_msg, "%s: %s", path, msg);
+    }
+    pthread_mutex_unlock(&tm->lock);
+}
+
+/* A worker's reader opens the file again by its name: it must still be the
+ * trace the others read (same run, stages and threads; a live trace may
+ * have gained some). */
+static int same_trace(const st_reader *a, const st_reader *b)
+{
+    const char *ra = st_reader_meta(a, "run_id"), *rb = st_reader_meta(b, "run_id");
+    if ((ra == NULL) != (rb == NULL) || (ra && strcmp(ra, rb) != 0)) return 0;
+    if (st_reader_n_stages(b) < st_reader_n_stages(a) || st_reader_n_threads(b) < st_reader_n_threads(a)) return 0;
+    for (uint32_t i = 0; i < st_reader_n_stages(a); i++)
+        if (strcmp(st_reader_stage(a, i)->name, st_reader_stage(b, i)->name) != 0) return 0;
+    for (uint32_t i = 0; i < st_reader_n_threads(a); i++)
+        if (!st_reader_thread_by_id(b, st_reader_thread(a, i)->id)) return 0;
+    return 1;
+}
+
+/* The worker's reader of the task's file. Worker 0 runs on the thread that
+ * opened the traces and uses their readers; the others keep one reader of
+ * their own, of the file of their last task, so that open files stay few
+ * (jobs + files) however many files there are. NULL: failed (reported). */
+static st_reader *task_reader(worker *w, const task *tk)
+{
+    team *tm = w->team;
+    const an_trace *t = &tm->traces[tk->file];
+    if (w == &tm->workers[0]) return t->r;
+    if (w->reader && w->reader_file == tk->file) return w->reader;
+    st_reader_close(w->reader);
+    w->reader = NULL;
+    st_reader *r;
+    if (st_reader_open(&r, t->path) != ST_OK) {
+        task_failed(tm, tk, st_last_error(), 1); /* st_last_error() is per thread: read here */
+        return NULL;
+    }
+    if (!same_trace(t->r, r)) {
+        st_reader_close(r);
+        task_failed(tm, tk, "the file changed while it was being read: analyze a copy that stays put", 0);
+        return NULL;
+    }
+    /* It reads each chunk once a pass: a small page cache does (-N: N kB). */
+    sqlite3_exec(st_reader_db(r), "PRAGMA cache_size = -256", NULL, NULL, NULL);
+    w->reader = r;
+    w->reader_file = tk->file;
+    return r;
+}
+
+static void run_task(worker *w, const task *tk)
+{
+    st_reader *r = task_reader(w, tk);
+    if (!r) return;
+    const file_ctx *fc = &w->c->fc[tk->file];
+    st_range_iter *it = NULL;
+    w->c->n_read = 0;
+    int rc = st_range_iter_open(&it, r, tk->id, fc->iter_t0, fc->iter_t1);
+    if (!rc) rc = scan_iter(w->c, tk->file, it);
+    st_range_iter_close(it);
+    if (an_quant_pass(w->c->q) == 1) w->team->size[tk->at] = w->c->n_read; /* this task's own slot */
+    if (rc < 0) task_failed(w->team, tk, st_last_error(), 0);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    team *tm = w->team;
+    for (;;) {
+        const task *tk = NULL;
+        pthread_mutex_lock(&tm->lock);
+        /* After an error only tasks before it in file and thread order run:
+         * the error reported is the one a single job would meet first. */
+        while (!tk && tm->next < tm->n_tasks) {
+            const task *t = &tm->tasks[tm->next++];
+            if (task_key(t) < tm->err_key) tk = t;
+        }
+        pthread_mutex_unlock(&tm->lock);
+        if (!tk) return NULL;
+        run_task(w, tk);
+    }
+}
+
+static void team_free(team *tm)
+{
+    if (!tm) return;
+    for (uint32_t i = 0; tm->workers && i < tm->n_workers; i++) {
+        worker *w = &tm->workers[i];
+        if (i > 0) st_reader_close(w->reader);
+        if (w->c) {
+            an_quant_free(w->c->q);
+            free(w->c->row);
+        }
+        free(w->c);
+    }
+    free(tm->workers);
+    free(tm->size);
+    free(tm->tasks);
+    pthread_mutex_destroy(&tm->lock);
+    free(tm);
+}
+
+/* Workers, kept for all the passes. */
+static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs, uint32_t max_stages)
+{
+    team *tm = calloc(1, sizeof *tm);
+    if (!tm) return NULL;
+    pthread_mutex_init(&tm->lock, NULL);
+    tm->traces = traces;
+    tm->n_files = n_files;
+    tm->n_workers = jobs;
+    tm->workers = calloc(jobs, sizeof *tm->workers);
+    uint32_t n_threads = 0;
+    for (uint32_t f = 0; f < n_files; f++) n_threads += cp->s->files[f].n_threads;
+    tm->tasks = calloc(n_threads ? n_threads : 1, sizeof *tm->tasks);
+    tm->size = calloc(n_threads ? n_threads : 1, sizeof *tm->size);
+    if (!tm->workers || !tm->tasks || !tm->size) {
+        team_free(tm);
+        return NULL;
+    }
+    for (uint32_t f = 0, at = 0; f < n_files; at += cp->s->files[f++].n_threads)
+        thread_sizes(&traces[f], &cp->fc[f], tm->size + at);
+    for (uint32_t i = 0; i < jobs; i++) {
+        worker *w = &tm->workers[i];
+        w->team = tm;
+        w->c = calloc(1, sizeof *w->c);
+        if (w->c) w->c->row = calloc(max_stages, sizeof *w->c->row);
+        if (!w->c || !w->c->row) {
+            team_free(tm);
+            return NULL;
+        }
+        w->c->s = cp->s;
+        w->c->fc = cp->fc;
+        w->c->group_merged = cp->group_merged;
+        w->c->progress = cp->progress;
+        w->c->lock = &tm->lock;
+    }
+    return tm;
+}
+
+/* One pass with the team: the tasks are the threads the pass needs. */
+static int scan_parallel(ctx *cp, team *tm)
+{
+    an_stats *s = cp->s;
+    const int first_pass = an_quant_pass(cp->q) == 1;
+    tm->n_tasks = tm->next = 0;
+    tm->err_key = UINT64_MAX;
+    for (uint32_t f = 0, at = 0; f < s->n_files; at += s->files[f++].n_threads)
+        for (uint32_t i = 0; i < s->files[f].n_threads; i++)
+            if (first_pass ? s->files[f].thread_on[i] : thread_needed(cp, f, i))
+                tm->tasks[tm->n_tasks++] =
+                    (task){f, i, st_reader_thread(s->files[f].trace->r, i)->id, at + i, tm->size[at + i]};
+    if (tm->n_tasks < 2) {
+        for (uint32_t f = 0; f < s->n_files; f++) {
+            int rc = scan_file(cp, f);
+            if (rc) return rc;
+        }
+        return AN_EXIT_OK;
+    }
+    uint32_t n_workers = tm->n_workers < tm->n_tasks ? tm->n_workers : tm->n_tasks;
+    qsort(tm->tasks, tm->n_tasks, sizeof *tm->tasks, cmp_tasks);
+    uint32_t started = 1;
+    for (uint32_t i = 0; i < n_workers; i++) {
+        ctx *c = tm->workers[i].c;
+        c->q = an_quant_shard(cp->q);
+        if (!c->q) {
+            for (uint32_t j = 0; j < i; j++) {
+                an_quant_free(tm->workers[j].c->q);
+                tm->workers[j].c->q = NULL;
+            }
+            return oom();
+        }
+    }
+    /* This thread is worker 0; a worker that cannot start leaves its share to the others. */
+    for (uint32_t i = 1; i < n_workers; i++)
+        if (pthread_create(&tm->workers[i].tid, NULL, worker_main, &tm->workers[i]) == 0) started = i + 1;
+        else break;
+    worker_main(&tm->workers[0]);
+    for (uint32_t i = 1; i < started; i++) pthread_join(tm->workers[i].tid, NULL);
+    /* A failed merge fails the engine: an_quant_end_pass says so. */
+    for (uint32_t i = 0; i < n_workers; i++) {
+        an_quant_merge(cp->q, tm->workers[i].c->q);
+        tm->workers[i].c->q = NULL;
+    }
+    if (tm->err_key != UINT64_MAX) {
+        an_error("%s", tm->err_msg);
+        return AN_EXIT_USAGE;
+    }
+    return AN_EXIT_OK;
+}
+
 int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge)
+{
+    return an_stats_compute_jobs(s, traces, n, sel, merge, 1);
+}
+
+int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge, int jobs)
 {
     memset(s, 0, sizeof *s);
     s->n_files = n;
@@ -338,8 +645,11 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
         free(cp);
         return oom();
     }
+    an_progress progress;
+    memset(&progress, 0, sizeof progress);
     cp->s = s;
     cp->fc = fcs;
+    cp->progress = &progress;
     for (uint32_t f = 0; f < n && !rc; f++) rc = setup_file(s, f, &traces[f], sel, &fcs[f]);
     if (!rc && merge && n > 1) {
         rc = setup_merged(s, fcs);
@@ -359,18 +669,32 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
         an_error("too many threads x stages to summarize at once");
         rc = AN_EXIT_FAIL;
     }
+    uint32_t max_stages = 1, n_selected = 0;
+    for (uint32_t f = 0; f < n && !rc; f++) {
+        if (s->files[f].n_stages > max_stages) max_stages = s->files[f].n_stages;
+        for (uint32_t i = 0; i < s->files[f].n_threads; i++) n_selected += s->files[f].thread_on[i];
+    }
     if (!rc) {
         cp->q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT);
-        if (!cp->q) rc = oom();
+        cp->row = calloc(max_stages, sizeof *cp->row);
+        if (!cp->q || !cp->row) rc = oom();
+    }
+    /* Workers: no more than the threads to read. */
+    if (jobs > (int)n_selected) jobs = (int)n_selected;
+    team *tm = NULL;
+    if (!rc && jobs > 1) {
+        tm = team_new(cp, traces, n, (uint32_t)jobs, max_stages);
+        if (!tm) rc = oom();
     }
     uint64_t hint = 0;
     for (uint32_t f = 0; f < n; f++) hint += traces[f].n_ranges_hint;
     while (!rc) {
         static const char *const labels[] = {"reading ranges", "percentiles, pass 2", "percentiles, pass 3+"};
         int pass = an_quant_pass(cp->q);
-        an_progress_start(&cp->progress, labels[pass < 3 ? pass - 1 : 2], hint);
-        for (uint32_t f = 0; f < n && !rc; f++) rc = scan_file(cp, f);
-        an_progress_end(&cp->progress);
+        an_progress_start(&progress, labels[pass < 3 ? pass - 1 : 2], hint);
+        if (tm) rc = scan_parallel(cp, tm);
+        for (uint32_t f = 0; !tm && f < n && !rc; f++) rc = scan_file(cp, f);
+        an_progress_end(&progress);
         if (rc) break;
         s->passes = (uint32_t)pass;
         int more = an_quant_end_pass(cp->q);
@@ -411,7 +735,9 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
         for (uint32_t i = 0; i < s->merged.n_roles * s->merged.n_stages; i++)
             for (int p = 0; p < AN_NPCT; p++)
                 s->merged.role_stage[i].pct_ns[p] = an_quant_get(cp->q, cp->group_merged + i, (uint32_t)p);
+    team_free(tm);
     an_quant_free(cp->q);
+    free(cp->row);
     for (uint32_t f = 0; f < n; f++) {
         free(fcs[f].thread_index);
         free(fcs[f].role_merged);
