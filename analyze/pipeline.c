@@ -1169,20 +1169,15 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
                 fprintf(f, "; it needs %s: %s of GPU time (the work it launched) against %s on the host without sync",
                         an_fmt_pct1(l->need_pct, p1, sizeof p1), an_fmt_pct1(l->device_pct, p2, sizeof p2),
                         an_fmt_pct1(l->host_pct, b, sizeof b));
-            if (v->stage >= 0 && l->device_bound) {
-                fprintf(f, "; limiting stage: %s, which launched %s of its time in GPU work",
+            if (v->stage >= 0) {
+                /* a device-bound role's limiting stage is measured by the GPU time it launched */
+                int64_t stage_ns = l->device_bound ? l->top_device_stage_ns : l->top_stage_ns;
+                fprintf(f, "; limiting stage: %s, %s%s of its time%s",
                         an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
-                        an_fmt_pct1(pct(l->top_device_stage_ns, l->wall_ns), p1, sizeof p1));
+                        l->device_bound ? "which launched " : "", an_fmt_pct1(pct(stage_ns, l->wall_ns), p1, sizeof p1),
+                        l->device_bound ? " in GPU work" : "");
                 if (v->steps)
-                    fprintf(f, ", %.3f ms per step",
-                            (double)l->top_device_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
-            } else if (v->stage >= 0) {
-                fprintf(f, "; limiting stage: %s, %s of its time",
-                        an_clean(st_reader_stage(r, (uint32_t)v->stage)->name, b, sizeof b),
-                        an_fmt_pct1(pct(l->top_stage_ns, l->wall_ns), p1, sizeof p1));
-                if (v->steps)
-                    fprintf(f, ", %.3f ms per step",
-                            (double)l->top_stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
+                    fprintf(f, ", %.3f ms per step", (double)stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6);
             } else {
                 fprintf(f, "; it has no work stage (its busy time is sync, comm or copy)");
             }

@@ -802,6 +802,33 @@ static void test_mann_whitney(void **state)
     assert_true(isnan(an_mann_whitney(a, 0, b, 5, NULL)));
 }
 
+/* The GPU tables of a trace (docs/trace-format.md), gpu_strings holding
+ * `strings` ("(0, 'kernA'), (1, 'kernB')"). */
+static void g_gpu_tables(sqlite3 *db, const char *strings)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+             "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+             " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+             "INSERT INTO gpu_strings VALUES %s",
+             strings);
+    g_sql(db, sql);
+}
+
+/* One gpu_chunks row of records r[0..n). */
+static void put_gpu_chunk(sqlite3 *db, int64_t device, int64_t stream, const st_gpu_rec *r, int n)
+{
+    static const char sql[] =
+        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    st_gpu_encoder e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < n; i++) assert_int_equal(st_gpu_put(&e, &r[i]), 0);
+    g_bind_exec(db, sql, "iiiiib", (long long)device, (long long)stream, (long long)e.t0_ns, (long long)e.t1_ns,
+                (long long)e.n_records, &e.buf);
+    st_buf_free(&e.buf);
+}
 
 /* GPU activity on device 0 over step 0 of gen_target, written with the
  * chunk encoder (target0 is thread 1, os_tid 2001):
@@ -820,12 +847,7 @@ static void add_gpu(const char *path, uint32_t postprocess_thread)
 {
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
-              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
-              "INSERT INTO gpu_strings VALUES (0, 'kernA'), (1, 'kernB'), (2, 'kernC')");
-    static const char sql[] =
-        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    g_gpu_tables(db, "(0, 'kernA'), (1, 'kernB'), (2, 'kernC')");
     int64_t B = BASE_NS;
     st_gpu_rec k[] = {
         {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + 1 * MS, .dur_ns = 7 * MS, .correlation = 1},
@@ -839,21 +861,10 @@ static void add_gpu(const char *path, uint32_t postprocess_thread)
         {.kind = ST_GPU_API, .start_ns = B + 9600 * US, .dur_ns = 5 * US, .correlation = 3},
         {.kind = ST_GPU_API, .start_ns = B + 8400 * US, .dur_ns = 1200 * US, .correlation = 4},
     };
-    st_gpu_encoder e;
-    memset(&e, 0, sizeof e);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < 3; i++) assert_int_equal(st_gpu_put(&e, &k[i]), 0);
-    g_bind_exec(db, sql, "iiiiib", 0LL, 7LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    assert_int_equal(st_gpu_put(&e, &sync), 0);
-    g_bind_exec(db, sql, "iiiiib", 0LL, 8LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < 4; i++) {
-        api[i].os_tid = 2000 + postprocess_thread;
-        assert_int_equal(st_gpu_put(&e, &api[i]), 0);
-    }
-    g_bind_exec(db, sql, "iiiiib", -1LL, 0LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    st_buf_free(&e.buf);
+    for (int i = 0; i < 4; i++) api[i].os_tid = 2000 + postprocess_thread;
+    put_gpu_chunk(db, 0, 7, k, 3);
+    put_gpu_chunk(db, 0, 8, &sync, 1);
+    put_gpu_chunk(db, -1, 0, api, 4);
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
@@ -967,12 +978,7 @@ static void write_gpu_steps(const char *path)
     free(g);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
-              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
-              "INSERT INTO gpu_strings VALUES (0, 'startup_init'), (1, 'fwd_gemm'), (2, 'sample_tail')");
-    static const char sql[] =
-        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
+    g_gpu_tables(db, "(0, 'startup_init'), (1, 'fwd_gemm'), (2, 'sample_tail')");
     int64_t B = BASE_NS;
     st_gpu_rec k7[64], k8[32], api[128];
     int n7 = 0, n8 = 0, na = 0;
@@ -998,21 +1004,10 @@ static void write_gpu_steps(const char *path)
             api[j] = api[j - 1];
             api[j - 1] = x;
         }
-    st_gpu_encoder e;
-    memset(&e, 0, sizeof e);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < n7; i++) assert_int_equal(st_gpu_put(&e, &k7[i]), 0);
-    g_bind_exec(db, sql, "iiiiib", 0LL, 7LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < n8; i++) assert_int_equal(st_gpu_put(&e, &k8[i]), 0);
-    g_bind_exec(db, sql, "iiiiib", 0LL, 8LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < na; i++) {
-        api[i].os_tid = 2001;
-        assert_int_equal(st_gpu_put(&e, &api[i]), 0);
-    }
-    g_bind_exec(db, sql, "iiiiib", -1LL, 0LL, (long long)e.t0_ns, (long long)e.t1_ns, (long long)e.n_records, &e.buf);
-    st_buf_free(&e.buf);
+    for (int i = 0; i < na; i++) api[i].os_tid = 2001;
+    put_gpu_chunk(db, 0, 7, k7, n7);
+    put_gpu_chunk(db, 0, 8, k8, n8);
+    put_gpu_chunk(db, -1, 0, api, na);
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
@@ -1081,19 +1076,6 @@ static void gen_gpu_pipeline(g_trace *g, int shared, uint32_t *stream_sync)
     }
 }
 
-static void put_gpu_chunk(sqlite3 *db, int64_t device, int64_t stream, const st_gpu_rec *r, int n)
-{
-    static const char sql[] =
-        "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)";
-    st_gpu_encoder e;
-    memset(&e, 0, sizeof e);
-    assert_int_equal(st_gpu_chunk_start(&e), 0);
-    for (int i = 0; i < n; i++) assert_int_equal(st_gpu_put(&e, &r[i]), 0);
-    g_bind_exec(db, sql, "iiiiib", (long long)device, (long long)stream, (long long)e.t0_ns, (long long)e.t1_ns,
-                (long long)e.n_records, &e.buf);
-    st_buf_free(&e.buf);
-}
-
 /* layout 0: gpu_split, 1: gpu_shared, 2: gpu_twice (gpu_shared with T
  * launched as two kernels of 3 ms, [t+1, t+4] and [t+4, t+7], the second
  * launched at t+0.7: the same GPU time, twice the launches). */
@@ -1109,11 +1091,8 @@ static void write_gpu_pipeline(const char *path, int layout)
     free(g);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    g_sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-              "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
-              " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
-              "INSERT INTO gpu_strings VALUES (0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked'),"
-              " (3, 'cudaLaunchKernel'), (4, 'cudaStreamSynchronize'), (5, 'cuLaunchKernel'), (6, 'cuEventRecord')");
+    g_gpu_tables(db, "(0, 'target_fwd'), (1, 'drafter_fwd'), (2, 'untracked'), (3, 'cudaLaunchKernel'),"
+                     " (4, 'cudaStreamSynchronize'), (5, 'cuLaunchKernel'), (6, 'cuEventRecord')");
     int64_t B = BASE_NS;
     st_gpu_rec tk[20], d0[10], d1[20], sy[10], api[70], drv[20];
     int nd1 = 0, na = 0, nd = 0, nt = 0;
