@@ -522,17 +522,25 @@ static int put_runs(an_out *out, const side *s, const double *step_median)
     return rc;
 }
 
+/* Medians of A and B (ns per step), and with stats the change in ms and %,
+ * p and whether it is significant (NULL when untested). */
+static void put_median_cells(an_table *t, double median_a, double median_b, int with_stats, double p, int tested,
+                             int significant)
+{
+    put_r(t, median_a / 1e6);
+    put_r(t, median_b / 1e6);
+    if (with_stats) {
+        put_r(t, (median_b - median_a) / 1e6);
+        if (isfinite(change_pct(median_a, median_b))) an_put_pct(t, change_pct(median_a, median_b));
+        else an_put_null(t);
+        put_r(t, p);
+        an_put_str(t, tested ? (significant ? "yes" : "no") : NULL);
+    }
+}
+
 static void put_change_cells(an_table *t, const change *c, int with_stats)
 {
-    put_r(t, c->median_a / 1e6);
-    put_r(t, c->median_b / 1e6);
-    if (with_stats) {
-        put_r(t, (c->median_b - c->median_a) / 1e6);
-        if (isfinite(change_pct(c->median_a, c->median_b))) an_put_pct(t, change_pct(c->median_a, c->median_b));
-        else an_put_null(t);
-        put_r(t, c->p);
-        an_put_str(t, c->tested ? (c->significant ? "yes" : "no") : NULL);
-    }
+    put_median_cells(t, c->median_a, c->median_b, with_stats, c->p, c->tested, c->significant);
 }
 
 int cmd_diff(int argc, char **argv)
@@ -811,13 +819,7 @@ int cmd_diff(int argc, char **argv)
                     if (i && g->device != gc[i - 1].device) an_table_gap(t);
                     an_put_int(t, g->device);
                     an_put_str(t, g->role ? g->role : "*");
-                    put_r(t, g->median_a / 1e6);
-                    put_r(t, g->median_b / 1e6);
-                    put_r(t, (g->median_b - g->median_a) / 1e6);
-                    if (isfinite(change_pct(g->median_a, g->median_b))) an_put_pct(t, change_pct(g->median_a, g->median_b));
-                    else an_put_null(t);
-                    put_r(t, g->p);
-                    an_put_str(t, g->significant ? "yes" : "no");
+                    put_median_cells(t, g->median_a, g->median_b, 1, g->p, g->tested, g->significant);
                     put_r(t, g->mean_a / 1e6);
                     put_r(t, g->mean_b / 1e6);
                     an_row_end(t);
