@@ -3,8 +3,9 @@
  * private temporary directory and opened the way `analyze` opens traces
  * (st_reader_open: read-only, defensive), then everything that reads chunks
  * runs on it: every range (all threads and per thread), every raw event,
- * every counter sample, the interval windows, a query through the virtual
- * tables, and the per-step model with the bottleneck verdict. The seed corpus
+ * every counter sample, every GPU record and API call, the interval
+ * windows, queries through the virtual tables, and the per-step model with
+ * its GPU loads, the GPU idle split and the bottleneck verdict. The seed corpus
  * (make_seeds.c) holds small valid traces, so mutations explore corrupt
  * chunks, lying headers, wrong types and broken SQLite pages alike.
  * The analyzer's messages are sent to /dev/null while a case runs (the
@@ -99,6 +100,20 @@ static void read_everything(void)
         while (st_sample_iter_next(si, &row) == 1) sum += row.counter;
         st_sample_iter_close(si);
     }
+    st_gpu_iter *gi;
+    st_gpu_row g;
+    if (st_gpu_iter_open(&gi, r, -1, INT64_MIN, INT64_MAX) == ST_OK) {
+        while (st_gpu_iter_next(gi, &g) == 1) sum += (uint64_t)g.rec.dur_ns + (uint64_t)g.stage + (g.name ? 1 : 0);
+        st_gpu_iter_close(gi);
+    }
+    if (st_gpu_iter_open(&gi, r, 0, 0, INT64_MAX / 2) == ST_OK) {
+        while (st_gpu_iter_next(gi, &g) == 1) sum += (uint64_t)g.launch_ns;
+        st_gpu_iter_close(gi);
+    }
+    if (st_gpu_api_iter_open(&gi, r, INT64_MIN, INT64_MAX) == ST_OK) {
+        while (st_gpu_iter_next(gi, &g) == 1) sum += (uint64_t)g.thread + (g.name ? strlen(g.name) : 0);
+        st_gpu_iter_close(gi);
+    }
     size_t text = 0;
     st_reader_windows(r, 1, on_window, &text);
     st_reader_windows(r, 3, on_window, &text);
@@ -106,6 +121,10 @@ static void read_everything(void)
     if (st_sql_register(db) == 0) {
         sqlite3_stmt *st;
         if (sqlite3_prepare_v2(db, "SELECT count(*), sum(dur_ns), max(step) FROM ranges_v; ", -1, &st, NULL) == SQLITE_OK) {
+            while (sqlite3_step(st) == SQLITE_ROW) sum += (uint64_t)sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+        if (sqlite3_prepare_v2(db, "SELECT count(*), sum(dur_ns), max(stage) FROM gpu", -1, &st, NULL) == SQLITE_OK) {
             while (sqlite3_step(st) == SQLITE_ROW) sum += (uint64_t)sqlite3_column_int64(st, 0);
             sqlite3_finalize(st);
         }
@@ -136,7 +155,22 @@ static void model(void)
             uint32_t n = an_pipe_window_verdicts(&p, 2, &w);
             free(an_pipe_story(&p, loads, &v, w, w ? n : 0, 2));
             free(w);
+            an_device_load *d = calloc(p.n_devices ? p.n_devices : 1, sizeof *d);
+            int64_t *role_ns = calloc((size_t)(p.n_devices ? p.n_devices : 1) * (p.n_roles ? p.n_roles : 1), sizeof *role_ns);
+            if (d && role_ns) {
+                for (uint32_t i = 0; i < p.n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p.n_roles;
+                an_pipe_device_loads(&p, 0, p.n_bins, d);
+            }
+            free(d);
+            free(role_ns);
             free(loads);
+        }
+        an_gpu_idle *gpu = NULL;
+        uint32_t n_gpu = 0;
+        char *text = NULL;
+        if (an_gpu_idle_steady(&t, p.bin_t[0], p.bin_t[p.n_bins], &gpu, &n_gpu, &text) == AN_EXIT_OK) {
+            free(text);
+            an_gpu_idle_free(gpu, n_gpu);
         }
     }
     an_pipe_free(&p);

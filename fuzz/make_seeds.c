@@ -3,9 +3,12 @@
  *                a pipeline with nested ranges, step marks and a queue-depth
  *                counter, chunks of a few events cut through open ranges, a
  *                range left open at the end; and an empty trace;
+ *                The pipeline trace also holds GPU activity: kernels, a
+ *                copy and a sync on device 0, and named API calls of
+ *                target0 that launched them.
  *   DIR/chunks/  inputs of fuzz_chunks: 12 bytes of parameters (mode,
- *                count, limit, little-endian) followed by an encoded event
- *                or counter chunk.
+ *                count, limit, little-endian) followed by an encoded event,
+ *                counter or GPU chunk.
  * Written with SQLite and the chunk encoder directly, like the tests.
  *   make_seeds DIR
  */
@@ -63,6 +66,64 @@ static void write_chunk_seed(const char *dir, const char *name, uint32_t mode, u
         for (int k = 0; k < 4; k++) fputc((int)(head[i] >> (8 * k)) & 0xff, f);
     fwrite(b->data, 1, b->len, f);
     fclose(f);
+}
+
+static void put_gpu_chunk(sqlite3 *db, int device, int stream, st_gpu_encoder *e)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "INSERT INTO gpu_chunks(device,stream,t0_ns,t1_ns,n_records,data) VALUES (?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        die("prepare");
+    sqlite3_bind_int(st, 1, device);
+    sqlite3_bind_int(st, 2, stream);
+    sqlite3_bind_int64(st, 3, e->t0_ns);
+    sqlite3_bind_int64(st, 4, e->t1_ns);
+    sqlite3_bind_int(st, 5, (int)e->n_records);
+    sqlite3_bind_blob(st, 6, e->buf.data, (int)e->buf.len, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE) die("insert gpu chunk");
+    sqlite3_finalize(st);
+}
+
+/* GPU activity of the pipeline trace: per step k (t = 1000 + 10000 k), a
+ * kernel launched by target0 (os tid 101) in forward, a copy, a sync; the
+ * launches as named runtime calls, one with a driver call inside it. */
+static void write_gpu(const char *dir, sqlite3 *db)
+{
+    sql(db, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+            "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+            " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+            "INSERT INTO gpu_strings VALUES (0,'fwd_kernel'),(1,'cudaLaunchKernel'),(2,'cuLaunchKernel'),"
+            "(3,'cudaMemcpyAsync')");
+    st_gpu_encoder dev, api, drv;
+    memset(&dev, 0, sizeof dev);
+    memset(&api, 0, sizeof api);
+    memset(&drv, 0, sizeof drv);
+    if (st_gpu_chunk_start(&dev) || st_gpu_chunk_start(&api) || st_gpu_chunk_start(&drv)) die("no memory");
+    uint32_t corr = 1;
+    for (int k = 0; k < 4; k++) {
+        int64_t t = 1000 + 10000 * (int64_t)k;
+        st_gpu_rec kern = {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = t + 2500, .dur_ns = 3000, .correlation = corr};
+        st_gpu_rec call = {.kind = ST_GPU_API, .name = 2, .start_ns = t + 2100, .dur_ns = 40, .correlation = corr++,
+                           .copy_kind = 211, .os_tid = 101};
+        st_gpu_rec inner = {.kind = ST_GPU_API, .name = 3, .start_ns = t + 2110, .dur_ns = 20, .correlation = 9000 + (uint32_t)k,
+                            .copy_kind = 307, .os_tid = 101};
+        st_gpu_rec copy = {.kind = ST_GPU_MEMCPY, .start_ns = t + 6000, .dur_ns = 500, .bytes = 4096, .copy_kind = 2,
+                           .src_mem = 3, .dst_mem = 2, .correlation = corr};
+        st_gpu_rec copy_call = {.kind = ST_GPU_API, .name = 4, .start_ns = t + 5900, .dur_ns = 30, .correlation = corr++,
+                                .copy_kind = 41, .os_tid = 101};
+        st_gpu_rec sync = {.kind = ST_GPU_SYNC, .start_ns = t + 6100, .dur_ns = 600, .copy_kind = 3, .correlation = corr++};
+        if (st_gpu_put(&dev, &kern) || st_gpu_put(&dev, &copy) || st_gpu_put(&dev, &sync) || st_gpu_put(&api, &call) ||
+            st_gpu_put(&api, &copy_call) || st_gpu_put(&drv, &inner))
+            die("gpu put");
+    }
+    put_gpu_chunk(db, 0, 7, &dev);
+    put_gpu_chunk(db, -1, 0, &api);
+    put_gpu_chunk(db, -1, 1, &drv);
+    write_chunk_seed(dir, "gpu_device", 2, dev.n_records, 0, &dev.buf);
+    write_chunk_seed(dir, "gpu_api", 2, api.n_records, 0, &api.buf);
+    st_buf_free(&dev.buf);
+    st_buf_free(&api.buf);
+    st_buf_free(&drv.buf);
 }
 
 /* A small pipeline trace; with_data 0 writes only the schema and meta. */
@@ -141,6 +202,7 @@ static void write_trace(const char *dir, const char *name, int with_data)
         sqlite3_finalize(st);
         write_chunk_seed(dir, "counters", 1, c.n_samples, 2, &c.buf);
         st_buf_free(&c.buf);
+        write_gpu(dir, db);
     }
     sql(db, "COMMIT");
     sql(db, "VACUUM");
