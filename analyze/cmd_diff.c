@@ -356,28 +356,33 @@ static kernel_change *kernel_slot(kernel_set *k, const char *name)
 
 /* Kernels launched in the analysed period of trace `which` (a kernel counts
  * where it starts), by name over all devices. */
+typedef struct kernel_pass {
+    kernel_set *k;
+    int which;
+} kernel_pass;
+
+static int add_kernel_record(const st_gpu_row *g, void *arg)
+{
+    kernel_pass *kp = arg;
+    if (g->rec.kind != ST_GPU_KERNEL) return 0;
+    kernel_change *c = kernel_slot(kp->k, g->name ? g->name : "?");
+    if (!c) return oom();
+    c->count[kp->which]++;
+    c->ns[kp->which] += g->rec.dur_ns;
+    return 0;
+}
+
 static int kernel_sums(const side *s, int which, kernel_set *k)
 {
     const an_pipe *p = &s->pipe;
-    st_gpu_iter *it;
-    if (st_gpu_iter_open(&it, s->trace.r, -1, p->bin_t[0], p->bin_t[p->n_bins])) return an_trace_fail(&s->trace);
-    st_gpu_row g;
-    int n, rc = AN_EXIT_OK;
-    while ((n = st_gpu_iter_next(it, &g)) != 0) {
-        if (n < 0) {
-            rc = an_trace_fail(&s->trace);
-            break;
-        }
-        if (g.rec.kind != ST_GPU_KERNEL || g.rec.start_ns < p->bin_t[0] || g.rec.start_ns >= p->bin_t[p->n_bins]) continue;
-        kernel_change *c = kernel_slot(k, g.name ? g.name : "?");
-        if (!c) {
-            rc = oom();
-            break;
-        }
-        c->count[which]++;
-        c->ns[which] += g.rec.dur_ns;
-    }
-    st_gpu_iter_close(it);
+    an_trace *t = (an_trace *)&s->trace;
+    int32_t *devices = NULL;
+    uint32_t n = 0;
+    kernel_pass kp = {k, which};
+    int rc = an_gpu_devices(t, &devices, &n);
+    for (uint32_t i = 0; !rc && i < n; i++)
+        rc = an_gpu_each(t, devices[i], p->bin_t[0], p->bin_t[p->n_bins], add_kernel_record, &kp);
+    free(devices);
     return rc;
 }
 

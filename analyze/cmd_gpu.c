@@ -127,7 +127,58 @@ typedef struct sums {
     size_t c_len;
     stage_sum *s;
     size_t s_len;
+    char **names;    /* interned kernel and function names: open addressing, one copy each */
+    size_t names_cap, names_len;
 } sums;
+
+static int oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* One lasting copy of each name (the readers that hand them out live for one
+ * time slice), so that names compare by pointer; NULL on no memory. */
+static const char *intern(sums *s, const char *name)
+{
+    if (s->names_len * 2 >= s->names_cap) {
+        size_t cap = s->names_cap ? s->names_cap * 2 : 256;
+        char **t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = 0; i < s->names_cap; i++) {
+            if (!s->names[i]) continue;
+            size_t h = hash_name(s->names[i]) & (cap - 1);
+            while (t[h]) h = (h + 1) & (cap - 1);
+            t[h] = s->names[i];
+        }
+        free(s->names);
+        s->names = t;
+        s->names_cap = cap;
+    }
+    size_t h = hash_name(name) & (s->names_cap - 1);
+    while (s->names[h] && strcmp(s->names[h], name) != 0) h = (h + 1) & (s->names_cap - 1);
+    if (!s->names[h]) {
+        if (!(s->names[h] = strdup(name))) return NULL;
+        s->names_len++;
+    }
+    return s->names[h];
+}
+
+static void sums_free(sums *s)
+{
+    for (size_t i = 0; i < s->names_cap; i++) free(s->names[i]);
+    free(s->names);
+    free(s->k);
+    free(s->c);
+    free(s->s);
+}
 
 static int grow(void **v, size_t len, size_t size)
 {
@@ -168,7 +219,10 @@ static int add_kernel(sums *s, int32_t device, const char *name, int64_t dur)
 static int add_row(sums *s, const st_gpu_row *g)
 {
     const st_gpu_rec *r = &g->rec;
-    if (r->kind == ST_GPU_KERNEL && add_kernel(s, g->device, g->name ? g->name : "?", r->dur_ns)) return -1;
+    if (r->kind == ST_GPU_KERNEL) {
+        const char *name = intern(s, g->name ? g->name : "?");
+        if (!name || add_kernel(s, g->device, name, r->dur_ns)) return -1;
+    }
     if (r->kind == ST_GPU_MEMCPY || r->kind == ST_GPU_MEMSET) {
         uint32_t dir = r->kind == ST_GPU_MEMCPY ? r->copy_kind : 0, src = r->kind == ST_GPU_MEMCPY ? r->src_mem : 0;
         size_t i = 0;
@@ -201,12 +255,6 @@ static int add_row(sums *s, const st_gpu_row *g)
 
 /* ---- CUDA API calls ---- */
 
-typedef struct api_call {
-    int64_t thread, stage, start, end;
-    const char *name; /* owned by the API iterator */
-    uint32_t domain, cbid;
-} api_call;
-
 typedef struct api_sum {
     int64_t thread, stage;
     const char *name;
@@ -214,14 +262,6 @@ typedef struct api_sum {
     uint64_t count;
     int64_t total_ns, max_ns;
 } api_sum;
-
-static int cmp_api_call(const void *a, const void *b)
-{
-    const api_call *x = a, *y = b;
-    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
-    return (x->end < y->end) - (x->end > y->end); /* the enclosing call first */
-}
 
 static int cmp_api_sum(const void *a, const void *b)
 {
@@ -236,78 +276,70 @@ static int cmp_api_sum(const void *a, const void *b)
 
 /* The API calls of the window [w0, w1), top level only (a call inside the
  * previous top-level call of its thread is part of it), clipped to the
- * window and added up per (thread, stage, function). */
-static int api_sums(st_gpu_iter *it, int64_t w0, int64_t w1, api_sum **out, size_t *n_out)
+ * window and added up per (thread, stage, function). Fed by an_gpu_api_each
+ * in (thread, start) order, a time slice at a time: each thread's top-level
+ * end carries over from one slice to the next. */
+typedef struct api_acc {
+    sums *names;
+    int64_t w0, w1;
+    api_sum *rows;
+    size_t n, cap, last; /* last: the row matched last (calls of one thread and stage come in runs) */
+    struct {
+        int64_t thread, top_end;
+    } *threads;
+    size_t n_threads;
+} api_acc;
+
+static int64_t *api_top_end(api_acc *a, int64_t thread)
 {
-    *out = NULL;
-    *n_out = 0;
-    api_call *v = NULL;
-    size_t n = 0, cap = 0;
-    st_gpu_row g;
-    int k;
-    while ((k = st_gpu_iter_next(it, &g)) == 1) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            api_call *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                return ST_ENOMEM;
-            }
-            v = nv;
+    for (size_t i = 0; i < a->n_threads; i++)
+        if (a->threads[i].thread == thread) return &a->threads[i].top_end;
+    void *nt = realloc(a->threads, (a->n_threads + 1) * sizeof *a->threads);
+    if (!nt) return NULL;
+    a->threads = nt;
+    a->threads[a->n_threads].thread = thread;
+    a->threads[a->n_threads].top_end = INT64_MIN;
+    return &a->threads[a->n_threads++].top_end;
+}
+
+static int api_add(const st_gpu_row *g, void *arg)
+{
+    api_acc *a = arg;
+    int64_t start = g->rec.start_ns, end = start + g->rec.dur_ns;
+    int64_t *top_end = api_top_end(a, g->thread);
+    if (!top_end) return oom();
+    /* untraced threads are many OS threads under one label: no nesting across them */
+    if (g->thread >= 0 && start < *top_end && end <= *top_end) return 0;
+    if (end > *top_end) *top_end = end;
+    int64_t lo = start > a->w0 ? start : a->w0, hi = end < a->w1 ? end : a->w1;
+    if (hi < lo || (hi == lo && end > start) || start >= a->w1) return 0; /* outside the window */
+    const char *name = g->name ? intern(a->names, g->name) : NULL;
+    if (g->name && !name) return oom();
+    size_t j = a->n;
+    for (size_t k = 0; k < a->n; k++) {
+        size_t m = (a->last + k) % a->n;
+        const api_sum *r = &a->rows[m];
+        if (r->thread == g->thread && r->stage == g->stage && r->name == name && r->domain == g->stream &&
+            (name || r->cbid == g->rec.copy_kind)) {
+            j = m;
+            break;
         }
-        v[n++] = (api_call){g.thread, g.stage, g.rec.start_ns, g.rec.start_ns + g.rec.dur_ns, g.name, g.stream,
-                            g.rec.copy_kind};
     }
-    if (k < 0) {
-        free(v);
-        return k;
+    if (j == a->n) {
+        if (a->n == a->cap) {
+            size_t nc = a->cap ? a->cap * 2 : 64;
+            api_sum *nr = realloc(a->rows, nc * sizeof *nr);
+            if (!nr) return oom();
+            a->rows = nr;
+            a->cap = nc;
+        }
+        a->rows[a->n++] = (api_sum){g->thread, g->stage, name, g->stream, g->rec.copy_kind, 0, 0, 0};
     }
-    if (n) qsort(v, n, sizeof *v, cmp_api_call);
-    api_sum *sums = NULL;
-    size_t ns = 0, scap = 0;
-    int64_t top_end = INT64_MIN, thread = INT64_MIN;
-    for (size_t i = 0; i < n; i++) {
-        const api_call *c = &v[i];
-        if (c->thread != thread) {
-            thread = c->thread;
-            top_end = INT64_MIN;
-        }
-        /* untraced threads are many OS threads under one label: no nesting across them */
-        if (c->thread >= 0 && c->start < top_end && c->end <= top_end) continue;
-        if (c->end > top_end) top_end = c->end;
-        int64_t a = c->start > w0 ? c->start : w0, b = c->end < w1 ? c->end : w1;
-        if (b < a || (b == a && c->end > c->start) || c->start >= w1) continue; /* outside the window */
-        size_t j = ns;
-        for (size_t m = ns; m-- > 0;) { /* rows of this thread are the last ones */
-            if (sums[m].thread != c->thread) break;
-            if (sums[m].stage == c->stage && sums[m].name == c->name && sums[m].domain == c->domain &&
-                (c->name || sums[m].cbid == c->cbid)) {
-                j = m;
-                break;
-            }
-        }
-        if (j == ns) {
-            if (ns == scap) {
-                scap = scap ? scap * 2 : 64;
-                api_sum *nsum = realloc(sums, scap * sizeof *nsum);
-                if (!nsum) {
-                    free(sums);
-                    free(v);
-                    return ST_ENOMEM;
-                }
-                sums = nsum;
-            }
-            sums[ns++] = (api_sum){c->thread, c->stage, c->name, c->domain, c->cbid, 0, 0, 0};
-        }
-        sums[j].count++;
-        sums[j].total_ns += b - a;
-        if (b - a > sums[j].max_ns) sums[j].max_ns = b - a;
-    }
-    free(v);
-    if (ns) qsort(sums, ns, sizeof *sums, cmp_api_sum);
-    *out = sums;
-    *n_out = ns;
-    return ST_OK;
+    a->last = j;
+    a->rows[j].count++;
+    a->rows[j].total_ns += hi - lo;
+    if (hi - lo > a->rows[j].max_ns) a->rows[j].max_ns = hi - lo;
+    return 0;
 }
 
 static void put_api(an_out *out, an_trace *t, const api_sum *s, size_t n, int64_t window_ns, uint64_t top)
@@ -332,6 +364,22 @@ static void put_api(an_out *out, an_trace *t, const api_sum *s, size_t n, int64_
         an_row_end(tb);
     }
     an_table_end(tb);
+}
+
+/* an_gpu_each's callback for the whole-trace tables: the sums, and the span
+ * of the GPU records. */
+typedef struct gpu_pass {
+    sums *s;
+    int64_t t0, t1;
+} gpu_pass;
+
+static int add_record(const st_gpu_row *g, void *arg)
+{
+    gpu_pass *p = arg;
+    if (add_row(p->s, g)) return oom();
+    if (g->rec.start_ns < p->t0) p->t0 = g->rec.start_ns;
+    if (g->rec.start_ns + g->rec.dur_ns > p->t1) p->t1 = g->rec.start_ns + g->rec.dur_ns;
+    return 0;
 }
 
 static int cmp_kernel(const void *a, const void *b)
@@ -519,43 +567,24 @@ int cmd_gpu(int argc, char **argv)
         }
     }
     /* The span: the ranges' and steps', widened to the GPU records'. */
-    int64_t t0 = t.has_span ? t.span_t0_ns : INT64_MAX, t1 = t.has_span ? t.span_t1_ns : INT64_MIN;
-    st_gpu_iter *it = NULL; /* open until the tables are out: it owns the kernel names */
-    if (!rc) {
-        if (st_gpu_iter_open(&it, t.r, -1, INT64_MIN, INT64_MAX)) rc = an_trace_fail(&t);
-        st_gpu_row g;
-        int n;
-        while (!rc && (n = st_gpu_iter_next(it, &g)) != 0) {
-            if (n < 0) {
-                rc = an_trace_fail(&t);
-                break;
-            }
-            if (add_row(&s, &g)) {
-                an_error("out of memory");
-                rc = AN_EXIT_FAIL;
-            }
-            if (g.rec.kind == ST_GPU_SYNC) continue;
-            if (g.rec.start_ns < t0) t0 = g.rec.start_ns;
-            if (g.rec.start_ns + g.rec.dur_ns > t1) t1 = g.rec.start_ns + g.rec.dur_ns;
-        }
-    }
+    gpu_pass pass = {&s, t.has_span ? t.span_t0_ns : INT64_MAX, t.has_span ? t.span_t1_ns : INT64_MIN};
+    int32_t *devices = NULL;
+    uint32_t n_devices = 0;
+    if (!rc) rc = an_gpu_devices(&t, &devices, &n_devices);
+    for (uint32_t i = 0; !rc && i < n_devices; i++) rc = an_gpu_each(&t, devices[i], INT64_MIN, INT64_MAX, add_record, &pass);
+    free(devices);
+    int64_t t0 = pass.t0, t1 = pass.t1;
     const char *note = NULL;
     int64_t w0 = t0, w1 = t1;
     char wdesc[160] = "";
     if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
     if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
-    st_gpu_iter *api_it = NULL; /* open until the tables are out: it owns the function names */
-    api_sum *api = NULL;
-    size_t n_api = 0;
+    api_acc api = {&s, w0, w1, NULL, 0, 0, 0, NULL, 0};
     if (!rc) {
-        int arc = st_gpu_api_iter_open(&api_it, t.r, w0, w1);
-        if (!arc) arc = api_sums(api_it, w0, w1, &api, &n_api);
-        if (arc == ST_ENOMEM) {
-            an_error("out of memory");
-            rc = AN_EXIT_FAIL;
-        } else if (arc) {
-            rc = an_trace_fail(&t);
-        }
+        /* from ST_GPU_LAUNCH_LOOKBACK_NS before the window: a call may run into it */
+        int64_t from = w0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : w0 - ST_GPU_LAUNCH_LOOKBACK_NS;
+        rc = an_gpu_api_each(&t, from, w1, api_add, &api);
+        if (!rc && api.n) qsort(api.rows, api.n, sizeof *api.rows, cmp_api_sum);
     }
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
@@ -569,7 +598,7 @@ int cmd_gpu(int argc, char **argv)
             an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n\n", wdesc, (double)(w1 - w0) / 1e6,
                         n_dev ? "" : ": no GPU activity in the window");
             put_tables(out, &t, &s, dev, n_dev, top);
-            put_api(out, &t, api, n_api, w1 - w0, top);
+            put_api(out, &t, api.rows, api.n, w1 - w0, top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
                 rc = AN_EXIT_FAIL;
@@ -577,13 +606,10 @@ int cmd_gpu(int argc, char **argv)
         }
         if (!rc) an_trace_warn(&t);
     }
-    st_gpu_iter_close(it);
-    st_gpu_iter_close(api_it);
-    free(api);
+    free(api.rows);
+    free(api.threads);
     an_gpu_idle_free(dev, n_dev);
-    free(s.k);
-    free(s.c);
-    free(s.s);
+    sums_free(&s);
     if (opened) an_trace_close(&t);
     an_args_free(&a);
     return rc;

@@ -7,9 +7,11 @@
  * (bottleneck, diff, report, ...) add a row here and a file.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "analyze.h"
+#include "pipeline.h"
 
 static const an_command commands[] = {
     {"info", cmd_info, "metadata, status, counts, duration and throughput of traces"},
@@ -49,6 +51,16 @@ int main(int argc, char **argv)
         return AN_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    /* GPU records per time slice (docs/analyze.md, "Memory"): less memory, more passes */
+    const char *slice = getenv("ST_GPU_SLICE_RECORDS");
+    if (slice && *slice) {
+        uint64_t v;
+        if (an_parse_u64(slice, &v) || v < 1 || v > UINT32_MAX) {
+            an_error("ST_GPU_SLICE_RECORDS must be a number of records from 1 to %u, not '%s'", UINT32_MAX, slice);
+            return AN_EXIT_USAGE;
+        }
+        an_gpu_slice_records = (uint32_t)v;
+    }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
         return AN_EXIT_OK;

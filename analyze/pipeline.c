@@ -462,19 +462,162 @@ static int read_queues(an_pipe *p)
 
 /* ---- compute / free ---------------------------------------------------------------------------- */
 
-/* ---- GPU activity per bin ------------------------------------------------------------------ */
+/* ---- GPU records in time slices ------------------------------------------------------------ */
 
-typedef struct dev_span {
-    int64_t start, end, stage;
-    uint32_t role; /* n_roles: unknown launcher */
-} dev_span;
+uint32_t an_gpu_slice_records = AN_GPU_SLICE_RECORDS;
 
-static int cmp_dev_span_role(const void *a, const void *b)
+int an_gpu_devices(an_trace *t, int32_t **out, uint32_t *n)
 {
-    const dev_span *x = a, *y = b;
-    if (x->role != y->role) return x->role < y->role ? -1 : 1;
-    return (x->start > y->start) - (x->start < y->start);
+    *out = NULL;
+    *n = 0;
+    int has = st_reader_has_gpu(t->r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return AN_EXIT_OK;
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1, &st,
+                           NULL) != SQLITE_OK) {
+        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+        return AN_EXIT_USAGE;
+    }
+    int rc;
+    int32_t *v = NULL;
+    uint32_t len = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || sqlite3_column_int64(st, 0) > INT32_MAX) continue;
+        int32_t *nv = realloc(v, (len + 1) * sizeof *nv);
+        if (!nv) {
+            free(v);
+            sqlite3_finalize(st);
+            return pipe_oom();
+        }
+        v = nv;
+        v[len++] = (int32_t)sqlite3_column_int64(st, 0);
+    }
+    if (rc != SQLITE_DONE) {
+        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        free(v);
+        return AN_EXIT_USAGE;
+    }
+    sqlite3_finalize(st);
+    *out = v;
+    *n = len;
+    return AN_EXIT_OK;
 }
+
+/* Slices of [t0, t1) holding about an_gpu_slice_records records of the
+ * chunks selected by `where` each (device `device`): *lo, *width, *n. */
+static int gpu_slices(an_trace *t, const char *where, int64_t device, int64_t t0, int64_t t1, int64_t *lo,
+                      int64_t *width, uint64_t *n)
+{
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE %s AND t1_ns >= ?2 "
+             "AND t0_ns < ?3",
+             where);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+        return AN_EXIT_USAGE;
+    }
+    sqlite3_bind_int64(st, 1, device);
+    sqlite3_bind_int64(st, 2, t0);
+    sqlite3_bind_int64(st, 3, t1);
+    *n = 0;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+        int64_t count = sqlite3_column_int64(st, 0), a = sqlite3_column_int64(st, 1), b = sqlite3_column_int64(st, 2);
+        if (a < t0) a = t0;
+        if (b >= t1) b = t1;
+        else if (b < INT64_MAX) b++; /* a record may start at the last chunk's t1 (zero length) */
+        if (b > a && count > 0) {
+            uint64_t slices = ((uint64_t)count + an_gpu_slice_records - 1) / (an_gpu_slice_records ? an_gpu_slice_records : 1);
+            uint64_t span = (uint64_t)b - (uint64_t)a;
+            if (slices > span) slices = span;
+            *lo = a;
+            *width = (int64_t)((span + slices - 1) / slices);
+            *n = (span + (uint64_t)*width - 1) / (uint64_t)*width;
+        }
+    }
+    sqlite3_finalize(st);
+    return AN_EXIT_OK;
+}
+
+static int cmp_gpu_row_start(const void *a, const void *b)
+{
+    const st_gpu_row *x = a, *y = b;
+    if (x->rec.start_ns != y->rec.start_ns) return x->rec.start_ns < y->rec.start_ns ? -1 : 1;
+    return (x->rec.dur_ns > y->rec.dur_ns) - (x->rec.dur_ns < y->rec.dur_ns);
+}
+
+static int cmp_gpu_row_thread(const void *a, const void *b)
+{
+    const st_gpu_row *x = a, *y = b;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    if (x->rec.start_ns != y->rec.start_ns) return x->rec.start_ns < y->rec.start_ns ? -1 : 1;
+    return (x->rec.dur_ns < y->rec.dur_ns) - (x->rec.dur_ns > y->rec.dur_ns); /* the enclosing call first */
+}
+
+/* One slice: the rows starting in [s, e), sorted, handed to fn. */
+static int gpu_slice(an_trace *t, int api, int32_t device, int64_t s, int64_t e, an_gpu_fn fn, void *arg,
+                     st_gpu_row **buf, size_t *cap)
+{
+    st_gpu_iter *it;
+    if (api ? st_gpu_api_iter_open(&it, t->r, s, e) : st_gpu_iter_open(&it, t->r, device, s, e))
+        return an_trace_fail(t);
+    size_t n = 0;
+    int got, rc = AN_EXIT_OK;
+    st_gpu_row row;
+    while ((got = st_gpu_iter_next(it, &row)) == 1) {
+        if (row.rec.kind == ST_GPU_SYNC || row.rec.start_ns < s || row.rec.start_ns >= e) continue;
+        if (n == *cap) {
+            size_t nc = *cap ? *cap * 2 : 4096;
+            st_gpu_row *nb = realloc(*buf, nc * sizeof *nb);
+            if (!nb) {
+                rc = pipe_oom();
+                break;
+            }
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[n++] = row;
+    }
+    if (got < 0 && !rc) rc = an_trace_fail(t);
+    if (!rc && n) qsort(*buf, n, sizeof **buf, api ? cmp_gpu_row_thread : cmp_gpu_row_start);
+    for (size_t i = 0; i < n && !rc; i++) rc = fn(&(*buf)[i], arg);
+    st_gpu_iter_close(it);
+    return rc;
+}
+
+static int gpu_each(an_trace *t, int api, int32_t device, int64_t t0, int64_t t1, an_gpu_fn fn, void *arg)
+{
+    int64_t lo = 0, width = 0;
+    uint64_t n = 0;
+    /* ?1 is bound either way; "device < 0" leaves it unused */
+    int rc = gpu_slices(t, api ? "device < 0" : "device = ?1", device, t0, t1, &lo, &width, &n);
+    st_gpu_row *buf = NULL;
+    size_t cap = 0;
+    for (uint64_t i = 0; i < n && !rc; i++) {
+        /* the first slice from t0, the last to t1; inner bounds lo + k width stay below the records' end */
+        int64_t s = i == 0 ? t0 : lo + (int64_t)i * width, e = i + 1 == n ? t1 : lo + (int64_t)(i + 1) * width;
+        rc = gpu_slice(t, api, device, s, e, fn, arg, &buf, &cap);
+    }
+    free(buf);
+    return rc;
+}
+
+int an_gpu_each(an_trace *t, int32_t device, int64_t t0, int64_t t1, an_gpu_fn fn, void *arg)
+{
+    return gpu_each(t, 0, device, t0, t1, fn, arg);
+}
+
+int an_gpu_api_each(an_trace *t, int64_t t0, int64_t t1, an_gpu_fn fn, void *arg)
+{
+    return gpu_each(t, 1, -1, t0, t1, fn, arg);
+}
+
+/* ---- GPU activity per bin ------------------------------------------------------------------ */
 
 /* Adds [a, b) to cells[bin * stride] of the bins it overlaps. */
 static void add_to_bins(const an_pipe *p, int64_t a, int64_t b, int64_t *cells, size_t stride)
@@ -488,149 +631,117 @@ static void add_to_bins(const an_pipe *p, int64_t a, int64_t b, int64_t *cells, 
     }
 }
 
-/* One device's records: the union per role and in total, and the device
- * time per (role, stage), into the bins. */
-static void fold_device(an_pipe *p, uint32_t dev, dev_span *v, size_t n)
-{
-    const uint32_t nr = p->n_roles;
-    const size_t dev_stride = (size_t)p->n_devices * (nr + 1), stage_stride = (size_t)nr * p->n_stages;
-    for (size_t i = 0; i < n; i++)
-        if (v[i].role < nr && v[i].stage >= 0 && (uint64_t)v[i].stage < p->n_stages)
-            add_to_bins(p, v[i].start, v[i].end, p->dev_stage_ns + (size_t)v[i].role * p->n_stages + (size_t)v[i].stage,
-                        stage_stride);
-    /* per role: sorted by (role, start), merged within each role */
-    qsort(v, n, sizeof *v, cmp_dev_span_role);
-    for (size_t i = 0; i < n;) {
-        uint32_t role = v[i].role;
-        int64_t a = v[i].start, b = v[i].end;
-        for (i++; i < n && v[i].role == role; i++) {
-            if (v[i].start > b) {
-                if (role < nr) add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + role, dev_stride);
-                a = v[i].start;
-            }
-            if (v[i].end > b) b = v[i].end;
-        }
-        if (role < nr) add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + role, dev_stride);
-    }
-    /* in total: every role together, merged in start order */
-    for (size_t i = 0; i < n; i++) v[i].role = 0;
-    qsort(v, n, sizeof *v, cmp_dev_span_role);
-    for (size_t i = 0; i < n;) {
-        int64_t a = v[i].start, b = v[i].end;
-        for (i++; i < n && v[i].start <= b; i++)
-            if (v[i].end > b) b = v[i].end;
-        add_to_bins(p, a, b, p->dev_ns + (size_t)dev * (nr + 1) + nr, dev_stride);
-    }
-}
-
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int cmp_u32_pair(const void *a, const void *b)
 {
     const uint32_t *x = a, *y = b;
     return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-/* The devices of the period, then their records bin by bin (st_gpu_iter
- * returns one device's records after another). */
+/* One device's records in start order (an_gpu_each): the union of each
+ * role's and of all records, kept as one open interval each and added to the
+ * bins when the next record starts after it; the device time per (role,
+ * stage). */
+typedef struct gpu_fold {
+    an_pipe *p;
+    uint32_t (*ids)[2];   /* thread id -> role, sorted by id */
+    int64_t *cells;       /* [bin * (n_roles + 1) + k], this device's */
+    int64_t *a, *b;       /* [n_roles + 1]: the open interval of each role, then of all; b INT64_MIN: none */
+    int seen;
+} gpu_fold;
+
+static void fold_extend(gpu_fold *f, uint32_t k, int64_t start, int64_t end)
+{
+    size_t stride = f->p->n_roles + 1;
+    if (f->b[k] != INT64_MIN && start <= f->b[k]) {
+        if (end > f->b[k]) f->b[k] = end;
+        return;
+    }
+    if (f->b[k] != INT64_MIN) add_to_bins(f->p, f->a[k], f->b[k], f->cells + k, stride);
+    f->a[k] = start;
+    f->b[k] = end;
+}
+
+static int fold_record(const st_gpu_row *row, void *arg)
+{
+    gpu_fold *f = arg;
+    an_pipe *p = f->p;
+    const uint32_t nr = p->n_roles;
+    uint32_t role = nr;
+    if (row->thread >= 0 && row->thread <= UINT32_MAX) {
+        uint32_t key[2] = {(uint32_t)row->thread, 0};
+        uint32_t(*hit)[2] = bsearch(key, f->ids, p->n_threads, sizeof *f->ids, cmp_u32_pair);
+        if (hit) role = (*hit)[1];
+    }
+    int64_t start = row->rec.start_ns, end = start + row->rec.dur_ns;
+    f->seen = 1;
+    if (role < nr && row->stage >= 0 && (uint64_t)row->stage < p->n_stages)
+        add_to_bins(p, start, end, p->dev_stage_ns + (size_t)role * p->n_stages + (size_t)row->stage,
+                    (size_t)nr * p->n_stages);
+    if (role < nr) fold_extend(f, role, start, end);
+    fold_extend(f, nr, start, end);
+    return 0;
+}
+
+/* The devices with records in the period, and their busy time per bin. A
+ * record counts from ST_GPU_LAUNCH_LOOKBACK_NS before the period (a long
+ * kernel running into it). */
 static int read_gpu(an_pipe *p)
 {
     an_trace *t = p->trace;
-    int has = st_reader_has_gpu(t->r);
-    if (has < 0) return an_trace_fail(t);
-    if (!has) return AN_EXIT_OK;
+    int32_t *devs = NULL;
+    uint32_t n_devs = 0;
+    int rc = an_gpu_devices(t, &devs, &n_devs);
+    if (rc || !n_devs) return rc;
+    const uint32_t nr = p->n_roles;
+    size_t per_dev = (size_t)p->n_bins * (nr + 1);
+    gpu_fold f;
+    memset(&f, 0, sizeof f);
+    f.p = p;
+    f.ids = malloc((p->n_threads ? p->n_threads : 1) * sizeof *f.ids);
+    f.a = malloc((nr + 1) * sizeof *f.a);
+    f.b = malloc((nr + 1) * sizeof *f.b);
+    int64_t *kept = calloc(per_dev * n_devs, sizeof *kept); /* [device index][bin][k] while reading */
+    p->devices = malloc(n_devs * sizeof *p->devices);
+    p->dev_stage_ns =
+        calloc((size_t)p->n_bins * (nr ? nr : 1) * (p->n_stages ? p->n_stages : 1), sizeof *p->dev_stage_ns);
+    if (!f.ids || !f.a || !f.b || !kept || !p->devices || !p->dev_stage_ns) rc = pipe_oom();
+    for (uint32_t i = 0; !rc && i < p->n_threads; i++) {
+        f.ids[i][0] = st_reader_thread(t->r, i)->id;
+        f.ids[i][1] = p->thread_role[i];
+    }
+    if (!rc) qsort(f.ids, p->n_threads, sizeof *f.ids, cmp_u32_pair);
     int64_t t0 = p->bin_t[0], t1 = p->bin_t[p->n_bins];
-    /* thread id -> role, sorted by id */
-    uint32_t (*ids)[2] = malloc((p->n_threads ? p->n_threads : 1) * sizeof *ids);
-    if (!ids) return pipe_oom();
-    for (uint32_t i = 0; i < p->n_threads; i++) {
-        ids[i][0] = st_reader_thread(t->r, i)->id;
-        ids[i][1] = p->thread_role[i];
+    int64_t from = t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : t0 - ST_GPU_LAUNCH_LOOKBACK_NS;
+    for (uint32_t d = 0; !rc && d < n_devs; d++) {
+        f.cells = kept + per_dev * p->n_devices;
+        f.seen = 0;
+        for (uint32_t k = 0; k <= nr; k++) f.b[k] = INT64_MIN;
+        rc = an_gpu_each(t, devs[d], from, t1, fold_record, &f);
+        for (uint32_t k = 0; !rc && k <= nr; k++)
+            if (f.b[k] != INT64_MIN) add_to_bins(p, f.a[k], f.b[k], f.cells + k, nr + 1);
+        if (!rc && f.seen) p->devices[p->n_devices++] = devs[d];
+        else if (!rc) memset(f.cells, 0, per_dev * sizeof *f.cells);
     }
-    qsort(ids, p->n_threads, sizeof *ids, cmp_u32_pair);
-    st_gpu_iter *it = NULL;
-    dev_span *v = NULL;
-    size_t len = 0, cap = 0;
-    int32_t device = INT32_MIN;
-    int rc = AN_EXIT_OK;
-    st_gpu_row row;
-    /* pass 0 finds the devices and sizes the tables; pass 1 fills them */
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        if (pass == 1) {
-            if (!p->n_devices) break;
-            qsort(p->devices, p->n_devices, sizeof *p->devices, cmp_i32);
-            size_t cells = (size_t)p->n_bins * p->n_devices * (p->n_roles + 1);
-            p->dev_ns = calloc(cells, sizeof *p->dev_ns);
-            p->dev_stage_ns = calloc((size_t)p->n_bins * (p->n_roles ? p->n_roles : 1) * (p->n_stages ? p->n_stages : 1),
-                                     sizeof *p->dev_stage_ns);
-            if (!p->dev_ns || !p->dev_stage_ns) {
-                rc = pipe_oom();
-                break;
-            }
-        }
-        if (st_gpu_iter_open(&it, t->r, -1, t0, t1)) {
-            rc = an_trace_fail(t);
-            break;
-        }
-        device = INT32_MIN;
-        len = 0;
-        for (;;) {
-            int got = st_gpu_iter_next(it, &row);
-            if (got < 0) {
-                rc = an_trace_fail(t);
-                break;
-            }
-            if (got == 0 || row.device != device) {
-                if (pass == 1 && len) {
-                    int32_t *d = bsearch(&device, p->devices, p->n_devices, sizeof *p->devices, cmp_i32);
-                    if (d) fold_device(p, (uint32_t)(d - p->devices), v, len);
-                }
-                len = 0;
-                if (got == 0) break;
-                device = row.device;
-            }
-            if (row.rec.kind == ST_GPU_SYNC || row.rec.dur_ns <= 0) continue;
-            if (pass == 0) {
-                int32_t *nd;
-                if (p->n_devices && p->devices[p->n_devices - 1] == device) continue;
-                int seen = 0;
-                for (uint32_t i = 0; i < p->n_devices; i++) seen |= p->devices[i] == device;
-                if (seen) continue;
-                nd = realloc(p->devices, (p->n_devices + 1) * sizeof *nd);
-                if (!nd) {
-                    rc = pipe_oom();
-                    break;
-                }
-                p->devices = nd;
-                p->devices[p->n_devices++] = device;
-                continue;
-            }
-            if (len == cap) {
-                size_t nc = cap ? cap * 2 : 4096;
-                dev_span *nv = realloc(v, nc * sizeof *nv);
-                if (!nv) {
-                    rc = pipe_oom();
-                    break;
-                }
-                v = nv;
-                cap = nc;
-            }
-            uint32_t key[2] = {row.thread >= 0 && row.thread <= UINT32_MAX ? (uint32_t)row.thread : UINT32_MAX, 0};
-            uint32_t(*hit)[2] = row.thread >= 0 && row.thread <= UINT32_MAX
-                                    ? bsearch(key, ids, p->n_threads, sizeof *ids, cmp_u32_pair)
-                                    : NULL;
-            v[len++] = (dev_span){row.rec.start_ns, row.rec.start_ns + row.rec.dur_ns, hit ? row.stage : -1,
-                                  hit ? (*hit)[1] : p->n_roles};
-        }
-        st_gpu_iter_close(it);
-        it = NULL;
+    /* [(bin * n_devices + dev) * (n_roles + 1) + k] */
+    if (!rc && p->n_devices) {
+        p->dev_ns = malloc(per_dev * p->n_devices * sizeof *p->dev_ns);
+        if (!p->dev_ns) rc = pipe_oom();
+        for (uint32_t d = 0; !rc && d < p->n_devices; d++)
+            for (uint32_t b = 0; b < p->n_bins; b++)
+                memcpy(p->dev_ns + ((size_t)b * p->n_devices + d) * (nr + 1), kept + per_dev * d + (size_t)b * (nr + 1),
+                       (nr + 1) * sizeof *p->dev_ns);
     }
-    free(v);
-    free(ids);
+    if (!rc && !p->n_devices) {
+        free(p->devices);
+        free(p->dev_stage_ns);
+        p->devices = NULL;
+        p->dev_stage_ns = NULL;
+    }
+    free(kept);
+    free(f.ids);
+    free(f.a);
+    free(f.b);
+    free(devs);
     return rc;
 }
 
@@ -1270,17 +1381,6 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
     return text;
 }
 
-typedef struct gpu_span {
-    int64_t start, end, launch, thread;
-} gpu_span;
-
-static int cmp_gpu_span(const void *a, const void *b)
-{
-    const gpu_span *x = a, *y = b;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
-    return (x->end > y->end) - (x->end < y->end);
-}
-
 /* A thread's innermost stage over time: flat segments [start, end) in time
  * order, only where some range is open. */
 typedef struct stage_seg {
@@ -1455,41 +1555,50 @@ static int cmp_wait(const void *a, const void *b)
 }
 
 /* One device's records (sorted here) into its split. */
-static int split_device(seg_cache *c, gpu_span *v, size_t n, int64_t t0, int64_t t1, an_gpu_idle *d)
+/* One device's idle split over [t0, t1), fed its records in start order
+ * (ties: the shorter first). cur: the end of the time accounted so far. */
+typedef struct split_state {
+    seg_cache *cache;
+    an_gpu_idle *d;
+    int64_t t0, t1, cur;
+    size_t cap; /* of d->waits */
+} split_state;
+
+static int split_step(split_state *st, int64_t start, int64_t end, int64_t launch, int64_t thread, int last)
 {
-    qsort(v, n, sizeof *v, cmp_gpu_span);
-    size_t cap = 0;
-    int64_t cur = t0;
-    for (size_t i = 0; i <= n; i++) {
-        int64_t s = i < n ? (v[i].start > t0 ? v[i].start : t0) : t1;
-        int64_t e = i < n ? (v[i].end < t1 ? v[i].end : t1) : t1;
-        if (s > cur) {
-            int64_t gap = s - cur;
-            d->idle_ns += gap;
-            if (i == n || v[i].launch == INT64_MIN) {
-                d->other_ns += gap;
-            } else {
-                int64_t L = v[i].launch;
-                int64_t host_end = L < s ? L : s;
-                int64_t host = host_end > cur ? host_end - cur : 0;
-                int64_t rest = gap - host;
-                d->host_wait_ns += host;
-                if (rest <= AN_GPU_LAUNCH_GAP_MAX_NS)
-                    d->launch_gap_ns += rest;
-                else
-                    d->other_ns += rest;
-                if (host > 0) {
-                    int rc = add_host_wait(c, d, &cap, v[i].thread, cur, host_end);
-                    if (rc) return rc;
-                }
+    an_gpu_idle *d = st->d;
+    int64_t s = last ? st->t1 : (start > st->t0 ? start : st->t0);
+    int64_t e = last ? st->t1 : (end < st->t1 ? end : st->t1);
+    if (s > st->cur) {
+        int64_t gap = s - st->cur;
+        d->idle_ns += gap;
+        if (last || launch == INT64_MIN) {
+            d->other_ns += gap;
+        } else {
+            int64_t host_end = launch < s ? launch : s;
+            int64_t host = host_end > st->cur ? host_end - st->cur : 0;
+            int64_t rest = gap - host;
+            d->host_wait_ns += host;
+            if (rest <= AN_GPU_LAUNCH_GAP_MAX_NS)
+                d->launch_gap_ns += rest;
+            else
+                d->other_ns += rest;
+            if (host > 0) {
+                int rc = add_host_wait(st->cache, d, &st->cap, thread, st->cur, host_end);
+                if (rc) return rc;
             }
-            cur = s;
         }
-        if (i < n && e > cur) {
-            d->busy_ns += e - cur;
-            cur = e;
-        }
+        st->cur = s;
     }
+    if (!last && e > st->cur) {
+        d->busy_ns += e - st->cur;
+        st->cur = e;
+    }
+    return 0;
+}
+
+static void split_finish(an_gpu_idle *d)
+{
     if (d->n_waits) qsort(d->waits, d->n_waits, sizeof *d->waits, cmp_wait);
     d->host_stage = -1;
     d->host_thread = -1;
@@ -1498,6 +1607,19 @@ static int split_device(seg_cache *c, gpu_span *v, size_t n, int64_t t0, int64_t
         d->host_stage = d->waits[0].stage;
         d->host_stage_ns = d->waits[0].ns;
     }
+}
+
+/* an_gpu_each's callback: records overlapping [t0, t1) only (a zero-length
+ * record at t0 counts), as the iterator's window would return them. */
+static int split_record(const st_gpu_row *row, void *arg)
+{
+    split_state *st = arg;
+    int64_t start = row->rec.start_ns, end = start + row->rec.dur_ns;
+    if (start >= st->t1 || end < st->t0 || (end == st->t0 && row->rec.dur_ns != 0)) return 0;
+    st->d->n_records++;
+    int rc = split_step(st, start, end, row->launch_ns, row->thread, 0);
+    if (rc == ST_ENOMEM) return pipe_oom();
+    if (rc) return an_trace_fail(st->cache->t);
     return 0;
 }
 
@@ -1518,62 +1640,40 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
     if (!has) return AN_EXIT_OK;
     *note = "no GPU activity in the window";
     if (t1_ns <= t0_ns) return AN_EXIT_OK;
-    st_gpu_iter *it;
-    if (st_gpu_iter_open(&it, t->r, -1, t0_ns, t1_ns)) return an_trace_fail(t);
+    int32_t *ids = NULL;
+    uint32_t n_ids = 0;
+    int rc = an_gpu_devices(t, &ids, &n_ids);
+    if (rc) return rc;
+    an_gpu_idle *devs = calloc(n_ids ? n_ids : 1, sizeof *devs);
+    if (!devs) {
+        free(ids);
+        return pipe_oom();
+    }
     seg_cache cache = {t, t0_ns, t1_ns, NULL, 0};
-    an_gpu_idle *devs = NULL;
+    /* records from ST_GPU_LAUNCH_LOOKBACK_NS before the window: a long one may run into it */
+    int64_t from = t0_ns < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : t0_ns - ST_GPU_LAUNCH_LOOKBACK_NS;
     uint32_t n_devs = 0;
-    gpu_span *v = NULL;
-    size_t len = 0, cap = 0;
-    int32_t device = INT32_MIN;
-    int rc;
-    st_gpu_row row;
-    for (;;) {
-        rc = st_gpu_iter_next(it, &row);
-        if (rc < 0) break;
-        if (rc == 0 || row.device != device) {
-            if (len) {
-                an_gpu_idle *nd = realloc(devs, (n_devs + 1) * sizeof *nd);
-                if (!nd) {
-                    rc = ST_ENOMEM;
-                    break;
-                }
-                devs = nd;
-                memset(&devs[n_devs], 0, sizeof devs[n_devs]);
-                devs[n_devs].device = device;
-                devs[n_devs].n_records = len;
-                int src = split_device(&cache, v, len, t0_ns, t1_ns, &devs[n_devs]);
-                n_devs++;
-                if (src) {
-                    rc = src;
-                    break;
-                }
-            }
-            len = 0;
-            if (rc == 0) break;
-            device = row.device;
+    for (uint32_t i = 0; i < n_ids && !rc; i++) {
+        an_gpu_idle *d = &devs[n_devs];
+        memset(d, 0, sizeof *d);
+        d->device = ids[i];
+        split_state st = {&cache, d, t0_ns, t1_ns, t0_ns, 0};
+        rc = an_gpu_each(t, ids[i], from, t1_ns, split_record, &st);
+        if (!rc && d->n_records) {
+            int src = split_step(&st, 0, 0, INT64_MIN, -1, 1); /* the gap after the last record */
+            if (src) rc = src == ST_ENOMEM ? pipe_oom() : an_trace_fail(t);
+            split_finish(d);
+            n_devs++;
+        } else {
+            free(d->waits);
         }
-        if (row.rec.kind == ST_GPU_SYNC) continue;
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            gpu_span *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                rc = ST_ENOMEM;
-                break;
-            }
-            v = nv;
-        }
-        v[len++] = (gpu_span){row.rec.start_ns, row.rec.start_ns + row.rec.dur_ns, row.launch_ns, row.thread};
     }
-    free(v);
     seg_cache_free(&cache);
-    if (rc < 0) {
+    free(ids);
+    if (rc) {
         an_gpu_idle_free(devs, n_devs);
-        int code = rc == ST_ENOMEM ? (an_error("out of memory"), AN_EXIT_FAIL) : an_trace_fail(t);
-        st_gpu_iter_close(it);
-        return code;
+        return rc;
     }
-    st_gpu_iter_close(it);
     *out = devs;
     *n = n_devs;
     *note = n_devs ? NULL : "no GPU activity in the window";

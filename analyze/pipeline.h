@@ -216,6 +216,26 @@ const char *an_clean(const char *s, char *buf, size_t size);
 /* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
 const char *an_fmt_pct1(double pct, char *buf, size_t size);
 
+/* ---- GPU records in time slices --------------------------------------------------------
+ * A long run holds tens of millions of GPU records; the analyses read them a
+ * time slice at a time (about an_gpu_slice_records records each, judged by
+ * the chunk headers), so that memory follows the slice, not the trace. */
+extern uint32_t an_gpu_slice_records; /* default AN_GPU_SLICE_RECORDS; tests lower it */
+#define AN_GPU_SLICE_RECORDS (1u << 16)
+/* The devices that hold records, ascending (*out malloc'd, NULL when none).
+ * Returns an exit code. */
+int an_gpu_devices(an_trace *t, int32_t **out, uint32_t *n);
+/* Calls fn for every record of `device` (kernels, copies, memsets: not
+ * syncs, which are host waits) whose start is in [t0, t1), in start order
+ * (ties: the longer first), with its launching thread and stage. The row's
+ * name is valid during the call. fn returns 0 to go on; anything else stops
+ * and is returned. Returns an exit code (errors printed) or fn's. */
+typedef int (*an_gpu_fn)(const st_gpu_row *row, void *arg);
+int an_gpu_each(an_trace *t, int32_t device, int64_t t0, int64_t t1, an_gpu_fn fn, void *arg);
+/* The same for the CUDA API calls (st_gpu_api_iter_open) starting in [t0,
+ * t1), in order of (thread, start), the enclosing call first. */
+int an_gpu_api_each(an_trace *t, int64_t t0, int64_t t1, an_gpu_fn fn, void *arg);
+
 /* GPU idle time per device over [t0, t1), split by cause as HTA does.
  * Busy: the union of the device's kernels, copies and memsets (sync records
  * are host waits, not device work), clipped to the window. Each idle gap

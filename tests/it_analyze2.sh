@@ -289,6 +289,23 @@ grep -qx 'GPU activity is only in B: GPUs are not compared.' d_gpu_one.out || fa
 ! grep -q '^gpu_busy' d_gpu_one.out || fail "diff: gpu_busy table without GPU activity in A"
 ok
 
+# ---- GPU analyses read in time slices: one record per slice gives the same output ----
+for f in gpu_shared gpu_steps gpu_twice; do
+    for c in "gpu --format json" "bottleneck --format json" "report --html -"; do
+        expect_ok "slice_$f" "$A" $c $f.sqlite
+        mv "slice_$f.out" "slice_$f.default"
+        ST_GPU_SLICE_RECORDS=1 expect_ok "slice_$f" "$A" $c $f.sqlite
+        cmp -s "slice_$f.default" "slice_$f.out" || fail "$c $f: slices of one record differ: $(diff "slice_$f.default" "slice_$f.out" | head -5)"
+    done
+done
+expect_ok slice_diff_default "$A" diff --format json gpu_shared.sqlite gpu_split.sqlite
+ST_GPU_SLICE_RECORDS=1 expect_ok slice_diff "$A" diff --format json gpu_shared.sqlite gpu_split.sqlite
+cmp -s slice_diff_default.out slice_diff.out || fail "diff: slices of one record differ"
+ok
+for bad in 0 -1 x 4294967296; do
+    ST_GPU_SLICE_RECORDS=$bad expect_usage "slice_bad" "$A" gpu gpu_shared.sqlite
+done
+
 # ---- real trainer runs (CPU backend) -------------------------------------------------------------
 if [ ! -x "$TRAINER" ]; then
     echo "trainer not built: trainer checks skipped"

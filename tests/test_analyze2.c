@@ -1267,6 +1267,114 @@ static void test_gpu_model(void **state)
     an_trace_close(&t);
 }
 
+/* The GPU analyses read records in time slices; small slices must give
+ * exactly what one slice gives: the pipe's device tables and the idle split,
+ * on the generated traces (slices of 2 records) and, when present, the H200
+ * samples (slices of 2000: some twenty). */
+static void check_slices_agree(const char *path, uint32_t slice)
+{
+    an_trace t;
+    an_pipe one, many;
+    an_gpu_idle *g1 = NULL, *g2 = NULL;
+    uint32_t n1 = 0, n2 = 0;
+    const char *note;
+    assert_int_equal(an_trace_open(&t, path), 0);
+    an_gpu_slice_records = AN_GPU_SLICE_RECORDS;
+    assert_int_equal(an_pipe_compute(&one, &t, NULL), 0);
+    assert_int_equal(an_gpu_idle_split(&t, one.bin_t[0], one.bin_t[one.n_bins], &g1, &n1, &note), 0);
+    an_gpu_slice_records = slice;
+    assert_int_equal(an_pipe_compute(&many, &t, NULL), 0);
+    assert_int_equal(an_gpu_idle_split(&t, many.bin_t[0], many.bin_t[many.n_bins], &g2, &n2, &note), 0);
+    an_gpu_slice_records = AN_GPU_SLICE_RECORDS;
+    assert_true(one.n_devices > 0);
+    assert_int_equal(one.n_devices, many.n_devices);
+    assert_memory_equal(one.devices, many.devices, one.n_devices * sizeof *one.devices);
+    assert_memory_equal(one.dev_ns, many.dev_ns, (size_t)one.n_bins * one.n_devices * (one.n_roles + 1) * sizeof *one.dev_ns);
+    assert_memory_equal(one.dev_stage_ns, many.dev_stage_ns,
+                        (size_t)one.n_bins * one.n_roles * one.n_stages * sizeof *one.dev_stage_ns);
+    assert_int_equal(n1, n2);
+    for (uint32_t i = 0; i < n1; i++) {
+        assert_int_equal(g1[i].busy_ns, g2[i].busy_ns);
+        assert_int_equal(g1[i].idle_ns, g2[i].idle_ns);
+        assert_int_equal(g1[i].host_wait_ns, g2[i].host_wait_ns);
+        assert_int_equal(g1[i].launch_gap_ns, g2[i].launch_gap_ns);
+        assert_int_equal(g1[i].other_ns, g2[i].other_ns);
+        assert_int_equal(g1[i].n_records, g2[i].n_records);
+        assert_int_equal(g1[i].n_waits, g2[i].n_waits);
+        assert_memory_equal(g1[i].waits, g2[i].waits, g1[i].n_waits * sizeof *g1[i].waits);
+    }
+    an_gpu_idle_free(g1, n1);
+    an_gpu_idle_free(g2, n2);
+    an_pipe_free(&one);
+    an_pipe_free(&many);
+    an_trace_close(&t);
+}
+
+static void test_gpu_slices(void **state)
+{
+    (void)state;
+    static const char *const gen[] = {"gpu_shared.sqlite", "gpu_split.sqlite", "gpu_twice.sqlite", "gpu_steps.sqlite"};
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) check_slices_agree(tmp_path(gen[i]), 2);
+    static const char *const samples[] = {"samples/traces/h200-sync.sqlite", "samples/traces/h200-2x2-async.sqlite"};
+    for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+        char path[512];
+        const char *root = getenv("ST_ROOT");
+        snprintf(path, sizeof path, "%s%s%s", root ? root : "", root ? "/" : "", samples[i]);
+        if (access(path, R_OK) == 0) check_slices_agree(path, 2000);
+        else print_message("(%s not found: the samples' slice check is left out)\n", path);
+    }
+}
+
+/* A record's launch is looked up among the API calls from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before the iterator's window: a kernel launched
+ * 1 s before it starts has its thread and stage, one launched 3 s before
+ * has none (thread -1), and the whole-trace iteration finds both. */
+static void test_gpu_launch_lookback(void **state)
+{
+    (void)state;
+    g_trace *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    gen_target(g);
+    const char *path = tmp_path("lookback.sqlite");
+    g_write(g, path);
+    g_free(g);
+    free(g);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    g_gpu_tables(db, "(0, 'k')");
+    int64_t B = BASE_NS, S = 10 * 1000 * MS; /* both kernels start 10 s into the trace */
+    st_gpu_rec k[] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + S, .dur_ns = 1 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + S + 2 * MS, .dur_ns = 1 * MS, .correlation = 2},
+    };
+    st_gpu_rec api[] = {
+        {.kind = ST_GPU_API, .start_ns = B + S - 3000 * MS, .dur_ns = 5 * US, .correlation = 1, .os_tid = 2001},
+        {.kind = ST_GPU_API, .start_ns = B + S - 1000 * MS, .dur_ns = 5 * US, .correlation = 2, .os_tid = 2001},
+    };
+    put_gpu_chunk(db, 0, 7, k, 2);
+    put_gpu_chunk(db, -1, 0, api, 2);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), 0);
+    for (int whole = 0; whole < 2; whole++) {
+        st_gpu_iter *it;
+        assert_int_equal(st_gpu_iter_open(&it, r, 0, whole ? INT64_MIN : B + S, INT64_MAX), 0);
+        st_gpu_row row;
+        assert_int_equal(st_gpu_iter_next(it, &row), 1);
+        assert_int_equal(row.rec.correlation, 1);
+        assert_int_equal(row.thread, whole ? 1 : -1);
+        assert_int_equal(row.launch_ns, whole ? B + S - 3000 * MS : INT64_MIN);
+        assert_int_equal(st_gpu_iter_next(it, &row), 1);
+        assert_int_equal(row.rec.correlation, 2);
+        assert_int_equal(row.thread, 1);
+        assert_int_equal(row.launch_ns, B + S - 1000 * MS);
+        assert_int_equal(st_gpu_iter_next(it, &row), 0);
+        st_gpu_iter_close(it);
+    }
+    st_reader_close(r);
+    unlink(path);
+}
+
 static void check_waits(const an_trace *t, const an_gpu_idle *d, const char *const *stages, const int64_t *ns, uint32_t n)
 {
     assert_int_equal(d->n_waits, n);
@@ -1413,6 +1521,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
         cmocka_unit_test(test_unknown_stage),     cmocka_unit_test(test_gpu_idle),
         cmocka_unit_test(test_gpu_window),        cmocka_unit_test(test_gpu_model),
+        cmocka_unit_test(test_gpu_slices),        cmocka_unit_test(test_gpu_launch_lookback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -812,16 +812,63 @@ static api_slot *api_find(st_gpu_iter *it, uint32_t corr, int insert)
     return &it->api[h];
 }
 
-/* Correlation id -> the earliest API call with it (a runtime call and the
- * driver call it makes share the id; the runtime call starts first). */
-static int gpu_load_api(st_gpu_iter *it)
+/* The correlation ids of the window's device records, as a set (open
+ * addressing; 0, which no launch has, marks an empty slot), so that only
+ * the API calls that launched something in the window are kept: most calls
+ * launch nothing (queries, polls, attribute reads). */
+typedef struct corr_set {
+    uint32_t *slot;
+    size_t cap, len;
+} corr_set;
+
+static int corr_add(corr_set *c, uint32_t v)
+{
+    if (!v) return ST_OK;
+    if ((c->len + 1) * 2 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 1024;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t) return st_set_error(ST_ENOMEM, "out of memory");
+        for (size_t i = 0; i < c->cap; i++) {
+            if (!c->slot[i]) continue;
+            size_t h = (c->slot[i] * 2654435761u) & (cap - 1);
+            while (t[h]) h = (h + 1) & (cap - 1);
+            t[h] = c->slot[i];
+        }
+        free(c->slot);
+        c->slot = t;
+        c->cap = cap;
+    }
+    size_t h = (v * 2654435761u) & (c->cap - 1);
+    while (c->slot[h] && c->slot[h] != v) h = (h + 1) & (c->cap - 1);
+    if (!c->slot[h]) {
+        c->slot[h] = v;
+        c->len++;
+    }
+    return ST_OK;
+}
+
+static int corr_has(const corr_set *c, uint32_t v)
+{
+    if (!v || !c->cap) return 0;
+    size_t h = (v * 2654435761u) & (c->cap - 1);
+    while (c->slot[h]) {
+        if (c->slot[h] == v) return 1;
+        h = (h + 1) & (c->cap - 1);
+    }
+    return 0;
+}
+
+static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
 {
     sqlite3 *db = it->r->db;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND "
+                               "(?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3",
+                           -1, &st, NULL) != SQLITE_OK)
         return bad("gpu_chunks", sqlite3_errmsg(db));
-    size_t n_api = 0, len = 0;
+    sqlite3_bind_int64(st, 1, device);
+    sqlite3_bind_int64(st, 2, it->t0);
+    sqlite3_bind_int64(st, 3, it->t1);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t id, n;
@@ -830,21 +877,60 @@ static int gpu_load_api(st_gpu_iter *it)
             sqlite3_finalize(st);
             return bad("gpu_chunks", "a chunk row has a missing or wrongly typed column");
         }
-        if ((len + (size_t)n + 1) * 2 > it->api_cap) {
-            size_t cap = it->api_cap ? it->api_cap : 1024;
-            while ((len + (size_t)n + 1) * 2 > cap) cap *= 2;
-            api_slot *old = it->api;
-            size_t old_cap = it->api_cap;
-            it->api = calloc(cap, sizeof *it->api);
-            if (!it->api) {
-                it->api = old;
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
-            }
-            it->api_cap = cap;
-            for (size_t i = 0; i < old_cap; i++)
-                if (old[i].used) *api_find(it, old[i].correlation, 1) = old[i];
-            free(old);
+        st_gpu_cursor c;
+        it->row_id = id;
+        it->device = device;
+        if (st_gpu_cursor_open(&c, sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2), (uint32_t)n)) {
+            sqlite3_finalize(st);
+            return gpu_corrupt(it);
+        }
+        st_gpu_rec rec;
+        int k;
+        while ((k = st_gpu_next(&c, &rec)) == 1) {
+            if (rec.kind == ST_GPU_API || rec.start_ns >= it->t1 || rec.start_ns + rec.dur_ns < it->t0) continue;
+            if ((k = corr_add(want, rec.correlation)) != ST_OK) break;
+        }
+        if (k < 0) {
+            sqlite3_finalize(st);
+            return k == ST_ENOMEM ? k : gpu_corrupt(it);
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(db));
+    return ST_OK;
+}
+
+/* Correlation id -> the earliest API call with it (a runtime call and the
+ * driver call it makes share the id; the runtime call starts first), for the
+ * ids in `want` only, among the calls that start from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before the iterator's window to its end: memory
+ * follows the window's records, not the trace. */
+static int gpu_load_api(st_gpu_iter *it, const corr_set *want)
+{
+    sqlite3 *db = it->r->db;
+    sqlite3_stmt *st;
+    int64_t from = it->t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : it->t0 - ST_GPU_LAUNCH_LOOKBACK_NS;
+    if (!want->len) return ST_OK;
+    it->api_cap = 1024;
+    while (it->api_cap < want->len * 2) it->api_cap *= 2;
+    it->api = calloc(it->api_cap, sizeof *it->api);
+    if (!it->api) {
+        it->api_cap = 0;
+        return st_set_error(ST_ENOMEM, "out of memory");
+    }
+    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0 AND t1_ns >= ?1 "
+                               "AND t0_ns < ?2",
+                           -1, &st, NULL) != SQLITE_OK)
+        return bad("gpu_chunks", sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, from);
+    sqlite3_bind_int64(st, 2, it->t1);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t id, n;
+        if (int_col(st, 0, &id) || int_col(st, 1, &n) || n < 0 || n > UINT32_MAX ||
+            sqlite3_column_type(st, 2) != SQLITE_BLOB) {
+            sqlite3_finalize(st);
+            return bad("gpu_chunks", "a chunk row has a missing or wrongly typed column");
         }
         st_gpu_cursor c;
         it->row_id = id;
@@ -856,18 +942,17 @@ static int gpu_load_api(st_gpu_iter *it)
         st_gpu_rec rec;
         int k;
         while ((k = st_gpu_next(&c, &rec)) == 1) {
-            if (rec.kind != ST_GPU_API) continue;
+            if (rec.kind != ST_GPU_API || rec.start_ns < from || rec.start_ns >= it->t1) continue;
+            if (!corr_has(want, rec.correlation)) continue;
             api_slot *s = api_find(it, rec.correlation, 0);
             if (!s) {
-                s = api_find(it, rec.correlation, 1);
+                s = api_find(it, rec.correlation, 1); /* at most want->len entries: the table never fills */
                 s->os_tid = rec.os_tid;
                 s->start_ns = rec.start_ns;
-                len++;
             } else if (rec.start_ns < s->start_ns) {
                 s->os_tid = rec.os_tid;
                 s->start_ns = rec.start_ns;
             }
-            n_api++;
         }
         if (k < 0) {
             sqlite3_finalize(st);
@@ -876,7 +961,6 @@ static int gpu_load_api(st_gpu_iter *it)
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(db));
-    (void)n_api;
     return ST_OK;
 }
 
@@ -976,7 +1060,12 @@ static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_
         it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
         if (!it->tr) rc = st_set_error(ST_ENOMEM, "out of memory");
         if (!rc) rc = gpu_load_names(it);
-        if (!rc && !api_mode) rc = gpu_load_api(it);
+        if (!rc && !api_mode) {
+            corr_set want = {NULL, 0, 0};
+            rc = gpu_wanted(it, device, &want);
+            if (!rc) rc = gpu_load_api(it, &want);
+            free(want.slot);
+        }
         if (!rc && sqlite3_prepare_v2(r->db,
                                       api_mode ? "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
                                                  "WHERE device < 0 AND ?1 = ?1 AND t1_ns >= ?2 AND t0_ns < ?3 "

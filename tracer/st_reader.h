@@ -121,6 +121,13 @@ typedef struct st_gpu_row {
 } st_gpu_row;
 int st_reader_has_gpu(st_reader *r); /* 1: gpu_chunks holds rows; 0; <0 error */
 typedef struct st_gpu_iter st_gpu_iter;
+/* GPU records (API calls left out) overlapping [t0_ns, t1_ns), one device
+ * (or every device, device < 0) after another, each stream's in stored order.
+ * A record's launching thread, stage and launch_ns come from the API call
+ * with its correlation id, looked up among the calls that start from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before t0_ns to t1_ns (a record launched earlier
+ * than that has thread -1). */
+#define ST_GPU_LAUNCH_LOOKBACK_NS (2LL * 1000 * 1000 * 1000)
 int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns);
 /* The CUDA API calls instead (stream 0: runtime, 1: driver; name: the
  * function, NULL in traces that did not store it; rec.copy_kind: CUPTI's
