@@ -46,6 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(path, sizeof path, "%s/t.sqlite", dir);
     devnull = fopen("/dev/null", "w");
     if (!devnull) abort();
+    an_gpu_slice_records = 3; /* many time slices: their boundaries get exercised */
     atexit(cleanup);
     return 0;
 }
