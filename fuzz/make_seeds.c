@@ -121,6 +121,11 @@ static void write_gpu(const char *dir, sqlite3 *db)
     put_gpu_chunk(db, -1, 1, &drv);
     write_chunk_seed(dir, "gpu_device", 2, dev.n_records, 0, &dev.buf);
     write_chunk_seed(dir, "gpu_api", 2, api.n_records, 0, &api.buf);
+    /* a chunk of version 1 ('G': ten varints per record): a kernel and an API call */
+    static const uint8_t v1[] = {0x47, 0x01, 0xa0, 0x1f, 0xac, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x09, 0x00,
+                                 0x05, 0xe7, 0x07, 0x05, 0x00, 0x00, 0xd3, 0x01, 0x00, 0x00, 0x09, 0x9a, 0x01};
+    st_buf b1 = {(uint8_t *)v1, sizeof v1, sizeof v1};
+    write_chunk_seed(dir, "gpu_v1", 2, 2, 0, &b1);
     st_buf_free(&dev.buf);
     st_buf_free(&api.buf);
     st_buf_free(&drv.buf);

@@ -1,5 +1,5 @@
 /* test_encoding.c: tests of the chunk encodings (tracer/encoding.h, .c):
- * varints, range-event chunks and counter-sample chunks.
+ * varints, range-event chunks, counter-sample chunks and GPU chunks.
  *
  * Round trips: seeded random event streams (timestamps near 0, near
  * INT64_MAX / 2 and up to INT64_MAX, zero and huge durations, nesting to the
@@ -793,6 +793,108 @@ static void test_counters_truncation_and_corruption(void **state)
 
 /* ---- tests: varints ---- */
 
+/* ---- GPU chunks ------------------------------------------------------------------------------- */
+
+static int gpu_rec_equal(const st_gpu_rec *a, const st_gpu_rec *b)
+{
+    return a->kind == b->kind && a->name == b->name && a->start_ns == b->start_ns && a->dur_ns == b->dur_ns &&
+           a->bytes == b->bytes && a->copy_kind == b->copy_kind && a->src_mem == b->src_mem &&
+           a->dst_mem == b->dst_mem && a->correlation == b->correlation && a->os_tid == b->os_tid;
+}
+
+/* v2 round trip of records that exercise every field: repeats and changes
+ * of name, cbid and thread, zero and non-zero bytes, correlation jumps both
+ * ways up to the 32-bit limits, negative start deltas, and extreme times. */
+static void test_gpu_round_trip(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    st_gpu_rec *in = calloc(N, sizeof *in);
+    assert_non_null(in);
+    uint64_t seed = 42;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t x = (uint32_t)(seed >> 33);
+        st_gpu_rec *r = &in[i];
+        r->kind = 1 + x % 5;
+        r->start_ns = i == 1 ? INT64_MAX - 5 : i == 2 ? -1000 : 1000000 + (int64_t)i * 1000 - (int64_t)(x % 3000);
+        r->dur_ns = i == 1 ? 5 : (int64_t)(x % 100000);
+        r->name = x % 4 == 0 ? x % 7 : (i ? in[i - 1].name : 0);
+        r->correlation = i == 3 ? UINT32_MAX : i == 4 ? 0 : 100 + (uint32_t)i * 2 + (x % 5);
+        r->copy_kind = r->kind == ST_GPU_API ? 200 + x % 3 : r->kind == ST_GPU_MEMCPY ? x % 6 : 0;
+        if (r->kind == ST_GPU_MEMCPY || r->kind == ST_GPU_MEMSET) {
+            r->bytes = i == 5 ? UINT64_MAX : (uint64_t)x * 4096;
+            r->src_mem = x % 6;
+            r->dst_mem = (x >> 3) % 6;
+        }
+        r->os_tid = r->kind == ST_GPU_API ? (i == 6 ? INT64_MIN : i == 7 ? INT64_MAX : 5000 + x % 3) : 0;
+    }
+    st_gpu_encoder e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(st_gpu_chunk_start(&e), 0);
+    for (int i = 0; i < N; i++) assert_int_equal(st_gpu_put(&e, &in[i]), 0);
+    assert_int_equal(e.buf.data[0], ST_CHUNK_GPU_V2);
+    assert_int_equal(e.n_records, N);
+    uint8_t *copy = malloc(e.buf.len);
+    memcpy(copy, e.buf.data, e.buf.len);
+    st_gpu_cursor c;
+    assert_int_equal(st_gpu_cursor_open(&c, copy, e.buf.len, N), 0);
+    st_gpu_rec r;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(st_gpu_next(&c, &r), 1);
+        if (!gpu_rec_equal(&r, &in[i])) fail_msg("record %d differs", i);
+    }
+    assert_int_equal(st_gpu_next(&c, &r), 0);
+    /* every proper prefix is corrupt or short (never a read past the end) */
+    for (size_t len = 1; len < e.buf.len; len += 1 + len / 64) {
+        uint8_t *pre = malloc(len);
+        memcpy(pre, copy, len);
+        assert_int_equal(st_gpu_cursor_open(&c, pre, len, N), 0);
+        int k;
+        uint32_t got = 0;
+        while ((k = st_gpu_next(&c, &r)) == 1) got++;
+        assert_int_equal(k, ST_ECORRUPT);
+        assert_true(got < N);
+        free(pre);
+    }
+    /* a reserved header bit is refused */
+    copy[1] |= 0x80;
+    assert_int_equal(st_gpu_cursor_open(&c, copy, e.buf.len, N), 0);
+    assert_int_equal(st_gpu_next(&c, &r), ST_ECORRUPT);
+    free(copy);
+    st_buf_free(&e.buf);
+    free(in);
+}
+
+/* A v1 chunk ('G': ten varints per record) still decodes: a kernel, then an
+ * API call, written byte by byte. */
+static void test_gpu_v1(void **state)
+{
+    (void)state;
+    static const uint8_t v1[] = {
+        0x47,
+        /* kernel: kind 1, start +2000 (zigzag 4000 = 0xa0 0x1f), dur 300 (0xac 0x02), name 3, bytes 0,
+         * copy 0, src 0, dst 0, correlation 9, tid 0 */
+        0x01, 0xa0, 0x1f, 0xac, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x09, 0x00,
+        /* API: kind 5, start -500 (zigzag 999 = 0xe7 0x07), dur 5, name 0, bytes 0, cbid 211 (0xd3 0x01),
+         * 0, 0, correlation 9, tid 77 (zigzag 154 = 0x9a 0x01) */
+        0x05, 0xe7, 0x07, 0x05, 0x00, 0x00, 0xd3, 0x01, 0x00, 0x00, 0x09, 0x9a, 0x01,
+    };
+    uint8_t *buf = malloc(sizeof v1);
+    memcpy(buf, v1, sizeof v1);
+    st_gpu_cursor c;
+    st_gpu_rec r;
+    assert_int_equal(st_gpu_cursor_open(&c, buf, sizeof v1, 2), 0);
+    assert_int_equal(st_gpu_next(&c, &r), 1);
+    st_gpu_rec k = {.kind = 1, .name = 3, .start_ns = 2000, .dur_ns = 300, .correlation = 9};
+    assert_true(gpu_rec_equal(&r, &k));
+    assert_int_equal(st_gpu_next(&c, &r), 1);
+    st_gpu_rec a = {.kind = 5, .start_ns = 1500, .dur_ns = 5, .copy_kind = 211, .correlation = 9, .os_tid = 77};
+    assert_true(gpu_rec_equal(&r, &a));
+    assert_int_equal(st_gpu_next(&c, &r), 0);
+    free(buf);
+}
+
 static void test_varints(void **state)
 {
     (void)state;
@@ -926,6 +1028,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varints),
+        cmocka_unit_test(test_gpu_round_trip),
+        cmocka_unit_test(test_gpu_v1),
         cmocka_unit_test(test_events_round_trip_random),
         cmocka_unit_test(test_events_scripted_extremes),
         cmocka_unit_test(test_counters_round_trip_bit_exact),

@@ -226,32 +226,49 @@ int st_gpu_chunk_start(st_gpu_encoder *e)
 {
     e->buf.len = 0;
     e->n_records = 0;
-    e->prev_start = 0;
+    memset(&e->prev, 0, sizeof e->prev);
     e->t0_ns = INT64_MAX;
     e->t1_ns = INT64_MIN;
     if (st_buf_reserve(&e->buf, 1)) return -1;
-    e->buf.data[e->buf.len++] = ST_CHUNK_GPU_V1;
+    e->buf.data[e->buf.len++] = ST_CHUNK_GPU_V2;
     return 0;
 }
+
+/* v2 record header bits (docs/trace-format.md, "GPU chunk"): the kind in
+ * bits 0-2, then which fields follow. */
+enum {
+    GPU_HAS_NAME = 1 << 3,  /* else the previous record's */
+    GPU_HAS_TID = 1 << 4,   /* else the previous record's */
+    GPU_HAS_KIND2 = 1 << 5, /* copy_kind; else the previous record's */
+    GPU_HAS_BYTES = 1 << 6, /* bytes, src_mem, dst_mem; else 0 */
+};
 
 int st_gpu_put(st_gpu_encoder *e, const st_gpu_rec *r)
 {
     if (r->dur_ns < 0 || r->kind < 1 || r->kind > ST_GPU_KIND_MAX) return -1;
-    if (st_buf_reserve(&e->buf, 10 * 10)) return -1;
+    if (st_buf_reserve(&e->buf, 1 + 9 * 10)) return -1;
     uint8_t *p = e->buf.data + e->buf.len;
+    st_gpu_prev *pv = &e->prev;
+    uint8_t head = (uint8_t)r->kind;
+    if (r->name != pv->name) head |= GPU_HAS_NAME;
+    if (r->os_tid != pv->os_tid) head |= GPU_HAS_TID;
+    if (r->copy_kind != pv->copy_kind) head |= GPU_HAS_KIND2;
+    if (r->bytes || r->src_mem || r->dst_mem) head |= GPU_HAS_BYTES;
     size_t n = 0;
-    n += st_varint_put(p + n, r->kind);
-    n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->start_ns - (uint64_t)e->prev_start)));
+    p[n++] = head;
+    n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->start_ns - (uint64_t)pv->start)));
     n += st_varint_put(p + n, (uint64_t)r->dur_ns);
-    n += st_varint_put(p + n, r->name);
-    n += st_varint_put(p + n, r->bytes);
-    n += st_varint_put(p + n, r->copy_kind);
-    n += st_varint_put(p + n, r->src_mem);
-    n += st_varint_put(p + n, r->dst_mem);
-    n += st_varint_put(p + n, r->correlation);
-    n += st_varint_put(p + n, st_zigzag(r->os_tid));
+    n += st_varint_put(p + n, st_zigzag((int64_t)r->correlation - (int64_t)pv->correlation));
+    if (head & GPU_HAS_NAME) n += st_varint_put(p + n, r->name);
+    if (head & GPU_HAS_KIND2) n += st_varint_put(p + n, r->copy_kind);
+    if (head & GPU_HAS_BYTES) {
+        n += st_varint_put(p + n, r->bytes);
+        n += st_varint_put(p + n, r->src_mem);
+        n += st_varint_put(p + n, r->dst_mem);
+    }
+    if (head & GPU_HAS_TID) n += st_varint_put(p + n, st_zigzag(r->os_tid));
     e->buf.len += n;
-    e->prev_start = r->start_ns;
+    *pv = (st_gpu_prev){r->start_ns, r->os_tid, r->name, r->copy_kind, r->correlation};
     e->n_records++;
     if (r->start_ns < e->t0_ns) e->t0_ns = r->start_ns;
     int64_t end = r->start_ns + r->dur_ns;
@@ -262,11 +279,56 @@ int st_gpu_put(st_gpu_encoder *e, const st_gpu_rec *r)
 int st_gpu_cursor_open(st_gpu_cursor *c, const void *data, size_t size, uint32_t n_records)
 {
     const uint8_t *p = data;
-    if (!p || size < 1 || p[0] != ST_CHUNK_GPU_V1) return ST_ECORRUPT;
+    if (!p || size < 1 || (p[0] != ST_CHUNK_GPU_V1 && p[0] != ST_CHUNK_GPU_V2)) return ST_ECORRUPT;
+    c->version = p[0] == ST_CHUNK_GPU_V1 ? 1 : 2;
     c->p = p + 1;
     c->end = p + size;
     c->remaining = n_records;
-    c->prev_start = 0;
+    memset(&c->prev, 0, sizeof c->prev);
+    return 0;
+}
+
+static int gpu_get(st_gpu_cursor *c, uint64_t *v)
+{
+    size_t n = st_varint_get(c->p, c->end, v);
+    if (!n) return -1;
+    c->p += n;
+    return 0;
+}
+
+/* v1: ten varints, every field. */
+static int gpu_next_v1(st_gpu_cursor *c, uint64_t v[10])
+{
+    for (int i = 0; i < 10; i++)
+        if (gpu_get(c, &v[i])) return ST_ECORRUPT;
+    v[1] = (uint64_t)((uint64_t)c->prev.start + (uint64_t)st_unzigzag(v[1])); /* start, as v2 gives it */
+    return 0;
+}
+
+/* v2: a header byte, then the fields it says are there; the rest repeat
+ * the previous record's (name, copy_kind, os_tid) or are 0 (bytes, memory
+ * kinds). v[] gets the fields in v1's order, start absolute. */
+static int gpu_next_v2(st_gpu_cursor *c, uint64_t v[10])
+{
+    if (c->p >= c->end) return ST_ECORRUPT;
+    uint8_t head = *c->p++;
+    if (head & 0x80) return ST_ECORRUPT;
+    uint64_t delta, corr;
+    v[0] = head & 7u;
+    if (gpu_get(c, &delta) || gpu_get(c, &v[2]) || gpu_get(c, &corr)) return ST_ECORRUPT;
+    v[1] = (uint64_t)c->prev.start + (uint64_t)st_unzigzag(delta);
+    int64_t corr_delta = st_unzigzag(corr);
+    if (corr_delta < -(int64_t)c->prev.correlation || corr_delta > (int64_t)UINT32_MAX - (int64_t)c->prev.correlation)
+        return ST_ECORRUPT;
+    v[8] = (uint64_t)((int64_t)c->prev.correlation + corr_delta);
+    v[3] = c->prev.name;
+    v[5] = c->prev.copy_kind;
+    v[4] = v[6] = v[7] = 0;
+    v[9] = st_zigzag(c->prev.os_tid);
+    if ((head & GPU_HAS_NAME) && gpu_get(c, &v[3])) return ST_ECORRUPT;
+    if ((head & GPU_HAS_KIND2) && gpu_get(c, &v[5])) return ST_ECORRUPT;
+    if ((head & GPU_HAS_BYTES) && (gpu_get(c, &v[4]) || gpu_get(c, &v[6]) || gpu_get(c, &v[7]))) return ST_ECORRUPT;
+    if ((head & GPU_HAS_TID) && gpu_get(c, &v[9])) return ST_ECORRUPT;
     return 0;
 }
 
@@ -274,15 +336,11 @@ int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r)
 {
     if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
     uint64_t v[10];
-    for (int i = 0; i < 10; i++) {
-        size_t n = st_varint_get(c->p, c->end, &v[i]);
-        if (!n) return ST_ECORRUPT;
-        c->p += n;
-    }
+    if ((c->version == 1 ? gpu_next_v1(c, v) : gpu_next_v2(c, v)) != 0) return ST_ECORRUPT;
     if (v[0] < 1 || v[0] > ST_GPU_KIND_MAX || v[2] > (uint64_t)INT64_MAX || v[3] > UINT32_MAX ||
         v[5] > UINT32_MAX || v[6] > UINT32_MAX || v[7] > UINT32_MAX || v[8] > UINT32_MAX)
         return ST_ECORRUPT;
-    int64_t start = (int64_t)((uint64_t)c->prev_start + (uint64_t)st_unzigzag(v[1]));
+    int64_t start = (int64_t)v[1];
     int64_t dur = (int64_t)v[2];
     if (start > INT64_MAX - dur) return ST_ECORRUPT;
     r->kind = (uint32_t)v[0];
@@ -295,7 +353,7 @@ int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r)
     r->dst_mem = (uint32_t)v[7];
     r->correlation = (uint32_t)v[8];
     r->os_tid = st_unzigzag(v[9]);
-    c->prev_start = start;
+    c->prev = (st_gpu_prev){start, r->os_tid, r->name, r->copy_kind, r->correlation};
     c->remaining--;
     return 1;
 }

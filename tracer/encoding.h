@@ -11,7 +11,8 @@
 
 #define ST_CHUNK_EVENTS_V1 0x45   /* 'E' */
 #define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
-#define ST_CHUNK_GPU_V1 0x47      /* 'G' */
+#define ST_CHUNK_GPU_V1 0x47      /* 'G': every field of every record (read only) */
+#define ST_CHUNK_GPU_V2 0x48      /* 'H': fields that repeat or are zero left out (written) */
 #define ST_STACK_MAX 256          /* open ranges per thread, depth 0..255 */
 
 typedef struct st_buf {
@@ -199,10 +200,17 @@ typedef struct st_gpu_rec {
     int64_t os_tid;       /* API records: the calling OS thread; others 0 */
 } st_gpu_rec;
 
+/* The previous record's values that a v2 record may repeat. */
+typedef struct st_gpu_prev {
+    int64_t start, os_tid;
+    uint32_t name, copy_kind, correlation;
+} st_gpu_prev;
+
 typedef struct st_gpu_encoder {
     st_buf buf;
     uint32_t n_records;
-    int64_t prev_start, t0_ns, t1_ns;
+    int64_t t0_ns, t1_ns;
+    st_gpu_prev prev;
 } st_gpu_encoder;
 
 int st_gpu_chunk_start(st_gpu_encoder *e);
@@ -211,7 +219,8 @@ int st_gpu_put(st_gpu_encoder *e, const st_gpu_rec *r);
 typedef struct st_gpu_cursor {
     const uint8_t *p, *end;
     uint32_t remaining;
-    int64_t prev_start;
+    int version; /* 1 or 2, from the chunk's tag */
+    st_gpu_prev prev;
 } st_gpu_cursor;
 
 int st_gpu_cursor_open(st_gpu_cursor *c, const void *data, size_t size, uint32_t n_records);
