@@ -284,6 +284,42 @@ static void put_ms_cell(FILE *f, double ns)
     else fputs("<td class=\"n\">-</td>", f);
 }
 
+/* Each GPU's busy share over the analysed steps, in all and per launching
+ * role (bottleneck's devices table): who shares a GPU named as the limit. */
+static int put_device_roles(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    an_device_load *d = calloc(p->n_devices, sizeof *d);
+    int64_t *role_ns = calloc((size_t)p->n_devices * (p->n_roles ? p->n_roles : 1), sizeof *role_ns);
+    if (!d || !role_ns) {
+        free(d);
+        free(role_ns);
+        return -1;
+    }
+    for (uint32_t i = 0; i < p->n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p->n_roles;
+    an_pipe_device_loads(p, rp->v.bin0, rp->v.bin1, d);
+    fputs("<table class=\"data\" id=\"device-roles-table\"><tr><th>GPU</th><th>launched by</th><th>busy</th>"
+          "<th>ms/step</th></tr>\n",
+          f);
+    for (uint32_t i = 0; i < p->n_devices; i++)
+        for (int64_t r = -1; r < (int64_t)p->n_roles; r++) {
+            int64_t ns = r < 0 ? d[i].busy_ns : d[i].role_ns[r];
+            if (r >= 0 && ns <= 0) continue;
+            fprintf(f, "<tr%s><td class=\"n\">%d</td><td>", r < 0 && (int32_t)i == rp->v.device ? " class=\"hot\"" : "",
+                    d[i].device);
+            esc(f, r < 0 ? "all (union)" : p->role_names[r]);
+            fputs("</td>", f);
+            put_pct_cell(f, d[i].span_ns ? 100.0 * (double)ns / (double)d[i].span_ns : 0);
+            put_ms_cell(f, rp->v.steps ? (double)ns / (double)rp->v.steps : NAN);
+            fputs("</tr>\n", f);
+        }
+    fputs("</table>\n", f);
+    free(role_ns);
+    free(d);
+    return 0;
+}
+
 static int section_verdict(report *rp)
 {
     FILE *f = rp->f;
@@ -344,6 +380,7 @@ static int section_verdict(report *rp)
     }
     an_gpu_idle_free(gpu, n_gpu);
     free(story);
+    if (p->n_devices && put_device_roles(rp)) return oom();
     fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
           "<th>wait_input</th><th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th>",
           f);

@@ -170,9 +170,15 @@ assert "<th>host (busy - sync)</th><th>GPU work</th>" in roles and "<th>need ms/
 row = re.search(r'<tr class="hot"><td>target</td>.*?</tr>', roles).group(0)
 assert ('<td class="n">10.0%</td><td class="n">60.0%</td><td class="n">9.000</td><td class="n">6.000</td>'
         '<td>forward</td><td>forward</td></tr>') in row, row
-# without GPU activity the table has no GPU columns
+dev = re.search(r'<table class="data" id="device-roles-table">.*?</table>', g, flags=re.S).group(0)
+rows = re.findall(r'<tr( class="hot")?><td class="n">(\d+)</td><td>([^<]+)</td><td class="n">([0-9.]+%)</td>'
+                  r'<td class="n">([0-9.]+)</td></tr>', dev)
+assert rows == [(' class="hot"', "0", "all (union)", "80.0%", "8.000"), ("", "0", "target", "60.0%", "6.000"),
+                ("", "0", "drafter", "40.0%", "4.000"), ("", "1", "all (union)", "45.0%", "4.500"),
+                ("", "1", "drafter", "40.0%", "4.000")], rows
+# without GPU activity the table has no GPU columns, and no per-role GPU table
 t = open(sys.argv[2], encoding="utf-8").read()
-assert "need ms/step" not in t and "GPU work" not in t
+assert "need ms/step" not in t and "GPU work" not in t and "device-roles-table" not in t
 print("GPU-aware verdict ok")
 EOF
 ok
