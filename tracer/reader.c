@@ -858,17 +858,18 @@ static int corr_has(const corr_set *c, uint32_t v)
     return 0;
 }
 
-static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
+/* Calls fn for every record of the gpu_chunks rows that sql selects (id,
+ * n_records, data; ?1.. bound to args), each row checked and each chunk
+ * decoded with bounds checks. device: for the messages. fn returns ST_OK
+ * or an error, which stops the scan. */
+typedef int (*gpu_rec_fn)(const st_gpu_rec *rec, void *arg);
+static int gpu_scan(st_gpu_iter *it, const char *sql, const int64_t *args, int n_args, int64_t device, gpu_rec_fn fn,
+                    void *arg)
 {
     sqlite3 *db = it->r->db;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND "
-                               "(?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3",
-                           -1, &st, NULL) != SQLITE_OK)
-        return bad("gpu_chunks", sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, device);
-    sqlite3_bind_int64(st, 2, it->t0);
-    sqlite3_bind_int64(st, 3, it->t1);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return bad("gpu_chunks", sqlite3_errmsg(db));
+    for (int i = 0; i < n_args; i++) sqlite3_bind_int64(st, i + 1, args[i]);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t id, n;
@@ -886,17 +887,60 @@ static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
         }
         st_gpu_rec rec;
         int k;
-        while ((k = st_gpu_next(&c, &rec)) == 1) {
-            if (rec.kind == ST_GPU_API || rec.start_ns >= it->t1 || rec.start_ns + rec.dur_ns < it->t0) continue;
-            if ((k = corr_add(want, rec.correlation)) != ST_OK) break;
-        }
+        while ((k = st_gpu_next(&c, &rec)) == 1)
+            if ((k = fn(&rec, arg)) != ST_OK) break;
         if (k < 0) {
             sqlite3_finalize(st);
-            return k == ST_ENOMEM ? k : gpu_corrupt(it);
+            return k == ST_ECORRUPT ? gpu_corrupt(it) : k;
         }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(db));
+    return ST_OK;
+}
+
+typedef struct wanted_ctx {
+    corr_set *want;
+    int64_t t0, t1;
+} wanted_ctx;
+
+static int wanted_add(const st_gpu_rec *rec, void *arg)
+{
+    wanted_ctx *w = arg;
+    if (rec->kind == ST_GPU_API || rec->start_ns >= w->t1 || rec->start_ns + rec->dur_ns < w->t0) return ST_OK;
+    return corr_add(w->want, rec->correlation);
+}
+
+static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
+{
+    wanted_ctx w = {want, it->t0, it->t1};
+    int64_t args[3] = {device, it->t0, it->t1};
+    return gpu_scan(it,
+                    "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND (?1 < 0 OR device = ?1) "
+                    "AND t1_ns >= ?2 AND t0_ns < ?3",
+                    args, 3, device, wanted_add, &w);
+}
+
+typedef struct api_ctx {
+    st_gpu_iter *it;
+    const corr_set *want;
+    int64_t from, t1;
+} api_ctx;
+
+static int api_add(const st_gpu_rec *rec, void *arg)
+{
+    api_ctx *a = arg;
+    if (rec->kind != ST_GPU_API || rec->start_ns < a->from || rec->start_ns >= a->t1) return ST_OK;
+    if (!corr_has(a->want, rec->correlation)) return ST_OK;
+    api_slot *s = api_find(a->it, rec->correlation, 0);
+    if (!s) {
+        s = api_find(a->it, rec->correlation, 1); /* at most want->len entries: the table never fills */
+        s->os_tid = rec->os_tid;
+        s->start_ns = rec->start_ns;
+    } else if (rec->start_ns < s->start_ns) {
+        s->os_tid = rec->os_tid;
+        s->start_ns = rec->start_ns;
+    }
     return ST_OK;
 }
 
@@ -907,8 +951,6 @@ static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
  * follows the window's records, not the trace. */
 static int gpu_load_api(st_gpu_iter *it, const corr_set *want)
 {
-    sqlite3 *db = it->r->db;
-    sqlite3_stmt *st;
     int64_t from = it->t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : it->t0 - ST_GPU_LAUNCH_LOOKBACK_NS;
     if (!want->len) return ST_OK;
     it->api_cap = 1024;
@@ -918,50 +960,10 @@ static int gpu_load_api(st_gpu_iter *it, const corr_set *want)
         it->api_cap = 0;
         return st_set_error(ST_ENOMEM, "out of memory");
     }
-    if (sqlite3_prepare_v2(db, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0 AND t1_ns >= ?1 "
-                               "AND t0_ns < ?2",
-                           -1, &st, NULL) != SQLITE_OK)
-        return bad("gpu_chunks", sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, from);
-    sqlite3_bind_int64(st, 2, it->t1);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t id, n;
-        if (int_col(st, 0, &id) || int_col(st, 1, &n) || n < 0 || n > UINT32_MAX ||
-            sqlite3_column_type(st, 2) != SQLITE_BLOB) {
-            sqlite3_finalize(st);
-            return bad("gpu_chunks", "a chunk row has a missing or wrongly typed column");
-        }
-        st_gpu_cursor c;
-        it->row_id = id;
-        it->device = -1;
-        if (st_gpu_cursor_open(&c, sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2), (uint32_t)n)) {
-            sqlite3_finalize(st);
-            return gpu_corrupt(it);
-        }
-        st_gpu_rec rec;
-        int k;
-        while ((k = st_gpu_next(&c, &rec)) == 1) {
-            if (rec.kind != ST_GPU_API || rec.start_ns < from || rec.start_ns >= it->t1) continue;
-            if (!corr_has(want, rec.correlation)) continue;
-            api_slot *s = api_find(it, rec.correlation, 0);
-            if (!s) {
-                s = api_find(it, rec.correlation, 1); /* at most want->len entries: the table never fills */
-                s->os_tid = rec.os_tid;
-                s->start_ns = rec.start_ns;
-            } else if (rec.start_ns < s->start_ns) {
-                s->os_tid = rec.os_tid;
-                s->start_ns = rec.start_ns;
-            }
-        }
-        if (k < 0) {
-            sqlite3_finalize(st);
-            return gpu_corrupt(it);
-        }
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return bad("gpu_chunks", sqlite3_errmsg(db));
-    return ST_OK;
+    api_ctx a = {it, want, from, it->t1};
+    int64_t args[2] = {from, it->t1};
+    return gpu_scan(it, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0 AND t1_ns >= ?1 AND t0_ns < ?2",
+                    args, 2, -1, api_add, &a);
 }
 
 typedef struct range_ix {
