@@ -755,7 +755,7 @@ struct st_gpu_iter {
     char **names;
     uint32_t n_names;
     api_slot *api;
-    size_t api_cap;
+    size_t api_cap, api_len;
     thread_ranges *tr; /* [thread index] */
     int api_mode;      /* st_gpu_api_iter_open: the API calls only */
 };
@@ -798,7 +798,12 @@ static int gpu_load_names(st_gpu_iter *it)
     return ST_OK;
 }
 
-static api_slot *api_find(st_gpu_iter *it, uint32_t corr, int insert)
+/* The launch join: correlation id -> the earliest API call with it. A slot
+ * is made for each id a device record of the window carries (start_ns
+ * INT64_MAX until its call is found), so that only those calls are kept:
+ * most calls launch nothing (queries, polls, attribute reads). Open
+ * addressing, at most half full; id 0, which no launch has, is never put. */
+static api_slot *api_find(const st_gpu_iter *it, uint32_t corr)
 {
     if (!it->api_cap) return NULL;
     size_t h = (corr * 2654435761u) & (it->api_cap - 1);
@@ -806,56 +811,31 @@ static api_slot *api_find(st_gpu_iter *it, uint32_t corr, int insert)
         if (it->api[h].correlation == corr) return &it->api[h];
         h = (h + 1) & (it->api_cap - 1);
     }
-    if (!insert) return NULL;
-    it->api[h].used = 1;
-    it->api[h].correlation = corr;
-    return &it->api[h];
+    return NULL;
 }
 
-/* The correlation ids of the window's device records, as a set (open
- * addressing; 0, which no launch has, marks an empty slot), so that only
- * the API calls that launched something in the window are kept: most calls
- * launch nothing (queries, polls, attribute reads). */
-typedef struct corr_set {
-    uint32_t *slot;
-    size_t cap, len;
-} corr_set;
-
-static int corr_add(corr_set *c, uint32_t v)
+static int api_want(st_gpu_iter *it, uint32_t corr)
 {
-    if (!v) return ST_OK;
-    if ((c->len + 1) * 2 > c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1024;
-        uint32_t *t = calloc(cap, sizeof *t);
+    if (!corr || api_find(it, corr)) return ST_OK;
+    if ((it->api_len + 1) * 2 > it->api_cap) {
+        size_t cap = it->api_cap ? it->api_cap * 2 : 1024;
+        api_slot *t = calloc(cap, sizeof *t);
         if (!t) return st_set_error(ST_ENOMEM, "out of memory");
-        for (size_t i = 0; i < c->cap; i++) {
-            if (!c->slot[i]) continue;
-            size_t h = (c->slot[i] * 2654435761u) & (cap - 1);
-            while (t[h]) h = (h + 1) & (cap - 1);
-            t[h] = c->slot[i];
+        for (size_t i = 0; i < it->api_cap; i++) {
+            if (!it->api[i].used) continue;
+            size_t h = (it->api[i].correlation * 2654435761u) & (cap - 1);
+            while (t[h].used) h = (h + 1) & (cap - 1);
+            t[h] = it->api[i];
         }
-        free(c->slot);
-        c->slot = t;
-        c->cap = cap;
+        free(it->api);
+        it->api = t;
+        it->api_cap = cap;
     }
-    size_t h = (v * 2654435761u) & (c->cap - 1);
-    while (c->slot[h] && c->slot[h] != v) h = (h + 1) & (c->cap - 1);
-    if (!c->slot[h]) {
-        c->slot[h] = v;
-        c->len++;
-    }
+    size_t h = (corr * 2654435761u) & (it->api_cap - 1);
+    while (it->api[h].used) h = (h + 1) & (it->api_cap - 1);
+    it->api[h] = (api_slot){corr, 1, 0, INT64_MAX};
+    it->api_len++;
     return ST_OK;
-}
-
-static int corr_has(const corr_set *c, uint32_t v)
-{
-    if (!v || !c->cap) return 0;
-    size_t h = (v * 2654435761u) & (c->cap - 1);
-    while (c->slot[h]) {
-        if (c->slot[h] == v) return 1;
-        h = (h + 1) & (c->cap - 1);
-    }
-    return 0;
 }
 
 /* Calls fn for every record of the gpu_chunks rows that sql selects (id,
@@ -899,71 +879,46 @@ static int gpu_scan(st_gpu_iter *it, const char *sql, const int64_t *args, int n
     return ST_OK;
 }
 
-typedef struct wanted_ctx {
-    corr_set *want;
-    int64_t t0, t1;
-} wanted_ctx;
-
-static int wanted_add(const st_gpu_rec *rec, void *arg)
+static int want_record(const st_gpu_rec *rec, void *arg)
 {
-    wanted_ctx *w = arg;
-    if (rec->kind == ST_GPU_API || rec->start_ns >= w->t1 || rec->start_ns + rec->dur_ns < w->t0) return ST_OK;
-    return corr_add(w->want, rec->correlation);
-}
-
-static int gpu_wanted(st_gpu_iter *it, int64_t device, corr_set *want)
-{
-    wanted_ctx w = {want, it->t0, it->t1};
-    int64_t args[3] = {device, it->t0, it->t1};
-    return gpu_scan(it,
-                    "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND (?1 < 0 OR device = ?1) "
-                    "AND t1_ns >= ?2 AND t0_ns < ?3",
-                    args, 3, device, wanted_add, &w);
+    st_gpu_iter *it = arg;
+    if (rec->kind == ST_GPU_API || rec->start_ns >= it->t1 || rec->start_ns + rec->dur_ns < it->t0) return ST_OK;
+    return api_want(it, rec->correlation);
 }
 
 typedef struct api_ctx {
     st_gpu_iter *it;
-    const corr_set *want;
-    int64_t from, t1;
+    int64_t from;
 } api_ctx;
 
-static int api_add(const st_gpu_rec *rec, void *arg)
+static int api_record(const st_gpu_rec *rec, void *arg)
 {
     api_ctx *a = arg;
-    if (rec->kind != ST_GPU_API || rec->start_ns < a->from || rec->start_ns >= a->t1) return ST_OK;
-    if (!corr_has(a->want, rec->correlation)) return ST_OK;
-    api_slot *s = api_find(a->it, rec->correlation, 0);
-    if (!s) {
-        s = api_find(a->it, rec->correlation, 1); /* at most want->len entries: the table never fills */
-        s->os_tid = rec->os_tid;
-        s->start_ns = rec->start_ns;
-    } else if (rec->start_ns < s->start_ns) {
+    if (rec->kind != ST_GPU_API || rec->start_ns < a->from || rec->start_ns >= a->it->t1) return ST_OK;
+    api_slot *s = api_find(a->it, rec->correlation);
+    if (s && rec->start_ns < s->start_ns) { /* a runtime call and the driver call it makes share the id */
         s->os_tid = rec->os_tid;
         s->start_ns = rec->start_ns;
     }
     return ST_OK;
 }
 
-/* Correlation id -> the earliest API call with it (a runtime call and the
- * driver call it makes share the id; the runtime call starts first), for the
- * ids in `want` only, among the calls that start from
- * ST_GPU_LAUNCH_LOOKBACK_NS before the iterator's window to its end: memory
+/* The join for the window's device records (of `device`, < 0 all): their
+ * correlation ids, then the calls with those ids that start from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before the window to its end, so that memory
  * follows the window's records, not the trace. */
-static int gpu_load_api(st_gpu_iter *it, const corr_set *want)
+static int gpu_load_api(st_gpu_iter *it, int64_t device)
 {
-    int64_t from = it->t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : it->t0 - ST_GPU_LAUNCH_LOOKBACK_NS;
-    if (!want->len) return ST_OK;
-    it->api_cap = 1024;
-    while (it->api_cap < want->len * 2) it->api_cap *= 2;
-    it->api = calloc(it->api_cap, sizeof *it->api);
-    if (!it->api) {
-        it->api_cap = 0;
-        return st_set_error(ST_ENOMEM, "out of memory");
-    }
-    api_ctx a = {it, want, from, it->t1};
-    int64_t args[2] = {from, it->t1};
+    int64_t want_args[3] = {device, it->t0, it->t1};
+    int rc = gpu_scan(it,
+                      "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND (?1 < 0 OR device = ?1) "
+                      "AND t1_ns >= ?2 AND t0_ns < ?3",
+                      want_args, 3, device, want_record, it);
+    if (rc || !it->api_len) return rc;
+    api_ctx a = {it, it->t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : it->t0 - ST_GPU_LAUNCH_LOOKBACK_NS};
+    int64_t api_args[2] = {a.from, it->t1};
     return gpu_scan(it, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0 AND t1_ns >= ?1 AND t0_ns < ?2",
-                    args, 2, -1, api_add, &a);
+                    api_args, 2, -1, api_record, &a);
 }
 
 typedef struct range_ix {
@@ -1062,12 +1017,7 @@ static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_
         it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
         if (!it->tr) rc = st_set_error(ST_ENOMEM, "out of memory");
         if (!rc) rc = gpu_load_names(it);
-        if (!rc && !api_mode) {
-            corr_set want = {NULL, 0, 0};
-            rc = gpu_wanted(it, device, &want);
-            if (!rc) rc = gpu_load_api(it, &want);
-            free(want.slot);
-        }
+        if (!rc && !api_mode) rc = gpu_load_api(it, device);
         if (!rc && sqlite3_prepare_v2(r->db,
                                       api_mode ? "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
                                                  "WHERE device < 0 AND ?1 = ?1 AND t1_ns >= ?2 AND t0_ns < ?3 "
@@ -1160,8 +1110,8 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
             if (trc) return trc;
             return 1;
         }
-        const api_slot *api = it->api ? api_find(it, rec.correlation, 0) : NULL;
-        if (api && rec.correlation) {
+        const api_slot *api = api_find(it, rec.correlation);
+        if (api && api->start_ns != INT64_MAX) {
             out->launch_ns = api->start_ns;
             int trc = gpu_thread_at(it, api->os_tid, api->start_ns, out);
             if (trc) return trc;
