@@ -256,15 +256,8 @@ static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, 
 static int put_devices(an_out *out, const an_pipe *p, const an_verdict *v)
 {
     if (!p->n_devices && an_out_format(out) == AN_FMT_TEXT) return 0;
-    an_device_load *d = calloc(p->n_devices ? p->n_devices : 1, sizeof *d);
-    int64_t *role_ns = calloc((size_t)(p->n_devices ? p->n_devices : 1) * (p->n_roles ? p->n_roles : 1), sizeof *role_ns);
-    if (!d || !role_ns) {
-        free(d);
-        free(role_ns);
-        return -1;
-    }
-    for (uint32_t i = 0; i < p->n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p->n_roles;
-    an_pipe_device_loads(p, v->bin0, v->bin1, d);
+    an_device_load *d = an_pipe_device_loads(p, v->bin0, v->bin1);
+    if (!d) return -1;
     an_out_text(out, "devices: GPU busy time (kernels, copies, memsets) as a share of the period, in all and per "
                      "launching role (roles overlap in time)\n");
     an_table *t = an_table_new(out, "devices", device_cols, N_OF(device_cols));
@@ -281,7 +274,6 @@ static int put_devices(an_out *out, const an_pipe *p, const an_verdict *v)
         }
     }
     an_table_end(t);
-    free(role_ns);
     free(d);
     return 0;
 }
@@ -531,7 +523,7 @@ int cmd_bottleneck(int argc, char **argv)
                 put_verdict(out, &p, loads, &v, moved, gpu_note);
             }
             put_roles(out, &p, loads, &v);
-            if (put_devices(out, &p, &v)) rc = oom();
+            if (put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);
             if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();

@@ -290,15 +290,8 @@ static int put_device_roles(report *rp)
 {
     FILE *f = rp->f;
     const an_pipe *p = rp->p;
-    an_device_load *d = calloc(p->n_devices, sizeof *d);
-    int64_t *role_ns = calloc((size_t)p->n_devices * (p->n_roles ? p->n_roles : 1), sizeof *role_ns);
-    if (!d || !role_ns) {
-        free(d);
-        free(role_ns);
-        return -1;
-    }
-    for (uint32_t i = 0; i < p->n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p->n_roles;
-    an_pipe_device_loads(p, rp->v.bin0, rp->v.bin1, d);
+    an_device_load *d = an_pipe_device_loads(p, rp->v.bin0, rp->v.bin1);
+    if (!d) return AN_EXIT_FAIL;
     fputs("<table class=\"data\" id=\"device-roles-table\"><tr><th>GPU</th><th>launched by</th><th>busy</th>"
           "<th>ms/step</th></tr>\n",
           f);
@@ -315,7 +308,6 @@ static int put_device_roles(report *rp)
             fputs("</tr>\n", f);
         }
     fputs("</table>\n", f);
-    free(role_ns);
     free(d);
     return 0;
 }
@@ -380,7 +372,7 @@ static int section_verdict(report *rp)
     }
     an_gpu_idle_free(gpu, n_gpu);
     free(story);
-    if (p->n_devices && put_device_roles(rp)) return oom();
+    if (p->n_devices && put_device_roles(rp)) return AN_EXIT_FAIL; /* printed */
     fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
           "<th>wait_input</th><th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th>",
           f);

@@ -909,11 +909,19 @@ void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load 
     }
 }
 
-void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_device_load *out)
+an_device_load *an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1)
 {
+    size_t n = p->n_devices ? p->n_devices : 1;
+    an_device_load *out = malloc(n * sizeof *out + n * (p->n_roles ? p->n_roles : 1) * sizeof(int64_t));
+    if (!out) {
+        pipe_oom();
+        return NULL;
+    }
+    int64_t *role_ns = (int64_t *)(out + n);
     int64_t len = p->bin_t[bin1] - p->bin_t[bin0];
     for (uint32_t d = 0; d < p->n_devices; d++) {
         an_device_load *l = &out[d];
+        l->role_ns = role_ns + (size_t)d * p->n_roles;
         l->device = p->devices[d];
         l->span_ns = len;
         l->busy_ns = dev_sum(p, bin0, bin1, d, p->n_roles);
@@ -926,6 +934,7 @@ void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_dev
             if (l->role_ns[r] > 0 && (l->top_role < 0 || l->role_ns[r] > l->role_ns[l->top_role])) l->top_role = (int32_t)r;
         }
     }
+    return out;
 }
 
 /* What a role needs over the period, per thread. */
@@ -1208,12 +1217,10 @@ static void story_device(FILE *f, const an_pipe *p, const an_role_load *loads, c
 {
     char a[128], b[128], p1[32], p2[32];
     uint32_t d = (uint32_t)v->device;
-    int64_t *role_ns = calloc(p->n_roles ? p->n_roles : 1, sizeof *role_ns);
-    if (!role_ns) return;
-    for (uint32_t r = 0; r < p->n_roles; r++) role_ns[r] = dev_sum(p, v->bin0, v->bin1, d, r);
-    int64_t period = v->t1_ns - v->t0_ns;
-    uint32_t n_on = 0;
-    for (uint32_t r = 0; r < p->n_roles; r++) n_on += role_ns[r] > 0;
+    an_device_load *loads_d = an_pipe_device_loads(p, v->bin0, v->bin1);
+    if (!loads_d) return;
+    int64_t *role_ns = loads_d[d].role_ns, period = v->t1_ns - v->t0_ns;
+    uint32_t n_on = loads_d[d].n_roles_on;
     if (n_on == 1)
         fprintf(f, "Bottleneck: GPU %d, busy %s of the time, used by one role:", p->devices[d],
                 an_fmt_pct1(v->load_pct, p1, sizeof p1));
@@ -1229,7 +1236,7 @@ static void story_device(FILE *f, const an_pipe *p, const an_role_load *loads, c
                 an_fmt_pct1(pct(role_ns[best], period), p1, sizeof p1));
         role_ns[best] = 0;
     }
-    free(role_ns);
+    free(loads_d);
     const an_role_load *l = &loads[v->role];
     fprintf(f, " (the time each role's GPU work ran on it; they overlap); its largest user is %s", an_clean(p->role_names[v->role], a, sizeof a));
     if (v->stage >= 0) {

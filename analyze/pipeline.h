@@ -138,7 +138,7 @@ typedef struct an_device_load {
     double busy_pct;
     uint32_t n_roles_on;              /* roles that launched work on it */
     int32_t top_role;                 /* the role with the most device time on it, -1 if none */
-    int64_t *role_ns;                 /* [n_roles], owned by the caller */
+    int64_t *role_ns;                 /* [n_roles], in the same block */
 } an_device_load;
 
 typedef struct an_verdict {
@@ -170,8 +170,9 @@ typedef struct an_verdict {
 
 /* loads: [n_roles]. */
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads);
-/* d: [n_devices], each with role_ns pointing at n_roles entries. */
-void an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_device_load *d);
+/* Every device's load over bins [bin0, bin1): [n_devices] loads and their
+ * role_ns in one malloc'd block (free()); NULL on no memory (printed). */
+an_device_load *an_pipe_device_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1);
 /* The verdict. Candidates are the roles (their need per thread) and, with
  * GPU activity, the devices (their busy time): a device wins only when it is
  * busier than every role's need by more than AN_DEVICE_MARGIN_PCT points,

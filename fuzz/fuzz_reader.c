@@ -156,14 +156,7 @@ static void model(void)
             uint32_t n = an_pipe_window_verdicts(&p, 2, &w);
             free(an_pipe_story(&p, loads, &v, w, w ? n : 0, 2));
             free(w);
-            an_device_load *d = calloc(p.n_devices ? p.n_devices : 1, sizeof *d);
-            int64_t *role_ns = calloc((size_t)(p.n_devices ? p.n_devices : 1) * (p.n_roles ? p.n_roles : 1), sizeof *role_ns);
-            if (d && role_ns) {
-                for (uint32_t i = 0; i < p.n_devices; i++) d[i].role_ns = role_ns + (size_t)i * p.n_roles;
-                an_pipe_device_loads(&p, 0, p.n_bins, d);
-            }
-            free(d);
-            free(role_ns);
+            free(an_pipe_device_loads(&p, 0, p.n_bins));
             free(loads);
         }
         an_gpu_idle *gpu = NULL;

@@ -1171,11 +1171,8 @@ static void test_gpu_model(void **state)
     /* the loader launches nothing: its need is its host time */
     assert_int_equal(loads[an_pipe_role_index(&p, "loader")].need_ns, 10 * MS);
 
-    an_device_load d[2];
-    int64_t role_ns[2][8];
-    d[0].role_ns = role_ns[0];
-    d[1].role_ns = role_ns[1];
-    an_pipe_device_loads(&p, 0, p.n_bins, d);
+    an_device_load *d = an_pipe_device_loads(&p, 0, p.n_bins);
+    assert_non_null(d);
     assert_int_equal(d[0].busy_ns, 80 * MS); /* [1, 9] per step; the sync record is not device work */
     assert_int_equal(d[0].role_ns[target], 60 * MS);
     assert_int_equal(d[0].role_ns[drafter], 40 * MS);
@@ -1184,6 +1181,7 @@ static void test_gpu_model(void **state)
     assert_int_equal(d[1].busy_ns, 45 * MS); /* D1 and the unknown launcher's kernel */
     assert_int_equal(d[1].role_ns[drafter], 40 * MS);
     assert_int_equal(d[1].n_roles_on, 1);
+    free(d);
 
     an_verdict v;
     an_pipe_verdict(&p, 0, p.n_bins, loads, 2.0, &v);
