@@ -101,6 +101,8 @@ int an_args_next(an_args *a, const an_opt *opts);
 /* "analyze CMD: unknown ..." style error; returns AN_EXIT_USAGE. */
 int an_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* FNV-1a of a name, for the analyzer's hash tables keyed by kernel or function name. */
+uint64_t an_hash_name(const char *s);
 int an_parse_u64(const char *s, uint64_t *out);  /* decimal, whole string; 0 or -1 */
 
 /* ---- output tables (table.c) ------------------------------------------------- */

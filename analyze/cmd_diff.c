@@ -322,13 +322,6 @@ typedef struct kernel_set {
     size_t cap, len;
 } kernel_set;
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 static kernel_change *kernel_slot(kernel_set *k, const char *name)
 {
     if (k->len * 2 >= k->cap) {
@@ -337,7 +330,7 @@ static kernel_change *kernel_slot(kernel_set *k, const char *name)
         if (!t) return NULL;
         for (size_t i = 0; i < k->cap; i++) {
             if (!k->slot[i].name) continue;
-            size_t h = name_hash(k->slot[i].name) & (cap - 1);
+            size_t h = an_hash_name(k->slot[i].name) & (cap - 1);
             while (t[h].name) h = (h + 1) & (cap - 1);
             t[h] = k->slot[i];
         }
@@ -345,7 +338,7 @@ static kernel_change *kernel_slot(kernel_set *k, const char *name)
         k->slot = t;
         k->cap = cap;
     }
-    size_t h = name_hash(name) & (k->cap - 1);
+    size_t h = an_hash_name(name) & (k->cap - 1);
     while (k->slot[h].name && strcmp(k->slot[h].name, name) != 0) h = (h + 1) & (k->cap - 1);
     if (!k->slot[h].name) {
         if (!(k->slot[h].name = strdup(name))) return NULL;

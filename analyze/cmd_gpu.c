@@ -137,13 +137,6 @@ static int oom(void)
     return AN_EXIT_FAIL;
 }
 
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 /* One lasting copy of each name (the readers that hand them out live for one
  * time slice), so that names compare by pointer; NULL on no memory. */
 static const char *intern(sums *s, const char *name)
@@ -154,7 +147,7 @@ static const char *intern(sums *s, const char *name)
         if (!t) return NULL;
         for (size_t i = 0; i < s->names_cap; i++) {
             if (!s->names[i]) continue;
-            size_t h = hash_name(s->names[i]) & (cap - 1);
+            size_t h = an_hash_name(s->names[i]) & (cap - 1);
             while (t[h]) h = (h + 1) & (cap - 1);
             t[h] = s->names[i];
         }
@@ -162,7 +155,7 @@ static const char *intern(sums *s, const char *name)
         s->names = t;
         s->names_cap = cap;
     }
-    size_t h = hash_name(name) & (s->names_cap - 1);
+    size_t h = an_hash_name(name) & (s->names_cap - 1);
     while (s->names[h] && strcmp(s->names[h], name) != 0) h = (h + 1) & (s->names_cap - 1);
     if (!s->names[h]) {
         if (!(s->names[h] = strdup(name))) return NULL;

@@ -118,6 +118,13 @@ int an_args_next(an_args *a, const an_opt *opts)
     return 0;
 }
 
+uint64_t an_hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
 int an_parse_u64(const char *s, uint64_t *out)
 {
     if (!s || *s < '0' || *s > '9') return -1;
