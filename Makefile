@@ -231,7 +231,8 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GP
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_COMMON) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0 $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
-gpu-tests: $(GPU_TESTS_BIN)
+# GPU tests link cmocka: without it `make` builds everything else.
+gpu-tests: $(if $(HAVE_CMOCKA),$(GPU_TESTS_BIN))
 
 test-gpu: all gpu-tests
 	@ST_BUILD=$(BUILD) bash tests/run_gpu.sh $(BUILD)
@@ -245,7 +246,8 @@ $(BUILD)/bench/%: bench/%.c $(LIB_A) $(LIB_KERNELS)
 bench: all $(BENCH_BIN)
 	@ST_BUILD=$(BUILD) bash bench/run.sh $(BUILD)
 
-demo: all
+# The demo needs the library and the programs only (no cmocka, no tests).
+demo: deps lib programs
 	@ST_BUILD=$(BUILD) bash samples/demo.sh $(BUILD)
 
 install: lib
