@@ -150,7 +150,10 @@ void st_mark(const char *literal_name);
  * step k*N to the mark of step (k+1)*N. */
 void st_step(uint64_t step, uint64_t tokens);
 
-/* Events dropped so far because a ring was full (all threads). */
+/* Events dropped so far because a ring was full (all threads), counted live:
+ * a drop is seen by the next call on any thread, not at the writer's next
+ * commit. Thread-safe. After every thread has stopped recording it equals
+ * what st_close stores in meta dropped_events. */
 uint64_t st_dropped(const st_trace *trace);
 
 /* NVTX: names a CUDA stream (a cudaStream_t passed as void *). No-op without

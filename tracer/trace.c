@@ -310,10 +310,28 @@ int st_close(st_trace *t)
 int st_enabled(const st_trace *t) { return t && t->opt.enabled; }
 const char *st_path(const st_trace *t) { return t ? t->path : NULL; }
 
+static void signals_block(sigset_t *saved);
+static void signals_restore(const sigset_t *saved);
+
+/* Live: each ring's own counter (the producers add to it as they drop),
+ * plus the final counts of rings the writer has freed, read under the lock
+ * that the writer holds while it moves a ring's count over. Never the
+ * writer's last committed total, which lags by up to a commit interval. */
 uint64_t st_dropped(const st_trace *t)
 {
-    if (!t) return 0;
-    uint64_t total = atomic_load(&t->dropped_total);
+    if (!t || !t->opt.enabled) return 0;
+    st_trace *mt = (st_trace *)t; /* the lock only; nothing is changed */
+    sigset_t saved;
+    signals_block(&saved);
+    pthread_mutex_lock(&mt->lock);
+    uint64_t total = t->retired_dropped;
+    uint32_t n = atomic_load(&t->n_threads);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_ring *ring = t->threads[i].ring;
+        if (ring) total += atomic_load_explicit(&ring->dropped, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&mt->lock);
+    signals_restore(&saved);
     return total;
 }
 

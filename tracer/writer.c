@@ -538,9 +538,12 @@ static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
         /* The producer was gone before head was read: everything it wrote
          * is processed. */
         s->final_dropped = atomic_load(&ring->dropped);
-        free(ring->buf);
+        pthread_mutex_lock(&t->lock);
+        t->retired_dropped += s->final_dropped;
         t->threads[s->id].ring = NULL;
+        pthread_mutex_unlock(&t->lock);
         s->ring = NULL;
+        free(ring->buf);
         free(ring);
     }
     return pending;
@@ -581,8 +584,8 @@ static void write_dropped(st_trace *t, writer *w)
             step_stmt(t, w->upd_dropped, "threads.dropped");
         }
     }
-    if (total != atomic_load(&t->dropped_total)) {
-        atomic_store(&t->dropped_total, total);
+    if (total != t->dropped_written) {
+        t->dropped_written = total;
         meta_int(t, w, "dropped_events", (long long)total);
     }
 }
@@ -661,9 +664,12 @@ static void writer_free(st_trace *t, writer *w)
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
         if (s->ring) { /* never retired: the thread did not unregister */
+            pthread_mutex_lock(&t->lock);
+            t->retired_dropped += atomic_load(&s->ring->dropped);
+            t->threads[i].ring = NULL;
+            pthread_mutex_unlock(&t->lock);
             free(s->ring->buf);
             free(s->ring);
-            t->threads[i].ring = NULL;
         }
         st_buf_free(&s->ev.buf);
         st_buf_free(&s->ctr.buf);
