@@ -119,6 +119,7 @@ struct st_trace {
     uint64_t dropped_written;       /* writer: meta dropped_events as last written */
     uint64_t retired_dropped;       /* under lock: drops of the rings already freed */
     int writer_error;               /* first SQLite error, reported at close */
+    _Atomic int commit_failed;      /* the last commit could not be written (kept, retried) */
     char writer_msg[512];
 
     st_agg *agg;

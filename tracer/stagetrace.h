@@ -87,6 +87,11 @@ typedef struct st_options {
                                 of counting a drop */
     uint32_t commit_ms;      /* writer commits at most this far apart;
                                 default 250, range 1..60000 */
+    uint32_t retry_mib;      /* memory the writer may use to keep records
+                                whose commit failed (a full disk) for the
+                                next commit; past it their chunks are
+                                discarded and recorded as lost spans.
+                                default 64, range 0..65536 */
     uint32_t profile_interval; /* steps per window; 0 = no windows */
     st_window_fn on_window;  /* called on the writer thread per finished window
                                 (needs profile_interval > 0) */
@@ -109,7 +114,9 @@ int st_open(st_trace **out, const st_options *opt);
  * keeps "interrupted" when st_signal_flush ran) and frees it. NULL is fine. */
 int st_close(st_trace *trace);
 
-/* Blocks until everything recorded before the call is committed. */
+/* Blocks until everything recorded before the call is committed. ST_EIO
+ * when that commit failed (a full disk, say): the records are kept in memory
+ * and retried at the next commit (see retry_mib). */
 int st_flush(st_trace *trace);
 
 /* Async-signal-safe: asks the writer to commit everything recorded so far

@@ -29,6 +29,7 @@ void st_options_init(st_options *opt)
     opt->world_size = 1;
     opt->ring_records = 65536;
     opt->commit_ms = 250;
+    opt->retry_mib = 64;
     opt->nvtx = -1;
 }
 
@@ -43,6 +44,8 @@ static int validate(const st_options *o)
                             o->ring_records);
     if (o->commit_ms < 1 || o->commit_ms > 60000)
         return st_set_error(ST_EINVAL, "commit interval %u ms is out of range 1..60000", o->commit_ms);
+    if (o->retry_mib > 65536)
+        return st_set_error(ST_EINVAL, "retry memory %u MiB is out of range 0..65536", o->retry_mib);
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
         return st_set_error(ST_EINVAL, "rank %d is out of range for world size %d", o->rank,
                             o->world_size);
@@ -370,7 +373,11 @@ static int flush_and_wait(st_trace *t)
     pthread_mutex_lock(&t->lock);
     while (t->flush_done < ticket && !atomic_load(&t->stop)) pthread_cond_wait(&t->flushed, &t->lock);
     pthread_mutex_unlock(&t->lock);
-    return t->writer_error;
+    if (t->writer_error) return t->writer_error;
+    if (atomic_load(&t->commit_failed))
+        return st_set_error(ST_EIO, "trace '%s': the commit failed (the disk may be full); the "
+                            "records are kept in memory and retried at the next commit", t->path);
+    return ST_OK;
 }
 
 int st_flush(st_trace *t)
