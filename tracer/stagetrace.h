@@ -82,7 +82,7 @@ typedef struct st_options {
     char *const *argv;
     int rank, world_size;    /* default 0 and 1 */
     uint32_t ring_records;   /* per-thread ring capacity, power of two >= 64;
-                                default 65536 (1.5 MiB) */
+                                default 262144 (6 MiB; bench/RESULTS.md) */
     int block_when_full;     /* 1: a full ring waits for the writer instead
                                 of counting a drop */
     uint32_t commit_ms;      /* writer commits at most this far apart;
@@ -98,6 +98,9 @@ typedef struct st_options {
     void *on_window_arg;
     int nvtx;                /* -1 default (on), 0 off, 1 on */
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
+    int checkpoint_on_writer; /* 1: SQLite's auto-checkpoint on the writer
+                                thread (the scheme before the checkpointer
+                                thread; for comparisons) */
     uint32_t test_writer_delay_us; /* tests only: writer sleeps this per pass */
 } st_options;
 

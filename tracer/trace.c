@@ -27,7 +27,7 @@ void st_options_init(st_options *opt)
     opt->enabled = 1;
     opt->program = "stagetrace";
     opt->world_size = 1;
-    opt->ring_records = 65536;
+    opt->ring_records = 262144;
     opt->commit_ms = 250;
     opt->retry_mib = 64;
     opt->nvtx = -1;

@@ -163,6 +163,99 @@ static void feed_agg(st_trace *t, writer *w, int64_t horizon)
     }
 }
 
+/* ---- checkpoints, off the draining path ----
+ * SQLite's auto-checkpoint runs on the committing connection: every ~1000
+ * WAL pages the writer would copy them into the database and fsync it
+ * (tens of milliseconds on a busy disk) while the rings fill. Instead the
+ * writer's connection has auto-checkpoint off, and its WAL hook (called
+ * after each commit with the WAL's size) wakes a thread of its own, with
+ * its own connection, that runs PASSIVE checkpoints: they copy what no
+ * reader needs and never wait for the writer, which keeps appending. After
+ * a checkpoint that copied everything the writer's next transaction starts
+ * the WAL over, so it stays about ST_CHECKPOINT_PAGES long. */
+#define ST_CHECKPOINT_PAGES 1000
+
+typedef struct checkpointer {
+    pthread_t thread;
+    sqlite3 *db;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int wanted, stop, started;
+} checkpointer;
+
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)db;
+    (void)name;
+    checkpointer *c = arg;
+    if (pages < ST_CHECKPOINT_PAGES) return SQLITE_OK;
+    pthread_mutex_lock(&c->lock);
+    c->wanted = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    return SQLITE_OK;
+}
+
+static void *checkpointer_main(void *arg)
+{
+    checkpointer *c = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->wanted && !c->stop) pthread_cond_wait(&c->wake, &c->lock);
+        if (c->stop) break;
+        c->wanted = 0;
+        pthread_mutex_unlock(&c->lock);
+        /* A failure (a full disk) is left for the next try; the WAL keeps
+         * everything meanwhile. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Starts the checkpointer; when it cannot (no second connection), SQLite's
+ * auto-checkpoint stays on the writer. */
+static void checkpointer_start(st_trace *t, checkpointer *c)
+{
+    memset(c, 0, sizeof *c);
+    if (t->opt.checkpoint_on_writer) return;
+    if (sqlite3_open_v2(t->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    if (pthread_create(&c->thread, NULL, checkpointer_main, c) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->wake);
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return;
+    }
+    c->started = 1;
+    sqlite3_wal_hook(t->db, wal_hook, c); /* replaces the auto-checkpoint */
+}
+
+static void checkpointer_stop(st_trace *t, checkpointer *c)
+{
+    if (!c->started) return;
+    sqlite3_wal_hook(t->db, NULL, NULL);
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    sqlite3_close(c->db);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    c->started = 0;
+}
+
 /* ---- registrations ---- */
 
 static void write_registrations(st_trace *t, writer *w)
@@ -634,6 +727,8 @@ static void *writer_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signal handlers never run here */
 
+    checkpointer ckpt;
+    checkpointer_start(t, &ckpt);
     st_store_begin(w->store);
     int64_t last_commit = now_ms();
     for (;;) {
@@ -682,6 +777,7 @@ static void *writer_main(void *arg)
     drain_all(t, w);
     if (t->agg) feed_agg(t, w, INT64_MAX);
     final_commit(t, w);
+    checkpointer_stop(t, &ckpt);
     /* One file again; on a disk still full this may fail, and the -wal
      * file then stays beside the trace, which opens as it is. */
     if (!t->writer_error) sqlite3_exec(t->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
