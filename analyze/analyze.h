@@ -202,7 +202,16 @@ typedef struct an_trace {
     int64_t span_t0_ns, span_t1_ns;
     uint64_t n_ranges_hint;         /* from chunk headers (progress, info) */
     uint64_t n_samples_hint;
+    struct an_lost_span *lost;      /* lost_spans rows, by t0_ns (docs/trace-format.md) */
+    uint32_t n_lost;
+    int64_t lost_events;            /* meta lost_events, else the spans' sum */
 } an_trace;
+
+/* A span of time whose records the writer could not store (a full disk). */
+typedef struct an_lost_span {
+    int64_t t0_ns, t1_ns;
+    int64_t n_records;
+} an_lost_span;
 
 /* Opens through st_reader_open; on failure prints one line and returns
  * AN_EXIT_USAGE. */
@@ -212,6 +221,9 @@ void an_trace_close(an_trace *t);
 int an_trace_fail(const an_trace *t);
 /* Warnings for a run that did not finish or lost events (stderr). */
 void an_trace_warn(const an_trace *t);
+/* Lost spans overlapping [t0_ns, t1_ns], and their records in *records
+ * (may be NULL): a window they touch is undercounted. */
+uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records);
 const char *an_trace_meta(const an_trace *t, const char *key); /* NULL if absent */
 int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out); /* 0 or -1 */
 /* The first step whose mark is after ts (0 and *has = 0 when none). */

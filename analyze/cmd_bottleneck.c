@@ -397,6 +397,14 @@ static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w
         an_row_end(t);
     }
     an_table_end(t);
+    /* Windows that overlap a span the writer could not store (lost_spans). */
+    int lost_windows = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!an_trace_lost_in(p->trace, p->bin_t[w[i].bin0], p->bin_t[w[i].bin1], NULL)) continue;
+        an_out_text(out, lost_windows++ ? ", %u" : "windows overlapping time the trace could not store "
+                                                   "(undercounted): %u", i);
+    }
+    if (lost_windows) an_out_text(out, "\n");
     free(cols);
     free(names);
     free(loads);

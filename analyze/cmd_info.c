@@ -223,6 +223,30 @@ static const char *meta_or(const an_trace *t, const char *key, const char *dflt)
     return v && *v ? v : dflt;
 }
 
+/* Only when the writer met a failed commit: what it retried, and what it
+ * could not store (lost_spans). */
+static void put_lost(FILE *f, const an_trace *t)
+{
+    int64_t failed = 0;
+    if (an_trace_meta_i64(t, "failed_commits", &failed) || failed < 0) failed = 0;
+    if (t->lost_events > 0 || t->n_lost > 0) {
+        fprintf(f, "\n  lost events: %lld", (long long)t->lost_events);
+        if (t->n_lost) {
+            int64_t end = t->lost[0].t1_ns;
+            for (uint32_t i = 1; i < t->n_lost; i++)
+                if (t->lost[i].t1_ns > end) end = t->lost[i].t1_ns;
+            fprintf(f, " in %u span%s between %.3f s and %.3f s", t->n_lost, t->n_lost == 1 ? "" : "s",
+                    ((double)t->lost[0].t0_ns - (double)t->origin_ns) * 1e-9,
+                    ((double)end - (double)t->origin_ns) * 1e-9);
+        }
+        fputs(" (the trace could not be written: stage times there are undercounted", f);
+        if (failed > 0) fprintf(f, "; %lld failed commits", (long long)failed);
+        fputs(")", f);
+    } else if (failed > 0) {
+        fprintf(f, "\n  failed commits: %lld (retried: nothing lost)", (long long)failed);
+    }
+}
+
 static void print_text(FILE *f, const an_trace *t, const info *in)
 {
     put_clean(f, t->path);
@@ -285,6 +309,7 @@ static void print_text(FILE *f, const an_trace *t, const info *in)
     if (!isnan(in->tokens_per_s)) fprintf(f, ", %.1f tokens/s", in->tokens_per_s);
     fprintf(f, "\n  dropped events: %lld", (long long)in->dropped);
     if (in->dropped > 0) fputs(" (rings were full: stage times may be undercounted)", f);
+    put_lost(f, t);
     if (in->has_gpu) {
         fprintf(f, "\n  gpu activity: %lld records on device%s ", (long long)in->gpu_records,
                 strchr(in->gpu_devices, ',') ? "s" : "");

@@ -95,6 +95,11 @@ static void on_window(const st_window *w, void *arg)
             len = st_window_format(w, e->text, e->text_cap);
         }
         fwrite(e->text, 1, len, stdout);
+        int64_t lost;
+        if (an_trace_lost_in(e->trace, w->t0_ns, w->t1_ns, &lost))
+            printf("  lost: %lld events in this window could not be stored (the trace has a hole): its times "
+                   "are undercounted\n",
+                   (long long)lost);
         return;
     }
     int64_t window_ns = w->t1_ns - w->t0_ns;

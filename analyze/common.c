@@ -233,6 +233,102 @@ static int check_chunk_threads(an_trace *t)
     return 0;
 }
 
+/* lost_spans (optional): spans the writer could not store. A table of
+ * another kind, or a row of the wrong types, is refused like any table. */
+static int read_lost_spans(an_trace *t)
+{
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    int rc = 0;
+    if (sqlite3_prepare_v2(db, "SELECT type FROM main.sqlite_master WHERE name = 'lost_spans'", -1, &st, NULL) !=
+        SQLITE_OK)
+        goto sql_fail;
+    int step = sqlite3_step(st);
+    int exists = step == SQLITE_ROW;
+    int is_table = exists && sqlite3_column_type(st, 0) == SQLITE_TEXT &&
+                   strcmp((const char *)sqlite3_column_text(st, 0), "table") == 0;
+    sqlite3_finalize(st);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) goto sql_fail;
+    if (exists && !is_table) {
+        an_error("%s: trace table 'lost_spans' is not a table", t->path);
+        return -1;
+    }
+    int64_t meta_lost = -1;
+    if (an_trace_meta(t, "lost_events") &&
+        (an_trace_meta_i64(t, "lost_events", &meta_lost) || meta_lost < 0)) {
+        an_error("%s: trace table 'meta': key 'lost_events' must be a count, not '%.40s'", t->path,
+                 an_trace_meta(t, "lost_events"));
+        return -1;
+    }
+    int64_t sum = 0;
+    if (exists) {
+        if (sqlite3_prepare_v2(db,
+                               "SELECT id, source, thread, device, t0_ns, t1_ns, n_records FROM main.lost_spans "
+                               "ORDER BY t0_ns, id",
+                               -1, &st, NULL) != SQLITE_OK)
+            goto sql_fail;
+        size_t cap = 0;
+        while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *bad = NULL;
+            const char *src = (const char *)sqlite3_column_text(st, 1);
+            if (sqlite3_column_type(st, 1) != SQLITE_TEXT ||
+                (strcmp(src, "ranges") && strcmp(src, "counters") && strcmp(src, "gpu")))
+                bad = "source must be 'ranges', 'counters' or 'gpu'";
+            else if (sqlite3_column_type(st, 2) != SQLITE_INTEGER && sqlite3_column_type(st, 2) != SQLITE_NULL)
+                bad = "thread must be an integer or NULL";
+            else if (sqlite3_column_type(st, 3) != SQLITE_INTEGER && sqlite3_column_type(st, 3) != SQLITE_NULL)
+                bad = "device must be an integer or NULL";
+            else if (sqlite3_column_type(st, 4) != SQLITE_INTEGER || sqlite3_column_type(st, 5) != SQLITE_INTEGER ||
+                     sqlite3_column_int64(st, 4) > sqlite3_column_int64(st, 5))
+                bad = "t0_ns and t1_ns must be integers with t0_ns <= t1_ns";
+            else if (sqlite3_column_type(st, 6) != SQLITE_INTEGER || sqlite3_column_int64(st, 6) < 0 ||
+                     sqlite3_column_int64(st, 6) > INT64_MAX - sum)
+                bad = "n_records must be a count";
+            if (bad) {
+                an_error("%s: trace table 'lost_spans': row %lld: %s", t->path,
+                         (long long)sqlite3_column_int64(st, 0), bad);
+                rc = -1;
+                break;
+            }
+            if (t->n_lost == cap) {
+                cap = cap ? cap * 2 : 16;
+                an_lost_span *a = cap < UINT32_MAX ? realloc(t->lost, cap * sizeof *a) : NULL;
+                if (!a) {
+                    an_error("out of memory");
+                    rc = -1;
+                    break;
+                }
+                t->lost = a;
+            }
+            an_lost_span *l = &t->lost[t->n_lost++];
+            l->t0_ns = sqlite3_column_int64(st, 4);
+            l->t1_ns = sqlite3_column_int64(st, 5);
+            l->n_records = sqlite3_column_int64(st, 6);
+            sum += l->n_records;
+        }
+        sqlite3_finalize(st);
+        if (!rc && step != SQLITE_DONE) goto sql_fail;
+    }
+    t->lost_events = meta_lost >= 0 ? meta_lost : sum;
+    return rc;
+sql_fail:
+    an_error("%s: cannot read table 'lost_spans': %s", t->path, sqlite3_errmsg(db));
+    return -1;
+}
+
+uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records)
+{
+    uint32_t n = 0;
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < t->n_lost; i++) {
+        if (t->lost[i].t1_ns < t0_ns || t->lost[i].t0_ns > t1_ns) continue;
+        n++;
+        sum += t->lost[i].n_records;
+    }
+    if (records) *records = sum;
+    return n;
+}
+
 int an_trace_open(an_trace *t, const char *path)
 {
     memset(t, 0, sizeof *t);
@@ -246,7 +342,7 @@ int an_trace_open(an_trace *t, const char *path)
     }
     int64_t first = 0, last = 0;
     int has = 0;
-    if (check_chunk_threads(t) || read_chunk_headers(t, &first, &last, &has)) {
+    if (check_chunk_threads(t) || read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
     }
@@ -272,12 +368,23 @@ void an_trace_close(an_trace *t)
     if (!t) return;
     st_reader_close(t->r);
     t->r = NULL;
+    free(t->lost);
+    t->lost = NULL;
+    t->n_lost = 0;
 }
 
 int an_trace_fail(const an_trace *t)
 {
     an_error("%s: %s", t->path, st_last_error());
     return AN_EXIT_USAGE;
+}
+
+static int64_t lost_end(const an_trace *t)
+{
+    int64_t end = INT64_MIN;
+    for (uint32_t i = 0; i < t->n_lost; i++)
+        if (t->lost[i].t1_ns > end) end = t->lost[i].t1_ns;
+    return end;
 }
 
 void an_trace_warn(const an_trace *t)
@@ -290,6 +397,17 @@ void an_trace_warn(const an_trace *t)
     if (an_trace_meta_i64(t, "dropped_events", &dropped) == 0 && dropped > 0)
         an_warn("%s: %lld events were dropped (full rings); stage times may be undercounted", t->path,
                 (long long)dropped);
+    if (t->lost_events > 0 || t->n_lost > 0) {
+        if (t->n_lost)
+            an_warn("%s: %lld events were lost (the trace could not be written) in %u span%s between %.3f s and "
+                    "%.3f s; stage times there are undercounted",
+                    t->path, (long long)t->lost_events, t->n_lost, t->n_lost == 1 ? "" : "s",
+                    ((double)t->lost[0].t0_ns - (double)t->origin_ns) * 1e-9,
+                    ((double)lost_end(t) - (double)t->origin_ns) * 1e-9);
+        else
+            an_warn("%s: %lld events were lost (the trace could not be written); stage times may be undercounted",
+                    t->path, (long long)t->lost_events);
+    }
 }
 
 uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has)

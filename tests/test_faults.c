@@ -15,7 +15,12 @@
  *  - SIGTERM while the child holds the trace's registration lock: the
  *    handler's flush must still complete (promptly, with "interrupted");
  *  - SIGKILL while the child registers stages and counters as it records:
- *    every committed chunk names only stages and counters the file has.
+ *    every committed chunk names only stages and counters the file has;
+ *  - a disk that fills up and frees again mid-run (a 2 MiB tmpfs, root
+ *    only: otherwise a SKIP line): with the default retry memory no step
+ *    and no range is missing; with none, the discarded chunks are recorded
+ *    as lost spans, counted exactly, shown by `analyze info` and warned by
+ *    `analyze intervals`. Never "complete" with a silent hole.
  *
  * Files go to a fresh directory under $ST_TEST_TMP (else under /tmp).
  */
@@ -35,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -551,6 +558,164 @@ static void test_sigkill_while_registering(void **state)
     }
 }
 
+/* ---- a disk that fills up and frees again ---- */
+
+#define FULL_STEPS 600
+#define FULL_RANGES_PER_STEP 20
+
+/* Mounts a 2 MiB tmpfs at tmp_dir/<name>; 0, or -1 when not permitted. */
+static int mount_small_tmpfs(char *dir, size_t size, const char *name)
+{
+    if ((size_t)snprintf(dir, size, "%s/%s", tmp_dir, name) >= size) return -1;
+    if (mkdir(dir, 0755) && errno != EEXIST) return -1;
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=2m") != 0) {
+        printf("SKIP: cannot mount a tmpfs at %s (%s): the disk-full test needs root\n", dir, strerror(errno));
+        rmdir(dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes a file until the file system has no room left. */
+static void fill_disk(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    static char block[4096];
+    while (write(fd, block, sizeof block) > 0) {
+    }
+    assert_int_equal(errno, ENOSPC);
+    close(fd);
+}
+
+/* Records FULL_STEPS steps of FULL_RANGES_PER_STEP ranges and one counter
+ * sample each, filling the disk at step 150 and freeing it at step 450
+ * (about 0.3 s later). */
+static void record_through_full_disk(const char *dir, const char *path, uint32_t retry_mib, int *close_rc)
+{
+    st_options o;
+    st_options_init(&o);
+    o.path = path;
+    o.nvtx = 0;
+    o.commit_ms = 10;
+    o.retry_mib = retry_mib;
+    o.block_when_full = 1;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int work = st_stage_register(trace, "work", ST_WORK);
+    int seq = st_counter_register(trace, "seq", "");
+    assert_true(work >= 0 && seq >= 0);
+    assert_int_equal(st_thread_register(trace, "main", "main", -1, 0), 0);
+    char fill[PATH_MAX + 16];
+    snprintf(fill, sizeof fill, "%s/fill", dir);
+    st_step(0, 0);
+    for (uint64_t step = 1; step <= FULL_STEPS; step++) {
+        if (step == 150) fill_disk(fill);
+        if (step == 450) assert_int_equal(unlink(fill), 0);
+        for (int i = 0; i < FULL_RANGES_PER_STEP; i++) {
+            st_begin((st_stage)work);
+            st_end((st_stage)work);
+        }
+        st_counter_set((st_counter)seq, (double)step);
+        st_step(step, 10);
+        usleep(1000);
+    }
+    *close_rc = st_close(trace);
+}
+
+static char *run_analyze(const char *args, const char *out_name, int *status)
+{
+    char out[PATH_MAX + 64], cmd[4 * PATH_MAX];
+    snprintf(out, sizeof out, "%s/%s", tmp_dir, out_name);
+    if ((size_t)snprintf(cmd, sizeof cmd, "%s/analyze %s > %s 2>&1", build_dir(), args, out) >= sizeof cmd)
+        fail_msg("command too long");
+    int rc = system(cmd);
+    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return read_file(out, NULL);
+}
+
+static void check_full_disk(uint32_t retry_mib)
+{
+    char dir[PATH_MAX];
+    if (mount_small_tmpfs(dir, sizeof dir, retry_mib ? "full-retry" : "full-discard")) skip();
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/t.sqlite", dir);
+    int close_rc = -1;
+    record_through_full_disk(dir, path, retry_mib, &close_rc);
+    assert_int_equal(close_rc, ST_OK);
+
+    st_reader *r = open_reader(path);
+    sqlite3 *db = st_reader_db(r);
+    assert_meta(r, "status", "complete");
+    /* The disk did fill: some commit failed. */
+    assert_true(sql_int(db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'failed_commits'") > 0);
+    /* Step marks are never given up. */
+    assert_int_equal(st_reader_n_steps(r), FULL_STEPS + 1);
+    int64_t ranges = sql_int(db, "SELECT coalesce(sum(n_ranges), 0) FROM range_chunks");
+    int64_t events = sql_int(db, "SELECT coalesce(sum(n_events), 0) FROM range_chunks");
+    int64_t samples = sql_int(db, "SELECT coalesce(sum(n_samples), 0) FROM counter_chunks");
+    int has_lost = sql_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'lost_spans'") > 0;
+    if (retry_mib) {
+        /* Kept in memory and written once the disk had room: nothing lost. */
+        assert_int_equal(ranges, FULL_STEPS * FULL_RANGES_PER_STEP);
+        assert_int_equal(samples, FULL_STEPS);
+        assert_false(has_lost);
+        assert_meta(r, "lost_events", NULL);
+    } else {
+        /* Nothing kept: what could not be written is recorded, exactly. */
+        assert_true(has_lost);
+        int64_t lost_events = sql_int(db, "SELECT sum(n_records) FROM lost_spans WHERE source = 'ranges'");
+        int64_t lost_samples = sql_int(db, "SELECT coalesce(sum(n_records), 0) FROM lost_spans WHERE source = 'counters'");
+        assert_true(lost_events > 0);
+        assert_int_equal(events + lost_events, 2 * FULL_STEPS * FULL_RANGES_PER_STEP);
+        assert_int_equal(samples + lost_samples, FULL_STEPS);
+        assert_int_equal(sql_int(db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'lost_events'"),
+                         lost_events + lost_samples);
+        assert_int_equal(sql_int(db, "SELECT count(*) FROM lost_spans WHERE thread IS NOT 0 OR t0_ns > t1_ns"), 0);
+        /* The spans lie between the marks of steps 150 and 450 or so. */
+        int64_t s100 = sql_int(db, "SELECT ts_ns FROM steps WHERE step = 100");
+        int64_t s500 = sql_int(db, "SELECT ts_ns FROM steps WHERE step = 500");
+        assert_true(sql_int(db, "SELECT min(t0_ns) FROM lost_spans") > s100);
+        assert_true(sql_int(db, "SELECT max(t1_ns) FROM lost_spans") < s500);
+    }
+    st_reader_close(r);
+
+    int status;
+    char args[PATH_MAX + 64];
+    snprintf(args, sizeof args, "info %s", path);
+    char *info = run_analyze(args, "full-info.out", &status);
+    assert_int_equal(status, 0);
+    snprintf(args, sizeof args, "intervals --every 100 %s", path);
+    char *intervals = run_analyze(args, "full-intervals.out", &status);
+    assert_int_equal(status, 0);
+    if (retry_mib) {
+        if (!strstr(info, "\n  failed commits: ") || !strstr(info, "(retried: nothing lost)"))
+            fail_msg("analyze info does not show the retried commits:\n%s", info);
+        assert_null(strstr(intervals, "lost"));
+    } else {
+        if (!strstr(info, "\n  lost events: ")) fail_msg("analyze info does not show the loss:\n%s", info);
+        if (!strstr(intervals, "analyze: warning: ") || !strstr(intervals, "events were lost"))
+            fail_msg("analyze intervals does not warn of the loss:\n%s", intervals);
+        if (!strstr(intervals, "\n  lost: ")) fail_msg("analyze intervals does not mark the window:\n%s", intervals);
+    }
+    free(info);
+    free(intervals);
+    umount2(dir, MNT_DETACH);
+    rmdir(dir);
+}
+
+static void test_disk_full_retried(void **state)
+{
+    (void)state;
+    check_full_disk(64);
+}
+
+static void test_disk_full_recorded_as_lost(void **state)
+{
+    (void)state;
+    check_full_disk(0);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_faults")) return 1;
@@ -561,6 +726,8 @@ int main(void)
         cmocka_unit_test(test_sigint_keeps_running_then_closes),
         cmocka_unit_test(test_sigterm_during_registration),
         cmocka_unit_test(test_sigkill_while_registering),
+        cmocka_unit_test(test_disk_full_retried),
+        cmocka_unit_test(test_disk_full_recorded_as_lost),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

@@ -440,6 +440,51 @@ static void test_drops_counted_exactly_nested(void **state)
     check_drops(1, 64);
 }
 
+/* st_dropped counts live: a 64-record ring, a writer that sleeps 300 ms
+ * after every batch it drains and commits only at close, and a producer
+ * that records 5000 ranges at once. The drops are visible the moment the
+ * producer has made them (not at the writer's next commit), still after the
+ * writer has freed the retired ring, and equal meta dropped_events. */
+static void test_dropped_counts_live(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "dropped-live.sqlite");
+    st_options o;
+    options(&o, path);
+    o.ring_records = 64;
+    o.block_when_full = 0;
+    o.commit_ms = 60000;
+    o.test_writer_delay_us = 300000;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    assert_true(s >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    assert_int_equal(st_dropped(trace), 0);
+    for (int i = 0; i < 5000; i++) {
+        st_begin((st_stage)s);
+        st_end((st_stage)s);
+    }
+    uint64_t live = st_dropped(trace);
+    /* The ring holds at most 64 records: at least 10000 - 64 - what the
+     * writer took in its first batches are dropped. */
+    if (live < 5000) fail_msg("st_dropped() is %llu right after 10000 events into a 64-record ring",
+                              (unsigned long long)live);
+    st_thread_unregister();
+    assert_int_equal(st_dropped(trace), live);
+    assert_int_equal(st_flush(trace), ST_OK); /* the writer frees the retired ring */
+    assert_int_equal(st_dropped(trace), live);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_int_equal(meta_ll(r, "dropped_events"), (long long)live);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT dropped FROM threads WHERE name = 'main'"),
+                     (long long)live);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks") * 2 + (long long)live,
+                     10000);
+    st_reader_close(r);
+}
+
 /* ---- nesting ---- */
 
 /* 300 nested begins: depths 0..255 are stored, deeper ones are counted as
@@ -1031,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_registration_errors),
         cmocka_unit_test(test_disabled_trace),
         cmocka_unit_test(test_unmatched_and_unregistered),
+        cmocka_unit_test(test_dropped_counts_live),
         cmocka_unit_test(test_unregistered_stage_id),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -213,6 +213,21 @@ static void test_config_devices(void **state)
     assert_non_null(strstr(err, "twice"));
 }
 
+static void test_config_trace_ring(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    char err[256] = "";
+    const char *const none[] = {NULL};
+    assert_int_equal(parse_args(&cfg, none, err, sizeof err), 0);
+    assert_int_equal(cfg.ring_records, 0); /* the tracer's default */
+    assert_int_equal(cfg.block_when_full, 0);
+    const char *const args[] = {"--ring-records", "1048576", "--block-when-full", NULL};
+    assert_int_equal(parse_args(&cfg, args, err, sizeof err), 0);
+    assert_int_equal(cfg.ring_records, 1048576);
+    assert_int_equal(cfg.block_when_full, 1);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -230,6 +245,9 @@ static void test_config_errors(void **state)
         {{"--seed", "-1"}, "--seed expects an unsigned integer"},
         {{"--drafter-attention", "maybe"}, "expects off or on"},
         {{"--data", "x", "--vocab", "100"}, "at least 256"},
+        {{"--ring-records", "1000"}, "--ring-records expects a power of two"},
+        {{"--ring-records", "32"}, "--ring-records expects an integer in 64..268435456"},
+        {{"--ring-records", "536870912"}, "--ring-records expects an integer in 64..268435456"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tr_config cfg;
@@ -806,6 +824,7 @@ int main(void)
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_config_trace_ring),
     };
     return cmocka_run_group_tests(tests, setup_paths, NULL);
 }

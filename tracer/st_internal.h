@@ -42,6 +42,9 @@ typedef struct st_ring {
     uint32_t thread_id;
     st_record *buf;
 } st_ring;
+/* A ring's slot in st_trace.threads is cleared, and its drops added to
+ * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
+ * so that st_dropped can sum the live rings under the same lock. */
 
 /* ---- clock ---- */
 int st_clock_init(int force_monotonic);
@@ -113,8 +116,10 @@ struct st_trace {
     _Atomic int stop;
     uint64_t flush_requested, flush_done; /* under lock */
     _Atomic int interrupted;
-    _Atomic uint64_t dropped_total;
+    uint64_t dropped_written;       /* writer: meta dropped_events as last written */
+    uint64_t retired_dropped;       /* under lock: drops of the rings already freed */
     int writer_error;               /* first SQLite error, reported at close */
+    _Atomic int commit_failed;      /* the last commit could not be written (kept, retried) */
     char writer_msg[512];
 
     st_agg *agg;

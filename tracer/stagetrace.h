@@ -82,17 +82,25 @@ typedef struct st_options {
     char *const *argv;
     int rank, world_size;    /* default 0 and 1 */
     uint32_t ring_records;   /* per-thread ring capacity, power of two >= 64;
-                                default 65536 (1.5 MiB) */
+                                default 262144 (6 MiB; bench/RESULTS.md) */
     int block_when_full;     /* 1: a full ring waits for the writer instead
                                 of counting a drop */
     uint32_t commit_ms;      /* writer commits at most this far apart;
                                 default 250, range 1..60000 */
+    uint32_t retry_mib;      /* memory the writer may use to keep records
+                                whose commit failed (a full disk) for the
+                                next commit; past it their chunks are
+                                discarded and recorded as lost spans.
+                                default 64, range 0..65536 */
     uint32_t profile_interval; /* steps per window; 0 = no windows */
     st_window_fn on_window;  /* called on the writer thread per finished window
                                 (needs profile_interval > 0) */
     void *on_window_arg;
     int nvtx;                /* -1 default (on), 0 off, 1 on */
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
+    int checkpoint_on_writer; /* 1: SQLite's auto-checkpoint on the writer
+                                thread (the scheme before the checkpointer
+                                thread; for comparisons) */
     uint32_t test_writer_delay_us; /* tests only: writer sleeps this per pass */
 } st_options;
 
@@ -109,7 +117,9 @@ int st_open(st_trace **out, const st_options *opt);
  * keeps "interrupted" when st_signal_flush ran) and frees it. NULL is fine. */
 int st_close(st_trace *trace);
 
-/* Blocks until everything recorded before the call is committed. */
+/* Blocks until everything recorded before the call is committed. ST_EIO
+ * when that commit failed (a full disk, say): the records are kept in memory
+ * and retried at the next commit (see retry_mib). */
 int st_flush(st_trace *trace);
 
 /* Async-signal-safe: asks the writer to commit everything recorded so far
@@ -150,7 +160,10 @@ void st_mark(const char *literal_name);
  * step k*N to the mark of step (k+1)*N. */
 void st_step(uint64_t step, uint64_t tokens);
 
-/* Events dropped so far because a ring was full (all threads). */
+/* Events dropped so far because a ring was full (all threads), counted live:
+ * a drop is seen by the next call on any thread, not at the writer's next
+ * commit. Thread-safe. After every thread has stopped recording it equals
+ * what st_close stores in meta dropped_events. */
 uint64_t st_dropped(const st_trace *trace);
 
 /* NVTX: names a CUDA stream (a cudaStream_t passed as void *). No-op without

@@ -27,8 +27,9 @@ void st_options_init(st_options *opt)
     opt->enabled = 1;
     opt->program = "stagetrace";
     opt->world_size = 1;
-    opt->ring_records = 65536;
+    opt->ring_records = 262144;
     opt->commit_ms = 250;
+    opt->retry_mib = 64;
     opt->nvtx = -1;
 }
 
@@ -43,6 +44,8 @@ static int validate(const st_options *o)
                             o->ring_records);
     if (o->commit_ms < 1 || o->commit_ms > 60000)
         return st_set_error(ST_EINVAL, "commit interval %u ms is out of range 1..60000", o->commit_ms);
+    if (o->retry_mib > 65536)
+        return st_set_error(ST_EINVAL, "retry memory %u MiB is out of range 0..65536", o->retry_mib);
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
         return st_set_error(ST_EINVAL, "rank %d is out of range for world size %d", o->rank,
                             o->world_size);
@@ -310,10 +313,28 @@ int st_close(st_trace *t)
 int st_enabled(const st_trace *t) { return t && t->opt.enabled; }
 const char *st_path(const st_trace *t) { return t ? t->path : NULL; }
 
+static void signals_block(sigset_t *saved);
+static void signals_restore(const sigset_t *saved);
+
+/* Live: each ring's own counter (the producers add to it as they drop),
+ * plus the final counts of rings the writer has freed, read under the lock
+ * that the writer holds while it moves a ring's count over. Never the
+ * writer's last committed total, which lags by up to a commit interval. */
 uint64_t st_dropped(const st_trace *t)
 {
-    if (!t) return 0;
-    uint64_t total = atomic_load(&t->dropped_total);
+    if (!t || !t->opt.enabled) return 0;
+    st_trace *mt = (st_trace *)t; /* the lock only; nothing is changed */
+    sigset_t saved;
+    signals_block(&saved);
+    pthread_mutex_lock(&mt->lock);
+    uint64_t total = t->retired_dropped;
+    uint32_t n = atomic_load(&t->n_threads);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_ring *ring = t->threads[i].ring;
+        if (ring) total += atomic_load_explicit(&ring->dropped, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&mt->lock);
+    signals_restore(&saved);
     return total;
 }
 
@@ -352,7 +373,11 @@ static int flush_and_wait(st_trace *t)
     pthread_mutex_lock(&t->lock);
     while (t->flush_done < ticket && !atomic_load(&t->stop)) pthread_cond_wait(&t->flushed, &t->lock);
     pthread_mutex_unlock(&t->lock);
-    return t->writer_error;
+    if (t->writer_error) return t->writer_error;
+    if (atomic_load(&t->commit_failed))
+        return st_set_error(ST_EIO, "trace '%s': the commit failed (the disk may be full); the "
+                            "records are kept in memory and retried at the next commit", t->path);
+    return ST_OK;
 }
 
 int st_flush(st_trace *t)

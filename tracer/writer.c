@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "st_internal.h"
+#include "st_store.h"
 
 #define ST_CHUNK_BYTES 32768
 #define ST_DRAIN_BATCH 4096
@@ -67,11 +68,9 @@ typedef struct gpu_stream {
 typedef struct writer {
     gpu_stream *gpu;          /* one encoder per device and stream */
     size_t n_gpu, gpu_cap;
-    int gpu_tables;           /* gpu_chunks and gpu_strings exist */
-    sqlite3_stmt *ins_gpu_chunk, *ins_gpu_string;
+    int gpu_tables;           /* gpu_chunks and gpu_strings are created */
     long long gpu_dropped_written;
-    sqlite3_stmt *ins_range_chunk, *ins_counter_chunk, *ins_step, *ins_mark, *ins_string,
-        *ins_thread, *ins_stage, *ins_counter, *upd_dropped, *put_meta;
+    st_store *store;          /* every row goes through it (store.c) */
     mark_string *strings;     /* open addressing by pointer */
     size_t strings_cap, strings_len;
     step_item *steps;
@@ -82,46 +81,18 @@ typedef struct writer {
     uint64_t clock_clamped, bad_ends, bad_steps, bad_counters;
 } writer;
 
-static void fail(st_trace *t, const char *what)
-{
-    if (t->writer_error) return;
-    t->writer_error = ST_EIO;
-    snprintf(t->writer_msg, sizeof t->writer_msg, "trace '%s': %s: %s", t->path, what,
-             sqlite3_errmsg(t->db));
-    fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
-}
-
-static int step_stmt(st_trace *t, sqlite3_stmt *st, const char *what)
-{
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    if (rc != SQLITE_DONE) {
-        fail(t, what);
-        return -1;
-    }
-    return 0;
-}
-
-static void exec(st_trace *t, const char *sql)
-{
-    if (sqlite3_exec(t->db, sql, NULL, NULL, NULL) != SQLITE_OK) fail(t, sql);
-}
-
-static void meta_int(st_trace *t, writer *w, const char *key, long long value)
+static void meta_int(writer *w, const char *key, long long value)
 {
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", value);
-    sqlite3_bind_text(w->put_meta, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(w->put_meta, 2, buf, -1, SQLITE_TRANSIENT);
-    step_stmt(t, w->put_meta, "meta");
+    st_val v[2] = {ST_VTEXT(key), ST_VTEXT(buf)};
+    st_store_row(w->store, ST_S_META, 2, v);
 }
 
-static void meta_text(st_trace *t, writer *w, const char *key, const char *value)
+static void meta_text(writer *w, const char *key, const char *value)
 {
-    sqlite3_bind_text(w->put_meta, 1, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(w->put_meta, 2, value, -1, SQLITE_TRANSIENT);
-    step_stmt(t, w->put_meta, "meta");
+    st_val v[2] = {ST_VTEXT(key), ST_VTEXT(value)};
+    st_store_row(w->store, ST_S_META, 2, v);
 }
 
 /* ---- aggregator feeding ---- */
@@ -192,6 +163,99 @@ static void feed_agg(st_trace *t, writer *w, int64_t horizon)
     }
 }
 
+/* ---- checkpoints, off the draining path ----
+ * SQLite's auto-checkpoint runs on the committing connection: every ~1000
+ * WAL pages the writer would copy them into the database and fsync it
+ * (tens of milliseconds on a busy disk) while the rings fill. Instead the
+ * writer's connection has auto-checkpoint off, and its WAL hook (called
+ * after each commit with the WAL's size) wakes a thread of its own, with
+ * its own connection, that runs PASSIVE checkpoints: they copy what no
+ * reader needs and never wait for the writer, which keeps appending. After
+ * a checkpoint that copied everything the writer's next transaction starts
+ * the WAL over, so it stays about ST_CHECKPOINT_PAGES long. */
+#define ST_CHECKPOINT_PAGES 1000
+
+typedef struct checkpointer {
+    pthread_t thread;
+    sqlite3 *db;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int wanted, stop, started;
+} checkpointer;
+
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)db;
+    (void)name;
+    checkpointer *c = arg;
+    if (pages < ST_CHECKPOINT_PAGES) return SQLITE_OK;
+    pthread_mutex_lock(&c->lock);
+    c->wanted = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    return SQLITE_OK;
+}
+
+static void *checkpointer_main(void *arg)
+{
+    checkpointer *c = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->wanted && !c->stop) pthread_cond_wait(&c->wake, &c->lock);
+        if (c->stop) break;
+        c->wanted = 0;
+        pthread_mutex_unlock(&c->lock);
+        /* A failure (a full disk) is left for the next try; the WAL keeps
+         * everything meanwhile. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Starts the checkpointer; when it cannot (no second connection), SQLite's
+ * auto-checkpoint stays on the writer. */
+static void checkpointer_start(st_trace *t, checkpointer *c)
+{
+    memset(c, 0, sizeof *c);
+    if (t->opt.checkpoint_on_writer) return;
+    if (sqlite3_open_v2(t->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    if (pthread_create(&c->thread, NULL, checkpointer_main, c) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->wake);
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return;
+    }
+    c->started = 1;
+    sqlite3_wal_hook(t->db, wal_hook, c); /* replaces the auto-checkpoint */
+}
+
+static void checkpointer_stop(st_trace *t, checkpointer *c)
+{
+    if (!c->started) return;
+    sqlite3_wal_hook(t->db, NULL, NULL);
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    sqlite3_close(c->db);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    c->started = 0;
+}
+
 /* ---- registrations ---- */
 
 static void write_registrations(st_trace *t, writer *w)
@@ -201,29 +265,21 @@ static void write_registrations(st_trace *t, writer *w)
              nt = atomic_load(&t->n_threads);
     for (; t->stages_written < ns; t->stages_written++) {
         uint32_t i = t->stages_written;
-        sqlite3_bind_int64(w->ins_stage, 1, i);
-        sqlite3_bind_text(w->ins_stage, 2, t->stages[i].name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(w->ins_stage, 3, st_kind_name(t->stages[i].kind), -1, SQLITE_STATIC);
-        step_stmt(t, w->ins_stage, "stages");
+        st_val v[3] = {ST_VINT(i), ST_VTEXT(t->stages[i].name), ST_VTEXT(st_kind_name(t->stages[i].kind))};
+        st_store_row(w->store, ST_S_STAGE, 3, v);
         if (t->agg) st_agg_stage(t->agg, i, t->stages[i].name, t->stages[i].kind);
     }
     for (; t->counters_written < nc; t->counters_written++) {
         uint32_t i = t->counters_written;
-        sqlite3_bind_int64(w->ins_counter, 1, i);
-        sqlite3_bind_text(w->ins_counter, 2, t->counters[i].name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(w->ins_counter, 3, t->counters[i].unit, -1, SQLITE_TRANSIENT);
-        step_stmt(t, w->ins_counter, "counter_names");
+        st_val v[3] = {ST_VINT(i), ST_VTEXT(t->counters[i].name), ST_VTEXT(t->counters[i].unit)};
+        st_store_row(w->store, ST_S_COUNTER, 3, v);
     }
     for (; t->threads_written < nt; t->threads_written++) {
         uint32_t i = t->threads_written;
         st_thread_def *d = &t->threads[i];
-        sqlite3_bind_int64(w->ins_thread, 1, i);
-        sqlite3_bind_int64(w->ins_thread, 2, d->os_tid);
-        sqlite3_bind_text(w->ins_thread, 3, d->name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(w->ins_thread, 4, d->role, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(w->ins_thread, 5, d->device);
-        sqlite3_bind_int64(w->ins_thread, 6, d->rank);
-        step_stmt(t, w->ins_thread, "threads");
+        st_val v[6] = {ST_VINT(i), ST_VINT(d->os_tid), ST_VTEXT(d->name), ST_VTEXT(d->role),
+                       ST_VINT(d->device), ST_VINT(d->rank)};
+        st_store_row(w->store, ST_S_THREAD, 6, v);
         st_thread_state *s = calloc(1, sizeof *s);
         if (!s) {
             t->writer_error = ST_ENOMEM;
@@ -245,14 +301,10 @@ static void write_registrations(st_trace *t, writer *w)
 static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
 {
     if (s->ev.n_events == 0) return;
-    sqlite3_stmt *st = w->ins_range_chunk;
-    sqlite3_bind_int64(st, 1, s->id);
-    sqlite3_bind_int64(st, 2, s->ev.t0_ns);
-    sqlite3_bind_int64(st, 3, s->ev.t1_ns);
-    sqlite3_bind_int64(st, 4, s->ev.n_events);
-    sqlite3_bind_int64(st, 5, s->chunk_ranges);
-    sqlite3_bind_blob(st, 6, s->ev.buf.data, (int)s->ev.buf.len, SQLITE_STATIC);
-    step_stmt(t, st, "range_chunks");
+    (void)t;
+    st_val v[6] = {ST_VINT(s->id), ST_VINT(s->ev.t0_ns), ST_VINT(s->ev.t1_ns), ST_VINT(s->ev.n_events),
+                   ST_VINT(s->chunk_ranges), ST_VBLOB(s->ev.buf.data, s->ev.buf.len)};
+    st_store_row(w->store, ST_S_RANGE_CHUNK, 6, v);
     s->chunk_ranges = 0;
     st_event_chunk_start(&s->ev);
 }
@@ -260,13 +312,10 @@ static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
 static void flush_counter_chunk(st_trace *t, writer *w, st_thread_state *s)
 {
     if (s->ctr.n_samples == 0) return;
-    sqlite3_stmt *st = w->ins_counter_chunk;
-    sqlite3_bind_int64(st, 1, s->id);
-    sqlite3_bind_int64(st, 2, s->ctr.t0_ns);
-    sqlite3_bind_int64(st, 3, s->ctr.t1_ns);
-    sqlite3_bind_int64(st, 4, s->ctr.n_samples);
-    sqlite3_bind_blob(st, 5, s->ctr.buf.data, (int)s->ctr.buf.len, SQLITE_STATIC);
-    step_stmt(t, st, "counter_chunks");
+    (void)t;
+    st_val v[5] = {ST_VINT(s->id), ST_VINT(s->ctr.t0_ns), ST_VINT(s->ctr.t1_ns), ST_VINT(s->ctr.n_samples),
+                   ST_VBLOB(s->ctr.buf.data, s->ctr.buf.len)};
+    st_store_row(w->store, ST_S_COUNTER_CHUNK, 5, v);
     st_counter_chunk_start(&s->ctr);
 }
 
@@ -294,9 +343,9 @@ static int64_t string_id(st_trace *t, writer *w, const char *ptr)
     int64_t id = (int64_t)w->strings_len++;
     w->strings[h].ptr = ptr;
     w->strings[h].id = id;
-    sqlite3_bind_int64(w->ins_string, 1, id);
-    sqlite3_bind_text(w->ins_string, 2, ptr, -1, SQLITE_TRANSIENT);
-    step_stmt(t, w->ins_string, "strings");
+    (void)t;
+    st_val v[2] = {ST_VINT(id), ST_VTEXT(ptr)};
+    st_store_row(w->store, ST_S_STRING, 2, v);
     return id;
 }
 
@@ -347,32 +396,21 @@ int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value)
 static void flush_gpu_chunk(st_trace *t, writer *w, gpu_stream *g)
 {
     if (g->enc.n_records == 0) return;
-    sqlite3_stmt *st = w->ins_gpu_chunk;
-    sqlite3_bind_int64(st, 1, g->device);
-    sqlite3_bind_int64(st, 2, g->stream);
-    sqlite3_bind_int64(st, 3, g->enc.t0_ns);
-    sqlite3_bind_int64(st, 4, g->enc.t1_ns);
-    sqlite3_bind_int64(st, 5, g->enc.n_records);
-    sqlite3_bind_blob(st, 6, g->enc.buf.data, (int)g->enc.buf.len, SQLITE_STATIC);
-    step_stmt(t, st, "gpu_chunks");
+    (void)t;
+    st_val v[6] = {ST_VINT(g->device), ST_VINT(g->stream), ST_VINT(g->enc.t0_ns), ST_VINT(g->enc.t1_ns),
+                   ST_VINT(g->enc.n_records), ST_VBLOB(g->enc.buf.data, g->enc.buf.len)};
+    st_store_row(w->store, ST_S_GPU_CHUNK, 6, v);
     st_gpu_chunk_start(&g->enc);
 }
 
-static int prepare(st_trace *t, sqlite3_stmt **st, const char *sql);
-
-static int gpu_tables(st_trace *t, writer *w)
+static int gpu_tables(writer *w)
 {
     if (w->gpu_tables) return 0;
-    exec(t, "CREATE TABLE IF NOT EXISTS gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
+    st_store_exec(w->store, "CREATE TABLE IF NOT EXISTS gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
             "CREATE TABLE IF NOT EXISTS gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL,\n"
             "  stream INTEGER NOT NULL, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL,\n"
             "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
             "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);");
-    if (t->writer_error) return -1;
-    if (prepare(t, &w->ins_gpu_chunk,
-                "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)") ||
-        prepare(t, &w->ins_gpu_string, "INSERT OR REPLACE INTO gpu_strings(id, value) VALUES (?, ?)"))
-        return -1;
     w->gpu_tables = 1;
     return 0;
 }
@@ -414,11 +452,10 @@ static void store_gpu(st_trace *t, writer *w, int final)
     t->gpu_strings_len = t->gpu_strings_cap = 0;
     pthread_mutex_unlock(&t->gpu_lock);
     long long dropped = atomic_load(&t->gpu_dropped);
-    if ((n || n_strings || dropped >= 0) && gpu_tables(t, w) == 0) {
+    if ((n || n_strings || dropped >= 0) && gpu_tables(w) == 0) {
         for (size_t i = 0; i < n_strings; i++) {
-            sqlite3_bind_int64(w->ins_gpu_string, 1, strings[i].id);
-            sqlite3_bind_text(w->ins_gpu_string, 2, strings[i].value, -1, SQLITE_STATIC);
-            step_stmt(t, w->ins_gpu_string, "gpu_strings");
+            st_val v[2] = {ST_VINT(strings[i].id), ST_VTEXT(strings[i].value)};
+            st_store_row(w->store, ST_S_GPU_STRING, 2, v);
         }
         for (size_t i = 0; i < n; i++) {
             gpu_stream *g = gpu_stream_of(w, items[i].device, items[i].stream);
@@ -430,7 +467,7 @@ static void store_gpu(st_trace *t, writer *w, int final)
          * was committed, and chunks stay small enough for a window query. */
         for (size_t i = 0; i < w->n_gpu; i++) flush_gpu_chunk(t, w, &w->gpu[i]);
         if (dropped >= 0 && dropped != w->gpu_dropped_written) {
-            meta_int(t, w, "gpu_dropped_records", dropped);
+            meta_int(w, "gpu_dropped_records", dropped);
             w->gpu_dropped_written = dropped;
         }
     }
@@ -481,10 +518,8 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
     }
     case ST_REC_MARK: {
         int64_t id = string_id(t, w, (const char *)(uintptr_t)r->arg);
-        sqlite3_bind_int64(w->ins_mark, 1, s->id);
-        sqlite3_bind_int64(w->ins_mark, 2, ns);
-        sqlite3_bind_int64(w->ins_mark, 3, id);
-        step_stmt(t, w->ins_mark, "marks");
+        st_val v[3] = {ST_VINT(s->id), ST_VINT(ns), ST_VINT(id)};
+        st_store_row(w->store, ST_S_MARK, 3, v);
         break;
     }
     case ST_REC_STEP:
@@ -504,11 +539,8 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
         w->have_step = 1;
         w->last_step = s->pending_step;
         w->last_step_ns = s->pending_step_ts;
-        sqlite3_bind_int64(w->ins_step, 1, (sqlite3_int64)s->pending_step);
-        sqlite3_bind_int64(w->ins_step, 2, s->pending_step_ts);
-        sqlite3_bind_int64(w->ins_step, 3, (sqlite3_int64)r->arg);
-        sqlite3_bind_int64(w->ins_step, 4, s->id);
-        step_stmt(t, w->ins_step, "steps");
+        st_val v[4] = {ST_VINT(s->pending_step), ST_VINT(s->pending_step_ts), ST_VINT(r->arg), ST_VINT(s->id)};
+        st_store_row(w->store, ST_S_STEP, 4, v);
         if (t->agg)
             steps_push(w, (step_item){s->pending_step, r->arg, s->pending_step_ts, s->id});
         break;
@@ -538,9 +570,12 @@ static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
         /* The producer was gone before head was read: everything it wrote
          * is processed. */
         s->final_dropped = atomic_load(&ring->dropped);
-        free(ring->buf);
+        pthread_mutex_lock(&t->lock);
+        t->retired_dropped += s->final_dropped;
         t->threads[s->id].ring = NULL;
+        pthread_mutex_unlock(&t->lock);
         s->ring = NULL;
+        free(ring->buf);
         free(ring);
     }
     return pending;
@@ -576,18 +611,18 @@ static void write_dropped(st_trace *t, writer *w)
         uint64_t d = thread_dropped(s);
         total += d;
         if (d) {
-            sqlite3_bind_int64(w->upd_dropped, 1, (sqlite3_int64)d);
-            sqlite3_bind_int64(w->upd_dropped, 2, i);
-            step_stmt(t, w->upd_dropped, "threads.dropped");
+            st_val v[2] = {ST_VINT(d), ST_VINT(i)};
+            st_store_row(w->store, ST_S_DROPPED, 2, v);
         }
     }
-    if (total != atomic_load(&t->dropped_total)) {
-        atomic_store(&t->dropped_total, total);
-        meta_int(t, w, "dropped_events", (long long)total);
+    if (total != t->dropped_written) {
+        t->dropped_written = total;
+        meta_int(w, "dropped_events", (long long)total);
     }
 }
 
-static void commit(st_trace *t, writer *w, int final)
+/* 0: stored; 1: not stored (the store keeps it for the next commit). */
+static int commit(st_trace *t, writer *w, int final)
 {
     /* Rows for every stage and counter registered so far go in first: the
      * records drained in this pass may use ids registered after the pass
@@ -604,66 +639,67 @@ static void commit(st_trace *t, writer *w, int final)
     store_gpu(t, w, final);
     write_dropped(t, w);
     if (w->bad_ends || w->bad_steps || w->clock_clamped || w->bad_counters) {
-        meta_int(t, w, "unmatched_ends", (long long)w->bad_ends);
-        meta_int(t, w, "rejected_steps", (long long)w->bad_steps);
-        meta_int(t, w, "clock_clamped", (long long)w->clock_clamped);
-        meta_int(t, w, "bad_counters", (long long)w->bad_counters);
+        meta_int(w, "unmatched_ends", (long long)w->bad_ends);
+        meta_int(w, "rejected_steps", (long long)w->bad_steps);
+        meta_int(w, "clock_clamped", (long long)w->clock_clamped);
+        meta_int(w, "bad_counters", (long long)w->bad_counters);
     }
     if (final) {
-        meta_int(t, w, "end_ns", (long long)st_now_ns());
-        meta_text(t, w, "status", atomic_load(&t->interrupted) ? "interrupted" : "complete");
+        meta_int(w, "end_ns", (long long)st_now_ns());
+        meta_text(w, "status", atomic_load(&t->interrupted) ? "interrupted" : "complete");
     }
-    exec(t, "COMMIT");
-    if (!final) exec(t, "BEGIN");
-}
-
-static int prepare(st_trace *t, sqlite3_stmt **st, const char *sql)
-{
-    if (sqlite3_prepare_v3(t->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) != SQLITE_OK) {
-        fail(t, "prepare");
-        return -1;
-    }
-    return 0;
-}
-
-static int writer_init(st_trace *t, writer *w)
-{
-    int rc = 0;
-    rc |= prepare(t, &w->ins_range_chunk,
-                  "INSERT INTO range_chunks(thread, t0_ns, t1_ns, n_events, n_ranges, data) "
-                  "VALUES (?, ?, ?, ?, ?, ?)");
-    rc |= prepare(t, &w->ins_counter_chunk,
-                  "INSERT INTO counter_chunks(thread, t0_ns, t1_ns, n_samples, data) "
-                  "VALUES (?, ?, ?, ?, ?)");
-    rc |= prepare(t, &w->ins_step, "INSERT INTO steps(step, ts_ns, tokens, thread) VALUES (?, ?, ?, ?)");
-    rc |= prepare(t, &w->ins_mark, "INSERT INTO marks(thread, ts_ns, string) VALUES (?, ?, ?)");
-    rc |= prepare(t, &w->ins_string, "INSERT INTO strings(id, value) VALUES (?, ?)");
-    rc |= prepare(t, &w->ins_thread,
-                  "INSERT INTO threads(id, os_tid, name, role, device, rank) VALUES (?, ?, ?, ?, ?, ?)");
-    rc |= prepare(t, &w->ins_stage, "INSERT INTO stages(id, name, kind) VALUES (?, ?, ?)");
-    rc |= prepare(t, &w->ins_counter, "INSERT INTO counter_names(id, name, unit) VALUES (?, ?, ?)");
-    rc |= prepare(t, &w->upd_dropped, "UPDATE threads SET dropped = ? WHERE id = ?");
-    rc |= prepare(t, &w->put_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    int rc = st_store_commit(w->store);
+    atomic_store(&t->commit_failed, rc);
+    if (!final) st_store_begin(w->store);
     return rc;
+}
+
+/* The last commit may meet a disk that is still full: retry it for up to
+ * ST_FINAL_RETRY_MS, then give up the chunk data held (recorded as lost
+ * spans, so that what is written says what is missing) and try once more
+ * with what is left. If even that fails, the file keeps its last commit,
+ * whose status is not "complete". */
+#define ST_FINAL_RETRY_MS 1000
+static void final_commit(st_trace *t, writer *w)
+{
+    if (commit(t, w, 1) == 0) return;
+    for (int waited = 0; waited < ST_FINAL_RETRY_MS; waited += 100) {
+        usleep(100000);
+        if (st_store_commit(w->store) == 0) {
+            atomic_store(&t->commit_failed, 0);
+            return;
+        }
+    }
+    st_store_discard_chunks(w->store);
+    if (st_store_commit(w->store) == 0) {
+        atomic_store(&t->commit_failed, 0);
+        return;
+    }
+    if (!t->writer_error) {
+        t->writer_error = ST_EIO;
+        snprintf(t->writer_msg, sizeof t->writer_msg,
+                 "trace '%s': the last commit failed (%s): the file keeps its previous commit, "
+                 "which does not say complete",
+                 t->path, sqlite3_errmsg(t->db));
+        fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
+    }
 }
 
 static void writer_free(st_trace *t, writer *w)
 {
-    sqlite3_stmt *all[] = {w->ins_range_chunk, w->ins_counter_chunk, w->ins_step, w->ins_mark,
-                           w->ins_string, w->ins_thread, w->ins_stage, w->ins_counter,
-                           w->upd_dropped, w->put_meta};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sqlite3_finalize(all[i]);
-    sqlite3_finalize(w->ins_gpu_chunk);
-    sqlite3_finalize(w->ins_gpu_string);
+    st_store_close(w->store);
     for (size_t i = 0; i < w->n_gpu; i++) st_buf_free(&w->gpu[i].enc.buf);
     free(w->gpu);
     for (uint32_t i = 0; i < ST_MAX_THREADS; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
         if (s->ring) { /* never retired: the thread did not unregister */
+            pthread_mutex_lock(&t->lock);
+            t->retired_dropped += atomic_load(&s->ring->dropped);
+            t->threads[i].ring = NULL;
+            pthread_mutex_unlock(&t->lock);
             free(s->ring->buf);
             free(s->ring);
-            t->threads[i].ring = NULL;
         }
         st_buf_free(&s->ev.buf);
         st_buf_free(&s->ctr.buf);
@@ -691,7 +727,9 @@ static void *writer_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signal handlers never run here */
 
-    exec(t, "BEGIN");
+    checkpointer ckpt;
+    checkpointer_start(t, &ckpt);
+    st_store_begin(w->store);
     int64_t last_commit = now_ms();
     for (;;) {
         int stop = atomic_load(&t->stop);
@@ -711,8 +749,9 @@ static void *writer_main(void *arg)
         int64_t now = now_ms();
         if (stop) break;
         if (sig) atomic_store(&t->interrupted, 1);
-        if (sig || flush_req > t->flush_done || now - last_commit >= (int64_t)t->opt.commit_ms) {
-            if (sig) meta_text(t, w, "status", "interrupted");
+        if (sig || flush_req > t->flush_done || now - last_commit >= (int64_t)t->opt.commit_ms ||
+            st_store_wants_commit(w->store)) {
+            if (sig) meta_text(w, "status", "interrupted");
             commit(t, w, 0);
             last_commit = now;
             pthread_mutex_lock(&t->lock);
@@ -737,8 +776,11 @@ static void *writer_main(void *arg)
     write_registrations(t, w);
     drain_all(t, w);
     if (t->agg) feed_agg(t, w, INT64_MAX);
-    commit(t, w, 1);
-    exec(t, "PRAGMA journal_mode=DELETE");
+    final_commit(t, w);
+    checkpointer_stop(t, &ckpt);
+    /* One file again; on a disk still full this may fail, and the -wal
+     * file then stays beside the trace, which opens as it is. */
+    if (!t->writer_error) sqlite3_exec(t->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
     pthread_mutex_lock(&t->lock);
     t->flush_done = t->flush_requested;
     pthread_cond_broadcast(&t->flushed);
@@ -752,7 +794,8 @@ int st_writer_start(st_trace *t)
     if (!w) return st_set_error(ST_ENOMEM, "out of memory");
     w->gpu_dropped_written = -1;
     t->wpriv = w;
-    if (writer_init(t, w)) {
+    size_t retry_bytes = (size_t)t->opt.retry_mib << 20;
+    if (st_store_open(&w->store, t, retry_bytes)) {
         writer_free(t, w);
         t->wpriv = NULL;
         return st_set_error(ST_EIO, "%s", t->writer_msg);

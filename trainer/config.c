@@ -256,7 +256,7 @@ enum {
     F_STEPS, F_SEQ_LEN, F_BATCH, F_QUEUE_DEPTH, F_TARGET_GPUS, F_DRAFTER_GPUS, F_POSTPROCESS,
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
-    F_PROFILE_STEPS,
+    F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL,
 };
 
 static const struct option long_options[] = {
@@ -292,6 +292,8 @@ static const struct option long_options[] = {
     {"trace", required_argument, 0, F_TRACE},
     {"trace-gpu", required_argument, 0, F_TRACE_GPU},
     {"overwrite", no_argument, 0, F_OVERWRITE},
+    {"ring-records", required_argument, 0, F_RING_RECORDS},
+    {"block-when-full", no_argument, 0, F_BLOCK_WHEN_FULL},
     {"target-delay-us", required_argument, 0, F_TARGET_DELAY},
     {"drafter-delay-us", required_argument, 0, F_DRAFTER_DELAY},
     {"help", no_argument, 0, F_HELP},
@@ -347,6 +349,10 @@ static void usage(FILE *f)
         "  --profile-steps A-B        cuda: cudaProfilerStart before step A, Stop after step B\n"
         "                             (nsys profile --capture-range=cudaProfilerApi)\n"
         "  --overwrite                replace an existing trace file\n"
+        "  --ring-records N           per-thread trace ring, a power of two from 64 to\n"
+        "                             268435456 records of 24 bytes (default 262144)\n"
+        "  --block-when-full          a thread whose ring is full waits for the writer\n"
+        "                             instead of dropping the event (default: drop, count)\n"
         "  --target-delay-us N        test/demo knob: busy-wait N us in each target forward\n"
         "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
         "  --help, --version\n"
@@ -424,6 +430,15 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         return 0;
     case F_TRACE_GPU: return parse_choice("--trace-gpu", arg, "on", "off", &cfg->trace_gpu_off, err, n);
     case F_OVERWRITE: cfg->overwrite = 1; return 0;
+    case F_RING_RECORDS:
+        if (parse_long("--ring-records", arg, 64, 1L << 28, &v, err, n)) return -1;
+        if (v & (v - 1)) {
+            set_error(err, n, "--ring-records expects a power of two from 64 to 268435456, got '%s'", arg);
+            return -1;
+        }
+        cfg->ring_records = v;
+        return 0;
+    case F_BLOCK_WHEN_FULL: cfg->block_when_full = 1; return 0;
     case F_PROFILE_STEPS: return parse_step_range("--profile-steps", arg, &cfg->profile_first,
                                                   &cfg->profile_last, err, n);
     case F_TARGET_DELAY:

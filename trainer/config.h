@@ -56,6 +56,8 @@ typedef struct tr_config {
     const char *trace_path;   /* NULL: default when profiling is on */
     int trace_gpu_off;        /* --trace-gpu off: no CUPTI activity in the trace */
     int overwrite;
+    long ring_records;        /* --ring-records; 0: the tracer's default */
+    int block_when_full;      /* --block-when-full */
     long profile_first, profile_last; /* --profile-steps A-B: device profiler capture; 0 = off */
 
     /* test and demo knobs: busy-wait this long inside each forward */

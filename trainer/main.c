@@ -122,6 +122,8 @@ int main(int argc, char **argv)
     opt.enabled = tracing;
     opt.path = path;
     opt.overwrite = cfg.overwrite;
+    if (cfg.ring_records) opt.ring_records = (uint32_t)cfg.ring_records;
+    opt.block_when_full = cfg.block_when_full;
     opt.program = "trainer";
     opt.argc = argc;
     opt.argv = argv;
