@@ -116,6 +116,7 @@ struct st_trace {
     _Atomic uint64_t dropped_total;
     int writer_error;               /* first SQLite error, reported at close */
     char writer_msg[512];
+    int lock_fd;                    /* the trace file, flock'ed until close; -1 none */
 
     st_agg *agg;
     st_thread_state *tstate[ST_MAX_THREADS];
