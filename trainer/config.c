@@ -352,8 +352,10 @@ static void usage(FILE *f)
         "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
         "  --help, --version\n"
         "\n"
-        "Exit status: 0 done, 1 runtime failure, 2 bad flags, 130 stopped by SIGINT/SIGTERM\n"
-        "(the trace is then flushed and says status = interrupted).\n");
+        "Exit status: 0 done; 1 runtime failure (among them a trace that cannot be created:\n"
+        "an unwritable directory, an existing file without --overwrite, a file another\n"
+        "process is writing); 2 bad flags; 130 stopped by SIGINT/SIGTERM (the trace is then\n"
+        "flushed and says status = interrupted).\n");
 }
 
 static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
