@@ -19,7 +19,8 @@
  *            views ranges_v, counters_v), for tools that cannot load the
  *            extension.
  * Outputs are written to a temporary name and renamed when complete, so a
- * failed export leaves no partial file; existing outputs need --overwrite.
+ * failed export leaves no partial file (--csv: no file at all, see
+ * export_csv); existing outputs need --overwrite.
  */
 #include <errno.h>
 #include <math.h>
@@ -638,33 +639,67 @@ static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
     return 0;
 }
 
-static int export_csv(an_trace *t, const char *dir, int overwrite)
+/* The files of --csv are written into a staging directory and moved into
+ * place only when every one is complete, so a failed export leaves DIR as
+ * it was: a new DIR is staged beside it (DIR.tmpPID) and renamed to DIR; an
+ * existing DIR gets a staging directory inside it (DIR/.csv.tmpPID, on
+ * DIR's own file system), whose files are then renamed over DIR's. On
+ * failure the staging directory and what it holds are removed. */
+static void remove_stage(const char *stage, char *path, size_t len)
 {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        an_error("export: cannot create directory %s: %s", dir, strerror(errno));
-        return AN_EXIT_USAGE;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        an_error("export: %s is not a directory", dir);
-        return AN_EXIT_USAGE;
-    }
-    size_t len = strlen(dir) + 32;
-    char *path = malloc(len);
-    if (!path) return AN_EXIT_FAIL;
     for (int i = 0; i < N_TABS; i++) {
-        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
-        int rc = an_out_allowed("export", path, overwrite);
-        if (rc) {
-            free(path);
-            return rc;
+        snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
+        unlink(path);
+    }
+    rmdir(stage);
+}
+
+static int export_csv(an_trace *t, const char *dir_arg, int overwrite)
+{
+    size_t dir_len = strlen(dir_arg);
+    while (dir_len > 1 && dir_arg[dir_len - 1] == '/') dir_len--; /* "out/" is "out" */
+    size_t len = dir_len + 64;
+    char *dir = malloc(len), *stage = malloc(len), *path = malloc(len), *dest = malloc(len);
+    int rc = dir && stage && path && dest ? AN_EXIT_OK : AN_EXIT_FAIL;
+    if (rc) an_error("out of memory");
+    struct stat sb;
+    int existed = 0;
+    if (!rc) {
+        snprintf(dir, len, "%.*s", (int)dir_len, dir_arg);
+        if (stat(dir, &sb) == 0) {
+            existed = 1;
+            if (!S_ISDIR(sb.st_mode)) {
+                an_error("export: %s is not a directory", dir);
+                rc = AN_EXIT_USAGE;
+            }
+        } else if (errno != ENOENT) {
+            an_error("export: cannot use directory %s: %s", dir, strerror(errno));
+            rc = AN_EXIT_USAGE;
         }
     }
-    int rc = AN_EXIT_OK;
+    for (int i = 0; i < N_TABS && !rc && existed; i++) {
+        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
+        rc = an_out_allowed("export", path, overwrite);
+    }
+    if (!rc) {
+        if (existed)
+            snprintf(stage, len, "%s/.csv.tmp%ld", dir, (long)getpid());
+        else
+            snprintf(stage, len, "%s.tmp%ld", dir, (long)getpid());
+        if (mkdir(stage, 0777) != 0) {
+            an_error("export: cannot create directory %s: %s", dir, strerror(errno));
+            rc = AN_EXIT_USAGE;
+        }
+    }
+    if (rc) {
+        free(dir), free(stage), free(path), free(dest);
+        return rc;
+    }
     an_progress p;
     an_progress_start(&p, "export --csv", t->n_ranges_hint + t->n_samples_hint);
     for (int i = 0; i < N_TABS && !rc; i++) {
-        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
+        snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
+        snprintf(dest, len, "%s/%s.csv", dir, tabs[i].name);
         an_file o;
         rc = an_file_open(&o, "export", path, 1);
         if (rc) break;
@@ -673,14 +708,33 @@ static int export_csv(an_trace *t, const char *dir, int overwrite)
         int st = tb ? write_rows(t, i, tb, &p) : ST_ENOMEM;
         an_table_end(tb);
         int bad = an_out_finish(out) != 0;
-        if (st == ST_ENOMEM || (bad && !st)) an_error("export: cannot write %s", path);
+        if (st == ST_ENOMEM || (bad && !st)) an_error("export: cannot write %s", dest);
         else if (st) an_trace_fail(t);
         rc = an_file_close(&o, st == 0 && !bad);
         if (st && st != ST_ENOMEM) rc = AN_EXIT_USAGE;
         else if (st || bad) rc = AN_EXIT_FAIL;
     }
     an_progress_end(&p);
-    free(path);
+    if (!rc) {
+        if (!existed) {
+            if (rename(stage, dir) != 0) {
+                an_error("export: cannot create directory %s: %s", dir, strerror(errno));
+                rc = AN_EXIT_FAIL;
+            }
+        } else {
+            for (int i = 0; i < N_TABS && !rc; i++) {
+                snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
+                snprintf(dest, len, "%s/%s.csv", dir, tabs[i].name);
+                if (rename(path, dest) != 0) {
+                    an_error("export: cannot write %s: %s", dest, strerror(errno));
+                    rc = AN_EXIT_FAIL;
+                }
+            }
+            if (!rc) rmdir(stage);
+        }
+    }
+    if (rc) remove_stage(stage, path, len);
+    free(dir), free(stage), free(path), free(dest);
     return rc;
 }
 

@@ -5,10 +5,14 @@
  * a trace that `analyze` (or sqlite3 with the extension) can read.
  *
  *   build/samples/pipeline --steps 40 --profile-interval 10 --trace run.sqlite
+ *
+ * SIGINT or SIGTERM stops it as the trainer stops: the trace is flushed and
+ * marked interrupted, the threads finish what they hold, and it exits 130.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +90,7 @@ static void *producer(void *arg)
 {
     (void)arg;
     st_thread_register(trace, "producer", "producer", -1, 0);
-    for (long i = 0; i < cfg.steps * cfg.items_per_step; i++) {
+    for (long i = 0; i < cfg.steps * cfg.items_per_step && !st_interrupted(); i++) {
         st_begin(stage_produce);
         spin_us(cfg.produce_us);
         st_end(stage_produce);
@@ -136,7 +140,11 @@ static void usage(FILE *f)
             "  --consume-us N         consumer work per item, microseconds (default 300)\n"
             "  --profile-interval N   profile lines every N steps, 0 = off (default 10)\n"
             "  --trace PATH           trace file (default pipeline.sqlite)\n"
-            "  --overwrite            replace an existing trace file\n");
+            "  --overwrite            replace an existing trace file (never one that another\n"
+            "                         process is still writing)\n"
+            "Exit status: 0 done, 1 runtime failure (the trace cannot be created or written),\n"
+            "2 bad flags, 130 stopped by SIGINT/SIGTERM (the trace is then flushed and says\n"
+            "status = interrupted).\n");
 }
 
 static int parse_long(const char *flag, const char *text, long lo, long hi, long *out)
@@ -198,11 +206,18 @@ int main(int argc, char **argv)
     opt.argv = argv;
     opt.profile_interval = cfg.profile_interval;
     opt.on_window = print_window;
+    /* SIGINT and SIGTERM go to main only: the other threads start with them
+     * blocked (the trace's writer blocks every signal itself). */
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     if (st_open(&trace, &opt) != ST_OK) {
         fprintf(stderr, "pipeline: %s\n", st_last_error());
-        return 2;
+        return 1;
     }
-    st_install_signal_handlers(trace, 1);
+    st_install_signal_handlers(trace, 0);
     stage_produce = st_stage_register(trace, "produce", ST_WORK);
     stage_put = st_stage_register(trace, "queue_put", ST_WAIT_OUTPUT);
     stage_wait = st_stage_register(trace, "queue_wait", ST_WAIT_INPUT);
@@ -222,15 +237,32 @@ int main(int argc, char **argv)
     pthread_create(&prod, NULL, producer, NULL);
     for (long i = 0; i < cfg.consumers; i++)
         pthread_create(&cons[i], NULL, consumer, (void *)(intptr_t)i);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 
-    /* A step ends when its items have been consumed. */
-    for (long step = 1; step <= cfg.steps && !st_interrupted(); step++) {
+    /* A step ends when its items have been consumed. The wait wakes up every
+     * 50 ms to see whether a signal asked to stop (the producer then stops
+     * too, so the step would never end). */
+    long steps_done = 0;
+    while (steps_done < cfg.steps && !st_interrupted()) {
+        long step = steps_done + 1;
+        int done;
         st_begin(stage_step_wait);
         pthread_mutex_lock(&consumed_lock);
-        while (consumed < step * cfg.items_per_step) pthread_cond_wait(&consumed_cond, &consumed_lock);
+        while (!(done = consumed >= step * cfg.items_per_step) && !st_interrupted()) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 50 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&consumed_cond, &consumed_lock, &until);
+        }
         pthread_mutex_unlock(&consumed_lock);
         st_end(stage_step_wait);
+        if (!done) break;
         st_step((uint64_t)step, (uint64_t)cfg.items_per_step);
+        steps_done = step;
     }
     pthread_join(prod, NULL);
     pthread_mutex_lock(&q.lock);
@@ -238,6 +270,7 @@ int main(int argc, char **argv)
     pthread_cond_broadcast(&q.not_empty);
     pthread_mutex_unlock(&q.lock);
     for (long i = 0; i < cfg.consumers; i++) pthread_join(cons[i], NULL);
+    int interrupted = st_interrupted();
     uint64_t dropped = st_dropped(trace);
     char path[4096];
     snprintf(path, sizeof path, "%s", st_path(trace));
@@ -245,7 +278,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "pipeline: %s\n", st_last_error());
         return 1;
     }
-    printf("trace: %s (%ld steps, %llu events dropped)\n", path, cfg.steps, (unsigned long long)dropped);
+    if (interrupted)
+        printf("trace: %s (interrupted after %ld of %ld steps, %llu events dropped)\n", path, steps_done,
+               cfg.steps, (unsigned long long)dropped);
+    else
+        printf("trace: %s (%ld steps, %llu events dropped)\n", path, steps_done, (unsigned long long)dropped);
     free(q.items);
-    return 0;
+    return interrupted ? 130 : 0;
 }

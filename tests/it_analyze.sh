@@ -396,4 +396,36 @@ expect_ok export_csv_again "$A" export gen.sqlite --csv csv --overwrite
 expect_usage export_csv_exists "$A" export gen.sqlite --csv csv
 expect_usage export_rows_exists "$A" export gen.sqlite --rows rows.sqlite
 
+# A failed --csv export leaves nothing behind: no new directory, no staging
+# directory, and an existing directory exactly as it was. A damaged counter
+# chunk fails counters.csv, the last file, after the others were written.
+python3 - <<'EOF'
+import shutil, sqlite3
+shutil.copy("gen.sqlite", "badcounters.sqlite")
+db = sqlite3.connect("badcounters.sqlite")
+db.execute("UPDATE counter_chunks SET data = substr(data, 1, 3) WHERE id = (SELECT max(id) FROM counter_chunks)")
+db.commit()
+EOF
+expect_usage export_csv_fails "$A" export badcounters.sqlite --csv failed_csv
+grep -q 'counter_chunks' export_csv_fails.err || fail "export_csv_fails: $(cat export_csv_fails.err)"
+[ ! -e failed_csv ] || fail "a failed --csv export left failed_csv: $(ls -A failed_csv)"
+! ls -d failed_csv.* 2>/dev/null || fail "a failed --csv export left a staging directory"
+ok
+cp -r csv kept_csv
+echo "not the exporter's" >kept_csv/notes.txt
+echo "an older export" >kept_csv/ranges.csv
+listing() { (cd "$1" && ls -A && cat ./* | cksum); }
+before=$(listing kept_csv)
+expect_usage export_csv_fails_existing "$A" export badcounters.sqlite --csv kept_csv --overwrite
+[ "$(listing kept_csv)" = "$before" ] || fail "a failed --csv export changed kept_csv: $(ls -A kept_csv)"
+ok
+# Success into the existing directory: the exporter's files replaced, others kept.
+expect_ok export_csv_existing "$A" export gen.sqlite --csv kept_csv/ --overwrite
+[ "$(ls -A kept_csv | tr '\n' ' ')" = "counter_names.csv counters.csv meta.csv notes.txt ranges.csv stages.csv steps.csv threads.csv " ] ||
+    fail "export into kept_csv: $(ls -A kept_csv)"
+cmp -s kept_csv/ranges.csv csv/ranges.csv || fail "kept_csv/ranges.csv was not replaced"
+expect_ok export_csv_slash "$A" export gen.sqlite --csv new_csv/
+[ "$(ls -A new_csv | wc -l)" -eq 7 ] && ! ls -d new_csv.* 2>/dev/null || fail "export into new_csv/: $(ls -A)"
+ok
+
 echo "it_analyze: $n_checks checks passed"

@@ -13,6 +13,9 @@
  *  - nesting beyond 256 levels, and deeper than a blocking ring can hold;
  *  - bad input: unwritable paths, existing files, bad options, a second
  *    open, registration errors, a disabled trace;
+ *  - one file, one writer: processes racing on one path (exactly one
+ *    wins, its trace whole), overwrite against a live trace (refused, the
+ *    trace survives) and against a finished or killed one (replaced);
  *  - unmatched ends and calls from unregistered threads.
  *
  * Files go to a fresh directory under $ST_TEST_TMP (else under /tmp).
@@ -33,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,9 +55,11 @@ static int exists(const char *path)
 /* Neither the trace nor any of its side files is there. */
 static void assert_no_trace_files(const char *path)
 {
-    static const char *const sides[] = {"", "-wal", "-shm", "-journal", ".st-probe"};
+    char temp[32]; /* st_open's temporary name */
+    snprintf(temp, sizeof temp, ".st-new-%ld", (long)getpid());
+    const char *const sides[] = {"", "-wal", "-shm", "-journal", temp};
     for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
-        char p[PATH_MAX + 16];
+        char p[PATH_MAX + 40];
         snprintf(p, sizeof p, "%s%s", path, sides[i]);
         if (exists(p)) fail_msg("'%s' exists, but nothing should have been created", p);
     }
@@ -689,6 +695,230 @@ static void test_open_existing_file(void **state)
     st_reader_close(r);
 }
 
+/* ---- one file, one writer ----
+ * Children made with fork open the same path; each reports its st_open
+ * result to the parent (code, and the message), then waits for the parent's
+ * word before recording and closing, so that a winner is still writing
+ * while the other tries. */
+
+#define LOCK_RANGES 500
+
+typedef struct lock_child {
+    pid_t pid;
+    int result_fd; /* read end: int code, then the message */
+    int go_fd;     /* write end: one byte lets it record and close */
+} lock_child;
+
+static void child_run(const char *path, int overwrite, int start_fd, int result_fd, int go_fd)
+{
+    char c;
+    if (start_fd >= 0 && read(start_fd, &c, 1) != 1) _exit(90);
+    st_options o;
+    options(&o, path);
+    o.overwrite = overwrite;
+    o.program = "lock_child";
+    st_trace *t = NULL;
+    int rc = st_open(&t, &o);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc == ST_OK ? "" : st_last_error());
+    if (write(result_fd, &rc, sizeof rc) != (ssize_t)sizeof rc ||
+        write(result_fd, msg, sizeof msg) != (ssize_t)sizeof msg)
+        _exit(91);
+    if (read(go_fd, &c, 1) != 1) _exit(92);
+    if (rc != ST_OK) _exit(3);
+    int s = st_stage_register(t, "work", ST_WORK);
+    if (s < 0 || st_thread_register(t, "main", "main", -1, 0) < 0) _exit(93);
+    for (int i = 0; i < LOCK_RANGES; i++) {
+        st_begin((st_stage)s);
+        st_end((st_stage)s);
+    }
+    _exit(st_close(t) == ST_OK ? 0 : 94);
+}
+
+static lock_child spawn_lock_child(const char *path, int overwrite, int start_fd)
+{
+    int res[2], go[2];
+    assert_int_equal(pipe(res), 0);
+    assert_int_equal(pipe(go), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(res[0]);
+        close(go[1]);
+        child_run(path, overwrite, start_fd, res[1], go[0]);
+    }
+    close(res[1]);
+    close(go[0]);
+    return (lock_child){pid, res[0], go[1]};
+}
+
+/* The child's st_open code, its message in msg. */
+static int child_open_result(lock_child *c, char *msg, size_t size)
+{
+    int rc;
+    char buf[512];
+    assert_int_equal(read(c->result_fd, &rc, sizeof rc), (ssize_t)sizeof rc);
+    assert_int_equal(read(c->result_fd, buf, sizeof buf), (ssize_t)sizeof buf);
+    snprintf(msg, size, "%s", buf);
+    close(c->result_fd);
+    return rc;
+}
+
+static int child_finish(lock_child *c)
+{
+    char go = 1;
+    assert_int_equal(write(c->go_fd, &go, 1), 1);
+    close(c->go_fd);
+    int status;
+    assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* The trace at path is a complete one written by process pid. */
+static void assert_whole_trace(const char *path, pid_t pid)
+{
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "complete");
+    assert_int_equal(meta_ll(r, "pid"), pid);
+    assert_int_equal(meta_ll(r, "dropped_events"), 0);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), LOCK_RANGES);
+    st_reader_close(r);
+}
+
+/* Two processes start on one path at once, many times, with and without
+ * overwrite, on a fresh path and over a finished trace: exactly one opens
+ * it, the other is refused with one line naming the path, and the winner's
+ * trace is whole. */
+static void test_open_race(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "race.sqlite");
+    int refusals[2] = {0, 0}; /* ST_EEXIST, ST_EBUSY */
+    for (int trial = 0; trial < 90; trial++) {
+        /* a fresh path, without and with overwrite; a finished trace, with overwrite */
+        int overwrite = trial % 3 != 0, fresh = trial % 3 != 2;
+        if (fresh) remove_trace_files(path);
+        int start[2];
+        assert_int_equal(pipe(start), 0);
+        lock_child c[2];
+        for (int i = 0; i < 2; i++) c[i] = spawn_lock_child(path, overwrite, start[0]);
+        close(start[0]);
+        char go[2] = {1, 1};
+        assert_int_equal(write(start[1], go, 2), 2); /* both at once */
+        close(start[1]);
+        int rc[2], winner = -1;
+        char msg[2][512];
+        for (int i = 0; i < 2; i++) {
+            rc[i] = child_open_result(&c[i], msg[i], sizeof msg[i]);
+            if (rc[i] == ST_OK) {
+                if (winner >= 0) fail_msg("trial %d: both processes opened '%s'", trial, path);
+                winner = i;
+            }
+        }
+        if (winner < 0)
+            fail_msg("trial %d (overwrite %d): neither opened: '%s' / '%s'", trial, overwrite, msg[0], msg[1]);
+        int loser = 1 - winner;
+        if (rc[loser] != ST_EBUSY && rc[loser] != ST_EEXIST)
+            fail_msg("trial %d: refused with %d: %s", trial, rc[loser], msg[loser]);
+        if (overwrite && rc[loser] != ST_EBUSY)
+            fail_msg("trial %d: overwrite refused with %d, not ST_EBUSY: %s", trial, rc[loser], msg[loser]);
+        refusals[rc[loser] == ST_EBUSY]++;
+        if (!strstr(msg[loser], path) || strchr(msg[loser], '\n'))
+            fail_msg("trial %d: message '%s' is not one line naming the path", trial, msg[loser]);
+        if (rc[loser] == ST_EBUSY && !strstr(msg[loser], "another process"))
+            fail_msg("trial %d: message '%s' does not say another process writes it", trial, msg[loser]);
+        assert_int_equal(child_finish(&c[winner]), 0);
+        assert_int_equal(child_finish(&c[loser]), 3);
+        assert_whole_trace(path, c[winner].pid);
+        char tmp[PATH_MAX + 32];
+        for (int i = 0; i < 2; i++) {
+            snprintf(tmp, sizeof tmp, "%s.st-new-%ld", path, (long)c[i].pid);
+            assert_false(exists(tmp));
+        }
+    }
+    assert_true(refusals[1] > 0); /* the overwrite trials at least */
+}
+
+/* A trace that another process is writing is never replaced or removed:
+ * overwrite is refused (ST_EBUSY, one line), so is a plain open; the live
+ * trace ends whole. Once it is finished, overwrite replaces it. */
+static void test_open_live_trace(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], msg[512];
+    tmp_path(path, sizeof path, "live.sqlite");
+    lock_child writer = spawn_lock_child(path, 0, -1);
+    assert_int_equal(child_open_result(&writer, msg, sizeof msg), ST_OK);
+    struct stat before, after;
+    assert_int_equal(stat(path, &before), 0);
+    for (int overwrite = 1; overwrite >= 0; overwrite--) {
+        lock_child other = spawn_lock_child(path, overwrite, -1);
+        assert_int_equal(child_open_result(&other, msg, sizeof msg), ST_EBUSY);
+        assert_int_equal(child_finish(&other), 3);
+        if (!strstr(msg, path) || !strstr(msg, "another process") || strchr(msg, '\n'))
+            fail_msg("message '%s'", msg);
+        assert_int_equal(stat(path, &after), 0);
+        assert_true(before.st_ino == after.st_ino);
+    }
+    /* In this process too (a process of its own for the library). */
+    st_options o;
+    options(&o, path);
+    o.overwrite = 1;
+    st_trace *t = (st_trace *)&o;
+    assert_int_equal(st_open(&t, &o), ST_EBUSY);
+    assert_null(t);
+    assert_error_line("another process");
+    assert_int_equal(child_finish(&writer), 0);
+    assert_int_equal(stat(path, &after), 0);
+    assert_true(before.st_ino == after.st_ino);
+    assert_whole_trace(path, writer.pid);
+
+    /* Finished: plain open refused as existing, overwrite replaces it. */
+    lock_child again = spawn_lock_child(path, 0, -1);
+    assert_int_equal(child_open_result(&again, msg, sizeof msg), ST_EEXIST);
+    assert_int_equal(child_finish(&again), 3);
+    again = spawn_lock_child(path, 1, -1);
+    assert_int_equal(child_open_result(&again, msg, sizeof msg), ST_OK);
+    assert_int_equal(child_finish(&again), 0);
+    assert_whole_trace(path, again.pid);
+
+    /* A trace killed mid-run holds no lock: it is replaced too. */
+    lock_child killed = spawn_lock_child(path, 1, -1);
+    assert_int_equal(child_open_result(&killed, msg, sizeof msg), ST_OK);
+    kill(killed.pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(killed.pid, &status, 0), killed.pid);
+    close(killed.go_fd);
+    again = spawn_lock_child(path, 1, -1);
+    assert_int_equal(child_open_result(&again, msg, sizeof msg), ST_OK);
+    assert_int_equal(child_finish(&again), 0);
+    assert_whole_trace(path, again.pid);
+}
+
+/* Neither a FIFO nor a device is opened, removed or replaced. */
+static void test_open_not_regular(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "fifo.sqlite");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    for (int overwrite = 0; overwrite <= 1; overwrite++) {
+        st_options o;
+        options(&o, path);
+        o.overwrite = overwrite;
+        st_trace *t;
+        assert_int_equal(st_open(&t, &o), ST_EINVAL);
+        assert_error_line("not a regular file");
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_true(S_ISFIFO(sb.st_mode));
+    }
+    unlink(path);
+}
+
 typedef struct bad_option {
     const char *what;
     void (*set)(st_options *o);
@@ -1071,6 +1301,9 @@ int main(void)
         cmocka_unit_test(test_blocking_ring_deeper_than_ring),
         cmocka_unit_test(test_open_unwritable_paths),
         cmocka_unit_test(test_open_existing_file),
+        cmocka_unit_test(test_open_race),
+        cmocka_unit_test(test_open_live_trace),
+        cmocka_unit_test(test_open_not_regular),
         cmocka_unit_test(test_open_bad_options),
         cmocka_unit_test(test_second_open_fails),
         cmocka_unit_test(test_registration_errors),

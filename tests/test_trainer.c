@@ -761,7 +761,6 @@ static void test_bad_flags(void **state)
         {"--queue-depth", "-1"},
         {"--taps", "0,5"},
         {"--preset", "bogus"},
-        {"--trace", "/nonexistent-dir/run.sqlite"},
         {"--dim", "100", "--heads", "3"},
         {"--block-size", "500"},
         {"--target-gpus", "0"},
@@ -798,6 +797,16 @@ static void test_bad_flags(void **state)
         assert_int_equal(access(trace, F_OK), -1);
         free_trainer_result(&res);
     }
+    /* A trace that cannot be created is a runtime failure, not a bad flag:
+     * exit 1, one line naming the path. */
+    const char *no_dir[] = {"--steps", "2", "--trace", "/nonexistent-dir/run.sqlite", NULL};
+    trainer_result nd = run_trainer(no_dir, NULL);
+    assert_int_equal(nd.status, 1);
+    assert_int_equal(count_lines(nd.err), 1);
+    assert_non_null(strstr(nd.err, "trainer: cannot open the trace: "));
+    assert_non_null(strstr(nd.err, "'/nonexistent-dir/run.sqlite'"));
+    assert_string_equal(nd.out, "");
+    free_trainer_result(&nd);
     /* "0" reads as a count of no devices; the message says how to name device 0 alone */
     const char *zero[] = {"--target-gpus", "0", NULL};
     trainer_result z = run_trainer(zero, NULL);

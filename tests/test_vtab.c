@@ -2,7 +2,9 @@
  * (test_reader.c covers those): the `step` column on a trace with known
  * step marks; constraint pushdown (windowed and filtered queries return the
  * same rows as a full scan filtered in C, and the plan carries the pushed
- * constraints); the gpu table; read-only and innocuous behaviour; the
+ * constraints); rowids (unique and the same in every scan, so ORs, IN
+ * lists, self-joins and LIMIT/OFFSET give the rows a decode through the
+ * reader gives); the gpu table; read-only and innocuous behaviour; the
  * loadable extension, both through sqlite3_load_extension and through the
  * sqlite3 command-line shell (`.load $ST_BUILD/stagetrace_ext`); and traces
  * with damaged chunks, which must make a query fail with a message, never
@@ -600,6 +602,466 @@ static void test_gpu_table(void **state)
     unlink(path);
 }
 
+/* ---- rowids: unique and the same in every scan ----
+ * SQLite merges the scans of an OR (a MULTI-INDEX OR plan) by rowid, and
+ * joins, IN lists, LIMIT/OFFSET run other plans over the same rows: every
+ * query must give the rows a decode through the reader gives, each with the
+ * rowid docs/trace-format.md defines (chunk id * 2^32 + index in chunk). */
+
+#define VCOLS 9
+
+typedef struct vrow {
+    int64_t rowid, v[VCOLS];
+} vrow;
+
+typedef struct vrows {
+    vrow *r;
+    int n, cap;
+} vrows;
+
+static void vrows_push(vrows *rs, const vrow *x)
+{
+    if (rs->n == rs->cap) {
+        rs->cap = rs->cap ? rs->cap * 2 : 1024;
+        rs->r = realloc(rs->r, (size_t)rs->cap * sizeof *rs->r);
+        assert_non_null(rs->r);
+    }
+    rs->r[rs->n++] = *x;
+}
+
+static int vrow_cmp(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    for (int i = 0; i < 1 + VCOLS; i++)
+        if (x[i] != y[i]) return x[i] < y[i] ? -1 : 1;
+    return 0;
+}
+
+static int64_t expected_rowid(int64_t chunk_id, uint32_t index) { return chunk_id * 4294967296LL + index; }
+
+/* The rowid and the columns of a row of sql; a text column is a GPU kind
+ * (its st_gpu_kind), NULL is -1. */
+static vrows query_vrows(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = prepare(db, sql);
+    vrows rs = {0};
+    int rc, n_cols = sqlite3_column_count(st);
+    assert_true(n_cols >= 1 && n_cols <= 1 + VCOLS);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        vrow x = {0};
+        int64_t *v = &x.rowid;
+        for (int i = 0; i < n_cols; i++) {
+            int type = sqlite3_column_type(st, i);
+            if (type == SQLITE_NULL) {
+                v[i] = -1;
+            } else if (type == SQLITE_TEXT) {
+                const char *text = (const char *)sqlite3_column_text(st, i);
+                v[i] = 0;
+                for (uint32_t k = 1; k <= ST_GPU_KIND_MAX; k++)
+                    if (strcmp(st_gpu_kind_name(k), text) == 0) v[i] = k;
+                if (!v[i]) fail_msg("%s: unexpected text '%s'", sql, text);
+            } else {
+                v[i] = sqlite3_column_int64(st, i);
+            }
+        }
+        vrows_push(&rs, &x);
+    }
+    if (rc != SQLITE_DONE) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rs;
+}
+
+typedef int (*vrow_pred)(const vrow *x);
+
+typedef struct vcase {
+    const char *where;
+    vrow_pred keep;
+} vcase;
+
+/* "SELECT <cols> FROM <table> WHERE <where>" gives, as a set, the decoded
+ * rows for which keep holds, with their rowids; no rowid comes twice. */
+static void check_vcase(sqlite3 *db, const char *cols, const char *table, const vrows *all, const vcase *c)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s WHERE %s", cols, table, c->where);
+    vrows got = query_vrows(db, sql), want = {0};
+    for (int i = 0; i < all->n; i++)
+        if (c->keep(&all->r[i])) vrows_push(&want, &all->r[i]);
+    if (got.n > 1) qsort(got.r, (size_t)got.n, sizeof *got.r, vrow_cmp);
+    if (want.n > 1) qsort(want.r, (size_t)want.n, sizeof *want.r, vrow_cmp);
+    if (got.n != want.n) fail_msg("%s: %d rows, expected %d", sql, got.n, want.n);
+    for (int i = 0; i < got.n; i++) {
+        if (vrow_cmp(&got.r[i], &want.r[i]) != 0) fail_msg("%s: row %d differs", sql, i);
+        if (i && got.r[i].rowid == got.r[i - 1].rowid) fail_msg("%s: rowid %lld twice", sql, (long long)got.r[i].rowid);
+    }
+    /* count(*) agrees with the rows */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE %s", table, c->where);
+    assert_int_equal(sql_int(db, sql), want.n);
+    free(got.r);
+    free(want.r);
+}
+
+/* Self-joins on rowid and LIMIT/OFFSET, in the scan's own order and in rowid
+ * order, against the decode (whose order is the scan's: threads or devices
+ * one after another, chunks in order). */
+static void check_join_limit(sqlite3 *db, const char *cols, const char *table, const vrows *all)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s a JOIN %s b ON a.rowid = b.rowid", table, table);
+    assert_int_equal(sql_int(db, sql), all->n);
+    snprintf(sql, sizeof sql, "SELECT count(DISTINCT rowid) FROM %s", table);
+    assert_int_equal(sql_int(db, sql), all->n);
+    /* each row finds itself by rowid in a second scan */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s a WHERE a.rowid IN (SELECT rowid FROM %s)", table, table);
+    assert_int_equal(sql_int(db, sql), all->n);
+
+    vrows sorted = {0};
+    for (int i = 0; i < all->n; i++) vrows_push(&sorted, &all->r[i]);
+    qsort(sorted.r, (size_t)sorted.n, sizeof *sorted.r, vrow_cmp);
+    static const int limits[][2] = {{10, 0}, {25, 7}, {50, 100}, {1000000, 3}, {5, 1000000}};
+    for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+        int lim = limits[k][0], off = limits[k][1];
+        for (int ordered = 0; ordered < 2; ordered++) {
+            const vrows *ref = ordered ? &sorted : all;
+            snprintf(sql, sizeof sql, "SELECT %s FROM %s%s LIMIT %d OFFSET %d", cols, table,
+                     ordered ? " ORDER BY rowid" : "", lim, off);
+            vrows got = query_vrows(db, sql);
+            int want = off >= ref->n ? 0 : ref->n - off < lim ? ref->n - off : lim;
+            if (got.n != want) fail_msg("%s: %d rows, expected %d", sql, got.n, want);
+            for (int i = 0; i < got.n; i++)
+                if (vrow_cmp(&got.r[i], &ref->r[off + i]) != 0) fail_msg("%s: row %d differs", sql, i);
+            free(got.r);
+        }
+    }
+    free(sorted.r);
+}
+
+/* Whether some query's plan is a MULTI-INDEX OR, the plan that merges by
+ * rowid; the cases must exercise it. */
+static int uses_or_plan(sqlite3 *db, const char *table, const vcase *cases, size_t n)
+{
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        char sql[1024];
+        snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN SELECT count(*) FROM %s WHERE %s", table, cases[i].where);
+        sqlite3_stmt *st = prepare(db, sql);
+        while (sqlite3_step(st) == SQLITE_ROW)
+            if (strstr((const char *)sqlite3_column_text(st, 3), "MULTI-INDEX OR")) found++;
+        sqlite3_finalize(st);
+    }
+    return found;
+}
+
+/* Ranges: thread, stage, start, dur, end, depth. */
+static int64_t v_t0, v_t1; /* times for the cases: a third and two thirds into the trace */
+static int rk_or_thread_stage(const vrow *x) { return x->v[0] == 0 || x->v[1] == 2; }
+static int rk_or_three(const vrow *x) { return x->v[1] == 1 || x->v[5] == 2 || x->v[0] == 2; }
+static int rk_in_lists(const vrow *x)
+{
+    return x->v[0] == 0 || x->v[0] == 2 || x->v[1] == 1 || x->v[1] == 3;
+}
+static int rk_in_only(const vrow *x) { return x->v[1] == 0 || x->v[1] == 3; }
+static int rk_or_times(const vrow *x) { return x->v[2] < v_t0 || x->v[4] > v_t1; }
+static int rk_or_ands(const vrow *x)
+{
+    return (x->v[0] == 1 && x->v[2] < v_t1) || (x->v[1] == 2 && x->v[4] > v_t0);
+}
+static int rk_or_same_row(const vrow *x) { return x->v[0] == 1 || x->v[1] == 0 || x->v[5] == 0; }
+
+static void test_rowid_ranges(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f->multi_path);
+    st_range_iter *it;
+    assert_int_equal(st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    vrows all = {0};
+    st_range rg;
+    int rc;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    while ((rc = st_range_iter_next(it, &rg)) == 1) {
+        int64_t chunk_id;
+        uint32_t index;
+        st_range_iter_pos(it, &chunk_id, &index);
+        vrow x = {expected_rowid(chunk_id, index),
+                  {rg.thread, rg.stage, rg.start_ns, rg.dur_ns, rg.start_ns + rg.dur_ns, rg.depth}};
+        vrows_push(&all, &x);
+        if (rg.start_ns < lo) lo = rg.start_ns;
+        if (rg.start_ns > hi) hi = rg.start_ns;
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(it);
+    st_reader_close(r);
+    int leaves = 0; /* multi_worker's leaf ranges */
+    for (int t = 0; t < MULTI_THREADS; t++)
+        for (int i = 0; i < MULTI_ITERS; i++) leaves += (i + t) % 3 == 0;
+    assert_int_equal(all.n, MULTI_BATCHES * (MULTI_THREADS * MULTI_ITERS * 3 + leaves));
+    v_t0 = lo + (hi - lo) / 3;
+    v_t1 = lo + (hi - lo) * 2 / 3;
+
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    char w_times[128], w_ands[256];
+    snprintf(w_times, sizeof w_times, "start_ns < %lld OR end_ns > %lld", (long long)v_t0, (long long)v_t1);
+    snprintf(w_ands, sizeof w_ands, "(thread = 1 AND start_ns < %lld) OR (stage = 2 AND end_ns > %lld)",
+             (long long)v_t1, (long long)v_t0);
+    const vcase cases[] = {
+        {"thread = 0 OR stage = 2", rk_or_thread_stage},
+        {"stage = 1 OR depth = 2 OR thread = 2", rk_or_three},
+        {"thread IN (0, 2) OR stage IN (1, 3)", rk_in_lists},
+        {"stage IN (0, 3)", rk_in_only},
+        {w_times, rk_or_times},
+        {w_ands, rk_or_ands},
+        {"thread = 1 OR stage = 0 OR depth = 0", rk_or_same_row},
+    };
+    const char *cols = "rowid, thread, stage, start_ns, dur_ns, end_ns, depth";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_vcase(db, cols, "ranges", &all, &cases[i]);
+    assert_true(uses_or_plan(db, "ranges", cases, sizeof cases / sizeof cases[0]) > 0);
+    check_join_limit(db, cols, "ranges", &all);
+
+    /* A self-join on columns: each range with the ranges directly nested in
+     * it (same thread, one deeper, inside its span), counted in C. */
+    int64_t pairs = 0;
+    for (int i = 0; i < all.n; i++)
+        for (int j = 0; j < all.n; j++) {
+            const int64_t *a = all.r[i].v, *b = all.r[j].v;
+            pairs += a[0] == b[0] && b[5] == a[5] + 1 && b[2] >= a[2] && b[4] <= a[4];
+        }
+    assert_true(pairs > 0);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges a JOIN ranges b ON a.thread = b.thread "
+                                 "AND b.depth = a.depth + 1 AND b.start_ns >= a.start_ns AND b.end_ns <= a.end_ns"),
+                     pairs);
+    /* Rows of different threads or stages never share a rowid across scans. */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM (SELECT rowid FROM ranges WHERE thread = 0) a JOIN "
+                                 "(SELECT rowid FROM ranges WHERE thread = 1) b ON a.rowid = b.rowid"),
+                     0);
+    /* The same rowids from another connection: fixed by the file. */
+    sqlite3 *db2 = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db2, "SELECT sum(rowid % 1000003) FROM ranges WHERE stage = 2"),
+                     sql_int(db, "SELECT sum(rowid % 1000003) FROM ranges WHERE stage = 2"));
+    sqlite3_close(db2);
+    sqlite3_close(db);
+    free(all.r);
+}
+
+/* Counters: thread, counter, ts, value * 2 (the values are halves). */
+static int ck_or_thread_counter(const vrow *x) { return x->v[0] == 0 || x->v[1] == 1; }
+static int ck_in_or_time(const vrow *x) { return x->v[0] == 1 || x->v[0] == 2 || x->v[2] < v_t0; }
+static int ck_or_times(const vrow *x) { return x->v[2] < v_t0 || x->v[2] > v_t1; }
+static int ck_or_ands(const vrow *x) { return (x->v[0] == 2 && x->v[1] == 0) || (x->v[1] == 1 && x->v[2] >= v_t0); }
+static int ck_counter_in(const vrow *x) { return x->v[1] == 0 || x->v[1] == 1; }
+
+static void test_rowid_counters(void **state)
+{
+    fixture *f = *state;
+    st_reader *r = open_reader(f->multi_path);
+    st_sample_iter *it;
+    assert_int_equal(st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    vrows all = {0};
+    st_sample_row s;
+    int rc;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    while ((rc = st_sample_iter_next(it, &s)) == 1) {
+        int64_t chunk_id;
+        uint32_t index;
+        st_sample_iter_pos(it, &chunk_id, &index);
+        vrow x = {expected_rowid(chunk_id, index), {s.thread, s.counter, s.ts_ns, (int64_t)(s.value * 2)}};
+        vrows_push(&all, &x);
+        if (s.ts_ns < lo) lo = s.ts_ns;
+        if (s.ts_ns > hi) hi = s.ts_ns;
+    }
+    assert_int_equal(rc, 0);
+    st_sample_iter_close(it);
+    st_reader_close(r);
+    assert_int_equal(all.n, MULTI_THREADS * MULTI_BATCHES * (MULTI_ITERS + MULTI_ITERS / 4));
+    v_t0 = lo + (hi - lo) / 3;
+    v_t1 = lo + (hi - lo) * 2 / 3;
+
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    char w_in[128], w_times[128], w_ands[256];
+    snprintf(w_in, sizeof w_in, "thread IN (1, 2) OR ts_ns < %lld", (long long)v_t0);
+    snprintf(w_times, sizeof w_times, "ts_ns < %lld OR ts_ns > %lld", (long long)v_t0, (long long)v_t1);
+    snprintf(w_ands, sizeof w_ands, "(thread = 2 AND counter = 0) OR (counter = 1 AND ts_ns >= %lld)",
+             (long long)v_t0);
+    const vcase cases[] = {
+        {"thread = 0 OR counter = 1", ck_or_thread_counter},
+        {w_in, ck_in_or_time},
+        {w_times, ck_or_times},
+        {w_ands, ck_or_ands},
+        {"counter IN (0, 1)", ck_counter_in},
+    };
+    const char *cols = "rowid, thread, counter, ts_ns, CAST(value * 2 AS INTEGER)";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_vcase(db, cols, "counters", &all, &cases[i]);
+    assert_true(uses_or_plan(db, "counters", cases, sizeof cases / sizeof cases[0]) > 0);
+    check_join_limit(db, cols, "counters", &all);
+    /* counters_v joins names in without losing or repeating a row */
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM counters_v WHERE thread = 0 OR counter_name = 'delta'"),
+                     sql_int(db, "SELECT count(*) FROM counters WHERE thread = 0 OR counter = 1"));
+    sqlite3_close(db);
+    free(all.r);
+}
+
+/* GPU: device, stream, kind, start, dur, bytes, correlation, thread, stage. */
+static int gk_or_device_stream(const vrow *x) { return x->v[0] == 0 || x->v[1] == 7; }
+static int gk_kind_in(const vrow *x) { return x->v[2] == ST_GPU_KERNEL || x->v[2] == ST_GPU_MEMSET; }
+static int gk_or_kind_bytes(const vrow *x) { return x->v[2] == ST_GPU_SYNC || x->v[5] > 3000; }
+static int gk_or_thread(const vrow *x) { return x->v[7] == 0 || x->v[0] == 1; }
+
+/* A copy of the multi trace with GPU activity: 2 devices x 2 streams x 3
+ * chunks of 6 records of every kind, and the API calls that launched half
+ * of them, on thread 0. */
+static void make_gpu_trace(const char *from, const char *path)
+{
+    copy_trace(from, path);
+    sqlite3 *w;
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    exec_sql(w, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+                "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
+                " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
+                "INSERT INTO gpu_strings VALUES (0, 'gemm'), (1, 'softmax')");
+    int64_t tid = sql_int(w, "SELECT os_tid FROM threads WHERE id = 0");
+    int64_t base = sql_int(w, "SELECT min(t0_ns) FROM range_chunks");
+    sqlite3_stmt *ins = prepare(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
+                                   "VALUES (?, ?, ?, ?, ?, ?)");
+    st_gpu_encoder enc = {0}, api = {0};
+    assert_int_equal(st_gpu_chunk_start(&api), 0);
+    uint32_t corr = 0;
+    for (int device = 0; device < 2; device++)
+        for (int stream = 3; stream <= 7; stream += 4)
+            for (int chunk = 0; chunk < 3; chunk++) {
+                assert_int_equal(st_gpu_chunk_start(&enc), 0);
+                for (int i = 0; i < 6; i++) {
+                    corr++;
+                    int64_t start = base + (int64_t)(chunk * 6 + i) * 20000 + device * 1000 + stream;
+                    st_gpu_rec g = {.kind = (uint32_t)(1 + i % 4), .start_ns = start, .dur_ns = 5000 + i,
+                                    .correlation = corr};
+                    if (g.kind == ST_GPU_KERNEL) g.name = 1 + (uint32_t)(i % 2);
+                    if (g.kind == ST_GPU_MEMCPY) {
+                        g.bytes = 1000u * (uint32_t)(1 + i + chunk);
+                        g.copy_kind = ST_COPY_H2D;
+                        g.src_mem = ST_MEM_PINNED;
+                        g.dst_mem = ST_MEM_DEVICE;
+                    }
+                    if (g.kind == ST_GPU_MEMSET) g.bytes = 4096;
+                    assert_int_equal(st_gpu_put(&enc, &g), 0);
+                    if (corr % 2) {
+                        st_gpu_rec a = {.kind = ST_GPU_API, .start_ns = start - 100, .dur_ns = 10,
+                                        .correlation = corr, .os_tid = tid};
+                        assert_int_equal(st_gpu_put(&api, &a), 0);
+                    }
+                }
+                sqlite3_bind_int(ins, 1, device);
+                sqlite3_bind_int(ins, 2, stream);
+                sqlite3_bind_int64(ins, 3, enc.t0_ns);
+                sqlite3_bind_int64(ins, 4, enc.t1_ns);
+                sqlite3_bind_int(ins, 5, (int)enc.n_records);
+                sqlite3_bind_blob(ins, 6, enc.buf.data, (int)enc.buf.len, SQLITE_TRANSIENT);
+                assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+                sqlite3_reset(ins);
+            }
+    sqlite3_bind_int(ins, 1, -1);
+    sqlite3_bind_int(ins, 2, 0);
+    sqlite3_bind_int64(ins, 3, api.t0_ns);
+    sqlite3_bind_int64(ins, 4, api.t1_ns);
+    sqlite3_bind_int(ins, 5, (int)api.n_records);
+    sqlite3_bind_blob(ins, 6, api.buf.data, (int)api.buf.len, SQLITE_TRANSIENT);
+    assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+    sqlite3_finalize(ins);
+    st_buf_free(&enc.buf);
+    st_buf_free(&api.buf);
+    sqlite3_close(w);
+}
+
+static void test_rowid_gpu(void **state)
+{
+    fixture *f = *state;
+    char path[512];
+    tmp_path(path, sizeof path, "gpu_rowid.sqlite");
+    make_gpu_trace(f->multi_path, path);
+
+    st_reader *r = open_reader(path);
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    vrows all = {0};
+    st_gpu_row g;
+    int rc, launched = 0;
+    while ((rc = st_gpu_iter_next(it, &g)) == 1) {
+        int64_t chunk_id;
+        uint32_t index;
+        st_gpu_iter_pos(it, &chunk_id, &index);
+        vrow x = {expected_rowid(chunk_id, index),
+                  {g.device, g.stream, g.rec.kind, g.rec.start_ns, g.rec.dur_ns, (int64_t)g.rec.bytes,
+                   g.rec.correlation, g.thread, g.stage}};
+        vrows_push(&all, &x);
+        launched += g.thread == 0;
+    }
+    assert_int_equal(rc, 0);
+    st_gpu_iter_close(it);
+    st_reader_close(r);
+    assert_int_equal(all.n, 2 * 2 * 3 * 6);
+    assert_int_equal(launched, all.n / 2);
+
+    sqlite3 *db = open_registered(path, SQLITE_OPEN_READONLY);
+    const vcase cases[] = {
+        {"device = 0 OR stream = 7", gk_or_device_stream},
+        {"kind IN ('kernel', 'memset')", gk_kind_in},
+        {"kind = 'sync' OR bytes > 3000", gk_or_kind_bytes},
+        {"thread = 0 OR device = 1", gk_or_thread},
+    };
+    const char *cols = "rowid, device, stream, kind, start_ns, dur_ns, bytes, correlation, thread, stage";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_vcase(db, cols, "gpu", &all, &cases[i]);
+    check_join_limit(db, cols, "gpu", &all);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu a JOIN gpu b ON a.correlation = b.correlation"), all.n);
+    sqlite3_close(db);
+    free(all.r);
+    unlink(path);
+}
+
+/* Rowids need unique chunk ids: a chunk table whose ids repeat (made
+ * without its primary key) is refused, one with unique ids is read; ids
+ * beyond 32 bits cannot be numbered. */
+static void test_rowid_chunk_ids(void **state)
+{
+    fixture *f = *state;
+    char path[512], msg[512];
+    tmp_path(path, sizeof path, "chunk_ids.sqlite");
+    copy_trace(f->multi_path, path);
+    sqlite3 *w;
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    int64_t n = sql_int(w, "SELECT sum(n_ranges) FROM range_chunks");
+    exec_sql(w, "CREATE TABLE rc2(id INTEGER, thread INTEGER NOT NULL, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL,"
+                " n_events INTEGER NOT NULL, n_ranges INTEGER NOT NULL, data BLOB NOT NULL);"
+                "INSERT INTO rc2 SELECT * FROM range_chunks; DROP TABLE range_chunks;"
+                "ALTER TABLE rc2 RENAME TO range_chunks");
+    sqlite3_close(w);
+    sqlite3 *db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE thread = 0 OR stage = 2"),
+                     sql_int(db, "SELECT count(*) FROM ranges WHERE (thread = 0) + (stage = 2) > 0"));
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), n);
+    sqlite3_close(db);
+
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    exec_sql(w, "UPDATE range_chunks SET id = 1 WHERE id = 2");
+    sqlite3_close(w);
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_run(db, "SELECT count(*) FROM ranges", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "range_chunks"));
+    assert_non_null(strstr(msg, "same id"));
+    assert_int_equal(sql_int(db, "SELECT count(*) > 0 FROM counters"), 1); /* the other tables still read */
+    sqlite3_close(db);
+
+    copy_trace(f->multi_path, path);
+    assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
+    exec_sql(w, "UPDATE range_chunks SET id = 2147483647 WHERE id = (SELECT max(id) FROM range_chunks);"
+                "UPDATE counter_chunks SET id = 2147483648 WHERE id = (SELECT max(id) FROM counter_chunks)");
+    sqlite3_close(w);
+    db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges WHERE rowid >= 2147483647 * 4294967296"),
+                     sql_int(db, "SELECT n_ranges FROM range_chunks WHERE id = 2147483647"));
+    assert_int_equal(sql_run(db, "SELECT count(*) FROM counters", msg, sizeof msg), SQLITE_ERROR);
+    assert_non_null(strstr(msg, "chunk id 2147483648"));
+    sqlite3_close(db);
+    unlink(path);
+}
+
 static void test_read_only_and_registration(void **state)
 {
     fixture *f = *state;
@@ -914,6 +1376,10 @@ int main(void)
         cmocka_unit_test(test_pushdown_ranges),
         cmocka_unit_test(test_pushdown_counters),
         cmocka_unit_test(test_gpu_table),
+        cmocka_unit_test(test_rowid_ranges),
+        cmocka_unit_test(test_rowid_counters),
+        cmocka_unit_test(test_rowid_gpu),
+        cmocka_unit_test(test_rowid_chunk_ids),
         cmocka_unit_test(test_read_only_and_registration),
         cmocka_unit_test(test_extension_in_process),
         cmocka_unit_test(test_extension_shell),

@@ -1148,3 +1148,23 @@ int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns)
     }
     return gpu_stage_at(&it->tr[i], ts_ns);
 }
+
+/* ---- where the last returned row is stored (the SQL tables' rowids) ---- */
+
+void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    *chunk_id = it->rows.row_id;
+    *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
+}
+
+void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    *chunk_id = it->rows.row_id;
+    *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
+}
+
+void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    *chunk_id = it->row_id;
+    *index = (uint32_t)it->n_items - it->cur.remaining - 1;
+}

@@ -121,6 +121,7 @@ struct st_trace {
     int writer_error;               /* first SQLite error, reported at close */
     _Atomic int commit_failed;      /* the last commit could not be written (kept, retried) */
     char writer_msg[512];
+    int lock_fd;                    /* the trace file, flock'ed until close; -1 none */
 
     st_agg *agg;
     st_thread_state *tstate[ST_MAX_THREADS];

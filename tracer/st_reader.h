@@ -142,6 +142,16 @@ const char *st_gpu_kind_name(uint32_t kind);   /* "kernel", "memcpy", ... */
 const char *st_gpu_copy_name(uint32_t copy);   /* "HtoD", ... */
 const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", ... */
 
+/* Where the row an iterator's last next() returned is stored: the id of its
+ * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
+ * index among the chunk's items (a range: the index of its end event among
+ * the chunk's events; a sample, a GPU record: its index in the chunk). Both
+ * are fixed by the file, whatever window or thread the iterator was opened
+ * with: the SQL tables number their rows from them (vtab.c). */
+void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32_t *index);
+void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index);
+void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
+
 /* Recomputes the interval windows of every_steps steps from the stored
  * events and step marks, through the same aggregator as the online path. */
 int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);

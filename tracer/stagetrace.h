@@ -45,6 +45,7 @@ enum st_status {
     ST_ELIMIT = -6,   /* too many stages, threads or counters */
     ST_ECORRUPT = -7, /* (reader) a chunk or table does not decode */
     ST_EVERSION = -8, /* (reader) unknown schema version */
+    ST_EBUSY = -9,    /* the trace file is being written by another process */
 };
 
 /* Stage kinds: what the analyzer uses for bottleneck attribution. */
@@ -109,8 +110,12 @@ void st_options_init(st_options *opt);
 typedef struct st_trace st_trace;
 
 /* Opens the process's trace. Fails (with a message) on a bad option, an
- * unwritable path, or an existing file without overwrite; in that case no
- * file is left behind. Only one trace may be open per process. */
+ * unwritable path (ST_EIO), an existing file without overwrite (ST_EEXIST),
+ * or a file that another process is still writing (ST_EBUSY, with or
+ * without overwrite); in that case no file is left behind and no file this
+ * call did not create is removed. The trace file is locked (flock) from
+ * st_open to st_close: a live trace is never replaced (docs/tracer.md,
+ * "One file, one writer"). Only one trace may be open per process. */
 int st_open(st_trace **out, const st_options *opt);
 
 /* Drains every ring, writes everything, marks the trace "complete" (or

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,16 +57,173 @@ static int validate(const st_options *o)
     return ST_OK;
 }
 
-static void remove_trace_files(const char *path)
+/* The side files SQLite keeps beside a database. */
+static void remove_side_files(const char *path)
 {
-    char side[PATH_MAX + 8];
-    unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-journal", path);
-    unlink(side);
+    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
+    size_t len = strlen(path);
+    char *side = malloc(len + 16);
+    if (!side) return;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(side, len + 16, "%s%s", path, suffixes[i]);
+        unlink(side);
+    }
+    free(side);
+}
+
+/* ---- one file, one writer ----
+ * A trace file is flock'ed (LOCK_EX) by the process writing it, through
+ * t->lock_fd, from before its name appears until after st_close has closed
+ * SQLite. A new trace is made under a temporary name, locked, then linked to
+ * its path (link fails if the path exists), so the path never names an
+ * unlocked new file. Replacing (overwrite) takes the old file's lock first
+ * and checks that the path still names the locked file before removing it:
+ * a locked file is live and is never removed. flock locks are separate from
+ * the fcntl locks SQLite takes on the same file. */
+
+enum { CREATE_RETRY = 1 }; /* the path changed under us: look again */
+
+static int busy_error(const char *path)
+{
+    return st_set_error(ST_EBUSY,
+                        "trace file '%s' is being written by another process (choose another path, "
+                        "or wait until that run ends)",
+                        path);
+}
+
+static int same_file(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Opens the regular file at path without blocking on it. -1: errno set. */
+static int open_existing(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    return fd;
+}
+
+/* Whether another process holds the lock of the file at path: 1 yes, 0 no
+ * (or the file is gone). */
+static int file_is_live(const char *path)
+{
+    int fd = open_existing(path);
+    if (fd < 0) return 0;
+    int live = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return live;
+}
+
+/* For overwrite: removes the finished (unlocked) trace at path and its side
+ * files. ST_OK: the path is free; CREATE_RETRY; or an error. */
+static int remove_finished(const char *path)
+{
+    int fd = open_existing(path);
+    if (fd < 0) {
+        if (errno == ENOENT) return CREATE_RETRY;
+        if (errno == EINVAL) return st_set_error(ST_EINVAL, "trace path '%s' is not a regular file", path);
+        return st_set_error(ST_EIO, "cannot replace trace file '%s': %s", path, strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK) return busy_error(path);
+        return st_set_error(ST_EIO, "cannot lock trace file '%s': %s", path, strerror(e));
+    }
+    if (!same_file(fd, path)) { /* replaced since we opened it */
+        close(fd);
+        return CREATE_RETRY;
+    }
+    remove_side_files(path);
+    int rc = unlink(path) == 0 || errno == ENOENT
+                 ? CREATE_RETRY
+                 : st_set_error(ST_EIO, "cannot replace trace file '%s': %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+static int create_error(const char *path, int err)
+{
+    return st_set_error(ST_EIO, "cannot create trace file '%s': %s", path, strerror(err));
+}
+
+/* create_locked without a temporary name (a file system without hard
+ * links, or a name too long for a suffix): another process may see the new
+ * file unlocked for a moment; if it then removes it, this process finds out
+ * (same_file) and gives up. */
+static int create_direct(const char *path, int *fd_out)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return errno == EEXIST ? CREATE_RETRY : create_error(path, errno);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !same_file(fd, path)) {
+        close(fd);
+        return busy_error(path);
+    }
+    *fd_out = fd;
+    return ST_OK;
+}
+
+/* Creates path as a new, empty, locked file; its descriptor in *fd_out.
+ * ST_OK, CREATE_RETRY (the path exists now), or an error. */
+static int create_locked(const char *path, int *fd_out)
+{
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp) return st_set_error(ST_ENOMEM, "out of memory");
+    snprintf(tmp, len, "%s.st-new-%ld", path, (long)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) { /* left by a killed process with our pid */
+        unlink(tmp);
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return e == ENAMETOOLONG ? create_direct(path, fd_out) : create_error(path, e);
+    }
+    int rc = ST_OK, direct = 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = st_set_error(ST_EIO, "cannot lock trace file '%s': %s", path, strerror(errno));
+    } else if (link(tmp, path) != 0) {
+        int e = errno;
+        if (e == EEXIST)
+            rc = CREATE_RETRY;
+        else if (e == EPERM || e == ENOTSUP || e == ENOSYS || e == EMLINK)
+            direct = 1;
+        else
+            rc = create_error(path, e);
+    } else if (!same_file(fd, path)) {
+        rc = busy_error(path);
+    }
+    unlink(tmp);
+    free(tmp);
+    if (rc != ST_OK || direct) {
+        close(fd);
+        return direct ? create_direct(path, fd_out) : rc;
+    }
+    *fd_out = fd;
+    return ST_OK;
+}
+
+/* Removes the trace this process created (t->lock_fd still holds its
+ * lock, so the path still names it) and releases the lock. */
+static void remove_own_trace(st_trace *t)
+{
+    if (t->lock_fd < 0) return;
+    if (same_file(t->lock_fd, t->path)) {
+        remove_side_files(t->path);
+        unlink(t->path);
+    }
+    close(t->lock_fd);
+    t->lock_fd = -1;
 }
 
 static int exec_sql(sqlite3 *db, const char *sql)
@@ -144,35 +302,41 @@ static int write_initial_meta(st_trace *t)
 static int create_file(st_trace *t)
 {
     const char *path = t->path;
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (S_ISDIR(sb.st_mode))
-            return st_set_error(ST_EINVAL, "trace path '%s' is a directory", path);
-        if (!t->opt.overwrite)
-            return st_set_error(ST_EEXIST,
-                                "trace file '%s' already exists (choose another path, or allow "
-                                "overwriting it)",
-                                path);
+    int rc = CREATE_RETRY;
+    for (int attempt = 0; rc == CREATE_RETRY; attempt++) {
+        struct stat sb;
+        if (attempt == 8) return busy_error(path); /* others keep making and removing it */
+        if (stat(path, &sb) == 0) {
+            if (S_ISDIR(sb.st_mode))
+                return st_set_error(ST_EINVAL, "trace path '%s' is a directory", path);
+            if (!S_ISREG(sb.st_mode))
+                return st_set_error(ST_EINVAL, "trace path '%s' is not a regular file", path);
+            if (file_is_live(path)) return busy_error(path);
+            if (!t->opt.overwrite)
+                return st_set_error(ST_EEXIST,
+                                    "trace file '%s' already exists (choose another path, or allow "
+                                    "overwriting it)",
+                                    path);
+            rc = remove_finished(path);
+            if (rc != CREATE_RETRY) return rc;
+        }
+        rc = create_locked(path, &t->lock_fd);
+        if (rc < 0) return rc;
     }
-    /* Probe the directory with a plain open first for a clear message. */
-    char probe[PATH_MAX + 16];
-    snprintf(probe, sizeof probe, "%s.st-probe", path);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0 && errno != EEXIST)
-        return st_set_error(ST_EIO, "cannot create trace file '%s': %s", path, strerror(errno));
-    if (fd >= 0) {
-        close(fd);
-        unlink(probe);
-    }
-    if (t->opt.overwrite) remove_trace_files(path);
+    /* The path is ours now: side files left there belong to no live trace
+     * (a -wal of a removed file would be replayed into the new one). */
+    remove_side_files(path);
 
     if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK) {
         st_set_error(ST_EIO, "cannot create trace file '%s': %s", path,
                      t->db ? sqlite3_errmsg(t->db) : "out of memory");
+        sqlite3_close(t->db);
+        t->db = NULL;
+        remove_own_trace(t);
         return ST_EIO;
     }
-    int rc = exec_sql(t->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+    rc = exec_sql(t->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
     if (!rc) rc = exec_sql(t->db, "BEGIN");
     if (!rc) rc = exec_sql(t->db, st_schema_sql);
     if (!rc) rc = write_initial_meta(t);
@@ -182,7 +346,7 @@ static int create_file(st_trace *t)
         snprintf(msg, sizeof msg, "cannot create trace file '%s': %s", path, st_last_error());
         sqlite3_close(t->db);
         t->db = NULL;
-        remove_trace_files(path);
+        remove_own_trace(t);
         return st_set_error(ST_EIO, "%s", msg);
     }
     return ST_OK;
@@ -212,6 +376,7 @@ static void free_trace(st_trace *t)
     free(t->gpu_items);
     for (size_t i = 0; i < t->gpu_strings_len; i++) free(t->gpu_strings[i].value);
     free(t->gpu_strings);
+    if (t->lock_fd >= 0) close(t->lock_fd); /* after SQLite closed the file: the trace is finished */
     free(t->path);
     free(t->program);
     free(t);
@@ -233,6 +398,7 @@ int st_open(st_trace **out, const st_options *opt)
 
     st_trace *t = calloc(1, sizeof *t);
     if (!t) return st_set_error(ST_ENOMEM, "out of memory");
+    t->lock_fd = -1;
     t->opt = *opt;
     t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");
     t->path = opt->path ? strdup(opt->path) : NULL;
@@ -268,7 +434,7 @@ int st_open(st_trace **out, const st_options *opt)
         t->agg = st_agg_create(opt->profile_interval, opt->on_window, opt->on_window_arg);
         if (!t->agg) {
             sqlite3_close(t->db);
-            remove_trace_files(t->path);
+            remove_own_trace(t);
             free_trace(t);
             return st_set_error(ST_ENOMEM, "out of memory");
         }
@@ -283,7 +449,7 @@ int st_open(st_trace **out, const st_options *opt)
         st_active_trace = NULL;
         st_nvtx_shutdown();
         sqlite3_close(t->db);
-        remove_trace_files(t->path);
+        remove_own_trace(t);
         free_trace(t);
         return rc;
     }

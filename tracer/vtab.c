@@ -24,6 +24,9 @@
  * re-checks them all (no constraint is omitted), so a value of an odd type
  * can at worst make the filter looser, never drop a row.
  *
+ * A row's rowid is its chunk's id times 2^32 plus its index in the chunk,
+ * the same in every scan, since SQLite merges the scans of an OR by rowid.
+ *
  * Built twice: into libstagetrace (entry point st_sql_register) and, with
  * -DST_SQLITE_EXTENSION, into the loadable extension stagetrace_ext.so
  * (entry point sqlite3_stagetraceext_init, for `.load build/stagetrace_ext`).
@@ -128,6 +131,34 @@ static int is_table(sqlite3 *db, const char *name, int *out)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* Row ids come from chunk ids (see chunk_rowid), so a chunk table's ids
+ * must be unique: they are when `id` is the table's primary key, as the
+ * writer makes it; a table made otherwise is checked row by row. */
+static int chunk_ids_unique(sqlite3 *db, const char *table, char **err)
+{
+    char *sql = sqlite3_mprintf(
+        "SELECT (SELECT count(*) = 1 AND max(name = 'id' COLLATE NOCASE) FROM pragma_table_info(%Q, 'main') "
+        "WHERE pk > 0) OR NOT EXISTS (SELECT 1 FROM main.%w GROUP BY id HAVING count(*) > 1)",
+        table, table);
+    if (!sql) return SQLITE_NOMEM;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) {
+        *err = sqlite3_mprintf("trace table '%s': %s", table, sqlite3_errmsg(db));
+        return rc;
+    }
+    rc = sqlite3_step(st);
+    int unique = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    if (rc != SQLITE_ROW)
+        *err = sqlite3_mprintf("trace table '%s': %s", table, sqlite3_errmsg(db));
+    else if (!unique)
+        *err = sqlite3_mprintf("trace table '%s': two chunks have the same id, so their rows cannot be told apart",
+                               table);
+    sqlite3_finalize(st);
+    return rc != SQLITE_ROW ? (rc == SQLITE_DONE ? SQLITE_ERROR : rc) : unique ? SQLITE_OK : SQLITE_CORRUPT;
+}
+
 static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                       sqlite3_vtab **out, char **err)
 {
@@ -145,6 +176,21 @@ static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
     }
     int sql_rc = SQLITE_OK;
     if (def->id == TABLE_GPU) sql_rc = is_table(db, "gpu_chunks", &vt->has_gpu_chunks);
+    const char *chunks = def->id == TABLE_RANGES     ? "range_chunks"
+                         : def->id == TABLE_COUNTERS ? "counter_chunks"
+                         : vt->has_gpu_chunks        ? "gpu_chunks"
+                                                     : NULL;
+    if (sql_rc == SQLITE_OK && chunks) {
+        char *why = NULL;
+        sql_rc = chunk_ids_unique(db, chunks, &why);
+        if (sql_rc != SQLITE_OK) {
+            *err = sqlite3_mprintf("stagetrace table '%s': %s", def->name, why ? why : "out of memory");
+            sqlite3_free(why);
+            st_reader_close(vt->reader);
+            sqlite3_free(vt);
+            return sql_rc == SQLITE_CORRUPT ? SQLITE_ERROR : sql_rc;
+        }
+    }
     if (sql_rc == SQLITE_OK) sql_rc = sqlite3_declare_vtab(db, def->schema);
     if (sql_rc == SQLITE_OK) sql_rc = sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
     if (sql_rc != SQLITE_OK) {
@@ -294,6 +340,25 @@ static void narrow(int64_t *lo, int64_t *hi, char op, sqlite3_value *v)
     }
 }
 
+/* A row's rowid: its chunk's id times 2^32 plus its index in the chunk
+ * (st_range_iter_pos), so that every scan of a table, whatever its filter,
+ * gives a row the same rowid and no two rows the same one: SQLite relies on
+ * that to merge the scans of an OR (docs/trace-format.md, "Row views"). */
+static int chunk_rowid(st_cursor *c, const char *table, int64_t chunk_id, uint32_t index)
+{
+    if (chunk_id < INT32_MIN || chunk_id > INT32_MAX) {
+        st_vtab *vt = (st_vtab *)c->base.pVtab;
+        sqlite3_free(vt->base.zErrMsg);
+        vt->base.zErrMsg = sqlite3_mprintf("trace table '%s': chunk id %lld is outside -2^31..2^31-1, "
+                                           "so its rows cannot be numbered",
+                                           table, (long long)chunk_id);
+        c->eof = 1;
+        return SQLITE_ERROR;
+    }
+    c->rowid = (sqlite3_int64)(((uint64_t)chunk_id << 32) | index);
+    return SQLITE_OK;
+}
+
 static int keep(const st_cursor *c, int col, int64_t value)
 {
     return value >= c->lo[col] && value <= c->hi[col];
@@ -315,8 +380,10 @@ static int next_range(st_cursor *c)
         if (keep(c, R_THREAD, r->thread) && keep(c, R_STAGE, r->stage) &&
             keep(c, R_START, r->start_ns) && keep(c, R_DUR, r->dur_ns) &&
             keep(c, R_END, r->start_ns + r->dur_ns) && keep(c, R_DEPTH, r->depth)) {
-            c->rowid++;
-            return SQLITE_OK;
+            int64_t chunk_id;
+            uint32_t index;
+            st_range_iter_pos(c->ranges, &chunk_id, &index);
+            return chunk_rowid(c, "range_chunks", chunk_id, index);
         }
     }
 }
@@ -336,8 +403,10 @@ static int next_sample(st_cursor *c)
         const st_sample_row *s = &c->sample;
         if (keep(c, C_THREAD, s->thread) && keep(c, C_COUNTER, s->counter) &&
             keep(c, C_TS, s->ts_ns)) {
-            c->rowid++;
-            return SQLITE_OK;
+            int64_t chunk_id;
+            uint32_t index;
+            st_sample_iter_pos(c->samples, &chunk_id, &index);
+            return chunk_rowid(c, "counter_chunks", chunk_id, index);
         }
     }
 }
@@ -359,8 +428,10 @@ static int next_gpu(st_cursor *c)
         c->eof = 1;
         return vt_error((st_vtab *)c->base.pVtab, rc);
     }
-    c->rowid++;
-    return SQLITE_OK;
+    int64_t chunk_id;
+    uint32_t index;
+    st_gpu_iter_pos(c->gpus, &chunk_id, &index);
+    return chunk_rowid(c, "gpu_chunks", chunk_id, index);
 }
 
 /* Traces without a gpu_chunks table (no GPU tracing) have no rows. */

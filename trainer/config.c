@@ -348,7 +348,8 @@ static void usage(FILE *f)
         "                             --profile-interval > 0; no trace otherwise)\n"
         "  --profile-steps A-B        cuda: cudaProfilerStart before step A, Stop after step B\n"
         "                             (nsys profile --capture-range=cudaProfilerApi)\n"
-        "  --overwrite                replace an existing trace file\n"
+        "  --overwrite                replace an existing trace file (never one that another\n"
+        "                             process is still writing)\n"
         "  --ring-records N           per-thread trace ring, a power of two from 64 to\n"
         "                             268435456 records of 24 bytes (default 262144)\n"
         "  --block-when-full          a thread whose ring is full waits for the writer\n"
@@ -357,8 +358,10 @@ static void usage(FILE *f)
         "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
         "  --help, --version\n"
         "\n"
-        "Exit status: 0 done, 1 runtime failure, 2 bad flags, 130 stopped by SIGINT/SIGTERM\n"
-        "(the trace is then flushed and says status = interrupted).\n");
+        "Exit status: 0 done; 1 runtime failure (among them a trace that cannot be created:\n"
+        "an unwritable directory, an existing file without --overwrite, a file another\n"
+        "process is writing); 2 bad flags; 130 stopped by SIGINT/SIGTERM (the trace is then\n"
+        "flushed and says status = interrupted).\n");
 }
 
 static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)

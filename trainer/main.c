@@ -23,6 +23,7 @@
 #include "st_intervals.h"
 #include "stagetrace.h"
 
+#define EXIT_RUNTIME 1 /* could not do what well-formed flags asked: the trace, the pipeline */
 #define EXIT_USAGE 2
 #define EXIT_INTERRUPTED 130
 
@@ -104,7 +105,7 @@ int main(int argc, char **argv)
         if (default_trace_path(path_buf, sizeof path_buf, err, sizeof err)) {
             fprintf(stderr, "trainer: %s\n", err);
             tr_data_close(data);
-            return EXIT_USAGE;
+            return EXIT_RUNTIME;
         }
         path = path_buf;
     }
@@ -134,7 +135,7 @@ int main(int argc, char **argv)
     if (st_open(&trace, &opt) != ST_OK) {
         fprintf(stderr, "trainer: cannot open the trace: %s\n", st_last_error());
         tr_data_close(data);
-        return EXIT_USAGE;
+        return EXIT_RUNTIME; /* the flags were fine; the file system said no */
     }
     /* GPU activity before the backend makes its first CUDA call, so that
      * nothing it launches is missed. */
@@ -149,7 +150,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "trainer: %s\n", err);
         tr_pipeline_destroy(pipe);
         st_close(trace);
-        return 1;
+        return EXIT_RUNTIME;
     }
     printf("trainer: %s backend, preset %s: vocab %d dim %d heads %d ffn %d target-layers %d "
            "taps ",
@@ -255,6 +256,6 @@ int main(int argc, char **argv)
         printf("; trace %s (%llu events dropped)", path, (unsigned long long)dropped);
     printf("\n");
     if (failed)
-        return 1;
+        return EXIT_RUNTIME;
     return interrupted ? EXIT_INTERRUPTED : 0;
 }
