@@ -203,36 +203,6 @@ fail:
     return -1;
 }
 
-/* A chunk of a thread the threads table does not have: the reader refuses
- * it when it reads all threads, and never sees it thread by thread, so it is
- * refused here once, whatever the command. */
-static int check_chunk_threads(an_trace *t)
-{
-    static const char *const tables[] = {"range_chunks", "counter_chunks"};
-    sqlite3 *db = st_reader_db(t->r);
-    for (int i = 0; i < 2; i++) {
-        char sql[200];
-        snprintf(sql, sizeof sql,
-                 "SELECT id, thread FROM main.%s WHERE thread NOT IN (SELECT id FROM main.threads) LIMIT 1",
-                 tables[i]);
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
-            return -1;
-        }
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            an_error("%s: trace table '%s': chunk %s names unknown thread %s", t->path, tables[i],
-                     (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
-        } else if (rc != SQLITE_DONE) {
-            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
-        }
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) return -1;
-    }
-    return 0;
-}
-
 int an_trace_open(an_trace *t, const char *path)
 {
     memset(t, 0, sizeof *t);
@@ -246,7 +216,7 @@ int an_trace_open(an_trace *t, const char *path)
     }
     int64_t first = 0, last = 0;
     int has = 0;
-    if (check_chunk_threads(t) || read_chunk_headers(t, &first, &last, &has)) {
+    if (read_chunk_headers(t, &first, &last, &has)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
     }

@@ -874,7 +874,7 @@ static void test_corrupt_chunks(void **state)
     static const struct {
         const char *sql, *message;
     } damage[] = {
-        {"UPDATE range_chunks SET data = 'not a blob' WHERE id = %lld", "wrongly typed"},
+        {"UPDATE range_chunks SET data = 'not a blob' WHERE id = %lld", "column 'data' is text, not a blob"},
         {"UPDATE range_chunks SET data = zeroblob(64) WHERE id = %lld", "corrupt"},
         {"UPDATE range_chunks SET n_events = n_events + 1 WHERE id = %lld", "corrupt"},
         {"UPDATE range_chunks SET n_events = n_events - 1 WHERE id = %lld", "corrupt"},

@@ -37,25 +37,26 @@ struct st_reader {
 static const char *const required_tables[] = {"meta", "threads", "stages", "counter_names",
                                               "steps", "range_chunks", "counter_chunks"};
 
-static int is_table(sqlite3 *db, const char *name)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT type FROM main.sqlite_schema WHERE name = ?", -1, &st,
-                           NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int ok = rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT &&
-             strcmp((const char *)sqlite3_column_text(st, 0), "table") == 0;
-    int err = rc != SQLITE_ROW && rc != SQLITE_DONE;
-    sqlite3_finalize(st);
-    return err ? -1 : ok;
-}
-
 static char *dup_text(sqlite3_stmt *st, int col)
 {
     const unsigned char *s = sqlite3_column_text(st, col);
     return strdup(s ? (const char *)s : "");
+}
+
+/* The text, cut to at most max bytes ending in "..." (at a UTF-8 character
+ * boundary) when it is longer. */
+static char *dup_bounded(sqlite3_stmt *st, int col, size_t max)
+{
+    const char *s = (const char *)sqlite3_column_text(st, col);
+    size_t n = s ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (n <= max) return strdup(s ? s : "");
+    size_t keep = max - 3;
+    while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80) keep--;
+    char *out = malloc(keep + 4);
+    if (!out) return NULL;
+    memcpy(out, s, keep);
+    memcpy(out + keep, "...", 4);
+    return out;
 }
 
 static int int_col(sqlite3_stmt *st, int col, int64_t *out)
@@ -261,27 +262,317 @@ static int load_steps(st_reader *r)
     return ST_OK;
 }
 
+/* ---- validation at open ----
+ *
+ * Before anything is read, each table of the format is checked to be the
+ * plain table docs/trace-format.md defines (a table, not a view or virtual
+ * table; its columns stored, none generated), then every row of it in one
+ * pass: each column's type, names no longer than ST_NAME_MAX bytes, unique
+ * keys, chunks of known threads. The first fault found, in table order and
+ * then row order, is the error: the same for every reader of the file,
+ * whatever it reads afterwards and in whatever order. */
+
+enum { COL_INT, COL_TEXT, COL_NAME, COL_BLOB };
+
+typedef struct col_spec {
+    const char *name;
+    int type;
+} col_spec;
+
+typedef struct table_spec {
+    const char *name;
+    const char *key_name; /* how a row's key is named in messages ("id", "key", "step") */
+    int key;              /* column whose values are unique; -1 none */
+    int thread_ref;       /* column that must name a thread in `threads`; -1 none */
+    int n_cols;
+    col_spec cols[8];
+} table_spec;
+
+static const table_spec meta_spec = {"meta", "key", 0, -1, 2, {{"key", COL_NAME}, {"value", COL_TEXT}}};
+static const table_spec small_specs[] = {
+    {"threads", "id", 0, -1, 7,
+     {{"id", COL_INT}, {"os_tid", COL_INT}, {"name", COL_NAME}, {"role", COL_NAME}, {"device", COL_INT},
+      {"rank", COL_INT}, {"dropped", COL_INT}}},
+    {"stages", "id", 0, -1, 3, {{"id", COL_INT}, {"name", COL_NAME}, {"kind", COL_NAME}}},
+    {"counter_names", "id", 0, -1, 3, {{"id", COL_INT}, {"name", COL_NAME}, {"unit", COL_NAME}}},
+    {"steps", "step", 0, -1, 4, {{"step", COL_INT}, {"ts_ns", COL_INT}, {"tokens", COL_INT}, {"thread", COL_INT}}},
+};
+static const table_spec chunk_specs[] = {
+    {"range_chunks", "id", 0, 1, 7,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_events", COL_INT},
+      {"n_ranges", COL_INT}, {"data", COL_BLOB}}},
+    {"counter_chunks", "id", 0, 1, 6,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_samples", COL_INT},
+      {"data", COL_BLOB}}},
+};
+/* Optional: present only in traces with GPU activity. */
+static const table_spec gpu_specs[] = {
+    {"gpu_chunks", "id", 0, -1, 7,
+     {{"id", COL_INT}, {"device", COL_INT}, {"stream", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT},
+      {"n_records", COL_INT}, {"data", COL_BLOB}}},
+    {"gpu_strings", "id", 0, -1, 2, {{"id", COL_INT}, {"value", COL_TEXT}}},
+};
+
+/* Meta keys whose value is a decimal integer. */
+static const char *const meta_int_keys[] = {
+    "schema_version", "start_ns",       "end_ns",         "tsc_hz",        "pid",
+    "rank",           "world_size",     "profile_interval", "commit_ms",   "ring_records",
+    "dropped_events", "unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters",
+    "gpu_dropped_records",
+};
+
+/* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a
+ * view, 3 a virtual table, 4 something else (an index); -1 error. Names are
+ * compared as SQLite compares them, without case. */
+static int object_kind(sqlite3 *db, const char *name)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT type, sql FROM main.sqlite_schema WHERE name = ?1 COLLATE NOCASE", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), kind = 0;
+    if (rc == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 0);
+        const char *sql = (const char *)sqlite3_column_text(st, 1);
+        if (!type) kind = 4;
+        else if (strcmp(type, "view") == 0) kind = 2;
+        else if (strcmp(type, "table") != 0) kind = 4;
+        else if (sql && sqlite3_strnicmp(sql, "CREATE VIRTUAL", 14) == 0) kind = 3;
+        else kind = 1;
+    }
+    int err = rc != SQLITE_ROW && rc != SQLITE_DONE;
+    sqlite3_finalize(st);
+    return err ? -1 : kind;
+}
+
+static int is_table(sqlite3 *db, const char *name)
+{
+    int kind = object_kind(db, name);
+    return kind < 0 ? -1 : kind == 1;
+}
+
+/* The table is the plain table of the format: a table, each column the
+ * format names present, no column generated or hidden. Extra stored
+ * columns are allowed (and ignored). */
+static int check_shape(sqlite3 *db, const table_spec *t)
+{
+    int kind = object_kind(db, t->name);
+    if (kind < 0) return bad(t->name, sqlite3_errmsg(db));
+    if (kind == 2) return bad(t->name, "it is a view, not a plain table");
+    if (kind == 3) return bad(t->name, "it is a virtual table, not a plain table");
+    if (kind != 1) return bad(t->name, "it is not a plain table");
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT name, hidden FROM pragma_table_xinfo('%s', 'main')", t->name);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return bad(t->name, sqlite3_errmsg(db));
+    int rc, found[8] = {0}, err = ST_OK;
+    while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        int hidden = sqlite3_column_int(st, 1);
+        if (hidden)
+            err = st_set_error(ST_ECORRUPT, "trace table '%s': column '%.64s' is %s, not a stored column", t->name,
+                               name ? name : "", hidden == 1 ? "hidden" : "generated");
+        for (int i = 0; name && i < t->n_cols; i++)
+            if (sqlite3_stricmp(name, t->cols[i].name) == 0) found[i] = 1;
+    }
+    if (!err && rc != SQLITE_DONE) err = bad(t->name, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    for (int i = 0; !err && i < t->n_cols; i++)
+        if (!found[i])
+            err = st_set_error(ST_ECORRUPT, "trace table '%s': it has no column '%s'", t->name, t->cols[i].name);
+    return err;
+}
+
+static const char *type_name(int sqlite_type)
+{
+    switch (sqlite_type) {
+    case SQLITE_INTEGER: return "an integer";
+    case SQLITE_FLOAT: return "a real";
+    case SQLITE_TEXT: return "text";
+    case SQLITE_BLOB: return "a blob";
+    default: return "null";
+    }
+}
+
+static int type_of(const char *typeof_text)
+{
+    if (!typeof_text) return SQLITE_NULL;
+    switch (typeof_text[0]) {
+    case 'i': return SQLITE_INTEGER;
+    case 'r': return SQLITE_FLOAT;
+    case 't': return SQLITE_TEXT;
+    case 'b': return SQLITE_BLOB;
+    default: return SQLITE_NULL;
+    }
+}
+
+static int is_decimal(const char *s)
+{
+    if (*s == '-') s++;
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+typedef struct row_key {
+    int64_t key, row;
+    char *text; /* text keys (meta) */
+} row_key;
+
+static int cmp_row_key(const void *pa, const void *pb)
+{
+    const row_key *a = pa, *b = pb;
+    int c = a->text ? strcmp(a->text, b->text) : (a->key > b->key) - (a->key < b->key);
+    return c ? c : (a->row > b->row) - (a->row < b->row);
+}
+
+static int same_key(const row_key *a, const row_key *b)
+{
+    return a->text ? strcmp(a->text, b->text) == 0 : a->key == b->key;
+}
+
+/* "row 3 (id 7)": the row's place in the table (1-based, stored order) and its key, when it has one. */
+static void row_label(char *buf, size_t size, const table_spec *t, sqlite3_stmt *st, int64_t row)
+{
+    int k = t->n_cols; /* the key's value follows the types */
+    int type = sqlite3_column_type(st, k);
+    if (type == SQLITE_INTEGER && t->cols[t->key].type == COL_INT)
+        snprintf(buf, size, "row %lld (%s %lld)", (long long)row, t->key_name, (long long)sqlite3_column_int64(st, k));
+    else if (type == SQLITE_TEXT && t->cols[t->key].type != COL_INT && sqlite3_column_bytes(st, k) <= ST_NAME_MAX)
+        snprintf(buf, size, "row %lld (%s '%.64s')", (long long)row, t->key_name, (const char *)sqlite3_column_text(st, k));
+    else
+        snprintf(buf, size, "row %lld", (long long)row);
+}
+
+/* One pass over the rows of t: types, name lengths, keys, thread references,
+ * meta's integer values. */
+static int check_rows(st_reader *r, const table_spec *t)
+{
+    /* typeof() of every column, then the key, then the columns whose values are looked at. */
+    char sql[1024];
+    size_t len = (size_t)snprintf(sql, sizeof sql, "SELECT ");
+    for (int i = 0; i < t->n_cols; i++)
+        len += (size_t)snprintf(sql + len, sizeof sql - len, "typeof(\"%s\"), ", t->cols[i].name);
+    len += (size_t)snprintf(sql + len, sizeof sql - len, "\"%s\"", t->cols[t->key].name);
+    for (int i = 0; i < t->n_cols; i++)
+        if (t->cols[i].type == COL_NAME || t->cols[i].type == COL_TEXT || i == t->thread_ref)
+            len += (size_t)snprintf(sql + len, sizeof sql - len, ", \"%s\"", t->cols[i].name);
+        else
+            len += (size_t)snprintf(sql + len, sizeof sql - len, ", NULL");
+    snprintf(sql + len, sizeof sql - len, " FROM main.\"%s\" NOT INDEXED", t->name);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return bad(t->name, sqlite3_errmsg(r->db));
+    row_key *keys = NULL;
+    size_t n_keys = 0, cap = 0;
+    int rc, err = ST_OK;
+    int64_t row = 0;
+    char label[128];
+    while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        row++;
+        for (int i = 0; !err && i < t->n_cols; i++) {
+            int want = t->cols[i].type == COL_INT ? SQLITE_INTEGER : t->cols[i].type == COL_BLOB ? SQLITE_BLOB : SQLITE_TEXT;
+            int got = type_of((const char *)sqlite3_column_text(st, i));
+            if (got != want) {
+                row_label(label, sizeof label, t, st, row);
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': %s: column '%s' is %s, not %s", t->name, label,
+                                   t->cols[i].name, type_name(got), type_name(want));
+                break;
+            }
+            int v = t->n_cols + 1 + i;
+            int bytes = sqlite3_column_bytes(st, v);
+            if ((t->cols[i].type == COL_NAME && bytes > ST_NAME_MAX) ||
+                (t->cols[i].type == COL_TEXT && t == &meta_spec && bytes > ST_META_VALUE_MAX)) {
+                row_label(label, sizeof label, t, st, row);
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': %s: column '%s' is %d bytes long, more than %d",
+                                   t->name, label, t->cols[i].name, bytes,
+                                   t->cols[i].type == COL_NAME ? ST_NAME_MAX : ST_META_VALUE_MAX);
+            }
+        }
+        if (!err && t->thread_ref >= 0) {
+            int64_t thread = sqlite3_column_int64(st, t->n_cols + 1 + t->thread_ref);
+            if (thread < 0 || thread > UINT32_MAX || !st_reader_thread_by_id(r, (uint32_t)thread))
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld names unknown thread %lld", t->name,
+                                   (long long)sqlite3_column_int64(st, t->n_cols), (long long)thread);
+        }
+        if (!err && t == &meta_spec) {
+            const char *key = (const char *)sqlite3_column_text(st, t->n_cols + 1);
+            const char *value = (const char *)sqlite3_column_text(st, t->n_cols + 2);
+            for (size_t i = 0; key && value && i < sizeof meta_int_keys / sizeof meta_int_keys[0]; i++)
+                if (strcmp(key, meta_int_keys[i]) == 0 && !is_decimal(value)) {
+                    row_label(label, sizeof label, t, st, row);
+                    err = st_set_error(ST_ECORRUPT, "trace table 'meta': %s: value '%.32s%s' is not an integer",
+                                       label, value, strlen(value) > 32 ? "..." : "");
+                }
+        }
+        if (err) break;
+        if (n_keys == cap) {
+            cap = cap ? cap * 2 : 64;
+            row_key *k = realloc(keys, cap * sizeof *k);
+            if (!k) {
+                err = st_set_error(ST_ENOMEM, "out of memory");
+                break;
+            }
+            keys = k;
+        }
+        row_key *k = &keys[n_keys];
+        k->row = row;
+        k->key = sqlite3_column_int64(st, t->n_cols);
+        k->text = NULL;
+        if (t->cols[t->key].type != COL_INT && !(k->text = strdup((const char *)sqlite3_column_text(st, t->n_cols)))) {
+            err = st_set_error(ST_ENOMEM, "out of memory");
+            break;
+        }
+        n_keys++;
+    }
+    if (!err && rc != SQLITE_DONE) err = bad(t->name, sqlite3_errmsg(r->db));
+    sqlite3_finalize(st);
+    if (!err && n_keys > 1) {
+        /* The duplicate met first in row order: the smallest second row of a key. */
+        qsort(keys, n_keys, sizeof *keys, cmp_row_key);
+        size_t dup = SIZE_MAX;
+        for (size_t i = 1; i < n_keys; i++)
+            if (same_key(&keys[i], &keys[i - 1]) && (i < 2 || !same_key(&keys[i - 1], &keys[i - 2])) &&
+                (dup == SIZE_MAX || keys[i].row < keys[dup].row))
+                dup = i;
+        if (dup != SIZE_MAX) {
+            if (keys[dup].text)
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': row %lld: %s '%.64s' is also in row %lld (%ss must be unique)",
+                                   t->name, (long long)keys[dup].row, t->key_name, keys[dup].text,
+                                   (long long)keys[dup - 1].row, t->key_name);
+            else
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': row %lld: %s %lld is also in row %lld (%ss must be unique)",
+                                   t->name, (long long)keys[dup].row, t->key_name, (long long)keys[dup].key,
+                                   (long long)keys[dup - 1].row, t->key_name);
+        }
+    }
+    for (size_t i = 0; i < n_keys; i++) free(keys[i].text);
+    free(keys);
+    return err;
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
     const char *where = path ? path : file && *file ? file : "database";
     for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
-        int ok = is_table(r->db, required_tables[i]);
-        if (ok < 0) {
+        int kind = object_kind(r->db, required_tables[i]);
+        if (kind < 0) {
             int code = sqlite3_errcode(r->db);
             if (code == SQLITE_NOTADB)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a SQLite file, so not a stagetrace trace", where);
             return st_set_error(ST_ECORRUPT, "cannot read '%s': %s", where, sqlite3_errmsg(r->db));
         }
-        if (!ok) {
+        if (!kind) {
             if (strcmp(required_tables[i], "meta") == 0)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (it has no meta table)", where);
             return st_set_error(ST_ECORRUPT, "'%s' is not a complete stagetrace trace: table '%s' is missing",
                                 where, required_tables[i]);
         }
     }
-    int rc = load_meta(r);
-    if (rc) return rc;
+    int rc;
+    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r))) return rc;
     const char *version = st_reader_meta(r, "schema_version");
     if (!version)
         return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (meta has no schema_version)", where);
@@ -294,10 +585,28 @@ static int load(st_reader *r, const char *path)
                             "'%s' uses trace schema version %ld; this stagetrace reads version %d "
                             "(use a matching stagetrace release)",
                             where, v, ST_SCHEMA_VERSION);
-    if ((rc = load_threads(r)) || (rc = load_stages(r)) || (rc = load_counters(r)) ||
-        (rc = load_steps(r)))
+    for (size_t i = 0; i < sizeof small_specs / sizeof small_specs[0]; i++)
+        if ((rc = check_shape(r->db, &small_specs[i])) || (rc = check_rows(r, &small_specs[i]))) return rc;
+    if ((rc = load_threads(r)) || (rc = load_stages(r)) || (rc = load_counters(r)) || (rc = load_steps(r)))
         return rc;
+    for (size_t i = 0; i < sizeof chunk_specs / sizeof chunk_specs[0]; i++)
+        if ((rc = check_shape(r->db, &chunk_specs[i])) || (rc = check_rows(r, &chunk_specs[i]))) return rc;
+    for (size_t i = 0; i < sizeof gpu_specs / sizeof gpu_specs[0]; i++) {
+        int kind = object_kind(r->db, gpu_specs[i].name);
+        if (kind < 0) return bad(gpu_specs[i].name, sqlite3_errmsg(r->db));
+        if (kind && ((rc = check_shape(r->db, &gpu_specs[i])) || (rc = check_rows(r, &gpu_specs[i])))) return rc;
+    }
     return ST_OK;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    return "not a plain file";
 }
 
 static void harden(sqlite3 *db)
@@ -316,6 +625,24 @@ int st_reader_open(st_reader **out, const char *path)
     if (stat(path, &sb) != 0)
         return st_set_error(ST_EIO, "cannot open trace '%s': %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return st_set_error(ST_EIO, "cannot open trace '%s': it is a directory", path);
+    /* SQLite would block opening a FIFO, and read a device forever. */
+    if (!S_ISREG(sb.st_mode))
+        return st_set_error(ST_EIO, "cannot open trace '%s': it is not a regular file (%s)", path, file_kind(sb.st_mode));
+    /* The same for the side files SQLite opens beside it. */
+    static const char *const sides[] = {"-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        size_t n = strlen(path);
+        char *side = malloc(n + 9);
+        if (!side) return st_set_error(ST_ENOMEM, "out of memory");
+        memcpy(side, path, n);
+        strcpy(side + n, sides[i]);
+        struct stat ss;
+        int odd = stat(side, &ss) == 0 && !S_ISREG(ss.st_mode);
+        free(side);
+        if (odd)
+            return st_set_error(ST_EIO, "cannot open trace '%s': its side file '%s%s' is not a regular file (%s)", path,
+                                path, sides[i], file_kind(ss.st_mode));
+    }
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
     r->owns_db = 1;
@@ -791,7 +1118,11 @@ static int gpu_load_names(st_gpu_iter *it)
             it->n_names = (uint32_t)id + 1;
         }
         free(it->names[id]);
-        it->names[id] = dup_text(st, 1);
+        it->names[id] = dup_bounded(st, 1, ST_GPU_NAME_MAX);
+        if (!it->names[id]) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return bad("gpu_strings", sqlite3_errmsg(it->r->db));

@@ -50,7 +50,20 @@ typedef struct st_step_info {
 
 typedef struct st_reader st_reader;
 
-/* Returns ST_OK or a negative code; st_last_error() says what is wrong
+/* Limits a reader holds a trace to (docs/trace-format.md), so that what
+ * analyze prints stays bounded: names (threads, stages, counters, meta keys)
+ * of at most ST_NAME_MAX bytes and meta values of at most ST_META_VALUE_MAX,
+ * else the open fails; kernel names (gpu_strings) longer than
+ * ST_GPU_NAME_MAX bytes are cut there, ending in "...". */
+#define ST_META_VALUE_MAX 65536
+#define ST_GPU_NAME_MAX 4096
+
+/* Opens a trace read-only and validates it before anything is read: each
+ * table the plain table of the format (not a view, no generated column),
+ * every value of the small tables and every chunk row's columns of the type
+ * the format says, keys unique, chunks of known threads. path must be a
+ * regular file (a FIFO or device is refused, never opened).
+ * Returns ST_OK or a negative code; st_last_error() says what is wrong
  * ("not a stagetrace trace", "schema version 7 is newer than ...", ...). */
 int st_reader_open(st_reader **out, const char *path);
 /* Reads a trace through a connection the caller owns (virtual tables). */
