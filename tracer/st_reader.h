@@ -83,6 +83,20 @@ const st_counter_info *st_reader_counter(const st_reader *r, uint32_t id);
 uint32_t st_reader_n_steps(const st_reader *r); /* sorted by step */
 const st_step_info *st_reader_step(const st_reader *r, uint32_t index);
 
+/* What the chunk tables' headers say, in one pass over them: the earliest
+ * t0_ns and latest t1_ns of the range chunks and the sum of their n_ranges
+ * (rows with t0_ns > t1_ns or a negative count left out: headers are only
+ * hints), the sum of the counter chunks' n_samples. The same pass checks
+ * the type of every column of every chunk row (otherwise checked as each
+ * chunk is read), so that a caller that reads no chunk still refuses a
+ * mistyped one, with the message a read of it would give. */
+typedef struct st_chunk_totals {
+    int has_ranges;
+    int64_t first_ns, last_ns;
+    double n_ranges, n_samples;
+} st_chunk_totals;
+int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out);
+
 /* Ranges: each completed range once, in the order they ended (per thread;
  * threads one after another by id). thread < 0: all threads. Only ranges
  * overlapping [t0_ns, t1_ns) are returned (t0 = INT64_MIN, t1 = INT64_MAX
