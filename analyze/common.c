@@ -162,74 +162,22 @@ int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out)
 }
 
 /* First and last range event from the chunk headers, and totals for progress
- * and info. The headers are untrusted too: rows of the wrong type or with
- * t0 > t1 are left out, and sums are done in floating point (no overflow). */
+ * and info (the reader's one pass over them, which also type-checks every
+ * chunk row, so every command refuses a mistyped one). */
 static int read_chunk_headers(an_trace *t, int64_t *first, int64_t *last, int *has)
 {
-    sqlite3 *db = st_reader_db(t->r);
-    sqlite3_stmt *st;
-    static const char sql[] =
-        "SELECT min(t0_ns), max(t1_ns), total(n_ranges) FROM main.range_chunks "
-        "WHERE typeof(t0_ns) = 'integer' AND typeof(t1_ns) = 'integer' AND t0_ns <= t1_ns "
-        "AND typeof(n_ranges) = 'integer' AND n_ranges >= 0";
-    static const char sql2[] =
-        "SELECT total(n_samples) FROM main.counter_chunks "
-        "WHERE typeof(n_samples) = 'integer' AND n_samples >= 0";
-    *has = 0;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) goto fail;
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        goto fail;
+    st_chunk_totals tot;
+    if (st_reader_chunk_totals(t->r, &tot) != ST_OK) {
+        an_trace_fail(t);
+        return -1;
     }
-    if (sqlite3_column_type(st, 0) == SQLITE_INTEGER && sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
-        *first = sqlite3_column_int64(st, 0);
-        *last = sqlite3_column_int64(st, 1);
-        *has = 1;
+    *has = tot.has_ranges;
+    if (*has) {
+        *first = tot.first_ns;
+        *last = tot.last_ns;
     }
-    double n = sqlite3_column_double(st, 2);
-    t->n_ranges_hint = n > 0 && n < 1.8e19 ? (uint64_t)n : 0;
-    sqlite3_finalize(st);
-    if (sqlite3_prepare_v2(db, sql2, -1, &st, NULL) != SQLITE_OK) goto fail;
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        goto fail;
-    }
-    n = sqlite3_column_double(st, 0);
-    t->n_samples_hint = n > 0 && n < 1.8e19 ? (uint64_t)n : 0;
-    sqlite3_finalize(st);
-    return 0;
-fail:
-    an_error("%s: cannot read the chunk tables: %s", t->path, sqlite3_errmsg(db));
-    return -1;
-}
-
-/* A chunk of a thread the threads table does not have: the reader refuses
- * it when it reads all threads, and never sees it thread by thread, so it is
- * refused here once, whatever the command. */
-static int check_chunk_threads(an_trace *t)
-{
-    static const char *const tables[] = {"range_chunks", "counter_chunks"};
-    sqlite3 *db = st_reader_db(t->r);
-    for (int i = 0; i < 2; i++) {
-        char sql[200];
-        snprintf(sql, sizeof sql,
-                 "SELECT id, thread FROM main.%s WHERE thread NOT IN (SELECT id FROM main.threads) LIMIT 1",
-                 tables[i]);
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
-            return -1;
-        }
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            an_error("%s: trace table '%s': chunk %s names unknown thread %s", t->path, tables[i],
-                     (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
-        } else if (rc != SQLITE_DONE) {
-            an_error("%s: cannot read table '%s': %s", t->path, tables[i], sqlite3_errmsg(db));
-        }
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) return -1;
-    }
+    t->n_ranges_hint = tot.n_ranges > 0 && tot.n_ranges < 1.8e19 ? (uint64_t)tot.n_ranges : 0;
+    t->n_samples_hint = tot.n_samples > 0 && tot.n_samples < 1.8e19 ? (uint64_t)tot.n_samples : 0;
     return 0;
 }
 
@@ -342,7 +290,7 @@ int an_trace_open(an_trace *t, const char *path)
     }
     int64_t first = 0, last = 0;
     int has = 0;
-    if (check_chunk_threads(t) || read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
+    if (read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
     }

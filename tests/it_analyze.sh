@@ -67,7 +67,7 @@ done
 grep -q "schema version 7" info_badversion.err || fail "unknown version: $(cat info_badversion.err)"
 grep -q "not a SQLite file" info_notsqlite.err || fail "not sqlite: $(cat info_notsqlite.err)"
 grep -q "table 'steps' is missing" info_missingtable.err || fail "missing table: $(cat info_missingtable.err)"
-grep -q "table 'stages' is missing" info_viewtrap.err || fail "a view is not the table: $(cat info_viewtrap.err)"
+grep -q "trace table 'stages': it is a view, not a plain table" info_viewtrap.err || fail "a view is not the table: $(cat info_viewtrap.err)"
 grep -q "stage 3 has unknown kind 'bogus'" info_badkind.err || fail "unknown kind: $(cat info_badkind.err)"
 for f in zero notsqlite badversion missingtable corruptchunk badtypes badkind unknownthread unknownstage viewtrap truncated nonexistent; do
     expect_usage "summary_$f" "$A" summary "$f.sqlite"

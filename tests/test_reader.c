@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -792,6 +793,170 @@ static void test_sql_counters(void **state)
     sqlite3_close(db);
 }
 
+/* ---- (c) validation at open: hostile and malformed traces ---- */
+
+/* A copy of the recorded trace, changed by sql (a writable handle; the
+ * reader never writes). */
+static void hostile_copy(const char *from, const char *to, const char *sql)
+{
+    remove_trace_files(to);
+    size_t n;
+    char *data = read_file(from, &n);
+    FILE *out = fopen(to, "wb");
+    assert_non_null(out);
+    assert_int_equal(fwrite(data, 1, n, out), n);
+    assert_int_equal(fclose(out), 0);
+    free(data);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(to, &db), SQLITE_OK);
+    exec_sql(db, sql);
+    sqlite3_close(db);
+}
+
+/* The table without its declared types and constraints (rows kept in
+ * order), so that values the writer's schema would refuse can be stored. */
+#define LOOSEN(t) "CREATE TABLE loose AS SELECT * FROM " t " ORDER BY rowid; DROP TABLE " t "; " \
+                  "ALTER TABLE loose RENAME TO " t "; "
+
+static const struct {
+    const char *sql;
+    const char *arg_sql[3]; /* values for the message's %lld, read from the changed copy */
+    const char *message;
+    int at_read;            /* opens; the chunk pass (st_reader_chunk_totals) refuses it */
+} damages[] = {
+    {"UPDATE meta SET value = CAST('1' AS BLOB) WHERE key = 'schema_version'",
+     {"SELECT count(*) FROM meta WHERE rowid <= (SELECT rowid FROM meta WHERE key = 'schema_version')"},
+     "trace table 'meta': row %lld (key 'schema_version'): column 'value' is a blob, not text", 0},
+    {"UPDATE meta SET value = 'abc' WHERE key = 'start_ns'",
+     {"SELECT count(*) FROM meta WHERE rowid <= (SELECT rowid FROM meta WHERE key = 'start_ns')"},
+     "trace table 'meta': row %lld (key 'start_ns'): value 'abc' is not an integer", 0},
+    {LOOSEN("meta") "INSERT INTO meta VALUES ('program', 'again')",
+     {"SELECT count(*) FROM meta", "SELECT count(*) FROM meta WHERE rowid <= (SELECT min(rowid) FROM meta WHERE key = 'program')"},
+     "trace table 'meta': row %lld: key 'program' is also in row %lld (keys must be unique)", 0},
+    {"UPDATE meta SET value = printf('%.*c', 70000, 'a') WHERE key = 'argv'",
+     {"SELECT count(*) FROM meta WHERE rowid <= (SELECT rowid FROM meta WHERE key = 'argv')"},
+     "trace table 'meta': row %lld (key 'argv'): column 'value' is 70000 bytes long, more than 65536", 0},
+    {LOOSEN("threads") "UPDATE threads SET name = NULL WHERE id = 1", {NULL},
+     "trace table 'threads': row 2 (id 1): column 'name' is null, not text", 0},
+    {LOOSEN("threads") "INSERT INTO threads SELECT * FROM threads WHERE id = 2", {NULL},
+     "trace table 'threads': row 5: id 2 is also in row 3 (ids must be unique)", 0},
+    {"UPDATE threads SET device = 1.5 WHERE id = 3", {NULL},
+     "trace table 'threads': row 4 (id 3): column 'device' is a real, not an integer", 0},
+    {LOOSEN("stages") "INSERT INTO stages VALUES (3, 'again', 'work')", {NULL},
+     "trace table 'stages': row 10: id 3 is also in row 4 (ids must be unique)", 0},
+    {"UPDATE stages SET name = printf('%.*c', 300, 'x') WHERE id = 0", {NULL},
+     "trace table 'stages': row 1 (id 0): column 'name' is 300 bytes long, more than 256", 0},
+    {LOOSEN("counter_names") "INSERT INTO counter_names VALUES (0, 'again', '')", {NULL},
+     "trace table 'counter_names': row 4: id 0 is also in row 1 (ids must be unique)", 0},
+    {LOOSEN("steps") "INSERT INTO steps SELECT * FROM steps WHERE step = 1", {NULL},
+     "trace table 'steps': row 5: step 1 is also in row 2 (steps must be unique)", 0},
+    {"UPDATE steps SET ts_ns = 'abc' WHERE step = 2", {NULL},
+     "trace table 'steps': row 3 (step 2): column 'ts_ns' is text, not an integer", 0},
+    {LOOSEN("range_chunks") "UPDATE range_chunks SET thread = NULL WHERE id = (SELECT min(id) FROM range_chunks)",
+     {"SELECT min(id) FROM range_chunks"},
+     "trace table 'range_chunks': row 1 (id %lld): column 'thread' is null, not an integer", 0},
+    {LOOSEN("range_chunks") "INSERT INTO range_chunks SELECT * FROM range_chunks WHERE id = (SELECT max(id) FROM "
+     "range_chunks)",
+     {"SELECT count(*) FROM range_chunks", "SELECT max(id) FROM range_chunks", "SELECT max(id) FROM range_chunks"},
+     "trace table 'range_chunks': row %lld: id %lld is also in row %lld (ids must be unique)", 0},
+    {"UPDATE range_chunks SET thread = 9 WHERE id = (SELECT min(id) FROM range_chunks)",
+     {"SELECT min(id) FROM range_chunks"}, "trace table 'range_chunks': chunk %lld names unknown thread 9", 0},
+    {"UPDATE counter_chunks SET thread = -1 WHERE id = (SELECT max(id) FROM counter_chunks)",
+     {"SELECT max(id) FROM counter_chunks"}, "trace table 'counter_chunks': chunk %lld names unknown thread -1", 0},
+    {"UPDATE range_chunks SET t0_ns = 'abc' WHERE id = (SELECT max(id) FROM range_chunks)",
+     {"SELECT max(id) FROM range_chunks"}, "trace table 'range_chunks': chunk %lld: column 't0_ns' is text, not an integer", 1},
+    {"UPDATE range_chunks SET n_ranges = 2.5 WHERE id = (SELECT min(id) FROM range_chunks)",
+     {"SELECT min(id) FROM range_chunks"}, "trace table 'range_chunks': chunk %lld: column 'n_ranges' is a real, not an integer", 1},
+    {"UPDATE counter_chunks SET data = 'text' WHERE id = (SELECT min(id) FROM counter_chunks)",
+     {"SELECT min(id) FROM counter_chunks"}, "trace table 'counter_chunks': chunk %lld: column 'data' is text, not a blob", 1},
+    {"CREATE TABLE x AS SELECT id, os_tid, role, device, rank, dropped FROM threads; DROP TABLE threads; "
+     "CREATE TABLE threads(id INTEGER PRIMARY KEY, os_tid, name TEXT GENERATED ALWAYS AS (printf('%.*c', 100000000, "
+     "'x')), role, device, rank, dropped); INSERT INTO threads(id, os_tid, role, device, rank, dropped) SELECT * FROM x",
+     {NULL}, "trace table 'threads': column 'name' is generated, not a stored column", 0},
+    {"ALTER TABLE threads RENAME TO t; CREATE VIEW threads AS SELECT * FROM t", {NULL},
+     "trace table 'threads': it is a view, not a plain table", 0},
+    {"CREATE TABLE x AS SELECT id, os_tid, name, role, device, rank FROM threads; DROP TABLE threads; "
+     "ALTER TABLE x RENAME TO threads",
+     {NULL}, "trace table 'threads': it has no column 'dropped'", 0},
+    {"CREATE VIEW gpu_chunks AS SELECT 1 AS id", {NULL}, "trace table 'gpu_chunks': it is a view, not a plain table", 0},
+    {"CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT); INSERT INTO gpu_strings VALUES (1, NULL)", {NULL},
+     "trace table 'gpu_strings': row 1 (id 1): column 'value' is null, not text", 0},
+};
+
+static void test_validation(void **state)
+{
+    fixture *f = *state;
+    char path[512], want[512];
+    tmp_path(path, sizeof path, "hostile.sqlite");
+    for (size_t i = 0; i < sizeof damages / sizeof damages[0]; i++) {
+        hostile_copy(f->path, path, damages[i].sql);
+        long long arg[3] = {0, 0, 0};
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        for (int a = 0; a < 3 && damages[i].arg_sql[a]; a++) arg[a] = sql_int(db, damages[i].arg_sql[a]);
+        sqlite3_close(db);
+        snprintf(want, sizeof want, damages[i].message, arg[0], arg[1], arg[2]);
+        st_reader *r = NULL;
+        int rc = st_reader_open(&r, path);
+        if (damages[i].at_read) {
+            if (rc != ST_OK) fail_msg("damage %zu: open failed: %s", i, st_last_error());
+            st_chunk_totals tot;
+            rc = st_reader_chunk_totals(r, &tot);
+            st_reader_close(r);
+        }
+        if (rc != ST_ECORRUPT) fail_msg("damage %zu: %d, not ST_ECORRUPT (%s)", i, rc, st_last_error());
+        if (strcmp(st_last_error(), want) != 0)
+            fail_msg("damage %zu: message\n  '%s', wanted\n  '%s'", i, st_last_error(), want);
+        /* A connection the caller owns (the SQL extension) gets the same. */
+        if (!damages[i].at_read) {
+            assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+            assert_int_equal(st_reader_open_db(&r, db), ST_ECORRUPT);
+            assert_string_equal(st_last_error(), want);
+            sqlite3_close(db);
+        }
+    }
+    /* The limits themselves are allowed. */
+    hostile_copy(f->path, path,
+                 "UPDATE stages SET name = printf('%.*c', 256, 'x') WHERE id = 0; "
+                 "UPDATE meta SET value = printf('%.*c', 65536, 'a') WHERE key = 'argv'");
+    st_reader *r = open_reader(path);
+    assert_int_equal(strlen(st_reader_stage(r, 0)->name), 256);
+    assert_int_equal(strlen(st_reader_meta(r, "argv")), 65536);
+    st_reader_close(r);
+    remove_trace_files(path);
+}
+
+/* What is not a regular file is refused before SQLite opens it: a FIFO
+ * would block the open, a device would be read forever. */
+static void test_hostile_files(void **state)
+{
+    fixture *f = *state;
+    char fifo[512], want[1200], side[600];
+    tmp_path(fifo, sizeof fifo, "fifo.sqlite");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    st_reader *r = NULL;
+    assert_int_equal(st_reader_open(&r, fifo), ST_EIO);
+    assert_null(r);
+    snprintf(want, sizeof want, "cannot open trace '%s': it is not a regular file (a FIFO)", fifo);
+    assert_string_equal(st_last_error(), want);
+    unlink(fifo);
+
+    assert_int_equal(st_reader_open(&r, "/dev/zero"), ST_EIO);
+    assert_string_equal(st_last_error(), "cannot open trace '/dev/zero': it is not a regular file (a character device)");
+
+    /* A FIFO where SQLite looks for the trace's WAL. */
+    char copy[512];
+    tmp_path(copy, sizeof copy, "sidefifo.sqlite");
+    hostile_copy(f->path, copy, "SELECT 1");
+    snprintf(side, sizeof side, "%s-wal", copy);
+    assert_int_equal(mkfifo(side, 0600), 0);
+    assert_int_equal(st_reader_open(&r, copy), ST_EIO);
+    snprintf(want, sizeof want, "cannot open trace '%s': its side file '%s' is not a regular file (a FIFO)", copy, side);
+    assert_string_equal(st_last_error(), want);
+    unlink(side);
+    remove_trace_files(copy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -802,6 +967,8 @@ int main(void)
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_sql_ranges),
         cmocka_unit_test(test_sql_counters),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_hostile_files),
     };
     if (make_tmp_dir("test_reader")) return 1;
     int failed = cmocka_run_group_tests(tests, setup, teardown);

@@ -1040,6 +1040,17 @@ static void test_registration_errors(void **state)
     assert_int_equal(st_stage_register(trace, "odd", (st_kind)99), ST_EINVAL);
     assert_error_line("odd");
     assert_int_equal(st_stage_register(NULL, "x", ST_WORK), ST_EINVAL);
+    /* Names are at most ST_NAME_MAX bytes, so that readers take the trace back. */
+    char long_name[ST_NAME_MAX + 2];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[ST_NAME_MAX + 1] = '\0';
+    assert_int_equal(st_stage_register(trace, long_name, ST_WORK), ST_EINVAL);
+    assert_error_line("longer than 256 bytes");
+    assert_int_equal(st_counter_register(trace, long_name, "x"), ST_EINVAL);
+    assert_int_equal(st_counter_register(trace, "x", long_name), ST_EINVAL);
+    assert_int_equal(st_thread_register(trace, long_name, "main", -1, 0), ST_EINVAL);
+    assert_int_equal(st_thread_register(trace, "main", long_name, -1, 0), ST_EINVAL);
+    assert_error_line("longer than 256 bytes");
     int fwd = st_stage_register(trace, "forward", ST_WORK);
     int wait = st_stage_register(trace, "queue_wait", ST_WAIT_INPUT);
     assert_int_equal(fwd, 0);

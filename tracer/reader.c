@@ -37,25 +37,26 @@ struct st_reader {
 static const char *const required_tables[] = {"meta", "threads", "stages", "counter_names",
                                               "steps", "range_chunks", "counter_chunks"};
 
-static int is_table(sqlite3 *db, const char *name)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT type FROM main.sqlite_schema WHERE name = ?", -1, &st,
-                           NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int ok = rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT &&
-             strcmp((const char *)sqlite3_column_text(st, 0), "table") == 0;
-    int err = rc != SQLITE_ROW && rc != SQLITE_DONE;
-    sqlite3_finalize(st);
-    return err ? -1 : ok;
-}
-
 static char *dup_text(sqlite3_stmt *st, int col)
 {
     const unsigned char *s = sqlite3_column_text(st, col);
     return strdup(s ? (const char *)s : "");
+}
+
+/* The text, cut to at most max bytes ending in "..." (at a UTF-8 character
+ * boundary) when it is longer. */
+static char *dup_bounded(sqlite3_stmt *st, int col, size_t max)
+{
+    const char *s = (const char *)sqlite3_column_text(st, col);
+    size_t n = s ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (n <= max) return strdup(s ? s : "");
+    size_t keep = max - 3;
+    while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80) keep--;
+    char *out = malloc(keep + 4);
+    if (!out) return NULL;
+    memcpy(out, s, keep);
+    memcpy(out + keep, "...", 4);
+    return out;
 }
 
 static int int_col(sqlite3_stmt *st, int col, int64_t *out)
@@ -261,27 +262,392 @@ static int load_steps(st_reader *r)
     return ST_OK;
 }
 
+/* ---- validation at open ----
+ *
+ * Before anything is read, each table of the format is checked to be the
+ * plain table docs/trace-format.md defines (a table, not a view or virtual
+ * table; its columns stored, none generated), then every row of it in one
+ * pass: each column's type, names no longer than ST_NAME_MAX bytes, unique
+ * keys, chunks of known threads. The first fault found, in table order and
+ * then row order, is the error: the same for every reader of the file,
+ * whatever it reads afterwards and in whatever order. */
+
+enum { COL_INT, COL_TEXT, COL_NAME, COL_BLOB };
+
+typedef struct col_spec {
+    const char *name;
+    int type;
+} col_spec;
+
+typedef struct table_spec {
+    const char *name;
+    const char *key_name; /* how a row's key is named in messages ("id", "key", "step") */
+    int key;              /* column whose values are unique; -1 none */
+    int thread_ref;       /* column that must name a thread in `threads`; -1 none */
+    int n_cols;
+    col_spec cols[8];
+    int n_open;           /* cols[0..n_open-1] are checked at open; chunk tables' others as each chunk is read */
+} table_spec;
+
+static const table_spec meta_spec = {"meta", "key", 0, -1, 2, {{"key", COL_NAME}, {"value", COL_TEXT}}, 2};
+static const table_spec small_specs[] = {
+    {"threads", "id", 0, -1, 7,
+     {{"id", COL_INT}, {"os_tid", COL_INT}, {"name", COL_NAME}, {"role", COL_NAME}, {"device", COL_INT},
+      {"rank", COL_INT}, {"dropped", COL_INT}},
+     7},
+    {"stages", "id", 0, -1, 3, {{"id", COL_INT}, {"name", COL_NAME}, {"kind", COL_NAME}}, 3},
+    {"counter_names", "id", 0, -1, 3, {{"id", COL_INT}, {"name", COL_NAME}, {"unit", COL_NAME}}, 3},
+    {"steps", "step", 0, -1, 4, {{"step", COL_INT}, {"ts_ns", COL_INT}, {"tokens", COL_INT}, {"thread", COL_INT}}, 4},
+};
+static const table_spec chunk_specs[] = {
+    {"range_chunks", "id", 0, 1, 7,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_events", COL_INT},
+      {"n_ranges", COL_INT}, {"data", COL_BLOB}},
+     2},
+    {"counter_chunks", "id", 0, 1, 6,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_samples", COL_INT},
+      {"data", COL_BLOB}},
+     2},
+};
+/* Optional: present only in traces with GPU activity. */
+static const table_spec gpu_specs[] = {
+    {"gpu_chunks", "id", 0, -1, 7,
+     {{"id", COL_INT}, {"device", COL_INT}, {"stream", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT},
+      {"n_records", COL_INT}, {"data", COL_BLOB}},
+     1},
+    {"gpu_strings", "id", 0, -1, 2, {{"id", COL_INT}, {"value", COL_TEXT}}, 2},
+};
+
+/* Optional, written by the writer when it had to discard records: its shape
+ * is checked here; its rows (thread and device may be NULL) by the reader of
+ * the table (analyze/common.c). */
+static const table_spec lost_spans_spec = {"lost_spans", "id", 0, -1, 7,
+    {{"id", COL_INT}, {"source", COL_TEXT}, {"thread", COL_INT}, {"device", COL_INT}, {"t0_ns", COL_INT},
+     {"t1_ns", COL_INT}, {"n_records", COL_INT}},
+    0};
+
+/* Meta keys whose value is a decimal integer. */
+static const char *const meta_int_keys[] = {
+    "schema_version", "start_ns",       "end_ns",         "tsc_hz",        "pid",
+    "rank",           "world_size",     "profile_interval", "commit_ms",   "ring_records",
+    "dropped_events", "unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters",
+    "gpu_dropped_records", "failed_commits", "lost_events",
+};
+
+/* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a
+ * view, 3 a virtual table, 4 something else (an index); -1 error. Names are
+ * compared as SQLite compares them, without case. */
+static int object_kind(sqlite3 *db, const char *name)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT type, sql FROM main.sqlite_schema WHERE name = ?1 COLLATE NOCASE", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), kind = 0;
+    if (rc == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 0);
+        const char *sql = (const char *)sqlite3_column_text(st, 1);
+        if (!type) kind = 4;
+        else if (strcmp(type, "view") == 0) kind = 2;
+        else if (strcmp(type, "table") != 0) kind = 4;
+        else if (sql && sqlite3_strnicmp(sql, "CREATE VIRTUAL", 14) == 0) kind = 3;
+        else kind = 1;
+    }
+    int err = rc != SQLITE_ROW && rc != SQLITE_DONE;
+    sqlite3_finalize(st);
+    return err ? -1 : kind;
+}
+
+static int is_table(sqlite3 *db, const char *name)
+{
+    int kind = object_kind(db, name);
+    return kind < 0 ? -1 : kind == 1;
+}
+
+/* The table is the plain table of the format: a table, each column the
+ * format names present, no column generated or hidden. Extra stored
+ * columns are allowed (and ignored). */
+static int check_shape(sqlite3 *db, const table_spec *t)
+{
+    int kind = object_kind(db, t->name);
+    if (kind < 0) return bad(t->name, sqlite3_errmsg(db));
+    if (kind == 2) return bad(t->name, "it is a view, not a plain table");
+    if (kind == 3) return bad(t->name, "it is a virtual table, not a plain table");
+    if (kind != 1) return bad(t->name, "it is not a plain table");
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT name, hidden FROM pragma_table_xinfo('%s', 'main')", t->name);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return bad(t->name, sqlite3_errmsg(db));
+    int rc, found[8] = {0}, err = ST_OK;
+    while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        int hidden = sqlite3_column_int(st, 1);
+        if (hidden)
+            err = st_set_error(ST_ECORRUPT, "trace table '%s': column '%.64s' is %s, not a stored column", t->name,
+                               name ? name : "", hidden == 1 ? "hidden" : "generated");
+        for (int i = 0; name && i < t->n_cols; i++)
+            if (sqlite3_stricmp(name, t->cols[i].name) == 0) found[i] = 1;
+    }
+    if (!err && rc != SQLITE_DONE) err = bad(t->name, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    for (int i = 0; !err && i < t->n_cols; i++)
+        if (!found[i])
+            err = st_set_error(ST_ECORRUPT, "trace table '%s': it has no column '%s'", t->name, t->cols[i].name);
+    return err;
+}
+
+static const char *type_name(int sqlite_type)
+{
+    switch (sqlite_type) {
+    case SQLITE_INTEGER: return "an integer";
+    case SQLITE_FLOAT: return "a real";
+    case SQLITE_TEXT: return "text";
+    case SQLITE_BLOB: return "a blob";
+    default: return "null";
+    }
+}
+
+static int type_of(const char *typeof_text)
+{
+    if (!typeof_text) return SQLITE_NULL;
+    switch (typeof_text[0]) {
+    case 'i': return SQLITE_INTEGER;
+    case 'r': return SQLITE_FLOAT;
+    case 't': return SQLITE_TEXT;
+    case 'b': return SQLITE_BLOB;
+    default: return SQLITE_NULL;
+    }
+}
+
+static int is_decimal(const char *s)
+{
+    if (*s == '-') s++;
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+typedef struct row_key {
+    int64_t key, row;
+    char *text; /* text keys (meta) */
+} row_key;
+
+static int cmp_row_key(const void *pa, const void *pb)
+{
+    const row_key *a = pa, *b = pb;
+    int c = a->text ? strcmp(a->text, b->text) : (a->key > b->key) - (a->key < b->key);
+    return c ? c : (a->row > b->row) - (a->row < b->row);
+}
+
+static int same_key(const row_key *a, const row_key *b)
+{
+    return a->text ? strcmp(a->text, b->text) == 0 : a->key == b->key;
+}
+
+/* "row 3 (id 7)": the row's place in the table (1-based, stored order) and its key, when it has one. */
+static void row_label(char *buf, size_t size, const table_spec *t, sqlite3_stmt *st, int64_t row)
+{
+    int k = t->n_open; /* the key's value follows the types */
+    int type = sqlite3_column_type(st, k);
+    if (type == SQLITE_INTEGER && t->cols[t->key].type == COL_INT)
+        snprintf(buf, size, "row %lld (%s %lld)", (long long)row, t->key_name, (long long)sqlite3_column_int64(st, k));
+    else if (type == SQLITE_TEXT && t->cols[t->key].type != COL_INT && sqlite3_column_bytes(st, k) <= ST_NAME_MAX)
+        snprintf(buf, size, "row %lld (%s '%.64s')", (long long)row, t->key_name, (const char *)sqlite3_column_text(st, k));
+    else
+        snprintf(buf, size, "row %lld", (long long)row);
+}
+
+/* One pass over the rows of t: types, name lengths, keys, thread references,
+ * meta's integer values. */
+static int check_rows(st_reader *r, const table_spec *t)
+{
+    /* typeof() of every column, then the key, then the columns whose values are looked at. */
+    char sql[1024];
+    size_t len = (size_t)snprintf(sql, sizeof sql, "SELECT ");
+    for (int i = 0; i < t->n_open; i++)
+        len += (size_t)snprintf(sql + len, sizeof sql - len, "typeof(\"%s\"), ", t->cols[i].name);
+    len += (size_t)snprintf(sql + len, sizeof sql - len, "\"%s\"", t->cols[t->key].name);
+    for (int i = 0; i < t->n_open; i++)
+        if (t->cols[i].type == COL_NAME || t->cols[i].type == COL_TEXT || i == t->thread_ref)
+            len += (size_t)snprintf(sql + len, sizeof sql - len, ", \"%s\"", t->cols[i].name);
+        else
+            len += (size_t)snprintf(sql + len, sizeof sql - len, ", NULL");
+    snprintf(sql + len, sizeof sql - len, " FROM main.\"%s\" NOT INDEXED", t->name);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return bad(t->name, sqlite3_errmsg(r->db));
+    row_key *keys = NULL;
+    size_t n_keys = 0, cap = 0;
+    int rc, err = ST_OK;
+    int64_t row = 0;
+    char label[128];
+    while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        row++;
+        for (int i = 0; !err && i < t->n_open; i++) {
+            int want = t->cols[i].type == COL_INT ? SQLITE_INTEGER : t->cols[i].type == COL_BLOB ? SQLITE_BLOB : SQLITE_TEXT;
+            int got = type_of((const char *)sqlite3_column_text(st, i));
+            if (got != want) {
+                row_label(label, sizeof label, t, st, row);
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': %s: column '%s' is %s, not %s", t->name, label,
+                                   t->cols[i].name, type_name(got), type_name(want));
+                break;
+            }
+            int v = t->n_open + 1 + i;
+            int bytes = sqlite3_column_bytes(st, v);
+            if ((t->cols[i].type == COL_NAME && bytes > ST_NAME_MAX) ||
+                (t->cols[i].type == COL_TEXT && t == &meta_spec && bytes > ST_META_VALUE_MAX)) {
+                row_label(label, sizeof label, t, st, row);
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': %s: column '%s' is %d bytes long, more than %d",
+                                   t->name, label, t->cols[i].name, bytes,
+                                   t->cols[i].type == COL_NAME ? ST_NAME_MAX : ST_META_VALUE_MAX);
+            }
+        }
+        if (!err && t->thread_ref >= 0) {
+            int64_t thread = sqlite3_column_int64(st, t->n_open + 1 + t->thread_ref);
+            if (thread < 0 || thread > UINT32_MAX || !st_reader_thread_by_id(r, (uint32_t)thread))
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld names unknown thread %lld", t->name,
+                                   (long long)sqlite3_column_int64(st, t->n_open), (long long)thread);
+        }
+        if (!err && t == &meta_spec) {
+            const char *key = (const char *)sqlite3_column_text(st, t->n_open + 1);
+            const char *value = (const char *)sqlite3_column_text(st, t->n_open + 2);
+            for (size_t i = 0; key && value && i < sizeof meta_int_keys / sizeof meta_int_keys[0]; i++)
+                if (strcmp(key, meta_int_keys[i]) == 0 && !is_decimal(value)) {
+                    row_label(label, sizeof label, t, st, row);
+                    err = st_set_error(ST_ECORRUPT, "trace table 'meta': %s: value '%.32s%s' is not an integer",
+                                       label, value, strlen(value) > 32 ? "..." : "");
+                }
+        }
+        if (err) break;
+        if (n_keys == cap) {
+            cap = cap ? cap * 2 : 64;
+            row_key *k = realloc(keys, cap * sizeof *k);
+            if (!k) {
+                err = st_set_error(ST_ENOMEM, "out of memory");
+                break;
+            }
+            keys = k;
+        }
+        row_key *k = &keys[n_keys];
+        k->row = row;
+        k->key = sqlite3_column_int64(st, t->n_open);
+        k->text = NULL;
+        if (t->cols[t->key].type != COL_INT && !(k->text = strdup((const char *)sqlite3_column_text(st, t->n_open)))) {
+            err = st_set_error(ST_ENOMEM, "out of memory");
+            break;
+        }
+        n_keys++;
+    }
+    if (!err && rc != SQLITE_DONE) err = bad(t->name, sqlite3_errmsg(r->db));
+    sqlite3_finalize(st);
+    if (!err && n_keys > 1) {
+        /* The duplicate met first in row order: the smallest second row of a key. */
+        qsort(keys, n_keys, sizeof *keys, cmp_row_key);
+        size_t dup = SIZE_MAX;
+        for (size_t i = 1; i < n_keys; i++)
+            if (same_key(&keys[i], &keys[i - 1]) && (i < 2 || !same_key(&keys[i - 1], &keys[i - 2])) &&
+                (dup == SIZE_MAX || keys[i].row < keys[dup].row))
+                dup = i;
+        if (dup != SIZE_MAX) {
+            if (keys[dup].text)
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': row %lld: %s '%.64s' is also in row %lld (%ss must be unique)",
+                                   t->name, (long long)keys[dup].row, t->key_name, keys[dup].text,
+                                   (long long)keys[dup - 1].row, t->key_name);
+            else
+                err = st_set_error(ST_ECORRUPT, "trace table '%s': row %lld: %s %lld is also in row %lld (%ss must be unique)",
+                                   t->name, (long long)keys[dup].row, t->key_name, (long long)keys[dup].key,
+                                   (long long)keys[dup - 1].row, t->key_name);
+        }
+    }
+    for (size_t i = 0; i < n_keys; i++) free(keys[i].text);
+    free(keys);
+    return err;
+}
+
+/* Whether the table's id is its rowid (`id INTEGER PRIMARY KEY`), so an
+ * integer and unique without being looked at; 1, 0, or -1 on error. */
+static int id_is_rowid(sqlite3 *db, const char *table)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT count(*) = 1 AND max(name = 'id' COLLATE NOCASE AND upper(type) = 'INTEGER') FROM "
+             "pragma_table_info('%s', 'main') WHERE pk > 0) AND (SELECT count(*) = 0 FROM "
+             "pragma_index_list('%s', 'main') WHERE origin = 'pk')",
+             table, table);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return -1;
+    int rc = sqlite3_step(st), yes = rc == SQLITE_ROW && sqlite3_column_int(st, 0) == 1;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? yes : -1;
+}
+
+/* A chunk table can hold millions of rows: at open only its id and thread
+ * are checked, through the (thread, id) index where it has one, and the full
+ * pass (check_rows) runs only when something is wrong, to say what and where,
+ * or when the id is not the rowid (unique ids must then be looked for). The
+ * other columns are checked as each chunk is read. */
+static int check_chunk_rows(st_reader *r, const table_spec *t)
+{
+    int rowid = id_is_rowid(r->db, t->name);
+    if (rowid < 0) return bad(t->name, sqlite3_errmsg(r->db));
+    if (!rowid) return check_rows(r, t);
+    if (t->thread_ref < 0) return ST_OK;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT 1 FROM main.%s WHERE typeof(thread) <> 'integer' OR thread NOT IN (SELECT id FROM main.threads) "
+             "LIMIT 1",
+             t->name);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return bad(t->name, sqlite3_errmsg(r->db));
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_ROW) return check_rows(r, t);
+    return rc == SQLITE_DONE ? ST_OK : bad(t->name, sqlite3_errmsg(r->db));
+}
+
+/* The integer columns of a chunk row that are checked as it is read, from
+ * their typeof() in columns first.. of st. */
+static int check_typed(sqlite3_stmt *st, int first, const char *table, int64_t id, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int got = type_of((const char *)sqlite3_column_text(st, first + i));
+        if (got != SQLITE_INTEGER)
+            return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld: column '%s' is %s, not an integer", table,
+                                (long long)id, names[i], type_name(got));
+    }
+    return ST_OK;
+}
+
+static int check_blob(sqlite3_stmt *st, int col, const char *table, int64_t id)
+{
+    int got = sqlite3_column_type(st, col);
+    if (got == SQLITE_BLOB) return ST_OK;
+    return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld: column 'data' is %s, not a blob", table,
+                        (long long)id, type_name(got));
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
     const char *where = path ? path : file && *file ? file : "database";
     for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
-        int ok = is_table(r->db, required_tables[i]);
-        if (ok < 0) {
+        int kind = object_kind(r->db, required_tables[i]);
+        if (kind < 0) {
             int code = sqlite3_errcode(r->db);
             if (code == SQLITE_NOTADB)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a SQLite file, so not a stagetrace trace", where);
             return st_set_error(ST_ECORRUPT, "cannot read '%s': %s", where, sqlite3_errmsg(r->db));
         }
-        if (!ok) {
+        if (!kind) {
             if (strcmp(required_tables[i], "meta") == 0)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (it has no meta table)", where);
             return st_set_error(ST_ECORRUPT, "'%s' is not a complete stagetrace trace: table '%s' is missing",
                                 where, required_tables[i]);
         }
     }
-    int rc = load_meta(r);
-    if (rc) return rc;
+    int rc;
+    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r))) return rc;
     const char *version = st_reader_meta(r, "schema_version");
     if (!version)
         return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (meta has no schema_version)", where);
@@ -294,10 +660,33 @@ static int load(st_reader *r, const char *path)
                             "'%s' uses trace schema version %ld; this stagetrace reads version %d "
                             "(use a matching stagetrace release)",
                             where, v, ST_SCHEMA_VERSION);
-    if ((rc = load_threads(r)) || (rc = load_stages(r)) || (rc = load_counters(r)) ||
-        (rc = load_steps(r)))
+    for (size_t i = 0; i < sizeof small_specs / sizeof small_specs[0]; i++)
+        if ((rc = check_shape(r->db, &small_specs[i])) || (rc = check_rows(r, &small_specs[i]))) return rc;
+    if ((rc = load_threads(r)) || (rc = load_stages(r)) || (rc = load_counters(r)) || (rc = load_steps(r)))
         return rc;
+    for (size_t i = 0; i < sizeof chunk_specs / sizeof chunk_specs[0]; i++)
+        if ((rc = check_shape(r->db, &chunk_specs[i])) || (rc = check_chunk_rows(r, &chunk_specs[i]))) return rc;
+    for (size_t i = 0; i < sizeof gpu_specs / sizeof gpu_specs[0]; i++) {
+        const table_spec *t = &gpu_specs[i];
+        int kind = object_kind(r->db, t->name);
+        if (kind < 0) return bad(t->name, sqlite3_errmsg(r->db));
+        if (kind && ((rc = check_shape(r->db, t)) || (rc = t->n_open < t->n_cols ? check_chunk_rows(r, t) : check_rows(r, t))))
+            return rc;
+    }
+    int kind = object_kind(r->db, lost_spans_spec.name);
+    if (kind < 0) return bad(lost_spans_spec.name, sqlite3_errmsg(r->db));
+    if (kind && (rc = check_shape(r->db, &lost_spans_spec))) return rc;
     return ST_OK;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    return "not a plain file";
 }
 
 static void harden(sqlite3 *db)
@@ -316,6 +705,24 @@ int st_reader_open(st_reader **out, const char *path)
     if (stat(path, &sb) != 0)
         return st_set_error(ST_EIO, "cannot open trace '%s': %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return st_set_error(ST_EIO, "cannot open trace '%s': it is a directory", path);
+    /* SQLite would block opening a FIFO, and read a device forever. */
+    if (!S_ISREG(sb.st_mode))
+        return st_set_error(ST_EIO, "cannot open trace '%s': it is not a regular file (%s)", path, file_kind(sb.st_mode));
+    /* The same for the side files SQLite opens beside it. */
+    static const char *const sides[] = {"-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        size_t n = strlen(path);
+        char *side = malloc(n + 9);
+        if (!side) return st_set_error(ST_ENOMEM, "out of memory");
+        memcpy(side, path, n);
+        strcpy(side + n, sides[i]);
+        struct stat ss;
+        int odd = stat(side, &ss) == 0 && !S_ISREG(ss.st_mode);
+        free(side);
+        if (odd)
+            return st_set_error(ST_EIO, "cannot open trace '%s': its side file '%s%s' is not a regular file (%s)", path,
+                                path, sides[i], file_kind(ss.st_mode));
+    }
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
     r->owns_db = 1;
@@ -412,12 +819,78 @@ const st_step_info *st_reader_step(const st_reader *r, uint32_t i)
     return i < r->n_steps ? &r->steps[i] : NULL;
 }
 
+/* ---- chunk headers ---- */
+
+/* The first chunk (by id) of table whose columns are not of the format's
+ * types: one message as a read of it would give. */
+static int describe_mistyped(st_reader *r, const char *table, const char *count_col, int64_t id)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT typeof(thread), typeof(t0_ns), typeof(t1_ns), typeof(%s), %s, data FROM main.%s WHERE id = ?1",
+             count_col, strcmp(table, "range_chunks") == 0 ? "typeof(n_ranges)" : "'integer'", table);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return bad(table, sqlite3_errmsg(r->db));
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st), err;
+    const char *const names[] = {"thread", "t0_ns", "t1_ns", count_col, "n_ranges"};
+    if (rc != SQLITE_ROW) err = bad(table, sqlite3_errmsg(r->db));
+    else if (!(err = check_typed(st, 0, table, id, names, 5))) err = check_blob(st, 5, table, id);
+    sqlite3_finalize(st);
+    return err ? err : bad(table, "a chunk has a wrongly typed column");
+}
+
+static int chunk_headers(st_reader *r, const char *table, const char *count_col, int64_t *first, int64_t *last,
+                         int *has, double *count)
+{
+    char sql[1024];
+    int ranges = strcmp(table, "range_chunks") == 0;
+    const char *sane = ranges ? "t0_ns <= t1_ns AND n_ranges >= 0" : "n_samples >= 0";
+    snprintf(sql, sizeof sql,
+             "SELECT min(t0_ns) FILTER (WHERE %s), max(t1_ns) FILTER (WHERE %s), total(%s) FILTER (WHERE %s), "
+             "min(id) FILTER (WHERE typeof(thread) <> 'integer' OR typeof(t0_ns) <> 'integer' OR typeof(t1_ns) <> "
+             "'integer' OR typeof(%s) <> 'integer' OR %s OR typeof(data) <> 'blob') FROM main.%s",
+             sane, sane, ranges ? "n_ranges" : "n_samples", sane, count_col,
+             ranges ? "typeof(n_ranges) <> 'integer'" : "0", table);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return bad(table, sqlite3_errmsg(r->db));
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        int err = bad(table, sqlite3_errmsg(r->db));
+        sqlite3_finalize(st);
+        return err;
+    }
+    if (sqlite3_column_type(st, 3) != SQLITE_NULL) {
+        int64_t id = sqlite3_column_int64(st, 3);
+        sqlite3_finalize(st);
+        return describe_mistyped(r, table, count_col, id);
+    }
+    *has = sqlite3_column_type(st, 0) == SQLITE_INTEGER && sqlite3_column_type(st, 1) == SQLITE_INTEGER;
+    if (*has) {
+        *first = sqlite3_column_int64(st, 0);
+        *last = sqlite3_column_int64(st, 1);
+    }
+    *count = sqlite3_column_double(st, 2);
+    sqlite3_finalize(st);
+    return ST_OK;
+}
+
+int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t unused0, unused1;
+    int unused;
+    int rc = chunk_headers(r, "range_chunks", "n_events", &out->first_ns, &out->last_ns, &out->has_ranges,
+                           &out->n_ranges);
+    if (!rc) rc = chunk_headers(r, "counter_chunks", "n_samples", &unused0, &unused1, &unused, &out->n_samples);
+    return rc;
+}
+
 /* ---- chunk iteration shared by the three iterators ---- */
 
 typedef struct chunk_rows {
     st_reader *r;
     sqlite3_stmt *st;
-    const char *table;
+    const char *table, *count_col;
     int64_t row_id, thread, n_items;
     const void *data;
     int size;
@@ -428,10 +901,12 @@ static int chunk_rows_open(chunk_rows *c, st_reader *r, const char *table, const
 {
     char sql[512];
     snprintf(sql, sizeof sql,
-             "SELECT id, thread, %s, data FROM main.%s WHERE (?1 < 0 OR thread = ?1) "
-             "AND t1_ns >= ?2 AND t0_ns < ?3 ORDER BY thread, id",
-             count_col, table);
+             "SELECT id, thread, %s, data, typeof(thread), typeof(t0_ns), typeof(t1_ns), typeof(%s) FROM main.%s "
+             "WHERE (?1 < 0 OR thread = ?1) AND (typeof(t0_ns) <> 'integer' OR typeof(t1_ns) <> 'integer' OR "
+             "(t1_ns >= ?2 AND t0_ns < ?3)) ORDER BY thread, id",
+             count_col, count_col, table);
     memset(c, 0, sizeof *c);
+    c->count_col = count_col;
     c->r = r;
     c->table = table;
     if (sqlite3_prepare_v2(r->db, sql, -1, &c->st, NULL) != SQLITE_OK)
@@ -448,10 +923,16 @@ static int chunk_rows_next(chunk_rows *c)
     int rc = sqlite3_step(c->st);
     if (rc == SQLITE_DONE) return 0;
     if (rc != SQLITE_ROW) return bad(c->table, sqlite3_errmsg(c->r->db));
-    if (int_col(c->st, 0, &c->row_id) || int_col(c->st, 1, &c->thread) ||
-        int_col(c->st, 2, &c->n_items) || c->n_items < 0 || c->n_items > UINT32_MAX ||
-        sqlite3_column_type(c->st, 3) != SQLITE_BLOB)
-        return bad(c->table, "a chunk row has a missing or wrongly typed column");
+    if (int_col(c->st, 0, &c->row_id)) return bad(c->table, "a chunk's id is not an integer");
+    const char *const names[] = {"thread", "t0_ns", "t1_ns", c->count_col};
+    int trc = check_typed(c->st, 4, c->table, c->row_id, names, 4);
+    if (!trc) trc = check_blob(c->st, 3, c->table, c->row_id);
+    if (trc) return trc;
+    c->thread = sqlite3_column_int64(c->st, 1);
+    c->n_items = sqlite3_column_int64(c->st, 2);
+    if (c->n_items < 0 || c->n_items > UINT32_MAX)
+        return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld: column '%s' is out of range", c->table,
+                            (long long)c->row_id, c->count_col);
     if (c->thread < 0 || !st_reader_thread_by_id(c->r, (uint32_t)c->thread))
         return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld names unknown thread %lld",
                             c->table, (long long)c->row_id, (long long)c->thread);
@@ -760,6 +1241,14 @@ struct st_gpu_iter {
     int api_mode;      /* st_gpu_api_iter_open: the API calls only */
 };
 
+/* Columns of a gpu_chunks row checked as it is read (the query returns
+ * badly typed rows whatever the window, so that they are never passed over). */
+#define GPU_TYPED "typeof(device), typeof(stream), typeof(t0_ns), typeof(t1_ns)"
+#define GPU_MISTYPED \
+    "typeof(device) <> 'integer' OR typeof(stream) <> 'integer' OR typeof(t0_ns) <> 'integer' OR " \
+    "typeof(t1_ns) <> 'integer'"
+static const char *const gpu_typed_names[] = {"device", "stream", "t0_ns", "t1_ns"};
+
 static int gpu_corrupt(st_gpu_iter *it)
 {
     return st_set_error(ST_ECORRUPT, "trace table 'gpu_chunks': chunk %lld (device %lld) is corrupt or truncated",
@@ -791,7 +1280,11 @@ static int gpu_load_names(st_gpu_iter *it)
             it->n_names = (uint32_t)id + 1;
         }
         free(it->names[id]);
-        it->names[id] = dup_text(st, 1);
+        it->names[id] = dup_bounded(st, 1, ST_GPU_NAME_MAX);
+        if (!it->names[id]) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return bad("gpu_strings", sqlite3_errmsg(it->r->db));
@@ -852,11 +1345,22 @@ static int gpu_scan(st_gpu_iter *it, const char *sql, const int64_t *args, int n
     for (int i = 0; i < n_args; i++) sqlite3_bind_int64(st, i + 1, args[i]);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t id, n;
-        if (int_col(st, 0, &id) || int_col(st, 1, &n) || n < 0 || n > UINT32_MAX ||
-            sqlite3_column_type(st, 2) != SQLITE_BLOB) {
+        int64_t id, n = 0;
+        if (int_col(st, 0, &id)) {
             sqlite3_finalize(st);
-            return bad("gpu_chunks", "a chunk row has a missing or wrongly typed column");
+            return bad("gpu_chunks", "a chunk's id is not an integer");
+        }
+        int trc = check_typed(st, 3, "gpu_chunks", id, gpu_typed_names, 4);
+        if (!trc && int_col(st, 1, &n))
+            trc = st_set_error(ST_ECORRUPT, "trace table 'gpu_chunks': chunk %lld: column 'n_records' is %s, not an integer",
+                               (long long)id, type_name(sqlite3_column_type(st, 1)));
+        if (!trc && (n < 0 || n > UINT32_MAX))
+            trc = st_set_error(ST_ECORRUPT, "trace table 'gpu_chunks': chunk %lld: column 'n_records' is out of range",
+                               (long long)id);
+        if (!trc) trc = check_blob(st, 2, "gpu_chunks", id);
+        if (trc) {
+            sqlite3_finalize(st);
+            return trc;
         }
         st_gpu_cursor c;
         it->row_id = id;
@@ -911,13 +1415,15 @@ static int gpu_load_api(st_gpu_iter *it, int64_t device)
 {
     int64_t want_args[3] = {device, it->t0, it->t1};
     int rc = gpu_scan(it,
-                      "SELECT id, n_records, data FROM main.gpu_chunks WHERE device >= 0 AND (?1 < 0 OR device = ?1) "
-                      "AND t1_ns >= ?2 AND t0_ns < ?3",
+                      "SELECT id, n_records, data, " GPU_TYPED " FROM main.gpu_chunks WHERE " GPU_MISTYPED
+                      " OR (device >= 0 AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3)",
                       want_args, 3, device, want_record, it);
     if (rc || !it->api_len) return rc;
     api_ctx a = {it, it->t0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : it->t0 - ST_GPU_LAUNCH_LOOKBACK_NS};
     int64_t api_args[2] = {a.from, it->t1};
-    return gpu_scan(it, "SELECT id, n_records, data FROM main.gpu_chunks WHERE device < 0 AND t1_ns >= ?1 AND t0_ns < ?2",
+    return gpu_scan(it,
+                    "SELECT id, n_records, data, " GPU_TYPED " FROM main.gpu_chunks WHERE " GPU_MISTYPED
+                    " OR (device < 0 AND t1_ns >= ?1 AND t0_ns < ?2)",
                     api_args, 2, -1, api_record, &a);
 }
 
@@ -1019,12 +1525,13 @@ static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_
         if (!rc) rc = gpu_load_names(it);
         if (!rc && !api_mode) rc = gpu_load_api(it, device);
         if (!rc && sqlite3_prepare_v2(r->db,
-                                      api_mode ? "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
-                                                 "WHERE device < 0 AND ?1 = ?1 AND t1_ns >= ?2 AND t0_ns < ?3 "
-                                                 "ORDER BY stream, id"
-                                               : "SELECT id, device, stream, n_records, data FROM main.gpu_chunks "
-                                                 "WHERE device >= 0 AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 "
-                                                 "AND t0_ns < ?3 ORDER BY device, stream, id",
+                                      api_mode ? "SELECT id, device, stream, n_records, data, " GPU_TYPED
+                                                 " FROM main.gpu_chunks WHERE " GPU_MISTYPED " OR (device < 0 "
+                                                 "AND ?1 = ?1 AND t1_ns >= ?2 AND t0_ns < ?3) ORDER BY stream, id"
+                                               : "SELECT id, device, stream, n_records, data, " GPU_TYPED
+                                                 " FROM main.gpu_chunks WHERE " GPU_MISTYPED " OR (device >= 0 "
+                                                 "AND (?1 < 0 OR device = ?1) AND t1_ns >= ?2 AND t0_ns < ?3) "
+                                                 "ORDER BY device, stream, id",
                                       -1, &it->st, NULL) != SQLITE_OK)
             rc = bad("gpu_chunks", sqlite3_errmsg(r->db));
         if (!rc) {
@@ -1075,11 +1582,19 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
             int rc = sqlite3_step(it->st);
             if (rc == SQLITE_DONE) return 0;
             if (rc != SQLITE_ROW) return bad("gpu_chunks", sqlite3_errmsg(it->r->db));
-            if (int_col(it->st, 0, &it->row_id) || int_col(it->st, 1, &it->device) ||
-                int_col(it->st, 2, &it->stream) || int_col(it->st, 3, &it->n_items) || it->n_items < 0 ||
-                it->n_items > UINT32_MAX || it->device > INT32_MAX || it->stream < 0 || it->stream > UINT32_MAX ||
-                sqlite3_column_type(it->st, 4) != SQLITE_BLOB)
-                return bad("gpu_chunks", "a chunk row has a missing, wrongly typed or out-of-range column");
+            if (int_col(it->st, 0, &it->row_id)) return bad("gpu_chunks", "a chunk's id is not an integer");
+            int trc = check_typed(it->st, 5, "gpu_chunks", it->row_id, gpu_typed_names, 4);
+            if (!trc && int_col(it->st, 3, &it->n_items))
+                trc = st_set_error(ST_ECORRUPT,
+                                   "trace table 'gpu_chunks': chunk %lld: column 'n_records' is %s, not an integer",
+                                   (long long)it->row_id, type_name(sqlite3_column_type(it->st, 3)));
+            if (!trc) trc = check_blob(it->st, 4, "gpu_chunks", it->row_id);
+            if (trc) return trc;
+            it->device = sqlite3_column_int64(it->st, 1);
+            it->stream = sqlite3_column_int64(it->st, 2);
+            if (it->n_items < 0 || it->n_items > UINT32_MAX || it->device > INT32_MAX || it->stream < 0 ||
+                it->stream > UINT32_MAX)
+                return bad("gpu_chunks", "a chunk row has an out-of-range column");
             if (st_gpu_cursor_open(&it->cur, sqlite3_column_blob(it->st, 4),
                                    (size_t)sqlite3_column_bytes(it->st, 4), (uint32_t)it->n_items))
                 return gpu_corrupt(it);

@@ -178,6 +178,8 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
 {
     if (!trace) return st_set_error(ST_EINVAL, "st_thread_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_thread_register: empty thread name");
+    if (strlen(name) > ST_NAME_MAX || (role && strlen(role) > ST_NAME_MAX))
+        return st_set_error(ST_EINVAL, "st_thread_register: thread name or role longer than %d bytes", ST_NAME_MAX);
     if (tls.ring) return st_set_error(ST_ESTATE, "st_thread_register: thread '%s' is already registered", name);
     if (!trace->opt.enabled) return 0;
     st_ring *ring = aligned_alloc(64, sizeof *ring);

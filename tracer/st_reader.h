@@ -50,7 +50,20 @@ typedef struct st_step_info {
 
 typedef struct st_reader st_reader;
 
-/* Returns ST_OK or a negative code; st_last_error() says what is wrong
+/* Limits a reader holds a trace to (docs/trace-format.md), so that what
+ * analyze prints stays bounded: names (threads, stages, counters, meta keys)
+ * of at most ST_NAME_MAX bytes and meta values of at most ST_META_VALUE_MAX,
+ * else the open fails; kernel names (gpu_strings) longer than
+ * ST_GPU_NAME_MAX bytes are cut there, ending in "...". */
+#define ST_META_VALUE_MAX 65536
+#define ST_GPU_NAME_MAX 4096
+
+/* Opens a trace read-only and validates it before anything is read: each
+ * table the plain table of the format (not a view, no generated column),
+ * every value of the small tables and every chunk row's columns of the type
+ * the format says, keys unique, chunks of known threads. path must be a
+ * regular file (a FIFO or device is refused, never opened).
+ * Returns ST_OK or a negative code; st_last_error() says what is wrong
  * ("not a stagetrace trace", "schema version 7 is newer than ...", ...). */
 int st_reader_open(st_reader **out, const char *path);
 /* Reads a trace through a connection the caller owns (virtual tables). */
@@ -69,6 +82,20 @@ uint32_t st_reader_n_counters(const st_reader *r);
 const st_counter_info *st_reader_counter(const st_reader *r, uint32_t id);
 uint32_t st_reader_n_steps(const st_reader *r); /* sorted by step */
 const st_step_info *st_reader_step(const st_reader *r, uint32_t index);
+
+/* What the chunk tables' headers say, in one pass over them: the earliest
+ * t0_ns and latest t1_ns of the range chunks and the sum of their n_ranges
+ * (rows with t0_ns > t1_ns or a negative count left out: headers are only
+ * hints), the sum of the counter chunks' n_samples. The same pass checks
+ * the type of every column of every chunk row (otherwise checked as each
+ * chunk is read), so that a caller that reads no chunk still refuses a
+ * mistyped one, with the message a read of it would give. */
+typedef struct st_chunk_totals {
+    int has_ranges;
+    int64_t first_ns, last_ns;
+    double n_ranges, n_samples;
+} st_chunk_totals;
+int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out);
 
 /* Ranges: each completed range once, in the order they ended (per thread;
  * threads one after another by id). thread < 0: all threads. Only ranges

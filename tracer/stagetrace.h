@@ -12,6 +12,8 @@
  *  - A range ends on the thread that began it, and ranges nest (LIFO).
  *  - Stage, counter, thread and mark names are copied at registration,
  *    except st_mark's name, which must outlive the trace (pass a literal).
+ *    A thread, role, stage, counter or unit name is at most ST_NAME_MAX
+ *    bytes: a longer one is refused (ST_EINVAL).
  *  - st_begin, st_end, st_counter, st_mark and st_step are called only by
  *    registered threads; on any other thread they do nothing. They take no
  *    lock, allocate nothing and make no system call.
@@ -69,6 +71,8 @@ typedef uint16_t st_counter; /* id returned by st_counter_register */
 #define ST_MAX_THREADS 1024
 #define ST_MAX_COUNTERS 4096
 #define ST_MAX_DEPTH 255
+/* Longest thread, role, stage, counter or unit name, in bytes (readers refuse longer ones). */
+#define ST_NAME_MAX 256
 
 /* One finished interval window (see st_intervals.h for the full type). */
 struct st_window;

@@ -614,6 +614,8 @@ static int stage_register(st_trace *t, const char *name, st_kind kind)
 {
     if (!t) return st_set_error(ST_EINVAL, "st_stage_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_stage_register: empty stage name");
+    if (strlen(name) > ST_NAME_MAX)
+        return st_set_error(ST_EINVAL, "st_stage_register: stage name longer than %d bytes", ST_NAME_MAX);
     if ((unsigned)kind >= ST_KIND_COUNT)
         return st_set_error(ST_EINVAL, "st_stage_register: stage '%s' has an unknown kind %d", name,
                             (int)kind);
@@ -654,6 +656,8 @@ static int counter_register(st_trace *t, const char *name, const char *unit)
 {
     if (!t) return st_set_error(ST_EINVAL, "st_counter_register: no trace");
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_counter_register: empty counter name");
+    if (strlen(name) > ST_NAME_MAX || (unit && strlen(unit) > ST_NAME_MAX))
+        return st_set_error(ST_EINVAL, "st_counter_register: counter name or unit longer than %d bytes", ST_NAME_MAX);
     pthread_mutex_lock(&t->lock);
     uint32_t n = atomic_load(&t->n_counters);
     for (uint32_t i = 0; i < n; i++) {
