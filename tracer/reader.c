@@ -530,6 +530,46 @@ void st_range_iter_close(st_range_iter *it)
     free(it);
 }
 
+/* The ranges a thread left open: its last chunk decoded to the end. The
+ * chunk's header repeats every range open at its start, so this one chunk
+ * says what was open after the thread's last event. */
+int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack)
+{
+    chunk_rows c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.table = "range_chunks";
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT id, thread, n_events, data FROM main.range_chunks WHERE thread = ?1 "
+                           "ORDER BY id DESC LIMIT 1",
+                           -1, &c.st, NULL) != SQLITE_OK)
+        return bad(c.table, sqlite3_errmsg(r->db));
+    sqlite3_bind_int64(c.st, 1, thread);
+    int rc = chunk_rows_next(&c);
+    if (rc == 1) {
+        st_event_cursor *cur = malloc(sizeof *cur);
+        st_event ev;
+        if (!cur) {
+            rc = st_set_error(ST_ENOMEM, "out of memory");
+        } else if (st_event_cursor_open(cur, c.data, (size_t)c.size, (uint32_t)c.n_items, r->n_stages)) {
+            rc = chunk_corrupt(&c);
+        } else {
+            while ((rc = st_event_next(cur, &ev)) == 1) {
+                if (ev.stage >= r->n_stages) break;
+            }
+            if (rc == 1 || rc < 0) {
+                rc = chunk_corrupt(&c);
+            } else {
+                memcpy(stack, cur->stack, cur->depth * sizeof *stack);
+                rc = (int)cur->depth;
+            }
+        }
+        free(cur);
+    }
+    sqlite3_finalize(c.st);
+    return rc;
+}
+
 /* ---- raw events of one thread ---- */
 
 struct st_event_iter {
