@@ -64,6 +64,7 @@ typedef struct ctx {
     uint64_t n_read;        /* ranges read */
     uint64_t n_ranges;      /* selected ranges, not yet added to the file's */
     an_stage_stats *row;    /* [max stages]: the current thread's sums, first pass */
+    int overflow;           /* a sum passed INT64_MAX (it was kept at INT64_MAX) */
     size_t n_batch;
     uint32_t batch_group[BATCH];
     int64_t batch_value[BATCH];
@@ -234,10 +235,22 @@ static int setup_merged(an_stats *s, file_ctx *fcs)
     return AN_EXIT_OK;
 }
 
-static void add_stats(an_stage_stats *to, const an_stage_stats *from)
+/* Sums of nanoseconds (all of them >= 0): a thread's inclusive time in a
+ * stage nested in itself, or a role's over many threads, can pass INT64_MAX
+ * only with timestamps no run has; the sum stops there and the overflow is
+ * reported (an_stats_compute fails) instead of wrapping. */
+static inline void add_ns(int64_t *to, int64_t v, int *overflow)
 {
-    to->total_ns += from->total_ns;
-    to->self_ns += from->self_ns;
+    if (__builtin_add_overflow(*to, v, to)) {
+        *to = INT64_MAX;
+        *overflow = 1;
+    }
+}
+
+static void add_stats(an_stage_stats *to, const an_stage_stats *from, int *overflow)
+{
+    add_ns(&to->total_ns, from->total_ns, overflow);
+    add_ns(&to->self_ns, from->self_ns, overflow);
     to->count += from->count;
     if (from->max_ns > to->max_ns) to->max_ns = from->max_ns;
 }
@@ -269,9 +282,9 @@ static int thread_needed(ctx *c, uint32_t f, uint32_t ti)
 static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
 {
     an_stage_stats *row = &fs->thread_stage[(size_t)ti * fs->n_stages];
-    for (uint32_t st = 0; st < fs->n_stages; st++) add_stats(&row[st], &c->row[st]);
+    for (uint32_t st = 0; st < fs->n_stages; st++) add_stats(&row[st], &c->row[st], &c->overflow);
     memset(c->row, 0, fs->n_stages * sizeof *c->row);
-    fs->thread_busy_ns[ti] += *busy_ns;
+    add_ns(&fs->thread_busy_ns[ti], *busy_ns, &c->overflow);
     *busy_ns = 0;
 }
 
@@ -294,13 +307,13 @@ static inline void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc, sca
     uint32_t depth = depth_in <= ST_STACK_MAX ? depth_in : ST_STACK_MAX;
     int64_t kids = th->child_ns[depth + 1];
     th->child_ns[depth + 1] = 0;
-    th->child_ns[depth] += d;
-    if (depth == 0) th->busy_ns += d;
+    add_ns(&th->child_ns[depth], d, &c->overflow);
+    if (depth == 0) add_ns(&th->busy_ns, d, &c->overflow);
     if (stage >= ns || !fs->stage_on[stage]) return;
     if (first_pass) {
         an_stage_stats *x = &c->row[stage];
-        x->total_ns += d;
-        x->self_ns += d > kids ? d - kids : 0;
+        add_ns(&x->total_ns, d, &c->overflow);
+        add_ns(&x->self_ns, d > kids ? d - kids : 0, &c->overflow);
         x->count++;
         if (d > x->max_ns) x->max_ns = d;
         c->n_ranges++;
@@ -771,10 +784,10 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
                 if (!x->count) continue;
                 for (int p = 0; p < AN_NPCT; p++)
                     x->pct_ns[p] = an_quant_get(cp->q, fcs[f].group_thread + ti * ns + st, (uint32_t)p);
-                add_stats(&fs->role_stage[(size_t)role * ns + st], x);
+                add_stats(&fs->role_stage[(size_t)role * ns + st], x, &cp->overflow);
                 if (s->merged_valid) {
                     uint32_t mr = (uint32_t)fcs[f].role_merged[role], ms = (uint32_t)fcs[f].stage_merged[st];
-                    add_stats(&s->merged.role_stage[(size_t)mr * s->merged.n_stages + ms], x);
+                    add_stats(&s->merged.role_stage[(size_t)mr * s->merged.n_stages + ms], x, &cp->overflow);
                 }
             }
         }
@@ -793,6 +806,21 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         for (uint32_t i = 0; i < s->merged.n_roles * s->merged.n_stages; i++)
             for (int p = 0; p < AN_NPCT; p++)
                 s->merged.role_stage[i].pct_ns[p] = an_quant_get(cp->q, cp->group_merged + i, (uint32_t)p);
+    /* A role row's wall time is its threads' added up (summary's shares). */
+    for (uint32_t f = 0; f < n && !rc; f++) {
+        an_file_stats *fs = &s->files[f];
+        int64_t role_wall;
+        for (uint32_t role = 0; role < fs->n_roles; role++)
+            if (__builtin_mul_overflow(fs->wall_ns, (int64_t)fs->role_threads[role], &role_wall)) cp->overflow = 1;
+    }
+    for (uint32_t i = 0; tm && i < tm->n_workers; i++)
+        if (tm->workers[i].c && tm->workers[i].c->overflow) cp->overflow = 1;
+    if (!rc && cp->overflow) {
+        an_error("%s: times summed over a thread's or a role's ranges pass %lld ns (292 years): the trace's "
+                 "timestamps are corrupt",
+                 n == 1 ? traces[0].path : "summary", (long long)INT64_MAX);
+        rc = AN_EXIT_USAGE;
+    }
     team_free(tm);
     an_quant_free(cp->q);
     free(cp->row);

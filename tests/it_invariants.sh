@@ -147,4 +147,103 @@ run report_nowin "$A" report partial.sqlite --every 100 --html report_nowin.html
 [ $rc -eq 0 ] && grep -q 'No complete window of 100 steps' report_nowin.html || fail "report with no window: $(cat report_nowin.err)"
 ok
 
+# ---- values out of range ------------------------------------------------------------------
+# Copies of gen.sqlite with one hostile value each (python's sqlite3 writes them as the
+# integers they are).
+hostile() { # NAME SQL
+    cp gen.sqlite "$1.sqlite"
+    NAME=$1 SQL=$2 python3 -c 'import os, sqlite3; db = sqlite3.connect(os.environ["NAME"] + ".sqlite"); db.executescript(os.environ["SQL"]); db.commit()' || fail "hostile $1"
+}
+I64=9223372036854775807
+hostile neg_dropped "UPDATE meta SET value = '-4' WHERE key = 'dropped_events'"
+hostile over_dropped "UPDATE meta SET value = '9223372036854775808' WHERE key = 'dropped_events'"
+hostile neg_errors "INSERT INTO meta VALUES ('rejected_steps', '-1')"
+hostile neg_start "UPDATE meta SET value = '-1' WHERE key = 'start_ns'"
+hostile end_first "UPDATE meta SET value = '5' WHERE key = 'end_ns'"
+hostile neg_step_ts "UPDATE steps SET ts_ns = -5 WHERE step = 0"
+hostile min_step_ts "UPDATE steps SET ts_ns = -9223372036854775808 WHERE step = 0"
+hostile tokens_past "UPDATE steps SET tokens = $I64 WHERE step IN (7, 8)"
+hostile threads_dropped "DELETE FROM meta WHERE key = 'dropped_events'; UPDATE threads SET dropped = $I64"
+hostile max_dropped "UPDATE meta SET value = '$I64' WHERE key = 'dropped_events'"
+hostile tokens_max "UPDATE steps SET tokens = $I64 - 7000 WHERE step = 8"
+hostile step_max "UPDATE steps SET step = $I64 WHERE step = 8"
+hostile header_liar "UPDATE range_chunks SET t0_ns = -9223372036854775808 WHERE id = 1"
+
+commands=(info summary "intervals --every 1" bottleneck "diff gen.sqlite" "export --chrome -" report)
+run_all() { # NAME: every command on NAME.sqlite; each exits 0, or 2 with one line
+    local c
+    for c in "${commands[@]}"; do
+        local out="$1_${c%% *}"
+        case "$c" in
+        report) run "$out" "$A" report "$1.sqlite" --html "$out.html" ;;
+        "diff gen.sqlite") run "$out" "$A" diff "$1.sqlite" gen.sqlite ;;
+        *) run "$out" "$A" $c "$1.sqlite" ;;
+        esac
+        if [ $rc -eq 2 ]; then
+            [ "$(wc -l <"$out.err")" -eq 1 ] && grep -q '^analyze: ' "$out.err" || fail "$out: exit 2 without one line: $(cat "$out.err")"
+        else
+            [ $rc -eq 0 ] || fail "$out: exit $rc: $(cat "$out.err")"
+        fi
+        echo "$rc" >"$out.rc"
+        ok
+    done
+}
+rejected() { # NAME PATTERN: every command refuses the trace with a line matching PATTERN
+    run_all "$1"
+    local c
+    for c in "${commands[@]}"; do
+        local out="$1_${c%% *}"
+        [ "$(cat "$out.rc")" = 2 ] && grep -q "$2" "$out.err" || fail "$out: not refused with '$2': rc $(cat "$out.rc"), $(cat "$out.err")"
+    done
+    ok
+}
+rejected neg_dropped "trace table 'meta': key 'dropped_events' is '-4', not a count"
+rejected over_dropped "key 'dropped_events' is '9223372036854775808', not a count"
+rejected neg_errors "key 'rejected_steps' is '-1'"
+rejected neg_start "key 'start_ns' is '-1', not a time"
+rejected end_first "end_ns 5 is before start_ns 1000000000"
+rejected neg_step_ts "trace table 'steps': step 0: ts_ns -5 is negative"
+rejected min_step_ts "step 0: ts_ns -9223372036854775808 is negative"
+rejected tokens_past "trace table 'steps': step 7: the tokens of the steps up to it add up past $I64"
+run_all threads_dropped
+[ "$(cat threads_dropped_info.rc)" = 2 ] && grep -q "trace table 'threads': the dropped counts add up past" threads_dropped_info.err || fail "threads' dropped counts: $(cat threads_dropped_info.err)"
+ok
+run_all max_dropped
+grep -q "^  dropped events: $I64 " max_dropped_info.out || fail "dropped events at INT64_MAX: $(cat max_dropped_info.out)"
+ok
+run_all tokens_max
+grep -q "^  tokens: $I64, " tokens_max_info.out || fail "tokens at INT64_MAX: $(cat tokens_max_info.out)"
+run tokens_max_json "$A" diff --format json gen.sqlite tokens_max.sqlite
+py "diff: the throughput ratio of a trace with INT64_MAX tokens" <<'EOF'
+import json
+d = json.load(open("tokens_max_json.out"))["throughput"][0]
+b = 9223372036854775807 / 0.8
+assert d["tokens_per_s_a"] == 10000 and abs(d["tokens_per_s_b"] - b) / b < 1e-12, d
+assert abs(d["ratio"] - b / 10000) / (b / 10000) < 1e-12, d
+EOF
+run_all step_max
+grep -q "^  steps: 8 (marks of steps 0-$I64)" step_max_info.out || fail "step INT64_MAX: $(cat step_max_info.out)"
+ok
+run_all header_liar
+grep -q "^  duration: 0.800 s" header_liar_info.out || fail "a chunk header with t0 INT64_MIN: $(cat header_liar_info.out)"
+ok
+# Times at the limit: a range of INT64_MAX - 1 ns fits everywhere it is printed; nested three
+# deep in itself, its inclusive time does not, and summary says so. bottleneck and diff refuse a
+# period that long (their per-step sums are over every thread).
+run_all huge
+grep -q '^main    main  work   work  9223372036854.776     100.0%  9223372036854.776' huge_summary.out || fail "huge summary: $(cat huge_summary.out)"
+grep -q 'work 100.0% 9223372036854.8ms' huge_intervals.out || fail "huge intervals: $(cat huge_intervals.out)"
+grep -q '"dur":9223372036854775.806' huge_export.out || fail "huge export"
+grep -q 'the trace spans more time than any run can' huge_bottleneck.err || fail "huge bottleneck: $(cat huge_bottleneck.err)"
+ok
+run_all huge_nested
+grep -q 'times summed over a thread.s or a role.s ranges pass' huge_nested_summary.err || fail "huge_nested summary: $(cat huge_nested_summary.err)"
+ok
+# gpu on a trace with GPU activity and a negative count.
+cp gpu_steps.sqlite neg_gpu.sqlite
+python3 -c 'import sqlite3; db = sqlite3.connect("neg_gpu.sqlite"); db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("gpu_dropped_records", "-3")); db.commit()'
+expect_usage neg_gpu "$A" gpu neg_gpu.sqlite
+grep -q "key 'gpu_dropped_records' is '-3', not a count" neg_gpu.err || fail "gpu: $(cat neg_gpu.err)"
+ok
+
 echo "it_invariants: $n_checks checks passed"

@@ -540,6 +540,25 @@ static void generate_all(const char *dir)
     free(p);
     gen_free(&g);
 
+    /* Times at the int64 limit: a range from 0 to INT64_MAX - 1 and step
+     * marks at both ends (huge.sqlite: every number fits, exactly); the same
+     * with the stage nested in itself three deep (huge_nested.sqlite: its
+     * inclusive time passes INT64_MAX). */
+    for (int nested = 0; nested < 2; nested++) {
+        gen_init(&g, "huge", "1700000000-12");
+        g.start_ns = 0;
+        g.chunk_events = 3;
+        gen_stage(&g, "work", "work");
+        gen_thread *h = gen_thread_add(&g, "main", "main");
+        for (int d = 0; d <= 2 * nested; d++) gen_begin(h, 0, d);
+        for (int d = 0; d <= 2 * nested; d++) gen_end(h, INT64_MAX - 1 - (2 * nested - d) * nested);
+        gen_step(&g, 0, 0, 0);
+        gen_step(&g, 1, INT64_MAX - 1, 7);
+        gen_write(&g, p = path_in(dir, nested ? "huge_nested.sqlite" : "huge.sqlite"));
+        free(p);
+        gen_free(&g);
+    }
+
     /* A valid trace with nothing recorded. */
     gen_init(&g, "empty", "1700000000-7");
     gen_write(&g, p = path_in(dir, "empty.sqlite"));
