@@ -376,7 +376,7 @@ static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w
     an_table *t = an_table_new(out, "windows", cols, n_cols);
     for (uint32_t i = 0; i < n; i++) {
         an_pipe_loads(p, w[i].bin0, w[i].bin1, loads);
-        an_put_int(t, i);
+        an_put_int(t, (int64_t)w[i].index);
         if (p->has_steps) {
             an_put_int(t, (int64_t)w[i].step_first);
             an_put_int(t, (int64_t)w[i].step_last);

@@ -97,11 +97,14 @@ static int gather_gpu(const an_trace *t, info *in)
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t device = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
-        if (device < 0) {
-            in->gpu_api_calls += n;
-            continue;
+        if (__builtin_add_overflow(device < 0 ? in->gpu_api_calls : in->gpu_records, n,
+                                   device < 0 ? &in->gpu_api_calls : &in->gpu_records)) {
+            an_error("%s: trace table 'gpu_chunks': the record counts (n_records) add up past %lld", t->path,
+                     (long long)INT64_MAX);
+            sqlite3_finalize(st);
+            return 1;
         }
-        in->gpu_records += n;
+        if (device < 0) continue;
         size_t len = strlen(in->gpu_devices);
         if (len < sizeof in->gpu_devices)
             snprintf(in->gpu_devices + len, sizeof in->gpu_devices - len, "%s%lld", len ? ", " : "", (long long)device);
@@ -204,8 +207,18 @@ static int gather(const an_trace *t, info *in)
             in->tokens_per_s = (double)in->step_tokens * 1e9 / (double)(last->ts_ns - first->ts_ns);
     }
     if (an_trace_meta_i64(t, "dropped_events", &in->dropped) != 0) {
-        in->dropped = 0;
-        for (uint32_t i = 0; i < in->n_threads; i++) in->dropped += (int64_t)st_reader_thread(r, i)->dropped;
+        /* Each count is 0 to INT64_MAX (the reader checks), so the sum is
+         * caught before it can wrap. */
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < in->n_threads; i++) {
+            sum += st_reader_thread(r, i)->dropped;
+            if (sum > (uint64_t)INT64_MAX) {
+                an_error("%s: trace table 'threads': the dropped counts add up past %lld (thread %u)", t->path,
+                         (long long)INT64_MAX, st_reader_thread(r, i)->id);
+                return 1;
+            }
+        }
+        in->dropped = (int64_t)sum;
     }
     return gather_gpu(t, in);
 }

@@ -994,6 +994,11 @@ static void section_tokens(report *rp)
         double v = len > 0 ? (double)tok * 1e9 / (double)len : 0;
         if (v > y_max) y_max = v;
     }
+    if (p->has_steps && rp->n_windows == 0) {
+        fprintf(f, "<p class=\"note\">No complete window of %llu steps in this trace.</p></section>\n",
+                (unsigned long long)rp->every);
+        return;
+    }
     if (!p->has_steps || y_max <= 0) {
         fputs("<p class=\"note\">No tokens in the step marks of this trace.</p></section>\n", f);
         return;

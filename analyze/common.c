@@ -277,6 +277,67 @@ uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64
     return n;
 }
 
+/* Values the format bounds (docs/analyze.md, "Values out of range"): counts
+ * in meta are 0 or more; times on the run's clock (meta start_ns and end_ns,
+ * step marks) are 0 or more, and the run ends after it starts; the tokens of
+ * all steps add up within int64. With every time in [0, INT64_MAX], any
+ * difference of two times fits in an int64, and so does any sum of tokens. */
+static const char *meta_shown(const char *s, char *buf, size_t size)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < size; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+static int check_values(an_trace *t)
+{
+    static const char *const counts[] = {"dropped_events", "gpu_dropped_records", "unmatched_ends",
+                                         "rejected_steps", "clock_clamped", "bad_counters",
+                                         "failed_commits", "lost_events"};
+    static const char *const times[] = {"start_ns", "end_ns"};
+    char clean[64];
+    int64_t v;
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        const char *s = an_trace_meta(t, counts[i]);
+        if (s && (an_trace_meta_i64(t, counts[i], &v) || v < 0)) {
+            an_error("%s: trace table 'meta': key '%s' is '%s', not a count (0 to %lld)", t->path, counts[i],
+                     meta_shown(s, clean, sizeof clean), (long long)INT64_MAX);
+            return -1;
+        }
+    }
+    int64_t tv[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        const char *s = an_trace_meta(t, times[i]);
+        if (s && (an_trace_meta_i64(t, times[i], &tv[i]) || tv[i] < 0)) {
+            an_error("%s: trace table 'meta': key '%s' is '%s', not a time on the run's clock (0 to %lld ns)",
+                     t->path, times[i], meta_shown(s, clean, sizeof clean), (long long)INT64_MAX);
+            return -1;
+        }
+    }
+    if (an_trace_meta(t, "start_ns") && an_trace_meta(t, "end_ns") && tv[1] < tv[0]) {
+        an_error("%s: trace table 'meta': end_ns %lld is before start_ns %lld", t->path, (long long)tv[1],
+                 (long long)tv[0]);
+        return -1;
+    }
+    uint64_t tokens = 0;
+    for (uint32_t i = 0, n = st_reader_n_steps(t->r); i < n; i++) {
+        const st_step_info *st = st_reader_step(t->r, i);
+        if (st->ts_ns < 0) {
+            an_error("%s: trace table 'steps': step %llu: ts_ns %lld is negative (times on the run's clock are not)",
+                     t->path, (unsigned long long)st->step, (long long)st->ts_ns);
+            return -1;
+        }
+        tokens += st->tokens; /* each at most INT64_MAX: the sum cannot wrap before it is caught */
+        if (tokens > (uint64_t)INT64_MAX) {
+            an_error("%s: trace table 'steps': step %llu: the tokens of the steps up to it add up past %lld", t->path,
+                     (unsigned long long)st->step, (long long)INT64_MAX);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int an_trace_open(an_trace *t, const char *path)
 {
     memset(t, 0, sizeof *t);
@@ -290,7 +351,7 @@ int an_trace_open(an_trace *t, const char *path)
     }
     int64_t first = 0, last = 0;
     int has = 0;
-    if (read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
+    if (check_values(t) || read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
     }

@@ -91,6 +91,7 @@ static int setup_bins(an_pipe *p, const an_pipe_opts *o)
         p->bin_t[1] = p->trace->span_t1_ns;
         return check_period(p);
     }
+    p->step_open = st_reader_step(r, first)->step;
     for (uint32_t b = 0; b < p->n_bins; b++) {
         uint32_t m0 = first + b * p->steps_per_bin;               /* opening mark */
         uint32_t m1 = m0 + p->steps_per_bin;                      /* closing mark */
@@ -119,7 +120,29 @@ static int64_t bin_of(const an_pipe *p, int64_t ts)
     return (int64_t)lo - 1;
 }
 
-/* One thread: self time per (bin, stage) into ns[], begins into cnt[]. */
+/* [a, ts) to stage (UINT32_MAX: no stage's), split at the bins; *b is the
+ * bin of a (-1 before the first) and moves along. */
+static void charge_bins(const an_pipe *p, int64_t *ns, int64_t *b, int64_t a, int64_t ts, uint32_t stage)
+{
+    const int64_t *bt = p->bin_t;
+    while (a < ts) {
+        if (*b < 0) {
+            if (ts < bt[0]) break;
+            a = bt[0];
+            *b = 0;
+            continue;
+        }
+        if (*b >= p->n_bins) break;
+        int64_t end = ts < bt[*b + 1] ? ts : bt[*b + 1];
+        if (stage < p->n_stages) ns[(size_t)*b * p->n_stages + stage] += end - a;
+        a = end;
+        if (a == bt[*b + 1]) (*b)++;
+    }
+}
+
+/* One thread: self time per (bin, stage) into ns[], begins into cnt[]. A
+ * range that never ended (a killed run) holds its stage to the end of the
+ * last bin, as the profile lines count it. */
 static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_progress *prog)
 {
     st_reader *r = p->trace->r;
@@ -127,7 +150,6 @@ static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_p
     int rc = st_event_iter_open(&it, r, st_reader_thread(r, ti)->id);
     if (rc) return rc;
     const uint32_t n_stages = p->n_stages, n_bins = p->n_bins;
-    const int64_t *bt = p->bin_t;
     uint32_t stack[ST_STACK_MAX + 1];
     uint32_t depth = 0;
     int64_t last = 0, b = 0;
@@ -141,20 +163,7 @@ static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_p
             b = bin_of(p, ts);
         } else {
             /* [last, ts) goes to the innermost open stage, split at the bins. */
-            int64_t a = last;
-            while (a < ts) {
-                if (b < 0) {
-                    if (ts < bt[0]) break;
-                    a = bt[0];
-                    b = 0;
-                    continue;
-                }
-                if (b >= n_bins) break;
-                int64_t end = ts < bt[b + 1] ? ts : bt[b + 1];
-                if (depth && stack[depth - 1] < n_stages) ns[(size_t)b * n_stages + stack[depth - 1]] += end - a;
-                a = end;
-                if (a == bt[b + 1]) b++;
-            }
+            charge_bins(p, ns, &b, last, ts, depth ? stack[depth - 1] : UINT32_MAX);
         }
         last = ts;
         if (ev.is_end) {
@@ -172,6 +181,7 @@ static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_p
             n = 0;
         }
     }
+    if (rc == 0 && started && depth) charge_bins(p, ns, &b, last, p->bin_t[n_bins], stack[depth - 1]);
     an_progress_add(prog, n);
     st_event_iter_close(it);
     return rc;
@@ -1092,23 +1102,35 @@ void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_ro
     if (isfinite(v->tokens_per_s)) v->whatif_tokens_per_s = v->tokens_per_s * v->whatif_factor;
 }
 
+/* Does a window boundary fall at the closing mark of bin b? With a bin per
+ * step: when that mark's step is a multiple of every, as the profile lines
+ * have it. With bins of several steps: when a multiple of every is among the
+ * bin's steps (the window then ends with that bin). */
+static int boundary_after(const an_pipe *p, uint32_t b, uint64_t every)
+{
+    uint64_t s0 = b ? p->bin_step_last[b - 1] : p->step_open, s1 = p->bin_step_last[b];
+    if (p->steps_per_bin <= 1) return s1 % every == 0;
+    return s1 / every > s0 / every;
+}
+
 uint32_t an_pipe_windows(const an_pipe *p, uint64_t every, uint32_t *first)
 {
-    uint32_t n = 0;
     if (!p->has_steps || every == 0) {
         first[0] = 0;
         first[1] = p->n_bins;
         return 1;
     }
-    uint64_t cur = 0;
+    /* Windows run from one boundary mark to the next; the bins before the
+     * first boundary and after the last are in no window. */
+    uint32_t n = 0, start = 0;
+    int open = p->step_open % every == 0;
     for (uint32_t b = 0; b < p->n_bins; b++) {
-        uint64_t w = p->bin_step_last[b] ? (p->bin_step_last[b] - 1) / every : 0;
-        if (b == 0 || w != cur) {
-            first[n++] = b;
-            cur = w;
-        }
+        if (!boundary_after(p, b, every)) continue;
+        if (open) first[n++] = start;
+        open = 1;
+        start = b + 1;
     }
-    first[n] = p->n_bins;
+    first[n] = open ? start : 0;
     return n;
 }
 
@@ -1139,6 +1161,7 @@ uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_ver
         w[i].bin1 = first[i + 1];
         w[i].step_first = p->has_steps ? p->bin_step_first[first[i]] : 0;
         w[i].step_last = p->has_steps ? p->bin_step_last[first[i + 1] - 1] : 0;
+        w[i].index = p->has_steps && every ? (w[i].step_last - 1) / every : 0;
         w[i].tokens_per_s = v.tokens_per_s;
         w[i].role = v.role;
         w[i].device = v.device;

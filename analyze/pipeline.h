@@ -63,6 +63,7 @@ typedef struct an_pipe {
     uint32_t n_bins, steps_per_bin;
     int64_t *bin_t;            /* [n_bins + 1] */
     uint64_t *bin_step_first, *bin_step_last; /* step numbers of the first and last mark closing it */
+    uint64_t step_open;        /* step number of the mark opening bin 0 */
     uint32_t *bin_steps;       /* marks closing in the bin (0 without steps) */
     uint64_t *bin_tokens;
     int64_t *self_ns;          /* [(bin * n_roles + role) * n_cols + col], all the role's threads */
@@ -182,16 +183,20 @@ void an_pipe_verdict(const an_pipe *p, uint32_t bin0, uint32_t bin1, const an_ro
 /* A role's self time per stage over bins: fills stage_ns[n_cols] (the last is idle). */
 void an_pipe_stage_ns(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t role, int64_t *stage_ns);
 
-/* Windows of `every` steps: window of a bin = (bin_step_last - 1) / every
- * (as `intervals`: window k spans steps k*every+1 .. (k+1)*every). Fills
- * first[w], and returns the number of windows (first[n] = n_bins). first must
- * hold n_bins + 1 entries. */
+/* Windows of `every` steps, as `intervals` has them: from the mark of a step
+ * k*every to the next such mark (window k spans steps k*every+1 ..
+ * (k+1)*every); bins before the first such mark and after the last are in
+ * no window. With bins of several steps a window ends with the bin holding
+ * its last boundary step. Window i is bins [first[i], first[i + 1]); returns
+ * the number of windows (0 when no window is complete). Without steps (or
+ * every 0): one window of every bin. first must hold n_bins + 1 entries. */
 uint32_t an_pipe_windows(const an_pipe *p, uint64_t every, uint32_t *first);
 
 /* The verdict of each window of `every` steps (see an_pipe_windows). */
 typedef struct an_window_verdict {
     uint32_t bin0, bin1;
     uint64_t step_first, step_last;
+    uint64_t index;                   /* as intervals numbers it: (step_last - 1) / every */
     double tokens_per_s;              /* NaN without tokens */
     int32_t role, stage;              /* bottleneck, -1 if none (with device >= 0: the device's largest user) */
     int32_t device;                   /* as an_verdict's */

@@ -64,6 +64,7 @@ typedef struct ctx {
     uint64_t n_read;        /* ranges read */
     uint64_t n_ranges;      /* selected ranges, not yet added to the file's */
     an_stage_stats *row;    /* [max stages]: the current thread's sums, first pass */
+    int overflow;           /* a sum passed INT64_MAX (it was kept at INT64_MAX) */
     size_t n_batch;
     uint32_t batch_group[BATCH];
     int64_t batch_value[BATCH];
@@ -234,10 +235,22 @@ static int setup_merged(an_stats *s, file_ctx *fcs)
     return AN_EXIT_OK;
 }
 
-static void add_stats(an_stage_stats *to, const an_stage_stats *from)
+/* Sums of nanoseconds (all of them >= 0): a thread's inclusive time in a
+ * stage nested in itself, or a role's over many threads, can pass INT64_MAX
+ * only with timestamps no run has; the sum stops there and the overflow is
+ * reported (an_stats_compute fails) instead of wrapping. */
+static inline void add_ns(int64_t *to, int64_t v, int *overflow)
 {
-    to->total_ns += from->total_ns;
-    to->self_ns += from->self_ns;
+    if (__builtin_add_overflow(*to, v, to)) {
+        *to = INT64_MAX;
+        *overflow = 1;
+    }
+}
+
+static void add_stats(an_stage_stats *to, const an_stage_stats *from, int *overflow)
+{
+    add_ns(&to->total_ns, from->total_ns, overflow);
+    add_ns(&to->self_ns, from->self_ns, overflow);
     to->count += from->count;
     if (from->max_ns > to->max_ns) to->max_ns = from->max_ns;
 }
@@ -269,69 +282,127 @@ static int thread_needed(ctx *c, uint32_t f, uint32_t ti)
 static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
 {
     an_stage_stats *row = &fs->thread_stage[(size_t)ti * fs->n_stages];
-    for (uint32_t st = 0; st < fs->n_stages; st++) add_stats(&row[st], &c->row[st]);
+    for (uint32_t st = 0; st < fs->n_stages; st++) add_stats(&row[st], &c->row[st], &c->overflow);
     memset(c->row, 0, fs->n_stages * sizeof *c->row);
-    fs->thread_busy_ns[ti] += *busy_ns;
+    add_ns(&fs->thread_busy_ns[ti], *busy_ns, &c->overflow);
     *busy_ns = 0;
 }
 
-/* Reads the ranges of one iterator (one thread, or all threads by id). */
-static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
+/* The state of the thread being read. */
+typedef struct scan_thread {
+    uint32_t ti, role, role_group;
+    int64_t busy_ns;
+    int64_t child_ns[ST_STACK_MAX + 2];
+} scan_thread;
+
+/* One range of the thread, clipped to the window [w0, w1]. */
+static inline void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc, scan_thread *th, int first_pass,
+                              int merged, uint32_t stage, uint32_t depth_in, int64_t start_ns, int64_t end_ns)
+{
+    const uint32_t ns = fs->n_stages, mns = c->s->merged.n_stages;
+    int64_t a = start_ns, b = end_ns;
+    if (a < fs->t0_ns) a = fs->t0_ns;
+    if (b > fs->t1_ns) b = fs->t1_ns;
+    int64_t d = b > a ? b - a : 0;
+    uint32_t depth = depth_in <= ST_STACK_MAX ? depth_in : ST_STACK_MAX;
+    int64_t kids = th->child_ns[depth + 1];
+    th->child_ns[depth + 1] = 0;
+    add_ns(&th->child_ns[depth], d, &c->overflow);
+    if (depth == 0) add_ns(&th->busy_ns, d, &c->overflow);
+    if (stage >= ns || !fs->stage_on[stage]) return;
+    if (first_pass) {
+        an_stage_stats *x = &c->row[stage];
+        add_ns(&x->total_ns, d, &c->overflow);
+        add_ns(&x->self_ns, d > kids ? d - kids : 0, &c->overflow);
+        x->count++;
+        if (d > x->max_ns) x->max_ns = d;
+        c->n_ranges++;
+    }
+    if (c->n_batch > BATCH - 3) flush_batch(c);
+    batch_add(c, fc->group_thread + th->ti * ns + stage, d);
+    if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
+    if (merged)
+        batch_add(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage], d);
+}
+
+static void scan_thread_start(const an_file_stats *fs, scan_thread *th, uint32_t ti)
+{
+    th->ti = ti;
+    th->role = fs->thread_role[ti];
+    /* A role of one thread takes its percentiles from the thread. */
+    th->role_group = fs->role_threads[th->role] > 1;
+    th->busy_ns = 0;
+    memset(th->child_ns, 0, sizeof th->child_ns);
+}
+
+/* The end of a thread's ranges: the ranges it never ended (a killed run)
+ * count as if they ended at the end of the window (for the whole trace, of
+ * the trace's span), innermost first, like any range that reaches past the
+ * window; then the thread's sums are done. So every instant of the window is
+ * some range's self time or idle, once. */
+static int scan_thread_end(ctx *c, uint32_t f, st_reader *r, scan_thread *th)
+{
+    an_file_stats *fs = &c->s->files[f];
+    file_ctx *fc = &c->fc[f];
+    const int first_pass = an_quant_pass(c->q) == 1;
+    st_open_range open[ST_STACK_MAX];
+    int n = st_reader_unended(r, st_reader_thread(r, th->ti)->id, open);
+    if (n < 0) return n;
+    for (int k = n - 1; k >= 0; k--) {
+        if (open[k].start_ns >= fc->iter_t1) continue; /* begun after the window */
+        int64_t end = fs->t1_ns > open[k].start_ns ? fs->t1_ns : open[k].start_ns;
+        scan_range(c, fs, fc, th, first_pass, c->s->merged_valid, open[k].stage, (uint32_t)k, open[k].start_ns, end);
+    }
+    if (first_pass) flush_row(c, fs, th->ti, &th->busy_ns);
+    return 0;
+}
+
+/* A thread the iterator gave no range of (none in the window) may still
+ * hold a range that never ended. */
+static int scan_rest(ctx *c, uint32_t f, st_reader *rd, uint32_t ti)
+{
+    scan_thread th;
+    scan_thread_start(&c->s->files[f], &th, ti);
+    return scan_thread_end(c, f, rd, &th);
+}
+
+/* Reads the ranges of one iterator: of the threads with index lo..hi-1 (by
+ * id, as the reader lists them), those marked in needed[] (NULL: all). A needed thread
+ * the iterator has no range of is still ended (scan_rest), in its place in
+ * thread order, so an error is the one a single job meets first. */
+static int scan_iter(ctx *c, uint32_t f, st_range_iter *it, st_reader *rd, const uint8_t *needed, uint32_t lo,
+                     uint32_t hi)
 {
     an_file_stats *fs = &c->s->files[f];
     file_ctx *fc = &c->fc[f];
     const int first_pass = an_quant_pass(c->q) == 1;
     const int merged = c->s->merged_valid;
-    const uint32_t ns = fs->n_stages, mns = c->s->merged.n_stages;
-    const int64_t w0 = fs->t0_ns, w1 = fs->t1_ns;
-    int64_t child_ns[ST_STACK_MAX + 2];
-    uint32_t cur = UINT32_MAX, ti = 0, role = 0, on = 0, role_group = 0;
-    an_stage_stats *row = c->row;
-    int64_t busy_ns = 0;
+    uint32_t cur = UINT32_MAX, on = 0, next = lo; /* threads before next are done */
+    scan_thread th;
     st_range r;
     int rc;
     while ((rc = st_range_iter_next(it, &r)) == 1) {
         c->n_read++;
         if (++c->unreported == REPORT_EVERY) report(c, fs);
         if (r.thread != cur) {
-            if (first_pass && on) flush_row(c, fs, ti, &busy_ns);
+            if (on && (rc = scan_thread_end(c, f, rd, &th)) < 0) break;
             cur = r.thread;
-            ti = r.thread < fc->n_ids ? fc->thread_index[r.thread] : UINT32_MAX;
+            uint32_t ti = r.thread < fc->n_ids ? fc->thread_index[r.thread] : UINT32_MAX;
             /* The reader refuses chunks of unknown threads; this is a guard. */
-            on = ti != UINT32_MAX && fs->thread_on[ti];
+            on = ti != UINT32_MAX && ti >= next && ti < hi && (!needed || needed[ti]);
             if (!on) continue;
-            role = fs->thread_role[ti];
-            /* A role of one thread takes its percentiles from the thread. */
-            role_group = fs->role_threads[role] > 1;
-            memset(child_ns, 0, sizeof child_ns);
+            for (; next < ti && rc >= 0; next++)
+                if (!needed || needed[next]) rc = scan_rest(c, f, rd, next);
+            if (rc < 0) break;
+            next = ti + 1;
+            scan_thread_start(fs, &th, ti);
         }
         if (!on) continue;
-        int64_t a = r.start_ns, b = r.start_ns + r.dur_ns;
-        if (a < w0) a = w0;
-        if (b > w1) b = w1;
-        int64_t d = b > a ? b - a : 0;
-        uint32_t depth = r.depth <= ST_STACK_MAX ? r.depth : ST_STACK_MAX;
-        int64_t kids = child_ns[depth + 1];
-        child_ns[depth + 1] = 0;
-        child_ns[depth] += d;
-        if (depth == 0) busy_ns += d;
-        uint32_t st = r.stage;
-        if (st >= ns || !fs->stage_on[st]) continue;
-        if (first_pass) {
-            an_stage_stats *x = &row[st];
-            x->total_ns += d;
-            x->self_ns += d > kids ? d - kids : 0;
-            x->count++;
-            if (d > x->max_ns) x->max_ns = d;
-            c->n_ranges++;
-        }
-        if (c->n_batch > BATCH - 3) flush_batch(c);
-        batch_add(c, fc->group_thread + ti * ns + st, d);
-        if (role_group) batch_add(c, fc->group_role + role * ns + st, d);
-        if (merged)
-            batch_add(c, c->group_merged + (uint32_t)fc->role_merged[role] * mns + (uint32_t)fc->stage_merged[st], d);
+        scan_range(c, fs, fc, &th, first_pass, merged, r.stage, r.depth, r.start_ns, r.start_ns + r.dur_ns);
     }
-    if (first_pass && on) flush_row(c, fs, ti, &busy_ns);
+    if (rc == 0 && on) rc = scan_thread_end(c, f, rd, &th);
+    for (; next < hi && rc >= 0; next++)
+        if (!needed || needed[next]) rc = scan_rest(c, f, rd, next);
     flush_batch(c);
     report(c, fs);
     return rc;
@@ -354,14 +425,14 @@ static int scan_file(ctx *c, uint32_t f)
         /* Every thread: one iterator, one query. */
         st_range_iter *it = NULL;
         rc = st_range_iter_open(&it, r, -1, fc->iter_t0, fc->iter_t1);
-        if (!rc) rc = scan_iter(c, f, it);
+        if (!rc) rc = scan_iter(c, f, it, r, needed, 0, fs->n_threads);
         st_range_iter_close(it);
     } else {
         for (uint32_t i = 0; i < fs->n_threads && !rc; i++) {
             if (!needed[i]) continue;
             st_range_iter *it = NULL;
             rc = st_range_iter_open(&it, r, st_reader_thread(r, i)->id, fc->iter_t0, fc->iter_t1);
-            if (!rc) rc = scan_iter(c, f, it);
+            if (!rc) rc = scan_iter(c, f, it, r, needed, i, i + 1);
             st_range_iter_close(it);
         }
     }
@@ -494,7 +565,7 @@ static void run_task(worker *w, const task *tk)
     st_range_iter *it = NULL;
     w->c->n_read = 0;
     int rc = st_range_iter_open(&it, r, tk->id, fc->iter_t0, fc->iter_t1);
-    if (!rc) rc = scan_iter(w->c, tk->file, it);
+    if (!rc) rc = scan_iter(w->c, tk->file, it, r, NULL, tk->thread, tk->thread + 1);
     st_range_iter_close(it);
     if (an_quant_pass(w->c->q) == 1) w->team->size[tk->at] = w->c->n_read; /* this task's own slot */
     if (rc < 0) task_failed(w->team, tk, st_last_error(), 0);
@@ -713,10 +784,10 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
                 if (!x->count) continue;
                 for (int p = 0; p < AN_NPCT; p++)
                     x->pct_ns[p] = an_quant_get(cp->q, fcs[f].group_thread + ti * ns + st, (uint32_t)p);
-                add_stats(&fs->role_stage[(size_t)role * ns + st], x);
+                add_stats(&fs->role_stage[(size_t)role * ns + st], x, &cp->overflow);
                 if (s->merged_valid) {
                     uint32_t mr = (uint32_t)fcs[f].role_merged[role], ms = (uint32_t)fcs[f].stage_merged[st];
-                    add_stats(&s->merged.role_stage[(size_t)mr * s->merged.n_stages + ms], x);
+                    add_stats(&s->merged.role_stage[(size_t)mr * s->merged.n_stages + ms], x, &cp->overflow);
                 }
             }
         }
@@ -735,6 +806,21 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         for (uint32_t i = 0; i < s->merged.n_roles * s->merged.n_stages; i++)
             for (int p = 0; p < AN_NPCT; p++)
                 s->merged.role_stage[i].pct_ns[p] = an_quant_get(cp->q, cp->group_merged + i, (uint32_t)p);
+    /* A role row's wall time is its threads' added up (summary's shares). */
+    for (uint32_t f = 0; f < n && !rc; f++) {
+        an_file_stats *fs = &s->files[f];
+        int64_t role_wall;
+        for (uint32_t role = 0; role < fs->n_roles; role++)
+            if (__builtin_mul_overflow(fs->wall_ns, (int64_t)fs->role_threads[role], &role_wall)) cp->overflow = 1;
+    }
+    for (uint32_t i = 0; tm && i < tm->n_workers; i++)
+        if (tm->workers[i].c && tm->workers[i].c->overflow) cp->overflow = 1;
+    if (!rc && cp->overflow) {
+        an_error("%s: times summed over a thread's or a role's ranges pass %lld ns (292 years): the trace's "
+                 "timestamps are corrupt",
+                 n == 1 ? traces[0].path : "summary", (long long)INT64_MAX);
+        rc = AN_EXIT_USAGE;
+    }
     team_free(tm);
     an_quant_free(cp->q);
     free(cp->row);

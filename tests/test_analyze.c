@@ -391,6 +391,32 @@ static void gen_rank(gen_trace *g, int rank)
     }
 }
 
+/* A killed run: worker leaves a range open that holds a closed child.
+ * Steps 0..4 every 100 ms (100 tokens each), so the span is 0..400 ms.
+ *   main    log [k*100, k*100+10], k = 0..3
+ *   worker  a [10, 50]; outer begins at 120 and never ends; inner [150, 250]
+ * Open ranges count up to the end of the analysed time: outer [120, 400],
+ * total 280, self 180; inner 100; a 40; idle 80 (self + idle = 400). Per
+ * window of 1 step: worker a 40 + idle 60 | idle 20, outer 30, inner 50 |
+ * inner 50, outer 50 | outer 100. */
+static void gen_unended(gen_trace *g)
+{
+    gen_init(g, "unended", "1700000000-11");
+    g->status = "running";
+    g->profile_interval = 1;
+    uint32_t s_log = gen_stage(g, "log", "work");
+    uint32_t s_a = gen_stage(g, "a", "work");
+    uint32_t s_outer = gen_stage(g, "outer", "work");
+    uint32_t s_inner = gen_stage(g, "inner", "copy");
+    gen_thread *main_t = gen_thread_add(g, "main", "main");
+    gen_thread *w = gen_thread_add(g, "worker", "worker");
+    for (int k = 0; k <= 4; k++) gen_step(g, (uint64_t)k, BASE_NS + k * 100 * MS, k ? 100 : 0);
+    for (int k = 0; k < 4; k++) gen_range(main_t, s_log, BASE_NS + k * 100 * MS, BASE_NS + (k * 100 + 10) * MS);
+    gen_range(w, s_a, BASE_NS + 10 * MS, BASE_NS + 50 * MS);
+    gen_begin(w, s_outer, BASE_NS + 120 * MS);
+    gen_range(w, s_inner, BASE_NS + 150 * MS, BASE_NS + 250 * MS);
+}
+
 /* Feeds g's events and steps, merged in st_agg_order, to the aggregator and
  * returns the formatted windows: the expected text of `analyze intervals`,
  * computed without the reader. */
@@ -505,6 +531,30 @@ static void generate_all(const char *dir)
         char name[32];
         snprintf(name, sizeof name, "rank%d.sqlite", rank);
         gen_write(&g, p = path_in(dir, name));
+        free(p);
+        gen_free(&g);
+    }
+
+    gen_unended(&g);
+    gen_write(&g, p = path_in(dir, "unended.sqlite"));
+    free(p);
+    gen_free(&g);
+
+    /* Times at the int64 limit: a range from 0 to INT64_MAX - 1 and step
+     * marks at both ends (huge.sqlite: every number fits, exactly); the same
+     * with the stage nested in itself three deep (huge_nested.sqlite: its
+     * inclusive time passes INT64_MAX). */
+    for (int nested = 0; nested < 2; nested++) {
+        gen_init(&g, "huge", "1700000000-12");
+        g.start_ns = 0;
+        g.chunk_events = 3;
+        gen_stage(&g, "work", "work");
+        gen_thread *h = gen_thread_add(&g, "main", "main");
+        for (int d = 0; d <= 2 * nested; d++) gen_begin(h, 0, d);
+        for (int d = 0; d <= 2 * nested; d++) gen_end(h, INT64_MAX - 1 - (2 * nested - d) * nested);
+        gen_step(&g, 0, 0, 0);
+        gen_step(&g, 1, INT64_MAX - 1, 7);
+        gen_write(&g, p = path_in(dir, nested ? "huge_nested.sqlite" : "huge.sqlite"));
         free(p);
         gen_free(&g);
     }
@@ -1027,6 +1077,117 @@ static void test_intervals_equal(void **state)
     st_reader_close(r);
 }
 
+/* Per thread, the self times of its stages plus idle are its wall time. */
+static void assert_self_plus_idle(const an_file_stats *fs)
+{
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        int64_t self = 0;
+        for (uint32_t st = 0; st < fs->n_stages; st++) self += fs->thread_stage[(size_t)ti * fs->n_stages + st].self_ns;
+        int64_t idle = fs->wall_ns > fs->thread_busy_ns[ti] ? fs->wall_ns - fs->thread_busy_ns[ti] : 0;
+        assert_true(fs->thread_busy_ns[ti] <= fs->wall_ns);
+        assert_int_equal(self + idle, fs->wall_ns);
+    }
+}
+
+/* Self time per thread and stage over the windows of st_reader_windows. */
+typedef struct window_sums {
+    int64_t stage_ns[2][8], idle_ns[2];
+    uint32_t n_windows;
+} window_sums;
+
+static void on_window_sum(const st_window *w, void *arg)
+{
+    window_sums *ws = arg;
+    ws->n_windows++;
+    for (uint32_t i = 0; i < w->n_threads; i++) {
+        const st_window_thread *th = &w->threads[i];
+        int64_t sum = th->idle_ns;
+        ws->idle_ns[th->thread] += th->idle_ns;
+        for (uint32_t s = 0; s < w->n_stages; s++) {
+            ws->stage_ns[th->thread][s] += th->stage_ns[s];
+            sum += th->stage_ns[s];
+        }
+        /* Every nanosecond of the window once. */
+        assert_int_equal(sum, w->t1_ns - w->t0_ns);
+    }
+}
+
+/* A range that never ended counts up to the end of the analysed time, as
+ * self time of its stage net of its children: summary and intervals agree,
+ * and self + idle is the wall time (it was 500 ms of 400 when the open
+ * range was left out but its child was not). */
+static void test_unended_ranges(void **state)
+{
+    (void)state;
+    an_trace t;
+    assert_int_equal(an_trace_open(&t, generated_trace("unended.sqlite")), 0);
+    an_stats s;
+    stats_of(&t, &s, NULL, NULL);
+    const an_file_stats *fs = &s.files[0];
+    assert_int_equal(fs->wall_ns, 400 * MS);
+    check_stats(thread_stage(fs, "worker", "a"), 40 * MS, 40 * MS, 1, 40 * MS, 40 * MS, 40 * MS, 40 * MS);
+    check_stats(thread_stage(fs, "worker", "outer"), 280 * MS, 180 * MS, 1, 280 * MS, 280 * MS, 280 * MS, 280 * MS);
+    check_stats(thread_stage(fs, "worker", "inner"), 100 * MS, 100 * MS, 1, 100 * MS, 100 * MS, 100 * MS, 100 * MS);
+    assert_int_equal(fs->thread_busy_ns[1], 320 * MS);
+    assert_self_plus_idle(fs);
+    an_stats_free(&s);
+
+    /* --jobs 2: the same numbers. */
+    an_select sel;
+    memset(&sel, 0, sizeof sel);
+    assert_int_equal(an_stats_compute_jobs(&s, &t, 1, &sel, 0, 2), 0);
+    fs = &s.files[0];
+    check_stats(thread_stage(fs, "worker", "outer"), 280 * MS, 180 * MS, 1, 280 * MS, 280 * MS, 280 * MS, 280 * MS);
+    assert_self_plus_idle(fs);
+    an_stats_free(&s);
+
+    /* A window after the worker's last event: only the open range is in it
+     * (no chunk of the worker overlaps the window). */
+    stats_of(&t, &s, NULL, "0.3:0.4");
+    fs = &s.files[0];
+    assert_int_equal(fs->wall_ns, 100 * MS);
+    check_stats(thread_stage(fs, "worker", "outer"), 100 * MS, 100 * MS, 1, 100 * MS, 100 * MS, 100 * MS, 100 * MS);
+    assert_int_equal(thread_stage(fs, "worker", "inner")->count, 0);
+    assert_self_plus_idle(fs);
+    an_stats_free(&s);
+
+    /* Steps 1:2, 100..200 ms: outer [120, 200] holding inner [150, 200]. */
+    stats_of(&t, &s, "1:2", NULL);
+    fs = &s.files[0];
+    check_stats(thread_stage(fs, "worker", "outer"), 80 * MS, 30 * MS, 1, 80 * MS, 80 * MS, 80 * MS, 80 * MS);
+    check_stats(thread_stage(fs, "worker", "inner"), 50 * MS, 50 * MS, 1, 50 * MS, 50 * MS, 50 * MS, 50 * MS);
+    assert_int_equal(thread_stage(fs, "worker", "a")->count, 0);
+    assert_self_plus_idle(fs);
+    an_stats_free(&s);
+
+    /* intervals: the same self times, window by window. */
+    window_sums ws;
+    memset(&ws, 0, sizeof ws);
+    assert_int_equal(st_reader_windows(t.r, 1, on_window_sum, &ws), ST_OK);
+    assert_int_equal(ws.n_windows, 4);
+    assert_int_equal(ws.stage_ns[1][1], 40 * MS);
+    assert_int_equal(ws.stage_ns[1][2], 180 * MS);
+    assert_int_equal(ws.stage_ns[1][3], 100 * MS);
+    assert_int_equal(ws.idle_ns[1], 80 * MS);
+    an_trace_close(&t);
+
+    /* The generator's own merge gives the same text as the reader. */
+    gen_trace g;
+    gen_unended(&g);
+    char *want = gen_intervals_text(&g, 1);
+    gen_free(&g);
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, generated_trace("unended.sqlite")), ST_OK);
+    char *got = NULL;
+    assert_int_equal(st_reader_windows(r, 1, on_window_append, &got), ST_OK);
+    assert_string_equal(got, want);
+    assert_non_null(strstr(want, "profile steps 4-4  window 0.100 s  tokens 100  tokens/s 1000\n"));
+    assert_non_null(strstr(want, "worker       worker    outer 100.0% 100.0ms\n"));
+    free(want);
+    free(got);
+    st_reader_close(r);
+}
+
 static int setup_traces(void **state)
 {
     (void)state;
@@ -1064,6 +1225,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stats_filters_and_passes),
         cmocka_unit_test(test_stats_merged),
         cmocka_unit_test(test_intervals_equal),
+        cmocka_unit_test(test_unended_ranges),
     };
     return cmocka_run_group_tests(tests, setup_traces, teardown_traces);
 }

@@ -316,6 +316,21 @@ static void gen_target(g_trace *g)
     }
 }
 
+/* Partial windows: marks of steps 3..22 every 10 ms (tokens 1000 + 100 k),
+ * profile_interval 5, so the windows are steps 6-10, 11-15 and 16-20
+ * (marks 5 to 20); steps 4-5 and 21-22 are in no window. Drafter-bound in
+ * steps 4-5 and 21-22, target-bound in 6-20: a partial window counted would
+ * show the drafter. */
+static void gen_partial(g_trace *g)
+{
+    g_stages s;
+    g_init(g, "gen2", 5);
+    g_trainer_stages(g, &s);
+    g_pipeline_threads(g);
+    for (int k = 3; k <= 22; k++) g_step(g, (uint64_t)k, (k - 3) * 10 * MS, 1000 + 100 * (uint64_t)k);
+    for (int k = 3; k < 22; k++) g_pipeline_step(g, &s, (k - 3) * 10 * MS, k + 1 >= 6 && k + 1 <= 20);
+}
+
 /* The same, target-bound in steps 1-10, drafter-bound in steps 11-20;
  * windows of 5 steps: target, target, drafter (moved), drafter. Over the
  * whole trace target is busy 62.5%, the drafters 65%: drafter. */
@@ -477,6 +492,7 @@ static void generate_all(const char *dir)
     mkdir(dir, 0777);
     write_one(dir, "target.sqlite", gen_target);
     write_one(dir, "moves.sqlite", gen_moves);
+    write_one(dir, "partial.sqlite", gen_partial);
     write_one(dir, "inferred.sqlite", gen_inferred);
     write_one(dir, "nosteps.sqlite", gen_nosteps);
     write_one(dir, "dense.sqlite", gen_dense);
@@ -674,6 +690,79 @@ static void test_windows_move(void **state)
     assert_non_null(story);
     assert_non_null(strstr(story, "the bottleneck moved: target in steps 1-10, drafter in steps 11-20."));
     free(story);
+    free(w);
+    an_pipe_free(&p);
+    an_trace_close(&t);
+}
+
+/* The profile windows of the trace, kept for comparison with the model. */
+typedef struct kept_windows {
+    uint32_t n;
+    uint64_t step_first[8], step_last[8], index[8], tokens[8];
+    int64_t t0[8], t1[8];
+    int64_t role_stage_ns[8][8][16]; /* [window][role of the model][stage] */
+    const an_pipe *p;
+} kept_windows;
+
+static void keep_window(const st_window *w, void *arg)
+{
+    kept_windows *k = arg;
+    assert_true(k->n < 8);
+    uint32_t i = k->n++;
+    k->step_first[i] = w->step_first;
+    k->step_last[i] = w->step_last;
+    k->index[i] = w->index;
+    k->tokens[i] = w->tokens;
+    k->t0[i] = w->t0_ns;
+    k->t1[i] = w->t1_ns;
+    for (uint32_t j = 0; j < w->n_threads; j++) {
+        int32_t r = an_pipe_role_index(k->p, w->threads[j].role);
+        assert_true(r >= 0);
+        for (uint32_t st = 0; st < w->n_stages; st++) k->role_stage_ns[i][r][st] += w->threads[j].stage_ns[st];
+    }
+}
+
+/* bottleneck's windows are intervals' windows: from the mark of a step kN
+ * to the next, the partial first and last windows left out, and the same
+ * self time per role and stage, tokens and bounds in each. */
+static void test_partial_windows(void **state)
+{
+    (void)state;
+    an_trace t;
+    an_pipe p;
+    open_pipe(&t, &p, "partial.sqlite", NULL);
+    an_window_verdict *w;
+    uint32_t n = an_pipe_window_verdicts(&p, 5, &w);
+    assert_int_equal(n, 3);
+    kept_windows k;
+    memset(&k, 0, sizeof k);
+    k.p = &p;
+    assert_int_equal(st_reader_windows(t.r, 5, keep_window, &k), ST_OK);
+    assert_int_equal(k.n, n);
+    int64_t ns[16];
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(w[i].step_first, 6 + 5 * i);
+        assert_int_equal(w[i].step_last, 10 + 5 * i);
+        assert_int_equal(w[i].step_first, k.step_first[i]);
+        assert_int_equal(w[i].step_last, k.step_last[i]);
+        assert_int_equal(w[i].index, k.index[i]);
+        assert_int_equal(w[i].index, i + 1);
+        assert_string_equal(p.role_names[w[i].role], "target");
+        assert_int_equal(p.bin_t[w[i].bin0], k.t0[i]);
+        assert_int_equal(p.bin_t[w[i].bin1], k.t1[i]);
+        uint64_t tokens = 0;
+        for (uint32_t b = w[i].bin0; b < w[i].bin1; b++) tokens += p.bin_tokens[b];
+        assert_int_equal(tokens, k.tokens[i]);
+        for (uint32_t r = 0; r < p.n_roles; r++) {
+            an_pipe_stage_ns(&p, w[i].bin0, w[i].bin1, r, ns);
+            for (uint32_t st = 0; st < p.n_stages; st++) assert_int_equal(ns[st], k.role_stage_ns[i][r][st]);
+        }
+    }
+    free(w);
+    /* The whole period is still every step from the first mark to the last. */
+    assert_int_equal(p.n_bins, 19);
+    /* Fewer steps than a window: no window. */
+    assert_int_equal(an_pipe_window_verdicts(&p, 100, &w), 0);
     free(w);
     an_pipe_free(&p);
     an_trace_close(&t);
@@ -1514,7 +1603,8 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads_and_verdict), cmocka_unit_test(test_queue_depth),
-        cmocka_unit_test(test_windows_move),      cmocka_unit_test(test_grouped_bins_and_skip),
+        cmocka_unit_test(test_windows_move),
+        cmocka_unit_test(test_partial_windows),      cmocka_unit_test(test_grouped_bins_and_skip),
         cmocka_unit_test(test_inferred_order),    cmocka_unit_test(test_nosteps),
         cmocka_unit_test(test_mann_whitney),      cmocka_unit_test(test_story_and_helpers),
         cmocka_unit_test(test_unknown_stage),     cmocka_unit_test(test_gpu_idle),

@@ -844,7 +844,9 @@ static int chunk_headers(st_reader *r, const char *table, const char *count_col,
 {
     char sql[1024];
     int ranges = strcmp(table, "range_chunks") == 0;
-    const char *sane = ranges ? "t0_ns <= t1_ns AND n_ranges >= 0" : "n_samples >= 0";
+    /* headers that lie (t0 < 0, t0 > t1, a negative count) are left out of the
+     * hints: the chunks themselves are checked as they are decoded */
+    const char *sane = ranges ? "0 <= t0_ns AND t0_ns <= t1_ns AND n_ranges >= 0" : "n_samples >= 0";
     snprintf(sql, sizeof sql,
              "SELECT min(t0_ns) FILTER (WHERE %s), max(t1_ns) FILTER (WHERE %s), total(%s) FILTER (WHERE %s), "
              "min(id) FILTER (WHERE typeof(thread) <> 'integer' OR typeof(t0_ns) <> 'integer' OR typeof(t1_ns) <> "
@@ -1009,6 +1011,47 @@ void st_range_iter_close(st_range_iter *it)
     if (!it) return;
     sqlite3_finalize(it->rows.st);
     free(it);
+}
+
+/* The ranges a thread left open: its last chunk decoded to the end. The
+ * chunk's header repeats every range open at its start, so this one chunk
+ * says what was open after the thread's last event. */
+int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack)
+{
+    chunk_rows c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.table = "range_chunks";
+    c.count_col = "n_events";
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT id, thread, n_events, data, typeof(thread), typeof(t0_ns), typeof(t1_ns), "
+                           "typeof(n_events) FROM main.range_chunks WHERE thread = ?1 ORDER BY id DESC LIMIT 1",
+                           -1, &c.st, NULL) != SQLITE_OK)
+        return bad(c.table, sqlite3_errmsg(r->db));
+    sqlite3_bind_int64(c.st, 1, thread);
+    int rc = chunk_rows_next(&c);
+    if (rc == 1) {
+        st_event_cursor *cur = malloc(sizeof *cur);
+        st_event ev;
+        if (!cur) {
+            rc = st_set_error(ST_ENOMEM, "out of memory");
+        } else if (st_event_cursor_open(cur, c.data, (size_t)c.size, (uint32_t)c.n_items, r->n_stages)) {
+            rc = chunk_corrupt(&c);
+        } else {
+            while ((rc = st_event_next(cur, &ev)) == 1) {
+                if (ev.stage >= r->n_stages) break;
+            }
+            if (rc == 1 || rc < 0) {
+                rc = chunk_corrupt(&c);
+            } else {
+                memcpy(stack, cur->stack, cur->depth * sizeof *stack);
+                rc = (int)cur->depth;
+            }
+        }
+        free(cur);
+    }
+    sqlite3_finalize(c.st);
+    return rc;
 }
 
 /* ---- raw events of one thread ---- */

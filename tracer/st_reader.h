@@ -112,6 +112,11 @@ int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread,
 int st_range_iter_next(st_range_iter *it, st_range *out); /* 1, 0 = done, <0 error */
 void st_range_iter_close(st_range_iter *it);
 
+/* The ranges that never ended on a thread (id): those still open after its
+ * last event, outermost first, as its last chunk leaves them. Fills stack
+ * (room for ST_STACK_MAX) and returns how many, 0 for none (or no chunk),
+ * or a negative code (a corrupt chunk). */
+int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack);
 /* Raw begin/end events of one thread, in recorded order. */
 typedef struct st_event_iter st_event_iter;
 int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread);
