@@ -77,6 +77,8 @@ typedef struct qgroup {
     uint64_t **hist;     /* [N_BLOCKS] blocks of SUB counts, NULL until used */
     target *targets;     /* [n_pct] while passes remain */
     shard_target *local; /* shards, later passes: [n_pct], NULL until a value comes */
+    int64_t want_lo, want_hi; /* later passes: the values any open target looks at
+                                 lie in [want_lo, want_hi]; most values do not */
     int64_t result[AN_QUANT_MAX_PCT];
 } qgroup;
 
@@ -248,6 +250,7 @@ static inline void add_first_pass(an_quant *q, qgroup *g, int64_t v)
 
 static void add_later_pass(an_quant *q, qgroup *g, int64_t v)
 {
+    if (v < g->want_lo || v > g->want_hi) return;
     for (uint32_t i = 0; i < q->n_pct; i++) {
         target *t = &g->targets[i];
         if (t->state == T_DONE || t->share >= 0 || v < t->lo || v > t->hi) continue;
@@ -289,7 +292,9 @@ static void shard_flush(an_quant *q, uint32_t group, uint32_t i)
  * bounds, state and bin width do not change during a pass). */
 static void shard_add_later_pass(an_quant *q, uint32_t group, int64_t v)
 {
-    const target *targets = q->engine->groups[group].targets;
+    const qgroup *eg = &q->engine->groups[group];
+    if (v < eg->want_lo || v > eg->want_hi) return;
+    const target *targets = eg->targets;
     qgroup *g = &q->groups[group];
     for (uint32_t i = 0; i < q->n_pct; i++) {
         const target *t = &targets[i];
@@ -512,6 +517,16 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
         t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
         if (!t->bins) q->failed = 1;
         t->state = T_REFINE;
+    }
+    /* The envelope of the targets the next pass feeds (a shared target
+     * lies inside the one it shares). */
+    g->want_lo = INT64_MAX;
+    g->want_hi = INT64_MIN;
+    for (uint32_t i = 0; i < q->n_pct; i++) {
+        const target *t = &g->targets[i];
+        if (t->state == T_DONE || t->share >= 0) continue;
+        if (t->lo < g->want_lo) g->want_lo = t->lo;
+        if (t->hi > g->want_hi) g->want_hi = t->hi;
     }
     return open;
 }
