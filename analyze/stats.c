@@ -275,6 +275,36 @@ static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
     *busy_ns = 0;
 }
 
+/* End of pass 1: each role of several threads, and each merged role, gets
+ * the values of its threads, stage by stage, as scan_iter adds them in later
+ * passes. Returns 0 or -1 (no memory). */
+static int fold_groups(ctx *c)
+{
+    an_stats *s = c->s;
+    for (uint32_t f = 0; f < s->n_files; f++) {
+        an_file_stats *fs = &s->files[f];
+        file_ctx *fc = &c->fc[f];
+        uint32_t ns = fs->n_stages;
+        for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+            if (!fs->thread_on[ti]) continue;
+            uint32_t role = fs->thread_role[ti];
+            for (uint32_t st = 0; st < ns; st++) {
+                if (!fs->stage_on[st]) continue;
+                uint32_t from = fc->group_thread + ti * ns + st;
+                if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from))
+                    return -1;
+                if (s->merged_valid &&
+                    an_quant_fold(c->q,
+                                  c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
+                                      (uint32_t)fc->stage_merged[st],
+                                  from))
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Reads the ranges of one iterator (one thread, or all threads by id). */
 static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
 {
@@ -327,8 +357,10 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
         }
         if (c->n_batch > BATCH - 3) flush_batch(c);
         batch_add(c, fc->group_thread + ti * ns + st, d);
-        if (role_group) batch_add(c, fc->group_role + role * ns + st, d);
-        if (merged)
+        /* In pass 1 role and merged groups get their threads' values folded
+         * in at the end of the pass (fold_groups). */
+        if (role_group && !first_pass) batch_add(c, fc->group_role + role * ns + st, d);
+        if (merged && !first_pass)
             batch_add(c, c->group_merged + (uint32_t)fc->role_merged[role] * mns + (uint32_t)fc->stage_merged[st], d);
     }
     if (first_pass && on) flush_row(c, fs, ti, &busy_ns);
@@ -697,6 +729,10 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         an_progress_end(&progress);
         if (rc) break;
         s->passes = (uint32_t)pass;
+        if (pass == 1 && fold_groups(cp)) {
+            rc = oom();
+            break;
+        }
         int more = an_quant_end_pass(cp->q);
         if (more < 0) rc = oom();
         if (more <= 0) break;
