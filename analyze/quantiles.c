@@ -380,6 +380,18 @@ int an_quant_fold(an_quant *q, uint32_t into, uint32_t from)
     return q->failed ? -1 : 0;
 }
 
+uint32_t an_quant_ranges(const an_quant *q, uint32_t group, int64_t *lo, int64_t *hi)
+{
+    const an_quant *e = q->engine ? q->engine : q;
+    if (e->pass < 2 || group >= e->n_groups || !e->wants[group]) return 0;
+    const qgroup *g = &e->groups[group];
+    for (uint32_t k = 0; k < g->n_active; k++) {
+        lo[k] = g->targets[g->active[k]].lo;
+        hi[k] = g->targets[g->active[k]].hi;
+    }
+    return g->n_active;
+}
+
 int an_quant_wants(const an_quant *q, uint32_t group)
 {
     return q->pass > 1 && group < q->n_groups && q->wants[group];

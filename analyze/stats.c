@@ -53,6 +53,12 @@ typedef struct file_ctx {
 
 #define REPORT_EVERY 65536 /* ranges read between progress updates */
 
+/* A duration range that a later pass looks at (see want_ranges). */
+#define WANT_MAX (3 * AN_QUANT_MAX_PCT)
+typedef struct want_range {
+    int64_t lo, hi;
+} want_range;
+
 typedef struct ctx {
     an_stats *s;
     file_ctx *fc;
@@ -64,6 +70,8 @@ typedef struct ctx {
     uint64_t n_read;        /* ranges read */
     uint64_t n_ranges;      /* selected ranges, not yet added to the file's */
     an_stage_stats *row;    /* [max stages]: the current thread's sums, first pass */
+    want_range *want;       /* [max stages * WANT_MAX], later passes */
+    uint8_t *n_want;        /* [max stages] */
     size_t n_batch;
     uint32_t batch_group[BATCH];
     int64_t batch_value[BATCH];
@@ -305,6 +313,33 @@ static int fold_groups(ctx *c)
     return 0;
 }
 
+/* Later passes: for the thread ti, the duration ranges that any of its
+ * groups (thread, role, merged role) still looks at, per stage:
+ * want[st * WANT_MAX + k] for k < n_want[st]. A range whose clipped length
+ * is in none of them would be ignored by every add, so scan_iter skips it
+ * before any other work (most ranges, in a pass that looks for the few
+ * around each percentile). */
+static void want_ranges(ctx *c, uint32_t f, uint32_t ti, want_range *want, uint8_t *n_want)
+{
+    an_file_stats *fs = &c->s->files[f];
+    file_ctx *fc = &c->fc[f];
+    const uint32_t ns = fs->n_stages, role = fs->thread_role[ti];
+    for (uint32_t st = 0; st < ns; st++) {
+        uint32_t groups[3], n_groups = 0, n = 0;
+        groups[n_groups++] = fc->group_thread + ti * ns + st;
+        if (fs->role_threads[role] > 1) groups[n_groups++] = fc->group_role + role * ns + st;
+        if (c->s->merged_valid)
+            groups[n_groups++] = c->group_merged + (uint32_t)fc->role_merged[role] * c->s->merged.n_stages +
+                                 (uint32_t)fc->stage_merged[st];
+        for (uint32_t g = 0; g < n_groups; g++) {
+            int64_t lo[AN_QUANT_MAX_PCT], hi[AN_QUANT_MAX_PCT];
+            uint32_t k = an_quant_ranges(c->q, groups[g], lo, hi);
+            for (uint32_t i = 0; i < k && n < WANT_MAX; i++) want[st * WANT_MAX + n++] = (want_range){lo[i], hi[i]};
+        }
+        n_want[st] = (uint8_t)n;
+    }
+}
+
 /* Reads the ranges of one iterator (one thread, or all threads by id). */
 static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
 {
@@ -318,6 +353,8 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
     uint32_t cur = UINT32_MAX, ti = 0, role = 0, on = 0, role_group = 0;
     an_stage_stats *row = c->row;
     int64_t busy_ns = 0;
+    want_range *want = c->want;
+    uint8_t *n_want = c->n_want;
     st_range r;
     int rc;
     while ((rc = st_range_iter_next(it, &r)) == 1) {
@@ -334,12 +371,21 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it)
             /* A role of one thread takes its percentiles from the thread. */
             role_group = fs->role_threads[role] > 1;
             memset(child_ns, 0, sizeof child_ns);
+            if (!first_pass) want_ranges(c, f, ti, want, n_want);
         }
         if (!on) continue;
         int64_t a = r.start_ns, b = r.start_ns + r.dur_ns;
         if (a < w0) a = w0;
         if (b > w1) b = w1;
         int64_t d = b > a ? b - a : 0;
+        if (!first_pass) {
+            /* Only the adds matter now: skip a range no group looks at. */
+            if (r.stage >= ns) continue;
+            const want_range *w = &want[(size_t)r.stage * WANT_MAX];
+            uint32_t k = 0, n = n_want[r.stage];
+            while (k < n && (uint64_t)d - (uint64_t)w[k].lo > (uint64_t)w[k].hi - (uint64_t)w[k].lo) k++;
+            if (k == n) continue;
+        }
         uint32_t depth = r.depth <= ST_STACK_MAX ? r.depth : ST_STACK_MAX;
         int64_t kids = child_ns[depth + 1];
         child_ns[depth + 1] = 0;
@@ -560,6 +606,8 @@ static void team_free(team *tm)
         if (w->c) {
             an_quant_free(w->c->q);
             free(w->c->row);
+            free(w->c->want);
+            free(w->c->n_want);
         }
         free(w->c);
     }
@@ -594,8 +642,12 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
         worker *w = &tm->workers[i];
         w->team = tm;
         w->c = calloc(1, sizeof *w->c);
-        if (w->c) w->c->row = calloc(max_stages, sizeof *w->c->row);
-        if (!w->c || !w->c->row) {
+        if (w->c) {
+            w->c->row = calloc(max_stages, sizeof *w->c->row);
+            w->c->want = malloc((size_t)max_stages * WANT_MAX * sizeof *w->c->want);
+            w->c->n_want = malloc(max_stages);
+        }
+        if (!w->c || !w->c->row || !w->c->want || !w->c->n_want) {
             team_free(tm);
             return NULL;
         }
@@ -709,7 +761,9 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
     if (!rc) {
         cp->q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT);
         cp->row = calloc(max_stages, sizeof *cp->row);
-        if (!cp->q || !cp->row) rc = oom();
+        cp->want = malloc((size_t)max_stages * WANT_MAX * sizeof *cp->want);
+        cp->n_want = malloc(max_stages);
+        if (!cp->q || !cp->row || !cp->want || !cp->n_want) rc = oom();
     }
     /* Workers: no more than the threads to read. */
     if (jobs > (int)n_selected) jobs = (int)n_selected;
@@ -774,6 +828,8 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
     team_free(tm);
     an_quant_free(cp->q);
     free(cp->row);
+    free(cp->want);
+    free(cp->n_want);
     for (uint32_t f = 0; f < n; f++) {
         free(fcs[f].thread_index);
         free(fcs[f].role_merged);
