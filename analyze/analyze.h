@@ -176,6 +176,15 @@ void an_quant_free(an_quant *q);
 void an_quant_add(an_quant *q, uint32_t group, int64_t value);
 /* The same for n (group, value) pairs: one call per batch on hot paths. */
 void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *values, size_t n);
+/* Pass 1, after the last add of the pass (and the shards' merge): adds a
+ * copy of every value group `from` received to group `into`, as if each had
+ * been added to both (cheaper than adding each value twice). 0 or -1. */
+int an_quant_fold(an_quant *q, uint32_t into, uint32_t from);
+/* Later passes: the value ranges [lo[k], hi[k]] that the group still looks
+ * at (at most AN_QUANT_MAX_PCT); a value in none of them would be ignored by
+ * an add, so a caller may skip it. Returns their number (0 in pass 1, or
+ * when the group is done). A shard answers for its engine. */
+uint32_t an_quant_ranges(const an_quant *q, uint32_t group, int64_t *lo, int64_t *hi);
 /* 1 while the group needs the values again in the next pass (pass >= 2). */
 int an_quant_wants(const an_quant *q, uint32_t group);
 /* After a pass: 1 when another pass is needed, 0 when done, -1 no memory. */

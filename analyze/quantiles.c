@@ -77,6 +77,8 @@ typedef struct qgroup {
     uint64_t **hist;     /* [N_BLOCKS] blocks of SUB counts, NULL until used */
     target *targets;     /* [n_pct] while passes remain */
     shard_target *local; /* shards, later passes: [n_pct], NULL until a value comes */
+    uint32_t n_active;   /* later passes: the targets fed values, */
+    uint8_t active[AN_QUANT_MAX_PCT]; /* their indexes (not done, not shared) */
     int64_t result[AN_QUANT_MAX_PCT];
 } qgroup;
 
@@ -246,11 +248,17 @@ static inline void add_first_pass(an_quant *q, qgroup *g, int64_t v)
     if (__builtin_expect(hist_add(g, v) != 0, 0)) q->failed = 1;
 }
 
+/* Is v in [t->lo, t->hi]? One compare: most values are in no target. */
+static inline int in_target(const target *t, int64_t v)
+{
+    return (uint64_t)v - (uint64_t)t->lo <= (uint64_t)t->hi - (uint64_t)t->lo;
+}
+
 static void add_later_pass(an_quant *q, qgroup *g, int64_t v)
 {
-    for (uint32_t i = 0; i < q->n_pct; i++) {
-        target *t = &g->targets[i];
-        if (t->state == T_DONE || t->share >= 0 || v < t->lo || v > t->hi) continue;
+    for (uint32_t k = 0; k < g->n_active; k++) {
+        target *t = &g->targets[g->active[k]];
+        if (__builtin_expect(!in_target(t, v), 1)) continue;
         if (t->state == T_COLLECT) {
             if (t->n_vals < t->n_in) t->vals[t->n_vals++] = v;
             else q->failed = 1; /* the replay was not the same data */
@@ -289,11 +297,13 @@ static void shard_flush(an_quant *q, uint32_t group, uint32_t i)
  * bounds, state and bin width do not change during a pass). */
 static void shard_add_later_pass(an_quant *q, uint32_t group, int64_t v)
 {
-    const target *targets = q->engine->groups[group].targets;
+    const qgroup *eg = &q->engine->groups[group];
+    const target *targets = eg->targets;
     qgroup *g = &q->groups[group];
-    for (uint32_t i = 0; i < q->n_pct; i++) {
+    for (uint32_t k = 0; k < eg->n_active; k++) {
+        uint32_t i = eg->active[k];
         const target *t = &targets[i];
-        if (t->state == T_DONE || t->share >= 0 || v < t->lo || v > t->hi) continue;
+        if (__builtin_expect(!in_target(t, v), 1)) continue;
         if (!g->local && !(g->local = calloc(q->n_pct, sizeof *g->local))) {
             q->failed = 1;
             return;
@@ -342,6 +352,44 @@ void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *value
     for (size_t i = 0; i < n; i++)
         if (groups[i] < q->n_groups && q->wants[groups[i]])
             add_later_pass(q, &q->groups[groups[i]], values[i] < 0 ? 0 : values[i]);
+}
+
+int an_quant_fold(an_quant *q, uint32_t into, uint32_t from)
+{
+    if (q->pass != 1 || q->engine || into >= q->n_groups || from >= q->n_groups || into == from) return -1;
+    qgroup *g = &q->groups[into];
+    const qgroup *src = &q->groups[from];
+    if (!src->n) return q->failed ? -1 : 0;
+    if (!src->hist) {
+        for (uint32_t i = 0; i < src->n_vals; i++) add_first_pass(q, g, src->vals[i]);
+        return q->failed ? -1 : 0;
+    }
+    if (!g->hist) {
+        to_histogram(q, g);
+        if (!g->hist) return -1;
+    }
+    for (uint32_t b = 0; b < N_BLOCKS; b++) {
+        if (!src->hist[b]) continue;
+        if (!g->hist[b] && !(g->hist[b] = calloc(SUB, sizeof **g->hist))) {
+            q->failed = 1;
+            return -1;
+        }
+        for (uint32_t sub = 0; sub < SUB; sub++) g->hist[b][sub] += src->hist[b][sub];
+    }
+    g->n += src->n;
+    return q->failed ? -1 : 0;
+}
+
+uint32_t an_quant_ranges(const an_quant *q, uint32_t group, int64_t *lo, int64_t *hi)
+{
+    const an_quant *e = q->engine ? q->engine : q;
+    if (e->pass < 2 || group >= e->n_groups || !e->wants[group]) return 0;
+    const qgroup *g = &e->groups[group];
+    for (uint32_t k = 0; k < g->n_active; k++) {
+        lo[k] = g->targets[g->active[k]].lo;
+        hi[k] = g->targets[g->active[k]].hi;
+    }
+    return g->n_active;
 }
 
 int an_quant_wants(const an_quant *q, uint32_t group)
@@ -512,6 +560,13 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
         t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
         if (!t->bins) q->failed = 1;
         t->state = T_REFINE;
+    }
+    /* The targets the next pass feeds (a shared one takes its values
+     * from the one it shares). */
+    g->n_active = 0;
+    for (uint32_t i = 0; i < q->n_pct; i++) {
+        const target *t = &g->targets[i];
+        if (t->state != T_DONE && t->share < 0) g->active[g->n_active++] = (uint8_t)i;
     }
     return open;
 }

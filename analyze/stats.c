@@ -53,6 +53,12 @@ typedef struct file_ctx {
 
 #define REPORT_EVERY 65536 /* ranges read between progress updates */
 
+/* A duration range that a later pass looks at (see want_ranges). */
+#define WANT_MAX (3 * AN_QUANT_MAX_PCT)
+typedef struct want_range {
+    int64_t lo, hi;
+} want_range;
+
 typedef struct ctx {
     an_stats *s;
     file_ctx *fc;
@@ -65,6 +71,8 @@ typedef struct ctx {
     uint64_t n_ranges;      /* selected ranges, not yet added to the file's */
     an_stage_stats *row;    /* [max stages]: the current thread's sums, first pass */
     int overflow;           /* a sum passed INT64_MAX (it was kept at INT64_MAX) */
+    want_range *want;       /* [max stages * WANT_MAX], later passes */
+    uint8_t *n_want;        /* [max stages] */
     size_t n_batch;
     uint32_t batch_group[BATCH];
     int64_t batch_value[BATCH];
@@ -288,6 +296,63 @@ static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
     *busy_ns = 0;
 }
 
+/* End of pass 1: each role of several threads, and each merged role, gets
+ * the values of its threads, stage by stage, as scan_iter adds them in later
+ * passes. Returns 0 or -1 (no memory). */
+static int fold_groups(ctx *c)
+{
+    an_stats *s = c->s;
+    for (uint32_t f = 0; f < s->n_files; f++) {
+        an_file_stats *fs = &s->files[f];
+        file_ctx *fc = &c->fc[f];
+        uint32_t ns = fs->n_stages;
+        for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+            if (!fs->thread_on[ti]) continue;
+            uint32_t role = fs->thread_role[ti];
+            for (uint32_t st = 0; st < ns; st++) {
+                if (!fs->stage_on[st]) continue;
+                uint32_t from = fc->group_thread + ti * ns + st;
+                if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from))
+                    return -1;
+                if (s->merged_valid &&
+                    an_quant_fold(c->q,
+                                  c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
+                                      (uint32_t)fc->stage_merged[st],
+                                  from))
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Later passes: for the thread ti, the duration ranges that any of its
+ * groups (thread, role, merged role) still looks at, per stage:
+ * want[st * WANT_MAX + k] for k < n_want[st]. A range whose clipped length
+ * is in none of them would be ignored by every add, so scan_iter skips it
+ * before any other work (most ranges, in a pass that looks for the few
+ * around each percentile). */
+static void want_ranges(ctx *c, uint32_t f, uint32_t ti, want_range *want, uint8_t *n_want)
+{
+    an_file_stats *fs = &c->s->files[f];
+    file_ctx *fc = &c->fc[f];
+    const uint32_t ns = fs->n_stages, role = fs->thread_role[ti];
+    for (uint32_t st = 0; st < ns; st++) {
+        uint32_t groups[3], n_groups = 0, n = 0;
+        groups[n_groups++] = fc->group_thread + ti * ns + st;
+        if (fs->role_threads[role] > 1) groups[n_groups++] = fc->group_role + role * ns + st;
+        if (c->s->merged_valid)
+            groups[n_groups++] = c->group_merged + (uint32_t)fc->role_merged[role] * c->s->merged.n_stages +
+                                 (uint32_t)fc->stage_merged[st];
+        for (uint32_t g = 0; g < n_groups; g++) {
+            int64_t lo[AN_QUANT_MAX_PCT], hi[AN_QUANT_MAX_PCT];
+            uint32_t k = an_quant_ranges(c->q, groups[g], lo, hi);
+            for (uint32_t i = 0; i < k && n < WANT_MAX; i++) want[st * WANT_MAX + n++] = (want_range){lo[i], hi[i]};
+        }
+        n_want[st] = (uint8_t)n;
+    }
+}
+
 /* The state of the thread being read. */
 typedef struct scan_thread {
     uint32_t ti, role, role_group;
@@ -310,6 +375,13 @@ static inline void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc, sca
     add_ns(&th->child_ns[depth], d, &c->overflow);
     if (depth == 0) add_ns(&th->busy_ns, d, &c->overflow);
     if (stage >= ns || !fs->stage_on[stage]) return;
+    if (!first_pass) {
+        /* Only the adds matter now: skip a range no group looks at. */
+        const want_range *w = &c->want[(size_t)stage * WANT_MAX];
+        uint32_t k = 0, n = c->n_want[stage];
+        while (k < n && (uint64_t)d - (uint64_t)w[k].lo > (uint64_t)w[k].hi - (uint64_t)w[k].lo) k++;
+        if (k == n) return;
+    }
     if (first_pass) {
         an_stage_stats *x = &c->row[stage];
         add_ns(&x->total_ns, d, &c->overflow);
@@ -320,19 +392,24 @@ static inline void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc, sca
     }
     if (c->n_batch > BATCH - 3) flush_batch(c);
     batch_add(c, fc->group_thread + th->ti * ns + stage, d);
+    /* In pass 1 role and merged groups get their threads' values folded in
+     * at the end of the pass (fold_groups). */
+    if (first_pass) return;
     if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
     if (merged)
         batch_add(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage], d);
 }
 
-static void scan_thread_start(const an_file_stats *fs, scan_thread *th, uint32_t ti)
+static void scan_thread_start(ctx *c, uint32_t f, scan_thread *th, uint32_t ti)
 {
+    const an_file_stats *fs = &c->s->files[f];
     th->ti = ti;
     th->role = fs->thread_role[ti];
     /* A role of one thread takes its percentiles from the thread. */
     th->role_group = fs->role_threads[th->role] > 1;
     th->busy_ns = 0;
     memset(th->child_ns, 0, sizeof th->child_ns);
+    if (an_quant_pass(c->q) != 1) want_ranges(c, f, ti, c->want, c->n_want);
 }
 
 /* The end of a thread's ranges: the ranges it never ended (a killed run)
@@ -362,7 +439,7 @@ static int scan_thread_end(ctx *c, uint32_t f, st_reader *r, scan_thread *th)
 static int scan_rest(ctx *c, uint32_t f, st_reader *rd, uint32_t ti)
 {
     scan_thread th;
-    scan_thread_start(&c->s->files[f], &th, ti);
+    scan_thread_start(c, f, &th, ti);
     return scan_thread_end(c, f, rd, &th);
 }
 
@@ -395,7 +472,7 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it, st_reader *rd, const
                 if (!needed || needed[next]) rc = scan_rest(c, f, rd, next);
             if (rc < 0) break;
             next = ti + 1;
-            scan_thread_start(fs, &th, ti);
+            scan_thread_start(c, f, &th, ti);
         }
         if (!on) continue;
         scan_range(c, fs, fc, &th, first_pass, merged, r.stage, r.depth, r.start_ns, r.start_ns + r.dur_ns);
@@ -599,6 +676,8 @@ static void team_free(team *tm)
         if (w->c) {
             an_quant_free(w->c->q);
             free(w->c->row);
+            free(w->c->want);
+            free(w->c->n_want);
         }
         free(w->c);
     }
@@ -633,8 +712,12 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
         worker *w = &tm->workers[i];
         w->team = tm;
         w->c = calloc(1, sizeof *w->c);
-        if (w->c) w->c->row = calloc(max_stages, sizeof *w->c->row);
-        if (!w->c || !w->c->row) {
+        if (w->c) {
+            w->c->row = calloc(max_stages, sizeof *w->c->row);
+            w->c->want = malloc((size_t)max_stages * WANT_MAX * sizeof *w->c->want);
+            w->c->n_want = malloc(max_stages);
+        }
+        if (!w->c || !w->c->row || !w->c->want || !w->c->n_want) {
             team_free(tm);
             return NULL;
         }
@@ -748,7 +831,9 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
     if (!rc) {
         cp->q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT);
         cp->row = calloc(max_stages, sizeof *cp->row);
-        if (!cp->q || !cp->row) rc = oom();
+        cp->want = malloc((size_t)max_stages * WANT_MAX * sizeof *cp->want);
+        cp->n_want = malloc(max_stages);
+        if (!cp->q || !cp->row || !cp->want || !cp->n_want) rc = oom();
     }
     /* Workers: no more than the threads to read. */
     if (jobs > (int)n_selected) jobs = (int)n_selected;
@@ -768,6 +853,10 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         an_progress_end(&progress);
         if (rc) break;
         s->passes = (uint32_t)pass;
+        if (pass == 1 && fold_groups(cp)) {
+            rc = oom();
+            break;
+        }
         int more = an_quant_end_pass(cp->q);
         if (more < 0) rc = oom();
         if (more <= 0) break;
@@ -824,6 +913,8 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
     team_free(tm);
     an_quant_free(cp->q);
     free(cp->row);
+    free(cp->want);
+    free(cp->n_want);
     for (uint32_t f = 0; f < n; f++) {
         free(fcs[f].thread_index);
         free(fcs[f].role_merged);

@@ -1,13 +1,28 @@
 /* bench_range.c: what one range (st_begin + st_end) costs the calling
- * thread, with the writer running, beside its parts and alternatives in the
- * same run: two raw clock reads (the library's clock), two clock_gettime
- * calls, NVTX push/pop with no tool attached, and library ranges with NVTX
- * off and on. The "NVTX with a recording tool" rows run in a child process
- * started with NVTX_INJECTION64_PATH pointing at the test injection library,
- * since NVTX binds its tool once per process.
+ * thread, against its floor: two raw reads of the library's clock in the
+ * same loop shape. On a shared machine only ratios measured side by side
+ * mean anything, so the variants of each phase are interleaved: every
+ * repetition runs one block of each variant (in rotating order), and the
+ * figure kept is the median over the repetitions of each variant's time
+ * and of its paired difference to the floor of the same repetition, with
+ * the interquartile range of that difference as its spread.
  *
- *   build/bench/bench_range [ranges_per_rep] [reps]
- * Prints the median ns per range over the repetitions. */
+ * Phases (one trace per process, so one trace per phase):
+ *   1. recording, NVTX off: floor, ranges;
+ *   2. recording, NVTX on with no tool attached: floor, ranges, and NVTX
+ *      push+pop alone;
+ *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
+ *      ranges, two clock_gettime calls.
+ * Recording blocks use the default ring (65 536 records) and flush the
+ * trace (untimed) before each block, so a block never finds the ring full
+ * and the writer is idle when the block starts, as in a program whose
+ * writer keeps up. The "NVTX with a recording tool" rows run in a child
+ * process started with NVTX_INJECTION64_PATH pointing at the test injection
+ * library, since NVTX binds its tool once per process.
+ *
+ *   build/bench/bench_range [ranges_per_block] [reps]
+ * Defaults: 4096 ranges per block (about 0.1 ms), 1001 repetitions: short
+ * blocks, so that few of them are cut by the scheduler on a busy machine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +36,8 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
-static long n_ranges = 1000000;
-static int reps = 11;
+static long n_ranges = 4096;
+static int reps = 1001;
 
 static double now_s(void)
 {
@@ -37,9 +52,21 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The value at quantile q of v[0..n) (sorted in place). */
+static double quantile(double *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[(int)(q * (n - 1) + 0.5)];
+}
+
 typedef void (*body_fn)(long n);
 static volatile int64_t sink;
-static int stage;
+static volatile int stage_var; /* read once per block, as a call site's id would be */
+
+static void body_empty(long n)
+{
+    for (long i = 0; i < n; i++) __asm__ volatile("" ::: "memory");
+}
 
 static void body_raw_clock(long n)
 {
@@ -78,63 +105,87 @@ static void body_nvtx(long n)
 
 static void body_ranges(long n)
 {
+    st_stage stage = (st_stage)stage_var;
     for (long i = 0; i < n; i++) {
-        st_begin((st_stage)stage);
-        st_end((st_stage)stage);
+        st_begin(stage);
+        st_end(stage);
     }
 }
 
-static st_trace *flush_between; /* drained (untimed) between repetitions */
+typedef struct variant {
+    const char *name;
+    body_fn fn;
+    int flush;        /* flush the trace (untimed) before each block */
+    double *ns;       /* per repetition, ns per range */
+    double *diff;     /* per repetition, ns over variant 0 */
+} variant;
 
-static double measure(body_fn fn, long n)
+static st_trace *cur_trace;
+
+static double time_block(const variant *v)
 {
-    double t[64];
-    int r = reps > 64 ? 64 : reps;
-    fn(n / 10); /* warm up */
-    for (int i = 0; i < r; i++) {
-        if (flush_between) st_flush(flush_between);
-        double a = now_s();
-        fn(n);
-        t[i] = (now_s() - a) * 1e9 / (double)n;
-    }
-    qsort(t, (size_t)r, sizeof t[0], cmp_double);
-    return t[r / 2];
+    if (v->flush && cur_trace) st_flush(cur_trace);
+    double a = now_s();
+    v->fn(n_ranges);
+    return (now_s() - a) * 1e9 / (double)n_ranges;
 }
 
-/* Library ranges with a trace open; nvtx: 0 off, 1 on. */
-static double measure_library(int nvtx, const char *dir, uint64_t *dropped)
+/* Runs the variants interleaved and prints, per variant, the median ns per
+ * range and (after the first, the reference) the median paired difference
+ * to the reference with its interquartile range. */
+static void interleave(const char *title, variant *v, int nv)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/bench_range_%d_%d.sqlite", dir, nvtx, (int)getpid());
+    for (int k = 0; k < nv; k++) {
+        v[k].ns = calloc((size_t)reps, sizeof(double));
+        v[k].diff = calloc((size_t)reps, sizeof(double));
+        if (!v[k].ns || !v[k].diff) {
+            fprintf(stderr, "bench_range: out of memory\n");
+            exit(1);
+        }
+        time_block(&v[k]); /* warm up */
+    }
+    for (int r = 0; r < reps; r++)
+        for (int j = 0; j < nv; j++) {
+            int k = (r + j) % nv;
+            v[k].ns[r] = time_block(&v[k]);
+        }
+    for (int k = 1; k < nv; k++)
+        for (int r = 0; r < reps; r++) v[k].diff[r] = v[k].ns[r] - v[0].ns[r];
+    printf("%s\n", title);
+    printf("  %-46s %9s %26s\n", "", "ns/range", "minus first row [IQR]");
+    for (int k = 0; k < nv; k++) {
+        double med = quantile(v[k].ns, reps, 0.5);
+        if (k == 0) {
+            printf("  %-46s %9.2f\n", v[k].name, med);
+        } else {
+            double d50 = quantile(v[k].diff, reps, 0.5);
+            double d25 = quantile(v[k].diff, reps, 0.25), d75 = quantile(v[k].diff, reps, 0.75);
+            printf("  %-46s %9.2f %+10.2f [%+.2f, %+.2f]\n", v[k].name, med, d50, d25, d75);
+        }
+        free(v[k].ns);
+        free(v[k].diff);
+    }
+}
+
+static st_trace *open_trace(int enabled, int nvtx, const char *path)
+{
     st_options opt;
     st_options_init(&opt);
     opt.path = path;
+    opt.enabled = enabled;
     opt.overwrite = 1;
     opt.program = "bench_range";
     opt.nvtx = nvtx;
-    opt.block_when_full = 1;
-    /* Room for a whole repetition, so the figure is the hot path's cost
-     * (the writer drains concurrently; bench_writer measures its rate). */
-    opt.ring_records = 1u << 22;
+    opt.block_when_full = 1; /* never taken: each block fits the ring after a flush */
     st_trace *t;
     if (st_open(&t, &opt)) {
         fprintf(stderr, "bench_range: %s\n", st_last_error());
         exit(1);
     }
-    stage = st_stage_register(t, "range", ST_WORK);
+    stage_var = st_stage_register(t, "range", ST_WORK);
     st_thread_register(t, "bench", "bench", -1, 0);
-    body_ranges(1l << 21); /* touch every page of the ring once */
-    st_flush(t);
-    flush_between = t;
-    double ns = measure(body_ranges, n_ranges);
-    flush_between = NULL;
-    *dropped = st_dropped(t);
-    st_close(t);
-    unlink(path);
-    return ns;
+    return t;
 }
-
-static void row(const char *what, double ns) { printf("  %-44s %8.2f ns\n", what, ns); }
 
 int main(int argc, char **argv)
 {
@@ -146,13 +197,14 @@ int main(int argc, char **argv)
     }
     if (argc > argi) n_ranges = atol(argv[argi]);
     if (argc > argi + 1) reps = atoi(argv[argi + 1]);
-    if (n_ranges < 1000 || n_ranges > 2000000 || reps < 1) {
-        fprintf(stderr, "bench_range: usage: bench_range [ranges_per_rep 1000..2000000] [reps >= 1]\n");
+    if (n_ranges < 1000 || n_ranges > 30000 || reps < 1) {
+        fprintf(stderr, "bench_range: usage: bench_range [ranges_per_block 1000..30000] [reps >= 1]\n");
         return 2;
     }
     const char *dir = getenv("ST_BENCH_TMP") ? getenv("ST_BENCH_TMP") : "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/bench_range_%d.sqlite", dir, (int)getpid());
     st_clock_init(0);
-    uint64_t dropped = 0;
 
 #ifdef ST_HAVE_NVTX
     domain = nvtxDomainCreateA("bench");
@@ -165,34 +217,45 @@ int main(int argc, char **argv)
 
     if (strcmp(mode, "child") == 0) {
 #ifdef ST_HAVE_NVTX
-        row("NVTX push+pop, recording tool attached", measure(body_nvtx, n_ranges));
-        row("st_begin+st_end, NVTX on, tool attached", measure_library(1, dir, &dropped));
+        cur_trace = open_trace(1, 1, path);
+        variant v[] = {{"NVTX push+pop, recording tool attached", body_nvtx, 0, 0, 0},
+                       {"st_begin+st_end, NVTX on, tool attached", body_ranges, 1, 0, 0}};
+        interleave("with NVTX_INJECTION64_PATH set (the test's recording tool):", v, 2);
+        st_close(cur_trace);
+        unlink(path);
 #endif
         return 0;
     }
-    printf("cost of one range, one thread, median of %d reps x %ld ranges (clock: %s)\n", reps,
+    printf("cost of one range, one thread, %d interleaved reps x %ld ranges (clock: %s)\n", reps,
            n_ranges, st_clock_name());
-    row("two raw clock reads (the library's clock)", measure(body_raw_clock, n_ranges));
-    row("two clock_gettime(CLOCK_MONOTONIC)", measure(body_clock_gettime, n_ranges));
+
+    cur_trace = open_trace(1, 0, path);
+    variant rec[] = {{"two raw clock reads (the floor)", body_raw_clock, 0, 0, 0},
+                     {"st_begin+st_end, NVTX off", body_ranges, 1, 0, 0}};
+    interleave("recording, NVTX off:", rec, 2);
+    uint64_t d1 = st_dropped(cur_trace);
+    st_close(cur_trace);
+
 #ifdef ST_HAVE_NVTX
-    row("NVTX push+pop, no tool attached", measure(body_nvtx, n_ranges));
+    cur_trace = open_trace(1, 1, path);
+    variant nv[] = {{"two raw clock reads (the floor)", body_raw_clock, 0, 0, 0},
+                    {"st_begin+st_end, NVTX on, no tool", body_ranges, 1, 0, 0},
+                    {"NVTX push+pop alone, no tool", body_nvtx, 0, 0, 0}};
+    interleave("recording, NVTX on, no tool attached:", nv, 3);
+    d1 += st_dropped(cur_trace);
+    st_close(cur_trace);
 #endif
-    row("st_begin+st_end, NVTX off, writer running", measure_library(0, dir, &dropped));
-    uint64_t d1 = dropped;
-#ifdef ST_HAVE_NVTX
-    row("st_begin+st_end, NVTX on, no tool", measure_library(1, dir, &dropped));
-#endif
-    st_options off;
-    st_options_init(&off);
-    off.enabled = 0;
-    st_trace *t;
-    st_open(&t, &off);
-    stage = st_stage_register(t, "range", ST_WORK);
-    st_thread_register(t, "bench", "bench", -1, 0);
-    row("st_begin+st_end, profiling disabled", measure(body_ranges, n_ranges));
-    st_close(t);
-    printf("  dropped events: %llu, %llu (block_when_full: must be 0)\n", (unsigned long long)d1,
-           (unsigned long long)dropped);
+    unlink(path);
+
+    cur_trace = open_trace(0, 0, path);
+    variant off[] = {{"empty loop", body_empty, 0, 0, 0},
+                     {"st_begin+st_end, profiling disabled", body_ranges, 0, 0, 0},
+                     {"two raw clock reads", body_raw_clock, 0, 0, 0},
+                     {"two clock_gettime(CLOCK_MONOTONIC)", body_clock_gettime, 0, 0, 0}};
+    interleave("profiling disabled (enabled = 0):", off, 4);
+    st_close(cur_trace);
+    cur_trace = NULL;
+    printf("  dropped events: %llu (block_when_full: must be 0)\n", (unsigned long long)d1);
     fflush(stdout);
 
     const char *inject = getenv("ST_NVTX_INJECT");
@@ -200,9 +263,9 @@ int main(int argc, char **argv)
         char cmd[8192];
         snprintf(cmd, sizeof cmd,
                  "NVTX_INJECTION64_PATH='%s' NVTX_INJECT_LOG=/dev/null '%s' --child %ld %d", inject,
-                 argv[0], n_ranges / 4, reps);
+                 argv[0], n_ranges / 4 < 1000 ? 1000 : n_ranges / 4, reps / 10 < 5 ? 5 : reps / 10);
         int rc = system(cmd);
         if (rc != 0) fprintf(stderr, "bench_range: child with the injection tool failed (%d)\n", rc);
     }
-    return 0;
+    return d1 != 0;
 }

@@ -729,6 +729,69 @@ static void test_quant_multipass(void **state)
     for (int gi = 0; gi < G; gi++) free(vals[gi]);
 }
 
+/* an_quant_fold: a group that gets its values in pass 1 by folding other
+ * groups in (summary's roles), and directly in later passes, reports what a
+ * group given every value directly reports: for exact groups folded into a
+ * small one, an exact one into a histogram, histograms into histograms, and
+ * folds that push an exact group over its limit; with limits that force
+ * several passes and with generous ones. */
+static void check_fold(uint32_t exact, uint64_t collect)
+{
+    static const uint32_t pm[] = {500, 950, 990};
+    enum { SRC = 4, N = 20000 };
+    /* groups 0..3: sources; 4: folded from 0 and 1 (small + small);
+     * 5: from 1 and 2 (small + large); 6: from 2 and 3 (large + large);
+     * 7..9: direct references for 4..6 */
+    static const size_t n[SRC] = {40, 300, N, N / 2};
+    int64_t *vals[SRC];
+    uint64_t seed = 99;
+    for (int s = 0; s < SRC; s++) {
+        vals[s] = malloc(n[s] * sizeof **vals);
+        assert_non_null(vals[s]);
+        for (size_t i = 0; i < n[s]; i++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            vals[s][i] = s == 3 ? 5000 + (int64_t)(seed >> 50) % 7 : (int64_t)((seed >> 20) % 1000000);
+        }
+    }
+    static const int pair[3][2] = {{0, 1}, {1, 2}, {2, 3}};
+    an_quant *q = an_quant_new(10, pm, 3);
+    assert_non_null(q);
+    an_quant_limits(q, exact, collect);
+    assert_int_equal(an_quant_fold(q, 4, 4), -1); /* not into itself */
+    int more, passes = 0;
+    do {
+        passes++;
+        for (int s = 0; s < SRC; s++)
+            for (size_t i = 0; i < n[s]; i++) an_quant_add(q, (uint32_t)s, vals[s][i]);
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 2; j++) {
+                int s = pair[k][j];
+                for (size_t i = 0; i < n[s]; i++) {
+                    an_quant_add(q, (uint32_t)(7 + k), vals[s][i]);
+                    if (passes > 1) an_quant_add(q, (uint32_t)(4 + k), vals[s][i]);
+                }
+                if (passes == 1) assert_int_equal(an_quant_fold(q, (uint32_t)(4 + k), (uint32_t)s), 0);
+            }
+        more = an_quant_end_pass(q);
+        assert_true(more >= 0);
+        if (more) assert_int_equal(an_quant_fold(q, 4, 0), -1); /* pass 1 only */
+    } while (more);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(an_quant_count(q, (uint32_t)(4 + k)), n[pair[k][0]] + n[pair[k][1]]);
+        for (uint32_t p = 0; p < 3; p++)
+            assert_int_equal(an_quant_get(q, (uint32_t)(4 + k), p), an_quant_get(q, (uint32_t)(7 + k), p));
+    }
+    an_quant_free(q);
+    for (int s = 0; s < SRC; s++) free(vals[s]);
+}
+
+static void test_quant_fold(void **state)
+{
+    (void)state;
+    check_fold(64, 100);      /* histograms everywhere, refinement passes */
+    check_fold(512, 1 << 22); /* exact small groups, two passes */
+}
+
 /* ---- tests: formatting --------------------------------------------------------------- */
 
 static void test_fmt(void **state)
@@ -1215,6 +1278,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_exact_small),
         cmocka_unit_test(test_quant_multipass),
+        cmocka_unit_test(test_quant_fold),
         cmocka_unit_test(test_fmt),
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_tables),

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "encoding.h"
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -957,6 +958,195 @@ static void test_hostile_files(void **state)
     remove_trace_files(copy);
 }
 
+/* ---- (d) the range decoder against the event decoder ---- */
+
+/* st_range_iter decodes ranges in its own loop (a branch-free fast path for
+ * one-byte tags and deltas of one to four bytes, the general varint path
+ * otherwise); st_event_iter uses st_event_next. On chunks written by the
+ * encoder with deltas of every length (0 to 2^40 ns, across each varint
+ * length boundary), stage ids that need two-byte tags, chunks cut at random
+ * with open ranges carried in their headers, and chunk tails shorter than the
+ * fast path's 8-byte load, both must give the same ranges, whole or through
+ * time windows; and on corrupted chunks the same ranges before the same
+ * error. */
+#define DEC_STAGES 200
+#define DEC_EVENTS 30000
+
+static uint64_t dec_rng = 0x243f6a8885a308d3ull;
+static uint64_t dec_next(void)
+{
+    dec_rng ^= dec_rng << 13;
+    dec_rng ^= dec_rng >> 7;
+    dec_rng ^= dec_rng << 17;
+    return dec_rng;
+}
+
+/* Writes thread 0's range_chunks: random nesting and deltas. */
+static void write_random_chunks(sqlite3 *db)
+{
+    static const int64_t deltas[] = {0, 1, 2, 100, 127, 128, 129, 5000, 16383, 16384, 16385,
+                                     (1 << 21) - 1, 1 << 21, (1 << 28) - 1, 1 << 28,
+                                     (int64_t)1 << 35, (int64_t)1 << 40};
+    exec_sql(db, "DELETE FROM range_chunks");
+    sqlite3_stmt *ins = prepare(db, "INSERT INTO range_chunks(thread, t0_ns, t1_ns, n_events, n_ranges, data) "
+                                    "VALUES (0, ?, ?, ?, ?, ?)");
+    st_event_encoder *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    int64_t ts = 1000;
+    uint32_t n_ranges = 0, until_cut = 1;
+    assert_int_equal(st_event_chunk_start(e), 0);
+    for (int i = 0; i < DEC_EVENTS; i++) {
+        uint64_t x = dec_next();
+        ts += (x & 3) ? deltas[(x >> 8) % 12] : deltas[(x >> 8) % (sizeof deltas / sizeof deltas[0])];
+        int end = e->depth > 0 && (e->depth >= 6 || ((x >> 32) & 1));
+        if (end) {
+            assert_int_equal(st_event_put_end(e, ts), 0);
+            n_ranges++;
+        } else {
+            uint32_t stage = (x >> 40) % 4 == 0 ? 120 + (uint32_t)((x >> 44) % 80) : (uint32_t)((x >> 44) % 8);
+            assert_int_equal(st_event_put_begin(e, stage, ts), 0);
+        }
+        if (--until_cut == 0 || i == DEC_EVENTS - 1) {
+            sqlite3_bind_int64(ins, 1, e->t0_ns);
+            sqlite3_bind_int64(ins, 2, e->t1_ns);
+            sqlite3_bind_int64(ins, 3, e->n_events);
+            sqlite3_bind_int64(ins, 4, n_ranges);
+            sqlite3_bind_blob(ins, 5, e->buf.data, (int)e->buf.len, SQLITE_TRANSIENT);
+            assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+            sqlite3_reset(ins);
+            e->n_events = 0;
+            n_ranges = 0;
+            assert_int_equal(st_event_chunk_start(e), 0);
+            until_cut = 1 + (uint32_t)(dec_next() % 300);
+        }
+    }
+    sqlite3_finalize(ins);
+    st_buf_free(&e->buf);
+    free(e);
+}
+
+/* Ranges from the event iterator, with the range iterator's window rule;
+ * returns the count and sets *rc to the iterator's last status. */
+static size_t ranges_from_events(st_reader *r, int64_t t0, int64_t t1, st_range *out, size_t cap, int *rc)
+{
+    st_event_iter *it;
+    assert_int_equal(st_event_iter_open(&it, r, 0), ST_OK);
+    st_event ev;
+    size_t n = 0;
+    while ((*rc = st_event_iter_next(it, &ev)) == 1) {
+        if (!ev.is_end) continue;
+        if (ev.start_ns >= t1 || ev.ts_ns < t0 || (ev.ts_ns == t0 && ev.ts_ns != ev.start_ns)) continue;
+        assert_true(n < cap);
+        out[n++] = (st_range){0, ev.stage, ev.depth, ev.start_ns, ev.ts_ns - ev.start_ns};
+    }
+    st_event_iter_close(it);
+    return n;
+}
+
+static int check_range_decoder(st_reader *r, int64_t t0, int64_t t1, st_range *want, st_range *got)
+{
+    int want_rc, got_rc;
+    size_t n_want = ranges_from_events(r, t0, t1, want, DEC_EVENTS, &want_rc);
+    for (int thread = -1; thread <= 0; thread++) {
+        st_range_iter *it;
+        assert_int_equal(st_range_iter_open(&it, r, thread, t0, t1), ST_OK);
+        size_t n = 0;
+        while ((got_rc = st_range_iter_next(it, &got[n])) == 1) {
+            assert_true(n < n_want);
+            n++;
+        }
+        st_range_iter_close(it);
+        assert_int_equal(n, n_want);
+        assert_int_equal(got_rc < 0, want_rc < 0);
+        assert_int_equal(got_rc > 0, 0);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(got[i].thread, 0);
+            assert_int_equal(got[i].stage, want[i].stage);
+            assert_int_equal(got[i].depth, want[i].depth);
+            assert_int_equal(got[i].start_ns, want[i].start_ns);
+            assert_int_equal(got[i].dur_ns, want[i].dur_ns);
+        }
+    }
+    return want_rc;
+}
+
+static void test_range_decoder_matches_events(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "decoder.sqlite");
+    st_options o;
+    st_options_init(&o);
+    o.path = path;
+    o.overwrite = 1;
+    o.nvtx = 0;
+    st_trace *t;
+    assert_int_equal(st_open(&t, &o), ST_OK);
+    for (int i = 0; i < DEC_STAGES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d", i);
+        assert_int_equal(st_stage_register(t, name, ST_WORK), i);
+    }
+    assert_int_equal(st_thread_register(t, "only", "only", -1, 0), 0);
+    assert_int_equal(st_close(t), ST_OK);
+
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    exec_sql(db, "PRAGMA synchronous = OFF");
+    write_random_chunks(db);
+    st_range *want = malloc(DEC_EVENTS * sizeof *want), *got = malloc(DEC_EVENTS * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+
+    st_reader *r = open_reader(path);
+    int rc;
+    size_t n_all = ranges_from_events(r, INT64_MIN, INT64_MAX, want, DEC_EVENTS, &rc);
+    assert_int_equal(rc, 0);
+    assert_true(n_all > DEC_EVENTS / 2 - 10);
+    int64_t last = want[n_all - 1].start_ns + want[n_all - 1].dur_ns;
+    check_range_decoder(r, INT64_MIN, INT64_MAX, want, got);
+    for (int k = 0; k < 6; k++) {
+        int64_t a = (int64_t)(dec_next() % (uint64_t)last), b = a + (int64_t)(dec_next() % (uint64_t)(last / 4 + 1));
+        check_range_decoder(r, a, b, want, got);
+    }
+    /* a window that starts exactly at a range's end (zero-length ranges
+     * there are kept, others dropped) */
+    check_range_decoder(r, want[n_all / 2].start_ns + want[n_all / 2].dur_ns, INT64_MAX, want, got);
+    st_reader_close(r);
+
+    /* Corruption: a chunk cut short by 1 to 9 bytes, and single bytes
+     * replaced, one chunk at a time (committed, so the reader sees it, and
+     * put back from a copy after). */
+    int64_t n_chunks = sql_int(db, "SELECT count(*) FROM range_chunks");
+    for (int k = 0; k < 40; k++) {
+        int64_t id = sql_intf(db, "SELECT id FROM range_chunks LIMIT 1 OFFSET %lld",
+                              (long long)(dec_next() % (uint64_t)n_chunks));
+        exec_sql(db, "DROP TABLE IF EXISTS saved; CREATE TABLE saved AS SELECT id, data FROM range_chunks");
+        if (k % 2 == 0) {
+            char sql[200];
+            snprintf(sql, sizeof sql, "UPDATE range_chunks SET data = substr(data, 1, length(data) - %d) WHERE id = %lld",
+                     1 + k / 2 % 9, (long long)id);
+            exec_sql(db, sql);
+        } else {
+            int64_t len = sql_intf(db, "SELECT length(data) FROM range_chunks WHERE id = %lld", (long long)id);
+            int64_t at = 1 + (int64_t)(dec_next() % (uint64_t)len);
+            char sql[300];
+            snprintf(sql, sizeof sql,
+                     "UPDATE range_chunks SET data = substr(data, 1, %lld) || x'%02x' || substr(data, %lld) WHERE id = %lld",
+                     (long long)at - 1, (unsigned)(dec_next() & 0xff), (long long)at + 1, (long long)id);
+            exec_sql(db, sql);
+        }
+        r = open_reader(path);
+        rc = check_range_decoder(r, INT64_MIN, INT64_MAX, want, got);
+        if (k % 2 == 0) assert_true(rc < 0); /* a chunk cut short is always caught */
+        st_reader_close(r);
+        exec_sql(db, "UPDATE range_chunks SET data = (SELECT data FROM saved WHERE saved.id = range_chunks.id)");
+    }
+    sqlite3_close(db);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -969,6 +1159,7 @@ int main(void)
         cmocka_unit_test(test_sql_counters),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_range_decoder_matches_events),
     };
     if (make_tmp_dir("test_reader")) return 1;
     int failed = cmocka_run_group_tests(tests, setup, teardown);

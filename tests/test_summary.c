@@ -440,6 +440,111 @@ static void compute(an_stats *s, an_trace *t, uint32_t n, const selection *pick,
     an_filter_free(&sel.filter);
 }
 
+/* ---- percentiles against the sorted truth ---------------------------------------------- */
+
+typedef struct vec {
+    int64_t *v;
+    size_t n, cap;
+} vec;
+
+static void vec_push(vec *x, int64_t v)
+{
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 64;
+        x->v = realloc(x->v, x->cap * sizeof *x->v);
+        assert_non_null(x->v);
+    }
+    x->v[x->n++] = v;
+}
+
+static int cmp_truth(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Checks one row's count and percentiles against its values (sorted here). */
+static void check_row(const an_stage_stats *x, vec *truth, const char *what, size_t at)
+{
+    static const uint32_t permille[AN_NPCT] = {500, 950, 990};
+    if (x->count != truth->n)
+        fail_msg("%s row %zu: count %llu, %zu values", what, at, (unsigned long long)x->count, truth->n);
+    if (!truth->n) return;
+    qsort(truth->v, truth->n, sizeof *truth->v, cmp_truth);
+    for (int p = 0; p < AN_NPCT; p++) {
+        size_t rank = (truth->n * permille[p] + 999) / 1000;
+        int64_t want = truth->v[(rank ? rank : 1) - 1];
+        if (x->pct_ns[p] != want)
+            fail_msg("%s row %zu: percentile %d is %lld, the sorted values say %lld", what, at, p,
+                     (long long)x->pct_ns[p], (long long)want);
+    }
+}
+
+/* Every thread, role and merged row's percentiles are the nearest-rank
+ * values of the selected ranges' durations, clipped to the window,
+ * computed here from a plain read of the ranges. */
+static void check_truth(const an_stats *s)
+{
+    vec **role_vals = calloc(s->n_files, sizeof *role_vals);
+    assert_non_null(role_vals);
+    for (uint32_t f = 0; f < s->n_files; f++) {
+        const an_file_stats *fs = &s->files[f];
+        uint32_t ns = fs->n_stages;
+        vec *tv = calloc((size_t)fs->n_threads * ns + 1, sizeof *tv);
+        role_vals[f] = calloc((size_t)fs->n_roles * ns + 1, sizeof *role_vals[f]);
+        assert_non_null(tv);
+        assert_non_null(role_vals[f]);
+        st_reader *r = fs->trace->r;
+        st_range_iter *it;
+        assert_int_equal(st_range_iter_open(&it, r, -1, fs->t0_ns, fs->t1_ns), ST_OK);
+        st_range rg;
+        int rc;
+        while ((rc = st_range_iter_next(it, &rg)) == 1) {
+            uint32_t ti = UINT32_MAX;
+            for (uint32_t i = 0; i < fs->n_threads; i++)
+                if (st_reader_thread(r, i)->id == rg.thread) ti = i;
+            assert_true(ti != UINT32_MAX);
+            if (!fs->thread_on[ti] || rg.stage >= ns || !fs->stage_on[rg.stage]) continue;
+            int64_t a = rg.start_ns > fs->t0_ns ? rg.start_ns : fs->t0_ns;
+            int64_t b = rg.start_ns + rg.dur_ns < fs->t1_ns ? rg.start_ns + rg.dur_ns : fs->t1_ns;
+            int64_t d = b > a ? b - a : 0;
+            vec_push(&tv[(size_t)ti * ns + rg.stage], d);
+            vec_push(&role_vals[f][(size_t)fs->thread_role[ti] * ns + rg.stage], d);
+        }
+        assert_int_equal(rc, 0);
+        st_range_iter_close(it);
+        for (size_t i = 0; i < (size_t)fs->n_threads * ns; i++) {
+            check_row(&fs->thread_stage[i], &tv[i], "thread", i);
+            free(tv[i].v);
+        }
+        free(tv);
+    }
+    if (s->merged_valid) {
+        const an_merged_stats *m = &s->merged;
+        for (uint32_t mr = 0; mr < m->n_roles; mr++)
+            for (uint32_t ms = 0; ms < m->n_stages; ms++) {
+                vec all = {0};
+                for (uint32_t f = 0; f < s->n_files; f++) {
+                    int32_t r = m->file_role[f][mr], st = m->file_stage[f][ms];
+                    if (r < 0 || st < 0) continue;
+                    vec *x = &role_vals[f][(size_t)r * s->files[f].n_stages + (uint32_t)st];
+                    for (size_t i = 0; i < x->n; i++) vec_push(&all, x->v[i]);
+                }
+                check_row(&m->role_stage[(size_t)mr * m->n_stages + ms], &all, "merged", (size_t)mr * m->n_stages + ms);
+                free(all.v);
+            }
+    }
+    for (uint32_t f = 0; f < s->n_files; f++) {
+        const an_file_stats *fs = &s->files[f];
+        for (size_t i = 0; i < (size_t)fs->n_roles * fs->n_stages; i++) {
+            check_row(&fs->role_stage[i], &role_vals[f][i], "role", i);
+            free(role_vals[f][i].v);
+        }
+        free(role_vals[f]);
+    }
+    free(role_vals);
+}
+
 static void test_stats_jobs(void **state)
 {
     (void)state;
@@ -466,6 +571,7 @@ static void test_stats_jobs(void **state)
                 assert_int_equal(one.passes, 2); /* drafters hold more ranges than a group keeps exactly */
                 assert_true(one.files[0].n_ranges > 10000);
             }
+            check_truth(&one);
             for (int jobs = 2; jobs <= 7; jobs += 5) {
                 an_stats many;
                 compute(&many, t, n_files, &picks[p], n_files == 2, jobs);

@@ -2,7 +2,9 @@
  * is untrusted: read-only, defensive, trusted_schema off, every table
  * checked to be a real table (not a view) before it is read, every value
  * type-checked, every chunk decoded with bounds checks. */
+#include <endian.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -951,17 +953,25 @@ static int chunk_corrupt(chunk_rows *c)
 
 /* ---- ranges ---- */
 
+#define RANGE_BATCH 512
+
 struct st_range_iter {
+    struct st_range_iter_head head; /* first: st_range_iter_next reads it */
     chunk_rows rows;
     int in_chunk;
+    int pending;                    /* 0 or the error met after the batch */
     int64_t t0, t1;
     st_event_cursor cur;
+    st_range batch[RANGE_BATCH];
+    uint32_t batch_event[RANGE_BATCH]; /* each range's end event: its index in the chunk */
 };
 
 int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_t t0, int64_t t1)
 {
-    st_range_iter *it = calloc(1, sizeof *it);
+    st_range_iter *it = malloc(sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    memset(it, 0, offsetof(st_range_iter, batch));
+    it->head.next = it->head.end = it->batch;
     it->t0 = t0;
     it->t1 = t1;
     int rc = chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, t0, t1);
@@ -973,9 +983,97 @@ int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_
     return ST_OK;
 }
 
-int st_range_iter_next(st_range_iter *it, st_range *out)
+/* Decodes the current chunk's events into it->batch until it is full or the
+ * chunk ends: the ranges that end, overlapping [t0, t1). The same checks as
+ * st_event_next (every byte against the chunk's end, stage ids below
+ * n_stages, depth, time overflow), in one loop that keeps the cursor in
+ * registers. Returns the number of ranges; *status is 1 (more events in
+ * the chunk), 0 (the chunk is done, every byte consumed) or ST_ECORRUPT. */
+static size_t decode_ranges(st_range_iter *it, int *status)
 {
+    st_event_cursor *c = &it->cur;
+    const uint8_t *p = c->p, *end = c->end;
+    uint32_t remaining = c->remaining, depth = c->depth;
+    const uint32_t n_stages = it->rows.r->n_stages, thread = (uint32_t)it->rows.thread;
+    const int64_t t0 = it->t0, t1 = it->t1;
+    const uint32_t n_items = (uint32_t)it->rows.n_items;
+    int64_t ts = c->prev_ts;
+    st_range *out = it->batch;
+    size_t n = 0;
+    int rc = 1;
+    while (n < RANGE_BATCH) {
+        if (remaining == 0) {
+            rc = p == end ? 0 : ST_ECORRUPT_;
+            break;
+        }
+        uint64_t tag, delta, w = 0, stop = 0;
+        /* Fast path, without a branch on the delta's length (1 to 4 bytes
+         * vary from event to event): a one-byte tag and the delta's bytes
+         * read from one little-endian load; their stop bit (the first byte
+         * with the high bit clear) gives the length. */
+        if (end - p >= 8) {
+            memcpy(&w, p, sizeof w);
+            w = le64toh(w);
+            stop = (w & 0x80) ? 0 : ~w & 0x0000008080808000ull;
+        }
+        if (stop) {
+            unsigned nb = ((unsigned)__builtin_ctzll(stop) + 1) >> 3; /* tag + delta bytes */
+            uint64_t x = (w >> 8) & ((1ull << ((nb - 1) * 8)) - 1);
+            tag = w & 0x7f;
+            delta = (x & 0x7f) | ((x >> 1) & 0x3f80) | ((x >> 2) & 0x1fc000) | ((x >> 3) & 0xfe00000);
+            p += nb;
+        } else {
+            size_t k = st_varint_get(p, end, &tag);
+            if (!k) { rc = ST_ECORRUPT_; break; }
+            p += k;
+            k = st_varint_get(p, end, &delta);
+            if (!k) { rc = ST_ECORRUPT_; break; }
+            p += k;
+        }
+        if (delta > (uint64_t)INT64_MAX || ts > INT64_MAX - (int64_t)delta) { rc = ST_ECORRUPT_; break; }
+        ts += (int64_t)delta;
+        if (tag == 0) {
+            if (depth == 0) { rc = ST_ECORRUPT_; break; }
+            depth--;
+            /* (an open range carried in the chunk's header was checked
+             * only against a non-empty stages table) */
+            if (c->stack[depth].stage >= n_stages) { rc = ST_ECORRUPT_; break; }
+            remaining--;
+            int64_t start = c->stack[depth].start_ns;
+            if (start >= t1 || ts < t0 || (ts == t0 && ts != start)) continue;
+            out[n].thread = thread;
+            out[n].stage = c->stack[depth].stage;
+            out[n].depth = depth;
+            out[n].start_ns = start;
+            out[n].dur_ns = ts - start;
+            it->batch_event[n] = n_items - remaining - 1;
+            n++;
+        } else {
+            /* Every id must name a stage of the file (none when it has none). */
+            if (tag - 1 >= n_stages || depth >= ST_STACK_MAX) { rc = ST_ECORRUPT_; break; }
+            c->stack[depth].stage = (uint32_t)(tag - 1);
+            c->stack[depth].start_ns = ts;
+            depth++;
+            remaining--;
+        }
+    }
+    c->p = p;
+    c->remaining = remaining;
+    c->depth = depth;
+    c->prev_ts = ts;
+    *status = rc;
+    return n;
+}
+
+int st_range_iter_fill(st_range_iter *it, st_range *out)
+{
+    it->head.next = it->head.end = it->batch;
     for (;;) {
+        if (it->pending) {
+            int rc = it->pending;
+            it->pending = 0;
+            return rc;
+        }
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
             if (rc <= 0) return rc;
@@ -984,25 +1082,16 @@ int st_range_iter_next(st_range_iter *it, st_range *out)
                 return chunk_corrupt(&it->rows);
             it->in_chunk = 1;
         }
-        st_event ev;
-        int rc = st_event_next(&it->cur, &ev);
-        if (rc == 0) {
-            it->in_chunk = 0;
-            continue;
+        int status;
+        size_t n = decode_ranges(it, &status);
+        if (status <= 0) it->in_chunk = 0;
+        if (status < 0) it->pending = chunk_corrupt(&it->rows);
+        if (n) {
+            *out = it->batch[0];
+            it->head.next = it->batch + 1;
+            it->head.end = it->batch + n;
+            return 1;
         }
-        if (rc < 0) return chunk_corrupt(&it->rows);
-        /* the cursor checks ids only against a non-empty stages table */
-        if (ev.stage >= it->rows.r->n_stages) return chunk_corrupt(&it->rows);
-        if (!ev.is_end) continue;
-        int64_t start = ev.start_ns, end = ev.ts_ns;
-        if (start >= it->t1) continue;
-        if (end < it->t0 || (end == it->t0 && end != start)) continue;
-        out->thread = (uint32_t)it->rows.thread;
-        out->stage = ev.stage;
-        out->depth = ev.depth;
-        out->start_ns = start;
-        out->dur_ns = end - start;
-        return 1;
     }
 }
 
@@ -1711,8 +1800,9 @@ int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns)
 
 void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32_t *index)
 {
+    /* the batch holds ranges of one chunk, the current row until the next fill */
     *chunk_id = it->rows.row_id;
-    *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
+    *index = it->batch_event[it->head.next - it->batch - 1];
 }
 
 void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index)

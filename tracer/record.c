@@ -1,174 +1,293 @@
 /* record.c: the hot path. Each registered thread owns a single-producer
  * ring; st_begin/st_end/st_counter_set/st_mark/st_step append one 24-byte
  * record and publish it with a release store. No lock, no allocation, no
- * system call. An unregistered thread, or a disabled trace, costs the one
- * branch on `t->ring`.
+ * system call. The public header tests the thread's ring pointer inline
+ * (st__thread_ring, initial-exec TLS): an unregistered thread, or a
+ * disabled trace, costs that one branch and no call; a recording thread
+ * calls st__ring_*, whose common case touches one cache line of producer
+ * state (st_ring's w_* fields), the record's slot and the published head.
  *
  * Drops never break a range: every recorded begin reserves a slot for its
- * end, so a begin or other record is only accepted while the free space
- * exceeds the reserved ends; a begin that is dropped marks its depth so that
- * its end is dropped too. */
+ * end (w_reserved counts the written records plus the ends owed), so a begin
+ * or other record is only accepted while the reserved ends leave room for
+ * it, and an end always fits. A begin that is dropped marks its depth so
+ * that its end is dropped too; while no dropped begin is open (the common
+ * case) an end checks one counter. */
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define ST__OUT_OF_LINE 1 /* this file defines the exported st_begin & co. */
 #include "st_internal.h"
 
-typedef struct st_tls {
-    st_ring *ring;        /* NULL: not recording */
-    st_record *buf;
-    uint64_t mask;
-    uint64_t head;        /* local copy of ring->head */
-    uint64_t tail_cache;  /* last tail seen; refreshed when the ring looks full */
-    uint32_t open;        /* recorded begins whose ends are still to come */
-    uint32_t depth;       /* all begins, dropped or not */
-    int block;            /* wait instead of dropping */
-    uint64_t dropped_depths[ST_STACK_MAX / 64];
-} st_tls;
+__thread st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
 
-static __thread st_tls tls __attribute__((tls_model("initial-exec")));
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
-/* The slow half of reserve(): refresh the cached tail, and wait for the
- * writer in blocking mode. Kept out of line so the fast path stays small. */
-static __attribute__((noinline)) int reserve_slow(st_tls *t, uint64_t need)
+static inline int64_t ring_clock(const st_ring *r)
 {
-    uint64_t cap = t->mask + 1;
+#if defined(__x86_64__)
+    if (likely(r->w_use_tsc)) return (int64_t)__builtin_ia32_rdtsc();
+#endif
+    return st_clock_mono_ns();
+}
+
+/* Writes one record at w_head and publishes it. id and type share one
+ * 8-byte store; arg is left as it was for begins and ends (the writer does
+ * not read it). */
+static inline st_record *slot(st_ring *r, uint64_t at) { return &r->w_buf[at & r->w_mask]; }
+static inline void put(st_record *rec, int64_t ts, uint32_t id, uint32_t type)
+{
+    uint64_t id_type = (uint64_t)id | (uint64_t)type << 32;
+    rec->ts = ts;
+    memcpy((char *)rec + offsetof(st_record, id), &id_type, sizeof id_type);
+}
+static inline void publish(st_ring *r, uint64_t head)
+{
+    r->w_head = head;
+    atomic_store_explicit(&r->head, head, memory_order_release);
+}
+
+/* Room for `n` more records beyond the reserved ends? Refreshes the tail
+ * seen, and waits for the writer when blocking. Out of line: the fast path
+ * compares w_reserved with w_limit itself. */
+static __attribute__((noinline)) int reserve_slow(st_ring *r, uint64_t n, int block)
+{
+    uint64_t cap = (uint64_t)r->w_mask + 1;
     /* More than the whole ring (a begin nested deeper than the ring can hold
      * with its ends): no wait can make room, so drop even when blocking. */
-    if (need > cap) return 0;
+    if (r->w_reserved - r->w_head + n > cap) return 0;
     for (;;) {
-        t->tail_cache = atomic_load_explicit(&t->ring->tail, memory_order_acquire);
-        if (t->head - t->tail_cache + need <= cap) return 1;
-        if (!t->block || atomic_load_explicit(&t->ring->retired, memory_order_relaxed)) return 0;
+        r->w_limit = atomic_load_explicit(&r->tail, memory_order_acquire) + cap;
+        if (r->w_reserved + n <= r->w_limit) return 1;
+        if (!block || atomic_load_explicit(&r->retired, memory_order_relaxed)) return 0;
         st_trace *tr = st_active_trace;
         if (tr) st_wake_writer(tr);
         sched_yield();
     }
 }
 
-/* Room for `need` more records? Refreshes the cached tail only when the
- * cached view says no. */
-static inline int reserve(st_tls *t, uint64_t need)
+static inline int reserve(st_ring *r, uint64_t n)
 {
-    if (t->head - t->tail_cache + need <= t->mask + 1) return 1;
-    return reserve_slow(t, need);
+    if (likely(r->w_reserved + n <= r->w_limit)) return 1;
+    return reserve_slow(r, n, r->w_block);
 }
 
-static inline void push(st_tls *t, uint32_t type, uint32_t id, int64_t ts, uint64_t arg)
+static __attribute__((noinline)) void count_drop(st_ring *r, uint64_t n)
 {
-    st_record *r = &t->buf[t->head & t->mask];
-    r->ts = ts;
-    r->arg = arg;
-    r->id = id;
-    r->type = type;
-    t->head++;
-    atomic_store_explicit(&t->ring->head, t->head, memory_order_release);
+    atomic_fetch_add_explicit(&r->dropped, n, memory_order_relaxed);
 }
 
-static inline void count_drop(st_tls *t, uint64_t n)
+/* A begin that missed the fast path: depth too deep, a stage id above the
+ * cached limit (refreshed here: stages registered since), or no room seen. */
+static __attribute__((noinline)) void begin_slow(st_ring *r, st_stage stage, int64_t ts, uint32_t d)
 {
-    atomic_fetch_add_explicit(&t->ring->dropped, n, memory_order_relaxed);
-}
-
-void st_begin(st_stage stage)
-{
-    st_tls *t = &tls;
-    if (!t->ring) return;
-    int64_t ts = st_clock_raw();
-    uint32_t d = t->depth++;
-    /* An id that was never registered is dropped (and counted), so it can
-     * neither corrupt the stored chunk nor index past the NVTX table. */
-    if (d < ST_STACK_MAX && stage < atomic_load_explicit(&st_stage_limit, memory_order_relaxed) &&
-        reserve(t, (uint64_t)t->open + 2)) {
-        push(t, ST_REC_BEGIN, stage, ts, 0);
-        t->open++;
-        t->dropped_depths[d >> 6] &= ~(1ull << (d & 63));
-    } else {
-        if (d < ST_STACK_MAX) t->dropped_depths[d >> 6] |= 1ull << (d & 63);
-        count_drop(t, 1);
+    if (d < ST_STACK_MAX) {
+        if (stage >= r->w_stage_limit)
+            r->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
+        /* An id that was never registered is dropped (and counted), so it
+         * can neither corrupt the stored chunk nor index past NVTX's table. */
+        if (stage < r->w_stage_limit && reserve(r, 2)) {
+            uint64_t h = r->w_head;
+            put(slot(r, h), ts, stage, ST_REC_BEGIN);
+            r->w_reserved += 2;
+            publish(r, h + 1);
+            return;
+        }
+        r->w_dropped_depths[d >> 6] |= 1ull << (d & 63);
     }
-    if (st_nvtx_on) st_nvtx_push(stage);
+    r->w_dropped_open++;
+    count_drop(r, 1);
 }
 
-void st_end(st_stage stage)
+/* A begin with its timestamp taken. */
+static inline void record_begin(st_ring *r, st_stage stage, int64_t ts)
 {
-    st_tls *t = &tls;
-    if (!t->ring) return;
-    int64_t ts = st_clock_raw();
-    if (t->depth == 0) {
+    uint32_t d = r->w_depth++;
+    uint64_t reserved = r->w_reserved + 2;
+    if (likely(d < ST_STACK_MAX && stage < r->w_stage_limit && reserved <= r->w_limit)) {
+        uint64_t h = r->w_head;
+        put(slot(r, h), ts, stage, ST_REC_BEGIN);
+        r->w_reserved = reserved;
+        publish(r, h + 1);
+        return;
+    }
+    begin_slow(r, stage, ts, d);
+}
+
+/* An end that missed the fast path: no open begin, or a dropped begin open
+ * somewhere in the stack. */
+static __attribute__((noinline)) void end_slow(st_ring *r, st_stage stage, int64_t ts)
+{
+    if (r->w_depth == 0) {
         /* An end without a begin is a program error, not a full ring: the
          * writer counts it in meta unmatched_ends and stores nothing. Only
          * when the ring is full is it a drop. */
-        if (reserve(t, (uint64_t)t->open + 1))
-            push(t, ST_REC_END, stage, ts, 0);
-        else
-            count_drop(t, 1);
+        if (reserve(r, 1)) {
+            uint64_t h = r->w_head;
+            put(slot(r, h), ts, stage, ST_REC_END);
+            r->w_reserved++;
+            publish(r, h + 1);
+        } else {
+            count_drop(r, 1);
+        }
         return;
     }
-    uint32_t d = --t->depth;
-    if (d >= ST_STACK_MAX || (t->dropped_depths[d >> 6] >> (d & 63)) & 1) {
-        count_drop(t, 1);
+    uint32_t d = --r->w_depth;
+    if (d >= ST_STACK_MAX || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
+        if (d < ST_STACK_MAX) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
+        r->w_dropped_open--;
+        count_drop(r, 1);
     } else {
-        push(t, ST_REC_END, stage, ts, 0); /* its slot was reserved by the begin */
-        t->open--;
+        uint64_t h = r->w_head;
+        put(slot(r, h), ts, stage, ST_REC_END); /* its slot was reserved by the begin */
+        publish(r, h + 1);
     }
-    if (st_nvtx_on) st_nvtx_pop();
 }
 
-void st_counter_set(st_counter counter, double value)
+/* An end with its timestamp taken. Returns 1 when it closed a range that
+ * NVTX saw open (every begin pushes, so every end with a begin pops). */
+static inline int record_end(st_ring *r, st_stage stage, int64_t ts)
 {
-    st_tls *t = &tls;
-    if (!t->ring) return;
-    int64_t ts = st_clock_raw();
-    uint64_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    if (reserve(t, (uint64_t)t->open + 1))
-        push(t, ST_REC_COUNTER, counter, ts, bits);
-    else
-        count_drop(t, 1);
+    uint32_t depth = r->w_depth;
+    if (likely(depth != 0 && r->w_dropped_open == 0)) {
+        /* Its slot was reserved by the begin: w_reserved stays. */
+        uint64_t h = r->w_head;
+        put(slot(r, h), ts, stage, ST_REC_END);
+        r->w_depth = depth - 1;
+        publish(r, h + 1);
+        return 1;
+    }
+    end_slow(r, stage, ts);
+    return depth != 0;
 }
 
-void st_mark(const char *literal_name)
+/* Begins and ends in general: any clock, NVTX on or off. */
+static __attribute__((noinline)) void begin_general(st_ring *r, st_stage stage)
 {
-    st_tls *t = &tls;
-    if (!t->ring || !literal_name) return;
-    int64_t ts = st_clock_raw();
-    if (reserve(t, (uint64_t)t->open + 1))
-        push(t, ST_REC_MARK, 0, ts, (uint64_t)(uintptr_t)literal_name);
-    else
-        count_drop(t, 1);
+    record_begin(r, stage, ring_clock(r));
+    if (r->w_nvtx) st_nvtx_push(stage);
 }
 
-void st_step(uint64_t step, uint64_t tokens)
+static __attribute__((noinline)) void end_general(st_ring *r, st_stage stage)
 {
-    st_tls *t = &tls;
-    if (!t->ring) return;
-    int64_t ts = st_clock_raw();
+    if (record_end(r, stage, ring_clock(r)) && r->w_nvtx) st_nvtx_pop();
+}
+
+/* The common case, w_fast (the TSC clock, NVTX off), has no call but the
+ * tail calls to the general or slow halves, so it saves no registers. */
+static inline void ring_begin(st_ring *r, st_stage stage)
+{
+#if defined(__x86_64__)
+    if (likely(r->w_fast)) {
+        record_begin(r, stage, (int64_t)__builtin_ia32_rdtsc());
+        return;
+    }
+#endif
+    begin_general(r, stage);
+}
+
+static inline void ring_end(st_ring *r, st_stage stage)
+{
+#if defined(__x86_64__)
+    if (likely(r->w_fast)) {
+        record_end(r, stage, (int64_t)__builtin_ia32_rdtsc());
+        return;
+    }
+#endif
+    end_general(r, stage);
+}
+
+static inline void ring_counter(st_ring *r, st_counter counter, double value)
+{
+    int64_t ts = ring_clock(r);
+    if (!reserve(r, 1)) {
+        count_drop(r, 1);
+        return;
+    }
+    uint64_t h = r->w_head;
+    st_record *rec = slot(r, h);
+    memcpy(&rec->arg, &value, sizeof value);
+    put(rec, ts, counter, ST_REC_COUNTER);
+    r->w_reserved++;
+    publish(r, h + 1);
+}
+
+static inline void ring_mark(st_ring *r, const char *literal_name)
+{
+    if (!literal_name) return;
+    int64_t ts = ring_clock(r);
+    if (!reserve(r, 1)) {
+        count_drop(r, 1);
+        return;
+    }
+    uint64_t h = r->w_head;
+    st_record *rec = slot(r, h);
+    rec->arg = (uint64_t)(uintptr_t)literal_name;
+    put(rec, ts, 0, ST_REC_MARK);
+    r->w_reserved++;
+    publish(r, h + 1);
+}
+
+static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
+{
+    int64_t ts = ring_clock(r);
     /* Step marks bound the windows: never dropped, the thread waits. */
-    int block = t->block;
-    t->block = 1;
-    int ok = reserve(t, (uint64_t)t->open + 2);
-    t->block = block;
-    if (!ok) {
-        count_drop(t, 2);
+    if (!(r->w_reserved + 2 <= r->w_limit || reserve_slow(r, 2, 1))) {
+        count_drop(r, 2);
         return;
     }
     /* Both records become visible together. */
-    st_record *r = &t->buf[t->head & t->mask];
-    r->ts = ts;
-    r->arg = step;
-    r->id = 0;
-    r->type = ST_REC_STEP;
-    r = &t->buf[(t->head + 1) & t->mask];
-    r->ts = ts;
-    r->arg = tokens;
-    r->id = 0;
-    r->type = ST_REC_TOKENS;
-    t->head += 2;
-    atomic_store_explicit(&t->ring->head, t->head, memory_order_release);
+    uint64_t h = r->w_head;
+    st_record *rec = slot(r, h);
+    rec->arg = step;
+    put(rec, ts, 0, ST_REC_STEP);
+    rec = slot(r, h + 1);
+    rec->arg = tokens;
+    put(rec, ts, 0, ST_REC_TOKENS);
+    r->w_reserved += 2;
+    publish(r, h + 2);
+}
+
+/* What the public header's inline functions call once they have found the
+ * thread's ring. */
+void st__ring_begin(st_ring *r, st_stage stage) { ring_begin(r, stage); }
+void st__ring_end(st_ring *r, st_stage stage) { ring_end(r, stage); }
+void st__ring_counter(st_ring *r, st_counter counter, double value) { ring_counter(r, counter, value); }
+void st__ring_mark(st_ring *r, const char *literal_name) { ring_mark(r, literal_name); }
+void st__ring_step(st_ring *r, uint64_t step, uint64_t tokens) { ring_step(r, step, tokens); }
+
+/* The exported functions, for callers that do not use the inline ones
+ * (binaries built against earlier headers, -DST_NO_INLINE, other compilers). */
+void st_begin(st_stage stage)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_begin(r, stage);
+}
+void st_end(st_stage stage)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_end(r, stage);
+}
+void st_counter_set(st_counter counter, double value)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_counter(r, counter, value);
+}
+void st_mark(const char *literal_name)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_mark(r, literal_name);
+}
+void st_step(uint64_t step, uint64_t tokens)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_step(r, step, tokens);
 }
 
 /* ---- registration of the calling thread ---- */
@@ -180,7 +299,8 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     if (!name || !*name) return st_set_error(ST_EINVAL, "st_thread_register: empty thread name");
     if (strlen(name) > ST_NAME_MAX || (role && strlen(role) > ST_NAME_MAX))
         return st_set_error(ST_EINVAL, "st_thread_register: thread name or role longer than %d bytes", ST_NAME_MAX);
-    if (tls.ring) return st_set_error(ST_ESTATE, "st_thread_register: thread '%s' is already registered", name);
+    if (st__thread_ring)
+        return st_set_error(ST_ESTATE, "st_thread_register: thread '%s' is already registered", name);
     if (!trace->opt.enabled) return 0;
     st_ring *ring = aligned_alloc(64, sizeof *ring);
     st_record *buf = aligned_alloc(64, sizeof(st_record) * trace->opt.ring_records);
@@ -193,6 +313,14 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     memset(ring, 0, sizeof *ring);
     ring->buf = buf;
     ring->mask = trace->opt.ring_records - 1;
+    ring->w_buf = buf;
+    ring->w_mask = ring->mask;
+    ring->w_limit = trace->opt.ring_records;
+    ring->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
+    ring->w_use_tsc = st_clock_use_tsc != 0;
+    ring->w_nvtx = st_nvtx_on != 0;
+    ring->w_fast = ring->w_use_tsc && !ring->w_nvtx;
+    ring->w_block = trace->opt.block_when_full != 0;
 
     pthread_mutex_lock(&trace->lock);
     uint32_t id = atomic_load(&trace->n_threads);
@@ -213,11 +341,7 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     atomic_store(&trace->n_threads, id + 1);
     pthread_mutex_unlock(&trace->lock);
 
-    memset(&tls, 0, sizeof tls);
-    tls.buf = buf;
-    tls.mask = ring->mask;
-    tls.block = trace->opt.block_when_full;
-    tls.ring = ring;
+    st__thread_ring = ring;
     st_nvtx_thread(name);
     return (int)id;
 }
@@ -242,9 +366,9 @@ int st_thread_register(st_trace *trace, const char *name, const char *role, int 
 
 void st_thread_unregister(void)
 {
-    st_ring *ring = tls.ring;
+    st_ring *ring = st__thread_ring;
     if (!ring) return;
-    tls.ring = NULL;
+    st__thread_ring = NULL;
     /* The writer frees the ring once it has drained it. */
     atomic_store_explicit(&ring->retired, 1, memory_order_release);
 }

@@ -32,8 +32,22 @@ typedef struct st_record {
     uint32_t type;
 } st_record;      /* 24 bytes */
 
-/* Single-producer (the owning thread) single-consumer (the writer) ring. */
+/* Single-producer (the owning thread) single-consumer (the writer) ring.
+ * The first cache line is the producer's own state (record.c): the hot
+ * path reads and writes only it, the ring's slots and `head`. */
 typedef struct st_ring {
+    _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */
+    uint64_t w_reserved;                /* w_head + the ends owed to recorded begins */
+    uint64_t w_limit;                   /* last tail seen + capacity: room while
+                                           w_reserved + n <= w_limit */
+    st_record *w_buf;                   /* = buf */
+    uint32_t w_mask;                    /* = mask */
+    uint32_t w_depth;                   /* open begins, dropped or not */
+    uint32_t w_stage_limit;             /* st_stage_limit when last read */
+    uint32_t w_dropped_open;            /* open begins that were dropped */
+    uint8_t w_use_tsc, w_nvtx, w_block; /* copies of the clock, NVTX, blocking mode */
+    uint8_t w_fast;                     /* w_use_tsc && !w_nvtx: record.c's fast path */
+    uint64_t w_dropped_depths[ST_STACK_MAX / 64]; /* depths of dropped open begins */
     _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
     _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
     _Alignas(64) _Atomic uint64_t dropped;

@@ -109,7 +109,22 @@ typedef struct st_range {
 typedef struct st_range_iter st_range_iter;
 int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread,
                        int64_t t0_ns, int64_t t1_ns);
-int st_range_iter_next(st_range_iter *it, st_range *out); /* 1, 0 = done, <0 error */
+/* 1, 0 = done, <0 error. The iterator decodes ranges a batch at a time;
+ * st_range_iter_next is inline and hands them out one by one (its first
+ * member is this head), calling st_range_iter_fill for the next batch. */
+struct st_range_iter_head {
+    const st_range *next, *end;
+};
+int st_range_iter_fill(st_range_iter *it, st_range *out);
+static inline int st_range_iter_next(st_range_iter *it, st_range *out)
+{
+    struct st_range_iter_head *h = (struct st_range_iter_head *)(void *)it;
+    if (__builtin_expect(h->next != h->end, 1)) {
+        *out = *h->next++;
+        return 1;
+    }
+    return st_range_iter_fill(it, out);
+}
 void st_range_iter_close(st_range_iter *it);
 
 /* The ranges that never ended on a thread (id): those still open after its

@@ -14,13 +14,20 @@
  *    except st_mark's name, which must outlive the trace (pass a literal).
  *    A thread, role, stage, counter or unit name is at most ST_NAME_MAX
  *    bytes: a longer one is refused (ST_EINVAL).
- *  - st_begin, st_end, st_counter, st_mark and st_step are called only by
+ *  - st_begin, st_end, st_counter_set, st_mark and st_step are called only by
  *    registered threads; on any other thread they do nothing. They take no
  *    lock, allocate nothing and make no system call.
  *  - Registration functions, st_flush and st_close are thread-safe.
  *    st_signal_flush is async-signal-safe; nothing else is.
- *  - With profiling disabled (options.enabled = 0, or no trace open) every
- *    hot-path call costs one predictable branch.
+ *  - With profiling disabled (options.enabled = 0, no trace open, or an
+ *    unregistered thread) every hot-path call is inline: one thread-local
+ *    load and one predictable branch, no function call (GCC and Clang;
+ *    other compilers, or -DST_NO_INLINE, call the exported functions, which
+ *    do the same test). Compiled with -DST_DISABLE, the hot-path calls
+ *    (st_begin, st_end, st_counter_set, st_mark, st_step) and ST_SCOPE,
+ *    ST_SCOPE_AUTO compile to nothing and reference no library symbol; their
+ *    arguments are still evaluated. Setup calls (st_open, registration,
+ *    st_close, ...) stay real calls.
  *  - Functions that can fail return ST_OK (0) or a negative ST_E* code;
  *    st_last_error() gives a one-line message for the calling thread.
  */
@@ -159,15 +166,73 @@ int st_thread_register(st_trace *trace, const char *name, const char *role,
                        int device, int rank);
 void st_thread_unregister(void);
 
-/* Hot path. */
+/* Hot path: st_begin(stage), st_end(stage), st_counter_set(counter, value),
+ * st_mark(literal_name), and st_step(step, tokens): "step `step` ended now,
+ * having processed `tokens` tokens". Mark step 0 when the loop starts.
+ * Windows of N steps run from the mark of step k*N to the mark of step
+ * (k+1)*N.
+ *
+ * Each is exported as a function (what binaries built against earlier
+ * versions of this header call) and, for GCC and Clang, also defined below
+ * as a static inline function that tests the calling thread's ring pointer
+ * and calls the recording half (st__ring_*) only when the thread records.
+ * Names with a double underscore are not part of the API: they are here
+ * for the inline functions only. */
+#if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
+                             !defined(__GNUC__))
 void st_begin(st_stage stage);
 void st_end(st_stage stage);
 void st_counter_set(st_counter counter, double value);
 void st_mark(const char *literal_name);
-/* Step marks: "step `step` ended now, having processed `tokens` tokens".
- * Mark step 0 when the loop starts. Windows of N steps run from the mark of
- * step k*N to the mark of step (k+1)*N. */
 void st_step(uint64_t step, uint64_t tokens);
+#endif
+
+struct st_ring;
+#if defined(__GNUC__)
+/* The calling thread's ring; NULL when it does not record. */
+extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
+#endif
+void st__ring_begin(struct st_ring *ring, st_stage stage);
+void st__ring_end(struct st_ring *ring, st_stage stage);
+void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
+void st__ring_mark(struct st_ring *ring, const char *literal_name);
+void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+
+#if defined(ST_DISABLE)
+static inline void st_begin(st_stage stage) { (void)stage; }
+static inline void st_end(st_stage stage) { (void)stage; }
+static inline void st_counter_set(st_counter counter, double value) { (void)counter; (void)value; }
+static inline void st_mark(const char *literal_name) { (void)literal_name; }
+static inline void st_step(uint64_t step, uint64_t tokens) { (void)step; (void)tokens; }
+#elif !defined(ST_NO_INLINE) && !defined(ST__OUT_OF_LINE) && defined(__GNUC__)
+#define ST__HOT static inline __attribute__((always_inline, unused))
+ST__HOT void st_begin(st_stage stage)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_begin(ring, stage);
+}
+ST__HOT void st_end(st_stage stage)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_end(ring, stage);
+}
+ST__HOT void st_counter_set(st_counter counter, double value)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_counter(ring, counter, value);
+}
+ST__HOT void st_mark(const char *literal_name)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_mark(ring, literal_name);
+}
+ST__HOT void st_step(uint64_t step, uint64_t tokens)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_step(ring, step, tokens);
+}
+#undef ST__HOT
+#endif
 
 /* Events dropped so far because a ring was full (all threads), counted live:
  * a drop is seen by the next call on any thread, not at the writer's next
@@ -194,10 +259,20 @@ int st_gpu_start(st_trace *trace);
 int64_t st_now_ns(void);
 
 /* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
+#if defined(ST_DISABLE)
+#define ST_SCOPE(stage) for (int st__once = ((void)(stage), 1); st__once; st__once = 0)
+#if defined(__GNUC__) && !defined(__cplusplus)
+#define ST__CAT2(a, b) a##b
+#define ST__CAT(a, b) ST__CAT2(a, b)
+#define ST_SCOPE_AUTO(stage) \
+    __attribute__((unused)) const st_stage ST__CAT(st__scope_, __LINE__) = (st_stage)(stage)
+#endif
+#else
 #define ST_SCOPE(stage) \
     for (int st__once = (st_begin(stage), 1); st__once; st__once = 0, st_end(stage))
+#endif
 
-#if defined(__GNUC__) && !defined(__cplusplus)
+#if defined(__GNUC__) && !defined(__cplusplus) && !defined(ST_DISABLE)
 static inline void st__scope_end(const st_stage *stage) { st_end(*stage); }
 #define ST__CAT2(a, b) a##b
 #define ST__CAT(a, b) ST__CAT2(a, b)
