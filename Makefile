@@ -271,7 +271,8 @@ FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unused-parameter -pthread $(INCLUDES)
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c \
-	tracer/vtab.c analyze/common.c analyze/table.c analyze/pipeline.c
+	tracer/vtab.c analyze/common.c analyze/table.c analyze/model.c analyze/queues.c analyze/verdict.c \
+	analyze/gpu_activity.c
 FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' | \
 	$(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null
 $(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(wildcard tracer/*.h analyze/*.h)

@@ -1,7 +1,7 @@
 /* cmd_bottleneck.c: `analyze bottleneck FILE`: which role and stage limit
  * the pipeline's throughput, with the evidence and a what-if bound.
  *
- * The numbers come from the per-step model of pipeline.c: per role, the
+ * The numbers come from the per-step model of model.c: per role, the
  * share of its threads' wall time in each kind of stage; the bottleneck is
  * the role that is busiest (least time waiting on its neighbours), its
  * limiting stage its largest work stage; the evidence is the waits on both
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline.h"
+#include "verdict.h"
 
 static const char help[] =
     "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE\n"
@@ -489,6 +489,7 @@ int cmd_bottleneck(int argc, char **argv)
         an_pipe_opts po;
         memset(&po, 0, sizeof po);
         po.skip_steps = (uint32_t)skip;
+        po.gpu_idle = 1;
         rc = an_pipe_compute(&p, &t, &po);
     }
     if (!rc && skip && !p.has_steps) {
@@ -506,12 +507,8 @@ int cmd_bottleneck(int argc, char **argv)
         n_windows = an_pipe_window_verdicts(&p, every, &w);
         if (!w) rc = AN_EXIT_FAIL;
     }
-    const char *gpu_note = NULL;
-    an_gpu_idle *gpu = NULL;
-    uint32_t n_gpu = 0;
-    char *gpu_text = NULL;
-    if (!rc) rc = an_gpu_idle_steady(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_text);
-    if (!rc) gpu_note = gpu_text;
+    /* read with the model (po.gpu_idle): the verdict's period is all bins */
+    const char *gpu_note = p.gpu_idle_text;
     if (!rc && fmt == AN_FMT_TEXT) {
         story = an_pipe_story(&p, loads, &v, w, n_windows, every);
         if (!story) rc = oom();
@@ -543,8 +540,6 @@ int cmd_bottleneck(int argc, char **argv)
     }
     if (!rc) an_trace_warn(&t);
     free(story);
-    an_gpu_idle_free(gpu, n_gpu);
-    free(gpu_text);
     free(w);
     free(loads);
     an_pipe_free(&p);

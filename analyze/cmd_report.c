@@ -3,7 +3,7 @@
  *
  * Inline CSS and inline SVG only: no script, no external font, image or
  * link, so the file opens anywhere and shows the same. Sections: run
- * metadata; the bottleneck verdict (pipeline.c's story) with the roles
+ * metadata; the bottleneck verdict (verdict.c's story) with the roles
  * table; per role, a stacked chart of where its time went per window (stage
  * colours are the same in every chart: one colour family per stage kind);
  * a timeline of a few steps (one lane per thread, ranges as rectangles
@@ -24,7 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline.h"
+#include "queues.h"
+#include "verdict.h"
 
 static const char help[] =
     "usage: analyze report FILE --html OUT.html [--steps A:B] [--every N] [--speedup K] [--overwrite]\n"
@@ -322,14 +323,10 @@ static int section_verdict(report *rp)
     char *story = an_pipe_story(p, rp->loads, &rp->v, w, nw, rp->every);
     free(w);
     if (!story) return oom();
-    an_gpu_idle *gpu = NULL;
-    uint32_t n_gpu = 0;
-    char *gpu_text = NULL;
-    int rc = an_gpu_idle_steady(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &gpu_text);
-    if (rc) {
-        free(story);
-        return rc;
-    }
+    /* read with the model (opts gpu_idle): the verdict's period is all bins */
+    const an_gpu_idle *gpu = p->gpu_idle;
+    uint32_t n_gpu = p->n_gpu_idle;
+    const char *gpu_text = p->gpu_idle_text;
     fputs("<section id=\"verdict\"><h2>Bottleneck</h2>\n<div class=\"verdict\">\n", f);
     for (char *line = story, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
@@ -342,7 +339,6 @@ static int section_verdict(report *rp)
     fputs("<p>GPU idle: ", f);
     esc(f, gpu_text);
     fputs(".</p>\n</div>\n", f);
-    free(gpu_text);
     if (n_gpu) {
         fputs("<table class=\"data\" id=\"gpu-table\"><tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
               "<th>idle ms</th><th>host wait ms</th><th>launch gap ms</th><th>other ms</th><th>host wait mostly in</th></tr>\n",
@@ -370,7 +366,6 @@ static int section_verdict(report *rp)
         }
         fputs("</table>\n", f);
     }
-    an_gpu_idle_free(gpu, n_gpu);
     free(story);
     if (p->n_devices && put_device_roles(rp)) return AN_EXIT_FAIL; /* printed */
     fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
@@ -1190,7 +1185,12 @@ int cmd_report(int argc, char **argv)
             rc = an_window_resolve(&rp.steps, &t, &t0, &t1); /* a bad --steps fails before anything is written */
         }
     }
-    if (!rc) rc = an_pipe_compute(&p, &t, NULL);
+    if (!rc) {
+        an_pipe_opts po;
+        memset(&po, 0, sizeof po);
+        po.gpu_idle = 1;
+        rc = an_pipe_compute(&p, &t, &po);
+    }
     if (!rc) {
         rp.loads = calloc(p.n_roles ? p.n_roles : 1, sizeof *rp.loads);
         rp.first = malloc(((size_t)p.n_bins + 1) * sizeof *rp.first);

@@ -1,5 +1,5 @@
 /* test_analyze2.c: unit tests of the pipeline model behind `analyze
- * bottleneck`, `diff` and `report` (analyze/pipeline.c), and the generator
+ * bottleneck`, `diff` and `report` (analyze/model.c, verdict.c), and the generator
  * of the traces with exactly known answers that tests/it_analyze2.sh and
  * tests/it_report.sh run the commands on.
  *
@@ -32,7 +32,11 @@
 #include "st_schema.h"
 
 #include "../analyze/common.c"
-#include "../analyze/pipeline.c"
+#include "../analyze/diff_stats.c"
+#include "../analyze/gpu_activity.c"
+#include "../analyze/model.c"
+#include "../analyze/queues.c"
+#include "../analyze/verdict.c"
 #include "../analyze/table.c"
 
 #define MS 1000000LL
