@@ -329,5 +329,8 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
 int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge,
                           int jobs);
 void an_stats_free(an_stats *s);
+/* Whether reader b holds the same trace as a (run id, stages, threads): a
+ * worker's second open of a file must find the trace the first found. */
+int an_stats_same_trace(const st_reader *a, const st_reader *b);
 
 #endif

@@ -516,7 +516,7 @@ static void task_failed(team *tm, const task *tk, const char *msg, int named)
 /* A worker's reader opens the file again by its name: it must still be the
  * trace the others read (same run, stages and threads; a live trace may
  * have gained some). */
-static int same_trace(const st_reader *a, const st_reader *b)
+int an_stats_same_trace(const st_reader *a, const st_reader *b)
 {
     const char *ra = st_reader_meta(a, "run_id"), *rb = st_reader_meta(b, "run_id");
     if ((ra == NULL) != (rb == NULL) || (ra && strcmp(ra, rb) != 0)) return 0;
@@ -545,7 +545,7 @@ static st_reader *task_reader(worker *w, const task *tk)
         task_failed(tm, tk, st_last_error(), 1); /* st_last_error() is per thread: read here */
         return NULL;
     }
-    if (!same_trace(t->r, r)) {
+    if (!an_stats_same_trace(t->r, r)) {
         st_reader_close(r);
         task_failed(tm, tk, "the file changed while it was being read: analyze a copy that stays put", 0);
         return NULL;

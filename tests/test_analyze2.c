@@ -31,13 +31,10 @@
 #include "st_reader.h"
 #include "st_schema.h"
 
-#include "../analyze/common.c"
-#include "../analyze/diff_stats.c"
-#include "../analyze/gpu_activity.c"
-#include "../analyze/model.c"
-#include "../analyze/queues.c"
-#include "../analyze/verdict.c"
-#include "../analyze/table.c"
+#include "../analyze/diff_stats.h"
+#include "../analyze/gpu_activity.h"
+#include "../analyze/queues.h"
+#include "../analyze/verdict.h"
 
 #define MS 1000000LL
 #define US 1000LL
