@@ -87,21 +87,20 @@ static int gather_gpu(const an_trace *t, info *in)
         return 1;
     }
     if (!has) return 0;
-    sqlite3 *db = st_reader_db(t->r);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT device, sum(max(n_records, 0)) FROM gpu_chunks GROUP BY device ORDER BY device",
-                           -1, &st, NULL) != SQLITE_OK) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+    st_chunk_count *c;
+    uint32_t n_c;
+    int rc = st_reader_gpu_records_per_device(t->r, &c, &n_c);
+    if (rc == ST_ENOMEM) {
+        an_error("out of memory");
         return 1;
     }
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t device = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+    for (uint32_t i = 0; i < n_c; i++) {
+        int64_t device = c[i].key, n = c[i].n;
         if (__builtin_add_overflow(device < 0 ? in->gpu_api_calls : in->gpu_records, n,
                                    device < 0 ? &in->gpu_api_calls : &in->gpu_records)) {
             an_error("%s: trace table 'gpu_chunks': the record counts (n_records) add up past %lld", t->path,
                      (long long)INT64_MAX);
-            sqlite3_finalize(st);
+            free(c);
             return 1;
         }
         if (device < 0) continue;
@@ -109,12 +108,11 @@ static int gather_gpu(const an_trace *t, info *in)
         if (len < sizeof in->gpu_devices)
             snprintf(in->gpu_devices + len, sizeof in->gpu_devices - len, "%s%lld", len ? ", " : "", (long long)device);
     }
-    if (rc != SQLITE_DONE) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
-        sqlite3_finalize(st);
+    free(c);
+    if (rc) {
+        an_trace_fail(t);
         return 1;
     }
-    sqlite3_finalize(st);
     in->has_gpu = 1;
     return 0;
 }

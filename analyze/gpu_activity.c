@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sqlite3.h>
-
 #include "gpu_activity.h"
 #include "verdict.h"
 
@@ -36,61 +34,20 @@ int an_gpu_devices(an_trace *t, int32_t **out, uint32_t *n)
     int has = st_reader_has_gpu(t->r);
     if (has < 0) return an_trace_fail(t);
     if (!has) return AN_EXIT_OK;
-    sqlite3 *db = st_reader_db(t->r);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1, &st,
-                           NULL) != SQLITE_OK) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
-        return AN_EXIT_USAGE;
-    }
-    int rc;
-    int32_t *v = NULL;
-    uint32_t len = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || sqlite3_column_int64(st, 0) > INT32_MAX) continue;
-        int32_t *nv = realloc(v, (len + 1) * sizeof *nv);
-        if (!nv) {
-            free(v);
-            sqlite3_finalize(st);
-            return gpu_oom();
-        }
-        v = nv;
-        v[len++] = (int32_t)sqlite3_column_int64(st, 0);
-    }
-    if (rc != SQLITE_DONE) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
-        sqlite3_finalize(st);
-        free(v);
-        return AN_EXIT_USAGE;
-    }
-    sqlite3_finalize(st);
-    *out = v;
-    *n = len;
-    return AN_EXIT_OK;
+    int rc = st_reader_gpu_devices(t->r, out, n);
+    if (rc == ST_ENOMEM) return gpu_oom();
+    return rc ? an_trace_fail(t) : AN_EXIT_OK;
 }
 
 /* Slices of [t0, t1) holding about an_gpu_slice_records records of the
- * chunks selected by `where` each (device `device`): *lo, *width, *n. */
-static int gpu_slices(an_trace *t, const char *where, int64_t device, int64_t t0, int64_t t1, int64_t *lo,
-                      int64_t *width, uint64_t *n)
+ * chunks of `device` (< 0: the API calls') each: *lo, *width, *n. */
+static int gpu_slices(an_trace *t, int64_t device, int64_t t0, int64_t t1, int64_t *lo, int64_t *width, uint64_t *n)
 {
-    sqlite3 *db = st_reader_db(t->r);
-    sqlite3_stmt *st;
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE %s AND t1_ns >= ?2 "
-             "AND t0_ns < ?3",
-             where);
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
-        return AN_EXIT_USAGE;
-    }
-    sqlite3_bind_int64(st, 1, device);
-    sqlite3_bind_int64(st, 2, t0);
-    sqlite3_bind_int64(st, 3, t1);
+    st_gpu_headers h;
     *n = 0;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
-        int64_t count = sqlite3_column_int64(st, 0), a = sqlite3_column_int64(st, 1), b = sqlite3_column_int64(st, 2);
+    if (st_reader_gpu_headers(t->r, device, t0, t1, &h)) return an_trace_fail(t);
+    if (h.has) {
+        int64_t count = h.n_records, a = h.t0_ns, b = h.t1_ns;
         if (a < t0) a = t0;
         if (b >= t1) b = t1;
         else if (b < INT64_MAX) b++; /* a record may start at the last chunk's t1 (zero length) */
@@ -103,7 +60,6 @@ static int gpu_slices(an_trace *t, const char *where, int64_t device, int64_t t0
             *n = (span + (uint64_t)*width - 1) / (uint64_t)*width;
         }
     }
-    sqlite3_finalize(st);
     return AN_EXIT_OK;
 }
 
@@ -157,8 +113,7 @@ static int gpu_each(an_trace *t, int api, int32_t device, int64_t t0, int64_t t1
 {
     int64_t lo = 0, width = 0;
     uint64_t n = 0;
-    /* ?1 is bound either way; "device < 0" leaves it unused */
-    int rc = gpu_slices(t, api ? "device < 0" : "device = ?1", device, t0, t1, &lo, &width, &n);
+    int rc = gpu_slices(t, api ? -1 : device, t0, t1, &lo, &width, &n);
     st_gpu_row *buf = NULL;
     size_t cap = 0;
     for (uint64_t i = 0; i < n && !rc; i++) {

@@ -487,16 +487,15 @@ static int cmp_tasks(const void *pa, const void *pb)
  * nothing else. */
 static void thread_sizes(const an_trace *t, const file_ctx *fc, uint64_t *size)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(st_reader_db(t->r), "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", -1,
-                           &st, NULL) != SQLITE_OK)
-        return;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+    st_chunk_count *c;
+    uint32_t n_c;
+    if (st_reader_range_chunks_per_thread(t->r, &c, &n_c)) return;
+    for (uint32_t i = 0; i < n_c; i++) {
+        int64_t id = c[i].key, n = c[i].n;
         if (id >= 0 && id < fc->n_ids && fc->thread_index[id] != UINT32_MAX)
             size[fc->thread_index[id]] = n > 0 ? (uint64_t)n : 0;
     }
-    sqlite3_finalize(st);
+    free(c);
 }
 
 /* msg as an_trace_fail prints it: after the file's name, unless it names
