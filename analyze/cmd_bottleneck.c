@@ -437,18 +437,11 @@ int cmd_bottleneck(int argc, char **argv)
     uint64_t every = 0, skip = 0;
     double speedup = 2.0;
     int have_every = 0, id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "bottleneck", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("bottleneck", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_SPEEDUP: {
             char *end;
             speedup = strtod(a.value, &end);
@@ -466,6 +459,10 @@ int cmd_bottleneck(int argc, char **argv)
                 rc = an_usage_error("bottleneck", "--skip-steps needs a number of steps, not '%s'", a.value);
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1)
         rc = an_usage_error("bottleneck", a.n_pos ? "give one trace file" : "no trace file given");

@@ -544,18 +544,11 @@ int cmd_diff(int argc, char **argv)
     uint64_t top = 10, skip = 0;
     double alpha = 0.01;
     int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "diff", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("diff", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_ALPHA: {
             char *end;
             alpha = strtod(a.value, &end);
@@ -572,6 +565,10 @@ int cmd_diff(int argc, char **argv)
                 rc = an_usage_error("diff", "--skip-steps needs a number of steps, not '%s'", a.value);
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 2) rc = an_usage_error("diff", "give two trace files, A and B");
     side s[2];

@@ -59,11 +59,11 @@ static const char help[] =
     "               in the api table (default 20, 0 = all)\n"
     "  --format F   text (default), csv or json\n";
 
-enum { OPT_TOP = 1, OPT_STEPS, OPT_TIME };
+enum { OPT_TOP = 1 };
 static const an_opt opts[] = {
     {"top", 1, OPT_TOP},
-    {"steps", 1, OPT_STEPS},
-    {"time", 1, OPT_TIME},
+    {"steps", 1, AN_OPT_STEPS},
+    {"time", 1, AN_OPT_TIME},
     {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
@@ -512,32 +512,20 @@ int cmd_gpu(int argc, char **argv)
     memset(&win, 0, sizeof win);
     win.kind = AN_WIN_ALL;
     int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, &win, 0, 0};
     if (an_args_init(&a, "gpu", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("gpu", "--format must be text, csv or json, not '%s'", a.value);
-            break;
-        case OPT_STEPS:
-        case OPT_TIME:
-            if (win.kind != AN_WIN_ALL) {
-                rc = an_usage_error("gpu", "give one window: --steps or --time, once");
-                break;
-            }
-            if (id == OPT_STEPS ? an_window_parse_steps(&win, a.value) : an_window_parse_time(&win, a.value))
-                rc = AN_EXIT_USAGE;
-            break;
         case OPT_TOP:
             if (an_parse_u64(a.value, &top))
                 rc = an_usage_error("gpu", "--top needs a number of kernels (0 = all), not '%s'", a.value);
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1) rc = an_usage_error("gpu", a.n_pos ? "give one trace file" : "no trace file given");
     an_trace t;

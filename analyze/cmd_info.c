@@ -406,19 +406,14 @@ int cmd_info(int argc, char **argv)
     an_args a;
     an_format fmt = AN_FMT_TEXT;
     int want_verify = 0;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "info", argc, argv)) return AN_EXIT_FAIL;
     int id, rc = AN_EXIT_OK;
-    while ((id = an_args_next(&a, opts)) > 0) {
-        if (id == OPT_HELP) {
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        }
+    while ((id = an_args_next_own(&a, opts, &common)) > 0)
         if (id == OPT_VERIFY) want_verify = 1;
-        if (id == OPT_FORMAT && an_parse_format(a.value, &fmt)) {
-            an_args_free(&a);
-            return an_usage_error("info", "--format must be text, csv or json, not '%s'", a.value);
-        }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (id < 0 || a.n_pos == 0) {
         if (id == 0) an_usage_error("info", "no trace file given");

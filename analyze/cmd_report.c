@@ -54,9 +54,9 @@ static const char help[] =
     "  --speedup K      the verdict's what-if factor (default 2)\n"
     "  --overwrite      replace an existing output file\n";
 
-enum { OPT_HTML = 1, OPT_STEPS, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
+enum { OPT_HTML = 1, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
 static const an_opt opts[] = {
-    {"html", 1, OPT_HTML},       {"steps", 1, OPT_STEPS},         {"every", 1, OPT_EVERY},
+    {"html", 1, OPT_HTML},       {"steps", 1, AN_OPT_STEPS},         {"every", 1, OPT_EVERY},
     {"speedup", 1, OPT_SPEEDUP}, {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
 };
@@ -1136,19 +1136,13 @@ int cmd_report(int argc, char **argv)
     report rp;
     memset(&rp, 0, sizeof rp);
     rp.speedup = 2.0;
+    an_common_opts common = {help, NULL, &rp.steps, 1, 0};
     if (an_args_init(&a, "report", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
         case OPT_HTML: html = a.value; break;
         case OPT_OVERWRITE: overwrite = 1; break;
-        case OPT_STEPS:
-            if (an_window_parse_steps(&rp.steps, a.value)) rc = AN_EXIT_USAGE;
-            break;
         case OPT_EVERY:
             if (an_parse_u64(a.value, &rp.every) || rp.every < 1 || rp.every > UINT32_MAX)
                 rc = an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", a.value);
@@ -1162,6 +1156,10 @@ int cmd_report(int argc, char **argv)
             break;
         }
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1) rc = an_usage_error("report", a.n_pos ? "give one trace file" : "no trace file given");
     if (!rc && !html) rc = an_usage_error("report", "--html OUT.html is needed");
