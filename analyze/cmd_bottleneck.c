@@ -214,40 +214,42 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     an_table_end(t);
 }
 
-static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+static int put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
 {
+    an_role_row *rows = an_roles_table(p, loads, v);
+    if (!rows) return -1;
     an_out_text(out, "roles: shares of each role's wall time (all its threads); busy = work + sync + comm + copy; "
                      "with GPU activity, host = busy - sync, gpu = the device time of the work it launched, and "
                      "need = the larger of the two (else busy); capacity = tokens per step / need per step\n");
     an_table *t = an_table_new(out, "roles", role_cols, N_OF(role_cols));
     for (uint32_t r = 0; r < p->n_roles; r++) {
-        const an_role_load *l = &loads[r];
-        an_put_str(t, p->role_names[r]);
-        an_put_int(t, p->role_threads[r]);
-        an_put_pct(t, l->busy_pct);
-        an_put_pct(t, l->work_pct);
-        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
-        for (int k = 0; k < 5; k++) an_put_pct(t, l->kind_pct[kinds[k]]);
-        an_put_pct(t, l->idle_pct);
+        const an_role_row *row = &rows[r];
+        an_put_str(t, row->role);
+        an_put_int(t, row->threads);
+        an_put_pct(t, row->busy_pct);
+        an_put_pct(t, row->work_pct);
+        for (int k = 0; k < 5; k++) an_put_pct(t, row->kind_pct[k]);
+        an_put_pct(t, row->idle_pct);
         if (p->n_devices) {
-            an_put_pct(t, l->host_pct);
-            an_put_pct(t, l->device_pct);
+            an_put_pct(t, row->host_pct);
+            an_put_pct(t, row->gpu_pct);
         } else {
             an_put_null(t);
             an_put_null(t);
         }
-        put_real_or_null(t, l->busy_per_step_ns / 1e6);
-        put_real_or_null(t, l->need_per_step_ns / 1e6);
-        double tokens_per_step = v->steps ? (double)v->tokens / (double)v->steps : NAN;
-        put_real_or_null(t, l->need_per_step_ns > 0 && v->tokens ? tokens_per_step / l->need_per_step_ns * 1e9 : NAN);
-        an_put_str(t, stage_name(p, l->top_stage));
-        if (l->top_stage >= 0) an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
+        put_real_or_null(t, row->busy_ms_per_step);
+        put_real_or_null(t, row->need_ms_per_step);
+        put_real_or_null(t, row->capacity_tokens_per_s);
+        an_put_str(t, row->top_stage);
+        if (row->top_stage) an_put_pct(t, row->top_stage_pct);
         else an_put_null(t);
-        an_put_str(t, stage_name(p, l->top_device_stage));
-        an_put_str(t, (int32_t)r == v->role ? (v->device >= 0 ? "its GPU" : "yes") : NULL);
+        an_put_str(t, row->top_gpu_stage);
+        an_put_str(t, row->bottleneck);
         an_row_end(t);
     }
     an_table_end(t);
+    free(rows);
+    return 0;
 }
 
 /* Each device: its busy share over the period, then each role's GPU work on
@@ -524,8 +526,8 @@ int cmd_bottleneck(int argc, char **argv)
             } else {
                 put_verdict(out, &p, loads, &v, moved, gpu_note);
             }
-            put_roles(out, &p, loads, &v);
-            if (put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (put_roles(out, &p, loads, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (!rc && put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);
             if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();

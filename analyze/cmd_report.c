@@ -278,12 +278,15 @@ static void put_pct_cell(FILE *f, double v)
     fprintf(f, "<td class=\"n\">%s</td>", an_fmt_pct1(v, buf, sizeof buf));
 }
 
-/* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
-static void put_ms_cell(FILE *f, double ns)
+/* Milliseconds as a cell, "-" when not finite. */
+static void put_ms_value_cell(FILE *f, double ms)
 {
-    if (isfinite(ns)) fprintf(f, "<td class=\"n\">%.3f</td>", ns / 1e6);
+    if (isfinite(ms)) fprintf(f, "<td class=\"n\">%.3f</td>", ms);
     else fputs("<td class=\"n\">-</td>", f);
 }
+
+/* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
+static void put_ms_cell(FILE *f, double ns) { put_ms_value_cell(f, ns / 1e6); }
 
 /* Each GPU's busy share over the analysed steps, in all and per launching
  * role (bottleneck's devices table): who shares a GPU named as the limit. */
@@ -377,30 +380,32 @@ static int section_verdict(report *rp)
     fputs("<th>largest work stage</th>", f);
     if (p->n_devices) fputs("<th>largest GPU stage</th>", f);
     fputs("</tr>\n", f);
+    an_role_row *rows = an_roles_table(p, rp->loads, &rp->v);
+    if (!rows) return AN_EXIT_FAIL;
     for (uint32_t r = 0; r < p->n_roles; r++) {
-        const an_role_load *l = &rp->loads[r];
-        fprintf(f, "<tr%s><td>", (int32_t)r == rp->v.role ? " class=\"hot\"" : "");
-        esc(f, p->role_names[r]);
-        fprintf(f, "</td><td class=\"n\">%u</td>", p->role_threads[r]);
-        put_pct_cell(f, l->busy_pct);
-        put_pct_cell(f, l->work_pct);
-        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
-        for (int k = 0; k < 5; k++) put_pct_cell(f, l->kind_pct[kinds[k]]);
-        put_pct_cell(f, l->idle_pct);
+        const an_role_row *row = &rows[r];
+        fprintf(f, "<tr%s><td>", row->bottleneck ? " class=\"hot\"" : "");
+        esc(f, row->role);
+        fprintf(f, "</td><td class=\"n\">%u</td>", row->threads);
+        put_pct_cell(f, row->busy_pct);
+        put_pct_cell(f, row->work_pct);
+        for (int k = 0; k < 5; k++) put_pct_cell(f, row->kind_pct[k]);
+        put_pct_cell(f, row->idle_pct);
         if (p->n_devices) {
-            put_pct_cell(f, l->host_pct);
-            put_pct_cell(f, l->device_pct);
+            put_pct_cell(f, row->host_pct);
+            put_pct_cell(f, row->gpu_pct);
         }
-        put_ms_cell(f, l->busy_per_step_ns);
-        if (p->n_devices) put_ms_cell(f, l->need_per_step_ns);
+        put_ms_value_cell(f, row->busy_ms_per_step);
+        if (p->n_devices) put_ms_value_cell(f, row->need_ms_per_step);
         fputs("<td>", f);
-        esc(f, l->top_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_stage)->name : "-");
+        esc(f, row->top_stage ? row->top_stage : "-");
         if (p->n_devices) {
             fputs("</td><td>", f);
-            esc(f, l->top_device_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_device_stage)->name : "-");
+            esc(f, row->top_gpu_stage ? row->top_gpu_stage : "-");
         }
         fputs("</td></tr>\n", f);
     }
+    free(rows);
     fputs("</table>\n", f);
     if (p->n_queues) {
         fputs("<table class=\"data\"><tr><th>queue counter</th><th>mean</th><th>min</th><th>max</th>"

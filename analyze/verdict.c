@@ -358,6 +358,40 @@ uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_ver
     return n;
 }
 
+const st_kind an_role_row_kinds[5] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
+
+an_role_row *an_roles_table(const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+{
+    an_role_row *rows = calloc(p->n_roles ? p->n_roles : 1, sizeof *rows);
+    if (!rows) {
+        verdict_oom();
+        return NULL;
+    }
+    double tokens_per_step = v->steps ? (double)v->tokens / (double)v->steps : NAN;
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_role_load *l = &loads[r];
+        an_role_row *row = &rows[r];
+        row->role = p->role_names[r];
+        row->threads = p->role_threads[r];
+        row->busy_pct = l->busy_pct;
+        row->work_pct = l->work_pct;
+        for (int k = 0; k < 5; k++) row->kind_pct[k] = l->kind_pct[an_role_row_kinds[k]];
+        row->idle_pct = l->idle_pct;
+        row->host_pct = l->host_pct;
+        row->gpu_pct = l->device_pct;
+        row->busy_ms_per_step = l->busy_per_step_ns / 1e6;
+        row->need_ms_per_step = l->need_per_step_ns / 1e6;
+        row->capacity_tokens_per_s =
+            l->need_per_step_ns > 0 && v->tokens ? tokens_per_step / l->need_per_step_ns * 1e9 : NAN;
+        row->top_stage = l->top_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_stage)->name : NULL;
+        row->top_stage_pct = l->top_stage >= 0 ? pct(l->top_stage_ns, l->wall_ns) : NAN;
+        row->top_gpu_stage =
+            l->top_device_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_device_stage)->name : NULL;
+        row->bottleneck = (int32_t)r == v->role ? (v->device >= 0 ? "its GPU" : "yes") : NULL;
+    }
+    return rows;
+}
+
 const char *an_pipe_label(const an_pipe *p, int32_t role, int32_t device, char *buf, size_t size)
 {
     char name[128];

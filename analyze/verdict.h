@@ -112,6 +112,28 @@ typedef struct an_window_verdict {
 /* *out: malloc'd [return value] windows; returns 0 with *out NULL on no memory (printed). */
 uint32_t an_pipe_window_verdicts(const an_pipe *p, uint64_t every, an_window_verdict **out);
 
+/* The roles table of `bottleneck` (text, CSV, JSON) and `report` (HTML),
+ * built once here: one row per role, in pipeline order. Shares are of the
+ * role's wall time; host and gpu mean something only with GPU activity
+ * (p->n_devices); per-step values and the capacity (tokens per step / need
+ * per step) are NaN when unknown; names are NULL when there is none. */
+typedef struct an_role_row {
+    const char *role;              /* borrowed from the reader */
+    uint32_t threads;
+    double busy_pct, work_pct, idle_pct;
+    double kind_pct[5];            /* wait_input, wait_output, sync, comm, copy */
+    double host_pct, gpu_pct;
+    double busy_ms_per_step, need_ms_per_step, capacity_tokens_per_s;
+    const char *top_stage;         /* the largest work stage */
+    double top_stage_pct;          /* NaN without one */
+    const char *top_gpu_stage;     /* the stage that launched the most GPU time */
+    const char *bottleneck;        /* "yes", "its GPU" (a device is, this role its largest user), or NULL */
+} an_role_row;
+/* The kinds of an_role_row's kind_pct, in order. */
+extern const st_kind an_role_row_kinds[5];
+/* malloc'd [p->n_roles]; NULL on no memory (printed). */
+an_role_row *an_roles_table(const an_pipe *p, const an_role_load *loads, const an_verdict *v);
+
 /* The verdict as plain sentences, one per line (malloc'd; NULL on no
  * memory): the bottleneck and its busy share, the limiting stage, the
  * evidence from its neighbours' waits, the what-if bound, whether the
