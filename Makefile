@@ -177,8 +177,16 @@ $(BUILD)/samples/%: samples/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
+# libanalyze.a holds analyze/ but its main.c (the commands and the analysis
+# code), which `analyze`, the tests and the fuzz targets link; libtrainer.a
+# holds the C half of trainer/ but its main.c, for the tests (the trainer
+# program links its objects, C and CUDA, directly).
 TRAINER_SRC := $(sort $(wildcard trainer/*.c))
 TRAINER_CU := $(if $(HAVE_CUDA),$(sort $(wildcard trainer/*.cu)))
+LIB_TRAINER := $(BUILD)/libtrainer.a
+$(LIB_TRAINER): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out trainer/main.c,$(TRAINER_SRC)))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 ifneq ($(TRAINER_SRC),)
 PROGRAMS += $(BUILD)/trainer
 $(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(TRAINER_CU)) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A)
@@ -186,9 +194,13 @@ $(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.c
 endif
 
 ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
+LIB_ANALYZE := $(BUILD)/libanalyze.a
+$(LIB_ANALYZE): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out analyze/main.c,$(ANALYZE_SRC)))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 ifneq ($(ANALYZE_SRC),)
 PROGRAMS += $(BUILD)/analyze
-$(BUILD)/analyze: $(patsubst %.c,$(BUILD)/obj/%.o,$(ANALYZE_SRC)) $(LIB_A)
+$(BUILD)/analyze: $(BUILD)/obj/analyze/main.o $(LIB_ANALYZE) $(LIB_A)
 	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
 endif
 
@@ -201,13 +213,11 @@ TEST_HELPERS_SO := $(patsubst tests/%.c,$(BUILD)/tests/lib%.so,$(sort $(wildcard
 TEST_COMMON := $(wildcard tests/common.c)
 tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO)
 
-$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
+# Every test links the libraries (only what it uses is pulled in) and may
+# include their internal headers; none compiles their sources in.
+$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
-# tests that compile trainer sources into themselves rebuild when those change
-$(BUILD)/tests/test_drafter_grad $(BUILD)/tests/test_trainer: $(wildcard trainer/*.c trainer/*.h)
-$(BUILD)/tests/test_analyze: $(wildcard analyze/*.c analyze/*.h)
-$(BUILD)/tests/test_summary: $(wildcard analyze/*.c analyze/*.h)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)
@@ -271,14 +281,23 @@ FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unused-parameter -pthread $(INCLUDES)
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c \
-	tracer/vtab.c analyze/common.c analyze/table.c analyze/pipeline.c
+	tracer/vtab.c
+# libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
+FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a
+FUZZ_ANALYZE_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out analyze/main.c,$(sort $(wildcard analyze/*.c))))
+$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/*.h analyze/*.h)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_SAN)) -c $< -o $@
+$(FUZZ_LIB_ANALYZE): $(FUZZ_ANALYZE_OBJ)
+	rm -f $@ && ar rcs $@ $^
 FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' | \
 	$(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null
-$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(wildcard tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/*.h analyze/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@$(FUZZ_PROBE) || { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer: apt-get install libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) -o $@ -lsqlite3 -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
 $(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
@@ -287,5 +306,3 @@ $(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tracer/encoding.c tracer/error.c $(wil
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/make_seeds.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
 	@bash fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
-# test_analyze2 compiles the analyzer's sources in: rebuild it when they change
-$(BUILD)/tests/test_analyze2: $(wildcard analyze/*.c analyze/*.h)

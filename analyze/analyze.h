@@ -92,7 +92,7 @@ typedef struct an_args {
     const char *value; /* the current option's value */
 } an_args;
 
-enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT }; /* ids every command may use */
+enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT, AN_OPT_STEPS, AN_OPT_TIME }; /* ids every command may use */
 
 int an_args_init(an_args *a, const char *cmd, int argc, char **argv);
 void an_args_free(an_args *a);
@@ -252,6 +252,22 @@ int an_window_parse_time(an_window_spec *w, const char *s);
  * Returns 0, or AN_EXIT_USAGE with a message (a step without a mark, ...). */
 int an_window_resolve(const an_window_spec *w, const an_trace *t, int64_t *t0_ns, int64_t *t1_ns);
 
+/* The options every command shares, read by an_args_next_own: --help (and
+ * -h) prints help on stdout and sets help_shown; with format, --format F sets
+ * it ("--format must be text, csv or json, not 'F'"); with window, --steps
+ * A:B and --time T0:T1 set it, one of them once ("give one window: --steps
+ * or --time, once"), or with window_last_wins the last one given. */
+typedef struct an_common_opts {
+    const char *help;
+    an_format *format;
+    an_window_spec *window;
+    int window_last_wins;
+    int help_shown;
+} an_common_opts;
+/* The next option that is the command's own (> 0), 0 when all are read, -1
+ * when the command stops: an error (printed) or --help (help_shown). */
+int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c);
+
 /* Name filters: --role, --thread, --stage; each may repeat or hold a comma
  * list. A thread is also matched by its numeric id. */
 typedef struct an_filter {
@@ -338,5 +354,8 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
 int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge,
                           int jobs);
 void an_stats_free(an_stats *s);
+/* Whether reader b holds the same trace as a (run id, stages, threads): a
+ * worker's second open of a file must find the trace the first found. */
+int an_stats_same_trace(const st_reader *a, const st_reader *b);
 
 #endif

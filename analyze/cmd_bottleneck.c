@@ -1,7 +1,7 @@
 /* cmd_bottleneck.c: `analyze bottleneck FILE`: which role and stage limit
  * the pipeline's throughput, with the evidence and a what-if bound.
  *
- * The numbers come from the per-step model of pipeline.c: per role, the
+ * The numbers come from the per-step model of model.c: per role, the
  * share of its threads' wall time in each kind of stage; the bottleneck is
  * the role that is busiest (least time waiting on its neighbours), its
  * limiting stage its largest work stage; the evidence is the waits on both
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline.h"
+#include "verdict.h"
 
 static const char help[] =
     "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE\n"
@@ -214,40 +214,42 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     an_table_end(t);
 }
 
-static void put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
+static int put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v)
 {
+    an_role_row *rows = an_roles_table(p, loads, v);
+    if (!rows) return -1;
     an_out_text(out, "roles: shares of each role's wall time (all its threads); busy = work + sync + comm + copy; "
                      "with GPU activity, host = busy - sync, gpu = the device time of the work it launched, and "
                      "need = the larger of the two (else busy); capacity = tokens per step / need per step\n");
     an_table *t = an_table_new(out, "roles", role_cols, N_OF(role_cols));
     for (uint32_t r = 0; r < p->n_roles; r++) {
-        const an_role_load *l = &loads[r];
-        an_put_str(t, p->role_names[r]);
-        an_put_int(t, p->role_threads[r]);
-        an_put_pct(t, l->busy_pct);
-        an_put_pct(t, l->work_pct);
-        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
-        for (int k = 0; k < 5; k++) an_put_pct(t, l->kind_pct[kinds[k]]);
-        an_put_pct(t, l->idle_pct);
+        const an_role_row *row = &rows[r];
+        an_put_str(t, row->role);
+        an_put_int(t, row->threads);
+        an_put_pct(t, row->busy_pct);
+        an_put_pct(t, row->work_pct);
+        for (int k = 0; k < 5; k++) an_put_pct(t, row->kind_pct[k]);
+        an_put_pct(t, row->idle_pct);
         if (p->n_devices) {
-            an_put_pct(t, l->host_pct);
-            an_put_pct(t, l->device_pct);
+            an_put_pct(t, row->host_pct);
+            an_put_pct(t, row->gpu_pct);
         } else {
             an_put_null(t);
             an_put_null(t);
         }
-        put_real_or_null(t, l->busy_per_step_ns / 1e6);
-        put_real_or_null(t, l->need_per_step_ns / 1e6);
-        double tokens_per_step = v->steps ? (double)v->tokens / (double)v->steps : NAN;
-        put_real_or_null(t, l->need_per_step_ns > 0 && v->tokens ? tokens_per_step / l->need_per_step_ns * 1e9 : NAN);
-        an_put_str(t, stage_name(p, l->top_stage));
-        if (l->top_stage >= 0) an_put_pct(t, pct_of(l->top_stage_ns, l->wall_ns));
+        put_real_or_null(t, row->busy_ms_per_step);
+        put_real_or_null(t, row->need_ms_per_step);
+        put_real_or_null(t, row->capacity_tokens_per_s);
+        an_put_str(t, row->top_stage);
+        if (row->top_stage) an_put_pct(t, row->top_stage_pct);
         else an_put_null(t);
-        an_put_str(t, stage_name(p, l->top_device_stage));
-        an_put_str(t, (int32_t)r == v->role ? (v->device >= 0 ? "its GPU" : "yes") : NULL);
+        an_put_str(t, row->top_gpu_stage);
+        an_put_str(t, row->bottleneck);
         an_row_end(t);
     }
     an_table_end(t);
+    free(rows);
+    return 0;
 }
 
 /* Each device: its busy share over the period, then each role's GPU work on
@@ -437,18 +439,11 @@ int cmd_bottleneck(int argc, char **argv)
     uint64_t every = 0, skip = 0;
     double speedup = 2.0;
     int have_every = 0, id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "bottleneck", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("bottleneck", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_SPEEDUP: {
             char *end;
             speedup = strtod(a.value, &end);
@@ -466,6 +461,10 @@ int cmd_bottleneck(int argc, char **argv)
                 rc = an_usage_error("bottleneck", "--skip-steps needs a number of steps, not '%s'", a.value);
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1)
         rc = an_usage_error("bottleneck", a.n_pos ? "give one trace file" : "no trace file given");
@@ -489,6 +488,7 @@ int cmd_bottleneck(int argc, char **argv)
         an_pipe_opts po;
         memset(&po, 0, sizeof po);
         po.skip_steps = (uint32_t)skip;
+        po.gpu_idle = 1;
         rc = an_pipe_compute(&p, &t, &po);
     }
     if (!rc && skip && !p.has_steps) {
@@ -506,12 +506,8 @@ int cmd_bottleneck(int argc, char **argv)
         n_windows = an_pipe_window_verdicts(&p, every, &w);
         if (!w) rc = AN_EXIT_FAIL;
     }
-    const char *gpu_note = NULL;
-    an_gpu_idle *gpu = NULL;
-    uint32_t n_gpu = 0;
-    char *gpu_text = NULL;
-    if (!rc) rc = an_gpu_idle_steady(&t, v.t0_ns, v.t1_ns, &gpu, &n_gpu, &gpu_text);
-    if (!rc) gpu_note = gpu_text;
+    /* read with the model (po.gpu_idle): the verdict's period is all bins */
+    const char *gpu_note = p.gpu_idle_text;
     if (!rc && fmt == AN_FMT_TEXT) {
         story = an_pipe_story(&p, loads, &v, w, n_windows, every);
         if (!story) rc = oom();
@@ -530,8 +526,8 @@ int cmd_bottleneck(int argc, char **argv)
             } else {
                 put_verdict(out, &p, loads, &v, moved, gpu_note);
             }
-            put_roles(out, &p, loads, &v);
-            if (put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (put_roles(out, &p, loads, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (!rc && put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);
             if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();
@@ -543,8 +539,6 @@ int cmd_bottleneck(int argc, char **argv)
     }
     if (!rc) an_trace_warn(&t);
     free(story);
-    an_gpu_idle_free(gpu, n_gpu);
-    free(gpu_text);
     free(w);
     free(loads);
     an_pipe_free(&p);

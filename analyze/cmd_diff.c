@@ -1,7 +1,7 @@
 /* cmd_diff.c: `analyze diff A B`: what changed between two traces, role by
  * role and stage by stage, judged on per-step distributions.
  *
- * Each trace goes through the per-step model of pipeline.c: for every step
+ * Each trace goes through the per-step model of model.c: for every step
  * window (between consecutive step marks) and every (role, stage), the self
  * time of the role's threads added up and divided by its thread count (the
  * role's average thread). Roles and stages are matched by name, so traces
@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline.h"
+#include "diff_stats.h"
+#include "verdict.h"
 
 static const char help[] =
     "usage: analyze diff [--alpha P] [--top N] [--skip-steps N] [--format text|csv|json] A B\n"
@@ -348,7 +349,8 @@ static kernel_change *kernel_slot(kernel_set *k, const char *name)
 }
 
 /* Kernels launched in the analysed period of trace `which` (a kernel counts
- * where it starts), by name over all devices. */
+ * where it starts), by name over all devices: the model's reader of the
+ * period's GPU records (an_pipe_opts gpu_record), so each is read once. */
 typedef struct kernel_pass {
     kernel_set *k;
     int which;
@@ -365,20 +367,6 @@ static int add_kernel_record(const st_gpu_row *g, void *arg)
     return 0;
 }
 
-static int kernel_sums(const side *s, int which, kernel_set *k)
-{
-    const an_pipe *p = &s->pipe;
-    an_trace *t = (an_trace *)&s->trace;
-    int32_t *devices = NULL;
-    uint32_t n = 0;
-    kernel_pass kp = {k, which};
-    int rc = an_gpu_devices(t, &devices, &n);
-    for (uint32_t i = 0; !rc && i < n; i++)
-        rc = an_gpu_each(t, devices[i], p->bin_t[0], p->bin_t[p->n_bins], add_kernel_record, &kp);
-    free(devices);
-    return rc;
-}
-
 static double per_step(uint64_t v, uint64_t steps) { return steps ? (double)v / (double)steps : NAN; }
 
 static int cmp_kernel_change(const void *x, const void *y)
@@ -391,12 +379,20 @@ static int cmp_kernel_change(const void *x, const void *y)
 
 /* Both traces' kernels, compacted and ordered by the change of their GPU
  * time per step, largest first. */
-static int kernel_changes(const side *s, kernel_change **out, size_t *n_out)
+static void kernel_set_free(kernel_set *k)
 {
-    kernel_set k;
-    memset(&k, 0, sizeof k);
-    int rc = kernel_sums(&s[0], 0, &k);
-    if (!rc) rc = kernel_sums(&s[1], 1, &k);
+    for (size_t i = 0; i < k->cap; i++) free(k->slot[i].name);
+    free(k->slot);
+    memset(k, 0, sizeof *k);
+}
+
+/* Takes the slots of k (filled while each trace's model was read: opts
+ * gpu_record) and leaves it empty. */
+static int kernel_changes(const side *s, kernel_set *kset, kernel_change **out, size_t *n_out)
+{
+    kernel_set k = *kset;
+    memset(kset, 0, sizeof *kset);
+    int rc = AN_EXIT_OK;
     size_t n = 0;
     for (size_t i = 0; i < k.cap; i++) {
         if (!k.slot[i].name) continue;
@@ -548,18 +544,11 @@ int cmd_diff(int argc, char **argv)
     uint64_t top = 10, skip = 0;
     double alpha = 0.01;
     int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "diff", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("diff", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_ALPHA: {
             char *end;
             alpha = strtod(a.value, &end);
@@ -577,6 +566,10 @@ int cmd_diff(int argc, char **argv)
             break;
         }
     }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
+    }
     if (!rc && a.n_pos != 2) rc = an_usage_error("diff", "give two trace files, A and B");
     side s[2];
     memset(s, 0, sizeof s);
@@ -587,7 +580,12 @@ int cmd_diff(int argc, char **argv)
     an_pipe_opts po;
     memset(&po, 0, sizeof po);
     po.skip_steps = (uint32_t)skip;
+    kernel_set kset;
+    memset(&kset, 0, sizeof kset);
+    kernel_pass kp[2] = {{&kset, 0}, {&kset, 1}};
+    po.gpu_record = add_kernel_record;
     for (int i = 0; i < 2 && !rc; i++) {
+        po.gpu_record_arg = &kp[i];
         rc = an_pipe_compute(&s[i].pipe, &s[i].trace, &po);
         if (!rc && !s[i].pipe.has_steps) {
             an_error("diff: %s has fewer than two step marks%s, so no per-step times to compare", s[i].trace.path,
@@ -642,7 +640,7 @@ int cmd_diff(int argc, char **argv)
     kernel_change *kc = NULL;
     size_t n_kc = 0;
     if (with_gpu) rc = gpu_collect(&s[0], &s[1], alpha, buf_a, buf_b, &gc, &n_gc);
-    if (with_gpu && !rc) rc = kernel_changes(s, &kc, &n_kc);
+    if (with_gpu && !rc) rc = kernel_changes(s, &kset, &kc, &n_kc);
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
         if (!out) {
@@ -849,6 +847,7 @@ int cmd_diff(int argc, char **argv)
         for (int i = 0; i < 2 && !rc; i++) an_trace_warn(&s[i].trace);
     }
 done:
+    kernel_set_free(&kset);
     for (size_t i = 0; i < n_kc; i++) free(kc[i].name);
     free(kc);
     free(gc);

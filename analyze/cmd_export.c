@@ -918,19 +918,20 @@ int cmd_export(int argc, char **argv)
     an_args a;
     const char *chrome_out = NULL, *csv_dir = NULL, *rows_out = NULL;
     int overwrite = 0, id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, NULL, NULL, 0, 0};
     if (an_args_init(&a, "export", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
         case OPT_CHROME: chrome_out = a.value; break;
         case OPT_CSV: csv_dir = a.value; break;
         case OPT_ROWS: rows_out = a.value; break;
         case OPT_OVERWRITE: overwrite = 1; break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1) rc = an_usage_error("export", a.n_pos ? "give one trace file" : "no trace file given");
     if (!rc && !chrome_out && !csv_dir && !rows_out)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "analyze.h"
-#include "pipeline.h"
+#include "gpu_activity.h"
 
 static const char help[] =
     "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE\n"
@@ -59,11 +59,11 @@ static const char help[] =
     "               in the api table (default 20, 0 = all)\n"
     "  --format F   text (default), csv or json\n";
 
-enum { OPT_TOP = 1, OPT_STEPS, OPT_TIME };
+enum { OPT_TOP = 1 };
 static const an_opt opts[] = {
     {"top", 1, OPT_TOP},
-    {"steps", 1, OPT_STEPS},
-    {"time", 1, OPT_TIME},
+    {"steps", 1, AN_OPT_STEPS},
+    {"time", 1, AN_OPT_TIME},
     {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
@@ -512,32 +512,20 @@ int cmd_gpu(int argc, char **argv)
     memset(&win, 0, sizeof win);
     win.kind = AN_WIN_ALL;
     int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, &win, 0, 0};
     if (an_args_init(&a, "gpu", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("gpu", "--format must be text, csv or json, not '%s'", a.value);
-            break;
-        case OPT_STEPS:
-        case OPT_TIME:
-            if (win.kind != AN_WIN_ALL) {
-                rc = an_usage_error("gpu", "give one window: --steps or --time, once");
-                break;
-            }
-            if (id == OPT_STEPS ? an_window_parse_steps(&win, a.value) : an_window_parse_time(&win, a.value))
-                rc = AN_EXIT_USAGE;
-            break;
         case OPT_TOP:
             if (an_parse_u64(a.value, &top))
                 rc = an_usage_error("gpu", "--top needs a number of kernels (0 = all), not '%s'", a.value);
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1) rc = an_usage_error("gpu", a.n_pos ? "give one trace file" : "no trace file given");
     an_trace t;
@@ -564,14 +552,27 @@ int cmd_gpu(int argc, char **argv)
     int32_t *devices = NULL;
     uint32_t n_devices = 0;
     if (!rc) rc = an_gpu_devices(&t, &devices, &n_devices);
-    for (uint32_t i = 0; !rc && i < n_devices; i++) rc = an_gpu_each(&t, devices[i], INT64_MIN, INT64_MAX, add_record, &pass);
-    free(devices);
-    int64_t t0 = pass.t0, t1 = pass.t1;
+    /* One pass over the records for the whole-trace tables and the idle
+     * split, unless the split's window is the records' span (fewer than two
+     * step marks and no --steps/--time): then the split needs a second. */
     const char *note = NULL;
-    int64_t w0 = t0, w1 = t1;
+    int64_t w0 = 0, w1 = 0;
     char wdesc[160] = "";
-    if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
-    if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
+    an_gpu_tap taps[2] = {{INT64_MIN, INT64_MAX, NULL, add_record, NULL, &pass}};
+    an_gpu_split *split = NULL;
+    int one_pass = !rc && !an_gpu_window_needs_span(&t, &win);
+    if (!rc && one_pass) rc = an_gpu_window(&t, &win, 0, 0, &w0, &w1, wdesc, sizeof wdesc);
+    if (!rc && one_pass) split = an_gpu_split_open(&t, w0, w1, &taps[1], &rc);
+    if (!rc) rc = an_gpu_read(&t, devices, n_devices, taps, split ? 2 : 1);
+    free(devices);
+    an_gpu_split_close(split, !rc, &dev, &n_dev, &note);
+    int64_t t0 = pass.t0, t1 = pass.t1;
+    if (!one_pass) {
+        w0 = t0;
+        w1 = t1;
+        if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
+        if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
+    }
     api_acc api = {&s, w0, w1, NULL, 0, 0, 0, NULL, 0};
     if (!rc) {
         /* from ST_GPU_LAUNCH_LOOKBACK_NS before the window: a call may run into it */

@@ -87,21 +87,20 @@ static int gather_gpu(const an_trace *t, info *in)
         return 1;
     }
     if (!has) return 0;
-    sqlite3 *db = st_reader_db(t->r);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT device, sum(max(n_records, 0)) FROM gpu_chunks GROUP BY device ORDER BY device",
-                           -1, &st, NULL) != SQLITE_OK) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
+    st_chunk_count *c;
+    uint32_t n_c;
+    int rc = st_reader_gpu_records_per_device(t->r, &c, &n_c);
+    if (rc == ST_ENOMEM) {
+        an_error("out of memory");
         return 1;
     }
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t device = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+    for (uint32_t i = 0; i < n_c; i++) {
+        int64_t device = c[i].key, n = c[i].n;
         if (__builtin_add_overflow(device < 0 ? in->gpu_api_calls : in->gpu_records, n,
                                    device < 0 ? &in->gpu_api_calls : &in->gpu_records)) {
             an_error("%s: trace table 'gpu_chunks': the record counts (n_records) add up past %lld", t->path,
                      (long long)INT64_MAX);
-            sqlite3_finalize(st);
+            free(c);
             return 1;
         }
         if (device < 0) continue;
@@ -109,12 +108,11 @@ static int gather_gpu(const an_trace *t, info *in)
         if (len < sizeof in->gpu_devices)
             snprintf(in->gpu_devices + len, sizeof in->gpu_devices - len, "%s%lld", len ? ", " : "", (long long)device);
     }
-    if (rc != SQLITE_DONE) {
-        an_error("%s: trace table 'gpu_chunks' cannot be read: %s", t->path, sqlite3_errmsg(db));
-        sqlite3_finalize(st);
+    free(c);
+    if (rc) {
+        an_trace_fail(t);
         return 1;
     }
-    sqlite3_finalize(st);
     in->has_gpu = 1;
     return 0;
 }
@@ -408,19 +406,14 @@ int cmd_info(int argc, char **argv)
     an_args a;
     an_format fmt = AN_FMT_TEXT;
     int want_verify = 0;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "info", argc, argv)) return AN_EXIT_FAIL;
     int id, rc = AN_EXIT_OK;
-    while ((id = an_args_next(&a, opts)) > 0) {
-        if (id == OPT_HELP) {
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        }
+    while ((id = an_args_next_own(&a, opts, &common)) > 0)
         if (id == OPT_VERIFY) want_verify = 1;
-        if (id == OPT_FORMAT && an_parse_format(a.value, &fmt)) {
-            an_args_free(&a);
-            return an_usage_error("info", "--format must be text, csv or json, not '%s'", a.value);
-        }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (id < 0 || a.n_pos == 0) {
         if (id == 0) an_usage_error("info", "no trace file given");

@@ -131,24 +131,21 @@ int cmd_intervals(int argc, char **argv)
     an_format fmt = AN_FMT_TEXT;
     uint64_t every = 0;
     int have_every = 0, id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "intervals", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("intervals", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_EVERY:
             if (an_parse_u64(a.value, &every) || every < 1 || every > UINT32_MAX)
                 rc = an_usage_error("intervals", "--every needs a number of steps >= 1, not '%s'", a.value);
             have_every = 1;
             break;
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1)
         rc = an_usage_error("intervals", a.n_pos ? "give one trace file" : "no trace file given");

@@ -3,7 +3,7 @@
  *
  * Inline CSS and inline SVG only: no script, no external font, image or
  * link, so the file opens anywhere and shows the same. Sections: run
- * metadata; the bottleneck verdict (pipeline.c's story) with the roles
+ * metadata; the bottleneck verdict (verdict.c's story) with the roles
  * table; per role, a stacked chart of where its time went per window (stage
  * colours are the same in every chart: one colour family per stage kind);
  * a timeline of a few steps (one lane per thread, ranges as rectangles
@@ -24,7 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline.h"
+#include "queues.h"
+#include "verdict.h"
 
 static const char help[] =
     "usage: analyze report FILE --html OUT.html [--steps A:B] [--every N] [--speedup K] [--overwrite]\n"
@@ -53,9 +54,9 @@ static const char help[] =
     "  --speedup K      the verdict's what-if factor (default 2)\n"
     "  --overwrite      replace an existing output file\n";
 
-enum { OPT_HTML = 1, OPT_STEPS, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
+enum { OPT_HTML = 1, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
 static const an_opt opts[] = {
-    {"html", 1, OPT_HTML},       {"steps", 1, OPT_STEPS},         {"every", 1, OPT_EVERY},
+    {"html", 1, OPT_HTML},       {"steps", 1, AN_OPT_STEPS},         {"every", 1, OPT_EVERY},
     {"speedup", 1, OPT_SPEEDUP}, {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
 };
@@ -277,12 +278,15 @@ static void put_pct_cell(FILE *f, double v)
     fprintf(f, "<td class=\"n\">%s</td>", an_fmt_pct1(v, buf, sizeof buf));
 }
 
-/* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
-static void put_ms_cell(FILE *f, double ns)
+/* Milliseconds as a cell, "-" when not finite. */
+static void put_ms_value_cell(FILE *f, double ms)
 {
-    if (isfinite(ns)) fprintf(f, "<td class=\"n\">%.3f</td>", ns / 1e6);
+    if (isfinite(ms)) fprintf(f, "<td class=\"n\">%.3f</td>", ms);
     else fputs("<td class=\"n\">-</td>", f);
 }
+
+/* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
+static void put_ms_cell(FILE *f, double ns) { put_ms_value_cell(f, ns / 1e6); }
 
 /* Each GPU's busy share over the analysed steps, in all and per launching
  * role (bottleneck's devices table): who shares a GPU named as the limit. */
@@ -322,14 +326,10 @@ static int section_verdict(report *rp)
     char *story = an_pipe_story(p, rp->loads, &rp->v, w, nw, rp->every);
     free(w);
     if (!story) return oom();
-    an_gpu_idle *gpu = NULL;
-    uint32_t n_gpu = 0;
-    char *gpu_text = NULL;
-    int rc = an_gpu_idle_steady(rp->t, rp->v.t0_ns, rp->v.t1_ns, &gpu, &n_gpu, &gpu_text);
-    if (rc) {
-        free(story);
-        return rc;
-    }
+    /* read with the model (opts gpu_idle): the verdict's period is all bins */
+    const an_gpu_idle *gpu = p->gpu_idle;
+    uint32_t n_gpu = p->n_gpu_idle;
+    const char *gpu_text = p->gpu_idle_text;
     fputs("<section id=\"verdict\"><h2>Bottleneck</h2>\n<div class=\"verdict\">\n", f);
     for (char *line = story, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
@@ -342,7 +342,6 @@ static int section_verdict(report *rp)
     fputs("<p>GPU idle: ", f);
     esc(f, gpu_text);
     fputs(".</p>\n</div>\n", f);
-    free(gpu_text);
     if (n_gpu) {
         fputs("<table class=\"data\" id=\"gpu-table\"><tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
               "<th>idle ms</th><th>host wait ms</th><th>launch gap ms</th><th>other ms</th><th>host wait mostly in</th></tr>\n",
@@ -370,7 +369,6 @@ static int section_verdict(report *rp)
         }
         fputs("</table>\n", f);
     }
-    an_gpu_idle_free(gpu, n_gpu);
     free(story);
     if (p->n_devices && put_device_roles(rp)) return AN_EXIT_FAIL; /* printed */
     fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
@@ -382,30 +380,32 @@ static int section_verdict(report *rp)
     fputs("<th>largest work stage</th>", f);
     if (p->n_devices) fputs("<th>largest GPU stage</th>", f);
     fputs("</tr>\n", f);
+    an_role_row *rows = an_roles_table(p, rp->loads, &rp->v);
+    if (!rows) return AN_EXIT_FAIL;
     for (uint32_t r = 0; r < p->n_roles; r++) {
-        const an_role_load *l = &rp->loads[r];
-        fprintf(f, "<tr%s><td>", (int32_t)r == rp->v.role ? " class=\"hot\"" : "");
-        esc(f, p->role_names[r]);
-        fprintf(f, "</td><td class=\"n\">%u</td>", p->role_threads[r]);
-        put_pct_cell(f, l->busy_pct);
-        put_pct_cell(f, l->work_pct);
-        static const st_kind kinds[] = {ST_WAIT_INPUT, ST_WAIT_OUTPUT, ST_SYNC, ST_COMM, ST_COPY};
-        for (int k = 0; k < 5; k++) put_pct_cell(f, l->kind_pct[kinds[k]]);
-        put_pct_cell(f, l->idle_pct);
+        const an_role_row *row = &rows[r];
+        fprintf(f, "<tr%s><td>", row->bottleneck ? " class=\"hot\"" : "");
+        esc(f, row->role);
+        fprintf(f, "</td><td class=\"n\">%u</td>", row->threads);
+        put_pct_cell(f, row->busy_pct);
+        put_pct_cell(f, row->work_pct);
+        for (int k = 0; k < 5; k++) put_pct_cell(f, row->kind_pct[k]);
+        put_pct_cell(f, row->idle_pct);
         if (p->n_devices) {
-            put_pct_cell(f, l->host_pct);
-            put_pct_cell(f, l->device_pct);
+            put_pct_cell(f, row->host_pct);
+            put_pct_cell(f, row->gpu_pct);
         }
-        put_ms_cell(f, l->busy_per_step_ns);
-        if (p->n_devices) put_ms_cell(f, l->need_per_step_ns);
+        put_ms_value_cell(f, row->busy_ms_per_step);
+        if (p->n_devices) put_ms_value_cell(f, row->need_ms_per_step);
         fputs("<td>", f);
-        esc(f, l->top_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_stage)->name : "-");
+        esc(f, row->top_stage ? row->top_stage : "-");
         if (p->n_devices) {
             fputs("</td><td>", f);
-            esc(f, l->top_device_stage >= 0 ? st_reader_stage(p->trace->r, (uint32_t)l->top_device_stage)->name : "-");
+            esc(f, row->top_gpu_stage ? row->top_gpu_stage : "-");
         }
         fputs("</td></tr>\n", f);
     }
+    free(rows);
     fputs("</table>\n", f);
     if (p->n_queues) {
         fputs("<table class=\"data\"><tr><th>queue counter</th><th>mean</th><th>min</th><th>max</th>"
@@ -1141,19 +1141,13 @@ int cmd_report(int argc, char **argv)
     report rp;
     memset(&rp, 0, sizeof rp);
     rp.speedup = 2.0;
+    an_common_opts common = {help, NULL, &rp.steps, 1, 0};
     if (an_args_init(&a, "report", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
         case OPT_HTML: html = a.value; break;
         case OPT_OVERWRITE: overwrite = 1; break;
-        case OPT_STEPS:
-            if (an_window_parse_steps(&rp.steps, a.value)) rc = AN_EXIT_USAGE;
-            break;
         case OPT_EVERY:
             if (an_parse_u64(a.value, &rp.every) || rp.every < 1 || rp.every > UINT32_MAX)
                 rc = an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", a.value);
@@ -1167,6 +1161,10 @@ int cmd_report(int argc, char **argv)
             break;
         }
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 1) rc = an_usage_error("report", a.n_pos ? "give one trace file" : "no trace file given");
     if (!rc && !html) rc = an_usage_error("report", "--html OUT.html is needed");
@@ -1190,7 +1188,12 @@ int cmd_report(int argc, char **argv)
             rc = an_window_resolve(&rp.steps, &t, &t0, &t1); /* a bad --steps fails before anything is written */
         }
     }
-    if (!rc) rc = an_pipe_compute(&p, &t, NULL);
+    if (!rc) {
+        an_pipe_opts po;
+        memset(&po, 0, sizeof po);
+        po.gpu_idle = 1;
+        rc = an_pipe_compute(&p, &t, &po);
+    }
     if (!rc) {
         rp.loads = calloc(p.n_roles ? p.n_roles : 1, sizeof *rp.loads);
         rp.first = malloc(((size_t)p.n_bins + 1) * sizeof *rp.first);

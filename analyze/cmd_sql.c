@@ -188,16 +188,13 @@ int cmd_sql(int argc, char **argv)
     an_args a;
     an_format fmt = AN_FMT_TEXT;
     int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
     if (an_args_init(&a, "sql", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0)
         if (id < 0) rc = AN_EXIT_USAGE;
-        else if (id == AN_OPT_HELP) {
-            fputs(help, stdout);
-            an_args_free(&a);
-            return AN_EXIT_OK;
-        } else if (an_parse_format(a.value, &fmt)) {
-            rc = an_usage_error("sql", "--format must be text, csv or json, not '%s'", a.value);
-        }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos != 2) rc = an_usage_error("sql", "give a trace file and one query");
     an_trace t;

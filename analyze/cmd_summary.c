@@ -48,10 +48,10 @@ static const char help[] =
     "                   process may use, at most 8; 1 for traces under 500000 ranges). The\n"
     "                   output is the same for every N\n";
 
-enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_STEPS, OPT_TIME, OPT_SORT, OPT_MERGE, OPT_SEPARATE, OPT_JOBS };
+enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_SORT, OPT_MERGE, OPT_SEPARATE, OPT_JOBS };
 static const an_opt opts[] = {
     {"role", 1, OPT_ROLE},   {"thread", 1, OPT_THREAD},       {"stage", 1, OPT_STAGE},
-    {"steps", 1, OPT_STEPS}, {"time", 1, OPT_TIME},           {"sort", 1, OPT_SORT},
+    {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},           {"sort", 1, OPT_SORT},
     {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT},
     {"jobs", 1, OPT_JOBS},   {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
@@ -371,32 +371,14 @@ int cmd_summary(int argc, char **argv)
     an_format fmt = AN_FMT_TEXT;
     enum sort_key sort = SORT_TOTAL;
     int merge = -1, id, rc = AN_EXIT_OK, jobs = 0;
+    an_common_opts common = {help, &fmt, &sel.window, 0, 0};
     if (an_args_init(&a, "summary", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next(&a, opts)) != 0) {
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
         case -1: rc = AN_EXIT_USAGE; break;
-        case AN_OPT_HELP:
-            fputs(help, stdout);
-            an_args_free(&a);
-            an_filter_free(&sel.filter);
-            return AN_EXIT_OK;
-        case AN_OPT_FORMAT:
-            if (an_parse_format(a.value, &fmt))
-                rc = an_usage_error("summary", "--format must be text, csv or json, not '%s'", a.value);
-            break;
         case OPT_ROLE: rc = an_filter_add(&sel.filter.roles, &sel.filter.n_roles, a.value) ? AN_EXIT_FAIL : 0; break;
         case OPT_THREAD: rc = an_filter_add(&sel.filter.threads, &sel.filter.n_threads, a.value) ? AN_EXIT_FAIL : 0; break;
         case OPT_STAGE: rc = an_filter_add(&sel.filter.stages, &sel.filter.n_stages, a.value) ? AN_EXIT_FAIL : 0; break;
-        case OPT_STEPS:
-        case OPT_TIME:
-            if (sel.window.kind != AN_WIN_ALL) {
-                rc = an_usage_error("summary", "give one window: --steps or --time, once");
-                break;
-            }
-            if (id == OPT_STEPS ? an_window_parse_steps(&sel.window, a.value)
-                                : an_window_parse_time(&sel.window, a.value))
-                rc = AN_EXIT_USAGE;
-            break;
         case OPT_SORT: {
             static const char *const keys[] = {"total", "count", "mean", "p99", "name"};
             int found = -1;
@@ -417,6 +399,11 @@ int cmd_summary(int argc, char **argv)
             break;
         }
         }
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+            an_filter_free(&sel.filter);
+        return AN_EXIT_OK;
     }
     if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
     an_trace *traces = rc ? NULL : calloc((size_t)a.n_pos, sizeof *traces);

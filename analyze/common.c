@@ -118,6 +118,37 @@ int an_args_next(an_args *a, const an_opt *opts)
     return 0;
 }
 
+int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c)
+{
+    int id;
+    while ((id = an_args_next(a, opts)) > 0) {
+        if (id == AN_OPT_HELP) {
+            fputs(c->help, stdout);
+            c->help_shown = 1;
+            return -1;
+        }
+        if (id == AN_OPT_FORMAT && c->format) {
+            if (an_parse_format(a->value, c->format)) {
+                an_usage_error(a->cmd, "--format must be text, csv or json, not '%s'", a->value);
+                return -1;
+            }
+            continue;
+        }
+        if ((id == AN_OPT_STEPS || id == AN_OPT_TIME) && c->window) {
+            if (c->window->kind != AN_WIN_ALL && !c->window_last_wins) {
+                an_usage_error(a->cmd, "give one window: --steps or --time, once");
+                return -1;
+            }
+            if (id == AN_OPT_STEPS ? an_window_parse_steps(c->window, a->value)
+                                   : an_window_parse_time(c->window, a->value))
+                return -1;
+            continue;
+        }
+        return id;
+    }
+    return id;
+}
+
 uint64_t an_hash_name(const char *s)
 {
     uint64_t h = 1469598103934665603ull;

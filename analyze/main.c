@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "analyze.h"
-#include "pipeline.h"
+#include "gpu_activity.h"
 
 static const an_command commands[] = {
     {"info", cmd_info, "metadata, status, counts, duration and throughput of traces"},

@@ -564,16 +564,15 @@ static int cmp_tasks(const void *pa, const void *pb)
  * nothing else. */
 static void thread_sizes(const an_trace *t, const file_ctx *fc, uint64_t *size)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(st_reader_db(t->r), "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", -1,
-                           &st, NULL) != SQLITE_OK)
-        return;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+    st_chunk_count *c;
+    uint32_t n_c;
+    if (st_reader_range_chunks_per_thread(t->r, &c, &n_c)) return;
+    for (uint32_t i = 0; i < n_c; i++) {
+        int64_t id = c[i].key, n = c[i].n;
         if (id >= 0 && id < fc->n_ids && fc->thread_index[id] != UINT32_MAX)
             size[fc->thread_index[id]] = n > 0 ? (uint64_t)n : 0;
     }
-    sqlite3_finalize(st);
+    free(c);
 }
 
 /* msg as an_trace_fail prints it: after the file's name, unless it names
@@ -593,7 +592,7 @@ static void task_failed(team *tm, const task *tk, const char *msg, int named)
 /* A worker's reader opens the file again by its name: it must still be the
  * trace the others read (same run, stages and threads; a live trace may
  * have gained some). */
-static int same_trace(const st_reader *a, const st_reader *b)
+int an_stats_same_trace(const st_reader *a, const st_reader *b)
 {
     const char *ra = st_reader_meta(a, "run_id"), *rb = st_reader_meta(b, "run_id");
     if ((ra == NULL) != (rb == NULL) || (ra && strcmp(ra, rb) != 0)) return 0;
@@ -622,7 +621,7 @@ static st_reader *task_reader(worker *w, const task *tk)
         task_failed(tm, tk, st_last_error(), 1); /* st_last_error() is per thread: read here */
         return NULL;
     }
-    if (!same_trace(t->r, r)) {
+    if (!an_stats_same_trace(t->r, r)) {
         st_reader_close(r);
         task_failed(tm, tk, "the file changed while it was being read: analyze a copy that stays put", 0);
         return NULL;

@@ -19,7 +19,7 @@
 
 #include <sqlite3.h>
 
-#include "../analyze/pipeline.h"
+#include "../analyze/verdict.h"
 #include "st_reader.h"
 
 static char dir[256], path[300];

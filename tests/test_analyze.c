@@ -34,10 +34,7 @@
 #include "st_reader.h"
 #include "st_schema.h"
 
-#include "../analyze/common.c"
-#include "../analyze/quantiles.c"
-#include "../analyze/stats.c"
-#include "../analyze/table.c"
+#include "../analyze/analyze.h"
 
 #define MS 1000000LL
 #define US 1000LL
@@ -1092,6 +1089,13 @@ static void test_stats_filters_and_passes(void **state)
     an_trace_close(&t);
 }
 
+static int32_t name_index(const char *const *names, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return (int32_t)i;
+    return -1;
+}
+
 static void test_stats_merged(void **state)
 {
     (void)state;
@@ -1104,7 +1108,7 @@ static void test_stats_merged(void **state)
     assert_int_equal(an_stats_compute(&s, t, 2, &sel, 1), 0);
     assert_true(s.merged_valid);
     const an_merged_stats *m = &s.merged;
-    int32_t role = find_name(m->role_names, m->n_roles, "worker"), stage = find_name(m->stage_names, m->n_stages, "compute");
+    int32_t role = name_index(m->role_names, m->n_roles, "worker"), stage = name_index(m->stage_names, m->n_stages, "compute");
     assert_true(role >= 0 && stage >= 0);
     const an_stage_stats *x = &m->role_stage[(size_t)role * m->n_stages + (uint32_t)stage];
     /* rank 0: 10 x 5 ms, rank 1: 10 x 8 ms */

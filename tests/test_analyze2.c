@@ -1,5 +1,5 @@
 /* test_analyze2.c: unit tests of the pipeline model behind `analyze
- * bottleneck`, `diff` and `report` (analyze/pipeline.c), and the generator
+ * bottleneck`, `diff` and `report` (analyze/model.c, verdict.c), and the generator
  * of the traces with exactly known answers that tests/it_analyze2.sh and
  * tests/it_report.sh run the commands on.
  *
@@ -31,9 +31,10 @@
 #include "st_reader.h"
 #include "st_schema.h"
 
-#include "../analyze/common.c"
-#include "../analyze/pipeline.c"
-#include "../analyze/table.c"
+#include "../analyze/diff_stats.h"
+#include "../analyze/gpu_activity.h"
+#include "../analyze/queues.h"
+#include "../analyze/verdict.h"
 
 #define MS 1000000LL
 #define US 1000LL

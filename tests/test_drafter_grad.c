@@ -26,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../trainer/model.c"
+#include "../trainer/model.h"
+#include "../trainer/rng.h"
+#include "kernels.h"
 
 #define FD_STEP 1e-2f
 #define FD_ATOL 1e-4
@@ -225,19 +227,19 @@ static void test_block_inputs(void **state)
     int d = D->dim;
     /* row 0 of block 0: embed[x[a]] + pos_embed[0]; row 1: mask_embed + pos_embed[1] */
     int a = f.anchors[0];
-    int32_t tok = ws->in.tokens[a];
+    int32_t tok = tr_drafter_ws_inputs(ws)->tokens[a];
     for (int i = 0; i < d; i++) {
-        assert_float_equal(ws->x[0][i], f.target.embed[(size_t)tok * d + i] + f.params.pos_embed[i],
+        assert_float_equal(tr_drafter_ws_residual(ws, 0)[i], f.target.embed[(size_t)tok * d + i] + f.params.pos_embed[i],
                            1e-6);
-        assert_float_equal(ws->x[0][d + i], f.params.mask_embed[i] + f.params.pos_embed[d + i],
+        assert_float_equal(tr_drafter_ws_residual(ws, 0)[d + i], f.params.mask_embed[i] + f.params.pos_embed[d + i],
                            1e-6);
     }
     /* labels: the target's predictions at a + r, -1 across a document boundary */
     for (int r = 0; r < D->block_size; r++)
-        assert_int_equal(ws->labels[r], ws->in.predictions[a + r]);
-    assert_int_equal(ws->labels[1 * D->block_size + 2], -1); /* anchor 8: 8+2 = 10 is doc 1 */
+        assert_int_equal(tr_drafter_ws_labels(ws)[r], tr_drafter_ws_inputs(ws)->predictions[a + r]);
+    assert_int_equal(tr_drafter_ws_labels(ws)[1 * D->block_size + 2], -1); /* anchor 8: 8+2 = 10 is doc 1 */
     /* block positions continue from the anchor's in-document position */
-    assert_int_equal(ws->block_pos[D->block_size + 3], ws->in.positions[8] + 3);
+    assert_int_equal(tr_drafter_ws_block_pos(ws)[D->block_size + 3], tr_drafter_ws_inputs(ws)->positions[8] + 3);
     teardown_fixture(&f);
 }
 

@@ -41,10 +41,7 @@
 #include "st_reader.h"
 #include "st_schema.h"
 
-#include "../analyze/common.c"
-#include "../analyze/quantiles.c"
-#include "../analyze/stats.c"
-#include "../analyze/table.c"
+#include "../analyze/analyze.h"
 
 #define US 1000LL
 #define MS 1000000LL
@@ -597,9 +594,9 @@ static void test_stats_file_replaced(void **state)
     assert_int_equal(st_reader_open(&r0, work_path("jobs0.sqlite")), ST_OK);
     assert_int_equal(st_reader_open(&r0_again, work_path("jobs0.sqlite")), ST_OK);
     assert_int_equal(st_reader_open(&r1, work_path("jobs1.sqlite")), ST_OK);
-    assert_true(same_trace(r0, r0_again));
-    assert_false(same_trace(r0, r1));
-    assert_false(same_trace(r1, r0));
+    assert_true(an_stats_same_trace(r0, r0_again));
+    assert_false(an_stats_same_trace(r0, r1));
+    assert_false(an_stats_same_trace(r1, r0));
     st_reader_close(r0);
     st_reader_close(r0_again);
     st_reader_close(r1);

@@ -53,9 +53,9 @@
 #endif
 #endif
 
-#include "../trainer/config.c"
-#include "../trainer/data.c"
-#include "../trainer/queue.c"
+#include "../trainer/config.h"
+#include "../trainer/data.h"
+#include "../trainer/queue.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -410,7 +410,7 @@ static void test_data_synthetic(void **state)
             if (a.doc_ids[i] != a.doc_ids[i - 1])
                 continue;
             transitions++;
-            follows_first += a.tokens[i] == d1->successors[(size_t)a.tokens[i - 1] * SUCCESSORS];
+            follows_first += a.tokens[i] == tr_data_successor(d1, a.tokens[i - 1], 0);
         }
     }
     /* the chain's first successor is taken ~90% of the time (plus chance hits) */

@@ -1816,3 +1816,115 @@ void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
     *chunk_id = it->row_id;
     *index = (uint32_t)it->n_items - it->cur.remaining - 1;
 }
+
+/* ---- what the chunk headers say, per thread or device ---- */
+
+static int unreadable(const char *table, sqlite3 *db)
+{
+    return st_set_error(ST_ECORRUPT, "trace table '%s' cannot be read: %s", table, sqlite3_errmsg(db));
+}
+
+static int push_count(st_chunk_count **v, uint32_t *n, uint32_t *cap, int64_t key, int64_t count)
+{
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 16;
+        st_chunk_count *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return st_set_error(ST_ENOMEM, "out of memory");
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (st_chunk_count){key, count};
+    return ST_OK;
+}
+
+/* Runs sql (two integer columns) into *out. A failed step ends the list:
+ * ST_OK when lenient, an error when strict (with the rows before it). */
+static int chunk_counts(st_reader *r, const char *table, const char *sql, int strict, st_chunk_count **out,
+                        uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return unreadable(table, r->db);
+    uint32_t cap = 0;
+    int rc, err = ST_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && !err)
+        err = push_count(out, n, &cap, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
+    if (err) { /* no memory */
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    } else if (rc != SQLITE_DONE && strict) {
+        err = unreadable(table, r->db); /* *out keeps the rows before the failure */
+    }
+    sqlite3_finalize(st);
+    return err;
+}
+
+int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
+    return chunk_counts(r, "range_chunks", "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", 0, out,
+                        n);
+}
+
+int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
+    return chunk_counts(r, "gpu_chunks",
+                        "SELECT device, sum(max(n_records, 0)) FROM main.gpu_chunks GROUP BY device ORDER BY device", 1,
+                        out, n);
+}
+
+int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1,
+                           &st, NULL) != SQLITE_OK)
+        return unreadable("gpu_chunks", r->db);
+    int rc, err = ST_OK;
+    int32_t *v = NULL;
+    uint32_t len = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || sqlite3_column_int64(st, 0) > INT32_MAX) continue;
+        int32_t *nv = realloc(v, (len + 1) * sizeof *nv);
+        if (!nv) {
+            err = st_set_error(ST_ENOMEM, "out of memory");
+            break;
+        }
+        v = nv;
+        v[len++] = (int32_t)sqlite3_column_int64(st, 0);
+    }
+    if (!err && rc != SQLITE_DONE) err = unreadable("gpu_chunks", r->db);
+    sqlite3_finalize(st);
+    if (err) {
+        free(v);
+        return err;
+    }
+    *out = v;
+    *n = len;
+    return ST_OK;
+}
+
+int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st;
+    /* ?1 is bound either way; "device < 0" leaves it unused */
+    const char *sql = device < 0 ? "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE "
+                                   "device < 0 AND t1_ns >= ?2 AND t0_ns < ?3"
+                                 : "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE "
+                                   "device = ?1 AND t1_ns >= ?2 AND t0_ns < ?3";
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) return unreadable("gpu_chunks", r->db);
+    sqlite3_bind_int64(st, 1, device);
+    sqlite3_bind_int64(st, 2, t0_ns);
+    sqlite3_bind_int64(st, 3, t1_ns);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+        out->has = 1;
+        out->n_records = sqlite3_column_int64(st, 0);
+        out->t0_ns = sqlite3_column_int64(st, 1);
+        out->t1_ns = sqlite3_column_int64(st, 2);
+    }
+    sqlite3_finalize(st);
+    return ST_OK;
+}

@@ -97,6 +97,32 @@ typedef struct st_chunk_totals {
 } st_chunk_totals;
 int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out);
 
+/* Per thread or device, from the chunk tables (reader.c; the analyzer reads
+ * no chunk table itself). *out is malloc'd (NULL when empty), by key.
+ * range_chunks_per_thread: (thread, chunk rows), a hint only: a query that
+ * fails ends the list early. gpu_records_per_device: (device, the sum of
+ * n_records, negative counts as 0), every device including the API calls'
+ * (device < 0); an unreadable table or a sum past int64 is an error
+ * ("trace table 'gpu_chunks' cannot be read: ..."), *out then holding the
+ * rows before it. */
+typedef struct st_chunk_count {
+    int64_t key, n;
+} st_chunk_count;
+int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
+int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
+/* The devices (>= 0, integer, at most INT32_MAX) that hold GPU chunks,
+ * ascending; *out malloc'd, NULL when none. */
+int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
+/* The headers of the GPU chunks of `device` (device < 0: the API calls')
+ * overlapping [t0_ns, t1_ns] (t1_ns >= t0 and t0_ns < t1): the sum of their
+ * n_records, the earliest t0_ns and the latest t1_ns; has 0 when there are
+ * none or the sum cannot be had. Hints, for slicing a read. */
+typedef struct st_gpu_headers {
+    int has;
+    int64_t n_records, t0_ns, t1_ns;
+} st_gpu_headers;
+int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+
 /* Ranges: each completed range once, in the order they ended (per thread;
  * threads one after another by id). thread < 0: all threads. Only ranges
  * overlapping [t0_ns, t1_ns) are returned (t0 = INT64_MIN, t1 = INT64_MAX

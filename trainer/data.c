@@ -164,6 +164,12 @@ void tr_data_next(tr_data *d, tr_batch *b)
     }
 }
 
+int32_t tr_data_successor(const tr_data *d, int32_t token, int k)
+{
+    if (!d->successors || token < 0 || token >= d->vocab || k < 0 || k >= SUCCESSORS) return -1;
+    return d->successors[(size_t)token * SUCCESSORS + k];
+}
+
 void tr_data_close(tr_data *d)
 {
     if (!d)

@@ -25,5 +25,8 @@ int tr_data_open(tr_data **out, const tr_config *cfg, char *err, size_t err_size
 /* Fills batch->tokens, doc_ids, positions ([n_seqs * seq_len] each) with the next batch. */
 void tr_data_next(tr_data *data, tr_batch *batch);
 void tr_data_close(tr_data *data);
+/* The synthetic chain's k-th successor of token (k < 4, the most likely first), for the
+ * tests; -1 for a file source or a token out of range. */
+int32_t tr_data_successor(const tr_data *data, int32_t token, int k);
 
 #endif

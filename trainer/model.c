@@ -457,6 +457,10 @@ tr_drafter_inputs *tr_drafter_ws_inputs(tr_drafter_ws *ws)
     return &ws->in;
 }
 
+const float *tr_drafter_ws_residual(const tr_drafter_ws *ws, int layer) { return ws->x[layer]; }
+const int32_t *tr_drafter_ws_labels(const tr_drafter_ws *ws) { return ws->labels; }
+const int32_t *tr_drafter_ws_block_pos(const tr_drafter_ws *ws) { return ws->block_pos; }
+
 static void axpy(float *y, float a, const float *x, int n)
 {
     for (int i = 0; i < n; i++)

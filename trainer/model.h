@@ -115,6 +115,12 @@ typedef struct tr_drafter_inputs {
     int32_t *tokens, *doc_ids, *positions, *predictions;
 } tr_drafter_inputs;
 tr_drafter_inputs *tr_drafter_ws_inputs(tr_drafter_ws *ws);
+/* What the forward built from the inputs, for the tests: the residual stream into layer
+ * `layer` ([NB, d]; layer 0 is the block's input embeddings), the labels and the block
+ * positions ([NB] each, label -1 where a row has none). */
+const float *tr_drafter_ws_residual(const tr_drafter_ws *ws, int layer);
+const int32_t *tr_drafter_ws_labels(const tr_drafter_ws *ws);
+const int32_t *tr_drafter_ws_block_pos(const tr_drafter_ws *ws);
 
 /* Forward through the logits; anchors [n_seqs * anchors] in 1..seq_len - block_size. */
 void tr_drafter_forward(tr_drafter_ws *ws, const tr_drafter_params *p,
