@@ -13,7 +13,8 @@
  *      push+pop alone;
  *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
  *      ranges, two clock_gettime calls.
- * Recording blocks use the default ring (65 536 records) and flush the
+ * Recording blocks use the default ring (ST_BENCH_RING_RECORDS=N sets
+ * another) and flush the
  * trace (untimed) before each block, so a block never finds the ring full
  * and the writer is idle when the block starts, as in a program whose
  * writer keeps up. The "NVTX with a recording tool" rows run in a child
@@ -177,6 +178,8 @@ static st_trace *open_trace(int enabled, int nvtx, const char *path)
     opt.program = "bench_range";
     opt.nvtx = nvtx;
     opt.block_when_full = 1; /* never taken: each block fits the ring after a flush */
+    const char *ring = getenv("ST_BENCH_RING_RECORDS"); /* default: the library's */
+    if (ring) opt.ring_records = (uint32_t)strtoul(ring, NULL, 10);
     st_trace *t;
     if (st_open(&t, &opt)) {
         fprintf(stderr, "bench_range: %s\n", st_last_error());
