@@ -576,20 +576,24 @@ int st_signal_flush(int timeout_ms)
     return rc;
 }
 
-static volatile sig_atomic_t st_signal_count;
+/* Read by any thread (st_interrupted), written by the handler: a lock-free
+ * atomic, which is async-signal-safe, not a sig_atomic_t (same thread only). */
+static _Atomic int st_signal_count;
 static int st_exit_on_term;
 static struct sigaction st_old_int, st_old_term;
 
 static void st_signal_handler(int sig)
 {
-    st_signal_count++;
+    int saved_errno = errno;
+    int count = atomic_fetch_add(&st_signal_count, 1) + 1;
     st_signal_flush(5000);
-    if (st_signal_count > 1 || (sig == SIGTERM && st_exit_on_term)) {
+    if (count > 1 || (sig == SIGTERM && st_exit_on_term)) {
         sigaction(SIGINT, &st_old_int, NULL);
         sigaction(SIGTERM, &st_old_term, NULL);
         signal(sig, SIG_DFL);
         raise(sig);
     }
+    errno = saved_errno;
 }
 
 int st_install_signal_handlers(st_trace *t, int exit_on_term)
@@ -606,7 +610,7 @@ int st_install_signal_handlers(st_trace *t, int exit_on_term)
     return ST_OK;
 }
 
-int st_interrupted(void) { return st_signal_count > 0; }
+int st_interrupted(void) { return atomic_load(&st_signal_count) > 0; }
 
 /* ---- stages and counters ---- */
 
