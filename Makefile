@@ -210,8 +210,16 @@ programs: $(PROGRAMS)
 TESTS_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TESTS_SRC))
 TEST_HELPERS_SO := $(patsubst tests/%.c,$(BUILD)/tests/lib%.so,$(sort $(wildcard tests/nvtx_*.c)))
-TEST_COMMON := $(wildcard tests/common.c)
-tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO)
+# The trace writer (tests/tracegen.c) and the traces with exactly known
+# contents (tests/traces.c) go into every test; the tracegen program writes
+# those traces for the integration scripts and the benchmarks.
+TRACEGEN_SRC := tests/tracegen.c
+TEST_COMMON := $(wildcard tests/common.c) $(TRACEGEN_SRC) tests/traces.c
+tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO) $(BUILD)/tests/tracegen
+
+$(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_SRC) tests/traces.c $(LIB_A) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(TRACEGEN_SRC) tests/traces.c -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
 # Every test links the libraries (only what it uses is pulled in) and may
 # include their internal headers; none compiles their sources in.
@@ -250,9 +258,9 @@ test-gpu: all gpu-tests
 # ---- benchmarks ---------------------------------------------------------------
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
-$(BUILD)/bench/%: bench/%.c $(LIB_A) $(LIB_KERNELS)
+$(BUILD)/bench/%: bench/%.c $(TRACEGEN_SRC) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(TRACEGEN_SRC) -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 bench: all $(BENCH_BIN)
 	@ST_BUILD=$(BUILD) bash bench/run.sh $(BUILD)
 
@@ -301,8 +309,8 @@ $(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard trace
 $(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
-$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h tests/tracegen.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/make_seeds.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
 	@bash fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)

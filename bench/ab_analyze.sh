@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of two analyze builds on one machine, in one run: `analyze summary --jobs 1` on the
-# generated traces of bench_analyze.sh (test_analyze --big: 8 threads, ranges nested one
+# generated traces of bench_analyze.sh (tracegen --big: 8 threads, ranges nested one
 # deep), A, B, A, B, ... (REPEATS times each, alternating, so that drift on a shared machine
 # hits both alike). Prints per size the median and the range (min-max) of each build's wall
 # time and CPU time (user + system), the median B/A ratio of the pairs, and checks that both
@@ -15,9 +15,9 @@ SIZES=${SIZES:-"10000000 100000000"}
 REPEATS=${REPEATS:-7}
 JOBS=${JOBS:-1}
 for b in "$A" "$B"; do [ -x "$b/analyze" ] || { echo "no analyze in $b"; exit 2; }; done
-GEN="$B/tests/test_analyze"
-[ -x "$GEN" ] || GEN="$A/tests/test_analyze"
-[ -x "$GEN" ] || { echo "ab_analyze: needs tests/test_analyze in $B or $A (make)"; exit 2; }
+GEN="$B/tests/tracegen"
+[ -x "$GEN" ] || GEN="$A/tests/tracegen"
+[ -x "$GEN" ] || { echo "ab_analyze: needs tests/tracegen in $B or $A (make tests)"; exit 2; }
 [ -x /usr/bin/time ] || { echo "ab_analyze: needs /usr/bin/time"; exit 2; }
 KEEP=1
 if [ -z "${BENCH_DIR:-}" ]; then

@@ -6,7 +6,7 @@
 # once per --jobs value of BENCH_JOBS (default 1 and 2), and the wall-time
 # ratio of the first to each other is printed under its rows.
 #
-# Traces come from `test_analyze --big PATH N` (8 threads, ranges nested one
+# Traces come from `tracegen --big PATH N` (8 threads, ranges nested one
 # deep, 60 step marks). Goal: 10 M ranges under 0.5 s and 100 M under 5 s for
 # each subcommand, memory flat in the trace length. The SQL equivalents:
 #   summary     SELECT thread, stage, count(*), sum(dur_ns), max(dur_ns) ... GROUP BY thread, stage
@@ -31,7 +31,7 @@ SIZES=${BENCH_SIZES:-"10000000 100000000"}
 JOBS=${BENCH_JOBS:-"1 2"}
 REPEAT=${BENCH_REPEAT:-1}
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze"
+GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] && [ -x "$GEN" ] || { echo "bench_analyze: build $A and $GEN first (make)"; exit 1; }
 KEEP=1
 if [ -z "${BENCH_DIR:-}" ]; then

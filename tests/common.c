@@ -73,6 +73,14 @@ void tmp_path(char *out, size_t size, const char *name)
     remove_trace_files(out);
 }
 
+const char *tmp_file(const char *name)
+{
+    static char buf[PATH_MAX + 256];
+    int n = snprintf(buf, sizeof buf, "%s/%s", tmp_dir, name);
+    if (n < 0 || (size_t)n >= sizeof buf) fail_msg("path too long: %s/%s", tmp_dir, name);
+    return buf;
+}
+
 char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

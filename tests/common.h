@@ -1,7 +1,8 @@
 /* common.h: helpers that several test programs share, so that each test file
- * holds only what it tests. The Makefile links tests/common.c into every
- * cmocka program written in C, the unit tests and those in tests/gpu; a test
- * includes this header after <cmocka.h>.
+ * holds only what it tests. The Makefile links tests/common.c, with the
+ * trace writer (tests/tracegen.h) and the traces of known contents
+ * (tests/traces.h), into every cmocka program written in C, the unit tests
+ * and those in tests/gpu; a test includes this header after <cmocka.h>.
  *
  * The helpers fail the running test through cmocka, so they belong on the
  * test's own thread, with one exception said below (append_window).
@@ -41,6 +42,10 @@ void tidy_tmp_dir(int failed_tests);
 /* tmp_dir/name, with no file of an earlier test there (nor its SQLite side
  * files). Fails the test when the path does not fit in out. */
 void tmp_path(char *out, size_t size, const char *name);
+
+/* tmp_dir/name, leaving any file there (a trace the program's setup wrote),
+ * in a buffer that the next call reuses. */
+const char *tmp_file(const char *name);
 
 /* Removes a trace and the side files SQLite may leave beside it. */
 void remove_trace_files(const char *path);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # it_analyze.sh: integration test of the `analyze` program on traces with
-# exactly known contents, written by `test_analyze --generate` (SQLite + the
-# chunk encoder, exact timestamps; the expected numbers are worked out in
-# tests/test_analyze.c, gen_main). Checks exact values of every subcommand,
+# exactly known contents, written by `tracegen DIR` (tests/tracegen.c: SQLite
+# + the chunk encoder, exact timestamps; the expected numbers are worked out
+# in tests/traces.c, trace_main). Checks exact values of every subcommand,
 # the output formats against golden files (tests/golden/analyze/), Chrome
 # JSON well-formedness, CSV and plain-rows exports against the SQL tables,
 # and that every bad input or flag gives exit status 2 and one line on stderr.
@@ -14,15 +14,15 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze"
+GEN="$BUILD/tests/tracegen"
 GOLDEN="$ROOT/tests/golden/analyze"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
-[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_analyze.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-"$GEN" --generate "$T" >/dev/null
+"$GEN" "$T" >/dev/null
 cd "$T" # relative file names: outputs do not depend on where the test runs
 
 . "$ROOT/tests/lib.sh"

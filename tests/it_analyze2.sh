@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # it_analyze2.sh: integration test of `analyze bottleneck` and `analyze diff`.
-# First on traces with exactly known answers, written by `test_analyze2
-# --generate` (the numbers are worked out in tests/test_analyze2.c): exact
+# First on traces with exactly known answers, written by `tracegen DIR`
+# (the numbers are worked out in tests/traces.c, the model set): exact
 # values, golden files for text, CSV and JSON (tests/golden/analyze2/), one
 # line and exit 2 for every bad flag or input. Then on real trainer runs (CPU
 # backend, a tiny model, well under a second each): a run made drafter-bound
@@ -16,16 +16,16 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze2"
+GEN="$BUILD/tests/tracegen"
 TRAINER="$BUILD/trainer"
 GOLDEN="$ROOT/tests/golden/analyze2"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
-[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_analyze2.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-"$GEN" --generate "$T" >/dev/null
+"$GEN" "$T" >/dev/null
 cd "$T"
 
 . "$ROOT/tests/lib.sh"
@@ -172,7 +172,7 @@ python3 -c 'import json; d=json.load(open("d_same.out")); assert all(r["signific
     || fail "a trace against itself"
 ok
 
-# ---- gpu: the steady-state window and the host_wait table (gpu_steps.sqlite, tests/test_analyze2.c) ----
+# ---- gpu: the steady-state window and the host_wait table (gpu_steps.sqlite, tests/traces.c) ----
 expect_ok g_default "$A" gpu gpu_steps.sqlite
 grep -q '^devices and host_wait over steps 1:20 (0.010-0.200 s, the first step left out as start-up), 190.000 ms$' g_default.out \
     || fail "gpu default window: $(head -3 g_default.out)"
@@ -193,7 +193,7 @@ grep -q '^GPU idle: over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 bu
     || fail "bottleneck GPU idle line: $(grep 'GPU idle' g_bneck.out)"
 ok
 
-# ---- bottleneck with GPU activity: a shared GPU as the limit (gpu_shared.sqlite, tests/test_analyze2.c) ----
+# ---- bottleneck with GPU activity: a shared GPU as the limit (gpu_shared.sqlite, tests/traces.c) ----
 expect_ok g_shared "$A" bottleneck --format json gpu_shared.sqlite
 py "bottleneck on a shared GPU" <<'EOF'
 import json

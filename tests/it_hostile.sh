@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # it_hostile.sh: integration test of `analyze` on malformed and hostile
 # traces (docs/trace-format.md, "What a reader checks"). Each is made from a
-# good trace (`test_analyze --generate`) with Python's sqlite3, and every
+# good trace (`tracegen DIR`) with Python's sqlite3, and every
 # command must refuse it with exit status 2 and the one line that names the
 # table, row and column: wrongly typed values, duplicate keys, names over the
 # limit, generated columns, views in place of tables, a FIFO or a device
@@ -16,14 +16,14 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze"
+GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
-[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to write hostile traces"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_hostile.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-"$GEN" --generate "$T" >/dev/null
+"$GEN" "$T" >/dev/null
 cd "$T"
 
 . "$ROOT/tests/lib.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # it_invariants.sh: what must hold between the numbers of the analysis
-# commands, on the generated traces of test_analyze and test_analyze2:
+# commands, on the generated traces of `tracegen DIR` (tests/traces.c):
 #  - per thread, the self times plus idle are the wall time, in `summary`
 #    (every thread, whole trace and windows), in `intervals` (every thread in
 #    every window) and in `bottleneck` (every role's shares add up to 100%),
@@ -16,16 +16,14 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze"
-GEN2="$BUILD/tests/test_analyze2"
+GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
-[ -x "$GEN" ] && [ -x "$GEN2" ] || { echo "SKIP: the trace generators are not built (cmocka missing?)"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_invariants.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-"$GEN" --generate "$T" >/dev/null
-"$GEN2" --generate "$T" >/dev/null
+"$GEN" "$T" >/dev/null
 cd "$T"
 
 . "$ROOT/tests/lib.sh"

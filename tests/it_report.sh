@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # it_report.sh: integration test of `analyze report --html`. On the traces of
-# `test_analyze2 --generate` (and a short trainer run when the trainer is
+# `tracegen DIR` (and a short trainer run when the trainer is
 # built) it checks the HTML structurally: every <svg> block is well-formed XML,
 # the expected sections and chart titles are there, nothing is loaded from
 # anywhere (no http:// or https://, no script, no external font or
@@ -18,15 +18,15 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 A="$BUILD/analyze"
-GEN="$BUILD/tests/test_analyze2"
+GEN="$BUILD/tests/tracegen"
 TRAINER="$BUILD/trainer"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
-[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (cmocka missing?)"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the HTML"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_report.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-"$GEN" --generate "$T" >/dev/null
+"$GEN" "$T" >/dev/null
 cd "$T"
 
 . "$ROOT/tests/lib.sh"
@@ -125,7 +125,7 @@ print("structure ok:", ", ".join(sys.argv[1:]), "; dense timeline rects:", rects
 EOF
 ok
 
-# ---- GPU activity: lanes per device/stream and the GPU table (gpu_steps.sqlite, tests/test_analyze2.c) ----
+# ---- GPU activity: lanes per device/stream and the GPU table (gpu_steps.sqlite, tests/traces.c) ----
 expect_ok r_gpu "$A" report gpu_steps.sqlite --html gpu.html
 python3 - gpu.html $pages <<'EOF' || fail "GPU lanes"
 import re, sys

@@ -33,6 +33,7 @@
 #include "encoding.h"
 #include "st_reader.h"
 #include "stagetrace.h"
+#include "traces.h"
 
 #define PHASES 4 /* phases 0..2 end with step marks 1..3; phase 3 has none */
 #define N_THREADS 4
@@ -1147,6 +1148,51 @@ static void test_range_decoder_matches_events(void **state)
     free(got);
 }
 
+/* A GPU record's launch (st_gpu_iter) is looked up among the API calls from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before the iterator's window: a kernel launched
+ * 1 s before it starts has its thread and stage, one launched 3 s before
+ * has none (thread -1), and the whole-trace iteration finds both. */
+static void test_gpu_launch_lookback(void **state)
+{
+    (void)state;
+    tg_trace *g = trace_target();
+    tg_gpu_string(g, "k");
+    int64_t B = BASE_NS, S = 10 * 1000 * MS; /* both kernels start 10 s into the trace */
+    st_gpu_rec k[] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + S, .dur_ns = 1 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = B + S + 2 * MS, .dur_ns = 1 * MS, .correlation = 2},
+    };
+    st_gpu_rec api[] = {
+        {.kind = ST_GPU_API, .start_ns = B + S - 3000 * MS, .dur_ns = 5 * US, .correlation = 1, .os_tid = 2001},
+        {.kind = ST_GPU_API, .start_ns = B + S - 1000 * MS, .dur_ns = 5 * US, .correlation = 2, .os_tid = 2001},
+    };
+    tg_gpu_chunk(g, 0, 7, k, 2);
+    tg_gpu_chunk(g, -1, 0, api, 2);
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "lookback.sqlite");
+    tg_write(g, path);
+    tg_free(g);
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), 0);
+    for (int whole = 0; whole < 2; whole++) {
+        st_gpu_iter *it;
+        assert_int_equal(st_gpu_iter_open(&it, r, 0, whole ? INT64_MIN : B + S, INT64_MAX), 0);
+        st_gpu_row row;
+        assert_int_equal(st_gpu_iter_next(it, &row), 1);
+        assert_int_equal(row.rec.correlation, 1);
+        assert_int_equal(row.thread, whole ? 1 : -1);
+        assert_int_equal(row.launch_ns, whole ? B + S - 3000 * MS : INT64_MIN);
+        assert_int_equal(st_gpu_iter_next(it, &row), 1);
+        assert_int_equal(row.rec.correlation, 2);
+        assert_int_equal(row.thread, 1);
+        assert_int_equal(row.launch_ns, B + S - 1000 * MS);
+        assert_int_equal(st_gpu_iter_next(it, &row), 0);
+        st_gpu_iter_close(it);
+    }
+    st_reader_close(r);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1160,6 +1206,7 @@ int main(void)
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_range_decoder_matches_events),
+        cmocka_unit_test(test_gpu_launch_lookback),
     };
     if (make_tmp_dir("test_reader")) return 1;
     int failed = cmocka_run_group_tests(tests, setup, teardown);

@@ -27,6 +27,7 @@
 
 #include "common.h"
 #include "st_reader.h"
+#include "st_schema.h"
 #include "stagetrace.h"
 
 /* ---- helpers ---- */
@@ -547,9 +548,7 @@ static void test_gpu_table(void **state)
     copy_trace(f->steps_path, path);
     sqlite3 *w;
     assert_int_equal(sqlite3_open(path, &w), SQLITE_OK);
-    exec_sql(w, "CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-                "CREATE TABLE gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL, stream INTEGER NOT NULL,"
-                " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL)");
+    exec_sql(w, st_gpu_schema_sql); /* the GPU tables as the writer makes them */
     db = open_registered(path, SQLITE_OPEN_READONLY);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu"), 0);
     sqlite3_close(db);

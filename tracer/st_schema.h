@@ -23,4 +23,13 @@ static const char st_schema_sql[] =
     "  data BLOB NOT NULL);\n"
     "CREATE INDEX counter_chunks_by_thread ON counter_chunks(thread, id);\n";
 
+/* The GPU tables, created with the first GPU data (a trace without GPU
+ * tracing has neither). */
+static const char st_gpu_schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL,\n"
+    "  stream INTEGER NOT NULL, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL,\n"
+    "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);\n";
+
 #endif

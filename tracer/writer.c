@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "st_internal.h"
+#include "st_schema.h"
 #include "st_store.h"
 
 #define ST_CHUNK_BYTES 32768
@@ -406,11 +407,7 @@ static void flush_gpu_chunk(st_trace *t, writer *w, gpu_stream *g)
 static int gpu_tables(writer *w)
 {
     if (w->gpu_tables) return 0;
-    st_store_exec(w->store, "CREATE TABLE IF NOT EXISTS gpu_strings(id INTEGER PRIMARY KEY, value TEXT NOT NULL);\n"
-            "CREATE TABLE IF NOT EXISTS gpu_chunks(id INTEGER PRIMARY KEY, device INTEGER NOT NULL,\n"
-            "  stream INTEGER NOT NULL, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL,\n"
-            "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
-            "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);");
+    st_store_exec(w->store, st_gpu_schema_sql);
     w->gpu_tables = 1;
     return 0;
 }

@@ -1,0 +1,71 @@
+/* traces.h: the traces with exactly known contents that the analyzer's unit
+ * tests and the integration scripts (tests/it_*.sh, through the tracegen
+ * program, tests/tracegen_main.c) run on. Each is described with
+ * tests/tracegen.h; the comments in traces.c work out every number the
+ * tests expect.
+ *
+ * Two sets, with file names that never clash:
+ *   write_stats_traces   summary statistics, windows, exports, hostile and
+ *                        broken files: gen.sqlite (and gen.intervals.txt, the
+ *                        windows the aggregator gives without the reader),
+ *                        running, rank0/rank1, unended, huge, huge_nested,
+ *                        empty, many, outer, zero, notsqlite and broken
+ *                        copies of gen.sqlite;
+ *   write_model_traces   the per-step model, verdict, diff and GPU
+ *                        analyses: target, moves, partial, inferred,
+ *                        nosteps, nostages, dense, gpu_steps, gpu_shared,
+ *                        gpu_split, gpu_twice, diff_a/diff_b (and their
+ *                        step periods, diff_a.period_ns, diff_b.period_ns);
+ *   write_jobs_traces    `summary --jobs N` (unit tests only): jobs0, jobs1
+ *                        (two ranks of one run, several threads per role,
+ *                        more ranges than a group keeps exactly, nested
+ *                        ranges, chunks of 61 events) and corrupt (jobs0
+ *                        with corrupt chunks in two threads).
+ */
+#ifndef ST_TESTS_TRACES_H
+#define ST_TESTS_TRACES_H
+
+#include <stdint.h>
+
+#include "tracegen.h"
+
+#define MS 1000000LL
+#define US 1000LL
+#define BASE_NS 1000000000LL /* meta start_ns and step 0 of the generated traces */
+
+/* ---- the statistics set ---- */
+
+/* gen.sqlite ("complete") and running.sqlite ("running": no end_ns, one
+ * range never ends). */
+tg_trace *trace_main(const char *status);
+/* rank0.sqlite, rank1.sqlite: two ranks of one run. */
+tg_trace *trace_rank(int rank);
+/* unended.sqlite: a killed run, a range left open over a closed child. */
+tg_trace *trace_unended(void);
+void write_stats_traces(const char *dir);
+/* N ranges over 8 threads, nested one deep, chunks of 4096 events
+ * (the benchmarks' traces). */
+void write_big_trace(const char *path, long n_ranges);
+
+/* g's events and steps, merged in st_agg_order, fed to the interval
+ * aggregator: the text of `analyze intervals --every every`, computed
+ * without the reader. The caller frees it. */
+char *trace_windows_text(const tg_trace *g, uint32_t every);
+
+/* ---- the model set ---- */
+
+/* target.sqlite: 20 steps of a target-bound pipeline, a queue_depth counter
+ * on target0 (thread 1, os_tid 2001). */
+tg_trace *trace_target(void);
+void write_model_traces(const char *dir);
+
+/* ---- the jobs set ---- */
+
+/* jobs0.sqlite, jobs1.sqlite: rank 0 or 1 of run "1700000000-30x", rank 1
+ * with one more drafter and other random durations. Thread ids 10, 11, ...
+ * (main 0): ids and indexes differ. The main thread marks 21 steps over the
+ * span with a `step` range before each mark. */
+tg_trace *trace_jobs(int rank);
+void write_jobs_traces(const char *dir);
+
+#endif
