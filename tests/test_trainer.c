@@ -624,7 +624,9 @@ static void test_slow_target(void **state)
     double max_depth;
     long samples;
     counter_stats(r, "queue_depth", &max_depth, &samples);
-    assert_true(max_depth <= 1.0);
+    /* Never full (3). A second item queues only when a drafter is kept off
+     * a core for a whole 50 ms forward, which a loaded machine does. */
+    assert_true(max_depth <= 2.0);
     st_reader_close(r);
     free_trainer_result(&res);
 }
