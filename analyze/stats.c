@@ -361,43 +361,48 @@ typedef struct scan_thread {
 } scan_thread;
 
 /* One range of the thread, clipped to the window [w0, w1]. */
-static inline void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc, scan_thread *th, int first_pass,
-                              int merged, uint32_t stage, uint32_t depth_in, int64_t start_ns, int64_t end_ns)
+static inline __attribute__((always_inline)) void scan_range(ctx *c, an_file_stats *fs, const file_ctx *fc,
+                                                             scan_thread *th, int first_pass, int merged,
+                                                             uint32_t stage, uint32_t depth_in, int64_t start_ns,
+                                                             int64_t end_ns)
 {
     const uint32_t ns = fs->n_stages, mns = c->s->merged.n_stages;
     int64_t a = start_ns, b = end_ns;
     if (a < fs->t0_ns) a = fs->t0_ns;
     if (b > fs->t1_ns) b = fs->t1_ns;
     int64_t d = b > a ? b - a : 0;
+    if (!first_pass) {
+        /* Later passes only add values (self and busy time were summed in
+         * pass 1): skip a range no group looks at before any other work. */
+        if (stage >= ns || !fs->stage_on[stage]) return;
+        const want_range *w = &c->want[(size_t)stage * WANT_MAX];
+        uint32_t k = 0, n = c->n_want[stage];
+        while (k < n && (uint64_t)d - (uint64_t)w[k].lo > (uint64_t)w[k].hi - (uint64_t)w[k].lo) k++;
+        if (k == n) return;
+        if (c->n_batch > BATCH - 3) flush_batch(c);
+        batch_add(c, fc->group_thread + th->ti * ns + stage, d);
+        if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
+        if (merged)
+            batch_add(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage],
+                      d);
+        return;
+    }
     uint32_t depth = depth_in <= ST_STACK_MAX ? depth_in : ST_STACK_MAX;
     int64_t kids = th->child_ns[depth + 1];
     th->child_ns[depth + 1] = 0;
     add_ns(&th->child_ns[depth], d, &c->overflow);
     if (depth == 0) add_ns(&th->busy_ns, d, &c->overflow);
     if (stage >= ns || !fs->stage_on[stage]) return;
-    if (!first_pass) {
-        /* Only the adds matter now: skip a range no group looks at. */
-        const want_range *w = &c->want[(size_t)stage * WANT_MAX];
-        uint32_t k = 0, n = c->n_want[stage];
-        while (k < n && (uint64_t)d - (uint64_t)w[k].lo > (uint64_t)w[k].hi - (uint64_t)w[k].lo) k++;
-        if (k == n) return;
-    }
-    if (first_pass) {
-        an_stage_stats *x = &c->row[stage];
-        add_ns(&x->total_ns, d, &c->overflow);
-        add_ns(&x->self_ns, d > kids ? d - kids : 0, &c->overflow);
-        x->count++;
-        if (d > x->max_ns) x->max_ns = d;
-        c->n_ranges++;
-    }
+    an_stage_stats *x = &c->row[stage];
+    add_ns(&x->total_ns, d, &c->overflow);
+    add_ns(&x->self_ns, d > kids ? d - kids : 0, &c->overflow);
+    x->count++;
+    if (d > x->max_ns) x->max_ns = d;
+    c->n_ranges++;
     if (c->n_batch > BATCH - 3) flush_batch(c);
-    batch_add(c, fc->group_thread + th->ti * ns + stage, d);
     /* In pass 1 role and merged groups get their threads' values folded in
      * at the end of the pass (fold_groups). */
-    if (first_pass) return;
-    if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
-    if (merged)
-        batch_add(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage], d);
+    batch_add(c, fc->group_thread + th->ti * ns + stage, d);
 }
 
 static void scan_thread_start(ctx *c, uint32_t f, scan_thread *th, uint32_t ti)
