@@ -24,7 +24,10 @@ endif
 
 OPT ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC
-INCLUDES := -Itracer -Ikernels
+# tracer/include is the public API (installed); tracer/ holds the library's
+# internal headers (st_*.h, encoding.h, ring.h), for its own files, analyze,
+# the tests and the benchmarks.
+INCLUDES := -Itracer/include -Itracer -Ikernels
 LDLIBS := -lsqlite3 -lpthread -lm -ldl
 
 # ---- dependency probes ------------------------------------------------------
@@ -121,11 +124,11 @@ $(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
 
 lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
 
-$(BUILD)/obj/%.o: %.c $(wildcard tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
+$(BUILD)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/*.h)
+$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -c $< -o $@
 
@@ -161,7 +164,7 @@ CUDA_LDLIBS := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUD
 ifneq ($(HAVE_CUDA),)
 CFLAGS_BASE += -DST_WITH_CUDA $(if $(HAVE_CUBLAS),-DST_WITH_CUBLAS) $(if $(HAVE_NCCL),-DST_WITH_NCCL) $(if $(HAVE_CUPTI),-DST_WITH_CUPTI -isystem $(CUPTI_INC))
 endif
-$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/*.h trainer/*.h)
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/include/*.h tracer/*.h trainer/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -c $< -o $@
 $(BUILD)/libkernels_cuda.a: $(KERNELS_CU_OBJ)
@@ -285,7 +288,7 @@ FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/i
 # libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
 FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a
 FUZZ_ANALYZE_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out analyze/main.c,$(sort $(wildcard analyze/*.c))))
-$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_SAN)) -c $< -o $@
@@ -293,15 +296,15 @@ $(FUZZ_LIB_ANALYZE): $(FUZZ_ANALYZE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' | \
 	$(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null
-$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@$(FUZZ_PROBE) || { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer: apt-get install libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
-$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
-$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/make_seeds.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds

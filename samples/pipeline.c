@@ -19,7 +19,6 @@
 #include <time.h>
 
 #include "stagetrace.h"
-#include "st_intervals.h"
 
 typedef struct config {
     long steps, items_per_step, queue_depth, consumers;

@@ -30,7 +30,7 @@ cd "$T"
 . "$ROOT/tests/lib.sh"
 
 CC=${CC:-cc}
-CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -pthread -I$ROOT/tracer"
+CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -pthread -I$ROOT/tracer/include"
 LIBS="-lsqlite3 -lpthread -lm -ldl"
 
 # The recording program: 1000 ranges with st_begin/st_end, 10 with ST_SCOPE

@@ -20,7 +20,6 @@
 #include "config.h"
 #include "data.h"
 #include "pipeline.h"
-#include "st_intervals.h"
 #include "stagetrace.h"
 
 #define EXIT_RUNTIME 1 /* could not do what well-formed flags asked: the trace, the pipeline */

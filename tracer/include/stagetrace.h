@@ -81,9 +81,53 @@ typedef uint16_t st_counter; /* id returned by st_counter_register */
 /* Longest thread, role, stage, counter or unit name, in bytes (readers refuse longer ones). */
 #define ST_NAME_MAX 256
 
-/* One finished interval window (see st_intervals.h for the full type). */
-struct st_window;
-typedef void (*st_window_fn)(const struct st_window *window, void *arg);
+/* ---- profile windows ----
+ * With options.profile_interval = N > 0 and options.on_window set, the
+ * writer thread calls on_window once per finished window, in order: a window
+ * is the time between the marks of steps k*N and (k+1)*N (st_step). In it
+ * each active thread's wall time is split exactly: every nanosecond goes to
+ * the innermost open range's stage (self time), or to idle when no range is
+ * open; a range crossing a window boundary is split at it, and is counted
+ * (stage_count) in the window where it begins. Threads with no activity in a
+ * window are left out of it. `analyze intervals` computes the same windows
+ * from the trace with the same code: for the same trace it prints the same
+ * lines as st_window_format.
+ *
+ * The window and everything it points to are valid only during the call.
+ * The callback runs on the writer thread: it must not call st_flush or
+ * st_close, and should return quickly (the writer waits for it). */
+typedef struct st_window_thread {
+    uint32_t thread;         /* thread id in the trace (st_thread_register's id) */
+    const char *name;        /* thread name */
+    const char *role;        /* thread role ("other" when none was given) */
+    int64_t idle_ns;         /* time with no range open */
+    int64_t *stage_ns;       /* [n_stages] self time per stage id */
+    uint64_t *stage_count;   /* [n_stages] ranges begun in the window */
+} st_window_thread;
+
+typedef struct st_window {
+    uint64_t index;          /* 0, 1, ...: window k spans steps kN+1..(k+1)N */
+    uint64_t step_first;     /* first step in the window (kN+1) */
+    uint64_t step_last;      /* last step ((k+1)N) */
+    int64_t t0_ns, t1_ns;    /* boundaries (the step marks), trace clock */
+    uint64_t tokens;         /* sum of the steps' tokens */
+    uint32_t n_stages;       /* stage ids 0..n_stages-1 */
+    const char *const *stage_names; /* [n_stages] */
+    const uint8_t *stage_kinds;     /* [n_stages] st_kind values */
+    uint32_t n_threads;      /* threads active in the window, by id */
+    const st_window_thread *threads; /* [n_threads] */
+} st_window;
+
+typedef void (*st_window_fn)(const st_window *window, void *arg);
+
+/* Formats a window as the "profile" lines that the trainer logs and
+ * `analyze intervals` prints: one header line, one line per thread (stages
+ * by self time, descending, idle last), then one line per role with more
+ * than one thread; every line ends in '\n'. Writes at most size bytes,
+ * always NUL-terminated when size > 0 (buf may be NULL when size is 0), and
+ * returns the length that the whole text needs, like snprintf: the text was
+ * cut when the result is >= size. Thread-safe. */
+size_t st_window_format(const st_window *window, char *buf, size_t size);
 
 typedef struct st_options {
     const char *path;        /* trace file; required when enabled */
