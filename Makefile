@@ -128,9 +128,17 @@ $(BUILD)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h kernels/*.h train
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# The library's objects: only what stagetrace.h marks ST_API is exported by
+# libstagetrace.so; the archive still links every internal symbol (analyze,
+# the tests and the benchmarks use them).
+$(BUILD)/obj/tracer/%.o: tracer/%.c $(wildcard tracer/include/*.h tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fvisibility=hidden -c $< -o $@
+
+# The SQLite extension exports its entry points only (ST_API empty).
 $(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
 
 $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
@@ -267,7 +275,7 @@ install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 tracer/stagetrace.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 tracer/include/*.h $(DESTDIR)$(PREFIX)/include/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace.pc
 	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
 

@@ -150,6 +150,20 @@ for sym in st_begin st_end st_counter_set st_mark st_step st__ring_begin st__rin
     ok
 done
 
+# libstagetrace.so exports what stagetrace.h marks ST_API, and nothing else
+# (no internal function, no mutable global; st_gpu_start lives in
+# libstagetrace_gpu.a); the SQLite extension exports its entry points only.
+api=$(grep -E '^ST_API ' "$ROOT/tracer/include/stagetrace.h" | sed -E 's/\(.*//; s/ __attribute__.*//; s/.*[ *]//' \
+      | grep -v '^st_gpu_start$' | sort | tr '\n' ' ')
+exported=$(nm -D --defined-only "$BUILD/libstagetrace.so" | awk '$2 ~ /^[TDBRV]$/ {print $3}' | sort | tr '\n' ' ')
+[ "$api" = "$exported" ] || fail "libstagetrace.so exports [$exported], stagetrace.h's ST_API declarations are [$api]"
+ok
+if [ -f "$BUILD/stagetrace_ext.so" ]; then
+    ext=$(nm -D --defined-only "$BUILD/stagetrace_ext.so" | awk '$2 ~ /^[TDBRV]$/ {print $3}' | sort | tr '\n' ' ')
+    [ "$ext" = "sqlite3_extension_init sqlite3_stagetraceext_init " ] || fail "stagetrace_ext.so exports [$ext]"
+    ok
+fi
+
 # -DST_DISABLE: only the hot path and the scopes, no library at all.
 cat > off_only.c <<'C'
 #include <stdio.h>

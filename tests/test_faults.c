@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "st_internal.h" /* st__test_set_writer_delay */
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -463,9 +464,10 @@ static void body_register_while_recording(const char *path, int fd, void *arg)
     o.commit_ms = 1;
     o.block_when_full = 1;
     o.ring_records = 16384;
-    o.test_writer_delay_us = 2000;
     st_trace *trace;
+    st__test_set_writer_delay(2000);
     if (st_open(&trace, &o)) child_fail(fd, "st_open");
+    st__test_set_writer_delay(0);
     pthread_t busy;
     if (pthread_create(&busy, NULL, busy_main, trace)) child_fail(fd, "pthread_create");
     while (!atomic_load(&busy_ready)) usleep(100); /* busy is thread 0 and stage 0 */

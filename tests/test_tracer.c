@@ -6,7 +6,7 @@
  *    value encodes thread and sequence number) through small rings while the
  *    writer drains them, with block_when_full: every event is stored exactly
  *    once, in order, with its stage and depth, and nothing is dropped;
- *  - drops: a slow writer (test_writer_delay_us) and tiny rings without
+ *  - drops: a slow writer (st__test_set_writer_delay) and tiny rings without
  *    blocking: what is lost is counted exactly (stored ranges * 2 + dropped
  *    = begin + end calls), ranges stay paired, and the three drop counts
  *    (threads.dropped, meta dropped_events, st_dropped) agree;
@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "st_internal.h" /* st__test_set_writer_delay */
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -351,10 +352,11 @@ static void check_drops(int nested, uint32_t ring_records)
     options(&o, path);
     o.ring_records = ring_records;
     o.block_when_full = 0;
-    o.test_writer_delay_us = 2000;
     o.commit_ms = 10;
     st_trace *trace;
+    st__test_set_writer_delay(2000);
     assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
     st_stage stages[3];
     static const char *const names[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
@@ -461,9 +463,10 @@ static void test_dropped_counts_live(void **state)
     o.ring_records = 64;
     o.block_when_full = 0;
     o.commit_ms = 60000;
-    o.test_writer_delay_us = 300000;
     st_trace *trace;
+    st__test_set_writer_delay(300000);
     assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
     int s = st_stage_register(trace, "work", ST_WORK);
     assert_true(s >= 0);
     assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);

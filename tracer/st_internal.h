@@ -108,6 +108,8 @@ typedef struct st_thread_def {
 
 struct st_trace {
     st_options opt;
+    uint32_t writer_delay_us;       /* st__test_set_writer_delay at st_open */
+    int checkpoint_on_writer;       /* st__test_set_checkpoint_on_writer at st_open */
     char *path;
     char *program;
     sqlite3 *db;
@@ -168,6 +170,17 @@ typedef struct st_gpu_string {
 } st_gpu_string;
 int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n); /* thread-safe */
 int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied */
+
+/* ---- knobs for tests and benchmarks (not exported by libstagetrace.so;
+ * programs reach them through libstagetrace.a). Each is read by st_open:
+ * it applies to the traces opened after the call. ---- */
+/* The writer sleeps `us` microseconds after each batch it drains from a
+ * ring (a slow writer, to fill rings). 0: no sleep (the default). */
+void st__test_set_writer_delay(uint32_t us);
+/* 1: SQLite's auto-checkpoint runs on the writer thread (the scheme before
+ * the checkpointer thread; bench/bench_writer.c compares them). 0: the
+ * checkpointer thread (the default). */
+void st__test_set_checkpoint_on_writer(int on);
 
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */

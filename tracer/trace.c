@@ -22,6 +22,11 @@
 st_trace *st_active_trace;
 _Atomic uint32_t st_stage_limit;
 
+static _Atomic uint32_t test_writer_delay_us;
+static _Atomic int test_checkpoint_on_writer;
+void st__test_set_writer_delay(uint32_t us) { atomic_store(&test_writer_delay_us, us); }
+void st__test_set_checkpoint_on_writer(int on) { atomic_store(&test_checkpoint_on_writer, on != 0); }
+
 void st_options_init(st_options *opt)
 {
     memset(opt, 0, sizeof *opt);
@@ -400,6 +405,8 @@ int st_open(st_trace **out, const st_options *opt)
     if (!t) return st_set_error(ST_ENOMEM, "out of memory");
     t->lock_fd = -1;
     t->opt = *opt;
+    t->writer_delay_us = atomic_load(&test_writer_delay_us);
+    t->checkpoint_on_writer = atomic_load(&test_checkpoint_on_writer);
     t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");
     t->path = opt->path ? strdup(opt->path) : NULL;
     t->opt.program = t->program;

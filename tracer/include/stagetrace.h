@@ -41,6 +41,19 @@
 extern "C" {
 #endif
 
+/* ST_API marks what libstagetrace.so exports: the library is built with
+ * -fvisibility=hidden, so everything else (the writer, the reader, the
+ * interval aggregator, the store) stays inside it. A build may define
+ * ST_API itself before including this header (the SQLite extension defines
+ * it empty: it exports only its entry points). */
+#ifndef ST_API
+#if defined(__GNUC__)
+#define ST_API __attribute__((visibility("default")))
+#else
+#define ST_API
+#endif
+#endif
+
 #define ST_VERSION_STRING "0.1.0"
 #define ST_SCHEMA_VERSION 1
 
@@ -68,8 +81,8 @@ typedef enum st_kind {
     ST_KIND_COUNT
 } st_kind;
 
-const char *st_kind_name(st_kind kind);    /* "work", "wait_input", ... */
-int st_kind_parse(const char *name);       /* kind, or -1 */
+ST_API const char *st_kind_name(st_kind kind);    /* "work", "wait_input", ... */
+ST_API int st_kind_parse(const char *name);       /* kind, or -1 */
 
 typedef uint16_t st_stage;   /* id returned by st_stage_register */
 typedef uint16_t st_counter; /* id returned by st_counter_register */
@@ -127,7 +140,7 @@ typedef void (*st_window_fn)(const st_window *window, void *arg);
  * always NUL-terminated when size > 0 (buf may be NULL when size is 0), and
  * returns the length that the whole text needs, like snprintf: the text was
  * cut when the result is >= size. Thread-safe. */
-size_t st_window_format(const st_window *window, char *buf, size_t size);
+ST_API size_t st_window_format(const st_window *window, char *buf, size_t size);
 
 typedef struct st_options {
     const char *path;        /* trace file; required when enabled */
@@ -154,13 +167,9 @@ typedef struct st_options {
     void *on_window_arg;
     int nvtx;                /* -1 default (on), 0 off, 1 on */
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
-    int checkpoint_on_writer; /* 1: SQLite's auto-checkpoint on the writer
-                                thread (the scheme before the checkpointer
-                                thread; for comparisons) */
-    uint32_t test_writer_delay_us; /* tests only: writer sleeps this per pass */
 } st_options;
 
-void st_options_init(st_options *opt);
+ST_API void st_options_init(st_options *opt);
 
 typedef struct st_trace st_trace;
 
@@ -171,44 +180,44 @@ typedef struct st_trace st_trace;
  * call did not create is removed. The trace file is locked (flock) from
  * st_open to st_close: a live trace is never replaced (docs/tracer.md,
  * "One file, one writer"). Only one trace may be open per process. */
-int st_open(st_trace **out, const st_options *opt);
+ST_API int st_open(st_trace **out, const st_options *opt);
 
 /* Drains every ring, writes everything, marks the trace "complete" (or
  * keeps "interrupted" when st_signal_flush ran) and frees it. NULL is fine. */
-int st_close(st_trace *trace);
+ST_API int st_close(st_trace *trace);
 
 /* Blocks until everything recorded before the call is committed. ST_EIO
  * when that commit failed (a full disk, say): the records are kept in memory
  * and retried at the next commit (see retry_mib). */
-int st_flush(st_trace *trace);
+ST_API int st_flush(st_trace *trace);
 
 /* Async-signal-safe: asks the writer to commit everything recorded so far
  * and to mark the trace "interrupted", and waits up to timeout_ms for it.
  * Returns 0 when the trace was flushed, -1 on timeout or no trace. */
-int st_signal_flush(int timeout_ms);
+ST_API int st_signal_flush(int timeout_ms);
 
 /* Installs SIGINT/SIGTERM handlers that call st_signal_flush, set the flag
  * read by st_interrupted(), and (on a second signal, or SIGTERM when
  * exit_on_term) restore the default action and re-raise. */
-int st_install_signal_handlers(st_trace *trace, int exit_on_term);
-int st_interrupted(void);
+ST_API int st_install_signal_handlers(st_trace *trace, int exit_on_term);
+ST_API int st_interrupted(void);
 
-int st_enabled(const st_trace *trace);
-const char *st_path(const st_trace *trace);
-const char *st_last_error(void);
+ST_API int st_enabled(const st_trace *trace);
+ST_API const char *st_path(const st_trace *trace);
+ST_API const char *st_last_error(void);
 
 /* Registration. Returns the id (>= 0) or a negative ST_E* code. Registering
  * the same name again returns the same id (the kind must match). */
-int st_stage_register(st_trace *trace, const char *name, st_kind kind);
-int st_counter_register(st_trace *trace, const char *name, const char *unit);
+ST_API int st_stage_register(st_trace *trace, const char *name, st_kind kind);
+ST_API int st_counter_register(st_trace *trace, const char *name, const char *unit);
 
 /* Registers the calling thread: gives it a ring and names it (also in NVTX).
  * role: "loader", "target", ...; device: GPU index or -1. Returns the thread
  * id (>= 0) or a negative code. st_thread_unregister must be called before
  * the thread exits (st_close does it for the thread that calls it). */
-int st_thread_register(st_trace *trace, const char *name, const char *role,
+ST_API int st_thread_register(st_trace *trace, const char *name, const char *role,
                        int device, int rank);
-void st_thread_unregister(void);
+ST_API void st_thread_unregister(void);
 
 /* Hot path: st_begin(stage), st_end(stage), st_counter_set(counter, value),
  * st_mark(literal_name), and st_step(step, tokens): "step `step` ended now,
@@ -224,23 +233,23 @@ void st_thread_unregister(void);
  * for the inline functions only. */
 #if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
                              !defined(__GNUC__))
-void st_begin(st_stage stage);
-void st_end(st_stage stage);
-void st_counter_set(st_counter counter, double value);
-void st_mark(const char *literal_name);
-void st_step(uint64_t step, uint64_t tokens);
+ST_API void st_begin(st_stage stage);
+ST_API void st_end(st_stage stage);
+ST_API void st_counter_set(st_counter counter, double value);
+ST_API void st_mark(const char *literal_name);
+ST_API void st_step(uint64_t step, uint64_t tokens);
 #endif
 
 struct st_ring;
 #if defined(__GNUC__)
 /* The calling thread's ring; NULL when it does not record. */
-extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
+ST_API extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
 #endif
-void st__ring_begin(struct st_ring *ring, st_stage stage);
-void st__ring_end(struct st_ring *ring, st_stage stage);
-void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
-void st__ring_mark(struct st_ring *ring, const char *literal_name);
-void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+ST_API void st__ring_begin(struct st_ring *ring, st_stage stage);
+ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
+ST_API void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
+ST_API void st__ring_mark(struct st_ring *ring, const char *literal_name);
+ST_API void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
 
 #if defined(ST_DISABLE)
 static inline void st_begin(st_stage stage) { (void)stage; }
@@ -282,11 +291,11 @@ ST__HOT void st_step(uint64_t step, uint64_t tokens)
  * a drop is seen by the next call on any thread, not at the writer's next
  * commit. Thread-safe. After every thread has stopped recording it equals
  * what st_close stores in meta dropped_events. */
-uint64_t st_dropped(const st_trace *trace);
+ST_API uint64_t st_dropped(const st_trace *trace);
 
 /* NVTX: names a CUDA stream (a cudaStream_t passed as void *). No-op without
  * NVTX or CUDA support. */
-void st_name_stream(void *cuda_stream, const char *name);
+ST_API void st_name_stream(void *cuda_stream, const char *name);
 
 /* GPU activity (CUDA builds with CUPTI): from this call to st_close, records
  * every kernel, memcpy (direction, bytes, pageable or pinned), memset and
@@ -297,10 +306,10 @@ void st_name_stream(void *cuda_stream, const char *name);
  * "gpu_dropped_records". Lives in libstagetrace_gpu.a: link it and -lcupti
  * before libstagetrace. Returns ST_OK, ST_ESTATE (no trace, or already on),
  * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
-int st_gpu_start(st_trace *trace);
+ST_API int st_gpu_start(st_trace *trace);
 
 /* Nanoseconds on the trace's clock (the clock every record uses). */
-int64_t st_now_ns(void);
+ST_API int64_t st_now_ns(void);
 
 /* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
 #if defined(ST_DISABLE)
