@@ -515,16 +515,16 @@ static void test_nesting_beyond_256(void **state)
     for (int d = 0; d < 300; d++) st_begin((st_stage)(d % 2 ? s1 : s0));
     for (int d = 299; d >= 0; d--) st_end((st_stage)(d % 2 ? s1 : s0));
     assert_int_equal(st_flush(trace), ST_OK);
-    assert_int_equal(st_dropped(trace), 2 * (300 - ST_MAX_DEPTH - 1));
+    assert_int_equal(st_dropped(trace), 2 * (300 - ST_MAX_DEPTH));
     assert_int_equal(st_close(trace), ST_OK);
 
     st_reader *r = open_reader(path);
     assert_meta(r, "unmatched_ends", NULL);
-    assert_int_equal(meta_ll(r, "dropped_events"), 2 * (300 - ST_MAX_DEPTH - 1));
+    assert_int_equal(meta_ll(r, "dropped_events"), 2 * (300 - ST_MAX_DEPTH));
     st_range_iter *ri;
     assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
     st_range rg;
-    int expect_depth = ST_MAX_DEPTH;
+    int expect_depth = ST_MAX_DEPTH - 1;
     while (st_range_iter_next(ri, &rg) == 1) {
         assert_int_equal(rg.depth, (uint32_t)expect_depth); /* innermost ends first */
         assert_int_equal(rg.stage, (uint32_t)(expect_depth % 2 ? s1 : s0));
@@ -1304,6 +1304,45 @@ static void test_unregistered_stage_id(void **state)
     st_reader_close(r);
 }
 
+/* st_signal_flush's status codes: ST_ESTATE with no trace or a disabled one,
+ * ST_ETIMEDOUT when the writer answers too late (a slow writer with records
+ * pending; the request stays and the trace still ends "interrupted"), ST_OK
+ * when it answers in time. */
+static void test_signal_flush_codes(void **state)
+{
+    (void)state;
+    assert_int_equal(st_signal_flush(10), ST_ESTATE);
+    char path[PATH_MAX];
+    st_options o;
+    tmp_path(path, sizeof path, "sigflush-off.sqlite");
+    options(&o, path);
+    o.enabled = 0;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_int_equal(st_signal_flush(10), ST_ESTATE);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    tmp_path(path, sizeof path, "sigflush.sqlite");
+    options(&o, path);
+    o.ring_records = 64;
+    o.commit_ms = 60000;
+    st__test_set_writer_delay(300000);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    for (int i = 0; i < 20; i++) {
+        st_begin((st_stage)s);
+        st_end((st_stage)s);
+    }
+    assert_int_equal(st_signal_flush(20), ST_ETIMEDOUT);
+    assert_int_equal(st_signal_flush(-1), ST_OK);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "interrupted");
+    st_reader_close(r);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_tracer")) return 1;
@@ -1325,6 +1364,7 @@ int main(void)
         cmocka_unit_test(test_unmatched_and_unregistered),
         cmocka_unit_test(test_dropped_counts_live),
         cmocka_unit_test(test_unregistered_stage_id),
+        cmocka_unit_test(test_signal_flush_codes),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

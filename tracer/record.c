@@ -87,7 +87,7 @@ static __attribute__((noinline)) void count_drop(st_ring *r, uint64_t n)
  * cached limit (refreshed here: stages registered since), or no room seen. */
 static __attribute__((noinline)) void begin_slow(st_ring *r, st_stage stage, int64_t ts, uint32_t d)
 {
-    if (d < ST_STACK_MAX) {
+    if (d < ST_MAX_DEPTH) {
         if (stage >= r->w_stage_limit)
             r->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
         /* An id that was never registered is dropped (and counted), so it
@@ -110,7 +110,7 @@ static inline void record_begin(st_ring *r, st_stage stage, int64_t ts)
 {
     uint32_t d = r->w_depth++;
     uint64_t reserved = r->w_reserved + 2;
-    if (likely(d < ST_STACK_MAX && stage < r->w_stage_limit && reserved <= r->w_limit)) {
+    if (likely(d < ST_MAX_DEPTH && stage < r->w_stage_limit && reserved <= r->w_limit)) {
         uint64_t h = r->w_head;
         put(slot(r, h), ts, stage, ST_REC_BEGIN);
         r->w_reserved = reserved;
@@ -139,8 +139,8 @@ static __attribute__((noinline)) void end_slow(st_ring *r, st_stage stage, int64
         return;
     }
     uint32_t d = --r->w_depth;
-    if (d >= ST_STACK_MAX || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
-        if (d < ST_STACK_MAX) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
+    if (d >= ST_MAX_DEPTH || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
+        if (d < ST_MAX_DEPTH) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
         r->w_dropped_open--;
         count_drop(r, 1);
     } else {

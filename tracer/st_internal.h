@@ -1,5 +1,6 @@
 /* st_internal.h: what the recording side of libstagetrace shares between
- * its files (the ring, the per-thread state, the trace object). Not
+ * its files (the clock, the per-thread state, the trace object; the ring is
+ * in ring.h). Not
  * installed; programs use stagetrace.h only. */
 #ifndef ST_INTERNAL_H
 #define ST_INTERNAL_H
@@ -9,56 +10,12 @@
 #include <stdint.h>
 
 #include "encoding.h"
+#include "ring.h"
 #include "stagetrace.h"
 #include "st_intervals.h"
 
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
-
-/* ---- ring records ---- */
-enum st_rec_type {
-    ST_REC_BEGIN = 1,   /* id = stage */
-    ST_REC_END = 2,     /* id = stage */
-    ST_REC_COUNTER = 3, /* id = counter, arg = double bits */
-    ST_REC_MARK = 4,    /* arg = const char * (literal) */
-    ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
-    ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
-};
-
-typedef struct st_record {
-    int64_t ts;   /* raw clock (TSC ticks or ns; see clock.c) */
-    uint64_t arg;
-    uint32_t id;
-    uint32_t type;
-} st_record;      /* 24 bytes */
-
-/* Single-producer (the owning thread) single-consumer (the writer) ring.
- * The first cache line is the producer's own state (record.c): the hot
- * path reads and writes only it, the ring's slots and `head`. */
-typedef struct st_ring {
-    _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */
-    uint64_t w_reserved;                /* w_head + the ends owed to recorded begins */
-    uint64_t w_limit;                   /* last tail seen + capacity: room while
-                                           w_reserved + n <= w_limit */
-    st_record *w_buf;                   /* = buf */
-    uint32_t w_mask;                    /* = mask */
-    uint32_t w_depth;                   /* open begins, dropped or not */
-    uint32_t w_stage_limit;             /* st_stage_limit when last read */
-    uint32_t w_dropped_open;            /* open begins that were dropped */
-    uint8_t w_use_tsc, w_nvtx, w_block; /* copies of the clock, NVTX, blocking mode */
-    uint8_t w_fast;                     /* w_use_tsc && !w_nvtx: record.c's fast path */
-    uint64_t w_dropped_depths[ST_STACK_MAX / 64]; /* depths of dropped open begins */
-    _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
-    _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
-    _Alignas(64) _Atomic uint64_t dropped;
-    _Atomic int retired;                /* producer gone; free once drained */
-    uint32_t mask;
-    uint32_t thread_id;
-    st_record *buf;
-} st_ring;
-/* A ring's slot in st_trace.threads is cleared, and its drops added to
- * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
- * so that st_dropped can sum the live rings under the same lock. */
 
 /* ---- clock ---- */
 int st_clock_init(int force_monotonic);

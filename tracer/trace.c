@@ -566,7 +566,7 @@ int st_flush(st_trace *t)
 int st_signal_flush(int timeout_ms)
 {
     st_trace *t = st_active_trace;
-    if (!t || !t->opt.enabled) return -1;
+    if (!t || !t->opt.enabled) return ST_ESTATE;
     int saved = errno;
     char c = 1, drain[64];
     /* Forget answers to earlier requests, then ask. */
@@ -574,11 +574,11 @@ int st_signal_flush(int timeout_ms)
     }
     if (write(t->sig_req_pipe[1], &c, 1) < 0) {
         errno = saved;
-        return -1;
+        return ST_EIO;
     }
     struct pollfd p = {.fd = t->sig_resp_pipe[0], .events = POLLIN};
-    int rc = -1;
-    if (poll(&p, 1, timeout_ms) == 1 && read(t->sig_resp_pipe[0], drain, 1) == 1) rc = 0;
+    int rc = ST_ETIMEDOUT;
+    if (poll(&p, 1, timeout_ms) == 1 && read(t->sig_resp_pipe[0], drain, 1) == 1) rc = ST_OK;
     errno = saved;
     return rc;
 }

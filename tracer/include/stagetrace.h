@@ -68,6 +68,7 @@ enum st_status {
     ST_ECORRUPT = -7, /* (reader) a chunk or table does not decode */
     ST_EVERSION = -8, /* (reader) unknown schema version */
     ST_EBUSY = -9,    /* the trace file is being written by another process */
+    ST_ETIMEDOUT = -10, /* st_signal_flush: the writer did not answer in time */
 };
 
 /* Stage kinds: what the analyzer uses for bottleneck attribution. */
@@ -90,7 +91,10 @@ typedef uint16_t st_counter; /* id returned by st_counter_register */
 #define ST_MAX_STAGES 4096
 #define ST_MAX_THREADS 1024
 #define ST_MAX_COUNTERS 4096
-#define ST_MAX_DEPTH 255
+/* Ranges open at once on one thread (depths 0..ST_MAX_DEPTH-1): a begin
+ * deeper than that is dropped and counted, and so is its end. Readers and
+ * the analyzer use the same limit (docs/trace-format.md). */
+#define ST_MAX_DEPTH 256
 /* Longest thread, role, stage, counter or unit name, in bytes (readers refuse longer ones). */
 #define ST_NAME_MAX 256
 
@@ -192,8 +196,13 @@ ST_API int st_close(st_trace *trace);
 ST_API int st_flush(st_trace *trace);
 
 /* Async-signal-safe: asks the writer to commit everything recorded so far
- * and to mark the trace "interrupted", and waits up to timeout_ms for it.
- * Returns 0 when the trace was flushed, -1 on timeout or no trace. */
+ * and to mark the trace "interrupted", and waits up to timeout_ms for it
+ * (a negative timeout_ms waits without limit). Returns ST_OK when the
+ * writer committed, ST_ESTATE when no trace is open or it was opened with
+ * enabled = 0, ST_ETIMEDOUT when the writer did not answer within
+ * timeout_ms (the request stays: it commits and marks the trace as soon as
+ * it can), ST_EIO when the request could not be sent. Being called from a
+ * signal handler, it sets no st_last_error() message and keeps errno. */
 ST_API int st_signal_flush(int timeout_ms);
 
 /* Installs SIGINT/SIGTERM handlers that call st_signal_flush, set the flag
