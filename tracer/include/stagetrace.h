@@ -26,8 +26,10 @@
  *    do the same test). Compiled with -DST_DISABLE, the hot-path calls
  *    (st_begin, st_end, st_counter_set, st_mark, st_step) and ST_SCOPE,
  *    ST_SCOPE_AUTO compile to nothing and reference no library symbol; their
- *    arguments are still evaluated. Setup calls (st_open, registration,
- *    st_close, ...) stay real calls.
+ *    arguments are still evaluated. Every other call (st_open,
+ *    registration, st_close, ...) is an inline stub too (what each returns
+ *    is listed at the stubs, near the end): a program compiled with
+ *    -DST_DISABLE links with no stagetrace library.
  *  - Functions that can fail return ST_OK (0) or a negative ST_E* code;
  *    st_last_error() gives a one-line message for the calling thread.
  */
@@ -46,7 +48,17 @@ extern "C" {
  * interval aggregator, the store) stays inside it. A build may define
  * ST_API itself before including this header (the SQLite extension defines
  * it empty: it exports only its entry points). */
-#ifndef ST_API
+#if defined(ST_DISABLE)
+/* Every function below becomes a static inline stub (defined at the end of
+ * this header): a program compiled with -DST_DISABLE links with no
+ * stagetrace library. */
+#undef ST_API
+#if defined(__GNUC__)
+#define ST_API static inline __attribute__((unused))
+#else
+#define ST_API static inline
+#endif
+#elif !defined(ST_API)
 #if defined(__GNUC__)
 #define ST_API __attribute__((visibility("default")))
 #else
@@ -249,6 +261,7 @@ ST_API void st_mark(const char *literal_name);
 ST_API void st_step(uint64_t step, uint64_t tokens);
 #endif
 
+#if !defined(ST_DISABLE)
 struct st_ring;
 #if defined(__GNUC__)
 /* The calling thread's ring; NULL when it does not record. */
@@ -259,6 +272,7 @@ ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
 ST_API void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
 ST_API void st__ring_mark(struct st_ring *ring, const char *literal_name);
 ST_API void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+#endif
 
 #if defined(ST_DISABLE)
 static inline void st_begin(st_stage stage) { (void)stage; }
@@ -319,6 +333,91 @@ ST_API int st_gpu_start(st_trace *trace);
 
 /* Nanoseconds on the trace's clock (the clock every record uses). */
 ST_API int64_t st_now_ns(void);
+
+#if defined(ST_DISABLE)
+/* -DST_DISABLE: every call is a stub that records nothing and touches no
+ * library symbol. What they return: st_open gives a NULL trace and ST_OK;
+ * st_close, st_flush, st_signal_flush, st_install_signal_handlers and
+ * st_gpu_start return ST_OK; st_stage_register, st_counter_register and
+ * st_thread_register return 0 (every stage, counter and thread gets id 0);
+ * st_enabled, st_interrupted, st_dropped and st_now_ns return 0; st_path
+ * returns ""; st_last_error returns "no error"; st_kind_name and
+ * st_kind_parse work as in the library; st_window_format writes "" and
+ * returns 0; st_options_init fills the library's defaults. No signal
+ * handler is installed, so SIGINT and SIGTERM keep their default action. */
+ST_API void st_options_init(st_options *opt)
+{
+    st_options defaults = {0};
+    defaults.enabled = 1;
+    defaults.program = "stagetrace";
+    defaults.world_size = 1;
+    defaults.ring_records = 262144;
+    defaults.commit_ms = 250;
+    defaults.retry_mib = 64;
+    defaults.nvtx = -1;
+    if (opt) *opt = defaults;
+}
+ST_API const char *st_kind_name(st_kind kind)
+{
+    static const char *const names[ST_KIND_COUNT] = {"work", "wait_input", "wait_output",
+                                                     "sync", "comm", "copy"};
+    return (unsigned)kind < ST_KIND_COUNT ? names[kind] : "unknown";
+}
+ST_API int st_kind_parse(const char *name)
+{
+    for (int i = 0; name && i < ST_KIND_COUNT; i++) {
+        const char *a = name, *b = st_kind_name((st_kind)i);
+        while (*a && *a == *b) a++, b++;
+        if (*a == *b) return i;
+    }
+    return -1;
+}
+ST_API size_t st_window_format(const st_window *window, char *buf, size_t size)
+{
+    (void)window;
+    if (buf && size > 0) buf[0] = '\0';
+    return 0;
+}
+ST_API int st_open(st_trace **out, const st_options *opt)
+{
+    (void)opt;
+    if (out) *out = (st_trace *)0;
+    return ST_OK;
+}
+ST_API int st_close(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_flush(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_signal_flush(int timeout_ms) { (void)timeout_ms; return ST_OK; }
+ST_API int st_install_signal_handlers(st_trace *trace, int exit_on_term)
+{
+    (void)trace; (void)exit_on_term;
+    return ST_OK;
+}
+ST_API int st_interrupted(void) { return 0; }
+ST_API int st_enabled(const st_trace *trace) { (void)trace; return 0; }
+ST_API const char *st_path(const st_trace *trace) { (void)trace; return ""; }
+ST_API const char *st_last_error(void) { return "no error"; }
+ST_API int st_stage_register(st_trace *trace, const char *name, st_kind kind)
+{
+    (void)trace; (void)name; (void)kind;
+    return 0;
+}
+ST_API int st_counter_register(st_trace *trace, const char *name, const char *unit)
+{
+    (void)trace; (void)name; (void)unit;
+    return 0;
+}
+ST_API int st_thread_register(st_trace *trace, const char *name, const char *role,
+                              int device, int rank)
+{
+    (void)trace; (void)name; (void)role; (void)device; (void)rank;
+    return 0;
+}
+ST_API void st_thread_unregister(void) {}
+ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
+ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
+ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int64_t st_now_ns(void) { return 0; }
+#endif
 
 /* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
 #if defined(ST_DISABLE)
