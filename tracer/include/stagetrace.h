@@ -347,7 +347,11 @@ ST_API int64_t st_now_ns(void);
  * handler is installed, so SIGINT and SIGTERM keep their default action. */
 ST_API void st_options_init(st_options *opt)
 {
+#ifdef __cplusplus
+    st_options defaults = st_options();
+#else
     st_options defaults = {0};
+#endif
     defaults.enabled = 1;
     defaults.program = "stagetrace";
     defaults.world_size = 1;
