@@ -34,6 +34,9 @@ double st_clock_tsc_hz(void);          /* 0 when monotonic */
 
 /* ---- errors ---- */
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Passes one message to the trace's options.log (nothing when it is NULL),
+ * under t->log_lock. level: ST_LOG_*. */
+void st_log(st_trace *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- NVTX (nvtx.c); all no-ops without NVTX headers ---- */
 void st_nvtx_init(const char *domain_name);
@@ -71,6 +74,7 @@ struct st_trace {
     char *program;
     sqlite3 *db;
     pthread_mutex_t lock;           /* registration */
+    pthread_mutex_t log_lock;       /* one options.log call at a time */
     pthread_cond_t flushed;
     pthread_t writer;
     int writer_started;

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,19 @@
 
 st_trace *st_active_trace;
 _Atomic uint32_t st_stage_limit;
+
+void st_log(st_trace *t, int level, const char *fmt, ...)
+{
+    if (!t || !t->opt.log) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&t->log_lock);
+    t->opt.log(level, msg, t->opt.log_arg);
+    pthread_mutex_unlock(&t->log_lock);
+}
 
 static _Atomic uint32_t test_writer_delay_us;
 static _Atomic int test_checkpoint_on_writer;
@@ -376,6 +390,7 @@ static void free_trace(st_trace *t)
     }
     st_agg_free(t->agg);
     pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->log_lock);
     pthread_cond_destroy(&t->flushed);
     pthread_mutex_destroy(&t->gpu_lock);
     free(t->gpu_items);
@@ -414,6 +429,7 @@ int st_open(st_trace **out, const st_options *opt)
     t->opt.argv = NULL;
     t->opt.argc = 0;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->log_lock, NULL);
     pthread_cond_init(&t->flushed, NULL);
     pthread_mutex_init(&t->gpu_lock, NULL);
     atomic_store(&t->gpu_dropped, -1);

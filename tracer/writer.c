@@ -681,7 +681,7 @@ static void final_commit(st_trace *t, writer *w)
                  "trace '%s': the last commit failed (%s): the file keeps its previous commit, "
                  "which does not say complete",
                  t->path, sqlite3_errmsg(t->db));
-        fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
+        st_log(t, ST_LOG_ERROR, "%s", t->writer_msg);
     }
 }
 

@@ -158,6 +158,25 @@ typedef void (*st_window_fn)(const st_window *window, void *arg);
  * cut when the result is >= size. Thread-safe. */
 ST_API size_t st_window_format(const st_window *window, char *buf, size_t size);
 
+/* ---- log messages ----
+ * The library never writes to stderr (or anywhere) by itself. What it has
+ * to say outside a call's status code and st_last_error() (the writer
+ * thread's failures and recoveries, a misuse seen on the hot path) goes to
+ * options.log when it is set, and nowhere when it is NULL (the default).
+ * msg is one line without a trailing newline or a "stagetrace: " prefix,
+ * valid during the call only. Calls are serialized (one at a time per
+ * trace), on the writer thread or on the thread whose call caused the
+ * message; the callback must not call stagetrace functions. */
+enum st_log_level {
+    ST_LOG_ERROR = 1,   /* data will not reach the trace as asked: a failed
+                           final commit, records discarded */
+    ST_LOG_WARNING = 2, /* degraded but nothing lost yet (commits failing,
+                           records kept in memory), or a misuse (a call from
+                           an unregistered thread) */
+    ST_LOG_INFO = 3,    /* back to normal (written again after failures) */
+};
+typedef void (*st_log_fn)(int level, const char *msg, void *arg);
+
 typedef struct st_options {
     const char *path;        /* trace file; required when enabled */
     int enabled;             /* 0: no trace, no NVTX; hot path is one branch */
@@ -183,6 +202,8 @@ typedef struct st_options {
     void *on_window_arg;
     int nvtx;                /* -1 default (on), 0 off, 1 on */
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
+    st_log_fn log;           /* where messages go; NULL: nowhere (see above) */
+    void *log_arg;
 } st_options;
 
 ST_API void st_options_init(st_options *opt);
