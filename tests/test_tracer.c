@@ -1304,6 +1304,102 @@ static void test_unregistered_stage_id(void **state)
     st_reader_close(r);
 }
 
+/* Calls from unregistered threads are reported through options.log and the
+ * calling thread's st_last_error(): once per thread and trace, whichever
+ * call comes first (st_begin, st_step, st_counter_set, st_mark; st_end
+ * alone is not), inline or through the exported functions; never for a
+ * registered thread, a disabled trace, or after st_close. */
+typedef struct unreg_log {
+    int n, levels[8];
+    char lines[8][512];
+} unreg_log;
+
+static void unreg_collect(int level, const char *msg, void *arg)
+{
+    unreg_log *l = arg;
+    if (l->n < 8) {
+        l->levels[l->n] = level;
+        snprintf(l->lines[l->n], sizeof l->lines[0], "%s", msg);
+    }
+    l->n++;
+}
+
+static char unreg_error[512];
+static void *unreg_step_worker(void *arg)
+{
+    (void)arg;
+    st_step(3, 0);
+    st_step(4, 0);
+    st_begin(0);
+    snprintf(unreg_error, sizeof unreg_error, "%s", st_last_error());
+    return NULL;
+}
+
+static void test_unregistered_calls_reported(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "unreg-log.sqlite");
+    st_options o;
+    options(&o, path);
+    unreg_log seen = {0};
+    o.log = unreg_collect;
+    o.log_arg = &seen;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int a = st_stage_register(trace, "a", ST_WORK);
+    assert_true(a >= 0);
+    st_end((st_stage)a); /* an end alone: not reported */
+    assert_int_equal(seen.n, 0);
+    st_begin((st_stage)a); /* main, unregistered: reported once */
+    st_end((st_stage)a);
+    st_step(1, 0);
+    st_mark("m");
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.levels[0], ST_LOG_WARNING);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "trace '%s': st_begin called from thread ", path);
+    if (strncmp(seen.lines[0], want, strlen(want)) ||
+        !strstr(seen.lines[0], ", which is not registered (st_thread_register): its calls are not recorded"))
+        fail_msg("unexpected report: %s", seen.lines[0]);
+    if (!strstr(st_last_error(), "st_begin called from thread ")) fail_msg("st_last_error: %s", st_last_error());
+
+    pthread_t th; /* another thread: reported once, for its first call */
+    assert_int_equal(pthread_create(&th, NULL, unreg_step_worker, NULL), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(seen.n, 2);
+    if (!strstr(seen.lines[1], "': st_step called from thread ")) fail_msg("unexpected report: %s", seen.lines[1]);
+    if (!strstr(unreg_error, "st_step called from thread ")) fail_msg("worker's st_last_error: %s", unreg_error);
+
+    assert_int_equal(st_thread_register(trace, "main", "main", -1, 0), 0);
+    st_step(0, 0);
+    st_begin((st_stage)a);
+    st_end((st_stage)a);
+    st_step(1, 0);
+    assert_int_equal(seen.n, 2); /* registered: nothing to say */
+    assert_int_equal(st_close(trace), ST_OK);
+    st_begin((st_stage)a); /* no trace open */
+    st_step(2, 0);
+    assert_int_equal(seen.n, 2);
+
+    /* A second trace reports the main thread again; a disabled one never. */
+    tmp_path(path, sizeof path, "unreg-log2.sqlite");
+    options(&o, path);
+    o.log = unreg_collect;
+    o.log_arg = &seen;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_counter_set(0, 1.0);
+    assert_int_equal(seen.n, 3);
+    if (!strstr(seen.lines[2], "': st_counter_set called from thread ")) fail_msg("unexpected report: %s", seen.lines[2]);
+    assert_int_equal(st_close(trace), ST_OK);
+    o.enabled = 0;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_begin(0);
+    st_step(1, 0);
+    assert_int_equal(st_close(trace), ST_OK);
+    assert_int_equal(seen.n, 3);
+}
+
 /* st_signal_flush's status codes: ST_ESTATE with no trace or a disabled one,
  * ST_ETIMEDOUT when the writer answers too late (a slow writer with records
  * pending; the request stays and the trace still ends "interrupted"), ST_OK
@@ -1365,6 +1461,7 @@ int main(void)
         cmocka_unit_test(test_dropped_counts_live),
         cmocka_unit_test(test_unregistered_stage_id),
         cmocka_unit_test(test_signal_flush_codes),
+        cmocka_unit_test(test_unregistered_calls_reported),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

@@ -143,6 +143,11 @@ void st__test_set_writer_delay(uint32_t us);
  * checkpointer thread (the default). */
 void st__test_set_checkpoint_on_writer(int on);
 
+/* Calls from unregistered threads (record.c): st_open passes the enabled
+ * trace that reports them, st_close passes NULL before it stops the writer
+ * (after which no report uses the trace). */
+void st_unregistered_watch(st_trace *t);
+
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */
 void st_wake_writer(st_trace *t);

@@ -477,6 +477,7 @@ int st_open(st_trace **out, const st_options *opt)
         return rc;
     }
     *out = t;
+    st_unregistered_watch(t);
     return ST_OK;
 }
 
@@ -486,6 +487,7 @@ int st_close(st_trace *t)
     st_thread_unregister();
     int rc = ST_OK;
     if (t->opt.enabled) {
+        st_unregistered_watch(NULL);
         /* GPU activity first: CUPTI's forced flush hands over the last
          * buffers, which the writer's final commit then stores. */
         if (t->gpu_stop) t->gpu_stop(t);

@@ -15,13 +15,18 @@
  *    A thread, role, stage, counter or unit name is at most ST_NAME_MAX
  *    bytes: a longer one is refused (ST_EINVAL).
  *  - st_begin, st_end, st_counter_set, st_mark and st_step are called only by
- *    registered threads; on any other thread they do nothing. They take no
- *    lock, allocate nothing and make no system call.
+ *    registered threads. They take no lock, allocate nothing and make no
+ *    system call. On any other thread they record nothing, and while an
+ *    enabled trace is open the first st_begin, st_counter_set, st_mark or
+ *    st_step of such a thread is reported, once per thread and trace, as an
+ *    ST_LOG_WARNING through options.log and in that thread's
+ *    st_last_error() (st_end alone is not reported).
  *  - Registration functions, st_flush and st_close are thread-safe.
  *    st_signal_flush is async-signal-safe; nothing else is.
- *  - With profiling disabled (options.enabled = 0, no trace open, or an
- *    unregistered thread) every hot-path call is inline: one thread-local
- *    load and one predictable branch, no function call (GCC and Clang;
+ *  - With profiling disabled (options.enabled = 0, no trace open) every
+ *    hot-path call is inline: one thread-local load and one predictable
+ *    branch, then (st_end excepted) one load of a global flag and a second
+ *    predictable branch, no function call (GCC and Clang;
  *    other compilers, or -DST_NO_INLINE, call the exported functions, which
  *    do the same test). Compiled with -DST_DISABLE, the hot-path calls
  *    (st_begin, st_end, st_counter_set, st_mark, st_step) and ST_SCOPE,
@@ -293,6 +298,10 @@ ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
 ST_API void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
 ST_API void st__ring_mark(struct st_ring *ring, const char *literal_name);
 ST_API void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+/* 1 while an enabled trace is open; a call from a thread with no ring then
+ * reports itself through st__unregistered (out of line, once per thread). */
+ST_API extern int st__recording;
+ST_API void st__unregistered(const char *call);
 #endif
 
 #if defined(ST_DISABLE)
@@ -307,6 +316,8 @@ ST__HOT void st_begin(st_stage stage)
 {
     struct st_ring *ring = st__thread_ring;
     if (ring) st__ring_begin(ring, stage);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_begin");
 }
 ST__HOT void st_end(st_stage stage)
 {
@@ -317,16 +328,22 @@ ST__HOT void st_counter_set(st_counter counter, double value)
 {
     struct st_ring *ring = st__thread_ring;
     if (ring) st__ring_counter(ring, counter, value);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_counter_set");
 }
 ST__HOT void st_mark(const char *literal_name)
 {
     struct st_ring *ring = st__thread_ring;
     if (ring) st__ring_mark(ring, literal_name);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_mark");
 }
 ST__HOT void st_step(uint64_t step, uint64_t tokens)
 {
     struct st_ring *ring = st__thread_ring;
     if (ring) st__ring_step(ring, step, tokens);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_step");
 }
 #undef ST__HOT
 #endif
