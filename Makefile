@@ -113,6 +113,13 @@ TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
 EXT_SRC := tracer/vtab.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
 LIB_A := $(BUILD)/libstagetrace.a
+# The shared library: libstagetrace.so.$(ST_VERSION) with SONAME
+# libstagetrace.so.$(ST_SOVERSION) (the ABI: bumped when stagetrace.h's
+# ST_API functions or types change incompatibly), and the links
+# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it.
+ST_VERSION := 0.1.0
+ST_SOVERSION := 0
+LIB_SO_REAL := $(BUILD)/libstagetrace.so.$(ST_VERSION)
 LIB_SO := $(BUILD)/libstagetrace.so
 EXT_SO := $(BUILD)/stagetrace_ext.so
 
@@ -122,7 +129,7 @@ $(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
+lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc $(BUILD)/stagetrace-gpu.pc
 
 $(BUILD)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
 	@mkdir -p $(dir $@)
@@ -144,15 +151,24 @@ $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(TRACER_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+$(LIB_SO_REAL): $(TRACER_OBJ)
+	$(CC) -shared -Wl,-soname,libstagetrace.so.$(ST_SOVERSION) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+$(LIB_SO): $(LIB_SO_REAL)
+	ln -sf $(notdir $<) $(BUILD)/libstagetrace.so.$(ST_SOVERSION)
+	ln -sf libstagetrace.so.$(ST_SOVERSION) $@
 
 $(EXT_SO): $(EXT_OBJ)
 	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
 
+# pkg-config: stagetrace (the library; SQLite and the rest are private, for
+# static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
+# st_gpu_start in CUDA builds; it requires stagetrace).
 $(BUILD)/stagetrace.pc: Makefile
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: 0.1.0\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+$(BUILD)/stagetrace-gpu.pc: Makefile
+	@mkdir -p $(dir $@)
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
 KERNELS_SRC := $(sort $(wildcard kernels/*.c))
@@ -271,13 +287,21 @@ bench: all $(BENCH_BIN)
 demo: deps lib programs
 	@ST_BUILD=$(BUILD) bash samples/demo.sh $(BUILD)
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+# make install PREFIX=/usr/local DESTDIR=: the libraries (shared with its
+# SONAME links, static, GPU), the public headers (tracer/include), the
+# pkg-config files, the SQLite extension, and the analyze and trainer programs.
+INSTALL_PROGRAMS := $(filter $(BUILD)/analyze $(BUILD)/trainer,$(PROGRAMS))
+install: lib $(INSTALL_PROGRAMS)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(LIB_A) $(LIB_GPU) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO_REAL) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libstagetrace.so.$(ST_VERSION) $(DESTDIR)$(PREFIX)/lib/libstagetrace.so.$(ST_SOVERSION)
+	ln -sf libstagetrace.so.$(ST_SOVERSION) $(DESTDIR)$(PREFIX)/lib/libstagetrace.so
 	install -m 644 tracer/include/*.h $(DESTDIR)$(PREFIX)/include/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace.pc
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace-gpu.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace-gpu.pc
 	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
+	$(if $(INSTALL_PROGRAMS),install -m 755 $(INSTALL_PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
 
 clean:
 	rm -rf build
