@@ -153,7 +153,7 @@ done
 # libstagetrace.so exports what stagetrace.h marks ST_API, and nothing else
 # (no internal function, no mutable global; st_gpu_start lives in
 # libstagetrace_gpu.a); the SQLite extension exports its entry points only.
-api=$(grep -E '^ST_API ' "$ROOT/tracer/include/stagetrace.h" | sed -E 's/\(.*//; s/ __attribute__.*//; s/.*[ *]//' \
+api=$(grep -E '^ST_API ' "$ROOT/tracer/include/stagetrace.h" | sed -E 's/\(.*//; s/;.*//; s/ __attribute__.*//; s/.*[ *]//' \
       | grep -v '^st_gpu_start$' | sort -u | tr '\n' ' ')
 exported=$(nm -D --defined-only "$BUILD/libstagetrace.so" | awk '$2 ~ /^[TDBRV]$/ {print $3}' | sort | tr '\n' ' ')
 [ "$api" = "$exported" ] || fail "libstagetrace.so exports [$exported], stagetrace.h's ST_API declarations are [$api]"
