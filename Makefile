@@ -24,7 +24,10 @@ endif
 
 OPT ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC
-INCLUDES := -Itracer -Ikernels
+# tracer/include is the public API (installed); tracer/ holds the library's
+# internal headers (st_*.h, encoding.h, ring.h), for its own files, analyze,
+# the tests and the benchmarks.
+INCLUDES := -Itracer/include -Itracer -Ikernels
 LDLIBS := -lsqlite3 -lpthread -lm -ldl
 
 # ---- dependency probes ------------------------------------------------------
@@ -110,6 +113,13 @@ TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
 EXT_SRC := tracer/vtab.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
 LIB_A := $(BUILD)/libstagetrace.a
+# The shared library: libstagetrace.so.$(ST_VERSION) with SONAME
+# libstagetrace.so.$(ST_SOVERSION) (the ABI: bumped when stagetrace.h's
+# ST_API functions or types change incompatibly), and the links
+# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it.
+ST_VERSION := 0.1.0
+ST_SOVERSION := 0
+LIB_SO_REAL := $(BUILD)/libstagetrace.so.$(ST_VERSION)
 LIB_SO := $(BUILD)/libstagetrace.so
 EXT_SO := $(BUILD)/stagetrace_ext.so
 
@@ -119,29 +129,46 @@ $(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc
+lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc $(BUILD)/stagetrace-gpu.pc
 
-$(BUILD)/obj/%.o: %.c $(wildcard tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
+$(BUILD)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/*.h)
+# The library's objects: only what stagetrace.h marks ST_API is exported by
+# libstagetrace.so; the archive still links every internal symbol (analyze,
+# the tests and the benchmarks use them).
+$(BUILD)/obj/tracer/%.o: tracer/%.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -fvisibility=hidden -c $< -o $@
+
+# The SQLite extension exports its entry points only (ST_API empty).
+$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
 
 $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(TRACER_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+$(LIB_SO_REAL): $(TRACER_OBJ)
+	$(CC) -shared -Wl,-soname,libstagetrace.so.$(ST_SOVERSION) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+$(LIB_SO): $(LIB_SO_REAL)
+	ln -sf $(notdir $<) $(BUILD)/libstagetrace.so.$(ST_SOVERSION)
+	ln -sf libstagetrace.so.$(ST_SOVERSION) $@
 
 $(EXT_SO): $(EXT_OBJ)
 	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
 
+# pkg-config: stagetrace (the library; SQLite and the rest are private, for
+# static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
+# st_gpu_start in CUDA builds; it requires stagetrace).
 $(BUILD)/stagetrace.pc: Makefile
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: 0.1.0\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+$(BUILD)/stagetrace-gpu.pc: Makefile
+	@mkdir -p $(dir $@)
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
 KERNELS_SRC := $(sort $(wildcard kernels/*.c))
@@ -161,7 +188,7 @@ CUDA_LDLIBS := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUD
 ifneq ($(HAVE_CUDA),)
 CFLAGS_BASE += -DST_WITH_CUDA $(if $(HAVE_CUBLAS),-DST_WITH_CUBLAS) $(if $(HAVE_NCCL),-DST_WITH_NCCL) $(if $(HAVE_CUPTI),-DST_WITH_CUPTI -isystem $(CUPTI_INC))
 endif
-$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/*.h trainer/*.h)
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/include/*.h tracer/*.h trainer/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -c $< -o $@
 $(BUILD)/libkernels_cuda.a: $(KERNELS_CU_OBJ)
@@ -268,13 +295,21 @@ bench: all $(BENCH_BIN)
 demo: deps lib programs
 	@ST_BUILD=$(BUILD) bash samples/demo.sh $(BUILD)
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 tracer/stagetrace.h $(DESTDIR)$(PREFIX)/include/
+# make install PREFIX=/usr/local DESTDIR=: the libraries (shared with its
+# SONAME links, static, GPU), the public headers (tracer/include), the
+# pkg-config files, the SQLite extension, and the analyze and trainer programs.
+INSTALL_PROGRAMS := $(filter $(BUILD)/analyze $(BUILD)/trainer,$(PROGRAMS))
+install: lib $(INSTALL_PROGRAMS)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(LIB_A) $(LIB_GPU) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO_REAL) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libstagetrace.so.$(ST_VERSION) $(DESTDIR)$(PREFIX)/lib/libstagetrace.so.$(ST_SOVERSION)
+	ln -sf libstagetrace.so.$(ST_SOVERSION) $(DESTDIR)$(PREFIX)/lib/libstagetrace.so
+	install -m 644 tracer/include/*.h $(DESTDIR)$(PREFIX)/include/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace.pc
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace-gpu.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace-gpu.pc
 	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
+	$(if $(INSTALL_PROGRAMS),install -m 755 $(INSTALL_PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
 
 clean:
 	rm -rf build
@@ -293,7 +328,7 @@ FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/i
 # libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
 FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a
 FUZZ_ANALYZE_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out analyze/main.c,$(sort $(wildcard analyze/*.c))))
-$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_SAN)) -c $< -o $@
@@ -301,15 +336,15 @@ $(FUZZ_LIB_ANALYZE): $(FUZZ_ANALYZE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' | \
 	$(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null
-$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@$(FUZZ_PROBE) || { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer: apt-get install libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
-$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h)
+$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
-$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c $(wildcard tracer/*.h tests/tracegen.h)
+$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h tests/tracegen.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds

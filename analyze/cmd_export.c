@@ -76,7 +76,7 @@ typedef struct chrome {
     uint32_t tid;
     pending *queue;     /* ring of QUEUE_MAX */
     uint64_t head_seq, n_queued;
-    uint64_t open_seq[ST_STACK_MAX + 1];
+    uint64_t open_seq[ST_MAX_DEPTH + 1];
     uint64_t n_events, n_skipped_samples;
     an_progress progress;
 } chrome;
@@ -180,20 +180,20 @@ static void on_begin(chrome *c, const st_event *ev)
          * becomes a "B" event now, its end an "E" event later. */
         pending *p = queued(c, c->head_seq);
         write_begin(c, p, 0);
-        if (p->depth <= ST_STACK_MAX) c->open_seq[p->depth] = EMITTED_BEGIN;
+        if (p->depth <= ST_MAX_DEPTH) c->open_seq[p->depth] = EMITTED_BEGIN;
         c->head_seq++;
         c->n_queued--;
         drain_ready(c);
     }
     uint64_t seq = c->head_seq + c->n_queued++;
     *queued(c, seq) = (pending){ev->stage, ev->depth, ev->ts_ns, 0, 0};
-    if (ev->depth <= ST_STACK_MAX) c->open_seq[ev->depth] = seq;
+    if (ev->depth <= ST_MAX_DEPTH) c->open_seq[ev->depth] = seq;
 }
 
 static void on_end(chrome *c, const st_event *ev)
 {
-    uint64_t seq = ev->depth <= ST_STACK_MAX ? c->open_seq[ev->depth] : NOT_QUEUED;
-    if (ev->depth <= ST_STACK_MAX) c->open_seq[ev->depth] = NOT_QUEUED;
+    uint64_t seq = ev->depth <= ST_MAX_DEPTH ? c->open_seq[ev->depth] : NOT_QUEUED;
+    if (ev->depth <= ST_MAX_DEPTH) c->open_seq[ev->depth] = NOT_QUEUED;
     if (seq == EMITTED_BEGIN) {
         /* Everything queued began inside it, so has ended by now. */
         drain_ready(c);
@@ -219,7 +219,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
     int rc = st_event_iter_open(&it, c->t->r, th->id);
     c->tid = th->id;
     c->head_seq = c->n_queued = 0;
-    for (int i = 0; i <= ST_STACK_MAX; i++) c->open_seq[i] = NOT_QUEUED;
+    for (int i = 0; i <= ST_MAX_DEPTH; i++) c->open_seq[i] = NOT_QUEUED;
     st_event ev;
     while (!rc && (rc = st_event_iter_next(it, &ev)) == 1) {
         rc = 0;

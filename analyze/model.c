@@ -135,7 +135,7 @@ static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_p
     int rc = st_event_iter_open(&it, r, st_reader_thread(r, ti)->id);
     if (rc) return rc;
     const uint32_t n_stages = p->n_stages, n_bins = p->n_bins;
-    uint32_t stack[ST_STACK_MAX + 1];
+    uint32_t stack[ST_MAX_DEPTH + 1];
     uint32_t depth = 0;
     int64_t last = 0, b = 0;
     int started = 0;
@@ -159,7 +159,7 @@ static int scan_thread(an_pipe *p, uint32_t ti, int64_t *ns, uint32_t *cnt, an_p
              * against it otherwise): its time counts as no stage's. */
             uint32_t stage = ev.stage < n_stages ? ev.stage : UINT32_MAX;
             if (b >= 0 && b < n_bins && stage != UINT32_MAX) cnt[(size_t)b * n_stages + stage]++;
-            if (depth <= ST_STACK_MAX) stack[depth++] = stage;
+            if (depth <= ST_MAX_DEPTH) stack[depth++] = stage;
         }
         if (++n == 65536) {
             an_progress_add(prog, n);

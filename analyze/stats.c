@@ -357,7 +357,7 @@ static void want_ranges(ctx *c, uint32_t f, uint32_t ti, want_range *want, uint8
 typedef struct scan_thread {
     uint32_t ti, role, role_group;
     int64_t busy_ns;
-    int64_t child_ns[ST_STACK_MAX + 2];
+    int64_t child_ns[ST_MAX_DEPTH + 2];
 } scan_thread;
 
 /* One range of the thread, clipped to the window [w0, w1]. */
@@ -387,7 +387,7 @@ static inline __attribute__((always_inline)) void scan_range(ctx *c, an_file_sta
                       d);
         return;
     }
-    uint32_t depth = depth_in <= ST_STACK_MAX ? depth_in : ST_STACK_MAX;
+    uint32_t depth = depth_in <= ST_MAX_DEPTH ? depth_in : ST_MAX_DEPTH;
     int64_t kids = th->child_ns[depth + 1];
     th->child_ns[depth + 1] = 0;
     add_ns(&th->child_ns[depth], d, &c->overflow);
@@ -427,7 +427,7 @@ static int scan_thread_end(ctx *c, uint32_t f, st_reader *r, scan_thread *th)
     an_file_stats *fs = &c->s->files[f];
     file_ctx *fc = &c->fc[f];
     const int first_pass = an_quant_pass(c->q) == 1;
-    st_open_range open[ST_STACK_MAX];
+    st_open_range open[ST_MAX_DEPTH];
     int n = st_reader_unended(r, st_reader_thread(r, th->ti)->id, open);
     if (n < 0) return n;
     for (int k = n - 1; k >= 0; k--) {

@@ -5,7 +5,7 @@
  * variants run interleaved, round after round, so that a noisy machine
  * treats them alike:
  *   old   checkpoints on the writer thread (SQLite's auto-checkpoint,
- *         st_options.checkpoint_on_writer = 1), default ring
+ *         st__test_set_checkpoint_on_writer(1)), default ring
  *   new   checkpoints on their own thread (the default), default ring
  *   new/N the default scheme with a ring of N records (ring sizes to try
  *         are given after the other arguments)
@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "st_internal.h" /* st__test_set_checkpoint_on_writer */
 #include "stagetrace.h"
 
 static int64_t now_ns(void)
@@ -78,7 +79,7 @@ static int run(const char *dir, int old_scheme, uint32_t ring, double seconds, d
     o.path = path;
     o.overwrite = 1;
     o.nvtx = 0;
-    o.checkpoint_on_writer = old_scheme;
+    st__test_set_checkpoint_on_writer(old_scheme);
     if (ring) o.ring_records = ring;
     st_trace *trace;
     if (st_open(&trace, &o) != ST_OK) {

@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st_event_cursor_open(&c, p, n, count, limit) != 0) return 0;
     static st_event evs[MAX_EVENTS + 2];
     uint32_t n_ev = 0, open0 = c.depth;
-    static st_open_range head[ST_STACK_MAX];
+    static st_open_range head[ST_MAX_DEPTH];
     memcpy(head, c.stack, sizeof head);
     int64_t prev = c.prev_ts;
     int rc;
@@ -97,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (e->ts_ns < prev) abort();
         if (limit && e->stage >= limit) abort();
         if (e->is_end && e->start_ns > e->ts_ns) abort();
-        if (e->depth >= ST_STACK_MAX) abort();
+        if (e->depth >= ST_MAX_DEPTH) abort();
         prev = e->ts_ns;
         if (++n_ev > count) abort();
     }

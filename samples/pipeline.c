@@ -19,7 +19,6 @@
 #include <time.h>
 
 #include "stagetrace.h"
-#include "st_intervals.h"
 
 typedef struct config {
     long steps, items_per_step, queue_depth, consumers;
@@ -128,6 +127,15 @@ static void print_window(const struct st_window *w, void *arg)
     fflush(stdout);
 }
 
+/* The tracer's messages (a disk that fills up, a failed commit, a call from
+ * an unregistered thread) go to stderr, one line each. */
+static void print_log(int level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)arg;
+    fprintf(stderr, "stagetrace: %s\n", msg);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -206,6 +214,7 @@ int main(int argc, char **argv)
     opt.argv = argv;
     opt.profile_interval = cfg.profile_interval;
     opt.on_window = print_window;
+    opt.log = print_log;
     /* SIGINT and SIGTERM go to main only: the other threads start with them
      * blocked (the trace's writer blocks every signal itself). */
     sigset_t stop_signals, old_mask;

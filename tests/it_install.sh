@@ -1,43 +1,134 @@
 #!/usr/bin/env bash
-# make install honours PREFIX and DESTDIR, installs the static and shared
-# library, stagetrace.h and a pkg-config file, and a program builds and runs
-# against the installed copy alone.
+# it_install.sh: make install honours PREFIX and DESTDIR and installs a
+# complete copy: libstagetrace.so.0.1.0 with its SONAME (libstagetrace.so.0)
+# and links, libstagetrace.a, libstagetrace_gpu.a, the public headers (and
+# no private one), stagetrace.pc and stagetrace-gpu.pc, the SQLite
+# extension, bin/analyze and bin/trainer with their --help. Then, outside
+# the tree and with only the installed files and pkg-config, a program
+# records ranges from two threads, steps from its registered main thread,
+# prints its profile lines through on_window and st_window_format, and the
+# installed analyze reads its trace back: `analyze intervals` prints the
+# same lines byte for byte, `analyze summary` the stages and threads. Built
+# against the static and the shared library (the latter found through its
+# SONAME).
+#
+#   bash tests/it_install.sh BUILD_DIR
 set -euo pipefail
 BUILD=${1:-build}
-tmp=$(mktemp -d /tmp/stagetrace-install.XXXXXX)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=tests/lib.sh
+. "$ROOT/tests/lib.sh"
+tmp=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 make -s install BUILD="$BUILD" DESTDIR="$tmp/root" PREFIX=/opt/st >/dev/null
-for f in lib/libstagetrace.a lib/libstagetrace.so include/stagetrace.h lib/pkgconfig/stagetrace.pc; do
-    [ -f "$tmp/root/opt/st/$f" ] || { echo "missing after install: /opt/st/$f"; exit 1; }
+P="$tmp/root/opt/st"
+for f in lib/libstagetrace.a lib/libstagetrace_gpu.a lib/libstagetrace.so.0.1.0 include/stagetrace.h \
+         lib/pkgconfig/stagetrace.pc lib/pkgconfig/stagetrace-gpu.pc lib/stagetrace_ext.so bin/analyze bin/trainer; do
+    [ -f "$P/$f" ] || fail "missing after install: /opt/st/$f"
+    ok
 done
-grep -q '^prefix=/opt/st$' "$tmp/root/opt/st/lib/pkgconfig/stagetrace.pc" || { echo "pkg-config prefix is not /opt/st"; exit 1; }
+[ "$(readlink "$P/lib/libstagetrace.so")" = libstagetrace.so.0 ] || fail "lib/libstagetrace.so does not link to libstagetrace.so.0"
+[ "$(readlink "$P/lib/libstagetrace.so.0")" = libstagetrace.so.0.1.0 ] || fail "lib/libstagetrace.so.0 does not link to libstagetrace.so.0.1.0"
+ok
+readelf -d "$P/lib/libstagetrace.so.0.1.0" | grep -q 'SONAME.*\[libstagetrace.so.0\]' || fail "no SONAME libstagetrace.so.0"
+ok
+# Only the public API is installed.
+[ "$(cd "$P/include" && ls)" = "$(cd tracer/include && ls)" ] || fail "include/ holds $(ls "$P/include"), not tracer/include's headers"
+ok
+grep -q '^prefix=/opt/st$' "$P/lib/pkgconfig/stagetrace.pc" || fail "pkg-config prefix is not /opt/st"
+grep -q '^Requires: stagetrace' "$P/lib/pkgconfig/stagetrace-gpu.pc" || fail "stagetrace-gpu.pc does not require stagetrace"
+ok
+for prog in analyze trainer; do
+    "$P/bin/$prog" --help > "$tmp/$prog.help" || fail "$prog --help exits $?"
+    grep -q "^usage: $prog" "$tmp/$prog.help" || fail "$prog --help has no usage line"
+    ok
+done
 case "$BUILD" in *san-*) echo "sanitizer build: installed files checked, program not linked"; exit 0;; esac
-cat > "$tmp/prog.c" <<'C'
-#include <stagetrace.h>
+command -v pkg-config >/dev/null || { echo "SKIP: pkg-config is needed to build against the installed copy"; exit 0; }
+
+mkdir "$tmp/outside"
+cat > "$tmp/outside/prog.c" <<'C'
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <stagetrace.h>
+static int s_produce, s_consume, s_wait;
+static FILE *lines;
+static void print_window(const st_window *w, void *arg) {
+    (void)arg;
+    size_t need = st_window_format(w, NULL, 0);
+    char *buf = malloc(need + 1);
+    if (!buf || st_window_format(w, buf, need + 1) != need) exit(3);
+    fputs(buf, lines);
+    free(buf);
+}
+static void print_log(int level, const char *msg, void *arg) { (void)arg; fprintf(stderr, "log %d: %s\n", level, msg); }
+static void *worker(void *arg) {
+    st_trace *t = arg;
+    static _Atomic int n_workers;
+    char name[16];
+    snprintf(name, sizeof name, "worker%d", n_workers++);
+    int id = st_thread_register(t, name, "worker", -1, 0);
+    if (id < 0) { fprintf(stderr, "%s\n", st_last_error()); exit(1); }
+    for (int i = 0; i < 400; i++) {
+        ST_SCOPE(s_produce) { for (volatile int k = 0; k < 2000; k++) {} }
+        st_begin(s_consume); for (volatile int k = 0; k < 1000; k++) {} st_end(s_consume);
+    }
+    st_thread_unregister();
+    return NULL;
+}
 int main(int argc, char **argv) {
-    st_options o; st_options_init(&o); o.path = argv[1]; o.nvtx = 0;
-    st_trace *t; if (st_open(&t, &o)) { fprintf(stderr, "%s\n", st_last_error()); return 1; }
-    int s = st_stage_register(t, "work", ST_WORK);
-    st_thread_register(t, "main", "main", -1, 0);
-    for (int i = 0; i < 1000; i++) { st_begin(s); st_end(s); }
-    return st_close(t);
+    if (argc != 3) return 2;
+    lines = fopen(argv[2], "w");
+    st_options o; st_options_init(&o);
+    o.path = argv[1]; o.overwrite = 1; o.nvtx = 0; o.profile_interval = 5;
+    o.on_window = print_window; o.log = print_log;
+    st_trace *t;
+    if (st_open(&t, &o) != ST_OK) { fprintf(stderr, "%s\n", st_last_error()); return 1; }
+    s_produce = st_stage_register(t, "produce", ST_WORK);
+    s_consume = st_stage_register(t, "consume", ST_WORK);
+    s_wait = st_stage_register(t, "step_wait", ST_WAIT_INPUT);
+    if (st_thread_register(t, "main", "main", -1, 0) != 0) return 1;
+    st_step(0, 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, t);
+    for (int step = 1; step <= 20; step++) {
+        st_begin(s_wait); for (volatile int k = 0; k < 50000; k++) {} st_end(s_wait);
+        st_step(step, 100);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    int rc = st_close(t);
+    fclose(lines);
+    return rc;
 }
 C
-export PKG_CONFIG_SYSROOT_DIR="$tmp/root" PKG_CONFIG_LIBDIR="$tmp/root/opt/st/lib/pkgconfig"
-lib="$tmp/root/opt/st/lib"
-if command -v pkg-config >/dev/null; then
-    cflags=$(pkg-config --cflags stagetrace); libs=$(pkg-config --libs --static stagetrace)
-else
-    cflags="-I$tmp/root/opt/st/include"; libs="-L$lib -lstagetrace -lsqlite3 -lpthread -lm -ldl"
-fi
-# static: the archive alone; shared: through the .so
-cc "$tmp/prog.c" -o "$tmp/prog_static" $cflags "$lib/libstagetrace.a" ${libs//-lstagetrace/}
-cc "$tmp/prog.c" -o "$tmp/prog_shared" $cflags $libs
-"$tmp/prog_static" "$tmp/a.sqlite"
-LD_LIBRARY_PATH="$lib" "$tmp/prog_shared" "$tmp/b.sqlite"
+export PKG_CONFIG_SYSROOT_DIR="$tmp/root" PKG_CONFIG_LIBDIR="$P/lib/pkgconfig"
+cflags=$(pkg-config --cflags stagetrace)
+libs_static=$(pkg-config --libs --static stagetrace)
+libs=$(pkg-config --libs stagetrace)
+lib="$P/lib"
+cd "$tmp/outside"
+# static: the archive alone (the .so would win over -lstagetrace); shared: through the SONAME
+cc -std=c11 -Wall -Wextra -Werror -pthread prog.c -o prog_static $cflags "$lib/libstagetrace.a" ${libs_static//-lstagetrace/}
+cc -std=c11 -Wall -Wextra -Werror -pthread prog.c -o prog_shared $cflags $libs
+readelf -d prog_shared | grep -q 'NEEDED.*\[libstagetrace.so.0\]' || fail "prog_shared does not need libstagetrace.so.0"
+ok
+expect_ok static ./prog_static a.sqlite a.lines
+LD_LIBRARY_PATH="$lib" expect_ok shared ./prog_shared b.sqlite b.lines
 for f in a b; do
-    n=$(sqlite3 "$tmp/$f.sqlite" "select sum(n_ranges) from range_chunks")
-    [ "$n" = 1000 ] || { echo "expected 1000 ranges in $f.sqlite, found $n"; exit 1; }
+    [ "$(grep -c '^profile steps' $f.lines)" = 4 ] || fail "$f: $(grep -c '^profile steps' $f.lines) profile windows printed, wanted 4"
+    ok
+    n=$(sqlite3 "$f.sqlite" "select sum(n_ranges) from range_chunks")
+    [ "$n" = 1620 ] || fail "expected 1620 ranges in $f.sqlite, found $n"
+    ok
+    "$P/bin/analyze" intervals --every 5 "$f.sqlite" > "$f.intervals" || fail "analyze intervals exits $?"
+    cmp -s "$f.lines" "$f.intervals" || fail "$f: analyze intervals differs from the on_window lines: $(diff "$f.lines" "$f.intervals" | head -5)"
+    ok
+    "$P/bin/analyze" summary "$f.sqlite" > "$f.summary" || fail "analyze summary exits $?"
+    for word in produce consume step_wait worker0 worker1 main; do
+        grep -q "$word" "$f.summary" || fail "$f: analyze summary does not name $word"
+    done
+    ok
 done
-echo "installed under DESTDIR/opt/st; programs built against the static and the shared library each stored 1000 ranges"
+echo "installed under DESTDIR/opt/st; a program built with pkg-config against the static and the shared library printed the profile lines that the installed analyze prints from its trace ($n_checks checks)"

@@ -81,7 +81,7 @@ typedef struct exp_chunk {
     size_t len;
     uint32_t n_events;
     uint32_t open_at_start;                 /* ranges carried in the header */
-    st_open_range header[ST_STACK_MAX];
+    st_open_range header[ST_MAX_DEPTH];
     exp_event *events;
     int64_t t0_ns, t1_ns;                   /* what the encoder reported */
 } exp_chunk;
@@ -91,7 +91,7 @@ typedef struct exp_stream {
     size_t n_chunks, cap_chunks;
     exp_event *pending;                     /* events of the chunk being built */
     size_t n_pending, cap_pending;
-    st_open_range stack[ST_STACK_MAX];      /* the model's open ranges */
+    st_open_range stack[ST_MAX_DEPTH];      /* the model's open ranges */
     uint32_t depth;
     uint32_t max_depth_seen;
     uint64_t restarts_with_open;
@@ -187,13 +187,13 @@ static void build_stream(exp_stream *s, st_event_encoder *e, const stream_params
     memset(e, 0, sizeof *e);
     rng_state = p->seed;
     assert_int_equal(st_event_chunk_start(e), 0);
-    st_open_range header[ST_STACK_MAX];
+    st_open_range header[ST_MAX_DEPTH];
     uint32_t header_open = 0;
     int64_t ts = p->base_ns;
     int phase = 0; /* 0 wander, 1 dive, 2 climb */
     for (size_t op = 0; op < p->n_ops; op++) {
         if (rng_below(500) == 0) phase = (int)rng_below(3);
-        if (phase == 1 && s->depth == ST_STACK_MAX) phase = 2;
+        if (phase == 1 && s->depth == ST_MAX_DEPTH) phase = 2;
         if (phase == 2 && s->depth == 0) phase = 0;
         if ((int)rng_below(1000) < p->restart_per_mille) {
             stream_cut(s, e, header, header_open);
@@ -204,7 +204,7 @@ static void build_stream(exp_stream *s, st_event_encoder *e, const stream_params
             continue;
         }
         unsigned begin_chance = phase == 1 ? 90 : phase == 2 ? 10 : 50;
-        int begin = s->depth == 0 || (s->depth < ST_STACK_MAX && rng_below(100) < begin_chance);
+        int begin = s->depth == 0 || (s->depth < ST_MAX_DEPTH && rng_below(100) < begin_chance);
         int64_t next = op == 0 ? ts : ts + next_delta(ts, p->limit_ns);
         ts = next;
         if (begin) {
@@ -297,7 +297,7 @@ static void test_events_round_trip_random(void **state)
     }
     /* The random walk did reach the full 256 open ranges and did restart
      * chunks with ranges open. */
-    assert_int_equal(max_depth, ST_STACK_MAX);
+    assert_int_equal(max_depth, ST_MAX_DEPTH);
     assert_true(restarts > 100);
 }
 
@@ -315,8 +315,8 @@ static void test_events_scripted_extremes(void **state)
     assert_int_equal(st_event_put_begin(e, 4095, 0), 0);
     assert_int_equal(st_event_put_begin(e, 0, 0), 0);
     assert_int_equal(st_event_put_end(e, 0), 0); /* zero duration at time 0 */
-    for (uint32_t d = 1; d < ST_STACK_MAX; d++) assert_int_equal(st_event_put_begin(e, d * 16 - 1, half - 1000 + d), 0);
-    assert_int_equal(e->depth, ST_STACK_MAX);
+    for (uint32_t d = 1; d < ST_MAX_DEPTH; d++) assert_int_equal(st_event_put_begin(e, d * 16 - 1, half - 1000 + d), 0);
+    assert_int_equal(e->depth, ST_MAX_DEPTH);
     /* A 257th open range and a step back in time are refused, state intact. */
     size_t len = e->buf.len;
     uint32_t n = e->n_events;
@@ -324,7 +324,7 @@ static void test_events_scripted_extremes(void **state)
     assert_int_equal(st_event_put_end(e, half - 1000), -1);
     assert_int_equal(e->buf.len, len);
     assert_int_equal(e->n_events, n);
-    assert_int_equal(e->depth, ST_STACK_MAX);
+    assert_int_equal(e->depth, ST_MAX_DEPTH);
 
     uint8_t *first = exact_copy(e->buf.data, e->buf.len);
     size_t first_len = e->buf.len;
@@ -332,7 +332,7 @@ static void test_events_scripted_extremes(void **state)
     /* Restart with all 256 ranges open, then close them all. */
     assert_int_equal(st_event_chunk_start(e), 0);
     assert_int_equal(e->t0_ns, 0);
-    for (uint32_t d = 0; d < ST_STACK_MAX; d++) assert_int_equal(st_event_put_end(e, half + d), 0);
+    for (uint32_t d = 0; d < ST_MAX_DEPTH; d++) assert_int_equal(st_event_put_end(e, half + d), 0);
     assert_int_equal(st_event_put_end(e, half + 1000), -1); /* nothing open */
     assert_int_equal(e->t0_ns, 0);
     assert_int_equal(e->t1_ns, half + 255);
@@ -351,7 +351,7 @@ static void test_events_scripted_extremes(void **state)
     assert_int_equal(ev.depth, 1);
     assert_int_equal(ev.start_ns, 0);
     assert_int_equal(ev.ts_ns, 0);
-    for (uint32_t d = 1; d < ST_STACK_MAX; d++) {
+    for (uint32_t d = 1; d < ST_MAX_DEPTH; d++) {
         assert_int_equal(st_event_next(c, &ev), 1);
         assert_false(ev.is_end);
         assert_int_equal(ev.depth, d);
@@ -361,12 +361,12 @@ static void test_events_scripted_extremes(void **state)
 
     uint8_t *second = exact_copy(e->buf.data, e->buf.len);
     assert_int_equal(st_event_cursor_open(c, second, e->buf.len, e->n_events, ST_MAX_STAGES), 0);
-    assert_int_equal(c->depth, ST_STACK_MAX);
-    for (int d = ST_STACK_MAX - 1; d >= 0; d--) {
+    assert_int_equal(c->depth, ST_MAX_DEPTH);
+    for (int d = ST_MAX_DEPTH - 1; d >= 0; d--) {
         assert_int_equal(st_event_next(c, &ev), 1);
         assert_true(ev.is_end);
         assert_int_equal(ev.depth, (uint32_t)d);
-        assert_int_equal(ev.ts_ns, half + (ST_STACK_MAX - 1 - d));
+        assert_int_equal(ev.ts_ns, half + (ST_MAX_DEPTH - 1 - d));
         if (d == 0) {
             assert_int_equal(ev.stage, 4095);
             assert_int_equal(ev.start_ns, 0); /* began at 0, lasted INT64_MAX / 2 */
@@ -507,7 +507,7 @@ static void make_sample_event_chunk(exp_stream *s, st_event_encoder *e)
     stream_params p = {999, INT64_MAX / 2 - 5000000, INT64_MAX - (1ll << 40), 600, 0};
     build_stream(s, e, &p);
     int64_t ts = e->n_events ? e->t1_ns : p.base_ns;
-    st_open_range header[ST_STACK_MAX];
+    st_open_range header[ST_MAX_DEPTH];
     for (int chunk = 0; chunk < 2; chunk++) {
         memcpy(header, s->stack, s->depth * sizeof *header);
         uint32_t open = s->depth;
@@ -515,8 +515,8 @@ static void make_sample_event_chunk(exp_stream *s, st_event_encoder *e)
         int n = chunk == 0 ? 5 : 150;
         for (int i = 0; i < n; i++) {
             ts += (int64_t)rng_below(1u << 30);
-            int end = chunk == 1 && s->depth > 0 && (s->depth == ST_STACK_MAX || rng_below(2));
-            if (chunk == 0 && s->depth == ST_STACK_MAX) end = 1;
+            int end = chunk == 1 && s->depth > 0 && (s->depth == ST_MAX_DEPTH || rng_below(2));
+            if (chunk == 0 && s->depth == ST_MAX_DEPTH) end = 1;
             if (end) {
                 assert_int_equal(st_event_put_end(e, ts), 0);
                 s->depth--;
@@ -552,9 +552,9 @@ static uint32_t decode_checked(const uint8_t *data, size_t len, uint32_t n, uint
         free(buf);
         return 0;
     }
-    st_open_range shadow[ST_STACK_MAX];
+    st_open_range shadow[ST_MAX_DEPTH];
     uint32_t depth = c->depth;
-    assert_true(depth <= ST_STACK_MAX);
+    assert_true(depth <= ST_MAX_DEPTH);
     memcpy(shadow, c->stack, depth * sizeof *shadow);
     int64_t prev = depth ? shadow[depth - 1].start_ns : 0;
     for (uint32_t i = 0; i < depth; i++) {
@@ -577,7 +577,7 @@ static uint32_t decode_checked(const uint8_t *data, size_t len, uint32_t n, uint
             assert_int_equal(ev.start_ns, shadow[depth].start_ns);
             assert_true(ev.start_ns <= ev.ts_ns);
         } else {
-            assert_true(depth < ST_STACK_MAX);
+            assert_true(depth < ST_MAX_DEPTH);
             assert_int_equal(ev.depth, depth);
             assert_int_equal(ev.start_ns, ev.ts_ns);
             shadow[depth++] = (st_open_range){ev.stage, ev.ts_ns};
@@ -991,9 +991,9 @@ static void test_varints(void **state)
     assert_int_equal(st_event_cursor_open(c, buf, sizeof chunk6, 1, 0), 0);
     assert_int_equal(st_event_next(c, &ev), ST_ECORRUPT);
     free(buf);
-    uint8_t chunk7[3 + 2 * ST_STACK_MAX + 2] = {ST_CHUNK_EVENTS_V1, 0x80, 0x02}; /* depth 256 */
+    uint8_t chunk7[3 + 2 * ST_MAX_DEPTH + 2] = {ST_CHUNK_EVENTS_V1, 0x80, 0x02}; /* depth 256 */
     len = 3;
-    for (int i = 0; i < ST_STACK_MAX; i++) {
+    for (int i = 0; i < ST_MAX_DEPTH; i++) {
         chunk7[len++] = 5;
         chunk7[len++] = 0;
     }
@@ -1001,7 +1001,7 @@ static void test_varints(void **state)
     chunk7[len++] = 0;
     buf = exact_copy(chunk7, len);
     assert_int_equal(st_event_cursor_open(c, buf, len, 1, 0), 0);
-    assert_int_equal(c->depth, ST_STACK_MAX);
+    assert_int_equal(c->depth, ST_MAX_DEPTH);
     assert_int_equal(st_event_next(c, &ev), ST_ECORRUPT);
     assert_int_equal(st_event_cursor_open(c, buf, len - 2, 0, 0), 0); /* the header alone is fine */
     assert_int_equal(st_event_next(c, &ev), 0);

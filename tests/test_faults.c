@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "st_internal.h" /* st__test_set_writer_delay */
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -463,9 +464,10 @@ static void body_register_while_recording(const char *path, int fd, void *arg)
     o.commit_ms = 1;
     o.block_when_full = 1;
     o.ring_records = 16384;
-    o.test_writer_delay_us = 2000;
     st_trace *trace;
+    st__test_set_writer_delay(2000);
     if (st_open(&trace, &o)) child_fail(fd, "st_open");
+    st__test_set_writer_delay(0);
     pthread_t busy;
     if (pthread_create(&busy, NULL, busy_main, trace)) child_fail(fd, "pthread_create");
     while (!atomic_load(&busy_ready)) usleep(100); /* busy is thread 0 and stage 0 */
@@ -591,10 +593,30 @@ static void fill_disk(const char *path)
 /* Records FULL_STEPS steps of FULL_RANGES_PER_STEP ranges and one counter
  * sample each, filling the disk at step 150 and freeing it at step 450
  * (about 0.3 s later). */
-static void record_through_full_disk(const char *dir, const char *path, uint32_t retry_mib, int *close_rc)
+/* What options.log received: levels and lines, in order. */
+typedef struct log_seen {
+    int n, levels[16];
+    char text[8192];
+} log_seen;
+
+static void collect_log(int level, const char *msg, void *arg)
+{
+    log_seen *seen = arg;
+    if (seen->n < 16) seen->levels[seen->n] = level;
+    seen->n++;
+    size_t used = strlen(seen->text);
+    snprintf(seen->text + used, sizeof seen->text - used, "%d %s\n", level, msg);
+}
+
+static void record_through_full_disk(const char *dir, const char *path, uint32_t retry_mib, int *close_rc,
+                                     log_seen *seen)
 {
     st_options o;
     st_options_init(&o);
+    if (seen) {
+        o.log = collect_log;
+        o.log_arg = seen;
+    }
     o.path = path;
     o.nvtx = 0;
     o.commit_ms = 10;
@@ -641,7 +663,36 @@ static void check_full_disk(uint32_t retry_mib)
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/t.sqlite", dir);
     int close_rc = -1;
-    record_through_full_disk(dir, path, retry_mib, &close_rc);
+    /* With a log callback (retry_mib > 0) the messages reach it; without
+     * one (retry_mib = 0) nothing is written to stderr. */
+    log_seen seen = {0};
+    char err_path[PATH_MAX + 64];
+    snprintf(err_path, sizeof err_path, "%s/full-stderr-%u.out", tmp_dir, retry_mib);
+    int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), saved_err = dup(2);
+    assert_true(err_fd >= 0 && saved_err >= 0);
+    fflush(stderr);
+    assert_int_equal(dup2(err_fd, 2), 2);
+    record_through_full_disk(dir, path, retry_mib, &close_rc, retry_mib ? &seen : NULL);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    close(err_fd);
+    size_t err_len = 0;
+    char *err_text = read_file(err_path, &err_len);
+    if (err_len) fail_msg("the library wrote to stderr:\n%s", err_text);
+    free(err_text);
+    if (retry_mib) {
+        char want[PATH_MAX + 128];
+        snprintf(want, sizeof want, "2 trace '%s': cannot write (", path);
+        if (strncmp(seen.text, want, strlen(want)) || !strstr(seen.text, "); keeping the records in memory (up to 64 MiB) and retrying at each commit\n"))
+            fail_msg("options.log did not get the disk-full warning first:\n%s", seen.text);
+        snprintf(want, sizeof want, "3 trace '%s': written again after ", path);
+        if (!strstr(seen.text, want) || !strstr(seen.text, "; nothing lost\n"))
+            fail_msg("options.log did not get the recovery:\n%s", seen.text);
+        assert_int_equal(seen.n, 2);
+        assert_int_equal(seen.levels[0], ST_LOG_WARNING);
+        assert_int_equal(seen.levels[1], ST_LOG_INFO);
+    }
     assert_int_equal(close_rc, ST_OK);
 
     st_reader *r = open_reader(path);

@@ -6,7 +6,7 @@
  *    value encodes thread and sequence number) through small rings while the
  *    writer drains them, with block_when_full: every event is stored exactly
  *    once, in order, with its stage and depth, and nothing is dropped;
- *  - drops: a slow writer (test_writer_delay_us) and tiny rings without
+ *  - drops: a slow writer (st__test_set_writer_delay) and tiny rings without
  *    blocking: what is lost is counted exactly (stored ranges * 2 + dropped
  *    = begin + end calls), ranges stay paired, and the three drop counts
  *    (threads.dropped, meta dropped_events, st_dropped) agree;
@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "st_internal.h" /* st__test_set_writer_delay */
 #include "st_reader.h"
 #include "stagetrace.h"
 
@@ -351,10 +352,11 @@ static void check_drops(int nested, uint32_t ring_records)
     options(&o, path);
     o.ring_records = ring_records;
     o.block_when_full = 0;
-    o.test_writer_delay_us = 2000;
     o.commit_ms = 10;
     st_trace *trace;
+    st__test_set_writer_delay(2000);
     assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
     st_stage stages[3];
     static const char *const names[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
@@ -461,9 +463,10 @@ static void test_dropped_counts_live(void **state)
     o.ring_records = 64;
     o.block_when_full = 0;
     o.commit_ms = 60000;
-    o.test_writer_delay_us = 300000;
     st_trace *trace;
+    st__test_set_writer_delay(300000);
     assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
     int s = st_stage_register(trace, "work", ST_WORK);
     assert_true(s >= 0);
     assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
@@ -512,16 +515,16 @@ static void test_nesting_beyond_256(void **state)
     for (int d = 0; d < 300; d++) st_begin((st_stage)(d % 2 ? s1 : s0));
     for (int d = 299; d >= 0; d--) st_end((st_stage)(d % 2 ? s1 : s0));
     assert_int_equal(st_flush(trace), ST_OK);
-    assert_int_equal(st_dropped(trace), 2 * (300 - ST_MAX_DEPTH - 1));
+    assert_int_equal(st_dropped(trace), 2 * (300 - ST_MAX_DEPTH));
     assert_int_equal(st_close(trace), ST_OK);
 
     st_reader *r = open_reader(path);
     assert_meta(r, "unmatched_ends", NULL);
-    assert_int_equal(meta_ll(r, "dropped_events"), 2 * (300 - ST_MAX_DEPTH - 1));
+    assert_int_equal(meta_ll(r, "dropped_events"), 2 * (300 - ST_MAX_DEPTH));
     st_range_iter *ri;
     assert_int_equal(st_range_iter_open(&ri, r, -1, INT64_MIN, INT64_MAX), ST_OK);
     st_range rg;
-    int expect_depth = ST_MAX_DEPTH;
+    int expect_depth = ST_MAX_DEPTH - 1;
     while (st_range_iter_next(ri, &rg) == 1) {
         assert_int_equal(rg.depth, (uint32_t)expect_depth); /* innermost ends first */
         assert_int_equal(rg.stage, (uint32_t)(expect_depth % 2 ? s1 : s0));
@@ -1301,6 +1304,141 @@ static void test_unregistered_stage_id(void **state)
     st_reader_close(r);
 }
 
+/* Calls from unregistered threads are reported through options.log and the
+ * calling thread's st_last_error(): once per thread and trace, whichever
+ * call comes first (st_begin, st_step, st_counter_set, st_mark; st_end
+ * alone is not), inline or through the exported functions; never for a
+ * registered thread, a disabled trace, or after st_close. */
+typedef struct unreg_log {
+    int n, levels[8];
+    char lines[8][512];
+} unreg_log;
+
+static void unreg_collect(int level, const char *msg, void *arg)
+{
+    unreg_log *l = arg;
+    if (l->n < 8) {
+        l->levels[l->n] = level;
+        snprintf(l->lines[l->n], sizeof l->lines[0], "%s", msg);
+    }
+    l->n++;
+}
+
+static char unreg_error[512];
+static void *unreg_step_worker(void *arg)
+{
+    (void)arg;
+    st_step(3, 0);
+    st_step(4, 0);
+    st_begin(0);
+    snprintf(unreg_error, sizeof unreg_error, "%s", st_last_error());
+    return NULL;
+}
+
+static void test_unregistered_calls_reported(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "unreg-log.sqlite");
+    st_options o;
+    options(&o, path);
+    unreg_log seen = {0};
+    o.log = unreg_collect;
+    o.log_arg = &seen;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    int a = st_stage_register(trace, "a", ST_WORK);
+    assert_true(a >= 0);
+    st_end((st_stage)a); /* an end alone: not reported */
+    assert_int_equal(seen.n, 0);
+    st_begin((st_stage)a); /* main, unregistered: reported once */
+    st_end((st_stage)a);
+    st_step(1, 0);
+    st_mark("m");
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.levels[0], ST_LOG_WARNING);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "trace '%s': st_begin called from thread ", path);
+    if (strncmp(seen.lines[0], want, strlen(want)) ||
+        !strstr(seen.lines[0], ", which is not registered (st_thread_register): its calls are not recorded"))
+        fail_msg("unexpected report: %s", seen.lines[0]);
+    if (!strstr(st_last_error(), "st_begin called from thread ")) fail_msg("st_last_error: %s", st_last_error());
+
+    pthread_t th; /* another thread: reported once, for its first call */
+    assert_int_equal(pthread_create(&th, NULL, unreg_step_worker, NULL), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(seen.n, 2);
+    if (!strstr(seen.lines[1], "': st_step called from thread ")) fail_msg("unexpected report: %s", seen.lines[1]);
+    if (!strstr(unreg_error, "st_step called from thread ")) fail_msg("worker's st_last_error: %s", unreg_error);
+
+    assert_int_equal(st_thread_register(trace, "main", "main", -1, 0), 0);
+    st_step(0, 0);
+    st_begin((st_stage)a);
+    st_end((st_stage)a);
+    st_step(1, 0);
+    assert_int_equal(seen.n, 2); /* registered: nothing to say */
+    assert_int_equal(st_close(trace), ST_OK);
+    st_begin((st_stage)a); /* no trace open */
+    st_step(2, 0);
+    assert_int_equal(seen.n, 2);
+
+    /* A second trace reports the main thread again; a disabled one never. */
+    tmp_path(path, sizeof path, "unreg-log2.sqlite");
+    options(&o, path);
+    o.log = unreg_collect;
+    o.log_arg = &seen;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_counter_set(0, 1.0);
+    assert_int_equal(seen.n, 3);
+    if (!strstr(seen.lines[2], "': st_counter_set called from thread ")) fail_msg("unexpected report: %s", seen.lines[2]);
+    assert_int_equal(st_close(trace), ST_OK);
+    o.enabled = 0;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_begin(0);
+    st_step(1, 0);
+    assert_int_equal(st_close(trace), ST_OK);
+    assert_int_equal(seen.n, 3);
+}
+
+/* st_signal_flush's status codes: ST_ESTATE with no trace or a disabled one,
+ * ST_ETIMEDOUT when the writer answers too late (a slow writer with records
+ * pending; the request stays and the trace still ends "interrupted"), ST_OK
+ * when it answers in time. */
+static void test_signal_flush_codes(void **state)
+{
+    (void)state;
+    assert_int_equal(st_signal_flush(10), ST_ESTATE);
+    char path[PATH_MAX];
+    st_options o;
+    tmp_path(path, sizeof path, "sigflush-off.sqlite");
+    options(&o, path);
+    o.enabled = 0;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_int_equal(st_signal_flush(10), ST_ESTATE);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    tmp_path(path, sizeof path, "sigflush.sqlite");
+    options(&o, path);
+    o.ring_records = 64;
+    o.commit_ms = 60000;
+    st__test_set_writer_delay(300000);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    for (int i = 0; i < 20; i++) {
+        st_begin((st_stage)s);
+        st_end((st_stage)s);
+    }
+    assert_int_equal(st_signal_flush(20), ST_ETIMEDOUT);
+    assert_int_equal(st_signal_flush(-1), ST_OK);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "interrupted");
+    st_reader_close(r);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_tracer")) return 1;
@@ -1322,6 +1460,8 @@ int main(void)
         cmocka_unit_test(test_unmatched_and_unregistered),
         cmocka_unit_test(test_dropped_counts_live),
         cmocka_unit_test(test_unregistered_stage_id),
+        cmocka_unit_test(test_signal_flush_codes),
+        cmocka_unit_test(test_unregistered_calls_reported),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

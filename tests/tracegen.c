@@ -360,7 +360,7 @@ static int write_next_chunk(sqlite3 *db, sqlite3_stmt *st, const tg_trace *g, co
             if (st_event_put_end(e, ev->ts_ns)) tg_fail("thread %s: event %zu: an end with no range open", t->name, k);
             n_ranges++;
         } else if (st_event_put_begin(e, ev->stage, ev->ts_ns)) {
-            tg_fail("thread %s: event %zu: a begin past depth %d", t->name, k, ST_STACK_MAX);
+            tg_fail("thread %s: event %zu: a begin past depth %d", t->name, k, ST_MAX_DEPTH);
         }
         if (g->chunk_events && e->n_events == g->chunk_events) break;
     }

@@ -70,7 +70,7 @@ static int put_event(st_event_encoder *e, uint64_t tag, int64_t ts_ns)
 
 int st_event_put_begin(st_event_encoder *e, uint32_t stage, int64_t ts_ns)
 {
-    if (e->depth >= ST_STACK_MAX || ts_ns < e->prev_ts) return -1;
+    if (e->depth >= ST_MAX_DEPTH || ts_ns < e->prev_ts) return -1;
     if (put_event(e, (uint64_t)stage + 1, ts_ns)) return -1;
     e->stack[e->depth].stage = stage;
     e->stack[e->depth].start_ns = ts_ns;
@@ -114,7 +114,7 @@ int st_event_cursor_open(st_event_cursor *c, const void *data, size_t size,
     if (size < 2 || c->p[0] != ST_CHUNK_EVENTS_V1) return ST_ECORRUPT;
     c->p++;
     uint64_t depth;
-    if (get((st_event_cursor *)c, &depth) || depth > ST_STACK_MAX) return ST_ECORRUPT;
+    if (get((st_event_cursor *)c, &depth) || depth > ST_MAX_DEPTH) return ST_ECORRUPT;
     for (uint64_t i = 0; i < depth; i++) {
         uint64_t stage, delta;
         if (get(c, &stage) || get(c, &delta)) return ST_ECORRUPT;

@@ -9,11 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stagetrace.h"
+
 #define ST_CHUNK_EVENTS_V1 0x45   /* 'E' */
 #define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
 #define ST_CHUNK_GPU_V1 0x47      /* 'G': every field of every record (read only) */
 #define ST_CHUNK_GPU_V2 0x48      /* 'H': fields that repeat or are zero left out (written) */
-#define ST_STACK_MAX 256          /* open ranges per thread, depth 0..255 */
+/* ST_MAX_DEPTH (stagetrace.h): open ranges per thread, depth 0..255 */
 
 typedef struct st_buf {
     uint8_t *data;
@@ -60,7 +62,7 @@ typedef struct st_event_encoder {
     uint32_t n_events;
     int64_t prev_ts, t0_ns, t1_ns;
     uint32_t depth;
-    st_open_range stack[ST_STACK_MAX];
+    st_open_range stack[ST_MAX_DEPTH];
 } st_event_encoder;
 
 /* Starts a chunk (writes the header with the open stack). */
@@ -85,7 +87,7 @@ typedef struct st_event_cursor {
     uint32_t n_stages;   /* stage ids must be < n_stages (0: unchecked) */
     int64_t prev_ts;
     uint32_t depth;
-    st_open_range stack[ST_STACK_MAX];
+    st_open_range stack[ST_MAX_DEPTH];
 } st_event_cursor;
 
 /* Opens a chunk of n_events events. Returns 0 or ST_ECORRUPT. */
@@ -127,7 +129,7 @@ static inline __attribute__((always_inline)) int st_event_next(st_event_cursor *
     } else {
         uint64_t stage = tag - 1;
         if (stage > UINT32_MAX || (c->n_stages && stage >= c->n_stages)) return ST_ECORRUPT_;
-        if (c->depth >= ST_STACK_MAX) return ST_ECORRUPT_;
+        if (c->depth >= ST_MAX_DEPTH) return ST_ECORRUPT_;
         c->stack[c->depth].stage = (uint32_t)stage;
         c->stack[c->depth].start_ns = ts;
         ev->is_end = 0;

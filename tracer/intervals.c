@@ -35,18 +35,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AGG_STACK_DEPTH 256   /* open ranges kept per thread */
 #define AGG_STAGE_CAP0 16     /* initial stage capacity */
 
 typedef struct agg_thread {
     uint32_t id;
     char *name, *role;
     int64_t accounted_ns;   /* time charged up to (valid while a window is open) */
-    uint32_t depth;         /* open ranges; may exceed AGG_STACK_DEPTH */
+    uint32_t depth;         /* open ranges; may exceed ST_MAX_DEPTH */
     int64_t idle_ns;        /* per-window accumulators */
     int64_t *stage_ns;      /* [agg->stage_cap] */
     uint64_t *stage_count;  /* [agg->stage_cap] */
-    uint32_t stack[AGG_STACK_DEPTH];
+    uint32_t stack[ST_MAX_DEPTH];
 } agg_thread;
 
 struct st_agg {
@@ -214,7 +213,7 @@ static void charge(st_agg *agg, agg_thread *th, int64_t ts_ns)
         th->idle_ns = add_sat(th->idle_ns, dt);
         return;
     }
-    uint32_t level = th->depth < AGG_STACK_DEPTH ? th->depth : AGG_STACK_DEPTH;
+    uint32_t level = th->depth < ST_MAX_DEPTH ? th->depth : ST_MAX_DEPTH;
     uint32_t stage = th->stack[level - 1];
     if (stage < agg->n_stages) th->stage_ns[stage] = add_sat(th->stage_ns[stage], dt);
 }
@@ -310,7 +309,7 @@ void st_agg_begin(st_agg *agg, uint32_t thread, uint32_t stage, int64_t ts_ns)
     if (!th) return; /* out of memory: the event is lost */
     (void)use_stage(agg, stage); /* on failure the range's time goes nowhere */
     charge(agg, th, ts_ns);
-    if (th->depth < AGG_STACK_DEPTH) th->stack[th->depth] = stage;
+    if (th->depth < ST_MAX_DEPTH) th->stack[th->depth] = stage;
     if (th->depth < UINT32_MAX) th->depth++;
     /* Events are ordered, so a begin seen while a window is open lies in it. */
     if (agg->window_open && stage < agg->n_stages) th->stage_count[stage]++;

@@ -1050,7 +1050,7 @@ static size_t decode_ranges(st_range_iter *it, int *status)
             n++;
         } else {
             /* Every id must name a stage of the file (none when it has none). */
-            if (tag - 1 >= n_stages || depth >= ST_STACK_MAX) { rc = ST_ECORRUPT_; break; }
+            if (tag - 1 >= n_stages || depth >= ST_MAX_DEPTH) { rc = ST_ECORRUPT_; break; }
             c->stack[depth].stage = (uint32_t)(tag - 1);
             c->stack[depth].start_ns = ts;
             depth++;
@@ -1609,10 +1609,10 @@ static int gpu_load_ranges(st_gpu_iter *it, uint32_t index)
         tr->n = 0;
         return st_set_error(ST_ENOMEM, "out of memory");
     }
-    int32_t last_at[ST_STACK_MAX];
-    for (int d = 0; d < ST_STACK_MAX; d++) last_at[d] = -1;
+    int32_t last_at[ST_MAX_DEPTH];
+    for (int d = 0; d < ST_MAX_DEPTH; d++) last_at[d] = -1;
     for (size_t i = 0; i < n; i++) {
-        uint32_t d = v[i].depth < ST_STACK_MAX ? v[i].depth : ST_STACK_MAX - 1;
+        uint32_t d = v[i].depth < ST_MAX_DEPTH ? v[i].depth : ST_MAX_DEPTH - 1;
         tr->start[i] = v[i].start;
         tr->end[i] = v[i].end;
         tr->stage[i] = v[i].stage;
@@ -1635,7 +1635,7 @@ static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
             hi = mid;
     }
     int32_t j = (int32_t)lo - 1;
-    for (int guard = 0; j >= 0 && guard <= ST_STACK_MAX; guard++, j = tr->parent[j])
+    for (int guard = 0; j >= 0 && guard <= ST_MAX_DEPTH; guard++, j = tr->parent[j])
         if (tr->start[j] <= ts && ts < tr->end[j]) return tr->stage[j];
     return -1;
 }

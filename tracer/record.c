@@ -25,6 +25,42 @@
 #include "st_internal.h"
 
 __thread st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
+/* 1 while an enabled trace is open: the inline calls of a thread with no
+ * ring test it (relaxed) and report themselves through st__unregistered. */
+int st__recording;
+
+/* ---- calls from threads that are not registered ----
+ * Reported once per thread and trace through options.log (and the calling
+ * thread's st_last_error()), never on the recording path. The lock keeps
+ * st_close from freeing the trace while a report uses it. */
+static pthread_mutex_t unregistered_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_trace *unregistered_trace;      /* under unregistered_lock */
+static uint64_t unregistered_generation;  /* under unregistered_lock: one per trace */
+static __thread uint64_t reported_generation;
+
+void st_unregistered_watch(st_trace *t)
+{
+    pthread_mutex_lock(&unregistered_lock);
+    unregistered_trace = t;
+    if (t) unregistered_generation++;
+    __atomic_store_n(&st__recording, t != NULL, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&unregistered_lock);
+}
+
+void st__unregistered(const char *call)
+{
+    if (st__thread_ring) return;
+    pthread_mutex_lock(&unregistered_lock);
+    st_trace *t = unregistered_trace;
+    if (t && reported_generation != unregistered_generation) {
+        reported_generation = unregistered_generation;
+        long long tid = (long long)syscall(SYS_gettid);
+        st_set_error(ST_ESTATE, "%s called from thread %lld, which is not registered "
+                     "(st_thread_register): its calls are not recorded", call, tid);
+        st_log(t, ST_LOG_WARNING, "trace '%s': %s", t->path, st_last_error());
+    }
+    pthread_mutex_unlock(&unregistered_lock);
+}
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -87,7 +123,7 @@ static __attribute__((noinline)) void count_drop(st_ring *r, uint64_t n)
  * cached limit (refreshed here: stages registered since), or no room seen. */
 static __attribute__((noinline)) void begin_slow(st_ring *r, st_stage stage, int64_t ts, uint32_t d)
 {
-    if (d < ST_STACK_MAX) {
+    if (d < ST_MAX_DEPTH) {
         if (stage >= r->w_stage_limit)
             r->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
         /* An id that was never registered is dropped (and counted), so it
@@ -110,7 +146,7 @@ static inline void record_begin(st_ring *r, st_stage stage, int64_t ts)
 {
     uint32_t d = r->w_depth++;
     uint64_t reserved = r->w_reserved + 2;
-    if (likely(d < ST_STACK_MAX && stage < r->w_stage_limit && reserved <= r->w_limit)) {
+    if (likely(d < ST_MAX_DEPTH && stage < r->w_stage_limit && reserved <= r->w_limit)) {
         uint64_t h = r->w_head;
         put(slot(r, h), ts, stage, ST_REC_BEGIN);
         r->w_reserved = reserved;
@@ -139,8 +175,8 @@ static __attribute__((noinline)) void end_slow(st_ring *r, st_stage stage, int64
         return;
     }
     uint32_t d = --r->w_depth;
-    if (d >= ST_STACK_MAX || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
-        if (d < ST_STACK_MAX) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
+    if (d >= ST_MAX_DEPTH || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
+        if (d < ST_MAX_DEPTH) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
         r->w_dropped_open--;
         count_drop(r, 1);
     } else {
@@ -264,10 +300,13 @@ void st__ring_step(st_ring *r, uint64_t step, uint64_t tokens) { ring_step(r, st
 
 /* The exported functions, for callers that do not use the inline ones
  * (binaries built against earlier headers, -DST_NO_INLINE, other compilers). */
+#define UNREGISTERED(call) \
+    else if (unlikely(__atomic_load_n(&st__recording, __ATOMIC_RELAXED))) st__unregistered(call)
 void st_begin(st_stage stage)
 {
     st_ring *r = st__thread_ring;
     if (r) ring_begin(r, stage);
+    UNREGISTERED("st_begin");
 }
 void st_end(st_stage stage)
 {
@@ -278,17 +317,21 @@ void st_counter_set(st_counter counter, double value)
 {
     st_ring *r = st__thread_ring;
     if (r) ring_counter(r, counter, value);
+    UNREGISTERED("st_counter_set");
 }
 void st_mark(const char *literal_name)
 {
     st_ring *r = st__thread_ring;
     if (r) ring_mark(r, literal_name);
+    UNREGISTERED("st_mark");
 }
 void st_step(uint64_t step, uint64_t tokens)
 {
     st_ring *r = st__thread_ring;
     if (r) ring_step(r, step, tokens);
+    UNREGISTERED("st_step");
 }
+#undef UNREGISTERED
 
 /* ---- registration of the calling thread ---- */
 

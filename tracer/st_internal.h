@@ -1,5 +1,6 @@
 /* st_internal.h: what the recording side of libstagetrace shares between
- * its files (the ring, the per-thread state, the trace object). Not
+ * its files (the clock, the per-thread state, the trace object; the ring is
+ * in ring.h). Not
  * installed; programs use stagetrace.h only. */
 #ifndef ST_INTERNAL_H
 #define ST_INTERNAL_H
@@ -9,56 +10,12 @@
 #include <stdint.h>
 
 #include "encoding.h"
+#include "ring.h"
 #include "stagetrace.h"
 #include "st_intervals.h"
 
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
-
-/* ---- ring records ---- */
-enum st_rec_type {
-    ST_REC_BEGIN = 1,   /* id = stage */
-    ST_REC_END = 2,     /* id = stage */
-    ST_REC_COUNTER = 3, /* id = counter, arg = double bits */
-    ST_REC_MARK = 4,    /* arg = const char * (literal) */
-    ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
-    ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
-};
-
-typedef struct st_record {
-    int64_t ts;   /* raw clock (TSC ticks or ns; see clock.c) */
-    uint64_t arg;
-    uint32_t id;
-    uint32_t type;
-} st_record;      /* 24 bytes */
-
-/* Single-producer (the owning thread) single-consumer (the writer) ring.
- * The first cache line is the producer's own state (record.c): the hot
- * path reads and writes only it, the ring's slots and `head`. */
-typedef struct st_ring {
-    _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */
-    uint64_t w_reserved;                /* w_head + the ends owed to recorded begins */
-    uint64_t w_limit;                   /* last tail seen + capacity: room while
-                                           w_reserved + n <= w_limit */
-    st_record *w_buf;                   /* = buf */
-    uint32_t w_mask;                    /* = mask */
-    uint32_t w_depth;                   /* open begins, dropped or not */
-    uint32_t w_stage_limit;             /* st_stage_limit when last read */
-    uint32_t w_dropped_open;            /* open begins that were dropped */
-    uint8_t w_use_tsc, w_nvtx, w_block; /* copies of the clock, NVTX, blocking mode */
-    uint8_t w_fast;                     /* w_use_tsc && !w_nvtx: record.c's fast path */
-    uint64_t w_dropped_depths[ST_STACK_MAX / 64]; /* depths of dropped open begins */
-    _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
-    _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
-    _Alignas(64) _Atomic uint64_t dropped;
-    _Atomic int retired;                /* producer gone; free once drained */
-    uint32_t mask;
-    uint32_t thread_id;
-    st_record *buf;
-} st_ring;
-/* A ring's slot in st_trace.threads is cleared, and its drops added to
- * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
- * so that st_dropped can sum the live rings under the same lock. */
 
 /* ---- clock ---- */
 int st_clock_init(int force_monotonic);
@@ -77,6 +34,9 @@ double st_clock_tsc_hz(void);          /* 0 when monotonic */
 
 /* ---- errors ---- */
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Passes one message to the trace's options.log (nothing when it is NULL),
+ * under t->log_lock. level: ST_LOG_*. */
+void st_log(st_trace *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- NVTX (nvtx.c); all no-ops without NVTX headers ---- */
 void st_nvtx_init(const char *domain_name);
@@ -108,10 +68,13 @@ typedef struct st_thread_def {
 
 struct st_trace {
     st_options opt;
+    uint32_t writer_delay_us;       /* st__test_set_writer_delay at st_open */
+    int checkpoint_on_writer;       /* st__test_set_checkpoint_on_writer at st_open */
     char *path;
     char *program;
     sqlite3 *db;
     pthread_mutex_t lock;           /* registration */
+    pthread_mutex_t log_lock;       /* one options.log call at a time */
     pthread_cond_t flushed;
     pthread_t writer;
     int writer_started;
@@ -168,6 +131,22 @@ typedef struct st_gpu_string {
 } st_gpu_string;
 int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n); /* thread-safe */
 int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied */
+
+/* ---- knobs for tests and benchmarks (not exported by libstagetrace.so;
+ * programs reach them through libstagetrace.a). Each is read by st_open:
+ * it applies to the traces opened after the call. ---- */
+/* The writer sleeps `us` microseconds after each batch it drains from a
+ * ring (a slow writer, to fill rings). 0: no sleep (the default). */
+void st__test_set_writer_delay(uint32_t us);
+/* 1: SQLite's auto-checkpoint runs on the writer thread (the scheme before
+ * the checkpointer thread; bench/bench_writer.c compares them). 0: the
+ * checkpointer thread (the default). */
+void st__test_set_checkpoint_on_writer(int on);
+
+/* Calls from unregistered threads (record.c): st_open passes the enabled
+ * trace that reports them, st_close passes NULL before it stops the writer
+ * (after which no report uses the trace). */
+void st_unregistered_watch(st_trace *t);
 
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */

@@ -30,27 +30,7 @@
 extern "C" {
 #endif
 
-typedef struct st_window_thread {
-    uint32_t thread;         /* thread id in the trace */
-    const char *name;        /* thread name, role */
-    const char *role;
-    int64_t idle_ns;         /* no range open */
-    int64_t *stage_ns;       /* [n_stages] self time per stage */
-    uint64_t *stage_count;   /* [n_stages] ranges begun in the window */
-} st_window_thread;
-
-typedef struct st_window {
-    uint64_t index;          /* 0, 1, ...: window k spans steps kN+1..(k+1)N */
-    uint64_t step_first;     /* first step in the window (kN+1) */
-    uint64_t step_last;      /* last step ((k+1)N) */
-    int64_t t0_ns, t1_ns;    /* boundaries (step marks) */
-    uint64_t tokens;         /* sum of the steps' tokens */
-    uint32_t n_stages;       /* stage ids 0..n_stages-1 */
-    const char *const *stage_names;
-    const uint8_t *stage_kinds;
-    uint32_t n_threads;      /* threads active in the window, by id */
-    const st_window_thread *threads;
-} st_window;
+/* st_window, st_window_thread and st_window_format are public: stagetrace.h. */
 
 typedef struct st_agg st_agg;
 
@@ -80,12 +60,6 @@ static inline int st_agg_order(int64_t ts_a, int rank_a, uint32_t thread_a,
     if (thread_a != thread_b) return thread_a < thread_b ? -1 : 1;
     return 0;
 }
-
-/* Formats a window as the "profile" lines: one header line and one line per
- * thread (stages by self time, descending, idle last), then one line per
- * role with more than one thread. Returns the length that the whole text
- * needs (like snprintf). */
-size_t st_window_format(const st_window *window, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

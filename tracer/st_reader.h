@@ -155,7 +155,7 @@ void st_range_iter_close(st_range_iter *it);
 
 /* The ranges that never ended on a thread (id): those still open after its
  * last event, outermost first, as its last chunk leaves them. Fills stack
- * (room for ST_STACK_MAX) and returns how many, 0 for none (or no chunk),
+ * (room for ST_MAX_DEPTH) and returns how many, 0 for none (or no chunk),
  * or a negative code (a corrupt chunk). */
 int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack);
 /* Raw begin/end events of one thread, in recorded order. */

@@ -92,7 +92,7 @@ static void report_fail(st_store *s, const char *what)
     t->writer_error = ST_EIO;
     snprintf(t->writer_msg, sizeof t->writer_msg, "trace '%s': %s: %s", t->path, what,
              sqlite3_errmsg(t->db));
-    fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
+    st_log(t, ST_LOG_ERROR, "%s", t->writer_msg);
 }
 
 static int prepare(st_store *s, int i)
@@ -207,9 +207,9 @@ static void fall_back(st_store *s)
     rollback(s);
     s->failed_commits++;
     if (s->healthy)
-        fprintf(stderr,
-                "stagetrace: trace '%s': cannot write (%s); keeping the records in memory (up to %zu MiB) "
-                "and retrying at each commit\n",
+        st_log(s->t, ST_LOG_WARNING,
+                "trace '%s': cannot write (%s); keeping the records in memory (up to %zu MiB) "
+                "and retrying at each commit",
                 s->t->path, s->error, s->max_bytes >> 20);
     s->healthy = 0;
 }
@@ -332,7 +332,7 @@ int st_store_commit(st_store *s)
         s->failed_commits++;
         return 1;
     }
-    fprintf(stderr, "stagetrace: trace '%s': written again after %llu failed commit%s%s\n", s->t->path,
+    st_log(s->t, ST_LOG_INFO, "trace '%s': written again after %llu failed commit%s%s\n", s->t->path,
             (unsigned long long)s->failed_commits, s->failed_commits == 1 ? "" : "s",
             s->lost_events ? "; lost events are in lost_spans" : "; nothing lost");
     s->healthy = 1;
@@ -400,8 +400,8 @@ void st_store_discard_chunks(st_store *s)
     put_meta_count(s, "lost_events", s->lost_events);
     if (s->discard_said) return;
     s->discard_said = 1;
-    fprintf(stderr,
-            "stagetrace: trace '%s': still cannot write (%s); discarding the records held past %zu MiB, "
-            "recorded in the trace's lost_spans\n",
+    st_log(s->t, ST_LOG_ERROR,
+            "trace '%s': still cannot write (%s); discarding the records held past %zu MiB, "
+            "recorded in the trace's lost_spans",
             s->t->path, s->error, s->max_bytes >> 20);
 }

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,24 @@
 
 st_trace *st_active_trace;
 _Atomic uint32_t st_stage_limit;
+
+void st_log(st_trace *t, int level, const char *fmt, ...)
+{
+    if (!t || !t->opt.log) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&t->log_lock);
+    t->opt.log(level, msg, t->opt.log_arg);
+    pthread_mutex_unlock(&t->log_lock);
+}
+
+static _Atomic uint32_t test_writer_delay_us;
+static _Atomic int test_checkpoint_on_writer;
+void st__test_set_writer_delay(uint32_t us) { atomic_store(&test_writer_delay_us, us); }
+void st__test_set_checkpoint_on_writer(int on) { atomic_store(&test_checkpoint_on_writer, on != 0); }
 
 void st_options_init(st_options *opt)
 {
@@ -371,6 +390,7 @@ static void free_trace(st_trace *t)
     }
     st_agg_free(t->agg);
     pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->log_lock);
     pthread_cond_destroy(&t->flushed);
     pthread_mutex_destroy(&t->gpu_lock);
     free(t->gpu_items);
@@ -400,6 +420,8 @@ int st_open(st_trace **out, const st_options *opt)
     if (!t) return st_set_error(ST_ENOMEM, "out of memory");
     t->lock_fd = -1;
     t->opt = *opt;
+    t->writer_delay_us = atomic_load(&test_writer_delay_us);
+    t->checkpoint_on_writer = atomic_load(&test_checkpoint_on_writer);
     t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");
     t->path = opt->path ? strdup(opt->path) : NULL;
     t->opt.program = t->program;
@@ -407,6 +429,7 @@ int st_open(st_trace **out, const st_options *opt)
     t->opt.argv = NULL;
     t->opt.argc = 0;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->log_lock, NULL);
     pthread_cond_init(&t->flushed, NULL);
     pthread_mutex_init(&t->gpu_lock, NULL);
     atomic_store(&t->gpu_dropped, -1);
@@ -454,6 +477,7 @@ int st_open(st_trace **out, const st_options *opt)
         return rc;
     }
     *out = t;
+    st_unregistered_watch(t);
     return ST_OK;
 }
 
@@ -463,6 +487,7 @@ int st_close(st_trace *t)
     st_thread_unregister();
     int rc = ST_OK;
     if (t->opt.enabled) {
+        st_unregistered_watch(NULL);
         /* GPU activity first: CUPTI's forced flush hands over the last
          * buffers, which the writer's final commit then stores. */
         if (t->gpu_stop) t->gpu_stop(t);
@@ -559,7 +584,7 @@ int st_flush(st_trace *t)
 int st_signal_flush(int timeout_ms)
 {
     st_trace *t = st_active_trace;
-    if (!t || !t->opt.enabled) return -1;
+    if (!t || !t->opt.enabled) return ST_ESTATE;
     int saved = errno;
     char c = 1, drain[64];
     /* Forget answers to earlier requests, then ask. */
@@ -567,11 +592,11 @@ int st_signal_flush(int timeout_ms)
     }
     if (write(t->sig_req_pipe[1], &c, 1) < 0) {
         errno = saved;
-        return -1;
+        return ST_EIO;
     }
     struct pollfd p = {.fd = t->sig_resp_pipe[0], .events = POLLIN};
-    int rc = -1;
-    if (poll(&p, 1, timeout_ms) == 1 && read(t->sig_resp_pipe[0], drain, 1) == 1) rc = 0;
+    int rc = ST_ETIMEDOUT;
+    if (poll(&p, 1, timeout_ms) == 1 && read(t->sig_resp_pipe[0], drain, 1) == 1) rc = ST_OK;
     errno = saved;
     return rc;
 }

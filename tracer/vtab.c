@@ -657,8 +657,9 @@ int st_sql_register(sqlite3 *db)
 /* The loadable extension's entry points: SQLite derives the first from the
  * file name (stagetrace_ext.so -> sqlite3_stagetraceext_init) and falls back
  * to the second. */
-int sqlite3_stagetraceext_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
-int sqlite3_extension_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
+#define ST_EXT_ENTRY __attribute__((visibility("default")))
+ST_EXT_ENTRY int sqlite3_stagetraceext_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
+ST_EXT_ENTRY int sqlite3_extension_init(sqlite3 *db, char **err, const sqlite3_api_routines *api);
 
 int sqlite3_stagetraceext_init(sqlite3 *db, char **err, const sqlite3_api_routines *api)
 {

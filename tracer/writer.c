@@ -223,7 +223,7 @@ static void *checkpointer_main(void *arg)
 static void checkpointer_start(st_trace *t, checkpointer *c)
 {
     memset(c, 0, sizeof *c);
-    if (t->opt.checkpoint_on_writer) return;
+    if (t->checkpoint_on_writer) return;
     if (sqlite3_open_v2(t->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         sqlite3_close(c->db);
         c->db = NULL;
@@ -561,7 +561,7 @@ static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
         uint64_t stop = head - tail > ST_DRAIN_BATCH ? tail + ST_DRAIN_BATCH : head;
         for (; tail < stop; tail++) process(t, w, s, &ring->buf[tail & ring->mask]);
         atomic_store_explicit(&ring->tail, tail, memory_order_release);
-        if (t->opt.test_writer_delay_us) usleep(t->opt.test_writer_delay_us);
+        if (t->writer_delay_us) usleep(t->writer_delay_us);
     }
     if (retired) {
         /* The producer was gone before head was read: everything it wrote
@@ -678,7 +678,7 @@ static void final_commit(st_trace *t, writer *w)
                  "trace '%s': the last commit failed (%s): the file keeps its previous commit, "
                  "which does not say complete",
                  t->path, sqlite3_errmsg(t->db));
-        fprintf(stderr, "stagetrace: %s\n", t->writer_msg);
+        st_log(t, ST_LOG_ERROR, "%s", t->writer_msg);
     }
 }
 

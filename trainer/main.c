@@ -20,7 +20,6 @@
 #include "config.h"
 #include "data.h"
 #include "pipeline.h"
-#include "st_intervals.h"
 #include "stagetrace.h"
 
 #define EXIT_RUNTIME 1 /* could not do what well-formed flags asked: the trace, the pipeline */
@@ -45,6 +44,15 @@ static void print_window(const struct st_window *w, void *arg)
     fflush(stdout);
     if (buf != small)
         free(buf);
+}
+
+/* The tracer's messages (a disk that fills up, a failed commit, a call from
+ * an unregistered thread) go to stderr, one line each. */
+static void print_log(int level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)arg;
+    fprintf(stderr, "stagetrace: %s\n", msg);
 }
 
 static double now_s(void)
@@ -131,6 +139,7 @@ int main(int argc, char **argv)
     opt.profile_interval = (uint32_t)cfg.profile_interval;
     /* the tracer makes windows whenever a callback is set */
     opt.on_window = cfg.profile_interval > 0 ? print_window : NULL;
+    opt.log = print_log;
     st_trace *trace;
     if (st_open(&trace, &opt) != ST_OK) {
         fprintf(stderr, "trainer: cannot open the trace: %s\n", st_last_error());

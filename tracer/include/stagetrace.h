@@ -1,0 +1,491 @@
+/* stagetrace.h: the public interface of libstagetrace, the recording library.
+ *
+ * A program opens one trace per process (st_open), registers the stages it
+ * will mark (st_stage_register) and each thread that marks them
+ * (st_thread_register), then brackets work with st_begin/st_end or
+ * ST_SCOPE. Each call appends a fixed-size binary record to the calling
+ * thread's lock-free ring; a writer thread drains the rings into the SQLite
+ * trace described in docs/trace-format.md and feeds the interval aggregator
+ * that produces the "profile" lines. Every range is also emitted to NVTX.
+ *
+ * Rules:
+ *  - A range ends on the thread that began it, and ranges nest (LIFO).
+ *  - Stage, counter, thread and mark names are copied at registration,
+ *    except st_mark's name, which must outlive the trace (pass a literal).
+ *    A thread, role, stage, counter or unit name is at most ST_NAME_MAX
+ *    bytes: a longer one is refused (ST_EINVAL).
+ *  - st_begin, st_end, st_counter_set, st_mark and st_step are called only by
+ *    registered threads. They take no lock, allocate nothing and make no
+ *    system call. On any other thread they record nothing, and while an
+ *    enabled trace is open the first st_begin, st_counter_set, st_mark or
+ *    st_step of such a thread is reported, once per thread and trace, as an
+ *    ST_LOG_WARNING through options.log and in that thread's
+ *    st_last_error() (st_end alone is not reported).
+ *  - Registration functions, st_flush and st_close are thread-safe.
+ *    st_signal_flush is async-signal-safe; nothing else is.
+ *  - With profiling disabled (options.enabled = 0, no trace open) every
+ *    hot-path call is inline: one thread-local load and one predictable
+ *    branch, then (st_end excepted) one load of a global flag and a second
+ *    predictable branch, no function call (GCC and Clang;
+ *    other compilers, or -DST_NO_INLINE, call the exported functions, which
+ *    do the same test). Compiled with -DST_DISABLE, the hot-path calls
+ *    (st_begin, st_end, st_counter_set, st_mark, st_step) and ST_SCOPE,
+ *    ST_SCOPE_AUTO compile to nothing and reference no library symbol; their
+ *    arguments are still evaluated. Every other call (st_open,
+ *    registration, st_close, ...) is an inline stub too (what each returns
+ *    is listed at the stubs, near the end): a program compiled with
+ *    -DST_DISABLE links with no stagetrace library.
+ *  - Functions that can fail return ST_OK (0) or a negative ST_E* code;
+ *    st_last_error() gives a one-line message for the calling thread.
+ */
+#ifndef STAGETRACE_H
+#define STAGETRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ST_API marks what libstagetrace.so exports: the library is built with
+ * -fvisibility=hidden, so everything else (the writer, the reader, the
+ * interval aggregator, the store) stays inside it. A build may define
+ * ST_API itself before including this header (the SQLite extension defines
+ * it empty: it exports only its entry points). */
+#if defined(ST_DISABLE)
+/* Every function below becomes a static inline stub (defined at the end of
+ * this header): a program compiled with -DST_DISABLE links with no
+ * stagetrace library. */
+#undef ST_API
+#if defined(__GNUC__)
+#define ST_API static inline __attribute__((unused))
+#else
+#define ST_API static inline
+#endif
+#elif !defined(ST_API)
+#if defined(__GNUC__)
+#define ST_API __attribute__((visibility("default")))
+#else
+#define ST_API
+#endif
+#endif
+
+#define ST_VERSION_STRING "0.1.0"
+#define ST_SCHEMA_VERSION 1
+
+enum st_status {
+    ST_OK = 0,
+    ST_EINVAL = -1,   /* a bad argument or option */
+    ST_EIO = -2,      /* the trace file cannot be created or written */
+    ST_EEXIST = -3,   /* the trace file exists and overwrite was not asked */
+    ST_ENOMEM = -4,
+    ST_ESTATE = -5,   /* wrong call order: no open trace, already open, ... */
+    ST_ELIMIT = -6,   /* too many stages, threads or counters */
+    ST_ECORRUPT = -7, /* (reader) a chunk or table does not decode */
+    ST_EVERSION = -8, /* (reader) unknown schema version */
+    ST_EBUSY = -9,    /* the trace file is being written by another process */
+    ST_ETIMEDOUT = -10, /* st_signal_flush: the writer did not answer in time */
+};
+
+/* Stage kinds: what the analyzer uses for bottleneck attribution. */
+typedef enum st_kind {
+    ST_WORK = 0,        /* the thread's own useful work */
+    ST_WAIT_INPUT = 1,  /* blocked until an upstream stage delivers */
+    ST_WAIT_OUTPUT = 2, /* blocked because a downstream queue is full */
+    ST_SYNC = 3,        /* waiting for a device or stream */
+    ST_COMM = 4,        /* collective communication */
+    ST_COPY = 5,        /* host<->device transfer */
+    ST_KIND_COUNT
+} st_kind;
+
+ST_API const char *st_kind_name(st_kind kind);    /* "work", "wait_input", ... */
+ST_API int st_kind_parse(const char *name);       /* kind, or -1 */
+
+typedef uint16_t st_stage;   /* id returned by st_stage_register */
+typedef uint16_t st_counter; /* id returned by st_counter_register */
+
+#define ST_MAX_STAGES 4096
+#define ST_MAX_THREADS 1024
+#define ST_MAX_COUNTERS 4096
+/* Ranges open at once on one thread (depths 0..ST_MAX_DEPTH-1): a begin
+ * deeper than that is dropped and counted, and so is its end. Readers and
+ * the analyzer use the same limit (docs/trace-format.md). */
+#define ST_MAX_DEPTH 256
+/* Longest thread, role, stage, counter or unit name, in bytes (readers refuse longer ones). */
+#define ST_NAME_MAX 256
+
+/* ---- profile windows ----
+ * With options.profile_interval = N > 0 and options.on_window set, the
+ * writer thread calls on_window once per finished window, in order: a window
+ * is the time between the marks of steps k*N and (k+1)*N (st_step). In it
+ * each active thread's wall time is split exactly: every nanosecond goes to
+ * the innermost open range's stage (self time), or to idle when no range is
+ * open; a range crossing a window boundary is split at it, and is counted
+ * (stage_count) in the window where it begins. Threads with no activity in a
+ * window are left out of it. `analyze intervals` computes the same windows
+ * from the trace with the same code: for the same trace it prints the same
+ * lines as st_window_format.
+ *
+ * The window and everything it points to are valid only during the call.
+ * The callback runs on the writer thread: it must not call st_flush or
+ * st_close, and should return quickly (the writer waits for it). */
+typedef struct st_window_thread {
+    uint32_t thread;         /* thread id in the trace (st_thread_register's id) */
+    const char *name;        /* thread name */
+    const char *role;        /* thread role ("other" when none was given) */
+    int64_t idle_ns;         /* time with no range open */
+    int64_t *stage_ns;       /* [n_stages] self time per stage id */
+    uint64_t *stage_count;   /* [n_stages] ranges begun in the window */
+} st_window_thread;
+
+typedef struct st_window {
+    uint64_t index;          /* 0, 1, ...: window k spans steps kN+1..(k+1)N */
+    uint64_t step_first;     /* first step in the window (kN+1) */
+    uint64_t step_last;      /* last step ((k+1)N) */
+    int64_t t0_ns, t1_ns;    /* boundaries (the step marks), trace clock */
+    uint64_t tokens;         /* sum of the steps' tokens */
+    uint32_t n_stages;       /* stage ids 0..n_stages-1 */
+    const char *const *stage_names; /* [n_stages] */
+    const uint8_t *stage_kinds;     /* [n_stages] st_kind values */
+    uint32_t n_threads;      /* threads active in the window, by id */
+    const st_window_thread *threads; /* [n_threads] */
+} st_window;
+
+typedef void (*st_window_fn)(const st_window *window, void *arg);
+
+/* Formats a window as the "profile" lines that the trainer logs and
+ * `analyze intervals` prints: one header line, one line per thread (stages
+ * by self time, descending, idle last), then one line per role with more
+ * than one thread; every line ends in '\n'. Writes at most size bytes,
+ * always NUL-terminated when size > 0 (buf may be NULL when size is 0), and
+ * returns the length that the whole text needs, like snprintf: the text was
+ * cut when the result is >= size. Thread-safe. */
+ST_API size_t st_window_format(const st_window *window, char *buf, size_t size);
+
+/* ---- log messages ----
+ * The library never writes to stderr (or anywhere) by itself. What it has
+ * to say outside a call's status code and st_last_error() (the writer
+ * thread's failures and recoveries, a misuse seen on the hot path) goes to
+ * options.log when it is set, and nowhere when it is NULL (the default).
+ * msg is one line without a trailing newline or a "stagetrace: " prefix,
+ * valid during the call only. Calls are serialized (one at a time per
+ * trace), on the writer thread or on the thread whose call caused the
+ * message; the callback must not call stagetrace functions. */
+enum st_log_level {
+    ST_LOG_ERROR = 1,   /* data will not reach the trace as asked: a failed
+                           final commit, records discarded */
+    ST_LOG_WARNING = 2, /* degraded but nothing lost yet (commits failing,
+                           records kept in memory), or a misuse (a call from
+                           an unregistered thread) */
+    ST_LOG_INFO = 3,    /* back to normal (written again after failures) */
+};
+typedef void (*st_log_fn)(int level, const char *msg, void *arg);
+
+typedef struct st_options {
+    const char *path;        /* trace file; required when enabled */
+    int enabled;             /* 0: no trace, no NVTX; hot path is one branch */
+    int overwrite;           /* replace an existing file at path */
+    const char *program;     /* NVTX domain and meta "program"; default "stagetrace" */
+    int argc;                /* stored in meta "argv" */
+    char *const *argv;
+    int rank, world_size;    /* default 0 and 1 */
+    uint32_t ring_records;   /* per-thread ring capacity, power of two >= 64;
+                                default 262144 (6 MiB; bench/RESULTS.md) */
+    int block_when_full;     /* 1: a full ring waits for the writer instead
+                                of counting a drop */
+    uint32_t commit_ms;      /* writer commits at most this far apart;
+                                default 250, range 1..60000 */
+    uint32_t retry_mib;      /* memory the writer may use to keep records
+                                whose commit failed (a full disk) for the
+                                next commit; past it their chunks are
+                                discarded and recorded as lost spans.
+                                default 64, range 0..65536 */
+    uint32_t profile_interval; /* steps per window; 0 = no windows */
+    st_window_fn on_window;  /* called on the writer thread per finished window
+                                (needs profile_interval > 0) */
+    void *on_window_arg;
+    int nvtx;                /* -1 default (on), 0 off, 1 on */
+    int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
+    st_log_fn log;           /* where messages go; NULL: nowhere (see above) */
+    void *log_arg;
+} st_options;
+
+ST_API void st_options_init(st_options *opt);
+
+typedef struct st_trace st_trace;
+
+/* Opens the process's trace. Fails (with a message) on a bad option, an
+ * unwritable path (ST_EIO), an existing file without overwrite (ST_EEXIST),
+ * or a file that another process is still writing (ST_EBUSY, with or
+ * without overwrite); in that case no file is left behind and no file this
+ * call did not create is removed. The trace file is locked (flock) from
+ * st_open to st_close: a live trace is never replaced (docs/tracer.md,
+ * "One file, one writer"). Only one trace may be open per process. */
+ST_API int st_open(st_trace **out, const st_options *opt);
+
+/* Drains every ring, writes everything, marks the trace "complete" (or
+ * keeps "interrupted" when st_signal_flush ran) and frees it. NULL is fine. */
+ST_API int st_close(st_trace *trace);
+
+/* Blocks until everything recorded before the call is committed. ST_EIO
+ * when that commit failed (a full disk, say): the records are kept in memory
+ * and retried at the next commit (see retry_mib). */
+ST_API int st_flush(st_trace *trace);
+
+/* Async-signal-safe: asks the writer to commit everything recorded so far
+ * and to mark the trace "interrupted", and waits up to timeout_ms for it
+ * (a negative timeout_ms waits without limit). Returns ST_OK when the
+ * writer committed, ST_ESTATE when no trace is open or it was opened with
+ * enabled = 0, ST_ETIMEDOUT when the writer did not answer within
+ * timeout_ms (the request stays: it commits and marks the trace as soon as
+ * it can), ST_EIO when the request could not be sent. Being called from a
+ * signal handler, it sets no st_last_error() message and keeps errno. */
+ST_API int st_signal_flush(int timeout_ms);
+
+/* Installs SIGINT/SIGTERM handlers that call st_signal_flush, set the flag
+ * read by st_interrupted(), and (on a second signal, or SIGTERM when
+ * exit_on_term) restore the default action and re-raise. */
+ST_API int st_install_signal_handlers(st_trace *trace, int exit_on_term);
+ST_API int st_interrupted(void);
+
+ST_API int st_enabled(const st_trace *trace);
+ST_API const char *st_path(const st_trace *trace);
+ST_API const char *st_last_error(void);
+
+/* Registration. Returns the id (>= 0) or a negative ST_E* code. Registering
+ * the same name again returns the same id (the kind must match). */
+ST_API int st_stage_register(st_trace *trace, const char *name, st_kind kind);
+ST_API int st_counter_register(st_trace *trace, const char *name, const char *unit);
+
+/* Registers the calling thread: gives it a ring and names it (also in NVTX).
+ * role: "loader", "target", ...; device: GPU index or -1. Returns the thread
+ * id (>= 0) or a negative code. st_thread_unregister must be called before
+ * the thread exits (st_close does it for the thread that calls it). */
+ST_API int st_thread_register(st_trace *trace, const char *name, const char *role,
+                       int device, int rank);
+ST_API void st_thread_unregister(void);
+
+/* Hot path: st_begin(stage), st_end(stage), st_counter_set(counter, value),
+ * st_mark(literal_name), and st_step(step, tokens): "step `step` ended now,
+ * having processed `tokens` tokens". Mark step 0 when the loop starts.
+ * Windows of N steps run from the mark of step k*N to the mark of step
+ * (k+1)*N.
+ *
+ * Each is exported as a function (what binaries built against earlier
+ * versions of this header call) and, for GCC and Clang, also defined below
+ * as a static inline function that tests the calling thread's ring pointer
+ * and calls the recording half (st__ring_*) only when the thread records.
+ * Names with a double underscore are not part of the API: they are here
+ * for the inline functions only. */
+#if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
+                             !defined(__GNUC__))
+ST_API void st_begin(st_stage stage);
+ST_API void st_end(st_stage stage);
+ST_API void st_counter_set(st_counter counter, double value);
+ST_API void st_mark(const char *literal_name);
+ST_API void st_step(uint64_t step, uint64_t tokens);
+#endif
+
+#if !defined(ST_DISABLE)
+struct st_ring;
+#if defined(__GNUC__)
+/* The calling thread's ring; NULL when it does not record. */
+ST_API extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
+#endif
+ST_API void st__ring_begin(struct st_ring *ring, st_stage stage);
+ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
+ST_API void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
+ST_API void st__ring_mark(struct st_ring *ring, const char *literal_name);
+ST_API void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+/* 1 while an enabled trace is open; a call from a thread with no ring then
+ * reports itself through st__unregistered (out of line, once per thread). */
+ST_API extern int st__recording;
+ST_API void st__unregistered(const char *call);
+#endif
+
+#if defined(ST_DISABLE)
+static inline void st_begin(st_stage stage) { (void)stage; }
+static inline void st_end(st_stage stage) { (void)stage; }
+static inline void st_counter_set(st_counter counter, double value) { (void)counter; (void)value; }
+static inline void st_mark(const char *literal_name) { (void)literal_name; }
+static inline void st_step(uint64_t step, uint64_t tokens) { (void)step; (void)tokens; }
+#elif !defined(ST_NO_INLINE) && !defined(ST__OUT_OF_LINE) && defined(__GNUC__)
+#define ST__HOT static inline __attribute__((always_inline, unused))
+ST__HOT void st_begin(st_stage stage)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_begin(ring, stage);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_begin");
+}
+ST__HOT void st_end(st_stage stage)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_end(ring, stage);
+}
+ST__HOT void st_counter_set(st_counter counter, double value)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_counter(ring, counter, value);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_counter_set");
+}
+ST__HOT void st_mark(const char *literal_name)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_mark(ring, literal_name);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_mark");
+}
+ST__HOT void st_step(uint64_t step, uint64_t tokens)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_step(ring, step, tokens);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_step");
+}
+#undef ST__HOT
+#endif
+
+/* Events dropped so far because a ring was full (all threads), counted live:
+ * a drop is seen by the next call on any thread, not at the writer's next
+ * commit. Thread-safe. After every thread has stopped recording it equals
+ * what st_close stores in meta dropped_events. */
+ST_API uint64_t st_dropped(const st_trace *trace);
+
+/* NVTX: names a CUDA stream (a cudaStream_t passed as void *). No-op without
+ * NVTX or CUDA support. */
+ST_API void st_name_stream(void *cuda_stream, const char *name);
+
+/* GPU activity (CUDA builds with CUPTI): from this call to st_close, records
+ * every kernel, memcpy (direction, bytes, pageable or pinned), memset and
+ * synchronization of every device and stream, with the thread and stage
+ * that launched it, into the trace's gpu_chunks table, on the trace's clock.
+ * CUPTI's buffers are parsed on CUPTI's thread and flushed every 100 ms;
+ * st_close forces the last flush. CUPTI's dropped-record count goes to meta
+ * "gpu_dropped_records". Lives in libstagetrace_gpu.a: link it and -lcupti
+ * before libstagetrace. Returns ST_OK, ST_ESTATE (no trace, or already on),
+ * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
+ST_API int st_gpu_start(st_trace *trace);
+
+/* Nanoseconds on the trace's clock (the clock every record uses). */
+ST_API int64_t st_now_ns(void);
+
+#if defined(ST_DISABLE)
+/* -DST_DISABLE: every call is a stub that records nothing and touches no
+ * library symbol. What they return: st_open gives a NULL trace and ST_OK;
+ * st_close, st_flush, st_signal_flush, st_install_signal_handlers and
+ * st_gpu_start return ST_OK; st_stage_register, st_counter_register and
+ * st_thread_register return 0 (every stage, counter and thread gets id 0);
+ * st_enabled, st_interrupted, st_dropped and st_now_ns return 0; st_path
+ * returns ""; st_last_error returns "no error"; st_kind_name and
+ * st_kind_parse work as in the library; st_window_format writes "" and
+ * returns 0; st_options_init fills the library's defaults. No signal
+ * handler is installed, so SIGINT and SIGTERM keep their default action. */
+ST_API void st_options_init(st_options *opt)
+{
+#ifdef __cplusplus
+    st_options defaults = st_options();
+#else
+    st_options defaults = {0};
+#endif
+    defaults.enabled = 1;
+    defaults.program = "stagetrace";
+    defaults.world_size = 1;
+    defaults.ring_records = 262144;
+    defaults.commit_ms = 250;
+    defaults.retry_mib = 64;
+    defaults.nvtx = -1;
+    if (opt) *opt = defaults;
+}
+ST_API const char *st_kind_name(st_kind kind)
+{
+    static const char *const names[ST_KIND_COUNT] = {"work", "wait_input", "wait_output",
+                                                     "sync", "comm", "copy"};
+    return (unsigned)kind < ST_KIND_COUNT ? names[kind] : "unknown";
+}
+ST_API int st_kind_parse(const char *name)
+{
+    for (int i = 0; name && i < ST_KIND_COUNT; i++) {
+        const char *a = name, *b = st_kind_name((st_kind)i);
+        while (*a && *a == *b) a++, b++;
+        if (*a == *b) return i;
+    }
+    return -1;
+}
+ST_API size_t st_window_format(const st_window *window, char *buf, size_t size)
+{
+    (void)window;
+    if (buf && size > 0) buf[0] = '\0';
+    return 0;
+}
+ST_API int st_open(st_trace **out, const st_options *opt)
+{
+    (void)opt;
+    if (out) *out = (st_trace *)0;
+    return ST_OK;
+}
+ST_API int st_close(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_flush(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_signal_flush(int timeout_ms) { (void)timeout_ms; return ST_OK; }
+ST_API int st_install_signal_handlers(st_trace *trace, int exit_on_term)
+{
+    (void)trace; (void)exit_on_term;
+    return ST_OK;
+}
+ST_API int st_interrupted(void) { return 0; }
+ST_API int st_enabled(const st_trace *trace) { (void)trace; return 0; }
+ST_API const char *st_path(const st_trace *trace) { (void)trace; return ""; }
+ST_API const char *st_last_error(void) { return "no error"; }
+ST_API int st_stage_register(st_trace *trace, const char *name, st_kind kind)
+{
+    (void)trace; (void)name; (void)kind;
+    return 0;
+}
+ST_API int st_counter_register(st_trace *trace, const char *name, const char *unit)
+{
+    (void)trace; (void)name; (void)unit;
+    return 0;
+}
+ST_API int st_thread_register(st_trace *trace, const char *name, const char *role,
+                              int device, int rank)
+{
+    (void)trace; (void)name; (void)role; (void)device; (void)rank;
+    return 0;
+}
+ST_API void st_thread_unregister(void) {}
+ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
+ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
+ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int64_t st_now_ns(void) { return 0; }
+#endif
+
+/* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
+#if defined(ST_DISABLE)
+#define ST_SCOPE(stage) for (int st__once = ((void)(stage), 1); st__once; st__once = 0)
+#if defined(__GNUC__) && !defined(__cplusplus)
+#define ST__CAT2(a, b) a##b
+#define ST__CAT(a, b) ST__CAT2(a, b)
+#define ST_SCOPE_AUTO(stage) \
+    __attribute__((unused)) const st_stage ST__CAT(st__scope_, __LINE__) = (st_stage)(stage)
+#endif
+#else
+#define ST_SCOPE(stage) \
+    for (int st__once = (st_begin(stage), 1); st__once; st__once = 0, st_end(stage))
+#endif
+
+#if defined(__GNUC__) && !defined(__cplusplus) && !defined(ST_DISABLE)
+static inline void st__scope_end(const st_stage *stage) { st_end(*stage); }
+#define ST__CAT2(a, b) a##b
+#define ST__CAT(a, b) ST__CAT2(a, b)
+/* Ends the range when the enclosing block exits, by any path. */
+#define ST_SCOPE_AUTO(stage)                                              \
+    __attribute__((cleanup(st__scope_end))) const st_stage ST__CAT(       \
+        st__scope_, __LINE__) = (st_begin(stage), (st_stage)(stage))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* ring.h: the per-thread ring between a recording thread and the writer.
+ *
+ * Layout. Each registered thread owns one st_ring (record.c allocates it in
+ * st_thread_register, 64-byte aligned) and a power-of-two array of
+ * st_record slots (options.ring_records, 64..2^28). Slot i lives at
+ * buf[i & mask]; head and tail count records since registration and never
+ * wrap (64 bits). The struct is cut into cache lines so that the two sides
+ * never write the same line:
+ *   - line 0, w_*: the producer's own state, read and written only by the
+ *     owning thread (the hot path touches only this line, the slot it
+ *     writes and `head`);
+ *   - `head`: written by the producer, read by the writer;
+ *   - `tail`: written by the writer, read by the producer;
+ *   - `dropped`: the producer's drop count, read by anyone (st_dropped);
+ *   - then the fields written once before the ring is published (mask,
+ *     thread_id, buf) and `retired`.
+ *
+ * Memory ordering (single producer, single consumer):
+ *   - The producer writes a slot, then publishes it with a release store of
+ *     head (record.c, publish()). The writer loads head with acquire and only
+ *     then reads the slots below it: a record is read only after it is
+ *     whole. A step and its tokens record are published by one store.
+ *   - The writer reads slots, then stores tail with release (writer.c,
+ *     drain_ring()). The producer loads tail with acquire before it reuses a
+ *     slot (reserve_slow()): a slot is overwritten only after it was read.
+ *     The producer caches tail + capacity in w_limit and reloads it only
+ *     when the cached room runs out.
+ *   - dropped is a relaxed counter: exact once the producer stops, live
+ *     (possibly behind by the calls in flight) before.
+ *   - Retiring: st_thread_unregister clears the thread's pointer, then
+ *     stores retired = 1 with release; it writes nothing more. The writer
+ *     loads retired with acquire BEFORE it loads head, so when it sees 1 the
+ *     head it then reads is final: it drains up to it, adds `dropped` to the
+ *     trace's retired_dropped and clears the thread's ring slot under
+ *     st_trace.lock, and frees the ring (st_dropped sums live rings under
+ *     the same lock).
+ *
+ * Room. A begin reserves the slot of its end (w_reserved = records written
+ * + ends owed to open begins): a begin, counter, mark or step is accepted
+ * only while w_reserved + its records fit in the ring, so an end always
+ * fits and a drop never breaks a range. A begin dropped at depth d marks bit
+ * d of w_dropped_depths so that its end is dropped too; depth beyond
+ * ST_MAX_DEPTH is dropped (and counted) with its end.
+ */
+#ifndef ST_RING_H
+#define ST_RING_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "stagetrace.h"
+
+/* ---- ring records ---- */
+enum st_rec_type {
+    ST_REC_BEGIN = 1,   /* id = stage */
+    ST_REC_END = 2,     /* id = stage */
+    ST_REC_COUNTER = 3, /* id = counter, arg = double bits */
+    ST_REC_MARK = 4,    /* arg = const char * (literal) */
+    ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
+    ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
+};
+
+typedef struct st_record {
+    int64_t ts;   /* raw clock (TSC ticks or ns; see clock.c) */
+    uint64_t arg;
+    uint32_t id;
+    uint32_t type;
+} st_record;      /* 24 bytes */
+
+typedef struct st_ring {
+    _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */
+    uint64_t w_reserved;                /* w_head + the ends owed to recorded begins */
+    uint64_t w_limit;                   /* last tail seen + capacity: room while
+                                           w_reserved + n <= w_limit */
+    st_record *w_buf;                   /* = buf */
+    uint32_t w_mask;                    /* = mask */
+    uint32_t w_depth;                   /* open begins, dropped or not */
+    uint32_t w_stage_limit;             /* st_stage_limit when last read */
+    uint32_t w_dropped_open;            /* open begins that were dropped */
+    uint8_t w_use_tsc, w_nvtx, w_block; /* copies of the clock, NVTX, blocking mode */
+    uint8_t w_fast;                     /* w_use_tsc && !w_nvtx: record.c's fast path */
+    uint64_t w_dropped_depths[ST_MAX_DEPTH / 64]; /* depths of dropped open begins */
+    _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
+    _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
+    _Alignas(64) _Atomic uint64_t dropped;
+    _Atomic int retired;                /* producer gone; free once drained */
+    uint32_t mask;
+    uint32_t thread_id;
+    st_record *buf;
+} st_ring;
+/* A ring's slot in st_trace.threads is cleared, and its drops added to
+ * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
+ * so that st_dropped can sum the live rings under the same lock. */
+
+#endif
