@@ -184,7 +184,8 @@ typedef void (*st_log_fn)(int level, const char *msg, void *arg);
 
 typedef struct st_options {
     const char *path;        /* trace file; required when enabled */
-    int enabled;             /* 0: no trace, no NVTX; hot path is one branch */
+    int enabled;             /* 0: no trace, no NVTX; each hot-path call is
+                                two predicted branches, no call */
     int overwrite;           /* replace an existing file at path */
     const char *program;     /* NVTX domain and meta "program"; default "stagetrace" */
     int argc;                /* stored in meta "argv" */
