@@ -335,7 +335,8 @@ roles = {r["role"]: r for r in json.load(open("t_base.out"))["roles"]}
 need = max(roles[r]["busy_ms_per_step"] for r in ("target", "drafter"))
 print(int(1000 * (3 * need + 2)))')
 quarter_us=$((delay_us / 4))
-train drafterbound --drafter-delay-us "$delay_us" --steps 20
+# A queue of 2: the target, three times as fast, waits in queue_put from the third step on.
+train drafterbound --drafter-delay-us "$delay_us" --queue-depth 2 --steps 20
 train targetbound --target-delay-us "$delay_us" --steps 20
 # The target about four times as fast as the drafter: in 20 steps it never
 # fills a queue of 60, and with a queue of 1 it waits for the drafter every
