@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# it_export_gpu.sh: `analyze export --chrome` of the GPU sample traces (samples/traces/)
+# as Kineto writes them, so that Perfetto and Holistic Trace Analysis read them: the JSON
+# parses; on every track (pid, tid) the complete events nest (two slices are disjoint or
+# one holds the other: Perfetto drops a slice that overlaps another in part); GPU records
+# carry args device, stream, correlation and External id on one process per GPU, sorted
+# after the CPU process; syncs sit on tracks of their own; each launching API call is a
+# cuda_runtime / cuda_driver slice on its thread with a flow (ac2g) to the record it
+# launched. Then, where `holistictraceanalysis` imports, HTA's temporal, idle-time and
+# kernel breakdowns and kernel launch statistics run on the export of h200-async, whose
+# GPU busy time must match `analyze gpu` within 1%.
+#
+#   bash tests/it_export_gpu.sh BUILD_DIR
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+A="$BUILD/analyze"
+S="$ROOT/samples/traces"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON"; exit 0; }
+ls "$S"/*.sqlite >/dev/null 2>&1 || { echo "SKIP: no sample traces in $S"; exit 0; }
+
+T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_export_gpu.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+# shellcheck source=tests/lib.sh
+. "$ROOT/tests/lib.sh"
+
+for trace in "$S"/*.sqlite; do
+    name=$(basename "$trace" .sqlite)
+    expect_ok "$name.export" "$A" export "$trace" --chrome "$name.json"
+    sqlite3 "$trace" "SELECT count(*) FROM gpu_chunks WHERE device >= 0" >"$name.n_gpu" 2>/dev/null || echo 0 >"$name.n_gpu"
+    NAME=$name py "$name: Chrome export" <<'PYEOF'
+import json, os, collections
+name = os.environ["NAME"]
+d = json.load(open(name + ".json"))
+ev = d["traceEvents"]
+def us(x): return round(float(x) * 1000)  # ns, exact for 3 decimals
+# 1. complete events nest on every track
+tracks = collections.defaultdict(list)
+for e in ev:
+    if e.get("ph") == "X":
+        tracks[(e["pid"], e["tid"])].append((us(e["ts"]), us(e["ts"]) + us(e["dur"]), e["name"]))
+bad = 0
+for key, sl in tracks.items():
+    sl.sort(key=lambda s: (s[0], -s[1]))
+    stack = []
+    for s in sl:
+        while stack and stack[-1][1] <= s[0]:
+            stack.pop()
+        if stack and s[1] > stack[-1][1]:
+            bad += 1
+            if bad <= 3:
+                print("partial overlap on track", key, stack[-1], s)
+        stack.append(s)
+assert bad == 0, f"{name}: {bad} complete events overlap another in part"
+# 2. Kineto's shape of the GPU records
+gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+assert gpu, f"{name}: no GPU records exported"
+cpu_pid = next(e["pid"] for e in ev if e.get("ph") == "X" and e.get("cat") == "work")
+for e in gpu:
+    a = e["args"]
+    assert {"device", "stream", "correlation", "External id"} <= a.keys(), e
+    assert e["pid"] == 1000000 + a["device"] and e["tid"] == a["stream"], e
+    assert a["stream"] != 4294967295, e
+    if e["cat"] == "gpu_memcpy": assert e["name"].startswith("Memcpy "), e
+    if e["cat"] == "gpu_memset": assert e["name"].startswith("Memset "), e
+syncs = [e for e in ev if e.get("cat") == "cuda_sync"]
+assert syncs, f"{name}: no sync records"
+stream_tracks = {(e["pid"], e["tid"]) for e in gpu}
+for e in syncs:
+    assert "stream" not in e["args"] and (e["pid"], e["tid"]) not in stream_tracks, e
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+ctx = [e for e in syncs if e["args"]["synced_stream"] == 4294967295]
+assert ctx and all(names[(e["pid"], e["tid"])].startswith("context sync") for e in ctx), name
+assert not any("4294967295" in n for n in names.values()), name
+sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
+assert all(sort[e["pid"]] > sort[cpu_pid] for e in gpu), sort
+assert d["distributedInfo"]["rank"] == int(d["otherData"]["rank"]), d["distributedInfo"]
+# 3. API calls on the CPU threads, flows from launch to record
+api = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+assert api and all(e["pid"] == cpu_pid and "correlation" in e["args"] for e in api), name
+launch = {(e["args"]["correlation"], e["tid"], us(e["ts"])) for e in api}
+starts = {e["id"]: e for e in ev if e.get("ph") == "s"}
+ends = {e["id"]: e for e in ev if e.get("ph") == "f"}
+assert starts and starts.keys() == ends.keys(), name
+by_corr = {}
+for e in gpu: by_corr.setdefault(e["args"]["correlation"], e)
+for i, s in starts.items():
+    f = ends[i]
+    assert s["cat"] == f["cat"] == "ac2g" and f["bp"] == "e", (s, f)
+    assert (i, s["tid"], us(s["ts"])) in launch, s
+    assert i in by_corr and f["pid"] == by_corr[i]["pid"], f
+n_corr = len({e["args"]["correlation"] for e in gpu if "thread" in e["args"]})
+assert len(starts) == n_corr, (len(starts), n_corr)
+# 4. step marks are instant events
+assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
+print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls,", len(starts), "flows")
+PYEOF
+done
+
+# Holistic Trace Analysis, where it is installed (pip install holistictraceanalysis)
+if ! python3 -c 'import hta' 2>/dev/null; then
+    echo "SKIP: holistictraceanalysis is not installed (python3 -m pip install holistictraceanalysis); the Chrome export checks above ran"
+    exit 0
+fi
+mkdir hta
+cp h200-async.json hta/rank0.json
+expect_ok gpu "$A" gpu "$S/h200-async.sqlite" --format json
+py "HTA on the export of h200-async" <<'PYEOF'
+import json, logging, warnings
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+t = TraceAnalysis(trace_dir="hta")
+tb = t.get_temporal_breakdown(visualize=False)
+idle = t.get_idle_time_breakdown(visualize=False)
+kb = t.get_gpu_kernel_breakdown(visualize=False)
+ls = t.get_cuda_kernel_launch_stats(visualize=False)
+print(tb.to_string())
+print(json.load(open("gpu.out")))
+PYEOF
