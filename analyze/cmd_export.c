@@ -11,7 +11,8 @@
  *            viewers expect of nested slices) from the raw events through a
  *            bounded queue; a range open across more than QUEUE_MAX later
  *            ranges is written as a begin/end pair ("B"/"E") instead, so
- *            memory stays bounded whatever the nesting.
+ *            memory stays bounded whatever the nesting. GPU activity as
+ *            Kineto writes it (chrome_gpu_tracks), for HTA and Perfetto.
  *  --csv     each table as DIR/<table>.csv: meta, threads, stages, steps,
  *            counter_names, and the decoded rows ranges.csv and counters.csv
  *            (the columns of the SQL row tables).
@@ -39,7 +40,9 @@ static const char help[] =
     "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
     "                     complete events (cat = stage kind, args depth and step), counters,\n"
-    "                     step marks as instant events. Times in microseconds from the trace\n"
+    "                     step marks as instant events, GPU activity as Kineto writes it (a\n"
+    "                     process per GPU, a track per stream, API calls, launch flows). Times in\n"
+    "                     microseconds from the trace\n"
     "                     start, with nanosecond decimals. OUT '-' writes to stdout.\n"
     "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
     "                     ranges.csv and counters.csv (decoded rows, as the SQL row tables)\n"
@@ -85,7 +88,6 @@ typedef struct chrome {
     size_t n_api, api_next;
     struct flow *flows;
     size_t n_flows;
-    uint64_t n_cut;
 } chrome;
 
 static char *json_quoted(const char *s)
@@ -538,10 +540,7 @@ static int chrome_gpu_tracks(chrome *c)
          * so that the track's slices nest. */
         int64_t start = g.rec.start_ns, end = start + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
         while (top && stack[top - 1] <= start) top--;
-        if (top && end > stack[top - 1]) {
-            end = stack[top - 1];
-            c->n_cut++;
-        }
+        if (top && end > stack[top - 1]) end = stack[top - 1];
         if (top < 64) stack[top++] = end;
         put_lit(f, ",\n{\"name\":");
         put_gpu_name(f, &g);

@@ -100,24 +100,55 @@ print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls
 PYEOF
 done
 
-# Holistic Trace Analysis, where it is installed (pip install holistictraceanalysis)
-if ! python3 -c 'import hta' 2>/dev/null; then
-    echo "SKIP: holistictraceanalysis is not installed (python3 -m pip install holistictraceanalysis); the Chrome export checks above ran"
+# Holistic Trace Analysis, where it is installed (pip install holistictraceanalysis). `analyze
+# gpu` counts from the first range event, HTA from the first GPU record: the export is cut to
+# the trace's span (first to last range event or step mark) before HTA reads it.
+if ! python3 -c 'import hta.trace_analysis' 2>/dev/null; then
+    echo "SKIP: holistictraceanalysis is not installed (python3 -m pip install holistictraceanalysis psutil); the Chrome export checks above ran"
     exit 0
 fi
-mkdir hta
-cp h200-async.json hta/rank0.json
-expect_ok gpu "$A" gpu "$S/h200-async.sqlite" --format json
+expect_ok gpu "$A" gpu "$S/h200-async.sqlite" --format json --time 0:1000000
 py "HTA on the export of h200-async" <<'PYEOF'
-import json, logging, warnings
+import json, logging, os, warnings
 warnings.filterwarnings("ignore")
-logging.disable(logging.WARNING)
+logging.disable(logging.CRITICAL)
+d = json.load(open("h200-async.json"))
+ev = d["traceEvents"]
+def ns(x): return round(float(x) * 1000)
+span = [ns(e["ts"]) for e in ev if e.get("cat") == "step"]
+span += [t for e in ev if e.get("ph") == "X" and e.get("pid") < 1000000 and e.get("cat") not in ("cuda_runtime", "cuda_driver")
+         for t in (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))]
+t0, t1 = min(span), max(span)
+kept = []
+for e in ev:
+    if e.get("ph") == "X" and e["pid"] >= 1000000:
+        s, f = max(ns(e["ts"]), t0), min(ns(e["ts"]) + ns(e["dur"]), t1)
+        if f <= s: continue
+        e = dict(e, ts=s / 1000, dur=(f - s) / 1000)
+    kept.append(e)
+d["traceEvents"] = kept
+os.mkdir("hta")
+json.dump(d, open("hta/rank0.json", "w"))
+import contextlib, io
 from hta.trace_analysis import TraceAnalysis
-t = TraceAnalysis(trace_dir="hta")
-tb = t.get_temporal_breakdown(visualize=False)
-idle = t.get_idle_time_breakdown(visualize=False)
-kb = t.get_gpu_kernel_breakdown(visualize=False)
-ls = t.get_cuda_kernel_launch_stats(visualize=False)
-print(tb.to_string())
-print(json.load(open("gpu.out")))
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    t = TraceAnalysis(trace_dir="hta")
+    tb = t.get_temporal_breakdown(visualize=False)
+    idle = t.get_idle_time_breakdown(visualize=False)
+    kb = t.get_gpu_kernel_breakdown(visualize=False)
+    ls = t.get_cuda_kernel_launch_stats(visualize=False)
+dev = json.load(open("gpu.out"))["devices"][0]
+busy_ms = (tb["compute_time(us)"][0] + tb["non_compute_time(us)"][0]) / 1000
+err = abs(busy_ms - dev["busy_ms"]) / dev["busy_ms"]
+print(f"GPU busy: HTA {busy_ms:.3f} ms, analyze gpu {dev['busy_ms']:.3f} ms ({100 * err:.3f}%)")
+assert err < 0.01, (busy_ms, dev["busy_ms"])
+kb_ms = kb[0]["sum"].sum() / 1000
+assert abs(kb_ms - dev["busy_ms"]) / dev["busy_ms"] < 0.01, (kb_ms, dev["busy_ms"])
+idle_df = idle[0] if isinstance(idle, tuple) else idle
+streams = {e["args"]["stream"] for e in kept if e.get("cat") == "kernel"}
+assert streams <= set(idle_df["stream"]), (streams, set(idle_df["stream"]))
+n_launched = len({e["args"]["correlation"] for e in kept if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "thread" in e["args"]})
+assert 0.5 * n_launched < len(ls[0]) <= n_launched, (len(ls[0]), n_launched)
+print(f"HTA: {len(idle_df)} idle rows, kernel breakdown {kb_ms:.3f} ms, {len(ls[0])} launches of {n_launched}")
 PYEOF
