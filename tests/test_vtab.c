@@ -1014,6 +1014,79 @@ static void test_rowid_gpu(void **state)
     unlink(path);
 }
 
+/* gpu_v: every gpu row once, with the launching thread's name and role and
+ * the stage's name and kind that the reader gives (NULL where the reader has
+ * none), and end_ns = start_ns + dur_ns. */
+static void test_gpu_view(void **state)
+{
+    fixture *f = *state;
+    char path[512];
+    tmp_path(path, sizeof path, "gpu_view.sqlite");
+    make_gpu_trace(f->multi_path, path);
+    st_reader *r = open_reader(path);
+    sqlite3 *db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v"), sql_int(db, "SELECT count(*) FROM gpu"));
+    sqlite3_stmt *q = prepare(db, "SELECT thread_name, role, stage_name, stage_kind, end_ns, name, kind, count(*) "
+                                  "FROM gpu_v WHERE device = ? AND stream = ? AND start_ns = ? AND correlation = ?");
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row g;
+    int rc, n = 0, named = 0, staged = 0;
+    while ((rc = st_gpu_iter_next(it, &g)) == 1) {
+        sqlite3_bind_int64(q, 1, g.device);
+        sqlite3_bind_int64(q, 2, g.stream);
+        sqlite3_bind_int64(q, 3, g.rec.start_ns);
+        sqlite3_bind_int64(q, 4, g.rec.correlation);
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int64(q, 7), 1);
+        const char *tn = (const char *)sqlite3_column_text(q, 0), *role = (const char *)sqlite3_column_text(q, 1);
+        if (g.thread >= 0) {
+            const st_thread_info *th = NULL;
+            for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+                if (st_reader_thread(r, i)->id == g.thread) th = st_reader_thread(r, i);
+            assert_non_null(th);
+            assert_string_equal(tn, th->name);
+            assert_string_equal(role, th->role);
+            named++;
+        } else {
+            assert_null(tn);
+            assert_null(role);
+        }
+        const char *sn = (const char *)sqlite3_column_text(q, 2), *sk = (const char *)sqlite3_column_text(q, 3);
+        if (g.stage >= 0) {
+            const st_stage_info *si = st_reader_stage(r, (uint32_t)g.stage);
+            assert_string_equal(sn, si->name);
+            assert_string_equal(sk, st_kind_name(si->kind));
+            staged++;
+        } else {
+            assert_null(sn);
+            assert_null(sk);
+        }
+        assert_int_equal(sqlite3_column_int64(q, 4), g.rec.start_ns + g.rec.dur_ns);
+        if (g.name) assert_string_equal((const char *)sqlite3_column_text(q, 5), g.name);
+        assert_string_equal((const char *)sqlite3_column_text(q, 6), st_gpu_kind_name(g.rec.kind));
+        sqlite3_reset(q);
+        n++;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(n, 2 * 2 * 3 * 6);
+    assert_int_equal(named, n / 2); /* half were launched by thread 0 */
+    assert_true(staged > 0);
+    st_gpu_iter_close(it);
+    sqlite3_finalize(q);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v WHERE thread_name IS NOT NULL AND stage_name IS NULL "
+                                 "AND stage IS NOT NULL"),
+                     0);
+    sqlite3_close(db);
+    st_reader_close(r);
+    unlink(path);
+
+    /* A trace without GPU activity: gpu_v is empty. */
+    db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v"), 0);
+    sqlite3_close(db);
+}
+
 /* Rowids need unique chunk ids: a chunk table whose ids repeat (made
  * without its primary key) is refused, one with unique ids is read; ids
  * beyond 32 bits cannot be numbered. */
@@ -1079,8 +1152,8 @@ static void test_read_only_and_registration(void **state)
     assert_int_equal(sql_run(db, "UPDATE ranges SET depth = 3", NULL, 0), SQLITE_ERROR);
     assert_int_equal(sql_run(db, "CREATE VIRTUAL TABLE r2 USING ranges", NULL, 0), SQLITE_ERROR);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM temp.sqlite_schema WHERE type = 'view' AND "
-                                 "name IN ('ranges_v', 'counters_v')"),
-                     2);
+                                 "name IN ('ranges_v', 'counters_v', 'gpu_v')"),
+                     3);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM main.sqlite_schema WHERE name LIKE '%_v'"), 0);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), 7);
     sqlite3_close(db);
@@ -1380,6 +1453,7 @@ int main(void)
         cmocka_unit_test(test_rowid_ranges),
         cmocka_unit_test(test_rowid_counters),
         cmocka_unit_test(test_rowid_gpu),
+        cmocka_unit_test(test_gpu_view),
         cmocka_unit_test(test_rowid_chunk_ids),
         cmocka_unit_test(test_read_only_and_registration),
         cmocka_unit_test(test_extension_in_process),
