@@ -14,11 +14,12 @@
  *            memory stays bounded whatever the nesting. GPU activity as
  *            Kineto writes it (chrome_gpu_tracks), for HTA and Perfetto.
  *  --csv     each table as DIR/<table>.csv: meta, threads, stages, steps,
- *            counter_names, and the decoded rows ranges.csv and counters.csv
- *            (the columns of the SQL row tables).
+ *            counter_names, and the decoded rows ranges.csv, counters.csv,
+ *            gpu.csv (the columns of the SQL row tables) and gpu_api.csv
+ *            (the CUDA API calls).
  *  --rows    a new SQLite file with the same tables as plain rows (plus the
- *            views ranges_v, counters_v), for tools that cannot load the
- *            extension.
+ *            views ranges_v, counters_v, gpu_v), for tools that cannot load
+ *            the extension (pandas on a Python without extension loading).
  * Outputs are written to a temporary name and renamed when complete, so a
  * failed export leaves no partial file (--csv: no file at all, see
  * export_csv); existing outputs need --overwrite.
@@ -42,12 +43,14 @@ static const char help[] =
     "                     complete events (cat = stage kind, args depth and step), counters,\n"
     "                     step marks as instant events, GPU activity as Kineto writes it (a\n"
     "                     process per GPU, a track per stream, API calls, launch flows). Times in\n"
-    "                     microseconds from the trace\n"
-    "                     start, with nanosecond decimals. OUT '-' writes to stdout.\n"
+    "                     microseconds from the trace start, with nanosecond decimals. OUT '-'\n"
+    "                     writes to stdout.\n"
     "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
-    "                     ranges.csv and counters.csv (decoded rows, as the SQL row tables)\n"
-    "  --rows OUT.sqlite  a SQLite copy with plain tables ranges and counters (plus the small\n"
-    "                     tables and the views ranges_v, counters_v) for any SQLite tool\n"
+    "                     ranges.csv, counters.csv, gpu.csv (decoded rows, as the SQL row tables)\n"
+    "                     and gpu_api.csv (the CUDA API calls)\n"
+    "  --rows OUT.sqlite  a SQLite copy with plain tables ranges, counters, gpu and gpu_api (plus\n"
+    "                     the small tables and the views ranges_v, counters_v, gpu_v) for any\n"
+    "                     SQLite tool, or pandas on a Python that cannot load extensions\n"
     "  --overwrite        replace existing output files\n";
 
 enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE };
@@ -944,7 +947,17 @@ static const an_col range_cols[] = {{"thread", AN_T_INT, 0},   {"stage", AN_T_IN
 static const an_col counter_cols[] = {{"thread", AN_T_INT, 0}, {"counter", AN_T_INT, 0},
                                       {"ts_ns", AN_T_INT, 0},  {"value", AN_T_ANY, 0}};
 
-enum { TAB_META, TAB_THREADS, TAB_STAGES, TAB_STEPS, TAB_COUNTER_NAMES, TAB_RANGES, TAB_COUNTERS, N_TABS };
+static const an_col gpu_cols[] = {{"device", AN_T_INT, 0},  {"stream", AN_T_INT, 0},      {"kind", AN_T_STR, 0},
+                                  {"name", AN_T_STR, 0},    {"start_ns", AN_T_INT, 0},    {"dur_ns", AN_T_INT, 0},
+                                  {"bytes", AN_T_INT, 0},   {"correlation", AN_T_INT, 0}, {"thread", AN_T_INT, 0},
+                                  {"stage", AN_T_INT, 0}};
+static const an_col gpu_api_cols[] = {{"thread", AN_T_INT, 0},   {"os_tid", AN_T_INT, 0}, {"api", AN_T_STR, 0},
+                                      {"name", AN_T_STR, 0},     {"cbid", AN_T_INT, 0},   {"start_ns", AN_T_INT, 0},
+                                      {"dur_ns", AN_T_INT, 0},   {"correlation", AN_T_INT, 0},
+                                      {"stage", AN_T_INT, 0}};
+
+enum { TAB_META, TAB_THREADS, TAB_STAGES, TAB_STEPS, TAB_COUNTER_NAMES, TAB_RANGES, TAB_COUNTERS, TAB_GPU, TAB_GPU_API,
+       N_TABS };
 static const struct {
     const char *name;
     const an_col *cols;
@@ -953,7 +966,74 @@ static const struct {
     {"meta", meta_cols, 2},           {"threads", thread_cols, 7}, {"stages", stage_cols, 3},
     {"steps", step_cols, 3},          {"counter_names", counter_name_cols, 3},
     {"ranges", range_cols, 7},        {"counters", counter_cols, 4},
+    {"gpu", gpu_cols, 10},            {"gpu_api", gpu_api_cols, 9},
 };
+
+/* The name column of the gpu table, as the SQL table gives it: the kernel,
+ * "memcpy DtoH device->pinned", or the kind. */
+static const char *gpu_row_name(const st_gpu_row *g, char *buf, size_t size)
+{
+    if (g->name) return g->name;
+    if (g->rec.kind == ST_GPU_MEMCPY) {
+        snprintf(buf, size, "memcpy %s %s->%s", st_gpu_copy_name(g->rec.copy_kind), st_gpu_mem_name(g->rec.src_mem),
+                 st_gpu_mem_name(g->rec.dst_mem));
+        return buf;
+    }
+    return st_gpu_kind_name(g->rec.kind);
+}
+
+/* GPU records (api 0) or API calls (api 1), one by one to fn; an ST_ code. */
+typedef int (*gpu_row_fn)(const st_gpu_row *g, void *arg);
+static int each_gpu_row(an_trace *t, int api, gpu_row_fn fn, void *arg)
+{
+    int has = st_reader_has_gpu(t->r);
+    if (has <= 0) return has;
+    st_gpu_iter *it = NULL;
+    int rc = api ? st_gpu_api_iter_open(&it, t->r, INT64_MIN, INT64_MAX)
+                 : st_gpu_iter_open(&it, t->r, -1, INT64_MIN, INT64_MAX);
+    st_gpu_row g;
+    while (!rc && (rc = st_gpu_iter_next(it, &g)) == 1) rc = fn(&g, arg);
+    st_gpu_iter_close(it);
+    return rc < 0 ? rc : 0;
+}
+
+static int csv_gpu_row(const st_gpu_row *g, void *arg)
+{
+    an_table *tb = arg;
+    char buf[96];
+    an_put_int(tb, g->device);
+    an_put_int(tb, g->stream);
+    an_put_str(tb, st_gpu_kind_name(g->rec.kind));
+    an_put_str(tb, gpu_row_name(g, buf, sizeof buf));
+    an_put_int(tb, g->rec.start_ns);
+    an_put_int(tb, g->rec.dur_ns);
+    an_put_int(tb, (int64_t)g->rec.bytes);
+    an_put_int(tb, g->rec.correlation);
+    if (g->thread >= 0) an_put_int(tb, g->thread);
+    else an_put_null(tb);
+    if (g->stage >= 0) an_put_int(tb, g->stage);
+    else an_put_null(tb);
+    an_row_end(tb);
+    return 0;
+}
+
+static int csv_api_row(const st_gpu_row *g, void *arg)
+{
+    an_table *tb = arg;
+    if (g->thread >= 0) an_put_int(tb, g->thread);
+    else an_put_null(tb);
+    an_put_int(tb, g->rec.os_tid);
+    an_put_str(tb, g->stream == 1 ? "driver" : "runtime");
+    an_put_str(tb, g->name); /* NULL: a trace that did not store names */
+    an_put_int(tb, g->rec.copy_kind);
+    an_put_int(tb, g->rec.start_ns);
+    an_put_int(tb, g->rec.dur_ns);
+    an_put_int(tb, g->rec.correlation);
+    if (g->stage >= 0) an_put_int(tb, g->stage);
+    else an_put_null(tb);
+    an_row_end(tb);
+    return 0;
+}
 
 /* Writes table `tab` as rows of an an_table (CSV); returns an ST_ code. */
 static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
@@ -1051,6 +1131,8 @@ static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
         st_sample_iter_close(it);
         return rc;
     }
+    case TAB_GPU: return each_gpu_row(t, 0, csv_gpu_row, tb);
+    case TAB_GPU_API: return each_gpu_row(t, 1, csv_api_row, tb);
     }
     return 0;
 }
@@ -1173,7 +1255,60 @@ static const char rows_schema[] =
     "CREATE VIEW counters_v AS SELECT c.thread, c.counter, c.ts_ns, c.value,\n"
     "  t.name AS thread_name, n.name AS counter_name, n.unit AS unit\n"
     "  FROM counters AS c LEFT JOIN threads AS t ON t.id = c.thread\n"
-    "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n";
+    "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n"
+    "CREATE TABLE gpu(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, dur_ns INTEGER,\n"
+    "  bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER);\n"
+    "CREATE TABLE gpu_api(thread INTEGER, os_tid INTEGER, api TEXT, name TEXT, cbid INTEGER, start_ns INTEGER,\n"
+    "  dur_ns INTEGER, correlation INTEGER, stage INTEGER);\n"
+    "CREATE VIEW gpu_v AS SELECT g.device, g.stream, g.kind, g.name, g.start_ns, g.dur_ns,\n"
+    "  g.start_ns + g.dur_ns AS end_ns, g.bytes, g.correlation, g.thread, g.stage,\n"
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
+    "  FROM gpu AS g LEFT JOIN threads AS t ON t.id = g.thread LEFT JOIN stages AS s ON s.id = g.stage;\n";
+
+static void bind_opt(sqlite3_stmt *ins, int col, int64_t v)
+{
+    if (v >= 0) sqlite3_bind_int64(ins, col, v);
+    else sqlite3_bind_null(ins, col);
+}
+
+/* The rows of gpu and gpu_api, as in CSV; ROW_REFUSED when SQLite refuses one. */
+#define ROW_REFUSED (-10000) /* not an ST_ code: tells a write failure from a read failure */
+static int rows_gpu_row(const st_gpu_row *g, void *arg)
+{
+    sqlite3_stmt *ins = arg;
+    char buf[96];
+    sqlite3_bind_int64(ins, 1, g->device);
+    sqlite3_bind_int64(ins, 2, g->stream);
+    sqlite3_bind_text(ins, 3, st_gpu_kind_name(g->rec.kind), -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins, 4, gpu_row_name(g, buf, sizeof buf), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(ins, 5, g->rec.start_ns);
+    sqlite3_bind_int64(ins, 6, g->rec.dur_ns);
+    sqlite3_bind_int64(ins, 7, (sqlite3_int64)g->rec.bytes);
+    sqlite3_bind_int64(ins, 8, g->rec.correlation);
+    bind_opt(ins, 9, g->thread);
+    bind_opt(ins, 10, g->stage);
+    int ok = sqlite3_step(ins) == SQLITE_DONE;
+    sqlite3_reset(ins);
+    return ok ? 0 : ROW_REFUSED;
+}
+
+static int rows_api_row(const st_gpu_row *g, void *arg)
+{
+    sqlite3_stmt *ins = arg;
+    bind_opt(ins, 1, g->thread);
+    sqlite3_bind_int64(ins, 2, g->rec.os_tid);
+    sqlite3_bind_text(ins, 3, g->stream == 1 ? "driver" : "runtime", -1, SQLITE_STATIC);
+    if (g->name) sqlite3_bind_text(ins, 4, g->name, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(ins, 4);
+    sqlite3_bind_int64(ins, 5, g->rec.copy_kind);
+    sqlite3_bind_int64(ins, 6, g->rec.start_ns);
+    sqlite3_bind_int64(ins, 7, g->rec.dur_ns);
+    sqlite3_bind_int64(ins, 8, g->rec.correlation);
+    bind_opt(ins, 9, g->stage);
+    int ok = sqlite3_step(ins) == SQLITE_DONE;
+    sqlite3_reset(ins);
+    return ok ? 0 : ROW_REFUSED;
+}
 
 /* The an_table interface is for text formats; rows go to SQLite through a
  * prepared INSERT per table, bound from the same reader data. */
@@ -1272,6 +1407,14 @@ static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
         }
     }
     st_sample_iter_close(si);
+    if (rc < 0) goto done;
+    if (PREP("INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    rc = each_gpu_row(t, 0, rows_gpu_row, ins);
+    if (rc == ROW_REFUSED) goto fail;
+    if (rc < 0) goto done;
+    if (PREP("INSERT INTO gpu_api VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    rc = each_gpu_row(t, 1, rows_api_row, ins);
+    if (rc == ROW_REFUSED) goto fail;
 done:
     sqlite3_finalize(ins);
     return rc < 0 ? rc : 0;

@@ -6,7 +6,7 @@
 # carry args device, stream, correlation and External id on one process per GPU, sorted
 # after the CPU process; syncs sit on tracks of their own; each launching API call is a
 # cuda_runtime / cuda_driver slice on its thread with a flow (ac2g) to the record it
-# launched. Then, where `holistictraceanalysis` imports, HTA's temporal, idle-time and
+# launched. export --csv and --rows hold the GPU records and API calls. Then, where `holistictraceanalysis` imports, HTA's temporal, idle-time and
 # kernel breakdowns and kernel launch statistics run on the export of h200-async, whose
 # GPU busy time must match `analyze gpu` within 1%.
 #
@@ -97,6 +97,58 @@ assert len(starts) == n_corr, (len(starts), n_corr)
 # 4. step marks are instant events
 assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
 print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls,", len(starts), "flows")
+PYEOF
+done
+
+# export --csv and --rows hold the GPU records (gpu) and API calls (gpu_api): the same rows as
+# the extension's gpu table and the API chunks, and gpu_v joins the names in as the extension's.
+EXT="$BUILD/stagetrace_ext"
+for trace in "$S"/*.sqlite; do
+    name=$(basename "$trace" .sqlite)
+    expect_ok "$name.rows" "$A" export "$trace" --csv "$name.csv" --rows "$name.rows.sqlite"
+    q="SELECT device, stream, kind, name, count(*), sum(dur_ns), sum(start_ns), sum(bytes), sum(correlation),
+       count(thread), sum(thread), count(stage), sum(stage) FROM gpu GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+    qv="SELECT thread_name, role, stage_name, stage_kind, kind, count(*), sum(end_ns - start_ns) FROM gpu_v
+        GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+    if [ -e "$EXT.so" ] && sqlite3 :memory: ".load $EXT" "SELECT 1" >/dev/null 2>&1; then
+        sqlite3 "$trace" ".load $EXT" "$q" >"$name.gpu.ext"
+        sqlite3 "$trace" ".load $EXT" "$qv" >"$name.gpu_v.ext"
+        sqlite3 "$name.rows.sqlite" "$q" >"$name.gpu.rows"
+        sqlite3 "$name.rows.sqlite" "$qv" >"$name.gpu_v.rows"
+        [ -s "$name.gpu.ext" ] || fail "$name: the extension's gpu table is empty"
+        cmp -s "$name.gpu.ext" "$name.gpu.rows" || fail "$name: --rows gpu differs from the SQL table: $(diff "$name.gpu.ext" "$name.gpu.rows" | head -5)"
+        cmp -s "$name.gpu_v.ext" "$name.gpu_v.rows" || fail "$name: --rows gpu_v differs from the SQL view: $(diff "$name.gpu_v.ext" "$name.gpu_v.rows" | head -5)"
+        ok
+    fi
+    n_api=$(sqlite3 "$trace" "SELECT sum(n_records) FROM gpu_chunks WHERE device = -1")
+    NAME=$name N_API=$n_api py "$name: gpu and gpu_api in --csv and --rows" <<'PYEOF'
+import csv, os, sqlite3
+name, n_api = os.environ["NAME"], int(os.environ["N_API"])
+db = sqlite3.connect(f"file:{name}.rows.sqlite?mode=ro", uri=True)
+gpu = list(csv.DictReader(open(f"{name}.csv/gpu.csv")))
+api = list(csv.DictReader(open(f"{name}.csv/gpu_api.csv")))
+assert list(gpu[0]) == ["device", "stream", "kind", "name", "start_ns", "dur_ns", "bytes", "correlation", "thread", "stage"]
+assert list(api[0]) == ["thread", "os_tid", "api", "name", "cbid", "start_ns", "dur_ns", "correlation", "stage"]
+assert len(api) == n_api == db.execute("SELECT count(*) FROM gpu_api").fetchone()[0], (len(api), n_api)
+assert len(gpu) == db.execute("SELECT count(*) FROM gpu").fetchone()[0]
+key = lambda r: tuple("" if v is None else str(v) for v in r)
+rows = sorted(key(r) for r in db.execute("SELECT * FROM gpu_api"))
+assert rows == sorted(key(r.values()) for r in api)
+rows = sorted(key(r) for r in db.execute("SELECT * FROM gpu"))
+assert rows == sorted(key(r.values()) for r in gpu)
+assert {r["api"] for r in api} == {"runtime", "driver"} and all(r["name"] for r in api)
+# every launch joins its API call by correlation, on the same thread
+launched = {(r["correlation"], r["thread"]) for r in api if r["thread"]}
+assert all((r["correlation"], r["thread"]) in launched for r in gpu if r["thread"])
+try:
+    import pandas as pd  # the example of docs/analyze.md
+except ImportError:
+    pd = None
+if pd is not None:
+    db = sqlite3.connect(f"{name}.rows.sqlite")
+    g = pd.read_sql("SELECT * FROM gpu_v", db)
+    print(name, g.groupby(["role", "kind"])["dur_ns"].sum().div(1e6).round(1).to_dict())
+    assert len(g) == len(gpu)
 PYEOF
 done
 
