@@ -247,6 +247,7 @@ static void nest_calls(api_call *a, size_t n)
         while (top && stack[top - 1] <= a[i].start_ns) top--;
         if (top && a[i].end_ns > stack[top - 1]) a[i].end_ns = stack[top - 1];
         if (top < 64) stack[top++] = a[i].end_ns;
+        else a[i].end_ns = a[i].start_ns; /* 64 deep: an instant nests whatever it is in */
     }
 }
 
@@ -410,6 +411,27 @@ static void gpu_track_meta(chrome *c, int64_t pid, int64_t tid, const char *name
  * last one of every track of its group opens another track ("sync 2"), so
  * that the slices of a track never overlap. Track ids follow the device's
  * largest stream id. */
+/* A min-heap of track numbers by the end of their last slice. */
+static void heap_down(size_t *h, size_t n, const int64_t *end, size_t i)
+{
+    for (;;) {
+        size_t m = i, a = 2 * i + 1, b = a + 1;
+        if (a < n && end[h[a]] < end[h[m]]) m = a;
+        if (b < n && end[h[b]] < end[h[m]]) m = b;
+        if (m == i) return;
+        size_t x = h[i];
+        h[i] = h[m], h[m] = x, i = m;
+    }
+}
+
+static void heap_up(size_t *h, const int64_t *end, size_t i)
+{
+    while (i && end[h[(i - 1) / 2]] > end[h[i]]) {
+        size_t p = (i - 1) / 2, x = h[i];
+        h[i] = h[p], h[p] = x, i = p;
+    }
+}
+
 static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size_t n, int64_t first_tid)
 {
     if (!n) return 0;
@@ -417,28 +439,37 @@ static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size
     int64_t tid = first_tid;
     for (int ctx = 1; ctx >= 0; ctx--) {
         int64_t *lane_end = NULL;
+        size_t *heap = NULL;
         size_t n_lanes = 0, cap = 0;
         int64_t lane_tid0 = tid;
         for (size_t i = 0; i < n; i++) {
             if ((s[i].stream == CONTEXT_STREAM) != ctx) continue;
-            size_t l = 0;
-            while (l < n_lanes && lane_end[l] > s[i].start_ns) l++;
-            if (l == n_lanes) {
+            size_t l;
+            if (n_lanes && lane_end[heap[0]] <= s[i].start_ns) {
+                l = heap[0]; /* the track free the longest */
+                lane_end[l] = s[i].end_ns;
+                heap_down(heap, n_lanes, lane_end, 0);
+            } else {
                 if (n_lanes == cap) {
                     cap = cap ? cap * 2 : 4;
                     int64_t *nl = realloc(lane_end, cap * sizeof *nl);
-                    if (!nl) {
+                    if (nl) lane_end = nl;
+                    size_t *nh = nl ? realloc(heap, cap * sizeof *nh) : NULL;
+                    if (nh) heap = nh;
+                    if (!nl || !nh) {
                         free(lane_end);
+                        free(heap);
                         return ST_ENOMEM;
                     }
-                    lane_end = nl;
                 }
-                n_lanes++;
+                l = n_lanes;
+                lane_end[l] = s[i].end_ns;
+                heap[n_lanes++] = l;
+                heap_up(heap, lane_end, n_lanes - 1);
                 gpu_track_meta(c, pid, tid, ctx ? "context sync" : "sync", l ? (int64_t)l + 1 : -1,
                                tid - first_tid + 1000000000LL);
                 tid++;
             }
-            lane_end[l] = s[i].end_ns;
             FILE *f = c->f;
             put_lit(f, ",\n{\"name\":\"");
             put_lit(f, sync_name(s[i].type));
@@ -461,6 +492,7 @@ static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size
             c->n_events++;
         }
         free(lane_end);
+        free(heap);
     }
     return 0;
 }
@@ -484,6 +516,7 @@ static int chrome_gpu_tracks(chrome *c)
     st_gpu_row g;
     int64_t last_device = INT64_MIN, last_stream = -1, max_stream = -1;
     int64_t stack[64]; /* ends of the slices open on the current stream's track */
+    int64_t last_start = INT64_MIN;
     int top = 0;
     sync_rec *syncs = NULL;
     size_t n_syncs = 0, sync_cap = 0, flow_cap = 0;
@@ -537,14 +570,21 @@ static int chrome_gpu_tracks(chrome *c)
             last_stream = g.stream;
             if ((int64_t)g.stream > max_stream) max_stream = g.stream;
             top = 0;
+            last_start = INT64_MIN;
         }
         /* Records of a stream run one after another; one that starts inside
          * the previous and ends after it (CUPTI's clock) is cut at that end,
          * so that the track's slices nest. */
         int64_t start = g.rec.start_ns, end = start + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
+        if (start < last_start) { /* out of start order (a damaged trace): moved to the previous start */
+            start = last_start;
+            if (end < start) end = start;
+        }
+        last_start = start;
         while (top && stack[top - 1] <= start) top--;
         if (top && end > stack[top - 1]) end = stack[top - 1];
         if (top < 64) stack[top++] = end;
+        else end = start; /* 64 deep: an instant nests whatever it is in */
         put_lit(f, ",\n{\"name\":");
         put_gpu_name(f, &g);
         put_lit(f, g.rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""

@@ -27,21 +27,16 @@ cd "$T"
 # shellcheck source=tests/lib.sh
 . "$ROOT/tests/lib.sh"
 
-for trace in "$S"/*.sqlite; do
-    name=$(basename "$trace" .sqlite)
-    expect_ok "$name.export" "$A" export "$trace" --chrome "$name.json"
-    sqlite3 "$trace" "SELECT count(*) FROM gpu_chunks WHERE device >= 0" >"$name.n_gpu" 2>/dev/null || echo 0 >"$name.n_gpu"
-    NAME=$name py "$name: Chrome export" <<'PYEOF'
-import json, os, collections
-name = os.environ["NAME"]
-d = json.load(open(name + ".json"))
-ev = d["traceEvents"]
-def us(x): return round(float(x) * 1000)  # ns, exact for 3 decimals
-# 1. complete events nest on every track
+# nest.py FILE.json: the JSON parses and, on every track (pid, tid), complete events nest
+cat >nest.py <<'PYEOF'
+import collections, json, sys
+d = json.load(open(sys.argv[1]))
+def ns(x): return round(float(x) * 1000)  # exact for 3 decimals
 tracks = collections.defaultdict(list)
-for e in ev:
+for e in d["traceEvents"]:
     if e.get("ph") == "X":
-        tracks[(e["pid"], e["tid"])].append((us(e["ts"]), us(e["ts"]) + us(e["dur"]), e["name"]))
+        assert float(e["dur"]) >= 0, e
+        tracks[(e["pid"], e["tid"])].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"]))
 bad = 0
 for key, sl in tracks.items():
     sl.sort(key=lambda s: (s[0], -s[1]))
@@ -54,7 +49,21 @@ for key, sl in tracks.items():
             if bad <= 3:
                 print("partial overlap on track", key, stack[-1], s)
         stack.append(s)
-assert bad == 0, f"{name}: {bad} complete events overlap another in part"
+assert bad == 0, f"{sys.argv[1]}: {bad} complete events overlap another in part"
+PYEOF
+
+for trace in "$S"/*.sqlite; do
+    name=$(basename "$trace" .sqlite)
+    expect_ok "$name.export" "$A" export "$trace" --chrome "$name.json"
+    python3 nest.py "$name.json" || fail "$name: slices do not nest"
+    ok
+    sqlite3 "$trace" "SELECT count(*) FROM gpu_chunks WHERE device >= 0" >"$name.n_gpu" 2>/dev/null || echo 0 >"$name.n_gpu"
+    NAME=$name py "$name: Chrome export" <<'PYEOF'
+import json, os, collections
+name = os.environ["NAME"]
+d = json.load(open(name + ".json"))
+ev = d["traceEvents"]
+def us(x): return round(float(x) * 1000)  # ns
 # 2. Kineto's shape of the GPU records
 gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
 assert gpu, f"{name}: no GPU records exported"
@@ -99,6 +108,67 @@ assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
 print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls,", len(starts), "flows")
 PYEOF
 done
+
+# A damaged GPU trace: records of a stream that overlap in part, one out of start order, 70
+# nested ones; 50 overlapping syncs on a stream and on the context; API calls that straddle a
+# range's begin and end on their thread, and a call that outlasts the one it starts in. The
+# export still nests on every track, and the launch flows start at the calls.
+cp "$S/h200-async.sqlite" hostile.sqlite
+expect_ok hostile.rows "$A" export hostile.sqlite --rows hostile.rows.sqlite
+py "a damaged GPU trace" <<'PYEOF'
+import sqlite3
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+def zz(v): return (v << 1) ^ (v >> 63)
+def chunk(recs):  # chunk version 1: (kind, start, dur, corr, os_tid, copy_kind)
+    data, prev = bytearray(b"G"), 0
+    for kind, start, dur, corr, os_tid, copy in recs:
+        data += varint(kind) + varint(zz(start - prev)) + varint(dur) + varint(0) + varint(0) + varint(copy)
+        data += varint(0) + varint(0) + varint(corr) + varint(zz(os_tid))
+        prev = start
+    return (min(r[1] for r in recs), max(r[1] + r[2] for r in recs), len(recs), bytes(data))
+rows = sqlite3.connect("hostile.rows.sqlite")
+s, e = rows.execute("SELECT start_ns, end_ns FROM ranges WHERE thread = 1 AND dur_ns > 1000000 ORDER BY start_ns LIMIT 1").fetchone()
+os_tid = rows.execute("SELECT os_tid FROM threads WHERE id = 1").fetchone()[0]
+T = s + 100000
+api = [(5, s - 5000, 10000, 900001, os_tid, 211), (5, e - 5000, 10000, 900002, os_tid, 211),
+       (5, s + 1000, 2000, 900003, os_tid, 211)]
+drv = [(5, s + 2000, 2000, 900004, os_tid, 307)]
+k = [(1, T, 1000, 900001, 0, 0), (1, T + 500, 1000, 900002, 0, 0), (1, T + 200, 100, 900003, 0, 0)]
+k += [(1, T + 10000 + i, 10000 - 2 * i, 900004, 0, 0) for i in range(70)]
+sy = [(4, T + 10 * i, 1000, 0, 0, 3) for i in range(50)]
+db = sqlite3.connect("hostile.sqlite")
+for dev, stream, recs in [(-1, 0, api), (-1, 1, drv), (0, 99, k), (0, 99, sy), (0, 4294967295, sy)]:
+    db.execute("INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?, ?)",
+               (dev, stream) + chunk(recs))
+db.commit()
+PYEOF
+expect_ok hostile.export "$A" export hostile.sqlite --chrome hostile.json
+python3 nest.py hostile.json || fail "the damaged trace's export does not nest"
+ok
+py "the damaged trace's tracks" <<'PYEOF'
+import json
+ev = json.load(open("hostile.json"))["traceEvents"]
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+mine = [e for e in ev if e.get("args", {}).get("correlation", 0) >= 900001]
+k = [e for e in mine if e.get("cat") == "kernel"]
+assert len(k) == 73 and all(e["tid"] == 99 for e in k), len(k)
+calls = [e for e in mine if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+assert len(calls) == 4 and all(names[(e["pid"], e["tid"])] == "drafter0" for e in calls), calls
+flows = {e["id"]: e for e in ev if e.get("ph") == "s" and e["id"] >= 900001}
+assert sorted(flows) == [900001, 900002, 900003, 900004], sorted(flows)
+for c in calls:
+    if c["cat"] == "cuda_runtime": assert flows[c["args"]["correlation"]]["ts"] == c["ts"], c
+syncs = [e for e in ev if e.get("cat") == "cuda_sync" and e["pid"] == 1000000]
+lanes = {names[(e["pid"], e["tid"])] for e in syncs}
+assert {"sync", "sync 2", "context sync", "context sync 2"} <= lanes and 99 not in {e["tid"] for e in syncs}, lanes
+PYEOF
 
 # export --csv and --rows hold the GPU records (gpu) and API calls (gpu_api): the same rows as
 # the extension's gpu table and the API chunks, and gpu_v joins the names in as the extension's.
