@@ -88,7 +88,7 @@ typedef struct chrome {
     /* GPU: the CUDA API calls (by thread, then start), the launch flows */
     st_gpu_iter *api_it;
     struct api_call *api;
-    size_t n_api, api_next;
+    size_t n_api;
     struct flow *flows;
     size_t n_flows;
 } chrome;
@@ -177,7 +177,7 @@ static void write_begin(chrome *c, const pending *p, int unfinished)
 typedef struct api_call {
     int64_t thread;        /* thread id; -1: a thread not in `threads` (then os_tid) */
     int64_t os_tid;
-    int64_t start_ns, end_ns; /* end_ns clamped so that the slice nests (see clamp_calls) */
+    int64_t start_ns, end_ns; /* end_ns cut so that the slice nests (cut_calls, nest_calls) */
     uint32_t correlation, cbid, driver;
     const char *name;      /* valid while c->api_it is open */
 } api_call;
@@ -285,23 +285,29 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
 }
 
 /* Calls of threads that are not in `threads` (a thread that never opened a
- * range): a track per OS thread id, named "os thread N". */
+ * range): a track per OS thread id, named "os thread N", whose tids follow
+ * the largest thread id (an OS id could equal a traced thread's id). */
 static void write_untraced_calls(chrome *c)
 {
+    st_reader *r = c->t->r;
+    int64_t tid = -1;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+        if (st_reader_thread(r, i)->id > tid) tid = st_reader_thread(r, i)->id;
     size_t i = 0;
     while (i < c->n_api && c->api[i].thread < 0) {
         int64_t os_tid = c->api[i].os_tid;
         size_t lo, hi;
         api_span(c, -1, os_tid, i, &lo, &hi);
         FILE *f = c->f;
+        tid++;
         put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
         put_i64(f, c->pid);
         put_lit(f, ",\"tid\":");
-        put_i64(f, os_tid);
+        put_i64(f, tid);
         put_lit(f, ",\"args\":{\"name\":\"os thread ");
         put_i64(f, os_tid);
         put_lit(f, "\"}}");
-        write_api_calls(c, lo, hi, os_tid);
+        write_api_calls(c, lo, hi, tid);
         i = hi;
     }
 }

@@ -170,6 +170,31 @@ lanes = {names[(e["pid"], e["tid"])] for e in syncs}
 assert {"sync", "sync 2", "context sync", "context sync 2"} <= lanes and 99 not in {e["tid"] for e in syncs}, lanes
 PYEOF
 
+# gpu_shared (tests/traces.c): API calls of a thread that is not in `threads` go to an
+# "os thread N" track whose tid is no traced thread's; the record without a launching call
+# (U) has no flow.
+GEN="$BUILD/tests/tracegen"
+if [ -x "$GEN" ]; then
+    mkdir gen
+    "$GEN" gen >/dev/null
+    expect_ok gpu_shared.export "$A" export gen/gpu_shared.sqlite --chrome gpu_shared.json
+    python3 nest.py gpu_shared.json || fail "gpu_shared: slices do not nest"
+    py "gpu_shared's export" <<'PYEOF'
+import json
+ev = json.load(open("gpu_shared.json"))["traceEvents"]
+cpu = next(e["pid"] for e in ev if e.get("name") == "process_name" and e["pid"] < 1000000)
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name" and e["pid"] == cpu}
+os_tracks = [t for t, n in names.items() if n.startswith("os thread ")]
+assert len(os_tracks) == 1 and os_tracks[0] > max(t for t, n in names.items() if not n.startswith("os thread ")), names
+calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+untraced = [e for e in calls if e["tid"] == os_tracks[0]]
+assert len(untraced) == 10 and all(e["name"] == "cudaLaunchKernel" and e["dur"] == 10 for e in untraced), untraced
+k = [e for e in ev if e.get("cat") == "kernel"]
+flows = [e for e in ev if e.get("ph") == "f"]
+assert len(flows) == sum(1 for e in k if "thread" in e["args"]) == len(k) - 10, (len(flows), len(k))
+PYEOF
+fi
+
 # export --csv and --rows hold the GPU records (gpu) and API calls (gpu_api): the same rows as
 # the extension's gpu table and the API chunks, and gpu_v joins the names in as the extension's.
 EXT="$BUILD/stagetrace_ext"
