@@ -11,13 +11,15 @@
  *            viewers expect of nested slices) from the raw events through a
  *            bounded queue; a range open across more than QUEUE_MAX later
  *            ranges is written as a begin/end pair ("B"/"E") instead, so
- *            memory stays bounded whatever the nesting.
+ *            memory stays bounded whatever the nesting. GPU activity as
+ *            Kineto writes it (chrome_gpu_tracks), for HTA and Perfetto.
  *  --csv     each table as DIR/<table>.csv: meta, threads, stages, steps,
- *            counter_names, and the decoded rows ranges.csv and counters.csv
- *            (the columns of the SQL row tables).
+ *            counter_names, and the decoded rows ranges.csv, counters.csv,
+ *            gpu.csv (the columns of the SQL row tables) and gpu_api.csv
+ *            (the CUDA API calls).
  *  --rows    a new SQLite file with the same tables as plain rows (plus the
- *            views ranges_v, counters_v), for tools that cannot load the
- *            extension.
+ *            views ranges_v, counters_v, gpu_v), for tools that cannot load
+ *            the extension (pandas on a Python without extension loading).
  * Outputs are written to a temporary name and renamed when complete, so a
  * failed export leaves no partial file (--csv: no file at all, see
  * export_csv); existing outputs need --overwrite.
@@ -39,12 +41,16 @@ static const char help[] =
     "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
     "                     complete events (cat = stage kind, args depth and step), counters,\n"
-    "                     step marks as instant events. Times in microseconds from the trace\n"
-    "                     start, with nanosecond decimals. OUT '-' writes to stdout.\n"
+    "                     step marks as instant events, GPU activity as Kineto writes it (a\n"
+    "                     process per GPU, a track per stream, API calls, launch flows). Times in\n"
+    "                     microseconds from the trace start, with nanosecond decimals. OUT '-'\n"
+    "                     writes to stdout.\n"
     "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
-    "                     ranges.csv and counters.csv (decoded rows, as the SQL row tables)\n"
-    "  --rows OUT.sqlite  a SQLite copy with plain tables ranges and counters (plus the small\n"
-    "                     tables and the views ranges_v, counters_v) for any SQLite tool\n"
+    "                     ranges.csv, counters.csv, gpu.csv (decoded rows, as the SQL row tables)\n"
+    "                     and gpu_api.csv (the CUDA API calls)\n"
+    "  --rows OUT.sqlite  a SQLite copy with plain tables ranges, counters, gpu and gpu_api (plus\n"
+    "                     the small tables and the views ranges_v, counters_v, gpu_v) for any\n"
+    "                     SQLite tool, or pandas on a Python that cannot load extensions\n"
     "  --overwrite        replace existing output files\n";
 
 enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE };
@@ -79,6 +85,12 @@ typedef struct chrome {
     uint64_t open_seq[ST_MAX_DEPTH + 1];
     uint64_t n_events, n_skipped_samples;
     an_progress progress;
+    /* GPU: the CUDA API calls (by thread, then start), the launch flows */
+    st_gpu_iter *api_it;
+    struct api_call *api;
+    size_t n_api;
+    struct flow *flows;
+    size_t n_flows;
 } chrome;
 
 static char *json_quoted(const char *s)
@@ -159,6 +171,498 @@ static void write_begin(chrome *c, const pending *p, int unfinished)
     event_args(c, p->depth, p->start_ns, unfinished);
 }
 
+/* ---- GPU activity (Kineto's layout, for Perfetto and Holistic Trace Analysis) ---------- */
+
+/* A CUDA API call, exported on its calling thread's track. */
+typedef struct api_call {
+    int64_t thread;        /* thread id; -1: a thread not in `threads` (then os_tid) */
+    int64_t os_tid;
+    int64_t start_ns, end_ns; /* end_ns cut so that the slice nests (cut_calls, nest_calls) */
+    uint32_t correlation, cbid, driver;
+    const char *name;      /* valid while c->api_it is open */
+} api_call;
+
+static int api_cmp(const void *pa, const void *pb)
+{
+    const api_call *a = pa, *b = pb;
+    if (a->thread != b->thread) return a->thread < b->thread ? -1 : 1;
+    if (a->os_tid != b->os_tid) return a->os_tid < b->os_tid ? -1 : 1;
+    if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
+    if (a->end_ns != b->end_ns) return a->end_ns > b->end_ns ? -1 : 1; /* the outer call first */
+    return a->correlation < b->correlation ? -1 : a->correlation > b->correlation;
+}
+
+/* Loads every API call, sorted by thread then start (outer calls first). */
+static int load_api_calls(chrome *c)
+{
+    int rc = st_gpu_api_iter_open(&c->api_it, c->t->r, INT64_MIN, INT64_MAX);
+    if (rc) return rc;
+    st_gpu_row g;
+    size_t cap = 0;
+    while ((rc = st_gpu_iter_next(c->api_it, &g)) == 1) {
+        if (c->n_api == cap) {
+            size_t ncap = cap ? cap * 2 : 1024;
+            api_call *n = realloc(c->api, ncap * sizeof *n);
+            if (!n) return ST_ENOMEM;
+            c->api = n;
+            cap = ncap;
+        }
+        api_call *a = &c->api[c->n_api++];
+        a->thread = g.thread;
+        a->os_tid = g.thread >= 0 ? 0 : g.rec.os_tid;
+        a->start_ns = g.rec.start_ns;
+        a->end_ns = g.rec.start_ns + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
+        a->correlation = g.rec.correlation;
+        a->cbid = g.rec.copy_kind;
+        a->driver = g.stream == 1;
+        a->name = g.name;
+    }
+    if (rc < 0) return rc;
+    if (c->n_api) qsort(c->api, c->n_api, sizeof *c->api, api_cmp);
+    return 0;
+}
+
+/* The calls of one thread: [*lo, *hi) of c->api. */
+static void api_span(const chrome *c, int64_t thread, int64_t os_tid, size_t from, size_t *lo, size_t *hi)
+{
+    size_t i = from, end = c->n_api;
+    while (i < end) { /* the first call not before (thread, os_tid) */
+        size_t m = i + (end - i) / 2;
+        const api_call *a = &c->api[m];
+        if (a->thread < thread || (a->thread == thread && a->os_tid < os_tid)) i = m + 1;
+        else end = m;
+    }
+    *lo = i;
+    while (i < c->n_api && c->api[i].thread == thread && c->api[i].os_tid == os_tid) i++;
+    *hi = i;
+}
+
+/* Calls of one thread that straddle another call's end are cut at it, so
+ * that the calls nest (a driver call inside its runtime call). */
+static void nest_calls(api_call *a, size_t n)
+{
+    int64_t stack[64];
+    int top = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (top && stack[top - 1] <= a[i].start_ns) top--;
+        if (top && a[i].end_ns > stack[top - 1]) a[i].end_ns = stack[top - 1];
+        if (top < 64) stack[top++] = a[i].end_ns;
+        else a[i].end_ns = a[i].start_ns; /* 64 deep: an instant nests whatever it is in */
+    }
+}
+
+static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
+{
+    FILE *f = c->f;
+    nest_calls(c->api + lo, hi - lo);
+    for (size_t i = lo; i < hi; i++) {
+        const api_call *a = &c->api[i];
+        put_lit(f, ",\n{\"name\":");
+        if (a->name) {
+            an_json_string(f, a->name);
+        } else {
+            put_lit(f, a->driver ? "\"CUDA driver cbid " : "\"CUDA runtime cbid ");
+            put_i64(f, a->cbid);
+            put_lit(f, "\"");
+        }
+        put_lit(f, a->driver ? ",\"cat\":\"cuda_driver\",\"ph\":\"X\",\"pid\":" : ",\"cat\":\"cuda_runtime\",\"ph\":\"X\",\"pid\":");
+        put_i64(f, c->pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, tid);
+        put_lit(f, ",\"ts\":");
+        put_us(f, a->start_ns - c->t->origin_ns);
+        put_lit(f, ",\"dur\":");
+        put_us(f, a->end_ns - a->start_ns);
+        put_lit(f, ",\"args\":{\"cbid\":");
+        put_i64(f, a->cbid);
+        put_lit(f, ",\"correlation\":");
+        put_i64(f, a->correlation);
+        put_lit(f, ",\"External id\":");
+        put_i64(f, a->correlation);
+        put_lit(f, "}}");
+        c->n_events++;
+    }
+}
+
+/* Calls of threads that are not in `threads` (a thread that never opened a
+ * range): a track per OS thread id, named "os thread N", whose tids follow
+ * the largest thread id (an OS id could equal a traced thread's id). */
+static void write_untraced_calls(chrome *c)
+{
+    st_reader *r = c->t->r;
+    int64_t tid = -1;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+        if (st_reader_thread(r, i)->id > tid) tid = st_reader_thread(r, i)->id;
+    size_t i = 0;
+    while (i < c->n_api && c->api[i].thread < 0) {
+        int64_t os_tid = c->api[i].os_tid;
+        size_t lo, hi;
+        api_span(c, -1, os_tid, i, &lo, &hi);
+        FILE *f = c->f;
+        tid++;
+        put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+        put_i64(f, c->pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, tid);
+        put_lit(f, ",\"args\":{\"name\":\"os thread ");
+        put_i64(f, os_tid);
+        put_lit(f, "\"}}");
+        write_api_calls(c, lo, hi, tid);
+        i = hi;
+    }
+}
+
+/* Flow from a launching call to its GPU record (Kineto's "ac2g" arrows). */
+typedef struct flow {
+    uint32_t correlation;
+    int32_t device;
+    int64_t thread, launch_ns, tid, start_ns;
+} flow;
+
+static int flow_cmp(const void *pa, const void *pb)
+{
+    const flow *a = pa, *b = pb;
+    if (a->correlation != b->correlation) return a->correlation < b->correlation ? -1 : 1;
+    if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
+    return (a->device > b->device) - (a->device < b->device);
+}
+
+/* A CUPTI synchronization record, written on a sync track of its device. */
+typedef struct sync_rec {
+    int64_t start_ns, end_ns;
+    uint32_t stream, type, correlation;
+    int64_t thread, stage;
+} sync_rec;
+
+static int sync_cmp(const void *pa, const void *pb)
+{
+    const sync_rec *a = pa, *b = pb;
+    if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
+    return (a->end_ns < b->end_ns) - (a->end_ns > b->end_ns);
+}
+
+#define CONTEXT_STREAM 4294967295u /* CUPTI's stream id of a context-wide synchronization */
+#define GPU_PID_BASE 1000000
+
+static const char *sync_name(uint32_t type)
+{
+    /* CUpti_ActivitySynchronizationType; lower case, so that HTA, which counts
+     * records named "Context Sync" or "Event Sync" as GPU time, does not. */
+    static const char *const n[] = {"sync", "event sync", "stream wait event", "stream sync", "context sync"};
+    return type <= 4 ? n[type] : "sync";
+}
+
+static void put_gpu_name(FILE *f, const st_gpu_row *g)
+{
+    static const char *const mem[] = {"Unknown", "Pageable", "Pinned", "Device", "Managed", "Other"};
+    switch (g->rec.kind) {
+    case ST_GPU_KERNEL:
+        if (g->name) an_json_string(f, g->name);
+        else put_lit(f, "\"kernel\"");
+        return;
+    case ST_GPU_MEMCPY:
+        put_lit(f, "\"Memcpy ");
+        put_lit(f, st_gpu_copy_name(g->rec.copy_kind));
+        put_lit(f, " (");
+        put_lit(f, mem[g->rec.src_mem <= ST_MEM_OTHER ? g->rec.src_mem : ST_MEM_OTHER]);
+        put_lit(f, " -> ");
+        put_lit(f, mem[g->rec.dst_mem <= ST_MEM_OTHER ? g->rec.dst_mem : ST_MEM_OTHER]);
+        put_lit(f, ")\"");
+        return;
+    default:
+        put_lit(f, "\"Memset (");
+        put_lit(f, mem[g->rec.dst_mem <= ST_MEM_OTHER ? g->rec.dst_mem : ST_MEM_OTHER]);
+        put_lit(f, ")\"");
+    }
+}
+
+static void put_launch_args(chrome *c, int64_t thread, int64_t stage)
+{
+    if (thread >= 0) {
+        put_lit(c->f, ",\"thread\":");
+        put_i64(c->f, thread);
+    }
+    if (stage >= 0 && (uint64_t)stage < st_reader_n_stages(c->t->r)) {
+        put_lit(c->f, ",\"stage\":");
+        put_lit(c->f, c->stage_json[stage]);
+    }
+}
+
+static void gpu_track_meta(chrome *c, int64_t pid, int64_t tid, const char *name, int64_t n, int64_t sort)
+{
+    FILE *f = c->f;
+    put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, pid);
+    put_lit(f, ",\"tid\":");
+    put_i64(f, tid);
+    put_lit(f, ",\"args\":{\"name\":\"");
+    put_lit(f, name);
+    if (n >= 0) {
+        put_lit(f, " ");
+        put_i64(f, n);
+    }
+    put_lit(f, "\"}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, pid);
+    put_lit(f, ",\"tid\":");
+    put_i64(f, tid);
+    put_lit(f, ",\"args\":{\"sort_index\":");
+    put_i64(f, sort);
+    put_lit(f, "}}");
+}
+
+/* The synchronization records of one device, on tracks of their own: a
+ * slice on a stream's track counts as that stream's work in HTA, and syncs
+ * overlap the kernels they wait for. Context-wide syncs go to "context
+ * sync" tracks, the others to "sync" tracks; a record that overlaps the
+ * last one of every track of its group opens another track ("sync 2"), so
+ * that the slices of a track never overlap. Track ids follow the device's
+ * largest stream id. */
+/* A min-heap of track numbers by the end of their last slice. */
+static void heap_down(size_t *h, size_t n, const int64_t *end, size_t i)
+{
+    for (;;) {
+        size_t m = i, a = 2 * i + 1, b = a + 1;
+        if (a < n && end[h[a]] < end[h[m]]) m = a;
+        if (b < n && end[h[b]] < end[h[m]]) m = b;
+        if (m == i) return;
+        size_t x = h[i];
+        h[i] = h[m], h[m] = x, i = m;
+    }
+}
+
+static void heap_up(size_t *h, const int64_t *end, size_t i)
+{
+    while (i && end[h[(i - 1) / 2]] > end[h[i]]) {
+        size_t p = (i - 1) / 2, x = h[i];
+        h[i] = h[p], h[p] = x, i = p;
+    }
+}
+
+static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size_t n, int64_t first_tid)
+{
+    if (!n) return 0;
+    qsort(s, n, sizeof *s, sync_cmp);
+    int64_t tid = first_tid;
+    for (int ctx = 1; ctx >= 0; ctx--) {
+        int64_t *lane_end = NULL;
+        size_t *heap = NULL;
+        size_t n_lanes = 0, cap = 0;
+        int64_t lane_tid0 = tid;
+        for (size_t i = 0; i < n; i++) {
+            if ((s[i].stream == CONTEXT_STREAM) != ctx) continue;
+            size_t l;
+            if (n_lanes && lane_end[heap[0]] <= s[i].start_ns) {
+                l = heap[0]; /* the track free the longest */
+                lane_end[l] = s[i].end_ns;
+                heap_down(heap, n_lanes, lane_end, 0);
+            } else {
+                if (n_lanes == cap) {
+                    cap = cap ? cap * 2 : 4;
+                    int64_t *nl = realloc(lane_end, cap * sizeof *nl);
+                    if (nl) lane_end = nl;
+                    size_t *nh = nl ? realloc(heap, cap * sizeof *nh) : NULL;
+                    if (nh) heap = nh;
+                    if (!nl || !nh) {
+                        free(lane_end);
+                        free(heap);
+                        return ST_ENOMEM;
+                    }
+                }
+                l = n_lanes;
+                lane_end[l] = s[i].end_ns;
+                heap[n_lanes++] = l;
+                heap_up(heap, lane_end, n_lanes - 1);
+                gpu_track_meta(c, pid, tid, ctx ? "context sync" : "sync", l ? (int64_t)l + 1 : -1,
+                               tid - first_tid + 1000000000LL);
+                tid++;
+            }
+            FILE *f = c->f;
+            put_lit(f, ",\n{\"name\":\"");
+            put_lit(f, sync_name(s[i].type));
+            put_lit(f, "\",\"cat\":\"cuda_sync\",\"ph\":\"X\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"tid\":");
+            put_i64(f, lane_tid0 + (int64_t)l);
+            put_lit(f, ",\"ts\":");
+            put_us(f, s[i].start_ns - c->t->origin_ns);
+            put_lit(f, ",\"dur\":");
+            put_us(f, s[i].end_ns - s[i].start_ns);
+            put_lit(f, ",\"args\":{\"device\":");
+            put_i64(f, device);
+            put_lit(f, ",\"synced_stream\":");
+            put_i64(f, s[i].stream);
+            put_lit(f, ",\"correlation\":");
+            put_i64(f, s[i].correlation);
+            put_launch_args(c, s[i].thread, s[i].stage);
+            put_lit(f, "}}");
+            c->n_events++;
+        }
+        free(lane_end);
+        free(heap);
+    }
+    return 0;
+}
+
+/* GPU tracks, as Kineto writes them: one process per device ("GPU n", pid
+ * 1000000 + n, sorted after the CPU process), a track per stream (tid = the
+ * stream id) with kernels, copies and memsets as complete events (cat
+ * kernel, gpu_memcpy, gpu_memset; args device, stream, correlation,
+ * External id, the launching thread and stage), synchronizations on tracks
+ * of their own (write_syncs), and a flow from each launching API call to
+ * its GPU record (ac2g). */
+static int chrome_gpu_tracks(chrome *c)
+{
+    st_reader *r = c->t->r;
+    int has = st_reader_has_gpu(r);
+    if (has <= 0) return has;
+    st_gpu_iter *it;
+    int rc = st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
+    if (rc) return rc;
+    FILE *f = c->f;
+    st_gpu_row g;
+    int64_t last_device = INT64_MIN, last_stream = -1, max_stream = -1;
+    int64_t stack[64]; /* ends of the slices open on the current stream's track */
+    int64_t last_start = INT64_MIN;
+    int top = 0;
+    sync_rec *syncs = NULL;
+    size_t n_syncs = 0, sync_cap = 0, flow_cap = 0;
+    int32_t device = 0;
+    for (;;) {
+        rc = st_gpu_iter_next(it, &g);
+        if (rc < 0) break;
+        int done = rc == 0;
+        if (last_device != INT64_MIN && (done || g.device != last_device)) {
+            rc = write_syncs(c, GPU_PID_BASE + last_device, device, syncs, n_syncs, max_stream + 1);
+            n_syncs = 0;
+            if (rc) break;
+        }
+        if (done) break;
+        device = g.device;
+        int64_t pid = GPU_PID_BASE + (int64_t)g.device;
+        if (g.device != last_device) {
+            put_lit(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"tid\":0,\"args\":{\"name\":\"GPU ");
+            put_i64(f, g.device);
+            put_lit(f, "\"}},\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"tid\":0,\"args\":{\"labels\":\"GPU ");
+            put_i64(f, g.device);
+            put_lit(f, "\"}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":");
+            put_i64(f, pid);
+            put_lit(f, ",\"tid\":0,\"args\":{\"sort_index\":");
+            put_i64(f, pid);
+            put_lit(f, "}}");
+            last_device = g.device;
+            last_stream = -1;
+            max_stream = -1;
+        }
+        if (g.rec.kind == ST_GPU_SYNC) {
+            if (n_syncs == sync_cap) {
+                sync_cap = sync_cap ? sync_cap * 2 : 1024;
+                sync_rec *ns = realloc(syncs, sync_cap * sizeof *ns);
+                if (!ns) {
+                    rc = ST_ENOMEM;
+                    break;
+                }
+                syncs = ns;
+            }
+            syncs[n_syncs++] = (sync_rec){g.rec.start_ns, g.rec.start_ns + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0),
+                                          g.stream, g.rec.copy_kind, g.rec.correlation, g.thread, g.stage};
+            continue;
+        }
+        if ((int64_t)g.stream != last_stream) {
+            gpu_track_meta(c, pid, g.stream, "stream", g.stream, g.stream);
+            last_stream = g.stream;
+            if ((int64_t)g.stream > max_stream) max_stream = g.stream;
+            top = 0;
+            last_start = INT64_MIN;
+        }
+        /* Records of a stream run one after another; one that starts inside
+         * the previous and ends after it (CUPTI's clock) is cut at that end,
+         * so that the track's slices nest. */
+        int64_t start = g.rec.start_ns, end = start + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
+        if (start < last_start) { /* out of start order (a damaged trace): moved to the previous start */
+            start = last_start;
+            if (end < start) end = start;
+        }
+        last_start = start;
+        while (top && stack[top - 1] <= start) top--;
+        if (top && end > stack[top - 1]) end = stack[top - 1];
+        if (top < 64) stack[top++] = end;
+        else end = start; /* 64 deep: an instant nests whatever it is in */
+        put_lit(f, ",\n{\"name\":");
+        put_gpu_name(f, &g);
+        put_lit(f, g.rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""
+                   : g.rec.kind == ST_GPU_MEMCPY ? ",\"cat\":\"gpu_memcpy\""
+                                                  : ",\"cat\":\"gpu_memset\"");
+        put_lit(f, ",\"ph\":\"X\",\"pid\":");
+        put_i64(f, pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, g.stream);
+        put_lit(f, ",\"ts\":");
+        put_us(f, start - c->t->origin_ns);
+        put_lit(f, ",\"dur\":");
+        put_us(f, end - start);
+        put_lit(f, ",\"args\":{\"device\":");
+        put_i64(f, g.device);
+        put_lit(f, ",\"stream\":");
+        put_i64(f, g.stream);
+        put_lit(f, ",\"correlation\":");
+        put_i64(f, g.rec.correlation);
+        put_lit(f, ",\"External id\":");
+        put_i64(f, g.rec.correlation);
+        if (g.rec.kind != ST_GPU_KERNEL) {
+            put_lit(f, ",\"bytes\":");
+            put_i64(f, (int64_t)g.rec.bytes);
+        }
+        put_launch_args(c, g.thread, g.stage);
+        put_lit(f, "}}");
+        c->n_events++;
+        if (g.thread >= 0 && g.launch_ns != INT64_MIN) {
+            if (c->n_flows == flow_cap) {
+                flow_cap = flow_cap ? flow_cap * 2 : 1024;
+                flow *nf = realloc(c->flows, flow_cap * sizeof *nf);
+                if (!nf) {
+                    rc = ST_ENOMEM;
+                    break;
+                }
+                c->flows = nf;
+            }
+            c->flows[c->n_flows++] = (flow){g.rec.correlation, g.device, g.thread, g.launch_ns, g.stream, start};
+        }
+    }
+    st_gpu_iter_close(it);
+    free(syncs);
+    if (rc < 0 || rc == ST_ENOMEM) return rc;
+    /* One arrow per correlation id (the kernels of a CUDA graph share their
+     * launch's): to the first record it launched. */
+    if (c->n_flows) qsort(c->flows, c->n_flows, sizeof *c->flows, flow_cmp);
+    for (size_t i = 0; i < c->n_flows; i++) {
+        const flow *fl = &c->flows[i];
+        if (i && fl->correlation == c->flows[i - 1].correlation) continue;
+        put_lit(f, ",\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"s\",\"id\":");
+        put_i64(f, fl->correlation);
+        put_lit(f, ",\"pid\":");
+        put_i64(f, c->pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, fl->thread);
+        put_lit(f, ",\"ts\":");
+        put_us(f, fl->launch_ns - c->t->origin_ns);
+        put_lit(f, "},\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
+        put_i64(f, fl->correlation);
+        put_lit(f, ",\"pid\":");
+        put_i64(f, GPU_PID_BASE + (int64_t)fl->device);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, fl->tid);
+        put_lit(f, ",\"ts\":");
+        put_us(f, fl->start_ns - c->t->origin_ns);
+        put_lit(f, "}");
+        c->n_events += 2;
+    }
+    return 0;
+}
+
 static pending *queued(chrome *c, uint64_t seq) { return &c->queue[seq % QUEUE_MAX]; }
 
 /* Writes the finished ranges at the head of the queue (start order). */
@@ -213,6 +717,17 @@ static void on_end(chrome *c, const st_event *ev)
     drain_ready(c);
 }
 
+/* A CUDA API call is a slice on its thread's track, among the thread's
+ * ranges: one that straddles a range's begin or end (the two clocks' jitter)
+ * is cut at the first such boundary after its start, so that slices nest. */
+static void cut_calls(chrome *c, size_t hi, size_t *from, size_t *next, int64_t ts_ns)
+{
+    while (*next < hi && c->api[*next].start_ns < ts_ns) (*next)++;
+    for (size_t i = *from; i < *next; i++)
+        if (c->api[i].end_ns > ts_ns) c->api[i].end_ns = ts_ns;
+    *from = *next;
+}
+
 static int chrome_thread(chrome *c, const st_thread_info *th)
 {
     st_event_iter *it = NULL;
@@ -220,10 +735,14 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
     c->tid = th->id;
     c->head_seq = c->n_queued = 0;
     for (int i = 0; i <= ST_MAX_DEPTH; i++) c->open_seq[i] = NOT_QUEUED;
+    size_t lo, hi;
+    api_span(c, th->id, 0, 0, &lo, &hi);
+    size_t cut_from = lo, next = lo;
     st_event ev;
     while (!rc && (rc = st_event_iter_next(it, &ev)) == 1) {
         rc = 0;
         an_progress_add(&c->progress, 1);
+        if (lo < hi) cut_calls(c, hi, &cut_from, &next, ev.ts_ns);
         if (ev.is_end) on_end(c, &ev);
         else on_begin(c, &ev);
     }
@@ -237,6 +756,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
         c->head_seq++;
         c->n_queued--;
     }
+    write_api_calls(c, lo, hi, th->id);
     return 0;
 }
 
@@ -259,6 +779,20 @@ static void put_meta_object(FILE *f, an_trace *t)
         }
         sqlite3_finalize(st);
     }
+    put_lit(f, "}");
+}
+
+/* "distributedInfo": the rank and world size, where HTA and Kineto look
+ * for them (a trace without them: rank 0 of 1). */
+static void put_distributed_info(FILE *f, an_trace *t)
+{
+    int64_t rank, world;
+    if (an_trace_meta_i64(t, "rank", &rank) != 0 || rank < 0) rank = 0;
+    if (an_trace_meta_i64(t, "world_size", &world) != 0 || world < 1) world = 1;
+    put_lit(f, ",\n\"distributedInfo\":{\"rank\":");
+    put_i64(f, rank);
+    put_lit(f, ",\"world_size\":");
+    put_i64(f, world);
     put_lit(f, "}");
 }
 
@@ -383,82 +917,6 @@ static void chrome_steps(chrome *c)
     }
 }
 
-/* GPU tracks: one process per device ("GPU n", pid = 1000000 + device)
- * with a thread per stream; kernels, copies, memsets and syncs as "X"
- * events (cat = kind; args: bytes, correlation, launching thread and stage). */
-static int chrome_gpu_tracks(chrome *c)
-{
-    st_reader *r = c->t->r;
-    int has = st_reader_has_gpu(r);
-    if (has <= 0) return has;
-    st_gpu_iter *it;
-    int rc = st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX);
-    if (rc) return rc;
-    FILE *f = c->f;
-    st_gpu_row g;
-    int64_t last_device = INT64_MIN, last_stream = -1;
-    while ((rc = st_gpu_iter_next(it, &g)) == 1) {
-        int64_t pid = 1000000 + (int64_t)g.device;
-        if (g.device != last_device) {
-            put_lit(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
-            put_i64(f, pid);
-            put_lit(f, ",\"args\":{\"name\":\"GPU ");
-            put_i64(f, g.device);
-            put_lit(f, "\"}}");
-            last_device = g.device;
-            last_stream = -1;
-        }
-        if ((int64_t)g.stream != last_stream) {
-            put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
-            put_i64(f, pid);
-            put_lit(f, ",\"tid\":");
-            put_i64(f, g.stream);
-            put_lit(f, ",\"args\":{\"name\":\"stream ");
-            put_i64(f, g.stream);
-            put_lit(f, "\"}}");
-            last_stream = g.stream;
-        }
-        put_lit(f, ",\n{\"name\":");
-        if (g.name) {
-            an_json_string(f, g.name);
-        } else {
-            put_lit(f, "\"");
-            put_lit(f, st_gpu_kind_name(g.rec.kind));
-            if (g.rec.kind == ST_GPU_MEMCPY) {
-                put_lit(f, " ");
-                put_lit(f, st_gpu_copy_name(g.rec.copy_kind));
-            }
-            put_lit(f, "\"");
-        }
-        put_lit(f, ",\"cat\":\"");
-        put_lit(f, st_gpu_kind_name(g.rec.kind));
-        put_lit(f, "\",\"ph\":\"X\",\"pid\":");
-        put_i64(f, pid);
-        put_lit(f, ",\"tid\":");
-        put_i64(f, g.stream);
-        put_lit(f, ",\"ts\":");
-        put_us(f, g.rec.start_ns - c->t->origin_ns);
-        put_lit(f, ",\"dur\":");
-        put_us(f, g.rec.dur_ns);
-        put_lit(f, ",\"args\":{\"bytes\":");
-        put_i64(f, (int64_t)g.rec.bytes);
-        put_lit(f, ",\"correlation\":");
-        put_i64(f, g.rec.correlation);
-        if (g.thread >= 0) {
-            put_lit(f, ",\"thread\":");
-            put_i64(f, g.thread);
-        }
-        if (g.stage >= 0 && (uint32_t)g.stage < st_reader_n_stages(r)) {
-            put_lit(f, ",\"stage\":");
-            put_lit(f, c->stage_json[g.stage]);
-        }
-        put_lit(f, "}}");
-        c->n_events++;
-    }
-    st_gpu_iter_close(it);
-    return rc < 0 ? rc : 0;
-}
-
 static int export_chrome(an_trace *t, const char *path, int overwrite)
 {
     an_file o;
@@ -489,11 +947,15 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
         FILE *f = o.f;
         put_lit(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":");
         put_meta_object(f, t);
+        put_distributed_info(f, t);
         put_lit(f, ",\n\"traceEvents\":[\n");
         chrome_metadata(&c);
+        st = st_reader_has_gpu(r);
+        if (st > 0) st = load_api_calls(&c);
         an_progress_start(&c.progress, "export --chrome", t->n_ranges_hint * 2);
         for (uint32_t i = 0; i < st_reader_n_threads(r) && !st; i++) st = chrome_thread(&c, st_reader_thread(r, i));
         an_progress_end(&c.progress);
+        if (!st) write_untraced_calls(&c);
         if (!st) st = chrome_counters(&c);
         if (!st) chrome_steps(&c);
         if (!st) st = chrome_gpu_tracks(&c);
@@ -503,6 +965,9 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
     free(c.stage_json);
     free((void *)c.kind_json);
     free(c.queue);
+    st_gpu_iter_close(c.api_it);
+    free(c.api);
+    free(c.flows);
     if (st == ST_ENOMEM) an_error("out of memory");
     else if (st) an_trace_fail(t);
     rc = an_file_close(&o, st == 0);
@@ -528,7 +993,17 @@ static const an_col range_cols[] = {{"thread", AN_T_INT, 0},   {"stage", AN_T_IN
 static const an_col counter_cols[] = {{"thread", AN_T_INT, 0}, {"counter", AN_T_INT, 0},
                                       {"ts_ns", AN_T_INT, 0},  {"value", AN_T_ANY, 0}};
 
-enum { TAB_META, TAB_THREADS, TAB_STAGES, TAB_STEPS, TAB_COUNTER_NAMES, TAB_RANGES, TAB_COUNTERS, N_TABS };
+static const an_col gpu_cols[] = {{"device", AN_T_INT, 0},  {"stream", AN_T_INT, 0},      {"kind", AN_T_STR, 0},
+                                  {"name", AN_T_STR, 0},    {"start_ns", AN_T_INT, 0},    {"dur_ns", AN_T_INT, 0},
+                                  {"bytes", AN_T_INT, 0},   {"correlation", AN_T_INT, 0}, {"thread", AN_T_INT, 0},
+                                  {"stage", AN_T_INT, 0}};
+static const an_col gpu_api_cols[] = {{"thread", AN_T_INT, 0},   {"os_tid", AN_T_INT, 0}, {"api", AN_T_STR, 0},
+                                      {"name", AN_T_STR, 0},     {"cbid", AN_T_INT, 0},   {"start_ns", AN_T_INT, 0},
+                                      {"dur_ns", AN_T_INT, 0},   {"correlation", AN_T_INT, 0},
+                                      {"stage", AN_T_INT, 0}};
+
+enum { TAB_META, TAB_THREADS, TAB_STAGES, TAB_STEPS, TAB_COUNTER_NAMES, TAB_RANGES, TAB_COUNTERS, TAB_GPU, TAB_GPU_API,
+       N_TABS };
 static const struct {
     const char *name;
     const an_col *cols;
@@ -537,7 +1012,74 @@ static const struct {
     {"meta", meta_cols, 2},           {"threads", thread_cols, 7}, {"stages", stage_cols, 3},
     {"steps", step_cols, 3},          {"counter_names", counter_name_cols, 3},
     {"ranges", range_cols, 7},        {"counters", counter_cols, 4},
+    {"gpu", gpu_cols, 10},            {"gpu_api", gpu_api_cols, 9},
 };
+
+/* The name column of the gpu table, as the SQL table gives it: the kernel,
+ * "memcpy DtoH device->pinned", or the kind. */
+static const char *gpu_row_name(const st_gpu_row *g, char *buf, size_t size)
+{
+    if (g->name) return g->name;
+    if (g->rec.kind == ST_GPU_MEMCPY) {
+        snprintf(buf, size, "memcpy %s %s->%s", st_gpu_copy_name(g->rec.copy_kind), st_gpu_mem_name(g->rec.src_mem),
+                 st_gpu_mem_name(g->rec.dst_mem));
+        return buf;
+    }
+    return st_gpu_kind_name(g->rec.kind);
+}
+
+/* GPU records (api 0) or API calls (api 1), one by one to fn; an ST_ code. */
+typedef int (*gpu_row_fn)(const st_gpu_row *g, void *arg);
+static int each_gpu_row(an_trace *t, int api, gpu_row_fn fn, void *arg)
+{
+    int has = st_reader_has_gpu(t->r);
+    if (has <= 0) return has;
+    st_gpu_iter *it = NULL;
+    int rc = api ? st_gpu_api_iter_open(&it, t->r, INT64_MIN, INT64_MAX)
+                 : st_gpu_iter_open(&it, t->r, -1, INT64_MIN, INT64_MAX);
+    st_gpu_row g;
+    while (!rc && (rc = st_gpu_iter_next(it, &g)) == 1) rc = fn(&g, arg);
+    st_gpu_iter_close(it);
+    return rc < 0 ? rc : 0;
+}
+
+static int csv_gpu_row(const st_gpu_row *g, void *arg)
+{
+    an_table *tb = arg;
+    char buf[96];
+    an_put_int(tb, g->device);
+    an_put_int(tb, g->stream);
+    an_put_str(tb, st_gpu_kind_name(g->rec.kind));
+    an_put_str(tb, gpu_row_name(g, buf, sizeof buf));
+    an_put_int(tb, g->rec.start_ns);
+    an_put_int(tb, g->rec.dur_ns);
+    an_put_int(tb, (int64_t)g->rec.bytes);
+    an_put_int(tb, g->rec.correlation);
+    if (g->thread >= 0) an_put_int(tb, g->thread);
+    else an_put_null(tb);
+    if (g->stage >= 0) an_put_int(tb, g->stage);
+    else an_put_null(tb);
+    an_row_end(tb);
+    return 0;
+}
+
+static int csv_api_row(const st_gpu_row *g, void *arg)
+{
+    an_table *tb = arg;
+    if (g->thread >= 0) an_put_int(tb, g->thread);
+    else an_put_null(tb);
+    an_put_int(tb, g->rec.os_tid);
+    an_put_str(tb, g->stream == 1 ? "driver" : "runtime");
+    an_put_str(tb, g->name); /* NULL: a trace that did not store names */
+    an_put_int(tb, g->rec.copy_kind);
+    an_put_int(tb, g->rec.start_ns);
+    an_put_int(tb, g->rec.dur_ns);
+    an_put_int(tb, g->rec.correlation);
+    if (g->stage >= 0) an_put_int(tb, g->stage);
+    else an_put_null(tb);
+    an_row_end(tb);
+    return 0;
+}
 
 /* Writes table `tab` as rows of an an_table (CSV); returns an ST_ code. */
 static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
@@ -635,6 +1177,8 @@ static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
         st_sample_iter_close(it);
         return rc;
     }
+    case TAB_GPU: return each_gpu_row(t, 0, csv_gpu_row, tb);
+    case TAB_GPU_API: return each_gpu_row(t, 1, csv_api_row, tb);
     }
     return 0;
 }
@@ -757,7 +1301,60 @@ static const char rows_schema[] =
     "CREATE VIEW counters_v AS SELECT c.thread, c.counter, c.ts_ns, c.value,\n"
     "  t.name AS thread_name, n.name AS counter_name, n.unit AS unit\n"
     "  FROM counters AS c LEFT JOIN threads AS t ON t.id = c.thread\n"
-    "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n";
+    "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n"
+    "CREATE TABLE gpu(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, dur_ns INTEGER,\n"
+    "  bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER);\n"
+    "CREATE TABLE gpu_api(thread INTEGER, os_tid INTEGER, api TEXT, name TEXT, cbid INTEGER, start_ns INTEGER,\n"
+    "  dur_ns INTEGER, correlation INTEGER, stage INTEGER);\n"
+    "CREATE VIEW gpu_v AS SELECT g.device, g.stream, g.kind, g.name, g.start_ns, g.dur_ns,\n"
+    "  g.start_ns + g.dur_ns AS end_ns, g.bytes, g.correlation, g.thread, g.stage,\n"
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
+    "  FROM gpu AS g LEFT JOIN threads AS t ON t.id = g.thread LEFT JOIN stages AS s ON s.id = g.stage;\n";
+
+static void bind_opt(sqlite3_stmt *ins, int col, int64_t v)
+{
+    if (v >= 0) sqlite3_bind_int64(ins, col, v);
+    else sqlite3_bind_null(ins, col);
+}
+
+/* The rows of gpu and gpu_api, as in CSV; ROW_REFUSED when SQLite refuses one. */
+#define ROW_REFUSED (-10000) /* not an ST_ code: tells a write failure from a read failure */
+static int rows_gpu_row(const st_gpu_row *g, void *arg)
+{
+    sqlite3_stmt *ins = arg;
+    char buf[96];
+    sqlite3_bind_int64(ins, 1, g->device);
+    sqlite3_bind_int64(ins, 2, g->stream);
+    sqlite3_bind_text(ins, 3, st_gpu_kind_name(g->rec.kind), -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins, 4, gpu_row_name(g, buf, sizeof buf), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(ins, 5, g->rec.start_ns);
+    sqlite3_bind_int64(ins, 6, g->rec.dur_ns);
+    sqlite3_bind_int64(ins, 7, (sqlite3_int64)g->rec.bytes);
+    sqlite3_bind_int64(ins, 8, g->rec.correlation);
+    bind_opt(ins, 9, g->thread);
+    bind_opt(ins, 10, g->stage);
+    int ok = sqlite3_step(ins) == SQLITE_DONE;
+    sqlite3_reset(ins);
+    return ok ? 0 : ROW_REFUSED;
+}
+
+static int rows_api_row(const st_gpu_row *g, void *arg)
+{
+    sqlite3_stmt *ins = arg;
+    bind_opt(ins, 1, g->thread);
+    sqlite3_bind_int64(ins, 2, g->rec.os_tid);
+    sqlite3_bind_text(ins, 3, g->stream == 1 ? "driver" : "runtime", -1, SQLITE_STATIC);
+    if (g->name) sqlite3_bind_text(ins, 4, g->name, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(ins, 4);
+    sqlite3_bind_int64(ins, 5, g->rec.copy_kind);
+    sqlite3_bind_int64(ins, 6, g->rec.start_ns);
+    sqlite3_bind_int64(ins, 7, g->rec.dur_ns);
+    sqlite3_bind_int64(ins, 8, g->rec.correlation);
+    bind_opt(ins, 9, g->stage);
+    int ok = sqlite3_step(ins) == SQLITE_DONE;
+    sqlite3_reset(ins);
+    return ok ? 0 : ROW_REFUSED;
+}
 
 /* The an_table interface is for text formats; rows go to SQLite through a
  * prepared INSERT per table, bound from the same reader data. */
@@ -856,6 +1453,14 @@ static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
         }
     }
     st_sample_iter_close(si);
+    if (rc < 0) goto done;
+    if (PREP("INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    rc = each_gpu_row(t, 0, rows_gpu_row, ins);
+    if (rc == ROW_REFUSED) goto fail;
+    if (rc < 0) goto done;
+    if (PREP("INSERT INTO gpu_api VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    rc = each_gpu_row(t, 1, rows_api_row, ins);
+    if (rc == ROW_REFUSED) goto fail;
 done:
     sqlite3_finalize(ins);
     return rc < 0 ? rc : 0;

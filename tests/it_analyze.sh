@@ -391,6 +391,10 @@ n, total = db.execute("SELECT count(*), sum(value) FROM counters").fetchone()
 assert n == 16 and abs(total - (7 + sum(0.5 / (k + 1) for k in range(8)))) < 1e-12, (n, total)
 assert db.execute("SELECT count(*) FROM ranges WHERE step IS NULL").fetchone() == (0,)
 assert db.execute("SELECT value FROM meta WHERE key = 'status'").fetchone() == ("complete",)
+# no GPU activity: gpu.csv and gpu_api.csv hold their header only, the tables and gpu_v no row
+assert open("csv/gpu.csv").read().split() == ["device,stream,kind,name,start_ns,dur_ns,bytes,correlation,thread,stage"]
+assert open("csv/gpu_api.csv").read().split() == ["thread,os_tid,api,name,cbid,start_ns,dur_ns,correlation,stage"]
+assert db.execute("SELECT (SELECT count(*) FROM gpu) + (SELECT count(*) FROM gpu_api) + (SELECT count(*) FROM gpu_v)").fetchone() == (0,)
 EOF
 expect_ok export_stdout "$A" export gen.sqlite --chrome -
 python3 -c 'import json,sys; json.load(open("export_stdout.out"))' || fail "--chrome - is not JSON"
@@ -435,11 +439,11 @@ expect_usage export_csv_fails_existing "$A" export badcounters.sqlite --csv kept
 ok
 # Success into the existing directory: the exporter's files replaced, others kept.
 expect_ok export_csv_existing "$A" export gen.sqlite --csv kept_csv/ --overwrite
-[ "$(ls -A kept_csv | tr '\n' ' ')" = "counter_names.csv counters.csv meta.csv notes.txt ranges.csv stages.csv steps.csv threads.csv " ] ||
+[ "$(ls -A kept_csv | tr '\n' ' ')" = "counter_names.csv counters.csv gpu.csv gpu_api.csv meta.csv notes.txt ranges.csv stages.csv steps.csv threads.csv " ] ||
     fail "export into kept_csv: $(ls -A kept_csv)"
 cmp -s kept_csv/ranges.csv csv/ranges.csv || fail "kept_csv/ranges.csv was not replaced"
 expect_ok export_csv_slash "$A" export gen.sqlite --csv new_csv/
-[ "$(ls -A new_csv | wc -l)" -eq 7 ] && ! ls -d new_csv.* 2>/dev/null || fail "export into new_csv/: $(ls -A)"
+[ "$(ls -A new_csv | wc -l)" -eq 9 ] && ! ls -d new_csv.* 2>/dev/null || fail "export into new_csv/: $(ls -A)"
 ok
 
 echo "it_analyze: $n_checks checks passed"

@@ -917,7 +917,25 @@ static void make_gpu_trace(const char *from, const char *path)
                 " t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);"
                 "INSERT INTO gpu_strings VALUES (0, 'gemm'), (1, 'softmax')");
     int64_t tid = sql_int(w, "SELECT os_tid FROM threads WHERE id = 0");
-    int64_t base = sql_int(w, "SELECT min(t0_ns) FROM range_chunks");
+    /* Launch times inside thread 0's recorded ranges (the middle of each of
+     * its first ranges, in time order), so that the reader finds a stage
+     * open at each launch whatever the recording's timing. */
+    enum { N_LAUNCH = 2 * 2 * 3 * 6 };
+    int64_t launch[N_LAUNCH];
+    int n_launch = 0;
+    {
+        st_reader *r = open_reader(from);
+        st_range_iter *it;
+        st_range g;
+        assert_int_equal(st_range_iter_open(&it, r, 0, INT64_MIN, INT64_MAX), ST_OK);
+        while (n_launch < N_LAUNCH && st_range_iter_next(it, &g) == 1)
+            if (g.dur_ns >= 2) launch[n_launch++] = g.start_ns + g.dur_ns / 2;
+        st_range_iter_close(it);
+        st_reader_close(r);
+        qsort(launch, (size_t)n_launch, sizeof launch[0], cmp_i64);
+    }
+    assert_true(n_launch > 0);
+    for (int k = n_launch; k < N_LAUNCH; k++) launch[k] = launch[k - 1] + 20000;
     sqlite3_stmt *ins = prepare(w, "INSERT INTO gpu_chunks(device, stream, t0_ns, t1_ns, n_records, data) "
                                    "VALUES (?, ?, ?, ?, ?, ?)");
     st_gpu_encoder enc = {0}, api = {0};
@@ -929,7 +947,8 @@ static void make_gpu_trace(const char *from, const char *path)
                 assert_int_equal(st_gpu_chunk_start(&enc), 0);
                 for (int i = 0; i < 6; i++) {
                     corr++;
-                    int64_t start = base + (int64_t)(chunk * 6 + i) * 20000 + device * 1000 + stream;
+                    int64_t at = launch[(corr - 1) % N_LAUNCH];
+                    int64_t start = at + 100 + device * 1000 + stream;
                     st_gpu_rec g = {.kind = (uint32_t)(1 + i % 4), .start_ns = start, .dur_ns = 5000 + i,
                                     .correlation = corr};
                     if (g.kind == ST_GPU_KERNEL) g.name = 1 + (uint32_t)(i % 2);
@@ -942,7 +961,7 @@ static void make_gpu_trace(const char *from, const char *path)
                     if (g.kind == ST_GPU_MEMSET) g.bytes = 4096;
                     assert_int_equal(st_gpu_put(&enc, &g), 0);
                     if (corr % 2) {
-                        st_gpu_rec a = {.kind = ST_GPU_API, .start_ns = start - 100, .dur_ns = 10,
+                        st_gpu_rec a = {.kind = ST_GPU_API, .start_ns = at, .dur_ns = 10,
                                         .correlation = corr, .os_tid = tid};
                         assert_int_equal(st_gpu_put(&api, &a), 0);
                     }
@@ -1014,6 +1033,79 @@ static void test_rowid_gpu(void **state)
     unlink(path);
 }
 
+/* gpu_v: every gpu row once, with the launching thread's name and role and
+ * the stage's name and kind that the reader gives (NULL where the reader has
+ * none), and end_ns = start_ns + dur_ns. */
+static void test_gpu_view(void **state)
+{
+    fixture *f = *state;
+    char path[512];
+    tmp_path(path, sizeof path, "gpu_view.sqlite");
+    make_gpu_trace(f->multi_path, path);
+    st_reader *r = open_reader(path);
+    sqlite3 *db = open_registered(path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v"), sql_int(db, "SELECT count(*) FROM gpu"));
+    sqlite3_stmt *q = prepare(db, "SELECT thread_name, role, stage_name, stage_kind, end_ns, name, kind, count(*) "
+                                  "FROM gpu_v WHERE device = ? AND stream = ? AND start_ns = ? AND correlation = ?");
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row g;
+    int rc, n = 0, named = 0, staged = 0;
+    while ((rc = st_gpu_iter_next(it, &g)) == 1) {
+        sqlite3_bind_int64(q, 1, g.device);
+        sqlite3_bind_int64(q, 2, g.stream);
+        sqlite3_bind_int64(q, 3, g.rec.start_ns);
+        sqlite3_bind_int64(q, 4, g.rec.correlation);
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int64(q, 7), 1);
+        const char *tn = (const char *)sqlite3_column_text(q, 0), *role = (const char *)sqlite3_column_text(q, 1);
+        if (g.thread >= 0) {
+            const st_thread_info *th = NULL;
+            for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+                if (st_reader_thread(r, i)->id == g.thread) th = st_reader_thread(r, i);
+            assert_non_null(th);
+            assert_string_equal(tn, th->name);
+            assert_string_equal(role, th->role);
+            named++;
+        } else {
+            assert_null(tn);
+            assert_null(role);
+        }
+        const char *sn = (const char *)sqlite3_column_text(q, 2), *sk = (const char *)sqlite3_column_text(q, 3);
+        if (g.stage >= 0) {
+            const st_stage_info *si = st_reader_stage(r, (uint32_t)g.stage);
+            assert_string_equal(sn, si->name);
+            assert_string_equal(sk, st_kind_name(si->kind));
+            staged++;
+        } else {
+            assert_null(sn);
+            assert_null(sk);
+        }
+        assert_int_equal(sqlite3_column_int64(q, 4), g.rec.start_ns + g.rec.dur_ns);
+        if (g.name) assert_string_equal((const char *)sqlite3_column_text(q, 5), g.name);
+        assert_string_equal((const char *)sqlite3_column_text(q, 6), st_gpu_kind_name(g.rec.kind));
+        sqlite3_reset(q);
+        n++;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(n, 2 * 2 * 3 * 6);
+    assert_int_equal(named, n / 2); /* half were launched by thread 0 */
+    assert_true(staged > 0);
+    st_gpu_iter_close(it);
+    sqlite3_finalize(q);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v WHERE thread_name IS NOT NULL AND stage_name IS NULL "
+                                 "AND stage IS NOT NULL"),
+                     0);
+    sqlite3_close(db);
+    st_reader_close(r);
+    unlink(path);
+
+    /* A trace without GPU activity: gpu_v is empty. */
+    db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM gpu_v"), 0);
+    sqlite3_close(db);
+}
+
 /* Rowids need unique chunk ids: a chunk table whose ids repeat (made
  * without its primary key) is refused, one with unique ids is read; ids
  * beyond 32 bits cannot be numbered. */
@@ -1079,8 +1171,8 @@ static void test_read_only_and_registration(void **state)
     assert_int_equal(sql_run(db, "UPDATE ranges SET depth = 3", NULL, 0), SQLITE_ERROR);
     assert_int_equal(sql_run(db, "CREATE VIRTUAL TABLE r2 USING ranges", NULL, 0), SQLITE_ERROR);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM temp.sqlite_schema WHERE type = 'view' AND "
-                                 "name IN ('ranges_v', 'counters_v')"),
-                     2);
+                                 "name IN ('ranges_v', 'counters_v', 'gpu_v')"),
+                     3);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM main.sqlite_schema WHERE name LIKE '%_v'"), 0);
     assert_int_equal(sql_int(db, "SELECT count(*) FROM ranges"), 7);
     sqlite3_close(db);
@@ -1380,6 +1472,7 @@ int main(void)
         cmocka_unit_test(test_rowid_ranges),
         cmocka_unit_test(test_rowid_counters),
         cmocka_unit_test(test_rowid_gpu),
+        cmocka_unit_test(test_gpu_view),
         cmocka_unit_test(test_rowid_chunk_ids),
         cmocka_unit_test(test_read_only_and_registration),
         cmocka_unit_test(test_extension_in_process),

@@ -7,7 +7,7 @@
  *   counters(thread, counter, ts_ns, value)
  *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
  *
- * plus the TEMP views ranges_v and counters_v, which join the names in.
+ * plus the TEMP views ranges_v, counters_v and gpu_v, which join the names in.
  * The tables are eponymous-only (`SELECT * FROM ranges` needs no CREATE
  * VIRTUAL TABLE), read-only, and innocuous, so views may use them with
  * trusted_schema off. Each table opens its own st_reader over the connection
@@ -628,7 +628,14 @@ static const char views_sql[] =
     "         t.name AS thread_name, n.name AS counter_name, n.unit AS unit\n"
     "  FROM main.counters AS c\n"
     "  LEFT JOIN main.threads AS t ON t.id = c.thread\n"
-    "  LEFT JOIN main.counter_names AS n ON n.id = c.counter;\n";
+    "  LEFT JOIN main.counter_names AS n ON n.id = c.counter;\n"
+    "CREATE TEMP VIEW IF NOT EXISTS gpu_v AS\n"
+    "  SELECT g.device, g.stream, g.kind, g.name, g.start_ns, g.dur_ns, g.start_ns + g.dur_ns AS end_ns,\n"
+    "         g.bytes, g.correlation, g.thread, g.stage,\n"
+    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
+    "  FROM main.gpu AS g\n"
+    "  LEFT JOIN main.threads AS t ON t.id = g.thread\n"
+    "  LEFT JOIN main.stages AS s ON s.id = g.stage;\n";
 
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -645,7 +652,7 @@ int st_sql_register(sqlite3 *db)
     }
     char *err = NULL;
     if (sqlite3_exec(db, views_sql, NULL, NULL, &err) != SQLITE_OK) {
-        int rc = st_set_error(ST_EIO, "cannot create the SQL views ranges_v, counters_v: %s",
+        int rc = st_set_error(ST_EIO, "cannot create the SQL views ranges_v, counters_v, gpu_v: %s",
                               err ? err : sqlite3_errmsg(db));
         sqlite3_free(err);
         return rc;
