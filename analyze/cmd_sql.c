@@ -1,6 +1,6 @@
 /* cmd_sql.c: `analyze sql FILE QUERY`: one read-only SQL query over a trace,
  * with the library's row tables (ranges, counters, gpu) and views (ranges_v,
- * counters_v) registered on the reader's own connection.
+ * counters_v, gpu_v) registered on the reader's own connection.
  *
  * The connection stays as the reader opened it: read-only, defensive,
  * trusted_schema off, triggers and extension loading off. On top of that the
@@ -26,7 +26,8 @@ static const char help[] =
     "  ranges(thread, stage, start_ns, dur_ns, end_ns, depth, step)\n"
     "  counters(thread, counter, ts_ns, value)\n"
     "  gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)\n"
-    "  ranges_v, counters_v: the same with thread, role, stage and counter names joined in\n"
+    "  ranges_v, counters_v, gpu_v: the same with thread, role, stage and counter names\n"
+    "  joined in (gpu_v also end_ns, stage_kind)\n"
     "Constraints on thread and on start_ns/end_ns (ts_ns) are pushed down, so a window\n"
     "query decodes only the chunks that overlap it.\n"
     "\n"
