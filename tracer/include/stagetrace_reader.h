@@ -186,6 +186,13 @@ typedef struct st_gpu_headers {
     int64_t n_records, t0_ns, t1_ns;
 } st_gpu_headers;
 ST_API int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+/* The same over the chunks of every device st_reader_gpu_devices lists
+ * (device >= 0, integer, at most INT32_MAX; the API calls' left out), at any
+ * time: the span of the GPU records as the headers give it, no chunk
+ * decoded (n_records: the sum, past INT64_MAX capped there); has 0 when
+ * there are none (or no gpu_chunks table). A hint too: a
+ * corrupt header may say otherwise than its records. */
+ST_API int st_reader_gpu_span(st_reader *r, st_gpu_headers *out);
 
 /* Ranges: each completed range once, in the order they ended (per thread;
  * threads one after another by id). thread < 0: all threads. Only ranges
