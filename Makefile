@@ -24,10 +24,13 @@ endif
 
 OPT ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC
-# tracer/include is the public API (installed); tracer/ holds the library's
-# internal headers (st_*.h, encoding.h, ring.h), for its own files, analyze,
-# the tests and the benchmarks.
+# tracer/include is the public API (installed): stagetrace.h (recording) and
+# stagetrace_reader.h (reading). tracer/ holds the library's internal headers
+# (st_*.h, encoding.h, ring.h), for its own files, the tests and the trainer.
+# analyze/ and bench/ are built against the public headers only (the
+# benchmarks' test knobs and clock: tracer/st_testing.h, included by path).
 INCLUDES := -Itracer/include -Itracer -Ikernels
+PUBLIC_INCLUDES := -Itracer/include
 LDLIBS := -lsqlite3 -lpthread -lm -ldl
 
 # ---- dependency probes ------------------------------------------------------
@@ -222,6 +225,8 @@ endif
 
 ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
 LIB_ANALYZE := $(BUILD)/libanalyze.a
+# analyze/ sees libstagetrace through its public headers only.
+$(BUILD)/obj/analyze/%.o: INCLUDES := $(PUBLIC_INCLUDES)
 $(LIB_ANALYZE): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out analyze/main.c,$(ANALYZE_SRC)))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -285,9 +290,11 @@ test-gpu: all gpu-tests
 # ---- benchmarks ---------------------------------------------------------------
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
-$(BUILD)/bench/%: bench/%.c $(TRACEGEN_SRC) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
+# Benchmarks see the public headers (and tests/tracegen.h, which uses only
+# them); the trace writer is compiled on its own, with the internal headers.
+$(BUILD)/bench/%: bench/%.c $(BUILD)/obj/tests/tracegen.o $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< $(TRACEGEN_SRC) -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(PUBLIC_INCLUDES) -Itests $< $(BUILD)/obj/tests/tracegen.o -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 bench: all $(BENCH_BIN)
 	@ST_BUILD=$(BUILD) bash bench/run.sh $(BUILD)
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "st_reader.h"
+#include "stagetrace_reader.h"
 
 /* ---- exit codes and messages ---------------------------------------------- */
 

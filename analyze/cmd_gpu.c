@@ -553,24 +553,38 @@ int cmd_gpu(int argc, char **argv)
     uint32_t n_devices = 0;
     if (!rc) rc = an_gpu_devices(&t, &devices, &n_devices);
     /* One pass over the records for the whole-trace tables and the idle
-     * split, unless the split's window is the records' span (fewer than two
-     * step marks and no --steps/--time): then the split needs a second. */
+     * split. When the split's window is the records' span (fewer than two
+     * step marks and no --steps/--time), the span is taken beforehand from
+     * the chunk headers (st_reader_gpu_span, no chunk decoded); headers are
+     * hints, so when the records' own span turns out to give another window
+     * (a corrupt header), the split is read again over the right one. */
     const char *note = NULL;
     int64_t w0 = 0, w1 = 0;
     char wdesc[160] = "";
     an_gpu_tap taps[2] = {{INT64_MIN, INT64_MAX, NULL, add_record, NULL, &pass}};
     an_gpu_split *split = NULL;
-    int one_pass = !rc && !an_gpu_window_needs_span(&t, &win);
-    if (!rc && one_pass) rc = an_gpu_window(&t, &win, 0, 0, &w0, &w1, wdesc, sizeof wdesc);
-    if (!rc && one_pass) split = an_gpu_split_open(&t, w0, w1, &taps[1], &rc);
+    int needs_span = !rc && an_gpu_window_needs_span(&t, &win);
+    int64_t h0 = pass.t0, h1 = pass.t1; /* the span the headers give */
+    if (needs_span) {
+        st_gpu_headers h;
+        if (st_reader_gpu_span(t.r, &h) == ST_OK && h.has) {
+            if (h.t0_ns < h0) h0 = h.t0_ns;
+            if (h.t1_ns > h1) h1 = h.t1_ns;
+        }
+    }
+    if (!rc) rc = an_gpu_window(&t, &win, h0, h1, &w0, &w1, wdesc, sizeof wdesc);
+    if (!rc) split = an_gpu_split_open(&t, w0, w1, &taps[1], &rc);
     if (!rc) rc = an_gpu_read(&t, devices, n_devices, taps, split ? 2 : 1);
     free(devices);
     an_gpu_split_close(split, !rc, &dev, &n_dev, &note);
     int64_t t0 = pass.t0, t1 = pass.t1;
-    if (!one_pass) {
+    if (!rc && needs_span && (t0 != h0 || t1 != h1)) {
+        an_gpu_idle_free(dev, n_dev);
+        dev = NULL;
+        n_dev = 0;
         w0 = t0;
         w1 = t1;
-        if (!rc) rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
+        rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
         if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
     }
     api_acc api = {&s, w0, w1, NULL, 0, 0, 0, NULL, 0};

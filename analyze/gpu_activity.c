@@ -155,8 +155,11 @@ static int tap_record(const st_gpu_row *row, void *arg)
     return 0;
 }
 
+unsigned long an_gpu_read_count;
+
 int an_gpu_read(an_trace *t, const int32_t *devices, uint32_t n_devices, const an_gpu_tap *taps, uint32_t n_taps)
 {
+    an_gpu_read_count++;
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (uint32_t i = 0; i < n_taps; i++) {
         if (taps[i].from_ns >= taps[i].to_ns) continue;

@@ -49,6 +49,9 @@ typedef struct an_gpu_tap {
     void *arg;
 } an_gpu_tap;
 int an_gpu_read(an_trace *t, const int32_t *devices, uint32_t n_devices, const an_gpu_tap *taps, uint32_t n_taps);
+/* How many times an_gpu_read has run in this process (the tests check that
+ * a command reads the GPU records once). */
+extern unsigned long an_gpu_read_count;
 
 /* GPU idle time per device over [t0, t1), split by cause as HTA does.
  * Busy: the union of the device's kernels, copies and memsets (sync records

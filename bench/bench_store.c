@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "stagetrace.h"
-#include "st_reader.h"
+#include "stagetrace_reader.h"
 
 #define N_STAGES 8
 

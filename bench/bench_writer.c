@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "st_internal.h" /* st__test_set_checkpoint_on_writer */
+#include "../tracer/st_testing.h" /* st__test_set_checkpoint_on_writer */
 #include "stagetrace.h"
 
 static int64_t now_ns(void)

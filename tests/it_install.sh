@@ -8,9 +8,12 @@
 # records ranges from two threads, steps from its registered main thread,
 # prints its profile lines through on_window and st_window_format, and the
 # installed analyze reads its trace back: `analyze intervals` prints the
-# same lines byte for byte, `analyze summary` the stages and threads. Built
-# against the static and the shared library (the latter found through its
-# SONAME).
+# same lines byte for byte, `analyze summary` the stages and threads. The
+# program also reads its trace back through the installed reader API
+# (stagetrace_reader.h): ranges per stage as it recorded them, its threads
+# and steps, the windows recomputed by st_reader_windows (the same lines
+# again), and a refused open of a file that is not a trace. Built against
+# the static and the shared library (the latter found through its SONAME).
 #
 #   bash tests/it_install.sh BUILD_DIR
 set -euo pipefail
@@ -23,7 +26,7 @@ tmp=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 make -s install BUILD="$BUILD" DESTDIR="$tmp/root" PREFIX=/opt/st >/dev/null
 P="$tmp/root/opt/st"
-for f in lib/libstagetrace.a lib/libstagetrace_gpu.a lib/libstagetrace.so.0.1.0 include/stagetrace.h \
+for f in lib/libstagetrace.a lib/libstagetrace_gpu.a lib/libstagetrace.so.0.1.0 include/stagetrace.h include/stagetrace_reader.h \
          lib/pkgconfig/stagetrace.pc lib/pkgconfig/stagetrace-gpu.pc lib/stagetrace_ext.so bin/analyze bin/trainer; do
     [ -f "$P/$f" ] || fail "missing after install: /opt/st/$f"
     ok
@@ -52,7 +55,9 @@ cat > "$tmp/outside/prog.c" <<'C'
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stagetrace.h>
+#include <stagetrace_reader.h>
 static int s_produce, s_consume, s_wait;
 static FILE *lines;
 static void print_window(const st_window *w, void *arg) {
@@ -78,7 +83,45 @@ static void *worker(void *arg) {
     st_thread_unregister();
     return NULL;
 }
+/* Reads path back: ranges per stage, threads, steps, the windows (to out). */
+static int read_back(const char *path, const char *not_a_trace, FILE *out) {
+    st_reader *r;
+    if (st_reader_open(&r, not_a_trace) == ST_OK || !strcmp(st_last_error(), "no error")) {
+        fprintf(stderr, "read: %s opened as a trace\n", not_a_trace);
+        return 1;
+    }
+    if (st_reader_open(&r, path) != ST_OK) { fprintf(stderr, "read: %s\n", st_last_error()); return 1; }
+    long per_stage[3] = {0, 0, 0}, want[3] = {800, 800, 20};
+    const char *names[3] = {"produce", "consume", "step_wait"};
+    st_range_iter *it;
+    if (st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK) { fprintf(stderr, "read: %s\n", st_last_error()); return 1; }
+    st_range rg;
+    int rc;
+    while ((rc = st_range_iter_next(it, &rg)) == 1) {
+        if (rg.stage >= st_reader_n_stages(r) || rg.dur_ns < 0) { fprintf(stderr, "read: bad range\n"); return 1; }
+        const char *name = st_reader_stage(r, rg.stage)->name;
+        for (int i = 0; i < 3; i++) if (!strcmp(name, names[i])) per_stage[i]++;
+    }
+    st_range_iter_close(it);
+    if (rc != 0) { fprintf(stderr, "read: %s\n", st_last_error()); return 1; }
+    for (int i = 0; i < 3; i++)
+        if (per_stage[i] != want[i]) { fprintf(stderr, "read: %ld %s ranges, recorded %ld\n", per_stage[i], names[i], want[i]); return 1; }
+    if (st_reader_n_threads(r) != 3 || st_reader_n_steps(r) != 21 || st_reader_step(r, 20)->step != 20) {
+        fprintf(stderr, "read: %u threads, %u steps\n", st_reader_n_threads(r), st_reader_n_steps(r));
+        return 1;
+    }
+    lines = out;
+    if (st_reader_windows(r, 5, print_window, NULL) != ST_OK) { fprintf(stderr, "read: %s\n", st_last_error()); return 1; }
+    st_reader_close(r);
+    return 0;
+}
 int main(int argc, char **argv) {
+    if (argc == 4) { /* read TRACE WINDOWS_OUT */
+        FILE *out = fopen(argv[3], "w");
+        int rc = out ? read_back(argv[2], argv[0], out) : 1;
+        if (out) fclose(out);
+        return rc;
+    }
     if (argc != 3) return 2;
     lines = fopen(argv[2], "w");
     st_options o; st_options_init(&o);
@@ -121,6 +164,10 @@ for f in a b; do
     ok
     n=$(sqlite3 "$f.sqlite" "select sum(n_ranges) from range_chunks")
     [ "$n" = 1620 ] || fail "expected 1620 ranges in $f.sqlite, found $n"
+    ok
+    if [ $f = a ]; then expect_ok read-$f ./prog_static read $f.sqlite $f.read
+    else LD_LIBRARY_PATH="$lib" expect_ok read-$f ./prog_shared read $f.sqlite $f.read; fi
+    cmp -s "$f.lines" "$f.read" || fail "$f: st_reader_windows differs from the on_window lines: $(diff "$f.lines" "$f.read" | head -5)"
     ok
     "$P/bin/analyze" intervals --every 5 "$f.sqlite" > "$f.intervals" || fail "analyze intervals exits $?"
     cmp -s "$f.lines" "$f.intervals" || fail "$f: analyze intervals differs from the on_window lines: $(diff "$f.lines" "$f.intervals" | head -5)"

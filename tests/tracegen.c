@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 
+#include "encoding.h"
 #include "st_schema.h"
 #include "tracegen.h"
 

@@ -35,7 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "encoding.h"
+#include "stagetrace_reader.h"
+
+struct st_buf; /* encoding.h */
 
 enum tg_event_kind { TG_BEGIN, TG_END, TG_CUT };
 
@@ -111,7 +113,7 @@ void tg_gpu_chunk_v1(tg_trace *g, int64_t device, int64_t stream, const st_gpu_r
 
 /* Chunk version 1 of records r[0..n) into b (replacing its contents); t0,
  * t1: the earliest start and latest end (either may be NULL). */
-void tg_encode_gpu_v1(st_buf *b, const st_gpu_rec *r, size_t n, int64_t *t0_ns, int64_t *t1_ns);
+void tg_encode_gpu_v1(struct st_buf *b, const st_gpu_rec *r, size_t n, int64_t *t0_ns, int64_t *t1_ns);
 
 /* ---- writing ---- */
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "stagetrace.h"
+#include "stagetrace_reader.h" /* st_open_range, st_event, st_gpu_rec and the GPU enums */
 
 #define ST_CHUNK_EVENTS_V1 0x45   /* 'E' */
 #define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
@@ -50,10 +51,6 @@ static inline int64_t st_unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int
 
 /* ---- range events ---- */
 
-typedef struct st_open_range {
-    uint32_t stage;
-    int64_t start_ns;
-} st_open_range;
 
 /* Per-thread encoder state. The stack lives on across chunks: each chunk
  * starts with the ranges open at its start, so it decodes on its own. */
@@ -73,13 +70,6 @@ int st_event_chunk_start(st_event_encoder *e);
 int st_event_put_begin(st_event_encoder *e, uint32_t stage, int64_t ts_ns);
 int st_event_put_end(st_event_encoder *e, int64_t ts_ns);
 
-typedef struct st_event {
-    int is_end;          /* 0: begin, 1: end */
-    uint32_t stage;
-    uint32_t depth;      /* depth of this range (0 = outermost) */
-    int64_t ts_ns;       /* the event's time */
-    int64_t start_ns;    /* for ends: when the range began */
-} st_event;
 
 typedef struct st_event_cursor {
     const uint8_t *p, *end;
@@ -176,31 +166,6 @@ int st_counter_next(st_counter_cursor *c, st_sample *s);
 
 /* ---- GPU activity (docs/trace-format.md, "GPU chunk") ---- */
 
-enum st_gpu_kind {
-    ST_GPU_KERNEL = 1,
-    ST_GPU_MEMCPY = 2,
-    ST_GPU_MEMSET = 3,
-    ST_GPU_SYNC = 4,
-    ST_GPU_API = 5, /* a CUDA runtime/driver call: (correlation, os_tid, start, dur); device -1 */
-    ST_GPU_KIND_MAX = 5
-};
-/* Memcpy directions (copy_kind of ST_GPU_MEMCPY). */
-enum st_gpu_copy { ST_COPY_OTHER = 0, ST_COPY_H2D = 1, ST_COPY_D2H = 2, ST_COPY_D2D = 3, ST_COPY_H2H = 4,
-                   ST_COPY_P2P = 5 };
-/* Memory kinds (src_mem, dst_mem; memset: dst_mem). */
-enum st_gpu_mem { ST_MEM_UNKNOWN = 0, ST_MEM_PAGEABLE = 1, ST_MEM_PINNED = 2, ST_MEM_DEVICE = 3,
-                  ST_MEM_MANAGED = 4, ST_MEM_OTHER = 5 };
-
-typedef struct st_gpu_rec {
-    uint32_t kind;        /* st_gpu_kind */
-    uint32_t name;        /* gpu_strings id + 1; 0: none */
-    int64_t start_ns, dur_ns;
-    uint64_t bytes;
-    uint32_t copy_kind;   /* memcpy: st_gpu_copy; sync: CUPTI's synchronization type */
-    uint32_t src_mem, dst_mem;
-    uint32_t correlation; /* CUPTI correlation id (graph kernels: the graph launch's) */
-    int64_t os_tid;       /* API records: the calling OS thread; others 0 */
-} st_gpu_rec;
 
 /* The previous record's values that a v2 record may repeat. */
 typedef struct st_gpu_prev {

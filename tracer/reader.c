@@ -1906,6 +1906,31 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
     return ST_OK;
 }
 
+int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
+{
+    memset(out, 0, sizeof *out);
+    int ok = is_table(r->db, "gpu_chunks");
+    if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT count(*), total(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks "
+                           "WHERE typeof(device) = 'integer' AND device >= 0 AND device <= 2147483647",
+                           -1, &st, NULL) != SQLITE_OK)
+        return unreadable("gpu_chunks", r->db);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0 && sqlite3_column_type(st, 2) == SQLITE_INTEGER &&
+        sqlite3_column_type(st, 3) == SQLITE_INTEGER) {
+        double n = sqlite3_column_double(st, 1); /* total(): a sum past int64 is capped, not an error */
+        out->has = 1;
+        out->n_records = n >= 9.2e18 ? INT64_MAX : (int64_t)n;
+        out->t0_ns = sqlite3_column_int64(st, 2);
+        out->t1_ns = sqlite3_column_int64(st, 3);
+    }
+    int err = rc == SQLITE_ROW || rc == SQLITE_DONE ? ST_OK : unreadable("gpu_chunks", r->db);
+    sqlite3_finalize(st);
+    return err;
+}
+
 int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);

@@ -13,24 +13,12 @@
 #include "ring.h"
 #include "stagetrace.h"
 #include "st_intervals.h"
+#include "st_testing.h"
 
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
-/* ---- clock ---- */
-int st_clock_init(int force_monotonic);
-extern int st_clock_use_tsc;
-int64_t st_clock_mono_ns(void);
-static inline int64_t st_clock_raw(void) /* the hot-path read */
-{
-#if defined(__x86_64__)
-    if (st_clock_use_tsc) return (int64_t)__builtin_ia32_rdtsc();
-#endif
-    return st_clock_mono_ns();
-}
-int64_t st_clock_to_ns(int64_t raw);   /* raw -> trace nanoseconds */
-const char *st_clock_name(void);       /* "tsc" or "monotonic" */
-double st_clock_tsc_hz(void);          /* 0 when monotonic */
+/* ---- clock, test knobs: st_testing.h ---- */
 
 /* ---- errors ---- */
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -132,16 +120,6 @@ typedef struct st_gpu_string {
 int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n); /* thread-safe */
 int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied */
 
-/* ---- knobs for tests and benchmarks (not exported by libstagetrace.so;
- * programs reach them through libstagetrace.a). Each is read by st_open:
- * it applies to the traces opened after the call. ---- */
-/* The writer sleeps `us` microseconds after each batch it drains from a
- * ring (a slow writer, to fill rings). 0: no sleep (the default). */
-void st__test_set_writer_delay(uint32_t us);
-/* 1: SQLite's auto-checkpoint runs on the writer thread (the scheme before
- * the checkpointer thread; bench/bench_writer.c compares them). 0: the
- * checkpointer thread (the default). */
-void st__test_set_checkpoint_on_writer(int on);
 
 /* Calls from unregistered threads (record.c): st_open passes the enabled
  * trace that reports them, st_close passes NULL before it stops the writer

@@ -1,0 +1,158 @@
+/* test_cmd_gpu.c: `analyze gpu` (analyze/cmd_gpu.c) reads the GPU records
+ * once, also when its window is the records' own span (fewer than two step
+ * marks, no --steps/--time): the span then comes from the chunk headers
+ * (st_reader_gpu_span). When a header lies about its records' times, the
+ * command reads the split again over the records' true span and prints
+ * what the truthful trace gives, byte for byte.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "stagetrace_reader.h"
+#include "traces.h"
+#include "../analyze/analyze.h"
+#include "../analyze/gpu_activity.h"
+
+typedef struct gpu_run {
+    int status;
+    unsigned long reads; /* an_gpu_read calls */
+    char *out;
+} gpu_run;
+
+/* Runs cmd_gpu in this process on tmp_dir's NAME, stdout to a file. */
+static gpu_run run_gpu(const char *name, const char *format)
+{
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    char *argv[] = {"gpu", "--format", (char *)format, path, NULL};
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    unsigned long before = an_gpu_read_count;
+    gpu_run r;
+    r.status = cmd_gpu(4, argv);
+    r.reads = an_gpu_read_count - before;
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    r.out = read_file(tmp_file("gpu.out"), NULL);
+    assert_non_null(r.out);
+    return r;
+}
+
+/* Copies tmp_dir's FROM to TO and runs SQL on the copy. */
+static void copy_with(const char *from, const char *to, const char *sql)
+{
+    size_t len;
+    char *data = read_file(tmp_file(from), &len);
+    assert_non_null(data);
+    FILE *f = fopen(tmp_file(to), "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+    free(data);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(tmp_file(to), &db), SQLITE_OK);
+    exec_sql(db, sql);
+    sqlite3_close(db);
+}
+
+static void test_gpu_span_one_read(void **state)
+{
+    (void)state;
+    static const char *const formats[] = {"text", "csv", "json"};
+    /* gpu_shared without its step marks: the window is the whole trace */
+    copy_with("gpu_shared.sqlite", "nosteps.sqlite", "DELETE FROM steps");
+    /* ... and with headers that widen the records' span on both sides */
+    copy_with("nosteps.sqlite", "nostepz.sqlite", /* a name as long: the outputs compare */
+              "UPDATE gpu_chunks SET t0_ns = t0_ns - 5000000000, t1_ns = t1_ns + 7000000000 WHERE device >= 0");
+    for (size_t i = 0; i < 3; i++) {
+        gpu_run steps = run_gpu("gpu_shared.sqlite", formats[i]);
+        assert_int_equal(steps.status, 0);
+        assert_int_equal(steps.reads, 1);
+        gpu_run honest = run_gpu("nosteps.sqlite", formats[i]);
+        assert_int_equal(honest.status, 0);
+        assert_int_equal(honest.reads, 1); /* 2 when the span came from a first pass */
+        if (i == 0) assert_non_null(strstr(honest.out, "over the whole trace ("));
+        gpu_run liar = run_gpu("nostepz.sqlite", formats[i]);
+        assert_int_equal(liar.status, 0);
+        assert_int_equal(liar.reads, 2); /* the split read again over the true span */
+        /* the file name (nostepz, the liar) aside, the same bytes */
+        char *at = strstr(liar.out, "nostepz.sqlite");
+        if (at) memcpy(at, "nosteps", 7);
+        assert_string_equal(liar.out, honest.out);
+        free(steps.out);
+        free(honest.out);
+        free(liar.out);
+    }
+}
+
+static void test_gpu_span_headers(void **state)
+{
+    (void)state;
+    st_reader *r = open_reader(tmp_file("gpu_shared.sqlite"));
+    st_gpu_headers h;
+    assert_int_equal(st_reader_gpu_span(r, &h), ST_OK);
+    assert_int_equal(h.has, 1);
+    sqlite3 *db = st_reader_db(r);
+    assert_int_equal(h.n_records, sql_int(db, "SELECT sum(n_records) FROM gpu_chunks WHERE device >= 0"));
+    assert_int_equal(h.t0_ns, sql_int(db, "SELECT min(t0_ns) FROM gpu_chunks WHERE device >= 0"));
+    assert_int_equal(h.t1_ns, sql_int(db, "SELECT max(t1_ns) FROM gpu_chunks WHERE device >= 0"));
+    /* the records' own span, as the iterator reads them */
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row g;
+    int64_t lo = INT64_MAX, hi = INT64_MIN, n = 0;
+    while (st_gpu_iter_next(it, &g) == 1) {
+        if (g.rec.start_ns < lo) lo = g.rec.start_ns;
+        if (g.rec.start_ns + g.rec.dur_ns > hi) hi = g.rec.start_ns + g.rec.dur_ns;
+        n++;
+    }
+    st_gpu_iter_close(it);
+    assert_int_equal(n, h.n_records);
+    assert_int_equal(lo, h.t0_ns);
+    assert_int_equal(hi, h.t1_ns);
+    st_reader_close(r);
+    /* a trace without GPU chunks: has 0 */
+    r = open_reader(tmp_file("target.sqlite"));
+    assert_int_equal(st_reader_gpu_span(r, &h), ST_OK);
+    assert_int_equal(h.has, 0);
+    st_reader_close(r);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (make_tmp_dir("test_cmd_gpu")) return -1;
+    write_model_traces(tmp_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return remove_tmp_dir();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_span_headers),
+        cmocka_unit_test(test_gpu_span_one_read),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

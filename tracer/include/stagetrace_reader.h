@@ -1,0 +1,313 @@
+/* stagetrace_reader.h: reading traces from C (docs/tracer.md, "Reading
+ * traces from C"). Part of libstagetrace, installed beside stagetrace.h.
+ *
+ * A trace is untrusted input: st_reader_open opens it read-only with
+ * SQLite's defensive mode on and trusted_schema off, checks the schema
+ * version and the tables it needs, and loads the small tables (threads,
+ * stages, counters, steps) into memory. Chunk tables are decoded on demand,
+ * one chunk at a time; a time-window query reads only the chunks whose
+ * [t0_ns, t1_ns] overlaps the window.
+ *
+ * Threads: a reader, and every iterator opened on it, is used by one thread
+ * at a time (readers of the same file on different threads are
+ * independent). Errors: a function that fails returns a negative ST_E*
+ * code (or NULL) and st_last_error() says what is wrong, on the calling
+ * thread. Ownership: the reader owns every string and info struct it hands
+ * out (valid until st_reader_close); the caller closes each iterator it
+ * opened, before closing the reader, and frees (free()) the arrays the
+ * per-thread/per-device queries return.
+ *
+ * Compiled with -DST_DISABLE (which turns recording off), these functions
+ * stay real: reading needs the library.
+ */
+#ifndef STAGETRACE_READER_H
+#define STAGETRACE_READER_H
+
+#include <stdint.h>
+
+#include "stagetrace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(ST_DISABLE)
+#pragma push_macro("ST_API")
+#undef ST_API
+#if defined(__GNUC__)
+#define ST_API __attribute__((visibility("default")))
+#else
+#define ST_API
+#endif
+#define ST__READER_POP_API
+#endif
+
+/* A range still open when its thread's events end: its stage and start. */
+typedef struct st_open_range {
+    uint32_t stage;
+    int64_t start_ns;
+} st_open_range;
+
+/* A raw begin or end event (st_event_iter_next). */
+typedef struct st_event {
+    int is_end;          /* 0: begin, 1: end */
+    uint32_t stage;
+    uint32_t depth;      /* depth of this range (0 = outermost) */
+    int64_t ts_ns;       /* the event's time */
+    int64_t start_ns;    /* for ends: when the range began */
+} st_event;
+
+/* ---- GPU records (docs/trace-format.md, "GPU chunk") ---- */
+
+enum st_gpu_kind {
+    ST_GPU_KERNEL = 1,
+    ST_GPU_MEMCPY = 2,
+    ST_GPU_MEMSET = 3,
+    ST_GPU_SYNC = 4,
+    ST_GPU_API = 5, /* a CUDA runtime/driver call: (correlation, os_tid, start, dur); device -1 */
+    ST_GPU_KIND_MAX = 5
+};
+/* Memcpy directions (copy_kind of ST_GPU_MEMCPY). */
+enum st_gpu_copy { ST_COPY_OTHER = 0, ST_COPY_H2D = 1, ST_COPY_D2H = 2, ST_COPY_D2D = 3, ST_COPY_H2H = 4,
+                   ST_COPY_P2P = 5 };
+/* Memory kinds (src_mem, dst_mem; memset: dst_mem). */
+enum st_gpu_mem { ST_MEM_UNKNOWN = 0, ST_MEM_PAGEABLE = 1, ST_MEM_PINNED = 2, ST_MEM_DEVICE = 3,
+                  ST_MEM_MANAGED = 4, ST_MEM_OTHER = 5 };
+
+typedef struct st_gpu_rec {
+    uint32_t kind;        /* st_gpu_kind */
+    uint32_t name;        /* gpu_strings id + 1; 0: none */
+    int64_t start_ns, dur_ns;
+    uint64_t bytes;
+    uint32_t copy_kind;   /* memcpy: st_gpu_copy; sync: CUPTI's synchronization type */
+    uint32_t src_mem, dst_mem;
+    uint32_t correlation; /* CUPTI correlation id (graph kernels: the graph launch's) */
+    int64_t os_tid;       /* API records: the calling OS thread; others 0 */
+} st_gpu_rec;
+
+typedef struct sqlite3 sqlite3;
+
+typedef struct st_thread_info {
+    uint32_t id;
+    int64_t os_tid;
+    const char *name, *role;
+    int device, rank;
+    uint64_t dropped;
+} st_thread_info;
+
+typedef struct st_stage_info {
+    uint32_t id;
+    const char *name;
+    st_kind kind;
+} st_stage_info;
+
+typedef struct st_counter_info {
+    uint32_t id;
+    const char *name, *unit;
+} st_counter_info;
+
+typedef struct st_step_info {
+    uint64_t step;
+    int64_t ts_ns;
+    uint64_t tokens;
+} st_step_info;
+
+typedef struct st_reader st_reader;
+
+/* Limits a reader holds a trace to (docs/trace-format.md), so that what
+ * analyze prints stays bounded: names (threads, stages, counters, meta keys)
+ * of at most ST_NAME_MAX bytes and meta values of at most ST_META_VALUE_MAX,
+ * else the open fails; kernel names (gpu_strings) longer than
+ * ST_GPU_NAME_MAX bytes are cut there, ending in "...". */
+#define ST_META_VALUE_MAX 65536
+#define ST_GPU_NAME_MAX 4096
+
+/* Opens a trace read-only and validates it before anything is read: each
+ * table the plain table of the format (not a view, no generated column),
+ * every value of the small tables and every chunk row's columns of the type
+ * the format says, keys unique, chunks of known threads. path must be a
+ * regular file (a FIFO or device is refused, never opened).
+ * Returns ST_OK or a negative code; st_last_error() says what is wrong
+ * ("not a stagetrace trace", "schema version 7 is newer than ...", ...). */
+ST_API int st_reader_open(st_reader **out, const char *path);
+/* Reads a trace through a connection the caller owns (virtual tables). */
+ST_API int st_reader_open_db(st_reader **out, sqlite3 *db);
+ST_API void st_reader_close(st_reader *r);
+
+ST_API sqlite3 *st_reader_db(const st_reader *r);
+ST_API const char *st_reader_meta(const st_reader *r, const char *key); /* NULL if absent */
+
+ST_API uint32_t st_reader_n_threads(const st_reader *r);
+ST_API const st_thread_info *st_reader_thread(const st_reader *r, uint32_t index);
+ST_API const st_thread_info *st_reader_thread_by_id(const st_reader *r, uint32_t id);
+ST_API uint32_t st_reader_n_stages(const st_reader *r); /* ids are 0..n-1 */
+ST_API const st_stage_info *st_reader_stage(const st_reader *r, uint32_t id);
+ST_API uint32_t st_reader_n_counters(const st_reader *r);
+ST_API const st_counter_info *st_reader_counter(const st_reader *r, uint32_t id);
+ST_API uint32_t st_reader_n_steps(const st_reader *r); /* sorted by step */
+ST_API const st_step_info *st_reader_step(const st_reader *r, uint32_t index);
+
+/* What the chunk tables' headers say, in one pass over them: the earliest
+ * t0_ns and latest t1_ns of the range chunks and the sum of their n_ranges
+ * (rows with t0_ns > t1_ns or a negative count left out: headers are only
+ * hints), the sum of the counter chunks' n_samples. The same pass checks
+ * the type of every column of every chunk row (otherwise checked as each
+ * chunk is read), so that a caller that reads no chunk still refuses a
+ * mistyped one, with the message a read of it would give. */
+typedef struct st_chunk_totals {
+    int has_ranges;
+    int64_t first_ns, last_ns;
+    double n_ranges, n_samples;
+} st_chunk_totals;
+ST_API int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out);
+
+/* Per thread or device, from the chunk tables (reader.c; the analyzer reads
+ * no chunk table itself). *out is malloc'd (NULL when empty), by key.
+ * range_chunks_per_thread: (thread, chunk rows), a hint only: a query that
+ * fails ends the list early. gpu_records_per_device: (device, the sum of
+ * n_records, negative counts as 0), every device including the API calls'
+ * (device < 0); an unreadable table or a sum past int64 is an error
+ * ("trace table 'gpu_chunks' cannot be read: ..."), *out then holding the
+ * rows before it. */
+typedef struct st_chunk_count {
+    int64_t key, n;
+} st_chunk_count;
+ST_API int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
+ST_API int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
+/* The devices (>= 0, integer, at most INT32_MAX) that hold GPU chunks,
+ * ascending; *out malloc'd, NULL when none. */
+ST_API int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
+/* The headers of the GPU chunks of `device` (device < 0: the API calls')
+ * overlapping [t0_ns, t1_ns] (t1_ns >= t0 and t0_ns < t1): the sum of their
+ * n_records, the earliest t0_ns and the latest t1_ns; has 0 when there are
+ * none or the sum cannot be had. Hints, for slicing a read. */
+typedef struct st_gpu_headers {
+    int has;
+    int64_t n_records, t0_ns, t1_ns;
+} st_gpu_headers;
+ST_API int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+/* The same over the chunks of every device st_reader_gpu_devices lists
+ * (device >= 0, integer, at most INT32_MAX; the API calls' left out), at any
+ * time: the span of the GPU records as the headers give it, no chunk
+ * decoded (n_records: the sum, past INT64_MAX capped there); has 0 when
+ * there are none (or no gpu_chunks table). A hint too: a
+ * corrupt header may say otherwise than its records. */
+ST_API int st_reader_gpu_span(st_reader *r, st_gpu_headers *out);
+
+/* Ranges: each completed range once, in the order they ended (per thread;
+ * threads one after another by id). thread < 0: all threads. Only ranges
+ * overlapping [t0_ns, t1_ns) are returned (t0 = INT64_MIN, t1 = INT64_MAX
+ * for all). */
+typedef struct st_range {
+    uint32_t thread, stage, depth;
+    int64_t start_ns, dur_ns;
+} st_range;
+
+typedef struct st_range_iter st_range_iter;
+ST_API int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread,
+                       int64_t t0_ns, int64_t t1_ns);
+/* 1, 0 = done, <0 error. The iterator decodes ranges a batch at a time;
+ * st_range_iter_next is inline and hands them out one by one (its first
+ * member is this head), calling st_range_iter_fill for the next batch. */
+struct st_range_iter_head {
+    const st_range *next, *end;
+};
+ST_API int st_range_iter_fill(st_range_iter *it, st_range *out);
+static inline int st_range_iter_next(st_range_iter *it, st_range *out)
+{
+    struct st_range_iter_head *h = (struct st_range_iter_head *)(void *)it;
+    if (__builtin_expect(h->next != h->end, 1)) {
+        *out = *h->next++;
+        return 1;
+    }
+    return st_range_iter_fill(it, out);
+}
+ST_API void st_range_iter_close(st_range_iter *it);
+
+/* The ranges that never ended on a thread (id): those still open after its
+ * last event, outermost first, as its last chunk leaves them. Fills stack
+ * (room for ST_MAX_DEPTH) and returns how many, 0 for none (or no chunk),
+ * or a negative code (a corrupt chunk). */
+ST_API int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack);
+/* Raw begin/end events of one thread, in recorded order. */
+typedef struct st_event_iter st_event_iter;
+ST_API int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread);
+ST_API int st_event_iter_next(st_event_iter *it, st_event *out); /* 1, 0, <0 */
+ST_API void st_event_iter_close(st_event_iter *it);
+
+/* Counter samples, per thread in time order, threads by id. */
+typedef struct st_sample_iter st_sample_iter;
+typedef struct st_sample_row {
+    uint32_t thread, counter;
+    int64_t ts_ns;
+    double value;
+} st_sample_row;
+ST_API int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread,
+                        int64_t t0_ns, int64_t t1_ns);
+ST_API int st_sample_iter_next(st_sample_iter *it, st_sample_row *out);
+ST_API void st_sample_iter_close(st_sample_iter *it);
+
+/* GPU activity (kernels, copies, memsets, synchronizations), from the
+ * optional gpu_chunks table: per device, per stream, in stored order (within
+ * a stream, by start). API records (device -1) are not returned: they give
+ * each record its launching thread (os_tid joined to threads), the start of
+ * the launching call, and the stage: the innermost range of that thread
+ * open at that start. device < 0: all devices. Only records overlapping
+ * [t0_ns, t1_ns) are returned. A trace without gpu_chunks has none. */
+typedef struct st_gpu_row {
+    int32_t device;
+    uint32_t stream;
+    st_gpu_rec rec;
+    const char *name;       /* kernel name; NULL for others (valid until close) */
+    int64_t thread;         /* launching thread id, -1 unknown */
+    int64_t stage;          /* stage open on it at launch, -1 none */
+    int64_t launch_ns;      /* start of the launching API call; INT64_MIN unknown */
+} st_gpu_row;
+ST_API int st_reader_has_gpu(st_reader *r); /* 1: gpu_chunks holds rows; 0; <0 error */
+typedef struct st_gpu_iter st_gpu_iter;
+/* GPU records (API calls left out) overlapping [t0_ns, t1_ns), one device
+ * (or every device, device < 0) after another, each stream's in stored order.
+ * A record's launching thread, stage and launch_ns come from the API call
+ * with its correlation id, looked up among the calls that start from
+ * ST_GPU_LAUNCH_LOOKBACK_NS before t0_ns to t1_ns (a record launched earlier
+ * than that has thread -1). */
+#define ST_GPU_LAUNCH_LOOKBACK_NS (2LL * 1000 * 1000 * 1000)
+ST_API int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns);
+/* The CUDA API calls instead (stream 0: runtime, 1: driver; name: the
+ * function, NULL in traces that did not store it; rec.copy_kind: CUPTI's
+ * cbid), each with its thread and the stage open at its start (launch_ns). */
+ST_API int st_gpu_api_iter_open(st_gpu_iter **out, st_reader *r, int64_t t0_ns, int64_t t1_ns);
+ST_API int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out); /* 1, 0 = done, <0 error */
+ST_API void st_gpu_iter_close(st_gpu_iter *it);
+/* The innermost stage open on thread (id) at ts, -1 none or unknown thread;
+ * the same lookup the iterator uses for launches. <-1: error. */
+ST_API int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns);
+ST_API const char *st_gpu_kind_name(uint32_t kind);   /* "kernel", "memcpy", ... */
+ST_API const char *st_gpu_copy_name(uint32_t copy);   /* "HtoD", ... */
+ST_API const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", ... */
+
+/* Where the row an iterator's last next() returned is stored: the id of its
+ * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
+ * index among the chunk's items (a range: the index of its end event among
+ * the chunk's events; a sample, a GPU record: its index in the chunk). Both
+ * are fixed by the file, whatever window or thread the iterator was opened
+ * with: the SQL tables number their rows from them (vtab.c). */
+ST_API void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32_t *index);
+ST_API void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index);
+ST_API void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
+
+/* Recomputes the interval windows of every_steps steps from the stored
+ * events and step marks, through the same aggregator as the online path. */
+ST_API int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);
+
+ST_API int st_sql_register(sqlite3 *db); /* vtab.c: tables ranges, counters, gpu; views ranges_v, counters_v */
+
+#if defined(ST__READER_POP_API)
+#undef ST__READER_POP_API
+#pragma pop_macro("ST_API")
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
