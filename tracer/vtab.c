@@ -131,34 +131,6 @@ static int is_table(sqlite3 *db, const char *name, int *out)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Row ids come from chunk ids (see chunk_rowid), so a chunk table's ids
- * must be unique: they are when `id` is the table's primary key, as the
- * writer makes it; a table made otherwise is checked row by row. */
-static int chunk_ids_unique(sqlite3 *db, const char *table, char **err)
-{
-    char *sql = sqlite3_mprintf(
-        "SELECT (SELECT count(*) = 1 AND max(name = 'id' COLLATE NOCASE) FROM pragma_table_info(%Q, 'main') "
-        "WHERE pk > 0) OR NOT EXISTS (SELECT 1 FROM main.%w GROUP BY id HAVING count(*) > 1)",
-        table, table);
-    if (!sql) return SQLITE_NOMEM;
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    sqlite3_free(sql);
-    if (rc != SQLITE_OK) {
-        *err = sqlite3_mprintf("trace table '%s': %s", table, sqlite3_errmsg(db));
-        return rc;
-    }
-    rc = sqlite3_step(st);
-    int unique = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
-    if (rc != SQLITE_ROW)
-        *err = sqlite3_mprintf("trace table '%s': %s", table, sqlite3_errmsg(db));
-    else if (!unique)
-        *err = sqlite3_mprintf("trace table '%s': two chunks have the same id, so their rows cannot be told apart",
-                               table);
-    sqlite3_finalize(st);
-    return rc != SQLITE_ROW ? (rc == SQLITE_DONE ? SQLITE_ERROR : rc) : unique ? SQLITE_OK : SQLITE_CORRUPT;
-}
-
 static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                       sqlite3_vtab **out, char **err)
 {
@@ -176,21 +148,8 @@ static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
     }
     int sql_rc = SQLITE_OK;
     if (def->id == TABLE_GPU) sql_rc = is_table(db, "gpu_chunks", &vt->has_gpu_chunks);
-    const char *chunks = def->id == TABLE_RANGES     ? "range_chunks"
-                         : def->id == TABLE_COUNTERS ? "counter_chunks"
-                         : vt->has_gpu_chunks        ? "gpu_chunks"
-                                                     : NULL;
-    if (sql_rc == SQLITE_OK && chunks) {
-        char *why = NULL;
-        sql_rc = chunk_ids_unique(db, chunks, &why);
-        if (sql_rc != SQLITE_OK) {
-            *err = sqlite3_mprintf("stagetrace table '%s': %s", def->name, why ? why : "out of memory");
-            sqlite3_free(why);
-            st_reader_close(vt->reader);
-            sqlite3_free(vt);
-            return sql_rc == SQLITE_CORRUPT ? SQLITE_ERROR : sql_rc;
-        }
-    }
+    /* Row ids come from chunk ids (see chunk_rowid): st_reader_open_db has
+     * already refused a trace whose chunk ids repeat. */
     if (sql_rc == SQLITE_OK) sql_rc = sqlite3_declare_vtab(db, def->schema);
     if (sql_rc == SQLITE_OK) sql_rc = sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
     if (sql_rc != SQLITE_OK) {
