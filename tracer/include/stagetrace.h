@@ -210,6 +210,12 @@ typedef struct st_options {
     int clock;               /* 0 auto (TSC when invariant), 1 CLOCK_MONOTONIC */
     st_log_fn log;           /* where messages go; NULL: nowhere (see above) */
     void *log_arg;
+    /* Multi-process runs (docs/tracer.md, "Many processes"). With
+     * world_size > 1 the trace goes to st_rank_path(path, rank, ...). */
+    const char *run_id;      /* shared by every rank of one run: 1..64 bytes
+                                of [A-Za-z0-9._-]; NULL: "<unix seconds>-<pid>" */
+    int local_rank;          /* the process's rank on its host; default 0 */
+    int device;              /* the process's GPU, or -1 (default) */
 } st_options;
 
 ST_API void st_options_init(st_options *opt);
@@ -373,11 +379,52 @@ ST_API int st_gpu_start(st_trace *trace);
 /* Nanoseconds on the trace's clock (the clock every record uses). */
 ST_API int64_t st_now_ns(void);
 
+/* Many processes (docs/tracer.md, "Many processes"; docs/trace-format.md,
+ * "Ranks on one clock").
+ *
+ * st_rank_path: the file a rank writes for the path given by the user.
+ * world_size 1: path itself. Otherwise: "<path>/rank<r>.sqlite" when path
+ * ends in '/' or names an existing directory; "<stem>.rank<r>.sqlite" when
+ * path ends in ".sqlite"; "<path>.rank<r>.sqlite" otherwise. Returns ST_OK,
+ * or ST_EINVAL when rank is not in 0..world_size-1 or the result does not
+ * fit in size bytes. */
+ST_API int st_rank_path(const char *path, int rank, int world_size, char *buf, size_t size);
+
+/* One clock exchange with rank 0: this process's clock when the probe left
+ * (send_ns) and when the answer came back (recv_ns), and rank 0's clock
+ * when it answered (remote_ns). */
+typedef struct st_clock_probe {
+    int64_t send_ns, remote_ns, recv_ns;
+} st_clock_probe;
+
+/* A measured offset: at local time local_ns, rank 0's clock read
+ * local_ns + offset_ns, give or take uncertainty_ns. */
+typedef struct st_clock_sync {
+    int64_t local_ns;
+    int64_t offset_ns;
+    int64_t uncertainty_ns;
+} st_clock_sync;
+
+/* Picks the probe with the smallest round trip recv_ns - send_ns (the
+ * first of equals; probes with recv_ns < send_ns are ignored) and gives
+ * local_ns = send_ns + rtt/2, offset_ns = remote_ns - local_ns,
+ * uncertainty_ns = (rtt + 1) / 2. ST_EINVAL when no probe is usable. */
+ST_API int st_clock_estimate(const st_clock_probe *probes, int n, st_clock_sync *out);
+
+enum { ST_CLOCK_AT_OPEN = 0, ST_CLOCK_AT_CLOSE = 1 };
+/* Stores a measurement in the trace's meta (clock_offset_ns, ... at open;
+ * clock_offset_close_ns, ... and clock_drift_ppb at close). Thread-safe;
+ * call it between st_open and st_close. Rank 0 records offset 0 and
+ * uncertainty 0. ST_EINVAL on a bad `at` or negative uncertainty,
+ * ST_ESTATE when the trace is not open. */
+ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync);
+
 #if defined(ST_DISABLE)
 /* -DST_DISABLE: every call is a stub that records nothing and touches no
  * library symbol. What they return: st_open gives a NULL trace and ST_OK;
  * st_close, st_flush, st_signal_flush, st_install_signal_handlers and
- * st_gpu_start return ST_OK; st_stage_register, st_counter_register and
+ * st_gpu_start and st_clock_sync_record return ST_OK; st_rank_path and
+ * st_clock_estimate return ST_EINVAL; st_stage_register, st_counter_register and
  * st_thread_register return 0 (every stage, counter and thread gets id 0);
  * st_enabled, st_interrupted, st_dropped and st_now_ns return 0; st_path
  * returns ""; st_last_error returns "no error"; st_kind_name and
@@ -460,6 +507,21 @@ ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
 ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
 ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }
 ST_API int64_t st_now_ns(void) { return 0; }
+ST_API int st_rank_path(const char *path, int rank, int world_size, char *buf, size_t size)
+{
+    (void)path; (void)rank; (void)world_size; (void)buf; (void)size;
+    return ST_EINVAL;
+}
+ST_API int st_clock_estimate(const st_clock_probe *probes, int n, st_clock_sync *out)
+{
+    (void)probes; (void)n; (void)out;
+    return ST_EINVAL;
+}
+ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync)
+{
+    (void)trace; (void)at; (void)sync;
+    return ST_OK;
+}
 #endif
 
 /* Scoped range: ST_SCOPE(stage) { ... } or ST_SCOPE_AUTO in GCC/Clang. */
