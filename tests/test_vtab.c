@@ -5,7 +5,8 @@
  * constraints); rowids (unique and the same in every scan, so ORs, IN
  * lists, self-joins and LIMIT/OFFSET give the rows a decode through the
  * reader gives); the gpu table; read-only and innocuous behaviour; the
- * loadable extension, both through sqlite3_load_extension and through the
+ * loadable extension, ordered scans (GROUP BY / ORDER BY on thread and
+ * stage consumed without a sort, with SQLite's own sort's answer), both through sqlite3_load_extension and through the
  * sqlite3 command-line shell (`.load $ST_BUILD/stagetrace_ext`); and traces
  * with damaged chunks, which must make a query fail with a message, never
  * crash or return made-up rows.
@@ -1462,6 +1463,130 @@ static void test_corrupt_chunks(void **state)
     unlink(path);
 }
 
+/* ---- ordered scans ----
+ * GROUP BY and ORDER BY on (thread), (thread, stage), (stage) and
+ * (stage, thread), ascending, are consumed by the table (no sorter in the
+ * plan), and give what SQLite's own sort gives: the same query with each
+ * term written as `col+0`, which the table cannot consume. */
+
+/* Every row of sql's result, one line each, columns separated by '|'. */
+static char *query_text(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail_msg("cannot prepare '%s': %s", sql, sqlite3_errmsg(db));
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    out[0] = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int i = 0; i < sqlite3_column_count(st); i++) {
+            const char *v = (const char *)sqlite3_column_text(st, i);
+            size_t need = len + (v ? strlen(v) : 4) + 3;
+            if (need > cap) {
+                while (need > cap) cap *= 2;
+                out = realloc(out, cap);
+                assert_non_null(out);
+            }
+            len += (size_t)sprintf(out + len, "%s%s", i ? "|" : "", v ? v : "NULL");
+        }
+        out[len++] = '\n';
+        out[len] = 0;
+    }
+    if (rc != SQLITE_DONE) fail_msg("'%s' failed: %s", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* Whether sql's plan sorts (a temp B-tree for ORDER BY or GROUP BY). */
+static int plan_sorts(sqlite3 *db, const char *sql)
+{
+    char plan[4096];
+    snprintf(plan, sizeof plan, "EXPLAIN QUERY PLAN %s", sql);
+    char *text = query_text(db, plan);
+    int sorts = strstr(text, "TEMP B-TREE") != NULL;
+    free(text);
+    return sorts;
+}
+
+static void test_ordered_scans(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = open_registered(f->multi_path, SQLITE_OPEN_READONLY);
+    char *bounds = query_text(db, "SELECT min(start_ns), max(start_ns) FROM ranges");
+    long long lo, hi;
+    assert_int_equal(sscanf(bounds, "%lld|%lld", &lo, &hi), 2);
+    free(bounds);
+    char mid_where[128];
+    snprintf(mid_where, sizeof mid_where, "WHERE start_ns > %lld AND thread <> 1", lo + (hi - lo) / 2);
+    const char *wheres[] = {"", "WHERE thread = 1", "WHERE thread IN (0, 2)", "WHERE stage = 2",
+                            "WHERE stage >= 1 AND stage < 3", mid_where, "WHERE thread = 1 AND stage = 0",
+                            "WHERE thread > 100", "WHERE stage = 99", "WHERE depth = 1 OR stage = 3"};
+    const char *orders[][2] = {{"thread", "thread+0"},
+                               {"thread, stage", "thread+0, stage+0"},
+                               {"stage", "stage+0"},
+                               {"stage, thread", "stage+0, thread+0"}};
+    char q1[512], q2[512];
+    for (size_t w = 0; w < sizeof wheres / sizeof wheres[0]; w++) {
+        for (size_t o = 0; o < 4; o++) {
+            const char *agg = "count(*), sum(dur_ns), min(rowid), max(rowid), sum(depth)";
+            snprintf(q1, sizeof q1, "SELECT %s, %s FROM ranges %s GROUP BY %s", orders[o][0], agg, wheres[w],
+                     orders[o][0]);
+            snprintf(q2, sizeof q2, "SELECT %s, %s FROM ranges %s GROUP BY %s", orders[o][0], agg, wheres[w],
+                     orders[o][1]);
+            /* SQLite runs an OR or an IN list as several scans, and sorts their union */
+            int may_sort = strstr(wheres[w], " OR ") || strstr(wheres[w], " IN ");
+            if (!may_sort && plan_sorts(db, q1)) fail_msg("'%s' still sorts", q1);
+            assert_true(plan_sorts(db, q2));
+            char *a = query_text(db, q1), *b = query_text(db, q2);
+            if (strcmp(a, b)) fail_msg("'%s' gives\n%s\nbut sorted by SQLite\n%s", q1, a, b);
+            int empty = !strncmp(wheres[w], "WHERE thread > 100", 18) || !strcmp(wheres[w], "WHERE stage = 99");
+            assert_int_equal(a[0] == 0, empty);
+            free(a);
+            free(b);
+            /* ORDER BY: every row, grouped; within a group the order is the table's */
+            snprintf(q1, sizeof q1, "SELECT %s, rowid FROM ranges %s ORDER BY %s", orders[o][0], wheres[w],
+                     orders[o][0]);
+            snprintf(q2, sizeof q2, "SELECT %s, rowid FROM ranges %s ORDER BY %s, rowid", orders[o][0],
+                     wheres[w], orders[o][1]);
+            char q1s[600];
+            snprintf(q1s, sizeof q1s, "SELECT * FROM (%s) ORDER BY %s, rowid", q1, orders[o][1]);
+            a = query_text(db, q1s);
+            b = query_text(db, q2);
+            if (strcmp(a, b)) fail_msg("'%s' does not return the rows of '%s'", q1, q2);
+            free(a);
+            free(b);
+            /* and the consumed order really holds, row after row */
+            sqlite3_stmt *st;
+            assert_int_equal(sqlite3_prepare_v2(db, q1, -1, &st, NULL), SQLITE_OK);
+            long long prev[2] = {-1, -1};
+            int ncols = o == 0 || o == 2 ? 1 : 2;
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                long long cur[2] = {sqlite3_column_int64(st, 0), ncols == 2 ? sqlite3_column_int64(st, 1) : 0};
+                if (cur[0] < prev[0] || (cur[0] == prev[0] && cur[1] < prev[1]))
+                    fail_msg("'%s': row (%lld, %lld) after (%lld, %lld)", q1, cur[0], cur[1], prev[0], prev[1]);
+                prev[0] = cur[0];
+                prev[1] = cur[1];
+            }
+            sqlite3_finalize(st);
+        }
+    }
+    /* LIMIT/OFFSET on a consumed order, and a descending order (sorted by SQLite) */
+    char *a = query_text(db, "SELECT thread, stage FROM ranges ORDER BY thread, stage LIMIT 50 OFFSET 1000");
+    char *b = query_text(db, "SELECT thread, stage FROM ranges ORDER BY thread+0, stage+0 LIMIT 50 OFFSET 1000");
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    assert_true(plan_sorts(db, "SELECT thread FROM ranges ORDER BY thread DESC"));
+    a = query_text(db, "SELECT thread, count(*) FROM ranges GROUP BY thread ORDER BY thread DESC");
+    b = query_text(db, "SELECT thread, count(*) FROM ranges GROUP BY thread+0 ORDER BY thread+0 DESC");
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1470,6 +1595,7 @@ int main(void)
         cmocka_unit_test(test_pushdown_counters),
         cmocka_unit_test(test_gpu_table),
         cmocka_unit_test(test_rowid_ranges),
+        cmocka_unit_test(test_ordered_scans),
         cmocka_unit_test(test_rowid_counters),
         cmocka_unit_test(test_rowid_gpu),
         cmocka_unit_test(test_gpu_view),

@@ -109,7 +109,28 @@ typedef struct st_cursor {
     int eof;
     sqlite3_int64 rowid;
     int64_t lo[MAX_COLS], hi[MAX_COLS]; /* the row filter: lo <= column <= hi */
+    /* Ordered scans of ranges (see "ordered scans" below). */
+    int order;                 /* ORDER_* */
+    uint32_t *threads, n_threads, ti; /* thread ids in ascending order; the one scanned */
+    int64_t stage_cur;         /* the stage this pass emits; -1: a pass that only finds the first */
+    int64_t stage_next;        /* the smallest stage above stage_cur seen in this block */
+    int64_t t0, t1;            /* the iterator's time window */
 } st_cursor;
+
+/* ---- ordered scans ----
+ * A GROUP BY or ORDER BY on thread and/or stage makes SQLite sort every row
+ * (10 M rows: seconds, most of the query). The cursor can instead hand rows
+ * out already grouped, by scanning again instead of sorting: one iterator
+ * per thread (in ascending id) for thread order, and one pass per stage for
+ * stage order, each pass emitting that stage's rows and noting the next
+ * stage id seen (a first pass only finds the smallest). Decoding is cheap
+ * next to SQLite's sorter, so k stages cost k + 1 decodes of the rows and
+ * no sort, and no memory grows with the trace. Rows within one group come
+ * in the iterator's order (by end time per thread), so only these
+ * orderings, ascending, are offered: (thread), (thread, stage), (stage),
+ * (stage, thread). */
+enum { ORDER_NONE, ORDER_THREAD, ORDER_THREAD_STAGE, ORDER_STAGE, ORDER_STAGE_THREAD };
+#define STAGE_NONE INT64_MAX
 
 static int vt_error(st_vtab *vt, int st_code)
 {
@@ -207,6 +228,23 @@ static int vt_best_index(sqlite3_vtab *vtab, sqlite3_index_info *info)
         cost *= (def->window_cols & BIT(c->iColumn)) ? keep : 0.9;
     }
     plan[2 * n] = 0;
+    if (def->id == TABLE_RANGES && info->nOrderBy >= 1 && info->nOrderBy <= 2) {
+        int c0 = info->aOrderBy[0].iColumn, d0 = info->aOrderBy[0].desc;
+        int c1 = info->nOrderBy == 2 ? info->aOrderBy[1].iColumn : -1;
+        int d1 = info->nOrderBy == 2 ? info->aOrderBy[1].desc : 0;
+        int order = ORDER_NONE;
+        if (!d0 && !d1) {
+            if (c0 == R_THREAD && c1 == -1) order = ORDER_THREAD;
+            else if (c0 == R_THREAD && c1 == R_STAGE) order = ORDER_THREAD_STAGE;
+            else if (c0 == R_STAGE && c1 == -1) order = ORDER_STAGE;
+            else if (c0 == R_STAGE && c1 == R_THREAD) order = ORDER_STAGE_THREAD;
+        }
+        if (order != ORDER_NONE) {
+            info->idxNum = order;
+            info->orderByConsumed = 1;
+            if (order != ORDER_THREAD) cost *= 1.5; /* extra decoding, far below a sort */
+        }
+    }
     if (n) {
         info->idxStr = sqlite3_mprintf("%s", plan);
         if (!info->idxStr) return SQLITE_NOMEM;
@@ -231,6 +269,10 @@ static int vt_open(sqlite3_vtab *vtab, sqlite3_vtab_cursor **out)
 
 static void cursor_reset(st_cursor *c)
 {
+    sqlite3_free(c->threads);
+    c->threads = NULL;
+    c->n_threads = c->ti = 0;
+    c->order = ORDER_NONE;
     st_range_iter_close(c->ranges);
     st_sample_iter_close(c->samples);
     st_gpu_iter_close(c->gpus);
@@ -323,11 +365,66 @@ static int keep(const st_cursor *c, int col, int64_t value)
     return value >= c->lo[col] && value <= c->hi[col];
 }
 
+static int64_t one_thread(const st_cursor *c, int col);
+
+/* Opens the iterator of the ordered scan's current pass. */
+static int open_pass(st_cursor *c)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    st_range_iter_close(c->ranges);
+    c->ranges = NULL;
+    int64_t thread = c->order == ORDER_STAGE ? one_thread(c, R_THREAD) : (int64_t)c->threads[c->ti];
+    int rc = st_range_iter_open(&c->ranges, vt->reader, thread, c->t0, c->t1);
+    if (rc) {
+        c->eof = 1;
+        return vt_error(vt, rc);
+    }
+    return SQLITE_OK;
+}
+
+/* Moves an ordered scan to its next pass; 0 when there is none. */
+static int next_pass(st_cursor *c)
+{
+    int64_t first_stage = c->lo[R_STAGE] == c->hi[R_STAGE] ? c->lo[R_STAGE] : -1;
+    switch (c->order) {
+    case ORDER_THREAD:
+        return ++c->ti < c->n_threads;
+    case ORDER_THREAD_STAGE:
+        if (c->stage_next != STAGE_NONE) {
+            c->stage_cur = c->stage_next;
+        } else {
+            if (++c->ti >= c->n_threads) return 0;
+            c->stage_cur = first_stage;
+        }
+        break;
+    case ORDER_STAGE:
+        if (c->stage_next == STAGE_NONE) return 0;
+        c->stage_cur = c->stage_next;
+        break;
+    case ORDER_STAGE_THREAD:
+        if (++c->ti >= c->n_threads) {
+            if (c->stage_next == STAGE_NONE) return 0;
+            c->stage_cur = c->stage_next;
+            c->ti = 0;
+        } else {
+            return 1; /* the same stage on the next thread: stage_next keeps counting */
+        }
+        break;
+    }
+    c->stage_next = STAGE_NONE;
+    return 1;
+}
+
 static int next_range(st_cursor *c)
 {
     for (;;) {
         int rc = st_range_iter_next(c->ranges, &c->range);
         if (rc == 0) {
+            if (c->order != ORDER_NONE && next_pass(c)) {
+                rc = open_pass(c);
+                if (rc != SQLITE_OK) return rc;
+                continue;
+            }
             c->eof = 1;
             return SQLITE_OK;
         }
@@ -339,6 +436,10 @@ static int next_range(st_cursor *c)
         if (keep(c, R_THREAD, r->thread) && keep(c, R_STAGE, r->stage) &&
             keep(c, R_START, r->start_ns) && keep(c, R_DUR, r->dur_ns) &&
             keep(c, R_END, r->start_ns + r->dur_ns) && keep(c, R_DEPTH, r->depth)) {
+            if (c->order > ORDER_THREAD && r->stage != c->stage_cur) {
+                if (r->stage > c->stage_cur && r->stage < c->stage_next) c->stage_next = r->stage;
+                continue;
+            }
             int64_t chunk_id;
             uint32_t index;
             st_range_iter_pos(c->ranges, &chunk_id, &index);
@@ -431,6 +532,32 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
         int64_t end_min = c->lo[R_END] > c->lo[R_START] ? c->lo[R_END] : c->lo[R_START];
         int64_t t1 = start_max == INT64_MAX ? INT64_MAX : start_max + 1;
         int64_t t0 = end_min == INT64_MIN ? INT64_MIN : end_min - 1;
+        c->t0 = t0;
+        c->t1 = t1;
+        if (idx_num > ORDER_NONE && idx_num <= ORDER_STAGE_THREAD) {
+            uint32_t n = st_reader_n_threads(vt->reader);
+            c->threads = sqlite3_malloc64((n ? n : 1) * sizeof *c->threads);
+            if (!c->threads) return SQLITE_NOMEM;
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t id = st_reader_thread(vt->reader, i)->id;
+                if (!keep(c, R_THREAD, id)) continue;
+                uint32_t j = c->n_threads++; /* insertion: thread lists are short */
+                while (j > 0 && c->threads[j - 1] > id) {
+                    c->threads[j] = c->threads[j - 1];
+                    j--;
+                }
+                c->threads[j] = id;
+            }
+            c->order = idx_num;
+            c->ti = 0;
+            c->stage_cur = c->lo[R_STAGE] == c->hi[R_STAGE] ? c->lo[R_STAGE] : -1;
+            c->stage_next = STAGE_NONE;
+            if (c->order != ORDER_STAGE && c->n_threads == 0) return SQLITE_OK; /* no rows */
+            rc = open_pass(c);
+            if (rc) return rc;
+            c->eof = 0;
+            return next_range(c);
+        }
         rc = st_range_iter_open(&c->ranges, vt->reader, one_thread(c, R_THREAD), t0, t1);
         if (rc) return vt_error(vt, rc);
         c->eof = 0;
