@@ -419,11 +419,11 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
 
 static int trace_do_close(trace_object *t)
 {
-    if (t->closed) return 0;
     if (tls_in_callback) {
         PyErr_SetString(Error, "close() cannot be called from a window or log callback");
         return -1;
     }
+    if (t->closed) return 0;
     drop_stale_ring();
     int registered_here = tls_gen == t->gen;
     t->closed = 1;
@@ -479,11 +479,11 @@ static PyObject *trace_exit(trace_object *self, PyObject *const *args, Py_ssize_
 
 static PyObject *trace_flush(trace_object *self, PyObject *unused)
 {
-    if (self->closed) return closed_error(self);
     if (tls_in_callback) {
         PyErr_SetString(Error, "flush() cannot be called from a window or log callback");
         return NULL;
     }
+    if (self->closed) return closed_error(self);
     if (!self->trace) Py_RETURN_NONE;
     int rc;
     st_trace *tr = self->trace;
