@@ -303,6 +303,20 @@ def _dtypes():
     return {"ranges": ranges, "counters": counters, "steps": steps, "gpu": gpu}
 
 
+def _categorical(pd, ids, names):
+    """A Categorical of names[id] per id, built from codes (no per-row lookup);
+    an id without a name is missing (NaN)."""
+    import numpy as np
+    categories = sorted(set(names.values()))
+    code_of = {name: i for i, name in enumerate(categories)}
+    size = max([int(ids.max()) + 1 if len(ids) else 0] + [k + 1 for k in names])
+    lut = np.full(size, -1, dtype=np.int32)
+    for k, name in names.items():
+        lut[k] = code_of[name]
+    codes = lut[ids] if len(ids) else np.zeros(0, dtype=np.int32)
+    return pd.Categorical.from_codes(codes, categories=categories)
+
+
 GPU_KINDS = {1: "kernel", 2: "memcpy", 3: "memset", 4: "sync", 5: "api"}
 
 
@@ -361,20 +375,16 @@ class TraceData:
                                "dur_ns": r["dur_ns"], "end_ns": r["start_ns"] + r["dur_ns"],
                                "depth": r["depth"], "step": self.range_steps()})
             self._join_threads(df, pd)
-            names = {s["id"]: s["name"] for s in self.stages}
-            kinds = {s["id"]: s["kind"] for s in self.stages}
-            df["stage_name"] = pd.Categorical(df["stage"].map(names))
-            df["kind"] = pd.Categorical(df["stage"].map(kinds))
+            df["stage_name"] = _categorical(pd, r["stage"], {s["id"]: s["name"] for s in self.stages})
+            df["kind"] = _categorical(pd, r["stage"], {s["id"]: s["kind"] for s in self.stages})
             return df
         if table == "counters":
             c = self.counters
             df = pd.DataFrame({"thread": c["thread"], "counter": c["counter"], "ts_ns": c["ts_ns"],
                                "value": c["value"]})
             self._join_threads(df, pd)
-            names = {x["id"]: x["name"] for x in self.counter_names}
-            units = {x["id"]: x["unit"] for x in self.counter_names}
-            df["counter_name"] = pd.Categorical(df["counter"].map(names))
-            df["unit"] = pd.Categorical(df["counter"].map(units))
+            df["counter_name"] = _categorical(pd, c["counter"], {x["id"]: x["name"] for x in self.counter_names})
+            df["unit"] = _categorical(pd, c["counter"], {x["id"]: x["unit"] for x in self.counter_names})
             return df
         if table == "steps":
             s = self.steps
@@ -392,10 +402,9 @@ class TraceData:
         raise ValueError("unknown table '%s' (ranges, counters, steps, gpu)" % table)
 
     def _join_threads(self, df, pd):
-        names = {t["id"]: t["name"] for t in self.threads}
-        roles = {t["id"]: t["role"] for t in self.threads}
-        df["thread_name"] = pd.Categorical(df["thread"].map(names))
-        df["role"] = pd.Categorical(df["thread"].map(roles))
+        ids = df["thread"].to_numpy()
+        df["thread_name"] = _categorical(pd, ids, {t["id"]: t["name"] for t in self.threads})
+        df["role"] = _categorical(pd, ids, {t["id"]: t["role"] for t in self.threads})
 
     def as_pandas(self):
         """Every table as a DataFrame: {"ranges", "counters", "steps", "gpu", "threads", "stages",
