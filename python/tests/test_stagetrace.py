@@ -575,3 +575,37 @@ def test_gpu_without_cupti(path):
     with pytest.raises(stagetrace.Error, match="GPU recording is not available in this build"):
         stagetrace.open(path, gpu=True)
     assert stagetrace.current() is None
+
+
+def test_ranks_under_torchrun_and_mpirun(tmp_path):
+    """Each rank writes its own file of one run (st_rank_path), rank and run id in meta."""
+    child = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import stagetrace
+        with stagetrace.open(sys.argv[1], device=0) as trace:
+            print(trace.path)
+            with trace.stage("work"):
+                pass
+    """) % os.path.join(BUILD, "python")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "RANK", "WORLD_SIZE",
+                                                                     "LOCAL_RANK", "TORCHELASTIC",
+                                                                     "STAGETRACE_"))}
+    launchers = {
+        "torchrun": lambda r: {"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
+                               "TORCHELASTIC_RUN_ID": "job-42"},
+        "mpirun": lambda r: {"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": "2",
+                             "OMPI_COMM_WORLD_LOCAL_RANK": str(r), "PMIX_NAMESPACE": "prterun-x-1@1"},
+    }
+    for launcher, env_of in launchers.items():
+        path = str(tmp_path / ("%s.sqlite" % launcher))
+        for rank in (0, 1):
+            out = subprocess.run([sys.executable, "-c", child, path], env=dict(base, **env_of(rank)),
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            want = str(tmp_path / ("%s.rank%d.sqlite" % (launcher, rank)))
+            assert out.stdout.strip() == want
+            meta = stagetrace.read(want).meta
+            assert (meta["rank"], meta["world_size"], meta["local_rank"], meta["device"]) == \
+                (str(rank), "2", str(rank), "0")
+            assert meta["run_id"] == ("job-42" if launcher == "torchrun" else "prterun-x-1_1")
