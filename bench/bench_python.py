@@ -71,7 +71,11 @@ def main():
     try:
         import nvtx
         methods.append(("nvtx", loop_nvtx, nvtx.annotate))
-        nvtx_note = "nvtx %s" % getattr(nvtx, "__version__", "?")
+        try:
+            from importlib.metadata import version
+            nvtx_note = "nvtx %s" % version("nvtx")
+        except Exception:
+            nvtx_note = "nvtx (version unknown)"
     except ImportError:
         nvtx_note = "nvtx: not importable here (pip install nvtx): left out"
     acc = {"forward": 0.0}
