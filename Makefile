@@ -53,6 +53,11 @@ CUPTI_LIB := $(firstword $(foreach d,$(CUDA_LIBDIR) $(CUDA_HOME)/extras/CUPTI/li
 HAVE_CUPTI := $(if $(and $(CUPTI_INC),$(CUPTI_LIB)),1)
 endif
 HAVE_SQLITE := $(shell printf '$(H)include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
+# Python headers for the extension in python/ (make python); not in
+# sanitizer builds (an instrumented extension does not load into python3).
+PYTHON ?= python3
+PY_INC := $(if $(SAN),,$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null))
+HAVE_PYTHON_DEV := $(if $(PY_INC),$(shell test -e $(PY_INC)/Python.h && echo 1))
 HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$(H)include <setjmp.h>\n$(H)include <stdint.h>\n$(H)include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
 
 # Asked for and missing: stop with a message.
@@ -81,8 +86,8 @@ CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 ok = @printf '  %s %-14s %s\n'
-.PHONY: all deps lib programs tests test test-gpu gpu-tests bench demo install clean fuzz
-all: deps lib programs tests gpu-tests
+.PHONY: all deps lib programs tests test test-gpu gpu-tests bench demo install clean fuzz python
+all: deps lib programs tests gpu-tests $(if $(HAVE_PYTHON_DEV),python)
 
 deps:
 	@echo "stagetrace build ($(BUILD)):"
@@ -108,6 +113,13 @@ endif
 	$(ok) "$(if $(HAVE_CUBLAS),✓,✗)" "cuBLAS" "$(if $(HAVE_CUBLAS),$(CUDA_LIBDIR),not built)"
 	$(ok) "$(if $(HAVE_NCCL),✓,✗)" "NCCL" "$(if $(HAVE_NCCL),found,not built)"
 	$(ok) "$(if $(HAVE_CUPTI),✓,✗)" "CUPTI" "$(if $(HAVE_CUPTI),$(CUPTI_LIB),not built)"
+ifneq ($(HAVE_PYTHON_DEV),)
+	$(ok) "✓" "Python headers" "$(PY_INC): make python"
+else ifneq ($(SAN),)
+	$(ok) "✗" "Python headers" "not used in sanitizer builds: no Python extension"
+else
+	$(ok) "✗" "Python headers" "not found for $(PYTHON): no Python extension (apt-get install python3-dev)"
+endif
 	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
 
 # ---- the library ------------------------------------------------------------
@@ -172,6 +184,25 @@ $(BUILD)/stagetrace.pc: Makefile
 $(BUILD)/stagetrace-gpu.pc: Makefile
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
+
+# ---- the Python package (python/) --------------------------------------------
+# build/python/stagetrace/: the package's Python files and the C extension on
+# the stable ABI (_stagetrace.abi3.so, Python 3.9+), with libstagetrace linked
+# in statically (and libstagetrace_gpu with CUPTI when this build has it).
+# PYTHONPATH=build/python imports it; `pip install ./python` builds the same.
+PY_BUILD := $(BUILD)/python/stagetrace
+PY_FILES := $(patsubst python/stagetrace/%,$(PY_BUILD)/%,$(wildcard python/stagetrace/*.py))
+PY_EXT := $(PY_BUILD)/_stagetrace.abi3.so
+python: $(PY_EXT) $(PY_FILES)
+	@$(if $(HAVE_PYTHON_DEV),true,echo "make python needs the headers of $(PYTHON): apt-get install python3-dev"; exit 1)
+$(PY_BUILD)/%.py: python/stagetrace/%.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(PY_EXT): python/stagetrace/_stagetrace.c $(LIB_A) $(if $(HAVE_CUPTI),$(LIB_GPU)) $(wildcard tracer/include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(PUBLIC_INCLUDES) -isystem $(PY_INC) -fvisibility=hidden -Wno-cast-function-type \
+		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -shared $< -o $@ $(if $(HAVE_CUPTI),$(LIB_GPU)) $(LIB_A) \
+		-Wl,--exclude-libs,ALL $(LDFLAGS) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti) $(LDLIBS)
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
 KERNELS_SRC := $(sort $(wildcard kernels/*.c))

@@ -1,0 +1,424 @@
+"""stagetrace: record where time goes in a multi-threaded (PyTorch) training loop.
+
+The same traces as libstagetrace's C programs, read by the same `analyze`.
+The C extension (_stagetrace) does the recording; this module adds the
+launcher environment (torchrun, mpirun), signals, the argparse helper and
+the NumPy/pandas views of a trace read back. python/README.md is the
+reference.
+"""
+import atexit as _atexit
+import functools as _functools
+import inspect as _inspect
+import logging as _logging
+import os as _os
+import re as _re
+import signal as _signal
+import sys as _sys
+import threading as _threading
+import time as _time
+
+from . import _stagetrace
+
+__all__ = [
+    "Error", "Trace", "Stage", "Thread", "TraceData", "open", "open_disabled", "open_from_args",
+    "add_arguments", "thread", "current", "read", "rank_from_env", "gpu_available", "KINDS",
+]
+
+Error = _stagetrace.Error
+Trace = _stagetrace.Trace
+Stage = _stagetrace.Stage
+Thread = _stagetrace.Thread
+NoOp = _stagetrace.NoOp
+gpu_available = _stagetrace.gpu_available
+KINDS = ("work", "wait_input", "wait_output", "sync", "comm", "copy")
+library_version = _stagetrace.library_version
+
+_log = _logging.getLogger("stagetrace")
+_LOG_LEVELS = {1: _logging.ERROR, 2: _logging.WARNING, 3: _logging.INFO}
+
+
+def _decorate(stage, fn):
+    """`@stage`: the function's every call is one range of the stage."""
+    if _inspect.iscoroutinefunction(fn) or _inspect.isgeneratorfunction(fn) or \
+            _inspect.isasyncgenfunction(fn):
+        raise TypeError("a stage cannot decorate a generator or coroutine function "
+                        "(the range would end when it is created): use `with stage:` inside it")
+
+    @_functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with stage:
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+_stagetrace._set_decorator(_decorate)
+
+
+def _default_log(level, msg):
+    _log.log(_LOG_LEVELS.get(level, _logging.WARNING), "%s", msg)
+
+
+def _window_callback(on_window):
+    if on_window is None:
+        return None
+    if callable(on_window):
+        return on_window
+    info = getattr(on_window, "info", None)
+    if callable(info):  # a logging.Logger (or anything with .info): one record per line
+        def log_window(window, info=info):
+            for line in window["text"].splitlines():
+                info("%s", line)
+        return log_window
+    raise TypeError("on_window must be a callable or a logger (an object with .info)")
+
+
+_RUN_ID_BAD = _re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _env_int(env, name):
+    value = env.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise Error("environment variable %s=%r is not an integer" % (name, value)) from None
+
+
+def rank_from_env(env=None):
+    """The process's place in a multi-process run, from its launcher's environment.
+
+    Returns a dict with rank, world_size, local_rank and run_id (None when the
+    environment has none): torchrun's RANK, WORLD_SIZE, LOCAL_RANK and
+    TORCHELASTIC_RUN_ID, else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
+    _LOCAL_RANK (run id from PMIX_NAMESPACE); STAGETRACE_RUN_ID overrides the
+    run id. Without either launcher: rank 0 of 1.
+    """
+    env = _os.environ if env is None else env
+    out = {"rank": 0, "world_size": 1, "local_rank": 0, "run_id": None}
+    if env.get("RANK") is not None and env.get("WORLD_SIZE") is not None:
+        out["rank"] = _env_int(env, "RANK")
+        out["world_size"] = _env_int(env, "WORLD_SIZE")
+        local = _env_int(env, "LOCAL_RANK")
+        out["local_rank"] = 0 if local is None else local
+        out["run_id"] = env.get("TORCHELASTIC_RUN_ID") or None
+    elif env.get("OMPI_COMM_WORLD_RANK") is not None and env.get("OMPI_COMM_WORLD_SIZE") is not None:
+        out["rank"] = _env_int(env, "OMPI_COMM_WORLD_RANK")
+        out["world_size"] = _env_int(env, "OMPI_COMM_WORLD_SIZE")
+        local = _env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK")
+        out["local_rank"] = 0 if local is None else local
+        out["run_id"] = env.get("PMIX_NAMESPACE") or None
+    if env.get("STAGETRACE_RUN_ID"):
+        out["run_id"] = env["STAGETRACE_RUN_ID"]
+    if out["run_id"] is not None:
+        # the trace format's run id: 1..64 bytes of [A-Za-z0-9._-]
+        out["run_id"] = _RUN_ID_BAD.sub("_", out["run_id"])[:64]
+    if out["world_size"] < 1 or not 0 <= out["rank"] < out["world_size"]:
+        raise Error("rank %d is not in 0..world_size-1 (world_size %d) in the launcher's environment"
+                    % (out["rank"], out["world_size"]))
+    return out
+
+
+class _Signals:
+    """SIGINT/SIGTERM while a trace is open: flush it (marked interrupted), then
+    do what the previous handler did (SIGINT: KeyboardInterrupt)."""
+
+    def __init__(self):
+        self.saved = {}
+
+    def install(self):
+        # Once installed, the handlers stay until exit: with no trace open
+        # they only pass the signal on.
+        if self.saved or _threading.current_thread() is not _threading.main_thread():
+            return
+        for sig in (_signal.SIGINT, _signal.SIGTERM):
+            try:
+                self.saved[sig] = _signal.signal(sig, self.handler)
+            except (ValueError, OSError):  # not the main interpreter, ...
+                pass
+
+    def restore(self):
+        saved, self.saved = self.saved, {}
+        if _threading.current_thread() is not _threading.main_thread():
+            return
+        for sig, old in saved.items():
+            try:
+                if _signal.getsignal(sig) == self.handler:
+                    _signal.signal(sig, old)
+            except (ValueError, OSError):
+                pass
+
+    def handler(self, signum, frame):
+        _stagetrace._signal_flush(5000)
+        old = self.saved.get(signum, _signal.SIG_DFL)
+        if callable(old):
+            return old(signum, frame)
+        if old == _signal.SIG_IGN:
+            return None
+        # SIG_DFL: die of the signal, as without us (the trace is flushed).
+        self.restore()
+        _signal.signal(signum, _signal.SIG_DFL)
+        _os.kill(_os.getpid(), signum)
+        return None
+
+
+_signals = _Signals()
+
+
+def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, overwrite=False,
+         on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
+         local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
+         commit_ms=0, nvtx=None, argv=None):
+    """Opens the process's trace at `path` (see python/README.md for every argument)."""
+    if path is None:
+        raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
+    env = rank_from_env()
+    rank = env["rank"] if rank is None else rank
+    world_size = env["world_size"] if world_size is None else world_size
+    local_rank = env["local_rank"] if local_rank is None else local_rank
+    run_id = env["run_id"] if run_id is None else run_id
+    trace = Trace(
+        _os.fspath(path),
+        program=program or _program_name(),
+        profile_interval=int(profile_interval),
+        on_window=_window_callback(on_window),
+        on_log=_default_log if on_log is None else on_log,
+        overwrite=bool(overwrite),
+        enabled=True,
+        rank=int(rank), world_size=int(world_size), local_rank=int(local_rank),
+        device=int(device), run_id=run_id,
+        ring_records=int(ring_records), block_when_full=bool(block_when_full),
+        commit_ms=int(commit_ms), nvtx=-1 if nvtx is None else int(bool(nvtx)),
+        argv=list(_sys.argv if argv is None else argv),
+        main_thread=main_thread,
+    )
+    if gpu:
+        try:
+            trace.gpu_start()
+        except BaseException:
+            trace.close()
+            raise
+    if handle_signals:
+        _signals.install()
+    return trace
+
+
+def open_disabled(main_thread="main"):
+    """A trace that records nothing: its stages, steps and counters cost almost nothing."""
+    return Trace(None, enabled=False, main_thread=main_thread)
+
+
+def _program_name():
+    name = _os.path.basename(_sys.argv[0]) if _sys.argv and _sys.argv[0] else ""
+    if name.endswith(".py"):
+        name = name[:-3]
+    return name if name and name not in ("-c", "-m") else "python"
+
+
+def add_arguments(parser):
+    """Adds --profile-interval N (default 0: off) and --trace PATH to an argparse parser."""
+    def non_negative(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0 or value > 0xFFFFFFFF:
+            import argparse
+            raise argparse.ArgumentTypeError("'%s' is not a number of steps (0 or more)" % text)
+        return value
+    group = parser.add_argument_group("stagetrace")
+    group.add_argument("--profile-interval", type=non_negative, default=0, metavar="N",
+                       help="log where each thread's time went every N steps (0: off)")
+    group.add_argument("--trace", default=None, metavar="PATH",
+                       help="record a stagetrace trace at PATH (analyze it with `analyze`)")
+    return parser
+
+
+def _default_trace_path():
+    _os.makedirs("runs", exist_ok=True)
+    return _os.path.join("runs", "%s-%d.sqlite" % (_time.strftime("%Y%m%d-%H%M%S"), _os.getpid()))
+
+
+def open_from_args(args, program=None, on_window=None, **kwargs):
+    """The trace that add_arguments' flags ask for, or a disabled one.
+
+    --trace PATH records to PATH; --profile-interval N > 0 without --trace
+    records to runs/<YYYYmmdd-HHMMSS>-<pid>.sqlite (as the C trainer does);
+    neither: open_disabled(). on_window defaults to the "stagetrace" logger
+    when profile_interval > 0.
+    """
+    path = getattr(args, "trace", None)
+    interval = int(getattr(args, "profile_interval", 0) or 0)
+    if path is None and interval == 0:
+        return open_disabled(main_thread=kwargs.get("main_thread", "main"))
+    if path is None:
+        path = _default_trace_path()
+    if on_window is None and interval > 0:
+        on_window = _log
+    return open(path, program=program, profile_interval=interval, on_window=on_window, **kwargs)
+
+
+def current():
+    """The open trace, or None."""
+    return _stagetrace._current()
+
+
+def thread(name, role="other", device=-1, rank=None):
+    """Registers the calling thread with the open trace; `with` unregisters it at exit."""
+    trace = _stagetrace._current()
+    if trace is None:
+        raise Error("stagetrace.thread('%s'): no trace is open" % name)
+    return trace.thread(name, role, device, rank)
+
+
+def _close_at_exit():
+    try:
+        _stagetrace._shutdown()
+    finally:
+        _signals.restore()
+
+
+_atexit.register(_close_at_exit)
+
+
+# ---- reading ----------------------------------------------------------------
+
+def _dtypes():
+    import numpy as np
+    sizes = _stagetrace._layouts()
+    ranges = np.dtype({"names": ["start_ns", "dur_ns", "thread", "stage", "depth"],
+                       "formats": ["<i8", "<i8", "<u4", "<u2", "<u2"],
+                       "offsets": [0, 8, 16, 20, 22], "itemsize": sizes["ranges"]})
+    counters = np.dtype({"names": ["ts_ns", "value", "thread", "counter"],
+                         "formats": ["<i8", "<f8", "<u4", "<u4"],
+                         "offsets": [0, 8, 16, 20], "itemsize": sizes["counters"]})
+    steps = np.dtype({"names": ["step", "ts_ns", "tokens"], "formats": ["<u8", "<i8", "<u8"],
+                      "offsets": [0, 8, 16], "itemsize": sizes["steps"]})
+    gpu = np.dtype({"names": ["start_ns", "dur_ns", "bytes", "launch_ns", "thread", "stage", "device",
+                              "stream", "kind", "name", "copy_kind", "src_mem", "dst_mem", "correlation"],
+                    "formats": ["<i8", "<i8", "<u8", "<i8", "<i8", "<i8", "<i4",
+                                "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4"],
+                    "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72, 76],
+                    "itemsize": sizes["gpu"]})
+    return {"ranges": ranges, "counters": counters, "steps": steps, "gpu": gpu}
+
+
+def _categorical(pd, ids, names):
+    """A Categorical of names[id] per id, built from codes (no per-row lookup);
+    an id without a name is missing (NaN)."""
+    import numpy as np
+    categories = sorted(set(names.values()))
+    code_of = {name: i for i, name in enumerate(categories)}
+    size = max([int(ids.max()) + 1 if len(ids) else 0] + [k + 1 for k in names])
+    lut = np.full(size, -1, dtype=np.int32)
+    for k, name in names.items():
+        lut[k] = code_of[name]
+    codes = lut[ids] if len(ids) else np.zeros(0, dtype=np.int32)
+    return pd.Categorical.from_codes(codes, categories=categories)
+
+
+GPU_KINDS = {1: "kernel", 2: "memcpy", 3: "memset", 4: "sync", 5: "api"}
+
+
+class TraceData:
+    """A trace read back (stagetrace.read): NumPy structured arrays and small tables.
+
+    ranges    start_ns, dur_ns, thread, stage, depth (each completed range once)
+    counters  ts_ns, value, thread, counter
+    steps     step, ts_ns, tokens
+    gpu       start_ns, dur_ns, bytes, launch_ns, thread, stage, device, stream,
+              kind, name, copy_kind, src_mem, dst_mem, correlation
+    threads, stages, counter_names: lists of dicts; meta: dict; marks: list of
+    (thread, ts_ns, text); gpu_names: {name id: kernel name}.
+    """
+
+    def __init__(self, path, raw):
+        import numpy as np
+        dt = _dtypes()
+        self.path = path
+        self.meta = raw["meta"]
+        self.threads = raw["threads"]
+        self.stages = raw["stages"]
+        self.counter_names = raw["counter_names"]
+        self.marks = raw["marks"]
+        self.gpu_names = raw["gpu_names"]
+        self.steps = np.frombuffer(raw["steps"], dtype=dt["steps"])
+        empty = bytearray()
+        self.ranges = np.frombuffer(raw.get("ranges", empty), dtype=dt["ranges"])
+        self.counters = np.frombuffer(raw.get("counters", empty), dtype=dt["counters"])
+        self.gpu = np.frombuffer(raw.get("gpu", empty), dtype=dt["gpu"])
+
+    def __repr__(self):
+        return "<stagetrace.TraceData '%s': %d threads, %d stages, %d ranges, %d counter samples, " \
+               "%d steps, %d GPU records>" % (self.path, len(self.threads), len(self.stages),
+                                              len(self.ranges), len(self.counters), len(self.steps),
+                                              len(self.gpu))
+
+    def range_steps(self):
+        """Per range, the step whose window holds its start: the first step whose
+        mark is after start_ns, -1 when none (the `ranges` SQL table's `step`)."""
+        import numpy as np
+        ts = self.steps["ts_ns"]
+        idx = np.searchsorted(ts, self.ranges["start_ns"], side="right")
+        step = np.full(len(self.ranges), -1, dtype=np.int64)
+        ok = idx < len(ts)
+        step[ok] = self.steps["step"][idx[ok]].astype(np.int64)
+        return step
+
+    def to_dataframe(self, table="ranges"):
+        """One table as a pandas DataFrame, names joined in (ranges, counters, steps, gpu)."""
+        import numpy as np
+        import pandas as pd
+        if table == "ranges":
+            r = self.ranges
+            df = pd.DataFrame({"thread": r["thread"], "stage": r["stage"], "start_ns": r["start_ns"],
+                               "dur_ns": r["dur_ns"], "end_ns": r["start_ns"] + r["dur_ns"],
+                               "depth": r["depth"], "step": self.range_steps()})
+            self._join_threads(df, pd)
+            df["stage_name"] = _categorical(pd, r["stage"], {s["id"]: s["name"] for s in self.stages})
+            df["kind"] = _categorical(pd, r["stage"], {s["id"]: s["kind"] for s in self.stages})
+            return df
+        if table == "counters":
+            c = self.counters
+            df = pd.DataFrame({"thread": c["thread"], "counter": c["counter"], "ts_ns": c["ts_ns"],
+                               "value": c["value"]})
+            self._join_threads(df, pd)
+            df["counter_name"] = _categorical(pd, c["counter"], {x["id"]: x["name"] for x in self.counter_names})
+            df["unit"] = _categorical(pd, c["counter"], {x["id"]: x["unit"] for x in self.counter_names})
+            return df
+        if table == "steps":
+            s = self.steps
+            return pd.DataFrame({"step": s["step"], "ts_ns": s["ts_ns"], "tokens": s["tokens"]})
+        if table == "gpu":
+            g = self.gpu
+            df = pd.DataFrame({name: g[name] for name in g.dtype.names})
+            df["kind"] = pd.Categorical(df["kind"].map(GPU_KINDS))
+            df["name"] = df["name"].map(lambda i: self.gpu_names.get(int(i)) if i else None)
+            df["end_ns"] = df["start_ns"] + df["dur_ns"]
+            for col in ("thread", "stage"):
+                df[col] = df[col].where(df[col] >= 0).astype("Int64")
+            df["launch_ns"] = df["launch_ns"].where(df["launch_ns"] != np.iinfo(np.int64).min).astype("Int64")
+            return df
+        raise ValueError("unknown table '%s' (ranges, counters, steps, gpu)" % table)
+
+    def _join_threads(self, df, pd):
+        ids = df["thread"].to_numpy()
+        df["thread_name"] = _categorical(pd, ids, {t["id"]: t["name"] for t in self.threads})
+        df["role"] = _categorical(pd, ids, {t["id"]: t["role"] for t in self.threads})
+
+    def as_pandas(self):
+        """Every table as a DataFrame: {"ranges", "counters", "steps", "gpu", "threads", "stages",
+        "counter_names"}."""
+        import pandas as pd
+        out = {t: self.to_dataframe(t) for t in ("ranges", "counters", "steps", "gpu")}
+        out["threads"] = pd.DataFrame(self.threads, columns=["id", "os_tid", "name", "role", "device",
+                                                             "rank", "dropped"])
+        out["stages"] = pd.DataFrame(self.stages, columns=["id", "name", "kind"])
+        out["counter_names"] = pd.DataFrame(self.counter_names, columns=["id", "name", "unit"])
+        return out
+
+
+def read(path, ranges=True, counters=True, gpu=True):
+    """Reads a trace file through libstagetrace's C reader into a TraceData."""
+    raw = _stagetrace._read(_os.fspath(path), bool(ranges), bool(counters), bool(gpu))
+    return TraceData(_os.fspath(path), raw)

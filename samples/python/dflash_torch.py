@@ -1,0 +1,344 @@
+"""dflash_torch.py: a small DFlash-style drafter-training pipeline in PyTorch,
+instrumented with stagetrace (the Python twin of the C trainer's roles).
+
+  target  a frozen small transformer runs forward on token batches and taps the
+          hidden states of a few layers (stages load, forward; with
+          --postprocess sync also postprocess (packing) and d2h, on its own thread)
+  post    with --postprocess async: packs the taps and copies them to the host
+          on a side CUDA stream (stages postprocess, d2h, stream_sync), off the
+          target's critical path
+  queue   bounded (--queue-depth) between target/post and the drafters: queue_put
+          (wait_output) when full, queue_wait (wait_input) when empty; counter
+          hidden_queue_depth
+  drafter one or more (--drafters): h2d, forward (fc over the concatenated taps,
+          a transformer layer, the target's frozen LM head), loss (against the
+          target's next-token predictions), backward, optimizer (AdamW)
+  main    marks a step per batch trained (step_wait while it waits)
+
+  python3 samples/python/dflash_torch.py --steps 40 --profile-interval 10 --trace run.sqlite
+  build/analyze bottleneck run.sqlite
+
+--slow-target-ms / --slow-drafter-ms add that much time to each target /
+drafter forward (a sleep inside the stage), so that `analyze bottleneck` has a
+known answer. Runs on CPU torch (--device cpu) and on CUDA (--device cuda).
+Importing this file needs no torch; running it does.
+"""
+import argparse
+import os
+import queue
+import sys
+import threading
+import time
+
+try:
+    import torch
+except ImportError:  # the module stays importable (tests, --help); main() says what is missing
+    torch = None
+
+try:
+    import stagetrace
+except ImportError:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "build", "python"))
+    import stagetrace
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="DFlash-style drafter training in PyTorch, traced by stagetrace")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--steps", type=int, default=40, help="batches trained (one step mark each)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--target-layers", type=int, default=4)
+    ap.add_argument("--taps", default="1,2,3", help="target layers whose hidden states the drafter reads")
+    ap.add_argument("--drafters", type=int, default=1)
+    ap.add_argument("--queue-depth", type=int, default=4)
+    ap.add_argument("--postprocess", choices=("sync", "async"), default="sync")
+    ap.add_argument("--slow-target-ms", type=float, default=0.0)
+    ap.add_argument("--slow-drafter-ms", type=float, default=0.0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="intra-op threads per torch call on CPU (default 1: the roles run side by side)")
+    ap.add_argument("--trace-gpu", action="store_true", help="also record GPU activity (CUPTI builds)")
+    ap.add_argument("--seed", type=int, default=0)
+    stagetrace.add_arguments(ap)
+    args = ap.parse_args(argv)
+    args.taps = [int(x) for x in args.taps.split(",") if x]
+    for name in ("steps", "batch", "seq_len", "vocab", "dim", "heads", "target_layers", "drafters",
+                 "queue_depth", "torch_threads"):
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1" % name.replace("_", "-"))
+    if args.dim % args.heads:
+        ap.error("--dim must be a multiple of --heads")
+    if not args.taps or any(t < 0 or t >= args.target_layers for t in args.taps):
+        ap.error("--taps must name layers in 0..%d" % (args.target_layers - 1))
+    if args.slow_target_ms < 0 or args.slow_drafter_ms < 0:
+        ap.error("--slow-*-ms must be 0 or more")
+    return args
+
+
+def build_models(args, device):
+    nn = torch.nn
+
+    class Target(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(args.vocab, args.dim)
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(args.dim, args.heads, 4 * args.dim, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+                for _ in range(args.target_layers))
+            self.norm = nn.LayerNorm(args.dim)
+            self.lm_head = nn.Linear(args.dim, args.vocab, bias=False)
+
+        def forward(self, tokens, mask):
+            h = self.embed(tokens)
+            taps = []
+            for i, layer in enumerate(self.layers):
+                h = layer(h, src_mask=mask, is_causal=True)
+                if i in args.taps:
+                    taps.append(h)
+            return taps, self.lm_head(self.norm(h))
+
+    class Drafter(nn.Module):
+        def __init__(self, lm_head):
+            super().__init__()
+            self.fc = nn.Linear(len(args.taps) * args.dim, args.dim)
+            self.layer = nn.TransformerEncoderLayer(args.dim, args.heads, 4 * args.dim, dropout=0.0,
+                                                    batch_first=True, norm_first=True)
+            self.norm = nn.LayerNorm(args.dim)
+            self.lm_head = lm_head  # shared with the target, frozen
+
+        def forward(self, hidden, mask):
+            h = self.layer(self.fc(hidden), src_mask=mask, is_causal=True)
+            return self.lm_head(self.norm(h))
+
+    torch.manual_seed(args.seed)
+    target = Target().to(device).eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    drafters = []
+    for _ in range(args.drafters):
+        d = Drafter(target.lm_head).to(device)
+        opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=args.lr)
+        drafters.append((d, opt))
+    return target, drafters
+
+
+class Pipeline:
+    def __init__(self, args, trace):
+        self.args = args
+        self.trace = trace
+        self.device = torch.device(args.device)
+        self.target, self.drafters = build_models(args, self.device)
+        self.mask = torch.nn.Transformer.generate_square_subsequent_mask(args.seq_len, device=self.device)
+        self.hidden = queue.Queue(maxsize=args.queue_depth)
+        self.to_post = queue.Queue(maxsize=2)
+        self.done = queue.Queue()
+        self.stop = threading.Event()
+        self.errors = []
+        st = trace.stage
+        self.s_load = st("load")
+        self.s_forward = st("forward")
+        self.s_post = st("postprocess")
+        self.s_d2h = st("d2h", kind="copy")
+        self.s_h2d = st("h2d", kind="copy")
+        self.s_sync = st("stream_sync", kind="sync")
+        self.s_put = st("queue_put", kind="wait_output")
+        self.s_wait = st("queue_wait", kind="wait_input")
+        self.s_loss = st("loss")
+        self.s_backward = st("backward")
+        self.s_optimizer = st("optimizer")
+        self.s_step_wait = st("step_wait", kind="wait_input")
+        self.cuda = self.device.type == "cuda"
+        self.side_stream = torch.cuda.Stream() if self.cuda else None
+
+    # -- helpers --------------------------------------------------------------
+    def put(self, q, item):
+        with self.s_put:
+            while not self.stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+        if q is self.hidden:
+            self.trace.counter("hidden_queue_depth", q.qsize(), "items")
+
+    def get(self, q):
+        with self.s_wait:
+            while True:
+                try:
+                    item = q.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    if self.stop.is_set():
+                        return None
+        if q is self.hidden:
+            self.trace.counter("hidden_queue_depth", q.qsize(), "items")
+        return item
+
+    def pack_and_copy(self, taps, predictions):
+        """The postprocess: concatenate the taps and bring them to the host."""
+        with self.s_post:
+            packed = torch.cat(taps, dim=-1)
+        with self.s_d2h:
+            if self.cuda:
+                host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+                host.copy_(packed, non_blocking=True)
+                preds = predictions.to("cpu", non_blocking=True)
+            else:
+                host, preds = packed.clone(), predictions.clone()
+        return host, preds
+
+    def run_thread(self, fn, *args):
+        try:
+            if self.cuda:  # each role on its own stream (torch's current stream is per thread)
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    fn(*args)
+            else:
+                fn(*args)
+        except BaseException as e:  # reported by main, which stops the run
+            self.errors.append(e)
+            self.stop.set()
+
+    # -- roles ------------------------------------------------------------------
+    def target_loop(self):
+        a = self.args
+        g = torch.Generator().manual_seed(a.seed + 1)
+        with stagetrace.thread("target0", "target", device=0 if self.cuda else -1):
+            while not self.stop.is_set():
+                with self.s_load:
+                    tokens = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g).to(self.device)
+                with self.s_forward, torch.no_grad():
+                    taps, logits = self.target(tokens, self.mask)
+                    predictions = logits.argmax(-1)
+                    if a.slow_target_ms:
+                        time.sleep(a.slow_target_ms / 1000)
+                if a.postprocess == "sync":
+                    with torch.no_grad():
+                        host, preds = self.pack_and_copy(taps, predictions)
+                    if self.cuda:
+                        with self.s_sync:
+                            torch.cuda.current_stream().synchronize()
+                    self.put(self.hidden, (host, preds))
+                else:
+                    event = None
+                    if self.cuda:
+                        event = torch.cuda.Event()
+                        event.record()
+                    self.put(self.to_post, (taps, predictions, event))
+
+    def post_loop(self):
+        with stagetrace.thread("post0", "post", device=0 if self.cuda else -1):
+            while True:
+                item = self.get(self.to_post)
+                if item is None:
+                    return
+                taps, predictions, event = item
+                with torch.no_grad():
+                    if self.cuda:
+                        with torch.cuda.stream(self.side_stream):
+                            self.side_stream.wait_event(event)
+                            host, preds = self.pack_and_copy(taps, predictions)
+                        with self.s_sync:
+                            self.side_stream.synchronize()
+                    else:
+                        host, preds = self.pack_and_copy(taps, predictions)
+                self.put(self.hidden, (host, preds))
+
+    def drafter_loop(self, index):
+        a = self.args
+        model, opt = self.drafters[index]
+        loss_fn = torch.nn.CrossEntropyLoss()
+        with stagetrace.thread("drafter%d" % index, "drafter", device=0 if self.cuda else -1):
+            while True:
+                item = self.get(self.hidden)
+                if item is None:
+                    return
+                host, preds = item
+                with self.s_h2d:
+                    hidden = host.to(self.device, non_blocking=True)
+                    labels = preds.to(self.device, non_blocking=True)
+                with self.s_forward:
+                    logits = model(hidden, self.mask)
+                    if a.slow_drafter_ms:
+                        time.sleep(a.slow_drafter_ms / 1000)
+                with self.s_loss:
+                    # the drafter predicts what the target predicts one token later
+                    loss = loss_fn(logits[:, :-1].reshape(-1, a.vocab), labels[:, 1:].reshape(-1))
+                with self.s_backward:
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                with self.s_optimizer:
+                    opt.step()
+                    if self.cuda:
+                        with self.s_sync:
+                            torch.cuda.current_stream().synchronize()
+                self.done.put(float(loss.detach()) if index == 0 else None)
+
+    # -- main -------------------------------------------------------------------
+    def run(self):
+        a = self.args
+        threads = [threading.Thread(target=self.run_thread, args=(self.target_loop,), name="target0")]
+        if a.postprocess == "async":
+            threads.append(threading.Thread(target=self.run_thread, args=(self.post_loop,), name="post0"))
+        threads += [threading.Thread(target=self.run_thread, args=(self.drafter_loop, i), name="drafter%d" % i)
+                    for i in range(a.drafters)]
+        tokens_per_step = a.batch * a.seq_len
+        t0 = time.perf_counter()
+        self.trace.step(0)
+        for t in threads:
+            t.start()
+        last_loss = None
+        try:
+            for step in range(1, a.steps + 1):
+                with self.s_step_wait:
+                    while True:
+                        try:
+                            loss = self.done.get(timeout=0.1)
+                            break
+                        except queue.Empty:
+                            if self.errors:
+                                raise self.errors[0]
+                if loss is not None:
+                    last_loss = loss
+                self.trace.step(step, tokens_per_step)
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join()
+        elapsed = time.perf_counter() - t0
+        if self.errors:
+            raise self.errors[0]
+        return a.steps * tokens_per_step / elapsed, last_loss
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if torch is None:
+        print("dflash_torch: this sample needs PyTorch (pip install torch)", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("dflash_torch: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    if args.device == "cpu":
+        torch.set_num_threads(args.torch_threads)
+    trace = stagetrace.open_from_args(args, program="dflash_torch")
+    if args.trace_gpu and trace.enabled:
+        trace.gpu_start()
+    with trace:
+        pipe = Pipeline(args, trace)
+        tokens_per_s, loss = pipe.run()
+    print("dflash_torch: %s, %d drafter%s, queue depth %d, postprocess %s: %d steps, %.1f tokens/s, "
+          "last loss %.3f%s" % (args.device, args.drafters, "s" if args.drafters > 1 else "", args.queue_depth,
+                                args.postprocess, args.steps, tokens_per_s, loss if loss is not None else float("nan"),
+                                ", trace %s" % trace.path if trace.enabled else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
