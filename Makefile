@@ -198,11 +198,17 @@ python: $(PY_EXT) $(PY_FILES)
 $(PY_BUILD)/%.py: python/stagetrace/%.py
 	@mkdir -p $(dir $@)
 	cp $< $@
-$(PY_EXT): python/stagetrace/_stagetrace.c $(LIB_A) $(if $(HAVE_CUPTI),$(LIB_GPU)) $(wildcard tracer/include/*.h)
+# CUPTI is loaded lazily (dlopen at open(gpu=True)): the extension does not
+# link libcupti, so it imports where CUPTI is absent.
+PY_CUPTI_OBJ := $(BUILD)/obj/python/gpu_cupti_dlopen.o
+$(PY_CUPTI_OBJ): tracer/gpu_cupti.c $(wildcard tracer/include/*.h tracer/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DST_CUPTI_DLOPEN -DST_CUPTI_LIBDIR='"$(CUPTI_LIB)"' -Itracer -fvisibility=hidden -c $< -o $@
+$(PY_EXT): python/stagetrace/_stagetrace.c $(LIB_A) $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(wildcard tracer/include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(PUBLIC_INCLUDES) -isystem $(PY_INC) -fvisibility=hidden -Wno-cast-function-type \
-		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -shared $< -o $@ $(if $(HAVE_CUPTI),$(LIB_GPU)) $(LIB_A) \
-		-Wl,--exclude-libs,ALL $(LDFLAGS) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti) $(LDLIBS)
+		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -shared $< -o $@ $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(LIB_A) \
+		-Wl,--exclude-libs,ALL $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
 KERNELS_SRC := $(sort $(wildcard kernels/*.c))

@@ -4,7 +4,8 @@ from the repository's root. Needs the SQLite headers (libsqlite3-dev).
 
 NVTX ranges are compiled in when the NVTX headers are found (CUDA_HOME, or
 /usr/local/cuda); GPU activity (st_gpu_start, CUPTI) when CUPTI's header and
-library are found there too, or STAGETRACE_CUPTI=0 turns it off.
+library are found there too (CUPTI is then loaded at run time, when a trace
+asks for GPU activity), or STAGETRACE_CUPTI=0 turns it off.
 """
 import glob
 import os
@@ -40,11 +41,11 @@ cupti_lib = [d for d in (os.path.join(cuda, "lib64"), os.path.join(cuda, "target
              if os.path.isfile(os.path.join(d, "libcupti.so"))]
 if cupti_inc and cupti_lib and os.environ.get("STAGETRACE_CUPTI", "1") != "0":
     sources.append(os.path.relpath(os.path.join(TRACER, "gpu_cupti.c"), HERE))
-    define_macros += [("ST_WITH_CUPTI", None), ("STP_HAVE_CUPTI", None)]
+    # CUPTI is loaded lazily (dlopen in st_gpu_start), never linked: the
+    # package imports where CUPTI is absent, and open(gpu=True) says so.
+    define_macros += [("ST_WITH_CUPTI", None), ("STP_HAVE_CUPTI", None), ("ST_CUPTI_DLOPEN", None),
+                      ("ST_CUPTI_LIBDIR", '"%s"' % cupti_lib[0])]
     include_dirs.append(cupti_inc[0])
-    library_dirs.append(cupti_lib[0])
-    libraries.append("cupti")
-    extra_link_args.append("-Wl,-rpath," + cupti_lib[0])
 
 setup(
     ext_modules=[Extension(

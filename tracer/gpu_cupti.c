@@ -34,6 +34,64 @@ int st_gpu_start(st_trace *trace)
 
 #include <cupti.h>
 
+#ifdef ST_CUPTI_DLOPEN
+/* Lazy CUPTI (the Python extension): nothing links libcupti, so importing
+ * never needs it; st_gpu_start loads it with dlopen and resolves the few
+ * functions used here, or says plainly that it is missing. A process that
+ * has CUPTI loaded already (a framework's copy) gets that copy. */
+#include <dlfcn.h>
+#define ST_CUPTI_FUNCS(X)                                                                        \
+    X(cuptiActivityDisable) X(cuptiActivityEnable) X(cuptiActivityFlushAll)                     \
+    X(cuptiActivityFlushPeriod) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) \
+    X(cuptiActivityRegisterCallbacks) X(cuptiActivityRegisterTimestampCallback)                 \
+    X(cuptiGetCallbackName) X(cuptiGetResultString) X(cuptiGetTimestamp) X(cuptiSetThreadIdType)
+#define ST_CUPTI_POINTER(name) static __typeof__(name) *p_##name;
+ST_CUPTI_FUNCS(ST_CUPTI_POINTER)
+#ifndef ST_CUPTI_LIBDIR
+#define ST_CUPTI_LIBDIR ""
+#endif
+
+static int load_cupti(void)
+{
+    static void *lib;
+    if (lib) return ST_OK;
+    const char *const names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so",
+                                 ST_CUPTI_LIBDIR "/libcupti.so"};
+    char why[512] = "";
+    void *handle = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !handle; i++) {
+        if (names[i][0] == '/' && !ST_CUPTI_LIBDIR[0]) continue;
+        handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!handle && !why[0]) snprintf(why, sizeof why, "%s", dlerror());
+    }
+    if (!handle)
+        return st_set_error(ST_EIO,
+                            "GPU tracing needs CUPTI, which could not be loaded (%s): add the directory of "
+                            "libcupti.so (CUDA's extras/CUPTI/lib64 or lib64) to LD_LIBRARY_PATH",
+                            why);
+#define ST_CUPTI_RESOLVE(name)                                                                  \
+    if (!(p_##name = (__typeof__(p_##name))dlsym(handle, #name))) {                             \
+        dlclose(handle);                                                                        \
+        return st_set_error(ST_EIO, "the CUPTI library found lacks %s: it is too old", #name); \
+    }
+    ST_CUPTI_FUNCS(ST_CUPTI_RESOLVE)
+    lib = handle;
+    return ST_OK;
+}
+#define cuptiActivityDisable p_cuptiActivityDisable
+#define cuptiActivityEnable p_cuptiActivityEnable
+#define cuptiActivityFlushAll p_cuptiActivityFlushAll
+#define cuptiActivityFlushPeriod p_cuptiActivityFlushPeriod
+#define cuptiActivityGetNextRecord p_cuptiActivityGetNextRecord
+#define cuptiActivityGetNumDroppedRecords p_cuptiActivityGetNumDroppedRecords
+#define cuptiActivityRegisterCallbacks p_cuptiActivityRegisterCallbacks
+#define cuptiActivityRegisterTimestampCallback p_cuptiActivityRegisterTimestampCallback
+#define cuptiGetCallbackName p_cuptiGetCallbackName
+#define cuptiGetResultString p_cuptiGetResultString
+#define cuptiGetTimestamp p_cuptiGetTimestamp
+#define cuptiSetThreadIdType p_cuptiSetThreadIdType
+#endif
+
 #define BUFFER_BYTES (8u << 20)
 #define BATCH 1024
 #define MAX_CONTEXTS 256
@@ -316,6 +374,10 @@ int st_gpu_start(st_trace *t)
 {
     if (!t || !t->opt.enabled) return st_set_error(ST_ESTATE, "st_gpu_start: no trace is being written");
     if (t->gpu_stop || gpu_trace) return st_set_error(ST_ESTATE, "st_gpu_start: GPU tracing is already on");
+#ifdef ST_CUPTI_DLOPEN
+    int loaded = load_cupti();
+    if (loaded) return loaded;
+#endif
     CUPTI_CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
     if (cuptiActivityRegisterTimestampCallback(trace_clock) != CUPTI_SUCCESS) {
         /* Older CUPTI: measure the offset between the two clocks once,
