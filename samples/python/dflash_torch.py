@@ -64,6 +64,9 @@ def parse_args(argv=None):
                     help="intra-op threads per torch call on CPU (default 1: the roles run side by side)")
     ap.add_argument("--trace-gpu", action="store_true", help="also record GPU activity (CUPTI builds)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torch-profiler", metavar="PATH",
+                    help="instead of stagetrace, profile with torch.profiler (record_function per stage, "
+                         "CPU and CUDA activity) and write its Chrome trace to PATH: for comparison")
     stagetrace.add_arguments(ap)
     args = ap.parse_args(argv)
     args.taps = [int(x) for x in args.taps.split(",") if x]
@@ -317,6 +320,41 @@ class Pipeline:
         return a.steps * tokens_per_step / elapsed, last_loss
 
 
+class TorchProfilerTrace:
+    """What the pipeline needs of a trace, with torch.profiler's record_function
+    in place of stagetrace's stages (--torch-profiler)."""
+    enabled = False
+    path = None
+
+    def stage(self, name, kind="work"):
+        return _RecordFunction(name)
+
+    def step(self, step, tokens=0):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _RecordFunction:
+    def __init__(self, name):
+        self.name = name
+        self.stack = threading.local()
+
+    def __enter__(self):
+        rf = torch.profiler.record_function(self.name)
+        rf.__enter__()
+        self.stack.__dict__.setdefault("items", []).append(rf)
+        return self
+
+    def __exit__(self, *exc):
+        self.stack.items.pop().__exit__(*exc)
+        return False
+
+
 def main(argv=None):
     args = parse_args(argv)
     if torch is None:
@@ -327,16 +365,27 @@ def main(argv=None):
         return 2
     if args.device == "cpu":
         torch.set_num_threads(args.torch_threads)
-    trace = stagetrace.open_from_args(args, program="dflash_torch")
-    if args.trace_gpu and trace.enabled:
-        trace.gpu_start()
-    with trace:
-        pipe = Pipeline(args, trace)
-        tokens_per_s, loss = pipe.run()
+    if args.torch_profiler:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if args.device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        trace = TorchProfilerTrace()
+        with torch.profiler.profile(activities=activities) as prof:
+            pipe = Pipeline(args, trace)
+            tokens_per_s, loss = pipe.run()
+        prof.export_chrome_trace(args.torch_profiler)
+        trace.path = args.torch_profiler
+    else:
+        trace = stagetrace.open_from_args(args, program="dflash_torch")
+        if args.trace_gpu and trace.enabled:
+            trace.gpu_start()
+        with trace:
+            pipe = Pipeline(args, trace)
+            tokens_per_s, loss = pipe.run()
     print("dflash_torch: %s, %d drafter%s, queue depth %d, postprocess %s: %d steps, %.1f tokens/s, "
           "last loss %.3f%s" % (args.device, args.drafters, "s" if args.drafters > 1 else "", args.queue_depth,
                                 args.postprocess, args.steps, tokens_per_s, loss if loss is not None else float("nan"),
-                                ", trace %s" % trace.path if trace.enabled else ""))
+                                ", trace %s" % trace.path if trace.path else ""))
     return 0
 
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# bench_torch.sh: what recording costs a PyTorch training loop. Runs the
+# sample pipeline samples/python/dflash_torch.py in four modes, interleaved
+# over BENCH_REPEAT rounds: off (no trace), on (stagetrace ranges, profile
+# lines every 10 steps), gpu (also CUPTI GPU activity), and torch.profiler
+# (record_function per stage, CPU and CUDA activity; its Chrome trace). Prints
+# per mode the median tokens/s, its ratio to off, and the trace's size.
+# Needs torch (the GPU machine: /opt/torch/.venv/bin/python).
+#
+#   PY=/opt/torch/.venv/bin/python bash bench/bench_torch.sh [BUILD_DIR]
+#   BENCH_DEVICE=cpu BENCH_STEPS=200 BENCH_REPEAT=5 ...
+set -euo pipefail
+BUILD=${1:-build}
+PY=${PY:-python3}
+DEVICE=${BENCH_DEVICE:-cuda}
+STEPS=${BENCH_STEPS:-300}
+REPEAT=${BENCH_REPEAT:-3}
+EXTRA=${BENCH_ARGS:-"--batch 8 --seq-len 256 --dim 256 --target-layers 6"}
+export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import torch, stagetrace" || { echo "bench_torch: needs torch and $BUILD/python (make python)"; exit 1; }
+DIR=$(mktemp -d "${ST_BENCH_TMP:-/tmp}/bench_torch.XXXXXX")
+trap 'rm -rf "$DIR"' EXIT
+modes=(off on gpu torch_profiler)
+declare -A rates sizes
+run() { # mode round -> tokens/s; the trace's size into $DIR/size
+    local mode=$1 r=$2 out="$DIR/$1.$2" args=()
+    case $mode in
+    on) args=(--trace "$out.sqlite" --profile-interval 10) ;;
+    gpu) args=(--trace "$out.sqlite" --profile-interval 10 --trace-gpu) ;;
+    torch_profiler) args=(--torch-profiler "$out.json") ;;
+    esac
+    # shellcheck disable=SC2086
+    "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA "${args[@]}" >"$out.log" 2>&1 ||
+        { cat "$out.log"; exit 1; }
+    local f
+    f=$(ls "$out".sqlite "$out".json 2>/dev/null | head -1 || true)
+    if [ -n "$f" ]; then stat -c %s "$f" >"$DIR/size"; rm -f "$f"; else echo 0 >"$DIR/size"; fi
+    sed -n 's/.* \([0-9.]*\) tokens\/s.*/\1/p' "$out.log"
+}
+for r in $(seq "$REPEAT"); do
+    for m in "${modes[@]}"; do
+        rates[$m]+="$(run "$m" "$r") "
+        sizes[$m]=$(cat "$DIR/size")
+    done
+done
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+off=$(echo "${rates[off]}" | median)
+printf '%s, %d steps, %s, %d rounds (interleaved)\n' "$DEVICE" "$STEPS" "$EXTRA" "$REPEAT"
+printf '%-15s %12s %8s %12s   %s\n' mode tokens/s ratio trace_MB "each round"
+for m in "${modes[@]}"; do
+    med=$(echo "${rates[$m]}" | median)
+    printf '%-15s %12.1f %8.4f %12.2f   %s\n' "$m" "$med" "$(awk -v a="$med" -v b="$off" 'BEGIN { print a / b }')" \
+        "$(awk -v s="${sizes[$m]}" 'BEGIN { print s / 1e6 }')" "${rates[$m]}"
+done
