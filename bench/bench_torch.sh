@@ -21,8 +21,7 @@ export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 DIR=$(mktemp -d "${ST_BENCH_TMP:-/tmp}/bench_torch.XXXXXX")
 trap 'rm -rf "$DIR"' EXIT
 modes=(off on gpu torch_profiler)
-declare -A rates sizes
-run() { # mode round -> tokens/s; the trace's size into $DIR/size
+run() { # mode round: appends tokens/s to $DIR/<mode>.rates, the trace's size to $DIR/<mode>.size
     local mode=$1 r=$2 out="$DIR/$1.$2" args=()
     case $mode in
     on) args=(--trace "$out.sqlite" --profile-interval 10) ;;
@@ -30,25 +29,29 @@ run() { # mode round -> tokens/s; the trace's size into $DIR/size
     torch_profiler) args=(--torch-profiler "$out.json") ;;
     esac
     # shellcheck disable=SC2086
-    "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA "${args[@]}" >"$out.log" 2>&1 ||
-        { cat "$out.log"; exit 1; }
-    local f
-    f=$(ls "$out".sqlite "$out".json 2>/dev/null | head -1 || true)
-    if [ -n "$f" ]; then stat -c %s "$f" >"$DIR/size"; rm -f "$f"; else echo 0 >"$DIR/size"; fi
-    sed -n 's/.* \([0-9.]*\) tokens\/s.*/\1/p' "$out.log"
+    if ! "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA "${args[@]}" >"$out.log" 2>&1; then
+        echo "bench_torch: the $mode run failed:" >&2
+        tail -20 "$out.log" >&2
+        exit 1
+    fi
+    local rate size=0 f
+    rate=$(sed -n 's/.* \([0-9.]*\) tokens\/s.*/\1/p' "$out.log")
+    [ -n "$rate" ] || { echo "bench_torch: no tokens/s in the $mode run's output:" >&2; tail -5 "$out.log" >&2; exit 1; }
+    for f in "$out.sqlite" "$out.json"; do
+        if [ -f "$f" ]; then size=$(stat -c %s "$f"); rm -f "$f" "$f-wal" "$f-shm"; fi
+    done
+    echo "$rate" >>"$DIR/$mode.rates"
+    echo "$size" >"$DIR/$mode.size"
 }
 for r in $(seq "$REPEAT"); do
-    for m in "${modes[@]}"; do
-        rates[$m]+="$(run "$m" "$r") "
-        sizes[$m]=$(cat "$DIR/size")
-    done
+    for m in "${modes[@]}"; do run "$m" "$r"; done
 done
-median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-off=$(echo "${rates[off]}" | median)
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+off=$(median <"$DIR/off.rates")
 printf '%s, %d steps, %s, %d rounds (interleaved)\n' "$DEVICE" "$STEPS" "$EXTRA" "$REPEAT"
 printf '%-15s %12s %8s %12s   %s\n' mode tokens/s ratio trace_MB "each round"
 for m in "${modes[@]}"; do
-    med=$(echo "${rates[$m]}" | median)
+    med=$(median <"$DIR/$m.rates")
     printf '%-15s %12.1f %8.4f %12.2f   %s\n' "$m" "$med" "$(awk -v a="$med" -v b="$off" 'BEGIN { print a / b }')" \
-        "$(awk -v s="${sizes[$m]}" 'BEGIN { print s / 1e6 }')" "${rates[$m]}"
+        "$(awk -v s="$(cat "$DIR/$m.size")" 'BEGIN { print s / 1e6 }')" "$(tr '\n' ' ' <"$DIR/$m.rates")"
 done

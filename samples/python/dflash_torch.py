@@ -24,6 +24,7 @@ known answer. Runs on CPU torch (--device cpu) and on CUDA (--device cuda).
 Importing this file needs no torch; running it does.
 """
 import argparse
+import contextlib
 import os
 import queue
 import sys
@@ -197,6 +198,12 @@ class Pipeline:
                 host, preds = packed.clone(), predictions.clone()
         return host, preds
 
+    def thread(self, name, role, device):
+        """Registers the calling thread with the trace (a no-op under --torch-profiler)."""
+        if isinstance(self.trace, TorchProfilerTrace):
+            return contextlib.nullcontext()
+        return stagetrace.thread(name, role, device=device)
+
     def run_thread(self, fn, *args):
         try:
             if self.cuda:  # each role on its own stream (torch's current stream is per thread)
@@ -212,7 +219,7 @@ class Pipeline:
     def target_loop(self):
         a = self.args
         g = torch.Generator().manual_seed(a.seed + 1)
-        with stagetrace.thread("target0", "target", device=0 if self.cuda else -1):
+        with self.thread("target0", "target", device=0 if self.cuda else -1):
             while not self.stop.is_set():
                 with self.s_load:
                     tokens = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g).to(self.device)
@@ -236,7 +243,7 @@ class Pipeline:
                     self.put(self.to_post, (taps, predictions, event))
 
     def post_loop(self):
-        with stagetrace.thread("post0", "post", device=0 if self.cuda else -1):
+        with self.thread("post0", "post", device=0 if self.cuda else -1):
             while True:
                 item = self.get(self.to_post)
                 if item is None:
@@ -257,7 +264,7 @@ class Pipeline:
         a = self.args
         model, opt = self.drafters[index]
         loss_fn = torch.nn.CrossEntropyLoss()
-        with stagetrace.thread("drafter%d" % index, "drafter", device=0 if self.cuda else -1):
+        with self.thread("drafter%d" % index, "drafter", device=0 if self.cuda else -1):
             while True:
                 item = self.get(self.hidden)
                 if item is None:
