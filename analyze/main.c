@@ -21,6 +21,7 @@ static const an_command commands[] = {
     {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy"},
     {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound"},
     {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage"},
+    {"flow", cmd_flow, "each item followed through the pipeline: queue residence, latency, per-step critical path"},
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
 };
