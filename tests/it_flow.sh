@@ -133,6 +133,22 @@ share = sum(r["share"] for r in rep["critical_path"] if r["role"] == "drafter")
 assert share > 80, share
 EOF
 ok
+# export --chrome: one arrow per handoff, out to in
+expect_ok chrome "$A" export async.sqlite --chrome async.json
+python3 - <<'EOF' || fail "chrome flow arrows"
+import json
+d = json.load(open("async.json"))
+rep = json.load(open("flow_async.out"))
+ev = [e for e in d["traceEvents"] if e.get("cat") == "flow"]
+s = {e["id"]: e for e in ev if e["ph"] == "s"}
+f = {e["id"]: e for e in ev if e["ph"] == "f"}
+assert len(s) == len(f) == rep["flow"][0]["handoffs"], (len(s), len(f))
+assert set(s) == set(f) == set(range(1, len(s) + 1))
+assert all(f[i]["ts"] >= s[i]["ts"] for i in s)
+assert all("bp" not in e for e in ev)
+assert [s[i]["ts"] for i in sorted(s)] == sorted(s[i]["ts"] for i in s)
+EOF
+ok
 for f in text csv; do expect_ok "fmt_$f" "$A" flow --format $f sync.sqlite; done
 grep -q "^critical path of each step" fmt_text.out || fail "text output has no critical path heading"
 expect_usage flow_noargs "$A" flow

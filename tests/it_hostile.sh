@@ -110,7 +110,8 @@ check fifo "cannot open trace 'fifo.sqlite': it is not a regular file (a FIFO)"
 check flowstranger "flowstranger.sqlite: trace table 'flow_chunks': chunk 1 names unknown thread 42"
 check flowtext "flowtext.sqlite: trace table 'flow_chunks': row 1 (id 1): column 'data' is text, not a blob"
 check flowview "flowview.sqlite: trace table 'flow_chunks': it is a view, not a plain table"
-# Flow data that does not decode: the commands that read flows refuse it, the others do not read it.
+# Flow data that does not decode: the commands that read flows (flow, sql's flows, export
+# --chrome) refuse it; the others do not read it.
 for f in flowdir flowtrunc flowcount; do
     msg="$f.sqlite: trace table 'flow_chunks': chunk 1 (thread 0) is corrupt or truncated"
     expect_usage "flow_$f" timeout 60 "$A" flow "$f.sqlite"
@@ -118,8 +119,10 @@ for f in flowdir flowtrunc flowcount; do
     expect_usage "sqlflows_$f" timeout 60 "$A" sql "$f.sqlite" "SELECT count(*) FROM flows"
     grep -qF -- "chunk 1 (thread 0) is corrupt or truncated" "sqlflows_$f.err" ||
         fail "sql flows $f: $(cat "sqlflows_$f.err")"
+    expect_usage "chrome_$f" timeout 60 "$A" export "$f.sqlite" --chrome "$f.json"
+    grep -qF -- "$msg" "chrome_$f.err" || fail "export $f: $(cat "chrome_$f.err")"
+    [ ! -e "$f.json" ] || fail "export $f: a partial file was left behind"
     expect_ok "summary_$f" timeout 60 "$A" summary "$f.sqlite"
-    expect_ok "chrome_$f" timeout 60 "$A" export "$f.sqlite" --chrome "$f.json"
 done
 # A trace without flows: analyze flow says so, in one line.
 expect_usage flow_none "$A" flow gen.sqlite
