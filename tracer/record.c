@@ -1,8 +1,8 @@
 /* record.c: the hot path. Each registered thread owns a single-producer
  * ring; st_begin/st_end/st_counter_set/st_mark/st_step/st_flow_out/
- * st_flow_in append one 24-byte
- * record and publish it with a release store. No lock, no allocation, no
- * system call. The public header tests the thread's ring pointer inline
+ * st_flow_in append one 24-byte record and publish it with a release
+ * store. No lock, no allocation, no system call. The public header tests
+ * the thread's ring pointer inline
  * (st__thread_ring, initial-exec TLS): an unregistered thread, or a
  * disabled trace, costs that one branch and no call; a recording thread
  * calls st__ring_*, whose common case touches one cache line of producer
