@@ -6,7 +6,8 @@
  *            its threads named and ordered by role, each range a complete
  *            event ("ph":"X", ts and dur in microseconds with nanosecond
  *            decimals, cat = the stage kind, args depth and step), counter
- *            samples as counter events ("C"), step marks as instant events.
+ *            samples as counter events ("C"), step marks as instant events,
+ *            item handoffs (flows) as flow arrows ("s"/"f").
  *            Streamed: per thread, ranges are written in start order (what
  *            viewers expect of nested slices) from the raw events through a
  *            bounded queue; a range open across more than QUEUE_MAX later
@@ -42,7 +43,8 @@ static const char help[] =
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
     "                     complete events (cat = stage kind, args depth and step), counters,\n"
     "                     step marks as instant events, GPU activity as Kineto writes it (a\n"
-    "                     process per GPU, a track per stream, API calls, launch flows). Times in\n"
+    "                     process per GPU, a track per stream, API calls, launch flows), and\n"
+    "                     each item handoff (st_flow_out -> st_flow_in) as a flow arrow. Times in\n"
     "                     microseconds from the trace start, with nanosecond decimals. OUT '-'\n"
     "                     writes to stdout.\n"
     "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
@@ -917,6 +919,95 @@ static void chrome_steps(chrome *c)
     }
 }
 
+/* Item flows (st_flow_out / st_flow_in) as arrows: one per handoff (an id
+ * with exactly one out and one in, the in not earlier: docs/analyze.md,
+ * "flow"), "s" at the out on the producer's track (bound to the slice
+ * enclosing it, the put) and "f" at the in on the consumer's track, bound
+ * to the next slice that begins there (the in follows the get's wait, so
+ * no slice encloses it). Category "flow", name "item", ids 1, 2, ... in the
+ * order of the outs. */
+typedef struct item_rec {
+    uint64_t id;
+    int64_t ts_ns;
+    uint32_t thread, dir;
+} item_rec;
+
+static int item_rec_cmp(const void *pa, const void *pb)
+{
+    const item_rec *a = pa, *b = pb;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    if (a->dir != b->dir) return a->dir < b->dir ? -1 : 1; /* out first */
+    return (a->ts_ns > b->ts_ns) - (a->ts_ns < b->ts_ns);
+}
+
+static int item_out_cmp(const void *pa, const void *pb)
+{
+    const item_rec *a = pa, *b = pb; /* pairs: [0] out, [1] in */
+    if (a->ts_ns != b->ts_ns) return a->ts_ns < b->ts_ns ? -1 : 1;
+    if (a->thread != b->thread) return a->thread < b->thread ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int chrome_item_flows(chrome *c)
+{
+    st_flow_iter *it;
+    int rc = st_flow_iter_open(&it, c->t->r, -1, INT64_MIN, INT64_MAX);
+    if (rc) return rc;
+    item_rec *v = NULL;
+    size_t n = 0, cap = 0;
+    st_flow_row row;
+    while ((rc = st_flow_iter_next(it, &row)) == 1) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            item_rec *a = realloc(v, cap * sizeof *a);
+            if (!a) {
+                rc = ST_ENOMEM;
+                break;
+            }
+            v = a;
+        }
+        v[n++] = (item_rec){row.id, row.ts_ns, row.thread, row.dir};
+    }
+    st_flow_iter_close(it);
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    if (n) qsort(v, n, sizeof *v, item_rec_cmp);
+    size_t pairs = 0; /* the handoffs, packed as (out, in) at the front */
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && v[j].id == v[i].id) j++;
+        if (j - i == 2 && v[i].dir == ST_FLOW_OUT && v[i + 1].dir == ST_FLOW_IN && v[i + 1].ts_ns >= v[i].ts_ns) {
+            item_rec out = v[i], in = v[i + 1];
+            v[2 * pairs] = out;
+            v[2 * pairs + 1] = in;
+            pairs++;
+        }
+        i = j;
+    }
+    if (pairs) qsort(v, pairs, 2 * sizeof *v, item_out_cmp);
+    FILE *f = c->f;
+    for (size_t k = 0; k < pairs; k++) {
+        for (int end = 0; end < 2; end++) {
+            const item_rec *e = &v[2 * k + end];
+            put_lit(f, end ? ",\n{\"name\":\"item\",\"cat\":\"flow\",\"ph\":\"f\",\"id\":"
+                           : ",\n{\"name\":\"item\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":");
+            put_i64(f, (int64_t)k + 1);
+            put_lit(f, ",\"pid\":");
+            put_i64(f, c->pid);
+            put_lit(f, ",\"tid\":");
+            put_i64(f, e->thread);
+            put_lit(f, ",\"ts\":");
+            put_us(f, e->ts_ns - c->t->origin_ns);
+            put_lit(f, "}");
+        }
+        c->n_events += 2;
+    }
+    free(v);
+    return 0;
+}
+
 static int export_chrome(an_trace *t, const char *path, int overwrite)
 {
     an_file o;
@@ -958,6 +1049,7 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
         if (!st) write_untraced_calls(&c);
         if (!st) st = chrome_counters(&c);
         if (!st) chrome_steps(&c);
+        if (!st) st = chrome_item_flows(&c);
         if (!st) st = chrome_gpu_tracks(&c);
         put_lit(f, "\n]}\n");
     }

@@ -26,6 +26,7 @@ static const char help[] =
     "  ranges(thread, stage, start_ns, dur_ns, end_ns, depth, step)\n"
     "  counters(thread, counter, ts_ns, value)\n"
     "  gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)\n"
+    "  flows(thread, ts_ns, dir, id): st_flow_out/st_flow_in records, dir 'out' or 'in'\n"
     "  ranges_v, counters_v, gpu_v: the same with thread, role, stage and counter names\n"
     "  joined in (gpu_v also end_ns, stage_kind)\n"
     "Constraints on thread and on start_ns/end_ns (ts_ns) are pushed down, so a window\n"

@@ -17,10 +17,11 @@ static const an_command commands[] = {
     {"info", cmd_info, "metadata, status, counts, duration and throughput of traces"},
     {"summary", cmd_summary, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share"},
     {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)"},
-    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu row tables"},
+    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu/flows row tables"},
     {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy"},
     {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound"},
     {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage"},
+    {"flow", cmd_flow, "each item followed through the pipeline: queue residence, latency, per-step critical path"},
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
 };

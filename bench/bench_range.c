@@ -8,11 +8,12 @@
  * the interquartile range of that difference as its spread.
  *
  * Phases (one trace per process, so one trace per phase):
- *   1. recording, NVTX off: floor, ranges;
+ *   1. recording, NVTX off: floor, ranges, flows (st_flow_out + st_flow_in:
+ *      two records, as a range);
  *   2. recording, NVTX on with no tool attached: floor, ranges, and NVTX
  *      push+pop alone;
  *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
- *      ranges, two clock_gettime calls.
+ *      ranges, flows, two clock_gettime calls.
  * Recording blocks use the default ring (ST_BENCH_RING_RECORDS=N sets
  * another) and flush the
  * trace (untimed) before each block, so a block never finds the ring full
@@ -110,6 +111,16 @@ static void body_ranges(long n)
     for (long i = 0; i < n; i++) {
         st_begin(stage);
         st_end(stage);
+    }
+}
+
+/* Two flow records (an out and an in) per iteration: the same number of ring
+ * records as a range, so their rows compare directly. */
+static void body_flows(long n)
+{
+    for (long i = 0; i < n; i++) {
+        st_flow_out((uint64_t)i);
+        st_flow_in((uint64_t)i);
     }
 }
 
@@ -234,8 +245,9 @@ int main(int argc, char **argv)
 
     cur_trace = open_trace(1, 0, path);
     variant rec[] = {{"two raw clock reads (the floor)", body_raw_clock, 0, 0, 0},
-                     {"st_begin+st_end, NVTX off", body_ranges, 1, 0, 0}};
-    interleave("recording, NVTX off:", rec, 2);
+                     {"st_begin+st_end, NVTX off", body_ranges, 1, 0, 0},
+                     {"st_flow_out+st_flow_in", body_flows, 1, 0, 0}};
+    interleave("recording, NVTX off:", rec, 3);
     uint64_t d1 = st_dropped(cur_trace);
     st_close(cur_trace);
 
@@ -253,9 +265,10 @@ int main(int argc, char **argv)
     cur_trace = open_trace(0, 0, path);
     variant off[] = {{"empty loop", body_empty, 0, 0, 0},
                      {"st_begin+st_end, profiling disabled", body_ranges, 0, 0, 0},
+                     {"st_flow_out+st_flow_in, profiling disabled", body_flows, 0, 0, 0},
                      {"two raw clock reads", body_raw_clock, 0, 0, 0},
                      {"two clock_gettime(CLOCK_MONOTONIC)", body_clock_gettime, 0, 0, 0}};
-    interleave("profiling disabled (enabled = 0):", off, 4);
+    interleave("profiling disabled (enabled = 0):", off, 5);
     st_close(cur_trace);
     cur_trace = NULL;
     printf("  dropped events: %llu (block_when_full: must be 0)\n", (unsigned long long)d1);

@@ -61,13 +61,23 @@ make("generated.sqlite",
      "(printf('%.*c', 100000000, 'x')), role, device, rank, dropped); "
      "INSERT INTO threads(id, os_tid, role, device, rank, dropped) SELECT * FROM x; DROP TABLE x")
 make("viewthreads.sqlite", "ALTER TABLE threads RENAME TO t; CREATE VIEW threads AS SELECT * FROM t")
+# flow_chunks (optional): its rows are checked at open, its data when flows are read
+FLOWS = ("CREATE TABLE flow_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL, t0_ns INTEGER NOT NULL, "
+         "t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL);")
+LOOSE_FLOWS = "CREATE TABLE flow_chunks(id, thread, t0_ns, t1_ns, n_records, data);"
+make("flowstranger.sqlite", FLOWS + "INSERT INTO flow_chunks VALUES (1, 42, 5, 5, 1, x'46050007')")
+make("flowtext.sqlite", LOOSE_FLOWS + "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, 'F')")
+make("flowview.sqlite", "CREATE VIEW flow_chunks AS SELECT 1 AS id")
+make("flowdir.sqlite", FLOWS + "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, x'46050207')")
+make("flowtrunc.sqlite", FLOWS + "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, x'46050080')")
+make("flowcount.sqlite", FLOWS + "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 2, x'46050007')")
 EOF
 mkfifo fifo.sqlite
 
 # ---- every command: exit 2, the one line ----------------------------------------------------
 check() { # NAME MESSAGE: every command on NAME.sqlite refuses it with MESSAGE
     local f=$1 msg=$2
-    for c in info summary intervals bottleneck gpu sql export report diff; do
+    for c in info summary intervals bottleneck gpu sql export report diff flow; do
         case $c in
         sql) args=(sql "$f.sqlite" "SELECT count(*) FROM ranges") ;;
         export) args=(export "$f.sqlite" --chrome "$f.json") ;;
@@ -97,6 +107,26 @@ check hugethread "hugethread.sqlite: trace table 'threads': row 1 (id 0): column
 check generated "generated.sqlite: trace table 'threads': column 'name' is generated, not a stored column"
 check viewthreads "viewthreads.sqlite: trace table 'threads': it is a view, not a plain table"
 check fifo "cannot open trace 'fifo.sqlite': it is not a regular file (a FIFO)"
+check flowstranger "flowstranger.sqlite: trace table 'flow_chunks': chunk 1 names unknown thread 42"
+check flowtext "flowtext.sqlite: trace table 'flow_chunks': row 1 (id 1): column 'data' is text, not a blob"
+check flowview "flowview.sqlite: trace table 'flow_chunks': it is a view, not a plain table"
+# Flow data that does not decode: the commands that read flows (flow, sql's flows, export
+# --chrome) refuse it; the others do not read it.
+for f in flowdir flowtrunc flowcount; do
+    msg="$f.sqlite: trace table 'flow_chunks': chunk 1 (thread 0) is corrupt or truncated"
+    expect_usage "flow_$f" timeout 60 "$A" flow "$f.sqlite"
+    grep -qF -- "$msg" "flow_$f.err" || fail "flow $f: wanted '$msg', got: $(cat "flow_$f.err")"
+    expect_usage "sqlflows_$f" timeout 60 "$A" sql "$f.sqlite" "SELECT count(*) FROM flows"
+    grep -qF -- "chunk 1 (thread 0) is corrupt or truncated" "sqlflows_$f.err" ||
+        fail "sql flows $f: $(cat "sqlflows_$f.err")"
+    expect_usage "chrome_$f" timeout 60 "$A" export "$f.sqlite" --chrome "$f.json"
+    grep -qF -- "$msg" "chrome_$f.err" || fail "export $f: $(cat "chrome_$f.err")"
+    [ ! -e "$f.json" ] || fail "export $f: a partial file was left behind"
+    expect_ok "summary_$f" timeout 60 "$A" summary "$f.sqlite"
+done
+# A trace without flows: analyze flow says so, in one line.
+expect_usage flow_none "$A" flow gen.sqlite
+grep -qF "flow: gen.sqlite has no flow records" flow_none.err || fail "flow on gen: $(cat flow_none.err)"
 
 for c in info summary sql; do
     case $c in sql) args=(sql /dev/zero "SELECT 1") ;; *) args=("$c" /dev/zero) ;; esac

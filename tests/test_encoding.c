@@ -791,6 +791,129 @@ static void test_counters_truncation_and_corruption(void **state)
     st_buf_free(&enc.buf);
 }
 
+/* ---- flow chunks ---- */
+
+/* Round trip of flow records (both directions, ids up to 2^64-1, equal
+ * timestamps, times near INT64_MAX), the exact bytes of a small chunk as
+ * docs/trace-format.md spells them, and every prefix, trailing bytes and a
+ * wrong count refused. */
+static void test_flows_round_trip_and_truncation(void **state)
+{
+    (void)state;
+    st_flow_encoder enc;
+    memset(&enc, 0, sizeof enc);
+    assert_int_equal(st_flow_chunk_start(&enc), 0);
+    /* The documented example: out of id 300 at 5, in of id 1 at 5, out of id 0 at 133. */
+    assert_int_equal(st_flow_put(&enc, ST_FLOW_OUT, 5, 300), 0);
+    assert_int_equal(st_flow_put(&enc, ST_FLOW_IN, 5, 1), 0);
+    assert_int_equal(st_flow_put(&enc, ST_FLOW_OUT, 133, 0), 0);
+    const uint8_t want[] = {0x46, 0x05, 0x00, 0xac, 0x02, 0x00, 0x01, 0x01, 0x80, 0x01, 0x00, 0x00};
+    assert_int_equal(enc.buf.len, sizeof want);
+    assert_memory_equal(enc.buf.data, want, sizeof want);
+    assert_int_equal(enc.t0_ns, 5);
+    assert_int_equal(enc.t1_ns, 133);
+    /* time going back and a bad direction are refused by the encoder */
+    assert_int_equal(st_flow_put(&enc, ST_FLOW_OUT, 132, 1), -1);
+    assert_int_equal(st_flow_put(&enc, 2, 133, 1), -1);
+    assert_int_equal(enc.n_records, 3);
+
+    assert_int_equal(st_flow_chunk_start(&enc), 0);
+    rng_state = 4242;
+    const uint32_t n = 200;
+    st_flow_rec model[200];
+    int64_t ts = INT64_MAX - ((int64_t)1 << 45);
+    for (uint32_t i = 0; i < n; i++) {
+        ts += (int64_t)rng_below(i % 7 ? 1ull << 30 : 1); /* some equal times */
+        uint64_t id = i % 5 == 0 ? UINT64_MAX - rng_below(3) : rng_next() >> rng_below(64);
+        model[i] = (st_flow_rec){(uint32_t)rng_below(2), ts, id};
+        assert_int_equal(st_flow_put(&enc, model[i].dir, ts, id), 0);
+    }
+    st_flow_cursor cur;
+    st_flow_rec f;
+    for (size_t len = 0; len <= enc.buf.len + 2; len++) {
+        uint8_t *buf = malloc(len ? len : 1);
+        assert_non_null(buf);
+        for (size_t i = 0; i < len; i++) buf[i] = i < enc.buf.len ? enc.buf.data[i] : 0;
+        int rc = st_flow_cursor_open(&cur, buf, len, n);
+        uint32_t got = 0;
+        if (rc == 0)
+            while ((rc = st_flow_next(&cur, &f)) == 1) {
+                assert_true(got < n);
+                assert_int_equal(f.dir, model[got].dir);
+                assert_true(f.ts_ns == model[got].ts_ns);
+                assert_true(f.id == model[got].id);
+                got++;
+            }
+        if (len == enc.buf.len) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(got, n);
+        } else {
+            assert_int_equal(rc, ST_ECORRUPT);
+        }
+        free(buf);
+    }
+    uint8_t *exact = exact_copy(enc.buf.data, enc.buf.len);
+    for (int delta = -1; delta <= 1; delta += 2) {
+        assert_int_equal(st_flow_cursor_open(&cur, exact, enc.buf.len, (uint32_t)((int)n + delta)), 0);
+        int rc;
+        while ((rc = st_flow_next(&cur, &f)) == 1) {
+        }
+        assert_int_equal(rc, ST_ECORRUPT);
+    }
+    free(exact);
+    st_buf_free(&enc.buf);
+}
+
+/* Hostile flow chunks: a wrong tag, a truncated varint, an 11-byte varint,
+ * a direction of 2 (or a two-byte 0), a time past INT64_MAX. */
+static void test_flows_hostile(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        uint8_t bytes[24];
+        size_t len;
+        uint32_t n;
+    } cases[] = {
+        {"wrong tag", {0x45, 0x00, 0x00, 0x01}, 4, 1},
+        {"empty", {0}, 0, 0},
+        {"truncated id varint", {0x46, 0x01, 0x00, 0x80}, 4, 1},
+        {"truncated delta", {0x46, 0x81}, 2, 1},
+        {"direction 2", {0x46, 0x01, 0x02, 0x01}, 4, 1},
+        {"direction 0x80 (a direction is one byte)", {0x46, 0x01, 0x80, 0x00, 0x01}, 5, 1},
+        {"id of 11 bytes",
+         {0x46, 0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, 14, 1},
+        {"tenth byte over 1", {0x46, 0x01, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}, 13, 1},
+        {"time overflow",
+         {0x46, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x00, 0x00, 0x01, 0x00, 0x00}, 15, 2},
+        {"trailing byte", {0x46, 0x01, 0x00, 0x01, 0x00}, 5, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *buf = exact_copy(cases[i].bytes, cases[i].len);
+        st_flow_cursor cur;
+        st_flow_rec f;
+        int rc = st_flow_cursor_open(&cur, buf, cases[i].len, cases[i].n);
+        if (rc == 0)
+            while ((rc = st_flow_next(&cur, &f)) == 1) {
+            }
+        if (rc != ST_ECORRUPT) fail_msg("%s: decoded (rc %d)", cases[i].what, rc);
+        free(buf);
+    }
+    /* the largest valid record: delta INT64_MAX, id UINT64_MAX */
+    const uint8_t ok[] = {0x46, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x01,
+                          0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    uint8_t *buf = exact_copy(ok, sizeof ok);
+    st_flow_cursor cur;
+    st_flow_rec f;
+    assert_int_equal(st_flow_cursor_open(&cur, buf, sizeof ok, 1), 0);
+    assert_int_equal(st_flow_next(&cur, &f), 1);
+    assert_true(f.ts_ns == INT64_MAX);
+    assert_true(f.id == UINT64_MAX);
+    assert_int_equal(f.dir, ST_FLOW_IN);
+    assert_int_equal(st_flow_next(&cur, &f), 0);
+    free(buf);
+}
+
 /* ---- tests: varints ---- */
 
 /* ---- GPU chunks ------------------------------------------------------------------------------- */
@@ -1036,6 +1159,8 @@ int main(void)
         cmocka_unit_test(test_events_truncation_and_count),
         cmocka_unit_test(test_events_random_corruption),
         cmocka_unit_test(test_counters_truncation_and_corruption),
+        cmocka_unit_test(test_flows_round_trip_and_truncation),
+        cmocka_unit_test(test_flows_hostile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

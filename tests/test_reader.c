@@ -820,6 +820,13 @@ static void hostile_copy(const char *from, const char *to, const char *sql)
 #define LOOSEN(t) "CREATE TABLE loose AS SELECT * FROM " t " ORDER BY rowid; DROP TABLE " t "; " \
                   "ALTER TABLE loose RENAME TO " t "; "
 
+/* A flow_chunks table as the writer makes it, with one valid chunk of thread 0. */
+#define FLOWS "CREATE TABLE flow_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL, t0_ns INTEGER NOT NULL, " \
+              "t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL); " \
+              "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, x'46050007'); "
+#define LOOSE_FLOWS "CREATE TABLE flow_chunks(id, thread, t0_ns, t1_ns, n_records, data); " \
+                    "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, x'46050007'); "
+
 static const struct {
     const char *sql;
     const char *arg_sql[3]; /* values for the message's %lld, read from the changed copy */
@@ -883,7 +890,96 @@ static const struct {
     {"CREATE VIEW gpu_chunks AS SELECT 1 AS id", {NULL}, "trace table 'gpu_chunks': it is a view, not a plain table", 0},
     {"CREATE TABLE gpu_strings(id INTEGER PRIMARY KEY, value TEXT); INSERT INTO gpu_strings VALUES (1, NULL)", {NULL},
      "trace table 'gpu_strings': row 1 (id 1): column 'value' is null, not text", 0},
+    {FLOWS "INSERT INTO flow_chunks VALUES (2, 9, 5, 5, 1, x'46050007')", {NULL},
+     "trace table 'flow_chunks': chunk 2 names unknown thread 9", 0},
+    {LOOSE_FLOWS "INSERT INTO flow_chunks VALUES (2, 0, 'abc', 5, 1, x'46050007')", {NULL},
+     "trace table 'flow_chunks': row 2 (id 2): column 't0_ns' is text, not an integer", 0},
+    {LOOSE_FLOWS "INSERT INTO flow_chunks VALUES (2, 0, 5, 5, 1.0, x'46050007')", {NULL},
+     "trace table 'flow_chunks': row 2 (id 2): column 'n_records' is a real, not an integer", 0},
+    {LOOSE_FLOWS "INSERT INTO flow_chunks VALUES (2, 0, 5, 5, 1, 'F')", {NULL},
+     "trace table 'flow_chunks': row 2 (id 2): column 'data' is text, not a blob", 0},
+    {LOOSE_FLOWS "INSERT INTO flow_chunks VALUES (2, NULL, 5, 5, 1, x'46050007')", {NULL},
+     "trace table 'flow_chunks': row 2 (id 2): column 'thread' is null, not an integer", 0},
+    {LOOSE_FLOWS "INSERT INTO flow_chunks VALUES (1, 0, 5, 5, 1, x'46050007')", {NULL},
+     "trace table 'flow_chunks': row 2: id 1 is also in row 1 (ids must be unique)", 0},
+    {"CREATE VIEW flow_chunks AS SELECT 1 AS id", {NULL}, "trace table 'flow_chunks': it is a view, not a plain table", 0},
+    {"CREATE TABLE flow_chunks(id INTEGER PRIMARY KEY, thread, t0_ns, t1_ns, data)", {NULL},
+     "trace table 'flow_chunks': it has no column 'n_records'", 0},
 };
+
+/* Flow chunks whose data does not decode open (the data is read only when
+ * flows are read), and fail at the first read of the chunk, through the
+ * reader and the SQL table alike; a valid one reads back. */
+static void test_flow_chunks_hostile(void **state)
+{
+    fixture *f = *state;
+    char path[512];
+    tmp_path(path, sizeof path, "hostile-flows.sqlite");
+    static const struct {
+        const char *data; /* hex */
+        int n;
+        const char *what;
+    } bad[] = {
+        {"450500" "07", 1, "wrong tag"},
+        {"4605" "00" "80", 1, "truncated id varint"},
+        {"46ff", 1, "truncated time delta"},
+        {"4605" "02" "07", 1, "unknown direction 2"},
+        {"4605" "ff" "07", 1, "unknown direction 0xff"},
+        {"4605" "00" "ffffffffffffffffff02", 1, "id over 64 bits"},
+        {"4605" "00" "07", 2, "fewer records than n_records"},
+        {"4605" "00" "07" "00", 1, "trailing byte"},
+        {"46ffffffffffffffff7f" "00" "01" "01" "00" "01", 2, "time past INT64_MAX"},
+        {"", 0, "empty blob"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE flow_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL, t0_ns INTEGER NOT NULL, "
+                 "t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL); "
+                 "INSERT INTO flow_chunks VALUES (3, 1, 0, 9223372036854775807, %d, x'%s')",
+                 bad[i].n, bad[i].data);
+        hostile_copy(f->path, path, sql);
+        st_reader *r = open_reader(path);
+        assert_int_equal(st_reader_has_flows(r), 1);
+        st_flow_iter *it;
+        assert_int_equal(st_flow_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+        st_flow_row row;
+        int rc;
+        while ((rc = st_flow_iter_next(it, &row)) == 1) {
+        }
+        st_flow_iter_close(it);
+        if (rc != ST_ECORRUPT) fail_msg("%s: %d, not ST_ECORRUPT", bad[i].what, rc);
+        assert_string_equal(st_last_error(), "trace table 'flow_chunks': chunk 3 (thread 1) is corrupt or truncated");
+        sqlite3 *db = st_reader_db(r);
+        assert_int_equal(st_sql_register(db), ST_OK);
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM flows", -1, &st, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ERROR);
+        sqlite3_finalize(st);
+        assert_string_equal(sqlite3_errmsg(db), "trace table 'flow_chunks': chunk 3 (thread 1) is corrupt or truncated");
+        st_reader_close(r);
+    }
+    /* valid: out of id 7 at 5, in of id 2^64-1 at 6 */
+    hostile_copy(f->path, path,
+                 "CREATE TABLE flow_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL, t0_ns INTEGER NOT NULL, "
+                 "t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL, data BLOB NOT NULL); "
+                 "INSERT INTO flow_chunks VALUES (3, 1, 5, 6, 2, x'460500070101ffffffffffffffffff01')");
+    st_reader *r = open_reader(path);
+    st_flow_iter *it;
+    st_flow_row row;
+    assert_int_equal(st_flow_iter_open(&it, r, 1, INT64_MIN, INT64_MAX), ST_OK);
+    assert_int_equal(st_flow_iter_next(it, &row), 1);
+    assert_true(row.thread == 1 && row.dir == ST_FLOW_OUT && row.ts_ns == 5 && row.id == 7);
+    assert_int_equal(st_flow_iter_next(it, &row), 1);
+    assert_true(row.thread == 1 && row.dir == ST_FLOW_IN && row.ts_ns == 6 && row.id == UINT64_MAX);
+    assert_int_equal(st_flow_iter_next(it, &row), 0);
+    st_flow_iter_close(it);
+    assert_int_equal(st_flow_iter_open(&it, r, 0, INT64_MIN, INT64_MAX), ST_OK); /* another thread: none */
+    assert_int_equal(st_flow_iter_next(it, &row), 0);
+    st_flow_iter_close(it);
+    st_reader_close(r);
+    remove_trace_files(path);
+}
 
 static void test_validation(void **state)
 {
@@ -1204,6 +1300,7 @@ int main(void)
         cmocka_unit_test(test_sql_ranges),
         cmocka_unit_test(test_sql_counters),
         cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_flow_chunks_hostile),
         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_range_decoder_matches_events),
         cmocka_unit_test(test_gpu_launch_lookback),

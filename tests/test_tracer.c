@@ -1403,6 +1403,123 @@ static void test_unregistered_calls_reported(void **state)
     assert_int_equal(seen.n, 3);
 }
 
+/* ---- flows ---- */
+
+#define FLOW_N 12000 /* ~60 KB of records: more than one flow chunk per thread */
+
+static void *flow_producer(void *arg)
+{
+    st_trace *trace = arg;
+    assert_true(st_thread_register(trace, "producer", "loader", -1, 0) >= 0);
+    for (uint64_t i = 0; i < FLOW_N; i++) st_flow_out(i << 40 | 7);
+    st_flow_out(UINT64_MAX);
+    st_thread_unregister();
+    return NULL;
+}
+
+/* st_flow_out on one thread, st_flow_in on another: every record reaches
+ * flow_chunks in order with its thread, direction and id (ids up to
+ * 2^64-1), through the reader and through the SQL table `flows`; a trace
+ * without flows has no flow_chunks and reads as having none; an
+ * unregistered thread's st_flow_in is reported like st_begin. */
+static void test_flows_recorded(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "flows.sqlite");
+    st_options o;
+    options(&o, path);
+    unreg_log seen = {0};
+    o.log = unreg_collect;
+    o.log_arg = &seen;
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st_flow_in(1); /* not registered yet: reported, not recorded */
+    assert_int_equal(seen.n, 1);
+    if (!strstr(seen.lines[0], "': st_flow_in called from thread ")) fail_msg("unexpected report: %s", seen.lines[0]);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flow_producer, trace), 0);
+    pthread_join(th, NULL);
+    assert_true(st_thread_register(trace, "consumer", "drafter", -1, 0) >= 0);
+    for (uint64_t i = 0; i < FLOW_N; i++) st_flow_in(i << 40 | 7);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_complete_trace(path);
+    assert_int_equal(st_reader_has_flows(r), 1);
+    const st_thread_info *prod = thread_named(r, "producer"), *cons = thread_named(r, "consumer");
+    assert_non_null(prod);
+    assert_non_null(cons);
+    st_flow_iter *it;
+    assert_int_equal(st_flow_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_flow_row f;
+    uint64_t n_out = 0, n_in = 0;
+    int64_t prev = INT64_MIN, last_out = 0, first_in = INT64_MAX;
+    uint32_t prev_thread = UINT32_MAX;
+    int rc;
+    while ((rc = st_flow_iter_next(it, &f)) == 1) {
+        if (f.thread == prod->id) {
+            assert_int_equal(f.dir, ST_FLOW_OUT);
+            if (n_out < FLOW_N) assert_true(f.id == (n_out << 40 | 7));
+            else assert_true(f.id == UINT64_MAX);
+            n_out++;
+            last_out = f.ts_ns;
+        } else {
+            assert_int_equal(f.thread, cons->id);
+            assert_int_equal(f.dir, ST_FLOW_IN);
+            assert_true(f.id == (n_in << 40 | 7));
+            if (n_in == 0) first_in = f.ts_ns;
+            n_in++;
+        }
+        if (f.thread == prev_thread) assert_true(f.ts_ns >= prev); /* per thread, in time */
+        prev = f.ts_ns;
+        prev_thread = f.thread;
+    }
+    assert_int_equal(rc, 0);
+    st_flow_iter_close(it);
+    assert_int_equal(n_out, FLOW_N + 1);
+    assert_int_equal(n_in, FLOW_N);
+    assert_true(first_in >= last_out);
+    /* one thread, a window */
+    assert_int_equal(st_flow_iter_open(&it, r, cons->id, first_in, first_in + 1), ST_OK);
+    assert_int_equal(st_flow_iter_next(it, &f), 1);
+    assert_true(f.id == 7 && f.dir == ST_FLOW_IN && f.ts_ns == first_in);
+    st_flow_iter_close(it);
+    sqlite3 *db = st_reader_db(r);
+    assert_true(sql_int(db, "SELECT count(*) FROM flow_chunks WHERE thread = (SELECT id FROM threads WHERE name = 'producer')") >= 2);
+    assert_int_equal(sql_int(db, "SELECT sum(n_records) FROM flow_chunks"), 2 * FLOW_N + 1);
+    st_reader_close(r);
+
+    sqlite3 *conn;
+    assert_int_equal(sqlite3_open_v2(path, &conn, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(st_sql_register(conn), ST_OK);
+    assert_int_equal(sql_int(conn, "SELECT count(*) FROM flows WHERE dir = 'out'"), FLOW_N + 1);
+    assert_int_equal(sql_int(conn, "SELECT count(*) FROM flows WHERE dir = 'in'"), FLOW_N);
+    assert_int_equal(sql_int(conn, "SELECT id FROM flows WHERE dir = 'out' ORDER BY ts_ns DESC, rowid DESC LIMIT 1"), -1);
+    /* every in pairs with an out of the same id, later or at the same time */
+    assert_int_equal(sql_int(conn, "SELECT count(*) FROM flows AS i JOIN flows AS o ON o.id = i.id AND o.dir = 'out' "
+                                   "WHERE i.dir = 'in' AND i.ts_ns >= o.ts_ns"),
+                     FLOW_N);
+    assert_int_equal(sql_intf(conn, "SELECT count(*) FROM flows WHERE thread = %u AND ts_ns >= %lld", cons->id,
+                              (long long)first_in),
+                     FLOW_N);
+    sqlite3_close(conn);
+
+    /* No flows: no table, none read. */
+    tmp_path(path, sizeof path, "noflows.sqlite");
+    options(&o, path);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_step(0, 0);
+    assert_int_equal(st_close(trace), ST_OK);
+    r = open_complete_trace(path);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT count(*) FROM sqlite_schema WHERE name = 'flow_chunks'"), 0);
+    assert_int_equal(st_reader_has_flows(r), 0);
+    assert_int_equal(st_flow_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    assert_int_equal(st_flow_iter_next(it, &f), 0);
+    st_flow_iter_close(it);
+    st_reader_close(r);
+}
+
 /* st_signal_flush's status codes: ST_ESTATE with no trace or a disabled one,
  * ST_ETIMEDOUT when the writer answers too late (a slow writer with records
  * pending; the request stays and the trace still ends "interrupted"), ST_OK
@@ -1465,6 +1582,7 @@ int main(void)
         cmocka_unit_test(test_unregistered_stage_id),
         cmocka_unit_test(test_signal_flush_codes),
         cmocka_unit_test(test_unregistered_calls_reported),
+        cmocka_unit_test(test_flows_recorded),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

@@ -215,6 +215,72 @@ int st_counter_next(st_counter_cursor *c, st_sample *s)
     return 1;
 }
 
+/* ---- flows ----
+ * header: 0x46
+ * record: varint ts delta (from the previous record; the first from 0),
+ *         byte direction (0 out, 1 in), varint id */
+
+int st_flow_chunk_start(st_flow_encoder *e)
+{
+    e->buf.len = 0;
+    e->n_records = 0;
+    if (st_buf_reserve(&e->buf, 1)) return -1;
+    e->buf.data[e->buf.len++] = ST_CHUNK_FLOWS_V1;
+    e->prev_ts = 0;
+    e->t0_ns = INT64_MAX;
+    e->t1_ns = 0;
+    return 0;
+}
+
+int st_flow_put(st_flow_encoder *e, uint32_t dir, int64_t ts_ns, uint64_t id)
+{
+    if (ts_ns < e->prev_ts || dir > ST_FLOW_IN) return -1;
+    if (st_buf_reserve(&e->buf, 21)) return -1;
+    uint8_t *p = e->buf.data + e->buf.len;
+    size_t n = st_varint_put(p, (uint64_t)(ts_ns - e->prev_ts));
+    p[n++] = (uint8_t)dir;
+    n += st_varint_put(p + n, id);
+    e->buf.len += n;
+    e->prev_ts = ts_ns;
+    if (ts_ns < e->t0_ns) e->t0_ns = ts_ns;
+    e->t1_ns = ts_ns;
+    e->n_records++;
+    return 0;
+}
+
+int st_flow_cursor_open(st_flow_cursor *c, const void *data, size_t size, uint32_t n_records)
+{
+    c->p = data;
+    c->end = c->p + size;
+    c->remaining = n_records;
+    c->prev_ts = 0;
+    if (size < 1 || c->p[0] != ST_CHUNK_FLOWS_V1) return ST_ECORRUPT;
+    c->p++;
+    return 0;
+}
+
+int st_flow_next(st_flow_cursor *c, st_flow_rec *f)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
+    uint64_t delta, dir, id;
+    size_t n = st_varint_get(c->p, c->end, &delta);
+    if (!n) return ST_ECORRUPT;
+    c->p += n;
+    if (c->p == c->end || c->p[0] > ST_FLOW_IN) return ST_ECORRUPT; /* one byte: 0 or 1 */
+    dir = *c->p++;
+    n = st_varint_get(c->p, c->end, &id);
+    if (!n) return ST_ECORRUPT;
+    c->p += n;
+    int64_t ts;
+    if (add_delta(c->prev_ts, delta, &ts)) return ST_ECORRUPT;
+    f->dir = (uint32_t)dir;
+    f->ts_ns = ts;
+    f->id = id;
+    c->prev_ts = ts;
+    c->remaining--;
+    return 1;
+}
+
 /* ---- GPU activity ----
  * header: 0x47
  * record: varint kind, zigzag varint start delta (from the previous record's

@@ -16,6 +16,7 @@
 #define ST_CHUNK_COUNTERS_V1 0x43 /* 'C' */
 #define ST_CHUNK_GPU_V1 0x47      /* 'G': every field of every record (read only) */
 #define ST_CHUNK_GPU_V2 0x48      /* 'H': fields that repeat or are zero left out (written) */
+#define ST_CHUNK_FLOWS_V1 0x46    /* 'F' */
 /* ST_MAX_DEPTH (stagetrace.h): open ranges per thread, depth 0..255 */
 
 typedef struct st_buf {
@@ -162,6 +163,36 @@ typedef struct st_counter_cursor {
 int st_counter_cursor_open(st_counter_cursor *c, const void *data, size_t size,
                            uint32_t n_samples, uint32_t n_counters);
 int st_counter_next(st_counter_cursor *c, st_sample *s);
+
+
+/* ---- flows (docs/trace-format.md, "Flow chunk") ---- */
+
+typedef struct st_flow_encoder {
+    st_buf buf;
+    uint32_t n_records;
+    int64_t prev_ts, t0_ns, t1_ns;
+} st_flow_encoder;
+
+int st_flow_chunk_start(st_flow_encoder *e);
+/* dir: ST_FLOW_OUT or ST_FLOW_IN. ts_ns must be >= the previous record's.
+ * 0, or -1 (no memory, time going back, a bad direction). */
+int st_flow_put(st_flow_encoder *e, uint32_t dir, int64_t ts_ns, uint64_t id);
+
+typedef struct st_flow_cursor {
+    const uint8_t *p, *end;
+    uint32_t remaining;
+    int64_t prev_ts;
+} st_flow_cursor;
+
+typedef struct st_flow_rec {
+    uint32_t dir;
+    int64_t ts_ns;
+    uint64_t id;
+} st_flow_rec;
+
+int st_flow_cursor_open(st_flow_cursor *c, const void *data, size_t size, uint32_t n_records);
+/* 1: *f filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
+int st_flow_next(st_flow_cursor *c, st_flow_rec *f);
 
 
 /* ---- GPU activity (docs/trace-format.md, "GPU chunk") ---- */

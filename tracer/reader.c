@@ -34,6 +34,7 @@ struct st_reader {
     uint32_t n_counters;
     st_step_info *steps;
     uint32_t n_steps;
+    int has_flow_chunks; /* the optional flow_chunks table exists (checked at open) */
 };
 
 static const char *const required_tables[] = {"meta", "threads", "stages", "counter_names",
@@ -319,6 +320,14 @@ static const table_spec gpu_specs[] = {
      1},
     {"gpu_strings", "id", 0, -1, 2, {{"id", COL_INT}, {"value", COL_TEXT}}, 2},
 };
+
+/* Optional: present only in traces with flows (st_flow_out / st_flow_in).
+ * Flow chunks are few (a record per item and handoff), so every column of
+ * every row is checked at open; the data as each chunk is read. */
+static const table_spec flow_spec = {"flow_chunks", "id", 0, 1, 6,
+    {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_records", COL_INT},
+     {"data", COL_BLOB}},
+    6};
 
 /* Optional, written by the writer when it had to discard records: its shape
  * is checked here; its rows (thread and device may be NULL) by the reader of
@@ -675,7 +684,11 @@ static int load(st_reader *r, const char *path)
         if (kind && ((rc = check_shape(r->db, t)) || (rc = t->n_open < t->n_cols ? check_chunk_rows(r, t) : check_rows(r, t))))
             return rc;
     }
-    int kind = object_kind(r->db, lost_spans_spec.name);
+    int kind = object_kind(r->db, flow_spec.name);
+    if (kind < 0) return bad(flow_spec.name, sqlite3_errmsg(r->db));
+    if (kind && ((rc = check_shape(r->db, &flow_spec)) || (rc = check_rows(r, &flow_spec)))) return rc;
+    r->has_flow_chunks = kind != 0;
+    kind = object_kind(r->db, lost_spans_spec.name);
     if (kind < 0) return bad(lost_spans_spec.name, sqlite3_errmsg(r->db));
     if (kind && (rc = check_shape(r->db, &lost_spans_spec))) return rc;
     return ST_OK;
@@ -1246,6 +1259,88 @@ void st_sample_iter_close(st_sample_iter *it)
     if (!it) return;
     sqlite3_finalize(it->rows.st);
     free(it);
+}
+
+/* ---- flows ---- */
+
+struct st_flow_iter {
+    chunk_rows rows;
+    int in_chunk, empty;
+    int64_t t0, t1;
+    st_flow_cursor cur;
+};
+
+int st_reader_has_flows(st_reader *r)
+{
+    if (!r->has_flow_chunks) return 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM main.flow_chunks LIMIT 1", -1, &st, NULL) != SQLITE_OK)
+        return bad("flow_chunks", sqlite3_errmsg(r->db));
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return bad("flow_chunks", sqlite3_errmsg(r->db));
+    return rc == SQLITE_ROW;
+}
+
+int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t t0, int64_t t1)
+{
+    *out = NULL;
+    st_flow_iter *it = calloc(1, sizeof *it);
+    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->t0 = t0;
+    it->t1 = t1;
+    if (!r->has_flow_chunks) {
+        it->empty = 1;
+        *out = it;
+        return ST_OK;
+    }
+    int rc = chunk_rows_open(&it->rows, r, "flow_chunks", "n_records", thread, t0, t1);
+    if (rc) {
+        st_flow_iter_close(it);
+        return rc;
+    }
+    *out = it;
+    return ST_OK;
+}
+
+int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
+{
+    if (it->empty) return 0;
+    for (;;) {
+        if (!it->in_chunk) {
+            int rc = chunk_rows_next(&it->rows);
+            if (rc <= 0) return rc;
+            if (st_flow_cursor_open(&it->cur, it->rows.data, (size_t)it->rows.size, (uint32_t)it->rows.n_items))
+                return chunk_corrupt(&it->rows);
+            it->in_chunk = 1;
+        }
+        st_flow_rec f;
+        int rc = st_flow_next(&it->cur, &f);
+        if (rc == 0) {
+            it->in_chunk = 0;
+            continue;
+        }
+        if (rc < 0) return chunk_corrupt(&it->rows);
+        if (f.ts_ns < it->t0 || f.ts_ns >= it->t1) continue;
+        out->thread = (uint32_t)it->rows.thread;
+        out->dir = f.dir;
+        out->ts_ns = f.ts_ns;
+        out->id = f.id;
+        return 1;
+    }
+}
+
+void st_flow_iter_close(st_flow_iter *it)
+{
+    if (!it) return;
+    sqlite3_finalize(it->rows.st);
+    free(it);
+}
+
+void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    *chunk_id = it->rows.row_id;
+    *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
 }
 
 /* ---- windows ---- */

@@ -1,7 +1,8 @@
 /* record.c: the hot path. Each registered thread owns a single-producer
- * ring; st_begin/st_end/st_counter_set/st_mark/st_step append one 24-byte
- * record and publish it with a release store. No lock, no allocation, no
- * system call. The public header tests the thread's ring pointer inline
+ * ring; st_begin/st_end/st_counter_set/st_mark/st_step/st_flow_out/
+ * st_flow_in append one 24-byte record and publish it with a release
+ * store. No lock, no allocation, no system call. The public header tests
+ * the thread's ring pointer inline
  * (st__thread_ring, initial-exec TLS): an unregistered thread, or a
  * disabled trace, costs that one branch and no call; a recording thread
  * calls st__ring_*, whose common case touches one cache line of producer
@@ -270,6 +271,23 @@ static inline void ring_mark(st_ring *r, const char *literal_name)
     publish(r, h + 1);
 }
 
+/* A flow record: one slot, like a counter sample; dropped (and counted)
+ * when the ring is full. */
+static inline void ring_flow(st_ring *r, uint64_t id, uint32_t dir)
+{
+    int64_t ts = ring_clock(r);
+    if (unlikely(!reserve(r, 1))) {
+        count_drop(r, 1);
+        return;
+    }
+    uint64_t h = r->w_head;
+    st_record *rec = slot(r, h);
+    rec->arg = id;
+    put(rec, ts, dir, ST_REC_FLOW);
+    r->w_reserved++;
+    publish(r, h + 1);
+}
+
 static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
 {
     int64_t ts = ring_clock(r);
@@ -297,6 +315,7 @@ void st__ring_end(st_ring *r, st_stage stage) { ring_end(r, stage); }
 void st__ring_counter(st_ring *r, st_counter counter, double value) { ring_counter(r, counter, value); }
 void st__ring_mark(st_ring *r, const char *literal_name) { ring_mark(r, literal_name); }
 void st__ring_step(st_ring *r, uint64_t step, uint64_t tokens) { ring_step(r, step, tokens); }
+void st__ring_flow(st_ring *r, uint64_t id, uint32_t dir) { ring_flow(r, id, dir); }
 
 /* The exported functions, for callers that do not use the inline ones
  * (binaries built against earlier headers, -DST_NO_INLINE, other compilers). */
@@ -330,6 +349,18 @@ void st_step(uint64_t step, uint64_t tokens)
     st_ring *r = st__thread_ring;
     if (r) ring_step(r, step, tokens);
     UNREGISTERED("st_step");
+}
+void st_flow_out(uint64_t id)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_flow(r, id, 0);
+    UNREGISTERED("st_flow_out");
+}
+void st_flow_in(uint64_t id)
+{
+    st_ring *r = st__thread_ring;
+    if (r) ring_flow(r, id, 1);
+    UNREGISTERED("st_flow_in");
 }
 #undef UNREGISTERED
 

@@ -58,6 +58,7 @@ enum st_rec_type {
     ST_REC_MARK = 4,    /* arg = const char * (literal) */
     ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
     ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
+    ST_REC_FLOW = 7,    /* arg = item id, id = direction (0 out, 1 in) */
 };
 
 typedef struct st_record {

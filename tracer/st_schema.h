@@ -32,4 +32,12 @@ static const char st_gpu_schema_sql[] =
     "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
     "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);\n";
 
+/* The flow table, created with the first flow record (a trace without
+ * flows has none). */
+static const char st_flow_schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS flow_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL,\n"
+    "  t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS flow_chunks_by_thread ON flow_chunks(thread, id);\n";
+
 #endif

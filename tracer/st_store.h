@@ -33,6 +33,7 @@ enum st_store_stmt {
     ST_S_META,
     ST_S_GPU_STRING,
     ST_S_LOST_SPAN,
+    ST_S_FLOW_CHUNK,    /* thread, t0_ns, t1_ns, n_records, data */
     ST_S_EXEC,          /* one text value: SQL run with sqlite3_exec (DDL) */
     ST_S_COUNT
 };

@@ -59,6 +59,8 @@ static const struct {
     [ST_S_GPU_STRING] = {"INSERT OR REPLACE INTO gpu_strings(id, value) VALUES (?, ?)", "gpu_strings"},
     [ST_S_LOST_SPAN] = {"INSERT INTO lost_spans(source, thread, device, t0_ns, t1_ns, n_records) "
                         "VALUES (?, ?, ?, ?, ?, ?)", "lost_spans"},
+    [ST_S_FLOW_CHUNK] = {"INSERT INTO flow_chunks(thread, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?)",
+                         "flow_chunks"},
     [ST_S_EXEC] = {NULL, "schema"},
 };
 
@@ -114,7 +116,7 @@ int st_store_open(st_store **out, st_trace *t, size_t retry_max_bytes)
     s->healthy = 1;
     /* The optional tables' statements are prepared when first used. */
     for (int i = 0; i < ST_S_COUNT; i++) {
-        if (i == ST_S_GPU_CHUNK || i == ST_S_GPU_STRING || i == ST_S_LOST_SPAN) continue;
+        if (i == ST_S_GPU_CHUNK || i == ST_S_GPU_STRING || i == ST_S_LOST_SPAN || i == ST_S_FLOW_CHUNK) continue;
         if (prepare(s, i) != SQLITE_OK) {
             snprintf(t->writer_msg, sizeof t->writer_msg, "trace '%s': prepare %s: %s", t->path,
                      stmt_defs[i].what, sqlite3_errmsg(t->db));

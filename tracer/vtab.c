@@ -6,6 +6,7 @@
  *   ranges(thread, stage, start_ns, dur_ns, end_ns, depth, step)
  *   counters(thread, counter, ts_ns, value)
  *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
+ *   flows(thread, ts_ns, dir, id)
  *
  * plus the TEMP views ranges_v, counters_v and gpu_v, which join the names in.
  * The tables are eponymous-only (`SELECT * FROM ranges` needs no CREATE
@@ -46,10 +47,11 @@ SQLITE_EXTENSION_INIT1
 
 /* ---- the tables ---- */
 
-enum table_id { TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU };
+enum table_id { TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU, TABLE_FLOWS };
 
 enum { R_THREAD, R_STAGE, R_START, R_DUR, R_END, R_DEPTH, R_STEP, R_NCOLS };
 enum { C_THREAD, C_COUNTER, C_TS, C_VALUE, C_NCOLS };
+enum { F_THREAD, F_TS, F_DIR, F_ID, F_NCOLS };
 
 #define MAX_COLS 10
 #define MAX_PUSHED 16 /* constraints passed to xFilter; more are left to SQLite */
@@ -88,6 +90,10 @@ static const table_def table_defs[] = {
      "CREATE TABLE x(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, "
      "dur_ns INTEGER, bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER)",
      0, 0, {0}},
+    /* Flows from the optional flow_chunks table; empty without it. dir is
+     * 'out' or 'in'; id the program's 64-bit id as a signed integer. */
+    {TABLE_FLOWS, "flows", "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, dir TEXT, id INTEGER)",
+     BIT(F_THREAD) | BIT(F_TS), BIT(F_THREAD) | BIT(F_TS), {[F_THREAD] = 0, [F_TS] = INT64_MIN}},
 };
 
 typedef struct st_vtab {
@@ -104,6 +110,8 @@ typedef struct st_cursor {
     st_sample_iter *samples;
     st_gpu_iter *gpus;
     st_gpu_row gpu;
+    st_flow_iter *flows;
+    st_flow_row flow;
     st_range range;
     st_sample_row sample;
     int eof;
@@ -276,6 +284,8 @@ static void cursor_reset(st_cursor *c)
     st_range_iter_close(c->ranges);
     st_sample_iter_close(c->samples);
     st_gpu_iter_close(c->gpus);
+    st_flow_iter_close(c->flows);
+    c->flows = NULL;
     c->gpus = NULL;
     c->ranges = NULL;
     c->samples = NULL;
@@ -471,6 +481,27 @@ static int next_sample(st_cursor *c)
     }
 }
 
+static int next_flow(st_cursor *c)
+{
+    for (;;) {
+        int rc = st_flow_iter_next(c->flows, &c->flow);
+        if (rc == 0) {
+            c->eof = 1;
+            return SQLITE_OK;
+        }
+        if (rc < 0) {
+            c->eof = 1;
+            return vt_error((st_vtab *)c->base.pVtab, rc);
+        }
+        if (keep(c, F_THREAD, c->flow.thread) && keep(c, F_TS, c->flow.ts_ns)) {
+            int64_t chunk_id;
+            uint32_t index;
+            st_flow_iter_pos(c->flows, &chunk_id, &index);
+            return chunk_rowid(c, "flow_chunks", chunk_id, index);
+        }
+    }
+}
+
 /* The thread argument of the iterators: one thread, or -1 for all. */
 static int64_t one_thread(const st_cursor *c, int col)
 {
@@ -573,6 +604,14 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
     }
     case TABLE_GPU:
         return gpu_filter(vt, c);
+    case TABLE_FLOWS: {
+        int64_t t0 = c->lo[F_TS];
+        int64_t t1 = c->hi[F_TS] == INT64_MAX ? INT64_MAX : c->hi[F_TS] + 1;
+        rc = st_flow_iter_open(&c->flows, vt->reader, one_thread(c, F_THREAD), t0, t1);
+        if (rc) return vt_error(vt, rc);
+        c->eof = 0;
+        return next_flow(c);
+    }
     }
     return SQLITE_OK;
 }
@@ -584,6 +623,7 @@ static int vt_next(sqlite3_vtab_cursor *cur)
     if (c->ranges) return next_range(c);
     if (c->samples) return next_sample(c);
     if (c->gpus) return next_gpu(c);
+    if (c->flows) return next_flow(c);
     c->eof = 1;
     return SQLITE_OK;
 }
@@ -676,6 +716,14 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case 7: sqlite3_result_int64(ctx, g->rec.correlation); break;
         case 8: if (g->thread >= 0) sqlite3_result_int64(ctx, g->thread); else sqlite3_result_null(ctx); break;
         case 9: if (g->stage >= 0) sqlite3_result_int64(ctx, g->stage); else sqlite3_result_null(ctx); break;
+        }
+    } else if (c->flows) {
+        const st_flow_row *f = &c->flow;
+        switch (col) {
+        case F_THREAD: sqlite3_result_int64(ctx, f->thread); break;
+        case F_TS: sqlite3_result_int64(ctx, f->ts_ns); break;
+        case F_DIR: sqlite3_result_text(ctx, f->dir == ST_FLOW_OUT ? "out" : "in", -1, SQLITE_STATIC); break;
+        case F_ID: sqlite3_result_int64(ctx, (sqlite3_int64)f->id); break;
         }
     }
     return SQLITE_OK;

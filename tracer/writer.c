@@ -1,6 +1,6 @@
 /* writer.c: the writer thread. It drains every thread's ring, converts raw
  * clock readings to trace nanoseconds, encodes range events and counter
- * samples into per-thread chunks, stores small rows (threads, stages,
+ * samples (and flows) into per-thread chunks, stores small rows (threads, stages,
  * steps, marks) and commits at most opt.commit_ms apart, so a killed
  * process loses at most that window. It also feeds the interval
  * aggregator: per-thread event queues fed in st_agg_order up to a
@@ -47,6 +47,7 @@ struct st_thread_state {
     st_event_encoder ev;
     uint32_t chunk_ranges;    /* ends in the current event chunk */
     st_counter_encoder ctr;
+    st_flow_encoder flow;
     int64_t last_ns;          /* clamps the thread's time line to monotone */
     uint64_t final_dropped;
     uint64_t pending_step;
@@ -70,6 +71,7 @@ typedef struct writer {
     gpu_stream *gpu;          /* one encoder per device and stream */
     size_t n_gpu, gpu_cap;
     int gpu_tables;           /* gpu_chunks and gpu_strings are created */
+    int flow_table;           /* flow_chunks is created */
     long long gpu_dropped_written;
     st_store *store;          /* every row goes through it (store.c) */
     mark_string *strings;     /* open addressing by pointer */
@@ -291,6 +293,7 @@ static void write_registrations(st_trace *t, writer *w)
         s->ring = d->ring;
         st_event_chunk_start(&s->ev);
         st_counter_chunk_start(&s->ctr);
+        st_flow_chunk_start(&s->flow);
         t->tstate[i] = s;
         if (t->agg) st_agg_thread(t->agg, i, d->name, d->role);
     }
@@ -318,6 +321,19 @@ static void flush_counter_chunk(st_trace *t, writer *w, st_thread_state *s)
                    ST_VBLOB(s->ctr.buf.data, s->ctr.buf.len)};
     st_store_row(w->store, ST_S_COUNTER_CHUNK, 5, v);
     st_counter_chunk_start(&s->ctr);
+}
+
+static void flush_flow_chunk(writer *w, st_thread_state *s)
+{
+    if (s->flow.n_records == 0) return;
+    if (!w->flow_table) {
+        st_store_exec(w->store, st_flow_schema_sql);
+        w->flow_table = 1;
+    }
+    st_val v[5] = {ST_VINT(s->id), ST_VINT(s->flow.t0_ns), ST_VINT(s->flow.t1_ns), ST_VINT(s->flow.n_records),
+                   ST_VBLOB(s->flow.buf.data, s->flow.buf.len)};
+    st_store_row(w->store, ST_S_FLOW_CHUNK, 5, v);
+    st_flow_chunk_start(&s->flow);
 }
 
 static int64_t string_id(st_trace *t, writer *w, const char *ptr)
@@ -519,6 +535,10 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
         st_store_row(w->store, ST_S_MARK, 3, v);
         break;
     }
+    case ST_REC_FLOW:
+        st_flow_put(&s->flow, r->id, ns, r->arg);
+        if (s->flow.buf.len >= ST_CHUNK_BYTES) flush_flow_chunk(w, s);
+        break;
     case ST_REC_STEP:
         s->pending_step = r->arg;
         s->pending_step_ts = ns;
@@ -662,6 +682,7 @@ static int commit(st_trace *t, writer *w, int final)
         if (!s) continue;
         flush_event_chunk(t, w, s);
         flush_counter_chunk(t, w, s);
+        flush_flow_chunk(w, s);
     }
     store_gpu(t, w, final);
     write_dropped(t, w);
@@ -731,6 +752,7 @@ static void writer_free(st_trace *t, writer *w)
         }
         st_buf_free(&s->ev.buf);
         st_buf_free(&s->ctr.buf);
+        st_buf_free(&s->flow.buf);
         free(s->q.items);
         free(s);
         t->tstate[i] = NULL;

@@ -17,11 +17,18 @@
 
 #define REPORT_RING 64 /* drafters may run at most this many steps ahead of main */
 
+/* Flows: each batch is followed from the loader to the drafter that trains on it. Every
+ * handoff has its own id, batch index << 16 | hop: the producer records st_flow_out in
+ * its put (tr_queue_put_flow), the consumer st_flow_in right after its pop. */
+enum { HOP_BATCH = 0, HOP_STAGING = 1, HOP_HIDDEN = 2 }; /* loader->target, target->post, ->drafter */
+static uint64_t flow_id(uint64_t batch_index, int hop) { return batch_index << 16 | (uint64_t)hop; }
+
 typedef struct target_worker {
     tr_pipeline *p;
     int index, device;
     tr_target *target;
     tr_queue filled, free_staging; /* async only: staging buffers (index + 1) */
+    uint64_t staging_batch[2];     /* async only: the batch each staging buffer holds */
     pthread_t thread, post_thread;
     int started, post_started;
 } target_worker;
@@ -126,7 +133,7 @@ static void *loader_main(void *arg)
         tr_data_next(p->data, b);
         st_end(p->s_load);
         st_begin(p->s_queue_put);
-        int ok = tr_queue_put(&p->batch_queue, b);
+        int ok = tr_queue_put_flow(&p->batch_queue, b, flow_id(b->index, HOP_BATCH));
         st_end(p->s_queue_put);
         if (!ok)
             break;
@@ -157,7 +164,7 @@ static int produce_hidden(target_worker *w, int staging, tr_queue *release_stagi
         return -1;
     }
     st_begin(p->s_queue_put);
-    int ok = tr_queue_put(&p->hidden_queue, h);
+    int ok = tr_queue_put_flow(&p->hidden_queue, h, flow_id(h->batch_index, HOP_HIDDEN));
     st_end(p->s_queue_put);
     return ok ? 0 : -1;
 }
@@ -176,6 +183,8 @@ static void *target_main(void *arg)
         st_end(p->s_batch_wait);
         if (!b)
             break;
+        st_flow_in(flow_id(b->index, HOP_BATCH));
+        uint64_t batch_index = b->index;
         int staging = 0;
         if (async) {
             /* waits only when the post thread still packs both staging buffers */
@@ -196,7 +205,9 @@ static void *target_main(void *arg)
             break;
         }
         if (async) {
-            if (!tr_queue_put(&w->filled, (void *)(intptr_t)(staging + 1)))
+            w->staging_batch[staging] = batch_index; /* read by post after its pop */
+            if (!tr_queue_put_flow(&w->filled, (void *)(intptr_t)(staging + 1),
+                                   flow_id(batch_index, HOP_STAGING)))
                 break;
         } else if (produce_hidden(w, 0, NULL)) {
             break;
@@ -217,6 +228,7 @@ static void *post_main(void *arg)
         st_end(p->s_handoff_wait);
         if (!item)
             break;
+        st_flow_in(flow_id(w->staging_batch[(intptr_t)item - 1], HOP_STAGING));
         if (produce_hidden(w, (int)(intptr_t)item - 1, &w->free_staging))
             break;
     }
@@ -269,6 +281,7 @@ static void *drafter_main(void *arg)
         st_end(p->s_queue_wait);
         if (!h)
             break;
+        st_flow_in(flow_id(h->batch_index, HOP_HIDDEN));
         st_begin(p->s_h2d);
         int rc = be->drafter_h2d(d, h);
         st_end(p->s_h2d);

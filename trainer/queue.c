@@ -32,7 +32,7 @@ void tr_queue_destroy(tr_queue *q)
     q->items = NULL;
 }
 
-int tr_queue_put(tr_queue *q, void *item)
+static int queue_put(tr_queue *q, void *item, int flow, uint64_t flow_id)
 {
     pthread_mutex_lock(&q->lock);
     while (q->length == q->capacity && !q->closed)
@@ -41,12 +41,24 @@ int tr_queue_put(tr_queue *q, void *item)
     if (ok) {
         q->items[(q->head + q->length) % q->capacity] = item;
         q->length++;
+        if (flow)
+            st_flow_out(flow_id);
         if (q->counter >= 0)
             st_counter_set((st_counter)q->counter, (double)q->length);
         pthread_cond_signal(&q->not_empty);
     }
     pthread_mutex_unlock(&q->lock);
     return ok;
+}
+
+int tr_queue_put(tr_queue *q, void *item)
+{
+    return queue_put(q, item, 0, 0);
+}
+
+int tr_queue_put_flow(tr_queue *q, void *item, uint64_t flow_id)
+{
+    return queue_put(q, item, 1, flow_id);
 }
 
 void *tr_queue_pop(tr_queue *q)

@@ -15,6 +15,7 @@
 #define TR_QUEUE_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 typedef struct tr_queue {
     pthread_mutex_t lock;
@@ -30,6 +31,10 @@ int tr_queue_init(tr_queue *q, int capacity, int counter);
 void tr_queue_destroy(tr_queue *q);
 /* Blocks while full. Returns 1 when queued, 0 when the queue is (or becomes) closed. */
 int tr_queue_put(tr_queue *q, void *item);
+/* The same, and records st_flow_out(flow_id) under the queue's lock once the item is in:
+ * a consumer can take the item only after its out is recorded, so the st_flow_in it
+ * records after its pop is never earlier (docs/analyze.md, "flow"). */
+int tr_queue_put_flow(tr_queue *q, void *item, uint64_t flow_id);
 /* Blocks while empty. Returns the item, or NULL when the queue is (or becomes) closed. */
 void *tr_queue_pop(tr_queue *q);
 void tr_queue_close(tr_queue *q);

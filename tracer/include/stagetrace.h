@@ -14,12 +14,12 @@
  *    except st_mark's name, which must outlive the trace (pass a literal).
  *    A thread, role, stage, counter or unit name is at most ST_NAME_MAX
  *    bytes: a longer one is refused (ST_EINVAL).
- *  - st_begin, st_end, st_counter_set, st_mark and st_step are called only by
- *    registered threads. They take no lock, allocate nothing and make no
- *    system call. On any other thread they record nothing, and while an
- *    enabled trace is open the first st_begin, st_counter_set, st_mark or
- *    st_step of such a thread is reported, once per thread and trace, as an
- *    ST_LOG_WARNING through options.log and in that thread's
+ *  - st_begin, st_end, st_counter_set, st_mark, st_step, st_flow_out and
+ *    st_flow_in are called only by registered threads. They take no lock,
+ *    allocate nothing and make no system call. On any other thread they
+ *    record nothing, and while an enabled trace is open the first call of
+ *    such a thread (st_end excepted) is reported, once per thread and trace,
+ *    as an ST_LOG_WARNING through options.log and in that thread's
  *    st_last_error() (st_end alone is not reported).
  *  - Registration functions, st_flush and st_close are thread-safe.
  *    st_signal_flush is async-signal-safe; nothing else is.
@@ -29,8 +29,8 @@
  *    predictable branch, no function call (GCC and Clang;
  *    other compilers, or -DST_NO_INLINE, call the exported functions, which
  *    do the same test). Compiled with -DST_DISABLE, the hot-path calls
- *    (st_begin, st_end, st_counter_set, st_mark, st_step) and ST_SCOPE,
- *    ST_SCOPE_AUTO compile to nothing and reference no library symbol; their
+ *    (st_begin, st_end, st_counter_set, st_mark, st_step, st_flow_out,
+ *    st_flow_in) and ST_SCOPE, ST_SCOPE_AUTO compile to nothing and reference no library symbol; their
  *    arguments are still evaluated. Every other call (st_open,
  *    registration, st_close, ...) is an inline stub too (what each returns
  *    is listed at the stubs, near the end): a program compiled with
@@ -279,6 +279,15 @@ ST_API void st_thread_unregister(void);
  * Windows of N steps run from the mark of step k*N to the mark of step
  * (k+1)*N.
  *
+ * Flows: st_flow_out(id) says "item `id` leaves this thread now" (call it
+ * in the producer's put, once the item is handed over) and st_flow_in(id)
+ * "item `id` arrived on this thread now" (in the consumer, right after its
+ * get returned it). Ids are chosen by the program: any 64-bit value, unique
+ * per item and handoff within a run (across threads and ranks), e.g.
+ * step << 16 | producer index. Each call is one record in the thread's
+ * ring, like a begin; docs/trace-format.md ("flow_chunks") stores them and
+ * `analyze flow` pairs each out with its in.
+ *
  * Each is exported as a function (what binaries built against earlier
  * versions of this header call) and, for GCC and Clang, also defined below
  * as a static inline function that tests the calling thread's ring pointer
@@ -292,6 +301,8 @@ ST_API void st_end(st_stage stage);
 ST_API void st_counter_set(st_counter counter, double value);
 ST_API void st_mark(const char *literal_name);
 ST_API void st_step(uint64_t step, uint64_t tokens);
+ST_API void st_flow_out(uint64_t id);
+ST_API void st_flow_in(uint64_t id);
 #endif
 
 #if !defined(ST_DISABLE)
@@ -305,6 +316,7 @@ ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
 ST_API void st__ring_counter(struct st_ring *ring, st_counter counter, double value);
 ST_API void st__ring_mark(struct st_ring *ring, const char *literal_name);
 ST_API void st__ring_step(struct st_ring *ring, uint64_t step, uint64_t tokens);
+ST_API void st__ring_flow(struct st_ring *ring, uint64_t id, uint32_t dir);
 /* 1 while an enabled trace is open; a call from a thread with no ring then
  * reports itself through st__unregistered (out of line, once per thread). */
 ST_API extern int st__recording;
@@ -317,6 +329,8 @@ static inline void st_end(st_stage stage) { (void)stage; }
 static inline void st_counter_set(st_counter counter, double value) { (void)counter; (void)value; }
 static inline void st_mark(const char *literal_name) { (void)literal_name; }
 static inline void st_step(uint64_t step, uint64_t tokens) { (void)step; (void)tokens; }
+static inline void st_flow_out(uint64_t id) { (void)id; }
+static inline void st_flow_in(uint64_t id) { (void)id; }
 #elif !defined(ST_NO_INLINE) && !defined(ST__OUT_OF_LINE) && defined(__GNUC__)
 #define ST__HOT static inline __attribute__((always_inline, unused))
 ST__HOT void st_begin(st_stage stage)
@@ -351,6 +365,20 @@ ST__HOT void st_step(uint64_t step, uint64_t tokens)
     if (ring) st__ring_step(ring, step, tokens);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_step");
+}
+ST__HOT void st_flow_out(uint64_t id)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_flow(ring, id, 0);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_flow_out");
+}
+ST__HOT void st_flow_in(uint64_t id)
+{
+    struct st_ring *ring = st__thread_ring;
+    if (ring) st__ring_flow(ring, id, 1);
+    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+        st__unregistered("st_flow_in");
 }
 #undef ST__HOT
 #endif

@@ -286,6 +286,23 @@ ST_API const char *st_gpu_kind_name(uint32_t kind);   /* "kernel", "memcpy", ...
 ST_API const char *st_gpu_copy_name(uint32_t copy);   /* "HtoD", ... */
 ST_API const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", ... */
 
+/* Flows (st_flow_out / st_flow_in), from the optional flow_chunks table:
+ * per thread in recorded (time) order, threads by id. thread < 0: all
+ * threads. Only records with t0_ns <= ts_ns < t1_ns are returned. A trace
+ * without flow_chunks has none. */
+enum st_flow_dir { ST_FLOW_OUT = 0, ST_FLOW_IN = 1 };
+typedef struct st_flow_row {
+    uint32_t thread;
+    uint32_t dir;        /* ST_FLOW_OUT or ST_FLOW_IN */
+    int64_t ts_ns;
+    uint64_t id;         /* the program's item id */
+} st_flow_row;
+typedef struct st_flow_iter st_flow_iter;
+ST_API int st_reader_has_flows(st_reader *r); /* 1: flow_chunks holds rows; 0; <0 error */
+ST_API int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t t0_ns, int64_t t1_ns);
+ST_API int st_flow_iter_next(st_flow_iter *it, st_flow_row *out); /* 1, 0 = done, <0 error */
+ST_API void st_flow_iter_close(st_flow_iter *it);
+
 /* Where the row an iterator's last next() returned is stored: the id of its
  * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
  * index among the chunk's items (a range: the index of its end event among
@@ -295,12 +312,13 @@ ST_API const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", .
 ST_API void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32_t *index);
 ST_API void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index);
 ST_API void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
+ST_API void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index);
 
 /* Recomputes the interval windows of every_steps steps from the stored
  * events and step marks, through the same aggregator as the online path. */
 ST_API int st_reader_windows(st_reader *r, uint32_t every_steps, st_window_fn cb, void *arg);
 
-ST_API int st_sql_register(sqlite3 *db); /* vtab.c: tables ranges, counters, gpu; views ranges_v, counters_v */
+ST_API int st_sql_register(sqlite3 *db); /* vtab.c: tables ranges, counters, gpu, flows; views ranges_v, counters_v, gpu_v */
 
 #if defined(ST__READER_POP_API)
 #undef ST__READER_POP_API

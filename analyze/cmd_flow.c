@@ -1,0 +1,427 @@
+/* cmd_flow.c: `analyze flow FILE`: each item followed through the pipeline
+ * from the trace's flow records (flow.h): how long items wait in each queue
+ * (residence), how long each role holds them, end-to-end latency, where an
+ * item's time goes per role and stage, and each step's critical path.
+ * docs/analyze.md, "flow", defines every number.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flow.h"
+
+static const char help[] =
+    "usage: analyze flow [options] FILE\n"
+    "\n"
+    "Follows each item (st_flow_out / st_flow_in) through the pipeline. A handoff is an\n"
+    "id with one out and one in; its queue residence is in - out. On a thread an in is\n"
+    "continued by the thread's next flow record when it is an out: the item's next\n"
+    "handoff, and the time between them is the item's time in that role. End-to-end\n"
+    "latency is the item's last in - its first out. Percentiles are exact (nearest rank).\n"
+    "Per step, the critical path walks back from the step's end on the thread that\n"
+    "receives items through its outermost ranges and, at a wait_input range the item\n"
+    "ended, through the flow to its producer (docs/analyze.md, \"flow\").\n"
+    "\n"
+    "options:\n"
+    "  --steps A:B      items whose first out, and steps whose span, lie in the time from\n"
+    "                   step A's mark to step B's mark (A: or :B leave an end open)\n"
+    "  --time T0:T1     the same for seconds from the trace start\n"
+    "  --format F       text (default), csv or json\n";
+
+static const an_opt opts[] = {
+    {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME}, {"format", 1, AN_OPT_FORMAT},
+    {"help", 0, AN_OPT_HELP},   {NULL, 0, 0},
+};
+
+static const uint32_t permille[] = {500, 950, 990};
+
+typedef struct group_stat {
+    uint64_t n;
+    int64_t sum_ns, max_ns;
+} group_stat;
+
+typedef struct gv {
+    uint32_t group;
+    int64_t value;
+} gv;
+
+typedef struct ctx {
+    an_flow f;
+    const char **roles;     /* distinct roles, in thread order of first appearance */
+    uint32_t n_roles;
+    uint32_t *thread_role;  /* [n_threads] */
+    gv *vals;
+    uint64_t n_vals, cap_vals;
+    int64_t t0, t1;
+} ctx;
+
+/* groups: 0 latency; 1 + from * n_roles + to: residence; 1 + n_roles^2 + role: time in role */
+static uint32_t g_hop(const ctx *c, uint32_t from, uint32_t to) { return 1 + from * c->n_roles + to; }
+static uint32_t g_role(const ctx *c, uint32_t role) { return 1 + c->n_roles * c->n_roles + role; }
+
+static int push(ctx *c, uint32_t group, int64_t v)
+{
+    if (c->n_vals == c->cap_vals) {
+        c->cap_vals = c->cap_vals ? c->cap_vals * 2 : 1024;
+        gv *a = realloc(c->vals, c->cap_vals * sizeof *a);
+        if (!a) return -1;
+        c->vals = a;
+    }
+    c->vals[c->n_vals++] = (gv){group, v};
+    return 0;
+}
+
+static int setup_roles(ctx *c)
+{
+    st_reader *r = c->f.trace->r;
+    c->roles = calloc((size_t)c->f.n_threads + 1, sizeof *c->roles);
+    c->thread_role = calloc((size_t)c->f.n_threads + 1, sizeof *c->thread_role);
+    if (!c->roles || !c->thread_role) return -1;
+    for (uint32_t t = 0; t < c->f.n_threads; t++) {
+        const char *role = st_reader_thread(r, t)->role;
+        uint32_t k = 0;
+        while (k < c->n_roles && strcmp(c->roles[k], role) != 0) k++;
+        if (k == c->n_roles) c->roles[c->n_roles++] = role;
+        c->thread_role[t] = k;
+    }
+    return 0;
+}
+
+/* Items in the window: residence, time in role, latency; the breakdown of
+ * time in role by outermost stage. */
+static int collect(ctx *c, uint64_t *n_items, uint64_t *in_flight, double *breakdown, uint64_t *role_segs)
+{
+    const an_flow *f = &c->f;
+    uint32_t n_stages = st_reader_n_stages(f->trace->r);
+    for (uint64_t it = 0; it < f->n_items; it++) {
+        int64_t h = f->item_first[it];
+        const an_flow_rec *first = &f->recs[f->handoffs[h].out_rec];
+        if (first->ts_ns < c->t0 || first->ts_ns >= c->t1) continue;
+        int flying;
+        an_flow_item_last(f, it, NULL, &flying);
+        if (flying) {
+            (*in_flight)++;
+            continue;
+        }
+        (*n_items)++;
+        int64_t last_in = 0;
+        for (; h >= 0; h = f->handoffs[h].next) {
+            const an_flow_rec *out = &f->recs[f->handoffs[h].out_rec], *in = &f->recs[f->handoffs[h].in_rec];
+            if (push(c, g_hop(c, c->thread_role[out->thread], c->thread_role[in->thread]), in->ts_ns - out->ts_ns))
+                return -1;
+            last_in = in->ts_ns;
+            int64_t nx = f->handoffs[h].next;
+            if (nx < 0) continue;
+            const an_flow_rec *next_out = &f->recs[f->handoffs[nx].out_rec];
+            uint32_t role = c->thread_role[in->thread];
+            if (push(c, g_role(c, role), next_out->ts_ns - in->ts_ns)) return -1;
+            role_segs[role]++;
+            /* [in, next out) split among the thread's outermost ranges; the rest is "(none)" */
+            int64_t a = in->ts_ns, b = next_out->ts_ns, covered = 0;
+            uint32_t t = in->thread;
+            uint64_t lo = f->thread_ranges[t], hi = f->thread_ranges[t + 1];
+            while (lo < hi) { /* first range ending after a */
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (f->ranges[mid].end_ns <= a) lo = mid + 1;
+                else hi = mid;
+            }
+            for (uint64_t k = lo; k < f->thread_ranges[t + 1] && f->ranges[k].start_ns < b; k++) {
+                int64_t s = f->ranges[k].start_ns > a ? f->ranges[k].start_ns : a;
+                int64_t e = f->ranges[k].end_ns < b ? f->ranges[k].end_ns : b;
+                if (e > s && f->ranges[k].stage < n_stages) {
+                    breakdown[(size_t)role * (n_stages + 1) + f->ranges[k].stage] += (double)(e - s);
+                    covered += e - s;
+                }
+            }
+            breakdown[(size_t)role * (n_stages + 1) + n_stages] += (double)(b - a - covered);
+        }
+        if (push(c, 0, last_in - first->ts_ns)) return -1;
+    }
+    return 0;
+}
+
+static int quantiles(ctx *c, uint32_t n_groups, group_stat *gs, an_quant **out)
+{
+    an_quant *q = an_quant_new(n_groups, permille, 3);
+    if (!q) return -1;
+    for (uint64_t i = 0; i < c->n_vals; i++) {
+        group_stat *g = &gs[c->vals[i].group];
+        g->n++;
+        g->sum_ns += c->vals[i].value;
+        if (c->vals[i].value > g->max_ns) g->max_ns = c->vals[i].value;
+    }
+    for (;;) {
+        for (uint64_t i = 0; i < c->n_vals; i++) an_quant_add(q, c->vals[i].group, c->vals[i].value);
+        int more = an_quant_end_pass(q);
+        if (more < 0) {
+            an_quant_free(q);
+            return -1;
+        }
+        if (!more) break;
+    }
+    *out = q;
+    return 0;
+}
+
+static const an_col dist_cols[] = {
+    {"from", AN_T_STR, 0}, {"to", AN_T_STR, 0},  {"n", AN_T_INT, 0},   {"mean_ms", AN_T_MS, 0},
+    {"p50_ms", AN_T_MS, 0}, {"p95_ms", AN_T_MS, 0}, {"p99_ms", AN_T_MS, 0}, {"max_ms", AN_T_MS, 0},
+};
+
+static void put_dist(an_table *tb, const group_stat *g, const an_quant *q, uint32_t group)
+{
+    an_put_int(tb, (int64_t)g->n);
+    an_put_ns(tb, g->n ? g->sum_ns / (int64_t)g->n : 0);
+    for (uint32_t k = 0; k < 3; k++) an_put_ns(tb, an_quant_get(q, group, k));
+    an_put_ns(tb, g->max_ns);
+    an_row_end(tb);
+}
+
+static const char *stage_name(const st_reader *r, int64_t stage)
+{
+    if (stage < 0) return "(none)";
+    const st_stage_info *s = st_reader_stage(r, (uint32_t)stage);
+    return s ? s->name : "(none)";
+}
+
+static int report(ctx *c, an_format fmt)
+{
+    const an_flow *f = &c->f;
+    st_reader *r = f->trace->r;
+    uint32_t n_stages = st_reader_n_stages(r);
+    uint32_t n_groups = 1 + c->n_roles * c->n_roles + c->n_roles;
+    group_stat *gs = calloc(n_groups, sizeof *gs);
+    double *breakdown = calloc((size_t)c->n_roles * (n_stages + 1), sizeof *breakdown);
+    uint64_t *role_segs = calloc(c->n_roles, sizeof *role_segs);
+    uint64_t n_items = 0, in_flight = 0;
+    an_quant *q = NULL;
+    if (!gs || !breakdown || !role_segs || collect(c, &n_items, &in_flight, breakdown, role_segs) ||
+        quantiles(c, n_groups, gs, &q)) {
+        free(gs);
+        free(breakdown);
+        free(role_segs);
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    an_out *o = an_out_new(stdout, fmt);
+    if (!o) {
+        free(gs);
+        free(breakdown);
+        free(role_segs);
+        an_quant_free(q);
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    /* counts */
+    static const an_col count_cols[] = {
+        {"records", AN_T_INT, 0},  {"ids", AN_T_INT, 0},     {"handoffs", AN_T_INT, 0},
+        {"items", AN_T_INT, 0},    {"in_flight", AN_T_INT, 0}, {"out_only", AN_T_INT, 0},
+        {"in_only", AN_T_INT, 0},  {"repeated", AN_T_INT, 0}, {"in_before_out", AN_T_INT, 0},
+    };
+    an_out_text(o, "flow: %s\n", f->trace->path);
+    an_table *tb = an_table_new(o, "flow", count_cols, 9);
+    an_put_int(tb, (int64_t)f->n_recs);
+    an_put_int(tb, (int64_t)f->n_ids);
+    an_put_int(tb, (int64_t)f->n_handoffs);
+    an_put_int(tb, (int64_t)n_items);
+    an_put_int(tb, (int64_t)in_flight);
+    an_put_int(tb, (int64_t)f->out_only);
+    an_put_int(tb, (int64_t)f->in_only);
+    an_put_int(tb, (int64_t)f->repeated);
+    an_put_int(tb, (int64_t)f->in_before_out);
+    an_row_end(tb);
+    an_table_end(tb);
+
+    an_out_text(o, "\nend-to-end latency per item (last in - first out)\n");
+    tb = an_table_new(o, "latency", dist_cols + 2, 6);
+    put_dist(tb, &gs[0], q, 0);
+    an_table_end(tb);
+
+    an_out_text(o, "\nqueue residence per handoff (in - out), by producer and consumer role\n");
+    tb = an_table_new(o, "queues", dist_cols, 8);
+    for (uint32_t a = 0; a < c->n_roles; a++)
+        for (uint32_t b = 0; b < c->n_roles; b++) {
+            uint32_t g = g_hop(c, a, b);
+            if (!gs[g].n) continue;
+            an_put_str(tb, c->roles[a]);
+            an_put_str(tb, c->roles[b]);
+            put_dist(tb, &gs[g], q, g);
+        }
+    an_table_end(tb);
+
+    an_out_text(o, "\ntime in each role per item (its in to its next out on that thread)\n");
+    static const an_col role_cols[] = {
+        {"role", AN_T_STR, 0},   {"n", AN_T_INT, 0},      {"mean_ms", AN_T_MS, 0}, {"p50_ms", AN_T_MS, 0},
+        {"p95_ms", AN_T_MS, 0}, {"p99_ms", AN_T_MS, 0}, {"max_ms", AN_T_MS, 0},
+    };
+    tb = an_table_new(o, "roles", role_cols, 7);
+    for (uint32_t a = 0; a < c->n_roles; a++) {
+        uint32_t g = g_role(c, a);
+        if (!gs[g].n) continue;
+        an_put_str(tb, c->roles[a]);
+        put_dist(tb, &gs[g], q, g);
+    }
+    an_table_end(tb);
+
+    an_out_text(o, "\nlatency breakdown: mean time per item in each role, by outermost stage\n");
+    static const an_col bd_cols[] = {
+        {"role", AN_T_STR, 0}, {"stage", AN_T_STR, 0}, {"mean_ms", AN_T_MS, 0}, {"share", AN_T_PCT, 0}};
+    tb = an_table_new(o, "breakdown", bd_cols, 4);
+    for (uint32_t a = 0; a < c->n_roles; a++) {
+        if (!role_segs[a]) continue;
+        double total = 0;
+        for (uint32_t s = 0; s <= n_stages; s++) total += breakdown[(size_t)a * (n_stages + 1) + s];
+        for (uint32_t s = 0; s <= n_stages; s++) {
+            double v = breakdown[(size_t)a * (n_stages + 1) + s];
+            if (v <= 0) continue;
+            an_put_str(tb, c->roles[a]);
+            an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
+            an_put_ns(tb, (int64_t)(v / (double)role_segs[a] + 0.5));
+            an_put_pct(tb, total > 0 ? 100.0 * v / total : 0.0);
+            an_row_end(tb);
+        }
+    }
+    an_table_end(tb);
+
+    /* critical paths */
+    uint32_t n_threads = f->n_threads;
+    double *path_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *path_ns);
+    uint32_t *path_steps = calloc((size_t)n_threads * (n_stages + 1), sizeof *path_steps);
+    int rc = AN_EXIT_OK;
+    if (!path_ns || !path_steps) rc = AN_EXIT_FAIL;
+    static const an_col step_cols[] = {
+        {"step", AN_T_INT, 0}, {"thread", AN_T_STR, 0}, {"role", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
+        {"ms", AN_T_MS, 0},    {"share", AN_T_PCT, 0}, {"segments", AN_T_INT, 0}};
+    double steps_ns = 0;
+    uint64_t n_paths = 0;
+    double *step_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *step_ns);
+    uint32_t *step_segs = calloc((size_t)n_threads * (n_stages + 1), sizeof *step_segs);
+    if (!step_ns || !step_segs) rc = AN_EXIT_FAIL;
+    an_out_text(o, "\ncritical path of each step: time per thread and stage on it\n");
+    tb = an_table_new(o, "critical_path_steps", step_cols, 7);
+    for (uint32_t m = 1; !rc && m < st_reader_n_steps(r); m++) {
+        int64_t lo = st_reader_step(r, m - 1)->ts_ns, hi = st_reader_step(r, m)->ts_ns;
+        if (lo < c->t0 || hi > c->t1) continue;
+        an_path_seg *segs;
+        uint64_t n;
+        if (an_flow_critical_path(f, m, &segs, &n)) {
+            rc = AN_EXIT_FAIL;
+            break;
+        }
+        if (!n) continue;
+        n_paths++;
+        steps_ns += (double)(hi - lo);
+        memset(step_ns, 0, (size_t)n_threads * (n_stages + 1) * sizeof *step_ns);
+        memset(step_segs, 0, (size_t)n_threads * (n_stages + 1) * sizeof *step_segs);
+        for (uint64_t k = 0; k < n; k++) {
+            const an_path_seg *s = &segs[k];
+            size_t cell = (size_t)s->thread * (n_stages + 1) + (s->stage < 0 ? n_stages : (uint32_t)s->stage);
+            step_ns[cell] += (double)(s->end_ns - s->start_ns);
+            step_segs[cell]++;
+        }
+        free(segs);
+        /* rows by time on the path, descending; ties by thread and stage */
+        for (;;) {
+            size_t best = SIZE_MAX;
+            for (size_t cell = 0; cell < (size_t)n_threads * (n_stages + 1); cell++)
+                if (step_segs[cell] && (best == SIZE_MAX || step_ns[cell] > step_ns[best])) best = cell;
+            if (best == SIZE_MAX) break;
+            uint32_t t = (uint32_t)(best / (n_stages + 1)), s = (uint32_t)(best % (n_stages + 1));
+            path_ns[best] += step_ns[best];
+            path_steps[best]++;
+            an_put_int(tb, (int64_t)st_reader_step(r, m)->step);
+            an_put_str(tb, st_reader_thread(r, t)->name);
+            an_put_str(tb, st_reader_thread(r, t)->role);
+            an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
+            an_put_ns(tb, (int64_t)step_ns[best]);
+            an_put_pct(tb, hi > lo ? 100.0 * step_ns[best] / (double)(hi - lo) : 0.0);
+            an_put_int(tb, step_segs[best]);
+            an_row_end(tb);
+            step_segs[best] = 0;
+        }
+    }
+    free(step_ns);
+    free(step_segs);
+    an_table_end(tb);
+    if (!rc) {
+        an_out_text(o, "\ncritical path over %llu steps: time per thread and stage\n", (unsigned long long)n_paths);
+        static const an_col cp_cols[] = {
+            {"thread", AN_T_STR, 0}, {"role", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
+            {"ms", AN_T_MS, 0},      {"share", AN_T_PCT, 0}, {"steps", AN_T_INT, 0}};
+        tb = an_table_new(o, "critical_path", cp_cols, 6);
+        for (uint32_t t = 0; t < n_threads; t++)
+            for (uint32_t s = 0; s <= n_stages; s++) {
+                size_t cell = (size_t)t * (n_stages + 1) + s;
+                if (path_ns[cell] <= 0) continue;
+                an_put_str(tb, st_reader_thread(r, t)->name);
+                an_put_str(tb, st_reader_thread(r, t)->role);
+                an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
+                an_put_ns(tb, (int64_t)path_ns[cell]);
+                an_put_pct(tb, steps_ns > 0 ? 100.0 * path_ns[cell] / steps_ns : 0.0);
+                an_put_int(tb, path_steps[cell]);
+                an_row_end(tb);
+            }
+        an_table_end(tb);
+    }
+    if (an_out_finish(o) && !rc) {
+        an_error("flow: cannot write the output");
+        rc = AN_EXIT_FAIL;
+    }
+    if (rc == AN_EXIT_FAIL) an_error("out of memory");
+    free(path_ns);
+    free(path_steps);
+    free(gs);
+    free(breakdown);
+    free(role_segs);
+    an_quant_free(q);
+    return rc;
+}
+
+int cmd_flow(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    an_window_spec window = {0};
+    int id, rc = AN_EXIT_OK;
+    an_common_opts common = {help, &fmt, &window, 0, 0};
+    if (an_args_init(&a, "flow", argc, argv)) return AN_EXIT_FAIL;
+    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0)
+        if (id == -1) rc = AN_EXIT_USAGE;
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
+    }
+    if (!rc && a.n_pos != 1) rc = an_usage_error("flow", a.n_pos ? "give one trace file" : "no trace file given");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open(&t, a.pos[0]);
+        opened = rc == AN_EXIT_OK;
+    }
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.t0 = INT64_MIN;
+    c.t1 = INT64_MAX;
+    if (!rc && window.kind != AN_WIN_ALL) rc = an_window_resolve(&window, &t, &c.t0, &c.t1);
+    if (!rc) {
+        int has = st_reader_has_flows(t.r);
+        if (has < 0) rc = an_trace_fail(&t);
+        else if (!has) {
+            an_error("flow: %s has no flow records (the program did not call st_flow_out/st_flow_in)", t.path);
+            rc = AN_EXIT_USAGE;
+        }
+    }
+    if (!rc) rc = an_flow_load(&c.f, &t);
+    if (!rc && setup_roles(&c)) {
+        an_error("out of memory");
+        rc = AN_EXIT_FAIL;
+    }
+    if (!rc) rc = report(&c, fmt);
+    if (!rc) an_trace_warn(&t);
+    an_flow_free(&c.f);
+    free(c.roles);
+    free(c.thread_role);
+    free(c.vals);
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}
