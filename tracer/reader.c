@@ -333,7 +333,9 @@ static const char *const meta_int_keys[] = {
     "schema_version", "start_ns",       "end_ns",         "tsc_hz",        "pid",
     "rank",           "world_size",     "profile_interval", "commit_ms",   "ring_records",
     "dropped_events", "unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters",
-    "gpu_dropped_records", "failed_commits", "lost_events",
+    "gpu_dropped_records", "failed_commits", "lost_events", "local_rank", "device",
+    "clock_sync_ns", "clock_offset_ns", "clock_uncertainty_ns", "clock_sync_close_ns",
+    "clock_offset_close_ns", "clock_uncertainty_close_ns", "clock_drift_ppb",
 };
 
 /* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a
@@ -629,6 +631,125 @@ static int check_blob(sqlite3_stmt *st, int col, const char *table, int64_t id)
                         (long long)id, type_name(got));
 }
 
+/* ---- ranks on one clock (docs/trace-format.md, "Ranks on one clock") ---- */
+
+static const char *const clock_keys[6] = {"clock_sync_ns",       "clock_offset_ns",       "clock_uncertainty_ns",
+                                          "clock_sync_close_ns", "clock_offset_close_ns", "clock_uncertainty_close_ns"};
+
+/* A meta value known to be decimal (check_rows) as an int64; -1 when it
+ * does not fit. */
+static int meta_i64(const char *s, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* The multi-process keys: run_id's alphabet and length; the clock keys,
+ * local_rank and device within int64; each measurement whole (its three
+ * keys or none), the close one only with the open one, uncertainties >= 0. */
+static int check_rank_meta(st_reader *r)
+{
+    const char *id = st_reader_meta(r, "run_id");
+    if (id) {
+        size_t n = strlen(id);
+        int ok = n >= 1 && n <= 64;
+        for (size_t i = 0; ok && i < n; i++) {
+            char c = id[i];
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                 c == '_' || c == '-';
+        }
+        if (!ok) {
+            char shown[40];
+            size_t k = 0;
+            for (; id[k] && k < 32; k++) shown[k] = (unsigned char)id[k] < 0x20 || id[k] == 0x7f ? '?' : id[k];
+            shown[k] = '\0';
+            return st_set_error(ST_ECORRUPT,
+                                "trace table 'meta': key 'run_id' is '%s%s', not 1 to 64 bytes of [A-Za-z0-9._-]",
+                                shown, n > 32 ? "..." : "");
+        }
+    }
+    static const char *const wide[] = {"local_rank", "device", "clock_drift_ppb"};
+    int64_t v[6];
+    int has[6];
+    for (int i = 0; i < 9; i++) {
+        const char *key = i < 6 ? clock_keys[i] : wide[i - 6];
+        const char *s = st_reader_meta(r, key);
+        int64_t x = 0;
+        if (s && meta_i64(s, &x))
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is '%.32s%s', past 64 bits", key, s,
+                                strlen(s) > 32 ? "..." : "");
+        if (i < 6) {
+            has[i] = s != NULL;
+            v[i] = x;
+        }
+    }
+    for (int m = 0; m < 2; m++) {
+        int n = has[3 * m] + has[3 * m + 1] + has[3 * m + 2];
+        if (n != 0 && n != 3)
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': keys '%s', '%s' and '%s' go together (%s of them present)",
+                                clock_keys[3 * m], clock_keys[3 * m + 1], clock_keys[3 * m + 2], n == 1 ? "one" : "two");
+        if (n && v[3 * m + 2] < 0)
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is %lld, a negative uncertainty",
+                                clock_keys[3 * m + 2], (long long)v[3 * m + 2]);
+    }
+    if (has[3] && !has[0])
+        return st_set_error(ST_ECORRUPT, "trace table 'meta': the close measurement '%s' without the open one '%s'",
+                            clock_keys[4], clock_keys[1]);
+    return ST_OK;
+}
+
+void st_reader_rank_clock(const st_reader *r, st_rank_clock *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t v[6] = {0, 0, 0, 0, 0, 0};
+    int has[6];
+    for (int i = 0; i < 6; i++) {
+        const char *s = st_reader_meta(r, clock_keys[i]);
+        has[i] = s && meta_i64(s, &v[i]) == 0;
+    }
+    if (has[0] && has[1] && has[2]) {
+        out->has_open = 1;
+        out->sync_ns = v[0];
+        out->offset_ns = v[1];
+        out->uncertainty_ns = v[2];
+        if (has[3] && has[4] && has[5]) {
+            out->has_close = 1;
+            out->sync_close_ns = v[3];
+            out->offset_close_ns = v[4];
+            out->uncertainty_close_ns = v[5];
+        }
+    }
+}
+
+int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out)
+{
+    __int128 m = t_ns;
+    if (c->has_open) {
+        m += c->offset_ns;
+        if (c->has_close && c->sync_close_ns > c->sync_ns) {
+            /* C's division truncates toward zero, as the format says. */
+            __int128 num = ((__int128)t_ns - c->sync_ns) * ((__int128)c->offset_close_ns - c->offset_ns);
+            m += num / ((__int128)c->sync_close_ns - c->sync_ns);
+        }
+    }
+    if (m < INT64_MIN || m > INT64_MAX)
+        return st_set_error(ST_ECORRUPT, "time %lld does not map onto rank 0's clock within 64 bits",
+                            (long long)t_ns);
+    *out = (int64_t)m;
+    return ST_OK;
+}
+
+int64_t st_rank_clock_uncertainty(const st_rank_clock *c)
+{
+    if (!c->has_open) return 0;
+    if (c->has_close && c->uncertainty_close_ns > c->uncertainty_ns) return c->uncertainty_close_ns;
+    return c->uncertainty_ns;
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
@@ -649,7 +770,9 @@ static int load(st_reader *r, const char *path)
         }
     }
     int rc;
-    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r))) return rc;
+    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r)) ||
+        (rc = check_rank_meta(r)))
+        return rc;
     const char *version = st_reader_meta(r, "schema_version");
     if (!version)
         return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (meta has no schema_version)", where);
