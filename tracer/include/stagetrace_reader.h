@@ -136,6 +136,25 @@ ST_API int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out)
 /* max(uncertainty_ns, uncertainty_close_ns) of the measurements present; 0 without. */
 ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
 
+/* A rank set: the traces of one multi-process run read as one, on rank 0's
+ * clock. Takes the ranks' readers (owned by the set from then on, closed
+ * with it, also on failure) and their ranks, first the one whose step marks
+ * the set uses (rank 0 normally). The set's threads are every rank's, in
+ * the order given, with ids 0, 1, ... and names "r<rank>/<name>" (role,
+ * device, os_tid as recorded; rank = the rank given); its stages are one per
+ * name (the first rank's id order; a name of two kinds is refused), its
+ * counters one per name; its meta the first reader's; its step marks the
+ * first reader's, mapped. Every time its iterators and functions give is
+ * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
+ * ST_ECORRUPT). GPU records are not merged: a set has none
+ * (st_reader_has_gpu 0, no devices; the GPU iterators refuse it), and
+ * st_reader_db gives the first reader's connection. */
+ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
+/* A set's readers (0 for a file's reader), and where a set's thread lives. */
+ST_API uint32_t st_reader_n_parts(const st_reader *r);
+ST_API st_reader *st_reader_part(const st_reader *r, uint32_t index);
+ST_API int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, uint32_t *local_id);
+
 /* Limits a reader holds a trace to (docs/trace-format.md), so that what
  * analyze prints stays bounded: names (threads, stages, counters, meta keys)
  * of at most ST_NAME_MAX bytes and meta values of at most ST_META_VALUE_MAX,
