@@ -406,11 +406,14 @@ int cmd_summary(int argc, char **argv)
         return AN_EXIT_OK;
     }
     if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
-    an_trace *traces = rc ? NULL : calloc((size_t)a.n_pos, sizeof *traces);
+    char **paths = NULL;
+    uint32_t n_paths = 0;
+    if (!rc) rc = an_inputs_expand(a.pos, a.n_pos, &paths, &n_paths);
+    an_trace *traces = rc ? NULL : calloc((size_t)n_paths, sizeof *traces);
     int n_open = 0;
     if (!rc && !traces) rc = AN_EXIT_FAIL;
-    for (int i = 0; !rc && i < a.n_pos; i++) {
-        rc = an_trace_open(&traces[i], a.pos[i]);
+    for (uint32_t i = 0; !rc && i < n_paths; i++) {
+        rc = an_trace_open(&traces[i], paths[i]);
         if (!rc) n_open++;
     }
     an_stats s;
@@ -448,6 +451,7 @@ done:
     an_stats_free(&s);
     for (int i = 0; i < n_open; i++) an_trace_close(&traces[i]);
     free(traces);
+    an_paths_free(paths, n_paths);
     an_filter_free(&sel.filter);
     an_args_free(&a);
     return rc;
