@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "analyze.h"
 
 #define JOBS_MAX 256         /* --jobs */
@@ -415,6 +417,13 @@ int cmd_summary(int argc, char **argv)
     for (uint32_t i = 0; !rc && i < n_paths; i++) {
         rc = an_trace_open(&traces[i], paths[i]);
         if (!rc) n_open++;
+        /* Many files stay open at once (the ranks of a run): each with a
+         * small page cache, as the workers' readers have, and what the open
+         * read given back. */
+        if (!rc && n_paths > 1) {
+            sqlite3_exec(st_reader_db(traces[i].r), "PRAGMA cache_size = -256", NULL, NULL, NULL);
+            sqlite3_db_release_memory(st_reader_db(traces[i].r));
+        }
     }
     an_stats s;
     memset(&s, 0, sizeof s);

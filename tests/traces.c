@@ -1001,21 +1001,27 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
         int steps = killed ? o->steps / 2 : o->steps;
         for (int k = 0; k < steps; k++) {
             int64_t gk = t0 + period * k - off; /* this rank's clock */
+            /* filler ranges for the benchmarks: short forwards nested in the step's first range */
+#define FILL(first_stage, first_end)                                                                    \
+    do {                                                                                                \
+        tg_begin(g, th, first_stage, gk);                                                               \
+        for (int e = 0; e < o->extra_per_step; e++)                                                     \
+            tg_range(g, th, s_fwd, gk + 1 + (int64_t)e * 1000, gk + 1 + (int64_t)e * 1000 + 500);      \
+        tg_end(g, th, first_end);                                                                       \
+    } while (0)
             if (target) {
                 int64_t fwd = o->target_bound ? 9000000 : 4000000;
-                tg_range(g, th, s_fwd, gk, gk + fwd);
+                FILL(s_fwd, gk + fwd);
                 tg_range(g, th, s_put, gk + fwd, gk + period);
             } else {
                 int64_t bw = rank == o->slow_rank ? 5000000 : 3000000;
                 int64_t w = o->target_bound ? 5500000 : 500000;
                 if (o->target_bound) bw = rank == o->slow_rank ? 1500000 : 1000000;
-                tg_range(g, th, s_wait, gk, gk + w);
+                FILL(s_wait, gk + w);
                 tg_range(g, th, s_fwd, gk + w, gk + w + 1000000);
                 tg_range(g, th, s_bwd, gk + w + 1000000, gk + w + 1000000 + bw);
                 tg_range(g, th, s_ar, gk + w + 1000000 + bw, gk + 9500000);
             }
-            for (int e = 0; e < o->extra_per_step; e++) /* filler ranges for the benchmarks */
-                tg_range(g, th, s_fwd, gk + 9500000 + e * 1000, gk + 9500000 + e * 1000 + 500);
         }
         if (killed) tg_begin(g, th, target ? s_fwd : s_wait, t0 + period * steps - off);
         if (rank == 0)
