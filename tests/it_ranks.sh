@@ -68,6 +68,11 @@ grep -q '^Bottleneck: drafter (2 threads)' bn_dir.out || fail "bottleneck: $(hea
 ok
 grep -q '^target -> drafter  put   target   queue_put   wait_output  60.0%' bn_dir.out || fail "queue: $(cat bn_dir.out)"
 ok
+grep -qx 'Limiting rank: rank 3 of drafter, its own work 60.0% of its time.' bn_dir.out || fail "limiting rank: $(cat bn_dir.out)"
+ok
+expect_ok bn_csv "$A" bottleneck --format csv plain
+grep -qx 'drafter,3,1,60,6.000000,yes' bn_csv.out && grep -qx 'drafter,2,1,40,4.000000,-' bn_csv.out || fail "ranks csv: $(cat bn_csv.out)"
+ok
 expect_ok bn_target "$A" bottleneck target
 grep -q '^Bottleneck: target (2 threads)' bn_target.out || fail "target-bound: $(head -3 bn_target.out)"
 ok
