@@ -18,7 +18,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE\n"
+    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Names the role and the stage that limit the pipeline, with the evidence, over the\n"
     "steps of the trace (from the first step mark to the last; the whole trace when it has\n"

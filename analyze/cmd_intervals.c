@@ -14,7 +14,8 @@
 #include "analyze.h"
 
 static const char help[] =
-    "usage: analyze intervals [--every N] [--format text|csv|json] FILE\n"
+    "usage: analyze intervals [--every N] [--format text|csv|json] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Splits each thread's wall time by stage in windows of N steps (from the mark of\n"
     "step kN to the mark of step (k+1)N), exactly as the recording program's profile\n"
