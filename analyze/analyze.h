@@ -72,6 +72,7 @@ int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_flow(int argc, char **argv);
+int cmd_stragglers(int argc, char **argv);
 
 /* ---- command-line options ----------------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`
@@ -215,6 +216,13 @@ typedef struct an_trace {
     struct an_lost_span *lost;      /* lost_spans rows, by t0_ns (docs/trace-format.md) */
     uint32_t n_lost;
     int64_t lost_events;            /* meta lost_events, else the spans' sum */
+    /* A rank set (rankset.c): r is the set's reader, path its label "run
+     * <run_id>"; ranks[] each rank's own trace (reader borrowed from the set). */
+    int is_set;
+    struct an_trace *ranks;
+    uint32_t n_ranks;
+    int64_t world_size;
+    char *label;
 } an_trace;
 
 /* A span of time whose records the writer could not store (a full disk). */
@@ -226,6 +234,17 @@ typedef struct an_lost_span {
 /* Opens through st_reader_open; on failure prints one line and returns
  * AN_EXIT_USAGE. */
 int an_trace_open(an_trace *t, const char *path);
+/* The inputs of a command (rankset.c, docs/analyze.md "Rank sets"): each
+ * argument a file, a directory (its *.sqlite files) or a glob pattern.
+ * *paths malloc'd (strings too: an_paths_free). Errors printed; exit code. */
+int an_inputs_expand(const char *const *args, int n, char ***paths, uint32_t *n_paths);
+void an_paths_free(char **paths, uint32_t n);
+/* One file, or the rank set of several: opened as one trace on rank 0's
+ * clock. Errors printed; exit code. */
+int an_trace_open_inputs(an_trace *t, const char *const *args, int n);
+int an_trace_open_set(an_trace *t, char **paths, uint32_t n);
+/* Shared by an_trace_open and the set: checks and span of an open reader. */
+int an_trace_init(an_trace *t);
 void an_trace_close(an_trace *t);
 /* Prints "analyze: PATH: <st_last_error()>" and returns AN_EXIT_USAGE. */
 int an_trace_fail(const an_trace *t);

@@ -18,7 +18,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE\n"
+    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Names the role and the stage that limit the pipeline, with the evidence, over the\n"
     "steps of the trace (from the first step mark to the last; the whole trace when it has\n"
@@ -432,6 +433,101 @@ static void heading(an_out *out, const an_pipe *p, const an_verdict *v)
     an_out_text(out, "\n");
 }
 
+/* Rank sets: per rank, the own share of the role's threads on it over the
+ * period: time in top-level ranges of work, sync and copy (not comm: the
+ * wait inside a collective is the other ranks' time),
+ * clipped to [bin_t[0], bin_t[n_bins]), over threads x period. The rank
+ * with the most is the limiting rank (ties: the lowest). */
+static const an_col rank_cols[] = {{"role", AN_T_STR, 0}, {"rank", AN_T_INT, 0}, {"threads", AN_T_INT, 0},
+                                   {"own_pct", AN_T_PCT, 0}, {"own_ms_per_step", AN_T_MS, 0},
+                                   {"limiting", AN_T_STR, 0}};
+
+static int put_ranks(an_out *out, const an_pipe *p, const an_trace *t, int32_t role)
+{
+    if (!t->is_set || role < 0) return 0;
+    st_reader *r = t->r;
+    uint32_t n = t->n_ranks, nt = st_reader_n_threads(r);
+    int64_t *busy = calloc(n, sizeof *busy);
+    uint32_t *threads = calloc(n, sizeof *threads);
+    if (!busy || !threads) {
+        free(busy);
+        free(threads);
+        return -1;
+    }
+    int64_t a = p->bin_t[0], b = p->bin_t[p->n_bins];
+    int rc = 0;
+    for (uint32_t th = 0; th < nt && !rc; th++) {
+        if (strcmp(st_reader_thread(r, th)->role, p->role_names[role]) != 0) continue;
+        uint32_t part, local;
+        st_reader_thread_part(r, th, &part, &local);
+        threads[part]++;
+        st_range_iter *it;
+        if (st_range_iter_open(&it, r, th, a, b) != ST_OK) {
+            rc = -2;
+            break;
+        }
+        st_range g;
+        int k;
+        while ((k = st_range_iter_next(it, &g)) == 1) {
+            st_kind kind = st_reader_stage(r, g.stage)->kind;
+            if (g.depth != 0 || !an_kind_is_busy(kind) || kind == ST_COMM) continue;
+            int64_t s0 = g.start_ns > a ? g.start_ns : a, e = g.start_ns + g.dur_ns < b ? g.start_ns + g.dur_ns : b;
+            if (e > s0) busy[part] += e - s0;
+        }
+        st_range_iter_close(it);
+        if (k < 0) rc = -2;
+    }
+    if (!rc) {
+        uint32_t top = UINT32_MAX;
+        double top_share = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            if (!threads[i]) continue;
+            double share = (double)busy[i] / ((double)threads[i] * (double)(b - a));
+            if (share > top_share) {
+                top_share = share;
+                top = i;
+            }
+        }
+        an_out_text(out, "ranks of the bottleneck role: own_pct = work + sync + copy (not comm: the wait inside a "
+                         "collective is time lost to the other ranks) over its threads' time on that rank\n");
+        an_table *tb = an_table_new(out, "ranks", rank_cols, 6);
+        if (!tb) rc = -1;
+        uint32_t steps = 0;
+        for (uint32_t i = 0; i < p->n_bins; i++) steps += p->bin_steps[i];
+        for (uint32_t i = 0; tb && i < n; i++) {
+            if (!threads[i]) continue;
+            const st_thread_info *any = NULL;
+            for (uint32_t th = 0; th < nt && !any; th++) {
+                uint32_t part, local;
+                st_reader_thread_part(r, th, &part, &local);
+                if (part == i) any = st_reader_thread(r, th);
+            }
+            an_put_str(tb, p->role_names[role]);
+            an_put_int(tb, any ? any->rank : (int64_t)i);
+            an_put_int(tb, threads[i]);
+            an_put_pct(tb, 100.0 * (double)busy[i] / ((double)threads[i] * (double)(b - a)));
+            if (steps) an_put_ns(tb, busy[i] / threads[i] / steps);
+            else an_put_null(tb);
+            an_put_str(tb, i == top ? "yes" : "-");
+            an_row_end(tb);
+        }
+        an_table_end(tb);
+        if (top != UINT32_MAX && an_out_format(out) == AN_FMT_TEXT) {
+            const st_thread_info *any = NULL;
+            for (uint32_t th = 0; th < nt && !any; th++) {
+                uint32_t part, local;
+                st_reader_thread_part(r, th, &part, &local);
+                if (part == top) any = st_reader_thread(r, th);
+            }
+            an_out_text(out, "Limiting rank: rank %d of %s, its own work %.1f%% of its time.\n\n", any ? any->rank : (int)top,
+                        p->role_names[role], 100.0 * top_share);
+        }
+    }
+    free(busy);
+    free(threads);
+    return rc;
+}
+
 int cmd_bottleneck(int argc, char **argv)
 {
     an_args a;
@@ -466,12 +562,12 @@ int cmd_bottleneck(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1)
-        rc = an_usage_error("bottleneck", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0)
+        rc = an_usage_error("bottleneck", "no trace file given");
     an_trace t;
     int opened = 0;
     if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
         opened = rc == AN_EXIT_OK;
     }
     if (!rc && !have_every) {
@@ -527,6 +623,11 @@ int cmd_bottleneck(int argc, char **argv)
                 put_verdict(out, &p, loads, &v, moved, gpu_note);
             }
             if (put_roles(out, &p, loads, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (!rc) {
+                int rrc = put_ranks(out, &p, &t, v.role);
+                if (rrc == -1) rc = oom();
+                else if (rrc == -2) rc = an_trace_fail(&t);
+            }
             if (!rc && put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);

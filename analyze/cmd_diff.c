@@ -574,7 +574,7 @@ int cmd_diff(int argc, char **argv)
     side s[2];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 2 && !rc; i++) {
-        rc = an_trace_open(&s[i].trace, a.pos[i]);
+        rc = an_trace_open_inputs(&s[i].trace, (const char *const *)&a.pos[i], 1);
         s[i].opened = rc == AN_EXIT_OK;
     }
     an_pipe_opts po;

@@ -1630,11 +1630,11 @@ int cmd_export(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1) rc = an_usage_error("export", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0) rc = an_usage_error("export", "no trace file given");
     if (!rc && !chrome_out && !csv_dir && !rows_out)
         rc = an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
     an_trace t;
-    if (!rc) rc = an_trace_open(&t, a.pos[0]);
+    if (!rc) rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
     if (!rc) {
         if (chrome_out) rc = export_chrome(&t, chrome_out, overwrite);
         if (!rc && csv_dir) rc = export_csv(&t, csv_dir, overwrite);

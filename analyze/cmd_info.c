@@ -401,6 +401,92 @@ static void put_row(an_table *tb, const an_trace *t, const info *in)
     an_row_end(tb);
 }
 
+/* What the rank-set block needs of each file (docs/analyze.md, "Rank sets"). */
+typedef struct rank_row {
+    char *run_id, *status;
+    const char *path;
+    int64_t rank, world_size;
+    int has_clock;
+    st_rank_clock clock;
+    int done;
+} rank_row;
+
+static int cmp_rank_row(const void *a, const void *b)
+{
+    const rank_row *x = a, *y = b;
+    int c = strcmp(x->run_id, y->run_id);
+    if (c) return c;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* One group per run_id of world_size > 1: present, missing, incomplete
+ * ranks and clock offsets. Text: a block; CSV/JSON: a table rank_sets. */
+static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expanded)
+{
+    qsort(rows, n, sizeof *rows, cmp_rank_row);
+    an_format fmt = an_out_format(out);
+    static const an_col cols[] = {{"run_id", AN_T_STR, 0},   {"world_size", AN_T_INT, 0},
+                                  {"ranks_present", AN_T_INT, 0}, {"missing_ranks", AN_T_STR, 0},
+                                  {"incomplete_ranks", AN_T_STR, 0}, {"duplicate_ranks", AN_T_STR, 0},
+                                  {"max_clock_uncertainty_ns", AN_T_INT, 0}};
+    an_table *tb = NULL;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t j = i;
+        while (j < n && strcmp(rows[j].run_id, rows[i].run_id) == 0) j++;
+        int64_t ws = rows[i].world_size;
+        int uniform = 1;
+        for (uint32_t k = i; k < j; k++) uniform &= rows[k].world_size == ws;
+        if (ws > 1 && uniform && (j - i >= 2 || expanded)) {
+            char missing[512] = "", incomplete[1024] = "", dup[512] = "";
+            size_t lm = 0, li = 0, ld = 0;
+            int64_t present = 0, unc = 0;
+            uint32_t k = i;
+            for (int64_t r = 0; r < ws; r++) {
+                int have = 0;
+                for (; k < j && rows[k].rank == r; k++) {
+                    if (have && ld < sizeof dup - 24) ld += (size_t)snprintf(dup + ld, sizeof dup - ld, "%s%lld", ld ? ", " : "", (long long)r);
+                    if (!have) present++;
+                    have = 1;
+                    if (strcmp(rows[k].status, "complete") != 0 && li < sizeof incomplete - 64)
+                        li += (size_t)snprintf(incomplete + li, sizeof incomplete - li, "%s%lld (%.20s)", li ? ", " : "",
+                                               (long long)r, rows[k].status);
+                    int64_t u = rows[k].has_clock ? st_rank_clock_uncertainty(&rows[k].clock) : 0;
+                    if (u > unc) unc = u;
+                }
+                if (!have && lm < sizeof missing - 24)
+                    lm += (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%lld", lm ? ", " : "", (long long)r);
+                else if (!have && lm < sizeof missing - 4 && !strstr(missing, "..."))
+                    lm += (size_t)snprintf(missing + lm, sizeof missing - lm, ", ...");
+                if (r > 1000000 && k >= j) { /* nothing more to find: the rest are missing */
+                    if (!strstr(missing, "...")) snprintf(missing + lm, sizeof missing - lm, ", ...");
+                    break;
+                }
+            }
+            if (fmt == AN_FMT_TEXT) {
+                an_out_text(out, "\nrank set: run %s, world size %lld, %lld rank%s present\n", rows[i].run_id,
+                            (long long)ws, (long long)present, present == 1 ? "" : "s");
+                an_out_text(out, "  missing ranks: %s\n", lm ? missing : "none");
+                an_out_text(out, "  incomplete ranks: %s\n", li ? incomplete : "none");
+                if (ld) an_out_text(out, "  duplicate ranks: %s (a set holds each rank once)\n", dup);
+                an_out_text(out, "  clock: mapped onto rank 0's, within %lld ns\n", (long long)unc);
+            } else {
+                if (!tb) tb = an_table_new(out, "rank_sets", cols, 7);
+                if (!tb) return;
+                an_put_str(tb, rows[i].run_id);
+                an_put_int(tb, ws);
+                an_put_int(tb, present);
+                an_put_str(tb, missing);
+                an_put_str(tb, incomplete);
+                an_put_str(tb, dup);
+                an_put_int(tb, unc);
+                an_row_end(tb);
+            }
+        }
+        i = j;
+    }
+    an_table_end(tb);
+}
+
 int cmd_info(int argc, char **argv)
 {
     an_args a;
@@ -423,11 +509,54 @@ int cmd_info(int argc, char **argv)
     an_out *out = an_out_new(stdout, fmt);
     an_table *tb = fmt == AN_FMT_TEXT || !out ? NULL : an_table_new(out, "info", cols, N_COLS);
     int shown = 0;
-    for (int i = 0; i < a.n_pos && out; i++) {
+    char **paths = NULL;
+    uint32_t n_paths = 0;
+    /* each argument on its own, so that one that cannot be expanded leaves the others shown */
+    int expanded = 0;
+    for (int i = 0; i < a.n_pos; i++) {
+        char **p1;
+        uint32_t n1;
+        int erc = an_inputs_expand((const char *const *)&a.pos[i], 1, &p1, &n1);
+        if (erc) {
+            rc = erc;
+            continue;
+        }
+        if (n1 != 1 || strcmp(p1[0], a.pos[i]) != 0) expanded = 1;
+        char **np = realloc(paths, (n_paths + n1) * sizeof *np);
+        if (!np) {
+            an_paths_free(p1, n1);
+            rc = AN_EXIT_FAIL;
+            break;
+        }
+        paths = np;
+        for (uint32_t k = 0; k < n1; k++) paths[n_paths++] = p1[k];
+        free(p1);
+    }
+    rank_row *rows = calloc(n_paths ? n_paths : 1, sizeof *rows);
+    uint32_t n_rows = 0;
+    for (uint32_t i = 0; i < n_paths && out && rows; i++) {
         an_trace t;
-        if (an_trace_open(&t, a.pos[i])) {
+        if (an_trace_open(&t, paths[i])) {
             rc = AN_EXIT_USAGE;
             continue;
+        }
+        {
+            const char *id = an_trace_meta(&t, "run_id");
+            rank_row *row = &rows[n_rows];
+            if (id && an_trace_meta_i64(&t, "rank", &row->rank) == 0 &&
+                an_trace_meta_i64(&t, "world_size", &row->world_size) == 0) {
+                const char *st = an_trace_meta(&t, "status");
+                row->run_id = strdup(id);
+                row->status = strdup(st ? st : "(none)");
+                row->path = paths[i];
+                st_reader_rank_clock(t.r, &row->clock);
+                row->has_clock = row->clock.has_open;
+                if (row->run_id && row->status) n_rows++;
+                else {
+                    free(row->run_id);
+                    free(row->status);
+                }
+            }
         }
         info in;
         int grc = gather(&t, &in);
@@ -447,6 +576,13 @@ int cmd_info(int argc, char **argv)
         an_trace_close(&t);
     }
     an_table_end(tb);
+    if (out && rows) print_rank_sets(out, rows, n_rows, expanded);
+    for (uint32_t i = 0; rows && i < n_rows; i++) {
+        free(rows[i].run_id);
+        free(rows[i].status);
+    }
+    free(rows);
+    an_paths_free(paths, n_paths);
     if (an_out_finish(out)) {
         an_error("info: cannot write the output");
         rc = AN_EXIT_FAIL;

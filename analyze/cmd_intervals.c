@@ -14,7 +14,8 @@
 #include "analyze.h"
 
 static const char help[] =
-    "usage: analyze intervals [--every N] [--format text|csv|json] FILE\n"
+    "usage: analyze intervals [--every N] [--format text|csv|json] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Splits each thread's wall time by stage in windows of N steps (from the mark of\n"
     "step kN to the mark of step (k+1)N), exactly as the recording program's profile\n"
@@ -147,12 +148,12 @@ int cmd_intervals(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1)
-        rc = an_usage_error("intervals", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0)
+        rc = an_usage_error("intervals", "no trace file given");
     an_trace t;
     int opened = 0;
     if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
         opened = rc == AN_EXIT_OK;
     }
     if (!rc && !have_every) {

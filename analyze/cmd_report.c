@@ -1166,12 +1166,12 @@ int cmd_report(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1) rc = an_usage_error("report", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0) rc = an_usage_error("report", "no trace file given");
     if (!rc && !html) rc = an_usage_error("report", "--html OUT.html is needed");
     an_trace t;
     int opened = 0;
     if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
         opened = rc == AN_EXIT_OK;
     }
     an_pipe p;

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "analyze.h"
 
 #define JOBS_MAX 256         /* --jobs */
@@ -406,12 +408,22 @@ int cmd_summary(int argc, char **argv)
         return AN_EXIT_OK;
     }
     if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
-    an_trace *traces = rc ? NULL : calloc((size_t)a.n_pos, sizeof *traces);
+    char **paths = NULL;
+    uint32_t n_paths = 0;
+    if (!rc) rc = an_inputs_expand(a.pos, a.n_pos, &paths, &n_paths);
+    an_trace *traces = rc ? NULL : calloc((size_t)n_paths, sizeof *traces);
     int n_open = 0;
     if (!rc && !traces) rc = AN_EXIT_FAIL;
-    for (int i = 0; !rc && i < a.n_pos; i++) {
-        rc = an_trace_open(&traces[i], a.pos[i]);
+    for (uint32_t i = 0; !rc && i < n_paths; i++) {
+        rc = an_trace_open(&traces[i], paths[i]);
         if (!rc) n_open++;
+        /* Many files stay open at once (the ranks of a run): each with a
+         * small page cache, as the workers' readers have, and what the open
+         * read given back. */
+        if (!rc && n_paths > 1) {
+            sqlite3_exec(st_reader_db(traces[i].r), "PRAGMA cache_size = -256", NULL, NULL, NULL);
+            sqlite3_db_release_memory(st_reader_db(traces[i].r));
+        }
     }
     an_stats s;
     memset(&s, 0, sizeof s);
@@ -448,6 +460,7 @@ done:
     an_stats_free(&s);
     for (int i = 0; i < n_open; i++) an_trace_close(&traces[i]);
     free(traces);
+    an_paths_free(paths, n_paths);
     an_filter_free(&sel.filter);
     an_args_free(&a);
     return rc;

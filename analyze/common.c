@@ -371,12 +371,20 @@ int an_trace_open(an_trace *t, const char *path)
         else an_error("%s: %s", path, msg);
         return AN_EXIT_USAGE;
     }
-    int64_t first = 0, last = 0;
-    int has = 0;
-    if (check_values(t) || read_chunk_headers(t, &first, &last, &has) || read_lost_spans(t)) {
+    if (an_trace_init(t)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
     }
+    return AN_EXIT_OK;
+}
+
+int an_trace_init(an_trace *t)
+{
+    int64_t first = 0, last = 0;
+    int has = 0;
+    if ((!t->is_set && check_values(t)) || read_chunk_headers(t, &first, &last, &has) ||
+        (!t->is_set && read_lost_spans(t)))
+        return AN_EXIT_USAGE;
     uint32_t n_steps = st_reader_n_steps(t->r);
     if (n_steps) {
         int64_t s0 = st_reader_step(t->r, 0)->ts_ns, s1 = st_reader_step(t->r, n_steps - 1)->ts_ns;
@@ -385,7 +393,14 @@ int an_trace_open(an_trace *t, const char *path)
         has = 1;
     }
     int64_t start;
-    if (an_trace_meta_i64(t, "start_ns", &start) == 0 && (!has || start <= first)) t->origin_ns = start;
+    int has_start = an_trace_meta_i64(t, "start_ns", &start) == 0;
+    if (has_start && t->is_set) {
+        /* the first rank's open, on rank 0's clock */
+        st_rank_clock c;
+        st_reader_rank_clock(st_reader_part(t->r, 0), &c);
+        has_start = st_rank_clock_map(&c, start, &start) == ST_OK;
+    }
+    if (has_start && (!has || start <= first)) t->origin_ns = start;
     else t->origin_ns = has ? first : 0;
     /* An empty trace spans nothing, at its start. */
     t->has_span = has;
@@ -394,9 +409,12 @@ int an_trace_open(an_trace *t, const char *path)
     return AN_EXIT_OK;
 }
 
+void an_set_close(an_trace *t);
+
 void an_trace_close(an_trace *t)
 {
     if (!t) return;
+    if (t->is_set) an_set_close(t);
     st_reader_close(t->r);
     t->r = NULL;
     free(t->lost);
@@ -418,8 +436,14 @@ static int64_t lost_end(const an_trace *t)
     return end;
 }
 
+void an_set_warn(const an_trace *t);
+
 void an_trace_warn(const an_trace *t)
 {
+    if (t->is_set) {
+        an_set_warn(t);
+        return;
+    }
     const char *status = an_trace_meta(t, "status");
     if (status && strcmp(status, "running") == 0)
         an_warn("%s is incomplete (status running: the run did not finish); analysing what it holds",

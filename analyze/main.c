@@ -23,6 +23,7 @@ static const an_command commands[] = {
     {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage"},
     {"flow", cmd_flow, "each item followed through the pipeline: queue residence, latency, per-step critical path"},
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
+    {"stragglers", cmd_stragglers, "rank sets: who arrives last at each collective, and the slowest rank per stage"},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -4,6 +4,9 @@
  *
  *   tracegen DIR            every trace of both sets into DIR (made if missing)
  *   tracegen --big PATH N   a trace of N ranges over 8 threads at PATH
+ *   tracegen --ranks DIR WORLD [--steps N] [--slow R] [--shift R:NS] [--missing R]
+ *            [--killed R] [--target-bound] [--extra N] [--world-size W] [--run-id ID]
+ *                           a multi-process run, DIR/rank<r>.sqlite (traces.h)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,34 @@ int main(int argc, char **argv)
         write_big_trace(argv[2], n);
         return 0;
     }
-    fprintf(stderr, "usage: tracegen DIR | tracegen --big PATH N\n");
+    if (argc >= 4 && strcmp(argv[1], "--ranks") == 0) {
+        rank_set_opts o = {atoi(argv[3]), 0, 20, -1, -1, -1, -1, 0, 0, 0, NULL};
+        for (int i = 4; i < argc; i++) {
+            const char *v = i + 1 < argc ? argv[i + 1] : "";
+            if (strcmp(argv[i], "--steps") == 0) o.steps = atoi(v), i++;
+            else if (strcmp(argv[i], "--slow") == 0) o.slow_rank = atoi(v), i++;
+            else if (strcmp(argv[i], "--missing") == 0) o.missing = atoi(v), i++;
+            else if (strcmp(argv[i], "--killed") == 0) o.killed = atoi(v), i++;
+            else if (strcmp(argv[i], "--extra") == 0) o.extra_per_step = atoi(v), i++;
+            else if (strcmp(argv[i], "--world-size") == 0) o.world_size = atoi(v), i++;
+            else if (strcmp(argv[i], "--run-id") == 0) o.run_id = v, i++;
+            else if (strcmp(argv[i], "--target-bound") == 0) o.target_bound = 1;
+            else if (strcmp(argv[i], "--shift") == 0 && strchr(v, ':')) {
+                o.shift_rank = atoi(v);
+                o.shift_ns = strtoll(strchr(v, ':') + 1, NULL, 10);
+                i++;
+            } else {
+                fprintf(stderr, "tracegen: --ranks: unknown option '%s'\n", argv[i]);
+                return 2;
+            }
+        }
+        if (o.world < 1 || o.steps < 1) {
+            fprintf(stderr, "tracegen: --ranks: WORLD and --steps must be at least 1\n");
+            return 2;
+        }
+        write_rank_set(argv[2], &o);
+        return 0;
+    }
+    fprintf(stderr, "usage: tracegen DIR | tracegen --big PATH N | tracegen --ranks DIR WORLD [options]\n");
     return 2;
 }

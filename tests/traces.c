@@ -946,3 +946,87 @@ void write_jobs_traces(const char *dir)
                "UPDATE range_chunks SET data = x'4500ff' WHERE id = (SELECT min(id) + 3 FROM range_chunks WHERE thread = 11)");
     free(p);
 }
+
+/* ---- rank sets (docs/analyze.md, "Rank sets") ---------------------------------------- */
+
+/* One multi-process run, one trace per rank (see traces.h). Global time g
+ * is rank 0's clock; a rank with offset o records g - o and stores o as its
+ * measured offset, so that mapping puts its ranges back at g. */
+void write_rank_set(const char *dir, const rank_set_opts *o)
+{
+    const int64_t period = 10000000, t0 = BASE_NS;
+    int world = o->world;
+    int targets = (world + 1) / 2;
+    for (int rank = 0; rank < world; rank++) {
+        if (rank == o->missing) continue;
+        int64_t off = rank == o->shift_rank ? o->shift_ns : 0;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank%d.sqlite", dir, rank);
+        tg_trace *g = tg_create("ranks");
+        tg_set_chunk_events(g, 4096);
+        tg_meta(g, "run_id", o->run_id ? o->run_id : "1700000000-500");
+        tg_meta_int(g, "rank", rank);
+        tg_meta_int(g, "world_size", o->world_size ? o->world_size : world);
+        tg_meta_int(g, "local_rank", rank % 8);
+        tg_meta_int(g, "device", -1);
+        tg_meta_int(g, "start_ns", t0 - 1000000 - off);
+        tg_meta_int(g, "pid", 100 + rank);
+        tg_meta_int(g, "clock_sync_ns", t0 - off);
+        tg_meta_int(g, "clock_offset_ns", off);
+        tg_meta_int(g, "clock_uncertainty_ns", rank ? 1500 : 0);
+        int killed = rank == o->killed;
+        if (!killed) {
+            tg_meta_int(g, "clock_sync_close_ns", t0 + period * o->steps - off);
+            tg_meta_int(g, "clock_offset_close_ns", off);
+            tg_meta_int(g, "clock_uncertainty_close_ns", rank ? 2000 : 0);
+            tg_meta_int(g, "clock_drift_ppb", 0);
+            tg_meta_int(g, "end_ns", t0 + period * o->steps + 1000000 - off);
+        } else {
+            tg_meta(g, "status", "running");
+        }
+        int target = rank < targets;
+        uint32_t s_fwd = tg_stage(g, "forward", "work");
+        uint32_t s_put = tg_stage(g, "queue_put", "wait_output");
+        uint32_t s_wait = tg_stage(g, "queue_wait", "wait_input");
+        uint32_t s_bwd = tg_stage(g, "backward", "work");
+        uint32_t s_ar = tg_stage(g, "allreduce", "comm");
+        uint32_t th = tg_thread(g, target ? "target0" : "drafter0", target ? "target" : "drafter");
+        tg_thread_at(g, th)->rank = rank;
+        uint32_t main_th = 0;
+        if (rank == 0) {
+            main_th = tg_thread(g, "main", "main");
+            tg_thread_at(g, main_th)->rank = 0;
+            tg_set_step_thread(g, main_th);
+        }
+        int steps = killed ? o->steps / 2 : o->steps;
+        for (int k = 0; k < steps; k++) {
+            int64_t gk = t0 + period * k - off; /* this rank's clock */
+            /* filler ranges for the benchmarks: short forwards nested in the step's first range */
+#define FILL(first_stage, first_end)                                                                    \
+    do {                                                                                                \
+        tg_begin(g, th, first_stage, gk);                                                               \
+        for (int e = 0; e < o->extra_per_step; e++)                                                     \
+            tg_range(g, th, s_fwd, gk + 1 + (int64_t)e * 1000, gk + 1 + (int64_t)e * 1000 + 500);      \
+        tg_end(g, th, first_end);                                                                       \
+    } while (0)
+            if (target) {
+                int64_t fwd = o->target_bound ? 9000000 : 4000000;
+                FILL(s_fwd, gk + fwd);
+                tg_range(g, th, s_put, gk + fwd, gk + period);
+            } else {
+                int64_t bw = rank == o->slow_rank ? 5000000 : 3000000;
+                int64_t w = o->target_bound ? 5500000 : 500000;
+                if (o->target_bound) bw = rank == o->slow_rank ? 1500000 : 1000000;
+                FILL(s_wait, gk + w);
+                tg_range(g, th, s_fwd, gk + w, gk + w + 1000000);
+                tg_range(g, th, s_bwd, gk + w + 1000000, gk + w + 1000000 + bw);
+                tg_range(g, th, s_ar, gk + w + 1000000 + bw, gk + 9500000);
+            }
+        }
+        if (killed) tg_begin(g, th, target ? s_fwd : s_wait, t0 + period * steps - off);
+        if (rank == 0)
+            for (int k = 0; k <= o->steps; k++) tg_step(g, (uint64_t)k, t0 + period * k, k ? 1000 : 0);
+        tg_write(g, path);
+        tg_free(g);
+    }
+}

@@ -68,4 +68,25 @@ void write_model_traces(const char *dir);
 tg_trace *trace_jobs(int rank);
 void write_jobs_traces(const char *dir);
 
+/* A multi-process run written as DIR/rank<r>.sqlite (docs/analyze.md, "Rank
+ * sets"): ranks 0..ceil(world/2)-1 are targets (one thread target0: forward
+ * then queue_put, wait_output, to the step's end), the rest drafters (one
+ * thread drafter0: queue_wait, forward, backward, allreduce ending at 9.5 ms
+ * of each 10 ms step); rank 0 also has main with the step marks 0..steps
+ * (1000 tokens each). Default: drafter-bound (target forward 4 ms); with
+ * target_bound the target's forward takes 9 ms and drafters wait 5.5 ms.
+ * slow_rank's backward is 2 ms longer (0.5 ms when target-bound): it
+ * arrives last at every allreduce. shift_rank records its clock shifted by
+ * -shift_ns and stores clock_offset_ns = shift_ns (open and close), so that
+ * the mapping aligns it; missing: no file for that rank; killed: status
+ * running, half the steps and a range left open. -1: none. extra_per_step
+ * adds short forward ranges per step (benchmarks). */
+typedef struct rank_set_opts {
+    int world, world_size, steps;
+    int slow_rank, shift_rank, missing, killed, target_bound, extra_per_step;
+    int64_t shift_ns;
+    const char *run_id;
+} rank_set_opts;
+void write_rank_set(const char *dir, const rank_set_opts *o);
+
 #endif

@@ -35,7 +35,31 @@ struct st_reader {
     st_step_info *steps;
     uint32_t n_steps;
     int has_flow_chunks; /* the optional flow_chunks table exists (checked at open) */
+    /* A rank set (st_reader_open_set): the ranks' own readers, and for each
+     * merged thread its rank's part and its id there. NULL for a file. */
+    struct set_part *parts;
+    uint32_t n_parts;
+    uint32_t *thread_part, *thread_local;
 };
+
+typedef struct set_part {
+    st_reader *r;
+    int rank;
+    st_rank_clock clock;
+    uint32_t *stage_map;   /* the rank's stage id -> the set's */
+    uint32_t *counter_map; /* the rank's counter id -> the set's */
+    uint32_t *thread_of;   /* the rank's thread index -> the set's thread id */
+} set_part;
+
+/* A time of a part onto rank 0's clock, 0 to INT64_MAX (the analysis
+ * needs times that are not negative). */
+static int set_map(const set_part *p, int64_t t, int64_t *out)
+{
+    if (st_rank_clock_map(&p->clock, t, out) != ST_OK || *out < 0)
+        return st_set_error(ST_ECORRUPT, "rank %d: time %lld does not map onto rank 0's clock within 0..%lld ns",
+                            p->rank, (long long)t, (long long)INT64_MAX);
+    return ST_OK;
+}
 
 static const char *const required_tables[] = {"meta", "threads", "stages", "counter_names",
                                               "steps", "range_chunks", "counter_chunks"};
@@ -342,7 +366,9 @@ static const char *const meta_int_keys[] = {
     "schema_version", "start_ns",       "end_ns",         "tsc_hz",        "pid",
     "rank",           "world_size",     "profile_interval", "commit_ms",   "ring_records",
     "dropped_events", "unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters",
-    "gpu_dropped_records", "failed_commits", "lost_events",
+    "gpu_dropped_records", "failed_commits", "lost_events", "local_rank", "device",
+    "clock_sync_ns", "clock_offset_ns", "clock_uncertainty_ns", "clock_sync_close_ns",
+    "clock_offset_close_ns", "clock_uncertainty_close_ns", "clock_drift_ppb",
 };
 
 /* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a
@@ -638,6 +664,125 @@ static int check_blob(sqlite3_stmt *st, int col, const char *table, int64_t id)
                         (long long)id, type_name(got));
 }
 
+/* ---- ranks on one clock (docs/trace-format.md, "Ranks on one clock") ---- */
+
+static const char *const clock_keys[6] = {"clock_sync_ns",       "clock_offset_ns",       "clock_uncertainty_ns",
+                                          "clock_sync_close_ns", "clock_offset_close_ns", "clock_uncertainty_close_ns"};
+
+/* A meta value known to be decimal (check_rows) as an int64; -1 when it
+ * does not fit. */
+static int meta_i64(const char *s, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* The multi-process keys: run_id's alphabet and length; the clock keys,
+ * local_rank and device within int64; each measurement whole (its three
+ * keys or none), the close one only with the open one, uncertainties >= 0. */
+static int check_rank_meta(st_reader *r)
+{
+    const char *id = st_reader_meta(r, "run_id");
+    if (id) {
+        size_t n = strlen(id);
+        int ok = n >= 1 && n <= 64;
+        for (size_t i = 0; ok && i < n; i++) {
+            char c = id[i];
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                 c == '_' || c == '-';
+        }
+        if (!ok) {
+            char shown[40];
+            size_t k = 0;
+            for (; id[k] && k < 32; k++) shown[k] = (unsigned char)id[k] < 0x20 || id[k] == 0x7f ? '?' : id[k];
+            shown[k] = '\0';
+            return st_set_error(ST_ECORRUPT,
+                                "trace table 'meta': key 'run_id' is '%s%s', not 1 to 64 bytes of [A-Za-z0-9._-]",
+                                shown, n > 32 ? "..." : "");
+        }
+    }
+    static const char *const wide[] = {"local_rank", "device", "clock_drift_ppb"};
+    int64_t v[6];
+    int has[6];
+    for (int i = 0; i < 9; i++) {
+        const char *key = i < 6 ? clock_keys[i] : wide[i - 6];
+        const char *s = st_reader_meta(r, key);
+        int64_t x = 0;
+        if (s && meta_i64(s, &x))
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is '%.32s%s', past 64 bits", key, s,
+                                strlen(s) > 32 ? "..." : "");
+        if (i < 6) {
+            has[i] = s != NULL;
+            v[i] = x;
+        }
+    }
+    for (int m = 0; m < 2; m++) {
+        int n = has[3 * m] + has[3 * m + 1] + has[3 * m + 2];
+        if (n != 0 && n != 3)
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': keys '%s', '%s' and '%s' go together (%s of them present)",
+                                clock_keys[3 * m], clock_keys[3 * m + 1], clock_keys[3 * m + 2], n == 1 ? "one" : "two");
+        if (n && v[3 * m + 2] < 0)
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is %lld, a negative uncertainty",
+                                clock_keys[3 * m + 2], (long long)v[3 * m + 2]);
+    }
+    if (has[3] && !has[0])
+        return st_set_error(ST_ECORRUPT, "trace table 'meta': the close measurement '%s' without the open one '%s'",
+                            clock_keys[4], clock_keys[1]);
+    return ST_OK;
+}
+
+void st_reader_rank_clock(const st_reader *r, st_rank_clock *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t v[6] = {0, 0, 0, 0, 0, 0};
+    int has[6];
+    for (int i = 0; i < 6; i++) {
+        const char *s = st_reader_meta(r, clock_keys[i]);
+        has[i] = s && meta_i64(s, &v[i]) == 0;
+    }
+    if (has[0] && has[1] && has[2]) {
+        out->has_open = 1;
+        out->sync_ns = v[0];
+        out->offset_ns = v[1];
+        out->uncertainty_ns = v[2];
+        if (has[3] && has[4] && has[5]) {
+            out->has_close = 1;
+            out->sync_close_ns = v[3];
+            out->offset_close_ns = v[4];
+            out->uncertainty_close_ns = v[5];
+        }
+    }
+}
+
+int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out)
+{
+    __int128 m = t_ns;
+    if (c->has_open) {
+        m += c->offset_ns;
+        if (c->has_close && c->sync_close_ns > c->sync_ns) {
+            /* C's division truncates toward zero, as the format says. */
+            __int128 num = ((__int128)t_ns - c->sync_ns) * ((__int128)c->offset_close_ns - c->offset_ns);
+            m += num / ((__int128)c->sync_close_ns - c->sync_ns);
+        }
+    }
+    if (m < INT64_MIN || m > INT64_MAX)
+        return st_set_error(ST_ECORRUPT, "time %lld does not map onto rank 0's clock within 64 bits",
+                            (long long)t_ns);
+    *out = (int64_t)m;
+    return ST_OK;
+}
+
+int64_t st_rank_clock_uncertainty(const st_rank_clock *c)
+{
+    if (!c->has_open) return 0;
+    if (c->has_close && c->uncertainty_close_ns > c->uncertainty_ns) return c->uncertainty_close_ns;
+    return c->uncertainty_ns;
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
@@ -658,7 +803,9 @@ static int load(st_reader *r, const char *path)
         }
     }
     int rc;
-    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r))) return rc;
+    if ((rc = check_shape(r->db, &meta_spec)) || (rc = check_rows(r, &meta_spec)) || (rc = load_meta(r)) ||
+        (rc = check_rank_meta(r)))
+        return rc;
     const char *version = st_reader_meta(r, "schema_version");
     if (!version)
         return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (meta has no schema_version)", where);
@@ -773,9 +920,12 @@ int st_reader_open_db(st_reader **out, sqlite3 *db)
     return ST_OK;
 }
 
+static void set_free(st_reader *r);
+
 void st_reader_close(st_reader *r)
 {
     if (!r) return;
+    if (r->parts) set_free(r);
     for (uint32_t i = 0; i < r->n_meta; i++) {
         free(r->meta[i].key);
         free(r->meta[i].value);
@@ -803,6 +953,7 @@ sqlite3 *st_reader_db(const st_reader *r) { return r->db; }
 
 const char *st_reader_meta(const st_reader *r, const char *key)
 {
+    if (r->parts) return st_reader_meta(r->parts[0].r, key);
     for (uint32_t i = 0; i < r->n_meta; i++)
         if (strcmp(r->meta[i].key, key) == 0) return r->meta[i].value;
     return NULL;
@@ -891,9 +1042,12 @@ static int chunk_headers(st_reader *r, const char *table, const char *count_col,
     return ST_OK;
 }
 
+static int set_chunk_totals(st_reader *r, st_chunk_totals *out);
+
 int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out)
 {
     memset(out, 0, sizeof *out);
+    if (r->parts) return set_chunk_totals(r, out);
     int64_t unused0, unused1;
     int unused;
     int rc = chunk_headers(r, "range_chunks", "n_events", &out->first_ns, &out->last_ns, &out->has_ranges,
@@ -975,6 +1129,11 @@ struct st_range_iter {
     int pending;                    /* 0 or the error met after the batch */
     int64_t t0, t1;
     st_event_cursor cur;
+    /* a rank set's: the current thread's iterator on its rank's reader */
+    st_reader *set;
+    st_range_iter *sub;
+    int64_t want_thread;
+    uint32_t next_thread;
     st_range batch[RANGE_BATCH];
     uint32_t batch_event[RANGE_BATCH]; /* each range's end event: its index in the chunk */
 };
@@ -987,6 +1146,14 @@ int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_
     it->head.next = it->head.end = it->batch;
     it->t0 = t0;
     it->t1 = t1;
+    if (r->parts) {
+        it->set = r;
+        it->want_thread = thread;
+        it->next_thread = thread < 0 ? 0 : (uint32_t)thread;
+        if (thread >= (int64_t)r->n_threads) it->next_thread = r->n_threads; /* none */
+        *out = it;
+        return ST_OK;
+    }
     int rc = chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, t0, t1);
     if (rc) {
         st_range_iter_close(it);
@@ -1078,8 +1245,11 @@ static size_t decode_ranges(st_range_iter *it, int *status)
     return n;
 }
 
+static int set_range_fill(st_range_iter *it, st_range *out);
+
 int st_range_iter_fill(st_range_iter *it, st_range *out)
 {
+    if (it->set) return set_range_fill(it, out);
     it->head.next = it->head.end = it->batch;
     for (;;) {
         if (it->pending) {
@@ -1111,6 +1281,7 @@ int st_range_iter_fill(st_range_iter *it, st_range *out)
 void st_range_iter_close(st_range_iter *it)
 {
     if (!it) return;
+    st_range_iter_close(it->sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
@@ -1120,6 +1291,17 @@ void st_range_iter_close(st_range_iter *it)
  * says what was open after the thread's last event. */
 int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack)
 {
+    if (r->parts) {
+        if (thread >= r->n_threads) return 0;
+        const set_part *p = &r->parts[r->thread_part[thread]];
+        int n = st_reader_unended(p->r, r->thread_local[thread], stack);
+        for (int i = 0; i < n; i++) {
+            stack[i].stage = p->stage_map[stack[i].stage];
+            int rc = set_map(p, stack[i].start_ns, &stack[i].start_ns);
+            if (rc) return rc;
+        }
+        return n;
+    }
     chunk_rows c;
     memset(&c, 0, sizeof c);
     c.r = r;
@@ -1162,12 +1344,26 @@ struct st_event_iter {
     chunk_rows rows;
     int in_chunk;
     st_event_cursor cur;
+    st_event_iter *sub; /* a rank set's: on the thread's rank */
+    const set_part *part;
 };
 
 int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread)
 {
     st_event_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    if (r->parts) {
+        if (thread < r->n_threads) {
+            it->part = &r->parts[r->thread_part[thread]];
+            int rc = st_event_iter_open(&it->sub, it->part->r, r->thread_local[thread]);
+            if (rc) {
+                free(it);
+                return rc;
+            }
+        }
+        *out = it;
+        return ST_OK;
+    }
     int rc = chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, INT64_MIN, INT64_MAX);
     if (rc) {
         st_event_iter_close(it);
@@ -1179,6 +1375,15 @@ int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread)
 
 int st_event_iter_next(st_event_iter *it, st_event *out)
 {
+    if (it->part || !it->rows.st) {
+        if (!it->sub) return 0;
+        int rc = st_event_iter_next(it->sub, out);
+        if (rc != 1) return rc;
+        out->stage = it->part->stage_map[out->stage];
+        if ((rc = set_map(it->part, out->ts_ns, &out->ts_ns))) return rc;
+        if (out->is_end && (rc = set_map(it->part, out->start_ns, &out->start_ns))) return rc;
+        return 1;
+    }
     for (;;) {
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
@@ -1199,6 +1404,7 @@ int st_event_iter_next(st_event_iter *it, st_event *out)
 void st_event_iter_close(st_event_iter *it)
 {
     if (!it) return;
+    st_event_iter_close(it->sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
@@ -1210,6 +1416,10 @@ struct st_sample_iter {
     int in_chunk;
     int64_t t0, t1;
     st_counter_cursor cur;
+    st_reader *set; /* a rank set's: per thread, on its rank */
+    st_sample_iter *sub;
+    int64_t want_thread;
+    uint32_t next_thread, cur_thread;
 };
 
 int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int64_t t0, int64_t t1)
@@ -1218,6 +1428,13 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int6
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
     it->t0 = t0;
     it->t1 = t1;
+    if (r->parts) {
+        it->set = r;
+        it->want_thread = thread;
+        it->next_thread = thread < 0 ? 0 : thread >= (int64_t)r->n_threads ? r->n_threads : (uint32_t)thread;
+        *out = it;
+        return ST_OK;
+    }
     int rc = chunk_rows_open(&it->rows, r, "counter_chunks", "n_samples", thread, t0, t1);
     if (rc) {
         st_sample_iter_close(it);
@@ -1227,8 +1444,11 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int6
     return ST_OK;
 }
 
+static int set_sample_next(st_sample_iter *it, st_sample_row *out);
+
 int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
 {
+    if (it->set) return set_sample_next(it, out);
     for (;;) {
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
@@ -1257,6 +1477,7 @@ int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
 void st_sample_iter_close(st_sample_iter *it)
 {
     if (!it) return;
+    st_sample_iter_close(it->sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
@@ -1428,6 +1649,7 @@ const char *st_gpu_mem_name(uint32_t mem)
 
 int st_reader_has_gpu(st_reader *r)
 {
+    if (r->parts) return 0; /* a rank set's GPU records are not merged */
     int ok = is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : 0;
     sqlite3_stmt *st;
@@ -1737,6 +1959,10 @@ static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
 
 static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
 {
+    if (r->parts) {
+        *out = NULL;
+        return st_set_error(ST_EINVAL, "the GPU records of a rank set are not read");
+    }
     *out = NULL;
     st_gpu_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
@@ -1956,14 +2182,22 @@ static int chunk_counts(st_reader *r, const char *table, const char *sql, int st
     return err;
 }
 
+static int set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
+
 int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
+    if (r->parts) return set_chunks_per_thread(r, out, n);
     return chunk_counts(r, "range_chunks", "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", 0, out,
                         n);
 }
 
 int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
+    if (r->parts) {
+        *out = NULL;
+        *n = 0;
+        return ST_OK;
+    }
     return chunk_counts(r, "gpu_chunks",
                         "SELECT device, sum(max(n_records, 0)) FROM main.gpu_chunks GROUP BY device ORDER BY device", 1,
                         out, n);
@@ -1973,6 +2207,7 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
+    if (r->parts) return ST_OK;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(r->db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1,
                            &st, NULL) != SQLITE_OK)
@@ -2004,6 +2239,7 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
+    if (r->parts) return ST_OK;
     int ok = is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
     sqlite3_stmt *st;
@@ -2029,6 +2265,7 @@ int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
+    if (r->parts) return ST_OK;
     sqlite3_stmt *st;
     /* ?1 is bound either way; "device < 0" leaves it unused */
     const char *sql = device < 0 ? "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE "
@@ -2047,4 +2284,281 @@ int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t
     }
     sqlite3_finalize(st);
     return ST_OK;
+}
+
+/* ---- rank sets (st_reader_open_set) ---- */
+
+static void set_free(st_reader *r)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        st_reader_close(r->parts[i].r);
+        free(r->parts[i].stage_map);
+        free(r->parts[i].counter_map);
+        free(r->parts[i].thread_of);
+    }
+    free(r->parts);
+    free(r->thread_part);
+    free(r->thread_local);
+    r->parts = NULL;
+    r->n_parts = 0;
+    r->db = NULL; /* the first part's */
+}
+
+static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *ranks)
+{
+    uint32_t nt = 0, ns = 0, nc = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        nt += readers[i]->n_threads;
+        ns += readers[i]->n_stages;
+        nc += readers[i]->n_counters;
+    }
+    r->parts = calloc(n, sizeof *r->parts);
+    r->threads = calloc(nt ? nt : 1, sizeof *r->threads);
+    r->thread_part = calloc(nt ? nt : 1, sizeof *r->thread_part);
+    r->thread_local = calloc(nt ? nt : 1, sizeof *r->thread_local);
+    r->thread_index = calloc(nt ? nt : 1, sizeof *r->thread_index);
+    r->stages = calloc(ns ? ns : 1, sizeof *r->stages);
+    r->counters = calloc(nc ? nc : 1, sizeof *r->counters);
+    if (!r->parts || !r->threads || !r->thread_part || !r->thread_local || !r->thread_index || !r->stages ||
+        !r->counters) {
+        for (uint32_t i = 0; i < n; i++) st_reader_close(readers[i]);
+        return st_set_error(ST_ENOMEM, "out of memory");
+    }
+    r->n_parts = n;
+    for (uint32_t i = 0; i < n; i++) {
+        r->parts[i].r = readers[i];
+        r->parts[i].rank = ranks[i];
+        st_reader_rank_clock(readers[i], &r->parts[i].clock);
+    }
+    r->db = readers[0]->db;
+    r->owns_db = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        set_part *p = &r->parts[i];
+        st_reader *pr = p->r;
+        p->stage_map = calloc(pr->n_stages ? pr->n_stages : 1, sizeof *p->stage_map);
+        p->counter_map = calloc(pr->n_counters ? pr->n_counters : 1, sizeof *p->counter_map);
+        p->thread_of = calloc(pr->n_threads ? pr->n_threads : 1, sizeof *p->thread_of);
+        if (!p->stage_map || !p->counter_map || !p->thread_of) return st_set_error(ST_ENOMEM, "out of memory");
+        /* stages are one by name across ranks: the first rank's id and kind */
+        for (uint32_t s = 0; s < pr->n_stages; s++) {
+            uint32_t k = 0;
+            while (k < r->n_stages && strcmp(r->stages[k].name, pr->stages[s].name) != 0) k++;
+            if (k == r->n_stages) {
+                r->stages[k] = pr->stages[s];
+                r->stages[k].id = k;
+                if (!(r->stages[k].name = strdup(pr->stages[s].name))) return st_set_error(ST_ENOMEM, "out of memory");
+                r->n_stages++;
+            } else if (r->stages[k].kind != pr->stages[s].kind) {
+                return st_set_error(ST_ECORRUPT, "rank %d's stage '%.64s' is of kind %s, another rank's of kind %s",
+                                    p->rank, pr->stages[s].name, st_kind_name(pr->stages[s].kind),
+                                    st_kind_name(r->stages[k].kind));
+            }
+            p->stage_map[s] = k;
+        }
+        for (uint32_t c = 0; c < pr->n_counters; c++) {
+            uint32_t k = 0;
+            while (k < r->n_counters && strcmp(r->counters[k].name, pr->counters[c].name) != 0) k++;
+            if (k == r->n_counters) {
+                r->counters[k] = pr->counters[c];
+                r->counters[k].id = k;
+                r->counters[k].name = strdup(pr->counters[c].name);
+                r->counters[k].unit = strdup(pr->counters[c].unit);
+                r->n_counters++;
+                if (!r->counters[k].name || !r->counters[k].unit) return st_set_error(ST_ENOMEM, "out of memory");
+            }
+            p->counter_map[c] = k;
+        }
+        for (uint32_t t = 0; t < pr->n_threads; t++) {
+            st_thread_info *th = &r->threads[r->n_threads];
+            *th = pr->threads[t];
+            size_t len = strlen(pr->threads[t].name) + 16;
+            char *name = malloc(len);
+            if (!name) return st_set_error(ST_ENOMEM, "out of memory");
+            snprintf(name, len, "r%d/%s", p->rank, pr->threads[t].name);
+            th->name = name;
+            th->role = strdup(pr->threads[t].role);
+            r->n_threads++; /* owned from here: freed by st_reader_close */
+            if (!th->role) return st_set_error(ST_ENOMEM, "out of memory");
+            r->n_threads--;
+            th->id = r->n_threads;
+            th->rank = p->rank;
+            r->thread_part[r->n_threads] = i;
+            r->thread_local[r->n_threads] = pr->threads[t].id;
+            r->thread_index[r->n_threads] = (int32_t)r->n_threads;
+            p->thread_of[t] = r->n_threads;
+            r->n_threads++;
+        }
+    }
+    r->thread_index_len = r->n_threads;
+    /* step marks: the first part's (rank 0 normally), on rank 0's clock */
+    st_reader *first = r->parts[0].r;
+    r->steps = calloc(first->n_steps ? first->n_steps : 1, sizeof *r->steps);
+    if (!r->steps) return st_set_error(ST_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < first->n_steps; i++) {
+        r->steps[i] = first->steps[i];
+        int rc = set_map(&r->parts[0], first->steps[i].ts_ns, &r->steps[i].ts_ns);
+        if (rc) return rc;
+        if (i && r->steps[i].ts_ns <= r->steps[i - 1].ts_ns)
+            return st_set_error(ST_ECORRUPT, "rank %d: step marks %llu and %llu are out of order on rank 0's clock",
+                                r->parts[0].rank, (unsigned long long)r->steps[i - 1].step,
+                                (unsigned long long)r->steps[i].step);
+    }
+    r->n_steps = first->n_steps;
+    return ST_OK;
+}
+
+int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n)
+{
+    *out = NULL;
+    if (n == 0) return st_set_error(ST_EINVAL, "a rank set needs at least one trace");
+    st_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        for (uint32_t i = 0; i < n; i++) st_reader_close(readers[i]);
+        return st_set_error(ST_ENOMEM, "out of memory");
+    }
+    int rc = set_build(r, readers, n, ranks);
+    if (rc) {
+        if (!r->parts) {
+            free(r->threads);
+            free(r->thread_part);
+            free(r->thread_local);
+            free(r->thread_index);
+            free(r->stages);
+            free(r->counters);
+            free(r);
+            return rc;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_last_error());
+        st_reader_close(r);
+        return st_set_error(rc, "%s", msg);
+    }
+    *out = r;
+    return ST_OK;
+}
+
+uint32_t st_reader_n_parts(const st_reader *r) { return r->parts ? r->n_parts : 0; }
+st_reader *st_reader_part(const st_reader *r, uint32_t i) { return r->parts && i < r->n_parts ? r->parts[i].r : NULL; }
+int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, uint32_t *local_id)
+{
+    if (!r->parts || thread >= r->n_threads) return -1;
+    *part = r->thread_part[thread];
+    *local_id = r->thread_local[thread];
+    return 0;
+}
+
+static int set_chunk_totals(st_reader *r, st_chunk_totals *out)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        st_chunk_totals t;
+        int rc = st_reader_chunk_totals(r->parts[i].r, &t);
+        if (rc) return rc;
+        out->n_ranges += t.n_ranges;
+        out->n_samples += t.n_samples;
+        if (!t.has_ranges) continue;
+        int64_t a, b;
+        if ((rc = set_map(&r->parts[i], t.first_ns, &a)) || (rc = set_map(&r->parts[i], t.last_ns, &b))) return rc;
+        if (!out->has_ranges || a < out->first_ns) out->first_ns = a;
+        if (!out->has_ranges || b > out->last_ns) out->last_ns = b;
+        out->has_ranges = 1;
+    }
+    return ST_OK;
+}
+
+static int set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
+    *out = calloc(r->n_threads ? r->n_threads : 1, sizeof **out);
+    *n = 0;
+    if (!*out) return st_set_error(ST_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        st_chunk_count *c = NULL;
+        uint32_t nc = 0;
+        st_reader_range_chunks_per_thread(r->parts[i].r, &c, &nc);
+        for (uint32_t k = 0; k < nc; k++) {
+            const st_thread_info *th = c[k].key >= 0 && c[k].key <= UINT32_MAX
+                                           ? st_reader_thread_by_id(r->parts[i].r, (uint32_t)c[k].key)
+                                           : NULL;
+            if (!th) continue;
+            uint32_t index = (uint32_t)(th - r->parts[i].r->threads);
+            (*out)[*n].key = r->parts[i].thread_of[index];
+            (*out)[*n].n = c[k].n;
+            (*n)++;
+        }
+        free(c);
+    }
+    return ST_OK;
+}
+
+/* The next batch of a rank set's ranges: each thread's, one after another,
+ * read on its rank and mapped, kept when they overlap [t0, t1) as a file's
+ * iterator keeps them. */
+static int set_range_fill(st_range_iter *it, st_range *out)
+{
+    st_reader *r = it->set;
+    it->head.next = it->head.end = it->batch;
+    size_t n = 0;
+    while (n < RANGE_BATCH) {
+        if (!it->sub) {
+            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
+                break;
+            uint32_t t = it->next_thread++;
+            int rc = st_range_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
+                                        INT64_MAX);
+            if (rc) return rc;
+            it->rows.thread = t;
+        }
+        uint32_t t = (uint32_t)it->rows.thread;
+        const set_part *p = &r->parts[r->thread_part[t]];
+        st_range g;
+        int rc = st_range_iter_next(it->sub, &g);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            st_range_iter_close(it->sub);
+            it->sub = NULL;
+            continue;
+        }
+        int64_t start, end;
+        if ((rc = set_map(p, g.start_ns, &start)) || (rc = set_map(p, g.start_ns + g.dur_ns, &end))) return rc;
+        if (start >= it->t1 || end < it->t0 || (end == it->t0 && end != start)) continue;
+        it->batch[n].thread = t;
+        it->batch[n].stage = p->stage_map[g.stage];
+        it->batch[n].depth = g.depth;
+        it->batch[n].start_ns = start;
+        it->batch[n].dur_ns = end - start;
+        n++;
+    }
+    if (!n) return 0;
+    *out = it->batch[0];
+    it->head.next = it->batch + 1;
+    it->head.end = it->batch + n;
+    return 1;
+}
+
+static int set_sample_next(st_sample_iter *it, st_sample_row *out)
+{
+    st_reader *r = it->set;
+    for (;;) {
+        if (!it->sub) {
+            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
+                return 0;
+            uint32_t t = it->next_thread++;
+            int rc = st_sample_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
+                                         INT64_MAX);
+            if (rc) return rc;
+            it->cur_thread = t;
+        }
+        const set_part *p = &r->parts[r->thread_part[it->cur_thread]];
+        int rc = st_sample_iter_next(it->sub, out);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            st_sample_iter_close(it->sub);
+            it->sub = NULL;
+            continue;
+        }
+        if ((rc = set_map(p, out->ts_ns, &out->ts_ns))) return rc;
+        if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
+        out->thread = it->cur_thread;
+        out->counter = p->counter_map[out->counter];
+        return 1;
+    }
 }

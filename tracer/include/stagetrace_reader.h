@@ -114,6 +114,47 @@ typedef struct st_step_info {
 
 typedef struct st_reader st_reader;
 
+/* Ranks on one clock (docs/trace-format.md, "Ranks on one clock"): a
+ * rank's clock measurements from meta, and the mapping of its times onto
+ * rank 0's clock. has_open: clock_sync_ns, clock_offset_ns and
+ * clock_uncertainty_ns present; has_close: the close keys too. The reader
+ * refuses at open a trace whose keys break the format's rules, so every
+ * open reader gives a usable st_rank_clock. */
+typedef struct st_rank_clock {
+    int has_open, has_close;
+    int64_t sync_ns, offset_ns, uncertainty_ns;
+    int64_t sync_close_ns, offset_close_ns, uncertainty_close_ns;
+} st_rank_clock;
+
+/* Exactly the format's mapping, on 128-bit integers (divisions truncate
+ * toward zero): t unchanged without has_open; t + offset with has_open
+ * alone or when sync_close_ns <= sync_ns; otherwise linear through both
+ * measurements, extended beyond them. ST_OK, or ST_ECORRUPT (and
+ * st_last_error) when the mapped time does not fit in an int64 (*out is
+ * then left alone). */
+ST_API int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out);
+/* max(uncertainty_ns, uncertainty_close_ns) of the measurements present; 0 without. */
+ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
+
+/* A rank set: the traces of one multi-process run read as one, on rank 0's
+ * clock. Takes the ranks' readers (owned by the set from then on, closed
+ * with it, also on failure) and their ranks, first the one whose step marks
+ * the set uses (rank 0 normally). The set's threads are every rank's, in
+ * the order given, with ids 0, 1, ... and names "r<rank>/<name>" (role,
+ * device, os_tid as recorded; rank = the rank given); its stages are one per
+ * name (the first rank's id order; a name of two kinds is refused), its
+ * counters one per name; its meta the first reader's; its step marks the
+ * first reader's, mapped. Every time its iterators and functions give is
+ * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
+ * ST_ECORRUPT). GPU records are not merged: a set has none
+ * (st_reader_has_gpu 0, no devices; the GPU iterators refuse it), and
+ * st_reader_db gives the first reader's connection. */
+ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
+/* A set's readers (0 for a file's reader), and where a set's thread lives. */
+ST_API uint32_t st_reader_n_parts(const st_reader *r);
+ST_API st_reader *st_reader_part(const st_reader *r, uint32_t index);
+ST_API int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, uint32_t *local_id);
+
 /* Limits a reader holds a trace to (docs/trace-format.md), so that what
  * analyze prints stays bounded: names (threads, stages, counters, meta keys)
  * of at most ST_NAME_MAX bytes and meta values of at most ST_META_VALUE_MAX,
@@ -136,6 +177,7 @@ ST_API void st_reader_close(st_reader *r);
 
 ST_API sqlite3 *st_reader_db(const st_reader *r);
 ST_API const char *st_reader_meta(const st_reader *r, const char *key); /* NULL if absent */
+ST_API void st_reader_rank_clock(const st_reader *r, st_rank_clock *out);
 
 ST_API uint32_t st_reader_n_threads(const st_reader *r);
 ST_API const st_thread_info *st_reader_thread(const st_reader *r, uint32_t index);

@@ -1,0 +1,365 @@
+/* cmd_stragglers.c: `analyze stragglers SET`: which rank holds the others
+ * up (docs/analyze.md, "stragglers"). Over a rank set on rank 0's clock:
+ * each collective (a range of a `comm` stage) is matched across ranks by
+ * stage, step (the first step mark after its start) and occurrence (its
+ * index among the rank's ranges of that stage in that step); the rank that
+ * begins it last is the one the others wait for, and each other rank waits
+ * from its own start to that last start. Per stage and role, the rank with
+ * the most time in the stage against the median over ranks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+
+static const char help[] =
+    "usage: analyze stragglers [--format text|csv|json] SET\n"
+    "\n"
+    "SET: the rank files of one run (several files, a directory or a quoted glob\n"
+    "pattern; see docs/analyze.md, \"Rank sets\"). Per collective (ranges of comm\n"
+    "stages, matched across ranks by stage, step and occurrence in the step): the\n"
+    "rank that arrives last, how long the others wait for it, whether the same rank\n"
+    "is last every time; per role and stage: the slowest rank and how far over the\n"
+    "median of the ranks it is.\n"
+    "\n"
+    "options:\n"
+    "  --format F   text (default), csv or json: tables collectives, instances, stages\n";
+
+static const an_opt opts[] = {
+    {"format", 1, AN_OPT_FORMAT},
+    {"help", 0, AN_OPT_HELP},
+    {NULL, 0, 0},
+};
+
+typedef struct arrival {
+    uint32_t stage, rank_ix;
+    uint64_t step;
+    uint32_t occ;
+    int has_step;
+    int64_t start_ns;
+} arrival;
+
+static int cmp_stage_rank_start(const void *a, const void *b)
+{
+    const arrival *x = a, *y = b;
+    if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
+    if (x->rank_ix != y->rank_ix) return x->rank_ix < y->rank_ix ? -1 : 1;
+    return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
+}
+
+static int cmp_instance(const void *a, const void *b)
+{
+    const arrival *x = a, *y = b;
+    if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
+    if (x->has_step != y->has_step) return x->has_step < y->has_step ? -1 : 1;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
+    return x->rank_ix < y->rank_ix ? -1 : x->rank_ix > y->rank_ix;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct stage_total {
+    uint32_t role, stage;
+    int64_t *ns; /* [rank index] */
+} stage_total;
+
+static const an_col coll_cols[] = {{"stage", AN_T_STR, 0},          {"instances", AN_T_INT, 0},
+                                   {"ranks", AN_T_INT, 0},          {"last_rank", AN_T_INT, 0},
+                                   {"times_last", AN_T_INT, 0},     {"last_pct", AN_T_PCT, 0},
+                                   {"every_time", AN_T_STR, 0},     {"mean_wait_ms", AN_T_MS, 0},
+                                   {"max_wait_ms", AN_T_MS, 0}};
+static const an_col inst_cols[] = {{"stage", AN_T_STR, 0},      {"step", AN_T_INT, 0},
+                                   {"occurrence", AN_T_INT, 0}, {"ranks", AN_T_INT, 0},
+                                   {"last_rank", AN_T_INT, 0},  {"late_vs_median_ms", AN_T_MS, 0},
+                                   {"wait_ms", AN_T_MS, 0},     {"max_wait_ms", AN_T_MS, 0}};
+static const an_col stage_cols[] = {{"role", AN_T_STR, 0},           {"stage", AN_T_STR, 0},
+                                    {"kind", AN_T_STR, 0},           {"ranks", AN_T_INT, 0},
+                                    {"slowest_rank", AN_T_INT, 0},   {"slowest_ms", AN_T_MS, 0},
+                                    {"median_ms", AN_T_MS, 0},       {"over_median_pct", AN_T_PCT, 0}};
+
+static int run(an_trace *t, an_format fmt)
+{
+    st_reader *r = t->r;
+    uint32_t n_ranks = t->n_ranks, nt = st_reader_n_threads(r);
+    int *rank_of = malloc(n_ranks * sizeof *rank_of);
+    const char **roles = malloc((nt ? nt : 1) * sizeof *roles);
+    uint32_t n_roles = 0;
+    arrival *arr = NULL;
+    size_t n_arr = 0, cap = 0;
+    stage_total *tot = NULL;
+    uint32_t n_tot = 0;
+    int rc = AN_EXIT_OK;
+    if (!rank_of || !roles) goto oom;
+    for (uint32_t i = 0; i < n_ranks; i++) {
+        int64_t v = 0;
+        an_trace tmp = t->ranks[i];
+        tmp.r = st_reader_part(r, i);
+        an_trace_meta_i64(&tmp, "rank", &v);
+        rank_of[i] = (int)v;
+    }
+    for (uint32_t th = 0; th < nt && !rc; th++) {
+        const st_thread_info *info = st_reader_thread(r, th);
+        uint32_t part, local;
+        st_reader_thread_part(r, th, &part, &local);
+        uint32_t role = 0;
+        while (role < n_roles && strcmp(roles[role], info->role) != 0) role++;
+        if (role == n_roles) roles[n_roles++] = info->role;
+        st_range_iter *it;
+        if (st_range_iter_open(&it, r, th, INT64_MIN, INT64_MAX) != ST_OK) return an_trace_fail(t);
+        st_range g;
+        int n;
+        while ((n = st_range_iter_next(it, &g)) == 1) {
+            uint32_t k = 0;
+            while (k < n_tot && !(tot[k].role == role && tot[k].stage == g.stage)) k++;
+            if (k == n_tot) {
+                stage_total *nt2 = realloc(tot, (n_tot + 1) * sizeof *nt2);
+                if (!nt2) break;
+                tot = nt2;
+                tot[k].role = role;
+                tot[k].stage = g.stage;
+                tot[k].ns = calloc(n_ranks, sizeof *tot[k].ns);
+                n_tot++;
+                if (!tot[k].ns) break;
+            }
+            if (g.depth == 0 || 1) tot[k].ns[part] += g.dur_ns;
+            if (st_reader_stage(r, g.stage)->kind != ST_COMM) continue;
+            if (n_arr == cap) {
+                cap = cap ? cap * 2 : 1024;
+                arrival *na = realloc(arr, cap * sizeof *na);
+                if (!na) break;
+                arr = na;
+            }
+            arr[n_arr++] = (arrival){g.stage, part, 0, 0, 0, g.start_ns};
+        }
+        st_range_iter_close(it);
+        if (n < 0) rc = an_trace_fail(t);
+        else if (n == 1) goto oom;
+    }
+    if (rc) goto done;
+    /* occurrence of each arrival in its rank's step */
+    qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
+    for (size_t i = 0; i < n_arr; i++) {
+        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
+        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
+            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
+            arr[i].occ = arr[i - 1].occ + 1;
+    }
+    qsort(arr, n_arr, sizeof *arr, cmp_instance);
+    an_out *out = an_out_new(stdout, fmt);
+    if (!out) goto oom;
+    an_out_text(out, "== %s: stragglers over %u of %lld ranks; collectives (comm stages) matched by stage, step and "
+                     "occurrence in the step\n",
+                t->label, n_ranks, (long long)t->world_size);
+    /* per stage: instances, how often each rank is last, the others' waits */
+    an_table *ct = an_table_new(out, "collectives", coll_cols, 9);
+    an_table *it_tb = NULL;
+    uint32_t *last_count = calloc(n_ranks, sizeof *last_count);
+    int64_t *starts = malloc(n_ranks * sizeof *starts);
+    char verdict[1024] = "";
+    size_t vlen = 0;
+    if (!ct || !last_count || !starts) goto oom_out;
+    /* two passes over the instances: the collectives table first, then each instance */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            an_table_end(ct);
+            ct = NULL;
+            it_tb = an_table_new(out, "instances", inst_cols, 8);
+            if (!it_tb) goto oom_out;
+        }
+        for (size_t i = 0; i < n_arr;) {
+            uint32_t stage = arr[i].stage;
+            uint64_t instances = 0;
+            __int128 wait_sum = 0;
+            int64_t wait_max = 0;
+            memset(last_count, 0, n_ranks * sizeof *last_count);
+            size_t j = i;
+            while (j < n_arr && arr[j].stage == stage) {
+                size_t e = j;
+                while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step &&
+                       arr[e].step == arr[j].step && arr[e].occ == arr[j].occ)
+                    e++;
+                uint32_t m = (uint32_t)(e - j);
+                if (m >= 2) {
+                    uint32_t last = (uint32_t)j;
+                    for (size_t k = j; k < e; k++) {
+                        if (arr[k].start_ns > arr[last].start_ns) last = (uint32_t)k;
+                        starts[k - j] = arr[k].start_ns;
+                    }
+                    qsort(starts, m, sizeof *starts, cmp_i64);
+                    int64_t median = starts[(m - 1) / 2];
+                    __int128 w = 0;
+                    int64_t wmax = 0;
+                    for (size_t k = j; k < e; k++) {
+                        int64_t d = arr[last].start_ns - arr[k].start_ns;
+                        w += d;
+                        if (d > wmax) wmax = d;
+                    }
+                    int64_t wmean = (int64_t)(w / (m - 1));
+                    instances++;
+                    last_count[arr[last].rank_ix]++;
+                    wait_sum += wmean;
+                    if (wmax > wait_max) wait_max = wmax;
+                    if (pass == 1) {
+                        an_put_str(it_tb, st_reader_stage(r, stage)->name);
+                        if (arr[j].has_step) an_put_int(it_tb, (int64_t)arr[j].step);
+                        else an_put_null(it_tb);
+                        an_put_int(it_tb, arr[j].occ);
+                        an_put_int(it_tb, m);
+                        an_put_int(it_tb, rank_of[arr[last].rank_ix]);
+                        an_put_ns(it_tb, arr[last].start_ns - median);
+                        an_put_ns(it_tb, wmean);
+                        an_put_ns(it_tb, wmax);
+                        an_row_end(it_tb);
+                    }
+                }
+                j = e;
+            }
+            if (pass == 0 && instances) {
+                uint32_t top = 0;
+                for (uint32_t k = 1; k < n_ranks; k++)
+                    if (last_count[k] > last_count[top]) top = k;
+                uint32_t ranks_with = 0;
+                for (uint32_t k = 0; k < n_ranks; k++) {
+                    int has = 0;
+                    for (size_t q = i; q < j && !has; q++) has = arr[q].rank_ix == k;
+                    ranks_with += (uint32_t)has;
+                }
+                int every = last_count[top] == instances;
+                int64_t mean_wait = (int64_t)(wait_sum / (__int128)instances);
+                an_put_str(ct, st_reader_stage(r, stage)->name);
+                an_put_int(ct, (int64_t)instances);
+                an_put_int(ct, ranks_with);
+                an_put_int(ct, rank_of[top]);
+                an_put_int(ct, last_count[top]);
+                an_put_pct(ct, 100.0 * last_count[top] / (double)instances);
+                an_put_str(ct, every ? "yes" : "no");
+                an_put_ns(ct, mean_wait);
+                an_put_ns(ct, wait_max);
+                an_row_end(ct);
+                char ms[40];
+                an_fmt_fixed(ms, mean_wait, 6, 3);
+                if (vlen < sizeof verdict - 200)
+                    vlen += (size_t)snprintf(verdict + vlen, sizeof verdict - vlen,
+                                             "Straggler at %.64s: rank %d arrives last in %u of %llu instances%s; the "
+                                             "others wait %s ms for it on average.\n",
+                                             st_reader_stage(r, stage)->name, rank_of[top], last_count[top],
+                                             (unsigned long long)instances, every ? " (every time)" : "", ms);
+            }
+            i = j;
+        }
+    }
+    an_table_end(it_tb);
+    it_tb = NULL;
+    /* per role and stage: the slowest rank against the median of the ranks with the stage */
+    an_table *st = an_table_new(out, "stages", stage_cols, 8);
+    if (!st) goto oom_out;
+    int64_t *vals = malloc(n_ranks * sizeof *vals);
+    if (!vals) {
+        an_table_end(st);
+        goto oom_out;
+    }
+    char slow_line[512] = "";
+    double worst_pct = 0;
+    for (uint32_t k = 0; k < n_tot; k++) {
+        uint32_t m = 0, slow = 0;
+        for (uint32_t q = 0; q < n_ranks; q++) {
+            int has = 0;
+            for (uint32_t th = 0; th < nt && !has; th++) {
+                uint32_t part, local;
+                st_reader_thread_part(r, th, &part, &local);
+                has = part == q && strcmp(st_reader_thread(r, th)->role, roles[tot[k].role]) == 0;
+            }
+            if (!has) continue;
+            vals[m++] = tot[k].ns[q];
+            if (tot[k].ns[q] > tot[k].ns[slow] || m == 1) slow = q;
+        }
+        if (m < 2) continue;
+        qsort(vals, m, sizeof *vals, cmp_i64);
+        int64_t median = vals[(m - 1) / 2];
+        double pct = median > 0 ? 100.0 * (double)(tot[k].ns[slow] - median) / (double)median : 0;
+        const st_stage_info *si = st_reader_stage(r, tot[k].stage);
+        an_put_str(st, roles[tot[k].role]);
+        an_put_str(st, si->name);
+        an_put_str(st, st_kind_name(si->kind));
+        an_put_int(st, m);
+        an_put_int(st, rank_of[slow]);
+        an_put_ns(st, tot[k].ns[slow]);
+        an_put_ns(st, median);
+        an_put_pct(st, pct);
+        an_row_end(st);
+        if (si->kind == ST_WORK && pct > worst_pct) {
+            worst_pct = pct;
+            snprintf(slow_line, sizeof slow_line, "Slowest rank in work: rank %d in %.64s (%.64s), %.1f%% over the median of %u ranks.\n",
+                     rank_of[slow], si->name, roles[tot[k].role], pct, m);
+        }
+    }
+    free(vals);
+    an_table_end(st);
+    if (an_out_format(out) == AN_FMT_TEXT) {
+        if (!n_arr || !vlen) an_out_text(out, "No collective (comm stage) is shared by two ranks.\n");
+        else an_out_text(out, "%s", verdict);
+        if (*slow_line) an_out_text(out, "%s", slow_line);
+    }
+    free(last_count);
+    free(starts);
+    if (an_out_finish(out)) {
+        an_error("stragglers: cannot write the output");
+        rc = AN_EXIT_FAIL;
+    }
+    goto done;
+oom_out:
+    an_table_end(ct);
+    an_table_end(it_tb);
+    an_out_finish(out);
+    free(last_count);
+    free(starts);
+oom:
+    an_error("out of memory");
+    rc = AN_EXIT_FAIL;
+done:
+    for (uint32_t k = 0; k < n_tot; k++) free(tot[k].ns);
+    free(tot);
+    free(arr);
+    free(roles);
+    free(rank_of);
+    return rc;
+}
+
+int cmd_stragglers(int argc, char **argv)
+{
+    an_args a;
+    an_format fmt = AN_FMT_TEXT;
+    an_common_opts common = {help, &fmt, NULL, 0, 0};
+    if (an_args_init(&a, "stragglers", argc, argv)) return AN_EXIT_FAIL;
+    int id, rc = AN_EXIT_OK;
+    while ((id = an_args_next_own(&a, opts, &common)) > 0) {
+    }
+    if (common.help_shown) {
+        an_args_free(&a);
+        return AN_EXIT_OK;
+    }
+    if (id < 0) rc = AN_EXIT_USAGE;
+    if (!rc && a.n_pos == 0) rc = an_usage_error("stragglers", "no trace file given");
+    an_trace t;
+    int opened = 0;
+    if (!rc) {
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
+        opened = rc == AN_EXIT_OK;
+    }
+    if (!rc && !t.is_set) {
+        an_error("stragglers: %s is one trace, not a rank set (give the rank files of one run)", t.path);
+        rc = AN_EXIT_USAGE;
+    }
+    if (!rc) {
+        rc = run(&t, fmt);
+        if (!rc) an_trace_warn(&t);
+    }
+    if (opened) an_trace_close(&t);
+    an_args_free(&a);
+    return rc;
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# it_ranks.sh: integration test of rank sets (docs/analyze.md, "Rank sets"):
+# traces of a multi-process run written by `tracegen --ranks` (tests/traces.c,
+# write_rank_set) with known answers. A rank whose clock is shifted by a known
+# amount (and says so in meta) gives the same windows as the unshifted run;
+# a rank made slow on purpose is named by `stragglers` and the limiting role by
+# `bottleneck`; a missing rank and a killed one are reported by `info` and
+# warned about; inputs as files, directories and glob patterns; one line and
+# exit 2 for sets that are not one run.
+#
+#   bash tests/it_ranks.sh BUILD_DIR
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+A="$BUILD/analyze"
+GEN="$BUILD/tests/tracegen"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
+
+T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_ranks.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+source "$ROOT/tests/lib.sh"
+
+mkdir plain shifted late broken target
+"$GEN" --ranks plain 4 --slow 3
+"$GEN" --ranks shifted 4 --slow 3 --shift 2:-7000000123 # rank 2's host clock 7 s behind... and back
+"$GEN" --ranks late 4 --slow 2 --missing 1 --killed 3
+"$GEN" --ranks target 4 --target-bound --slow 3
+
+# a shifted clock, mapped, lines up: the same windows, thread by thread
+expect_ok iv_plain "$A" intervals --every 5 plain
+expect_ok iv_shift "$A" intervals --every 5 shifted
+cmp iv_plain.out iv_shift.out || fail "the shifted rank does not line up after mapping: $(diff iv_plain.out iv_shift.out | head)"
+ok
+grep -q '^  r2/drafter0  drafter      allreduce 50.0% 25.0ms' iv_plain.out || fail "intervals: $(head -5 iv_plain.out)"
+ok
+# without its offset in meta the same rank is 7 s away: the windows differ
+cp -r shifted unmapped
+sqlite3 unmapped/rank2.sqlite "UPDATE meta SET value = '0' WHERE key IN ('clock_offset_ns', 'clock_offset_close_ns')" 2>/dev/null ||
+    python3 -c "import sqlite3; c = sqlite3.connect('unmapped/rank2.sqlite'); c.execute(\"UPDATE meta SET value = '0' WHERE key IN ('clock_offset_ns', 'clock_offset_close_ns')\"); c.commit()"
+run iv_unmapped "$A" intervals --every 5 unmapped
+! cmp -s iv_plain.out iv_unmapped.out || fail "the offset in meta changes nothing"
+ok
+# the Chrome export on rank 0's clock: rank 2's first forward starts with rank 3's
+expect_ok chrome "$A" export --chrome shifted.json shifted
+python3 - <<'PY' || fail "chrome: shifted rank not aligned"
+import json
+ev = json.load(open("shifted.json"))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+first = {}
+for e in ev:
+    if e.get("name") == "forward" and e.get("ph") in ("X", "B"):
+        n = names[e["tid"]]
+        first.setdefault(n, e["ts"])
+assert first["r2/drafter0"] == first["r3/drafter0"], first
+PY
+ok
+
+# inputs: a directory, a glob pattern, a list of files: the same answer
+expect_ok bn_dir "$A" bottleneck plain
+expect_ok bn_glob "$A" bottleneck 'plain/rank*.sqlite'
+expect_ok bn_list "$A" bottleneck plain/rank3.sqlite plain/rank1.sqlite plain/rank0.sqlite plain/rank2.sqlite
+cmp bn_dir.out bn_glob.out && cmp bn_dir.out bn_list.out || fail "inputs differ"
+ok
+grep -q '^Bottleneck: drafter (2 threads)' bn_dir.out || fail "bottleneck: $(head -3 bn_dir.out)"
+ok
+grep -q '^target -> drafter  put   target   queue_put   wait_output  60.0%' bn_dir.out || fail "queue: $(cat bn_dir.out)"
+ok
+grep -qx 'Limiting rank: rank 3 of drafter, its own work 60.0% of its time.' bn_dir.out || fail "limiting rank: $(cat bn_dir.out)"
+ok
+expect_ok bn_csv "$A" bottleneck --format csv plain
+grep -qx 'drafter,3,1,60,6.000000,yes' bn_csv.out && grep -qx 'drafter,2,1,40,4.000000,-' bn_csv.out || fail "ranks csv: $(cat bn_csv.out)"
+ok
+expect_ok bn_target "$A" bottleneck target
+grep -q '^Bottleneck: target (2 threads)' bn_target.out || fail "target-bound: $(head -3 bn_target.out)"
+ok
+
+# the straggler is named, every time, with the others' wait
+expect_ok st "$A" stragglers plain
+grep -q '^Straggler at allreduce: rank 3 arrives last in 20 of 20 instances (every time); the others wait 2.000 ms for it on average.$' st.out ||
+    fail "stragglers: $(cat st.out)"
+ok
+grep -q '^Slowest rank in work: rank 3 in backward (drafter), 66.7% over the median of 2 ranks.$' st.out || fail "slowest: $(cat st.out)"
+ok
+expect_ok st_csv "$A" stragglers --format csv plain
+grep -qx 'allreduce,20,2,3,20,100,yes,2.000000,2.000000' st_csv.out || fail "stragglers csv: $(head -3 st_csv.out)"
+ok
+expect_usage st_one "$A" stragglers plain/rank0.sqlite
+
+# a missing rank and a killed one: reported by info, warned by the others, still analysed
+expect_ok info_late "$A" info late
+grep -qx '  missing ranks: 1' info_late.out || fail "info: $(tail -5 info_late.out)"
+ok
+grep -qx '  incomplete ranks: 3 (running)' info_late.out || fail "info: $(tail -5 info_late.out)"
+ok
+run st_late "$A" stragglers late
+[ $rc -eq 0 ] || fail "stragglers on a set with a missing rank: exit $rc"
+grep -qx 'analyze: warning: run 1700000000-500: 1 of 4 ranks have no trace (missing rank 1); analysing the 3 present' st_late.err ||
+    fail "missing rank not warned: $(cat st_late.err)"
+grep -q 'rank3.sqlite is incomplete (status running' st_late.err || fail "killed rank not warned: $(cat st_late.err)"
+grep -q '^Straggler at allreduce: rank 2 arrives last in 10 of 10 instances' st_late.out || fail "$(cat st_late.out)"
+ok
+run bn_late "$A" bottleneck late
+[ $rc -eq 0 ] && grep -q 'missing rank 1' bn_late.err || fail "bottleneck on a set with a missing rank: $rc $(cat bn_late.err)"
+ok
+
+# not one run: one line naming the odd file
+mkdir other dup
+"$GEN" --ranks other 2 --run-id 1700000000-501
+expect_usage mixed "$A" bottleneck plain/rank0.sqlite other/rank1.sqlite
+grep -q "other/rank1.sqlite: run_id '1700000000-501' is not the run_id '1700000000-500' of plain/rank0.sqlite" mixed.err || fail "$(cat mixed.err)"
+ok
+"$GEN" --ranks dup 4 --world-size 8
+expect_usage ws "$A" intervals --every 5 plain/rank0.sqlite dup/rank1.sqlite
+grep -q 'dup/rank1.sqlite: world_size 8 is not the world_size 4 of plain/rank0.sqlite' ws.err || fail "$(cat ws.err)"
+ok
+expect_usage twice "$A" bottleneck plain/rank1.sqlite shifted/rank1.sqlite
+grep -q 'rank 1 is also the rank of' twice.err || fail "$(cat twice.err)"
+ok
+expect_usage nomatch "$A" bottleneck 'plain/nothing*.sqlite'
+grep -qx "analyze: plain/nothing\*.sqlite: the pattern matches no file" nomatch.err || fail "$(cat nomatch.err)"
+ok
+mkdir empty
+expect_usage emptydir "$A" summary empty
+grep -qx "analyze: empty: the directory holds no \*.sqlite file" emptydir.err || fail "$(cat emptydir.err)"
+ok
+
+# diff of two sets, one directory each
+expect_ok diff "$A" diff plain target
+grep -q '^== diff: A = run 1700000000-500, B = run 1700000000-500' diff.out || fail "diff: $(head -2 diff.out)"
+ok
+
+echo "it_ranks: $n_checks checks passed"
