@@ -988,8 +988,11 @@ static void test_open_bad_options(void **state)
     o.rank = 3;
     o.world_size = 4;
     assert_int_equal(st_open(&trace, &o), ST_OK);
+    char rank_file[PATH_MAX + 32]; /* world_size > 1: the rank's own file */
+    snprintf(rank_file, sizeof rank_file, "%s", st_path(trace));
+    assert_non_null(strstr(rank_file, "bad-options.rank3.sqlite"));
     assert_int_equal(st_close(trace), ST_OK);
-    st_reader *r = open_reader(path);
+    st_reader *r = open_reader(rank_file);
     assert_meta(r, "ring_records", "64");
     assert_meta(r, "commit_ms", "60000");
     assert_meta(r, "rank", "3");

@@ -93,11 +93,16 @@ int st_clock_init(int force_monotonic)
     return 0;
 }
 
+/* ST_TEST_CLOCK_SHIFT_NS only; 0 in every real run. Applied where raw
+ * readings become nanoseconds (the writer), never on the hot path. */
+static int64_t shift_ns;
+void st_clock_set_shift(int64_t shift) { shift_ns = shift; }
+
 int64_t st_clock_to_ns(int64_t raw)
 {
-    if (!use_tsc) return raw;
+    if (!use_tsc) return raw + shift_ns;
     __int128 d = (__int128)(raw - anchor_raw) * (__int128)mult_q32;
-    return anchor_ns + (int64_t)(d >> 32);
+    return anchor_ns + (int64_t)(d >> 32) + shift_ns;
 }
 
 const char *st_clock_name(void) { return use_tsc ? "tsc" : "monotonic"; }
@@ -105,6 +110,6 @@ double st_clock_tsc_hz(void) { return use_tsc ? tsc_hz : 0; }
 
 int64_t st_now_ns(void)
 {
-    if (!mult_q32) return st_clock_mono_ns();
+    if (!mult_q32) return st_clock_mono_ns() + shift_ns;
     return st_clock_to_ns(st_clock_raw());
 }

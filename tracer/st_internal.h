@@ -19,6 +19,11 @@ typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
 /* ---- clock, test knobs: st_testing.h ---- */
+/* ST_TEST_CLOCK_SHIFT_NS (ranks.c): the shift for this rank, 0 when unset;
+ * ST_EINVAL when malformed. st_clock_set_shift (clock.c) applies it to
+ * every conversion to trace nanoseconds. */
+int st_clock_shift_from_env(int rank, int64_t *shift_ns);
+void st_clock_set_shift(int64_t shift_ns);
 
 /* ---- errors ---- */
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -93,6 +98,9 @@ struct st_trace {
     void *wpriv;                    /* writer.c private state */
 
     /* GPU activity: gpu.c (CUPTI's threads) submits, the writer stores. */
+    char run_id[72];                /* st_options.run_id, or "" */
+    st_clock_sync clock_sync[2];    /* under lock: st_clock_sync_record's */
+    int clock_sync_state[2];        /* under lock: 0 none, 1 to write, 2 written */
     pthread_mutex_t gpu_lock;
     struct st_gpu_item *gpu_items;  /* under gpu_lock */
     size_t gpu_items_len, gpu_items_cap;

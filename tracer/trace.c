@@ -51,6 +51,7 @@ void st_options_init(st_options *opt)
     opt->commit_ms = 250;
     opt->retry_mib = 64;
     opt->nvtx = -1;
+    opt->device = -1;
 }
 
 static int validate(const st_options *o)
@@ -69,6 +70,23 @@ static int validate(const st_options *o)
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
         return st_set_error(ST_EINVAL, "rank %d is out of range for world size %d", o->rank,
                             o->world_size);
+    if (o->local_rank < 0)
+        return st_set_error(ST_EINVAL, "local rank %d is negative", o->local_rank);
+    if (o->device < -1)
+        return st_set_error(ST_EINVAL, "device %d is invalid: use a GPU index or -1", o->device);
+    if (o->run_id) {
+        size_t n = strlen(o->run_id);
+        int ok = n >= 1 && n <= 64;
+        for (size_t i = 0; ok && i < n; i++) {
+            char c = o->run_id[i];
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        }
+        if (!ok)
+            return st_set_error(ST_EINVAL,
+                                "run id '%.80s' is invalid: use 1 to 64 characters of A-Z a-z 0-9 . _ -",
+                                o->run_id);
+    }
     if (o->nvtx < -1 || o->nvtx > 1) return st_set_error(ST_EINVAL, "nvtx option must be -1, 0 or 1");
     if (o->clock < 0 || o->clock > 1) return st_set_error(ST_EINVAL, "clock option must be 0 or 1");
     if (o->profile_interval > 100000000)
@@ -294,8 +312,15 @@ static int write_initial_meta(st_trace *t)
     rc |= put_meta(db, "host", host);
     snprintf(buf, sizeof buf, "%ld", (long)getpid());
     rc |= put_meta(db, "pid", buf);
-    snprintf(buf, sizeof buf, "%lld-%ld", (long long)now, (long)getpid());
+    if (t->run_id[0])
+        snprintf(buf, sizeof buf, "%s", t->run_id);
+    else
+        snprintf(buf, sizeof buf, "%lld-%ld", (long long)now, (long)getpid());
     rc |= put_meta(db, "run_id", buf);
+    snprintf(buf, sizeof buf, "%d", t->opt.local_rank);
+    rc |= put_meta(db, "local_rank", buf);
+    snprintf(buf, sizeof buf, "%d", t->opt.device);
+    rc |= put_meta(db, "device", buf);
     snprintf(buf, sizeof buf, "%d", t->opt.rank);
     rc |= put_meta(db, "rank", buf);
     snprintf(buf, sizeof buf, "%d", t->opt.world_size);
@@ -423,9 +448,21 @@ int st_open(st_trace **out, const st_options *opt)
     t->writer_delay_us = atomic_load(&test_writer_delay_us);
     t->checkpoint_on_writer = atomic_load(&test_checkpoint_on_writer);
     t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");
-    t->path = opt->path ? strdup(opt->path) : NULL;
+    t->path = NULL;
+    if (opt->path) {
+        size_t size = strlen(opt->path) + 64;
+        t->path = malloc(size);
+        if (t->path && (rc = st_rank_path(opt->path, opt->rank, opt->world_size, t->path, size))) {
+            free(t->path);
+            free(t->program);
+            free(t);
+            return rc;
+        }
+    }
     t->opt.program = t->program;
     t->opt.path = t->path;
+    if (opt->run_id) snprintf(t->run_id, sizeof t->run_id, "%s", opt->run_id); /* validated */
+    t->opt.run_id = NULL; /* the caller's string need not outlive st_open */
     t->opt.argv = NULL;
     t->opt.argc = 0;
     pthread_mutex_init(&t->lock, NULL);
@@ -443,7 +480,14 @@ int st_open(st_trace **out, const st_options *opt)
         free_trace(t);
         return st_set_error(ST_EIO, "cannot create pipes: %s", strerror(errno));
     }
+    int64_t shift_ns;
+    rc = st_clock_shift_from_env(opt->rank, &shift_ns);
+    if (rc) {
+        free_trace(t);
+        return rc;
+    }
     st_clock_init(opt->clock == 1);
+    st_clock_set_shift(shift_ns);
     t->opt.argc = opt->argc;
     t->opt.argv = opt->argv;
     rc = create_file(t);

@@ -618,6 +618,36 @@ static void write_dropped(st_trace *t, writer *w)
     }
 }
 
+/* st_clock_sync_record's measurements, each written once (docs/trace-format.md,
+ * "Ranks on one clock"). */
+static void write_clock_sync(st_trace *t, writer *w)
+{
+    st_clock_sync sync[2];
+    int state[2];
+    pthread_mutex_lock(&t->lock);
+    for (int i = 0; i < 2; i++) {
+        sync[i] = t->clock_sync[i];
+        state[i] = t->clock_sync_state[i];
+        if (state[i] == 1) t->clock_sync_state[i] = 2;
+    }
+    pthread_mutex_unlock(&t->lock);
+    static const char *keys[2][3] = {
+        {"clock_sync_ns", "clock_offset_ns", "clock_uncertainty_ns"},
+        {"clock_sync_close_ns", "clock_offset_close_ns", "clock_uncertainty_close_ns"}};
+    for (int i = 0; i < 2; i++) {
+        if (state[i] != 1) continue;
+        meta_int(w, keys[i][0], (long long)sync[i].local_ns);
+        meta_int(w, keys[i][1], (long long)sync[i].offset_ns);
+        meta_int(w, keys[i][2], (long long)sync[i].uncertainty_ns);
+    }
+    if ((state[0] == 1 || state[1] == 1) && state[0] && state[1] &&
+        sync[1].local_ns > sync[0].local_ns) {
+        __int128 drift = (__int128)((__int128)sync[1].offset_ns - sync[0].offset_ns) * 1000000000 /
+                         ((__int128)sync[1].local_ns - sync[0].local_ns);
+        if (drift <= INT64_MAX && drift >= INT64_MIN) meta_int(w, "clock_drift_ppb", (long long)drift);
+    }
+}
+
 /* 0: stored; 1: not stored (the store keeps it for the next commit). */
 static int commit(st_trace *t, writer *w, int final)
 {
@@ -635,6 +665,7 @@ static int commit(st_trace *t, writer *w, int final)
     }
     store_gpu(t, w, final);
     write_dropped(t, w);
+    write_clock_sync(t, w);
     if (w->bad_ends || w->bad_steps || w->clock_clamped || w->bad_counters) {
         meta_int(w, "unmatched_ends", (long long)w->bad_ends);
         meta_int(w, "rejected_steps", (long long)w->bad_steps);

@@ -445,6 +445,7 @@ ST_API void st_options_init(st_options *opt)
     defaults.commit_ms = 250;
     defaults.retry_mib = 64;
     defaults.nvtx = -1;
+    defaults.device = -1;
     if (opt) *opt = defaults;
 }
 ST_API const char *st_kind_name(st_kind kind)
