@@ -362,6 +362,8 @@ static void *loader_main(void *arg)
         if (!ok)
             break;
     }
+    if (stopping(r))
+        tr_queue_close(&t->batch_queue); /* the target may be waiting for a batch */
     st_thread_unregister();
     return NULL;
 }
@@ -513,9 +515,8 @@ typedef struct drafter_side {
 
 /* Posts receives for the items of steps next.. as long as there are free slots, granting one
  * credit per slot; completes them in step order and hands them to the drafter. */
-static void *receiver_main(void *arg)
+static uint64_t receive_items(drafter_side *d)
 {
-    drafter_side *d = arg;
     rank_state *r = d->r;
     const tr_config *cfg = &r->cfg;
     uint64_t steps = (uint64_t)cfg->steps, next = 1, done = 0;
@@ -528,7 +529,7 @@ static void *receiver_main(void *arg)
                (count == 0 || tr_queue_depth(&d->free_slots) > 0)) {
             tr_hidden *h = tr_queue_pop(&d->free_slots); /* waits only with nothing posted */
             if (!h)
-                return NULL;
+                return done;
             int target = d->sources[(next - 1) % (uint64_t)d->n_sources];
             int peer = r->layout.target_rank[target];
             posted *p = &d->pending[(head + count) % d->n_slots];
@@ -552,7 +553,7 @@ static void *receiver_main(void *arg)
                 p->slot->n_tokens = p->header[1];
                 p->slot->producer = (int)p->header[2];
                 if (!tr_queue_put(&d->ready, p->slot))
-                    return NULL;
+                    return done;
                 head = (head + 1) % d->n_slots;
                 count--;
                 done++;
@@ -566,6 +567,14 @@ static void *receiver_main(void *arg)
             pause = pause ? (pause * 2 > 500 ? 500 : pause * 2) : 10;
         }
     }
+    return done;
+}
+
+static void *receiver_main(void *arg)
+{
+    drafter_side *d = arg;
+    if (receive_items(d) < (uint64_t)d->r->cfg.steps)
+        tr_queue_close(&d->ready); /* stopped: the drafter may be waiting for an item */
     return NULL;
 }
 
