@@ -1014,6 +1014,11 @@ int tr_dist_main(const tr_config *user, const tr_backend *be, struct tr_data *da
         /* SIGTERM (mpirun stopping the job when a rank dies) flushes the trace and ends the
          * process at once: its peers may never answer again */
         st_install_signal_handlers(r->trace, 1);
+        /* GPU activity before the backend's first CUDA call (as in a single-process run) */
+        if (r->tracing && !r->cfg.trace_gpu_off && r->cfg.device == TR_DEVICE_CUDA &&
+            st_gpu_start(r->trace) != ST_OK)
+            fprintf(stderr, "trainer: rank %d: warning: no GPU activity in the trace: %s\n",
+                    r->rank, st_last_error());
         clock_sync(r, ST_CLOCK_AT_OPEN);
         ok = all_ok(r, register_stages(r) == 0);
     }
