@@ -1,7 +1,8 @@
 # stagetrace: one Makefile for the library, the programs, the tests and the
 # benchmarks. `make` builds what this machine can build into build/ and
 # prints a line per optional dependency. NO_CUDA=1 forces the CPU-only build,
-# CUDA_HOME overrides the toolkit path, SAN=address,undefined or SAN=thread
+# CUDA_HOME overrides the toolkit path, NO_MPI=1 builds the trainer without MPI
+# (MPI=1: stop when MPI is missing), SAN=address,undefined or SAN=thread
 # builds everything with sanitizers into build/san-*/.
 
 CC ?= cc
@@ -52,6 +53,19 @@ CUPTI_INC := $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CU
 CUPTI_LIB := $(firstword $(foreach d,$(CUDA_LIBDIR) $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so),$(d))))
 HAVE_CUPTI := $(if $(and $(CUPTI_INC),$(CUPTI_LIB)),1)
 endif
+# MPI (Open MPI): the trainer's multi-process runs (trainer/dist.c). Found through
+# `mpicc --showme:compile/--showme:link`, else pkg-config ompi-c. Off with NO_MPI=1 and in
+# sanitizer builds (Open MPI's own threads and allocations are not instrumented).
+ifeq ($(NO_MPI),1)
+HAVE_MPI :=
+else ifneq ($(SAN),)
+HAVE_MPI :=
+SAN_NO_MPI := 1
+else
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null || pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null || pkg-config --libs ompi-c 2>/dev/null)
+HAVE_MPI := $(if $(MPI_LIBS),$(shell printf '$(H)include <mpi.h>\nint main(void){return MPI_Init(0, 0);}' | $(CC) -x c - -o /dev/null $(MPI_CFLAGS) $(MPI_LIBS) 2>/dev/null && echo 1))
+endif
 HAVE_SQLITE := $(shell printf '$(H)include <sqlite3.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lsqlite3 2>/dev/null && echo 1)
 # Python headers for the extension in python/ (make python); not in
 # sanitizer builds (an instrumented extension does not load into python3).
@@ -64,6 +78,11 @@ HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$
 ifeq ($(WITH_CUDA),1)
 ifeq ($(HAVE_CUDA),)
 $(error WITH_CUDA=1, but there is no CUDA toolkit under CUDA_HOME=$(CUDA_HOME): install one or set CUDA_HOME)
+endif
+endif
+ifeq ($(MPI),1)
+ifeq ($(HAVE_MPI),)
+$(error MPI=1, but $(if $(NO_MPI),NO_MPI=1 turns it off,$(if $(SAN),sanitizer builds leave it out,no usable MPI was found (mpicc --showme or pkg-config ompi-c): apt-get install openmpi-bin libopenmpi-dev)))
 endif
 endif
 ifeq ($(WITH_NVTX),1)
@@ -119,6 +138,15 @@ else ifneq ($(SAN),)
 	$(ok) "✗" "Python headers" "not used in sanitizer builds: no Python extension"
 else
 	$(ok) "✗" "Python headers" "not found for $(PYTHON): no Python extension (apt-get install python3-dev)"
+endif
+ifneq ($(HAVE_MPI),)
+	$(ok) "✓" "MPI" "$(firstword $(MPI_LIBS)) $(lastword $(MPI_LIBS)): multi-process trainer"
+else ifeq ($(NO_MPI),1)
+	$(ok) "✗" "MPI" "off (NO_MPI=1): single-process trainer"
+else ifeq ($(SAN_NO_MPI),1)
+	$(ok) "✗" "MPI" "off in sanitizer builds (SAN=$(SAN)): single-process trainer"
+else
+	$(ok) "✗" "MPI" "not found: single-process trainer (apt-get install openmpi-bin libopenmpi-dev)"
 endif
 	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
 
@@ -246,18 +274,28 @@ $(BUILD)/samples/%: samples/%.c $(LIB_A)
 
 # libanalyze.a holds analyze/ but its main.c (the commands and the analysis
 # code), which `analyze`, the tests and the fuzz targets link; libtrainer.a
-# holds the C half of trainer/ but its main.c, for the tests (the trainer
-# program links its objects, C and CUDA, directly).
+# holds the C half of trainer/ but its main.c and dist.c (MPI), for the tests
+# (the trainer program links its objects, C and CUDA, directly). dist.c is
+# compiled with MPI's flags and -DST_HAVE_MPI when MPI was found, and without
+# them (a single-process stub) otherwise; its object records which, so a
+# change of NO_MPI rebuilds it.
 TRAINER_SRC := $(sort $(wildcard trainer/*.c))
 TRAINER_CU := $(if $(HAVE_CUDA),$(sort $(wildcard trainer/*.cu)))
 LIB_TRAINER := $(BUILD)/libtrainer.a
-$(LIB_TRAINER): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out trainer/main.c,$(TRAINER_SRC)))
+TRAINER_MPI_TAG := $(BUILD)/obj/trainer/mpi-$(if $(HAVE_MPI),on,off)
+$(TRAINER_MPI_TAG):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/trainer/mpi-on $(BUILD)/obj/trainer/mpi-off && touch $@
+$(BUILD)/obj/trainer/dist.o: trainer/dist.c $(TRAINER_MPI_TAG) $(wildcard tracer/include/*.h tracer/*.h trainer/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(if $(HAVE_MPI),-DST_HAVE_MPI $(MPI_CFLAGS)) -c $< -o $@
+$(LIB_TRAINER): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out trainer/main.c trainer/dist.c,$(TRAINER_SRC)))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 ifneq ($(TRAINER_SRC),)
 PROGRAMS += $(BUILD)/trainer
 $(BUILD)/trainer: $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAINER_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(TRAINER_CU)) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A)
-	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(if $(HAVE_MPI),$(MPI_LIBS)) $(LDLIBS)
 endif
 
 ANALYZE_SRC := $(sort $(wildcard analyze/*.c))

@@ -105,6 +105,14 @@ typedef struct tr_backend {
     /* Optional (NULL: none): starts (on != 0) or stops the device profiler's capture
      * (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi); --profile-steps. */
     void (*profiler)(tr_context *ctx, int on);
+
+    /* Optional, for multi-process runs (dist.c). drafter_grads: the drafter's flat fp32
+     * gradient in host memory (*n_floats of them), which dist.c all-reduces over the drafter
+     * ranks with MPI; NULL: the backend all-reduces itself in drafter_allreduce, over the
+     * drafter processes named by cfg->comm_ranks (NCCL). device_count: the devices a rank
+     * may pick from (its local rank modulo that); NULL: the local rank is only a label. */
+    float *(*drafter_grads)(tr_drafter *d, size_t *n_floats);
+    int (*device_count)(void);
 } tr_backend;
 
 /* The backend for a device, or NULL when this build has none (then err says why). */

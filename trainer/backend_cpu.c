@@ -353,6 +353,12 @@ static int cpu_drafter_optimizer(tr_drafter *d, tr_step_metrics *m)
     return 0;
 }
 
+static float *cpu_drafter_grads(tr_drafter *d, size_t *n_floats)
+{
+    *n_floats = d->grads.n_floats;
+    return d->grads.data;
+}
+
 const tr_backend tr_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
@@ -372,4 +378,5 @@ const tr_backend tr_backend_cpu = {
     .drafter_allreduce = cpu_drafter_allreduce,
     .drafter_optimizer = cpu_drafter_optimizer,
     .drafter_destroy = cpu_drafter_destroy,
+    .drafter_grads = cpu_drafter_grads,
 };

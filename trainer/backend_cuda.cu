@@ -458,6 +458,27 @@ static int open_devices(tr_context *ctx)
 static int open_comms(tr_context *ctx)
 {
     const tr_config *cfg = ctx->cfg;
+#if TR_WITH_NCCL
+    if (cfg->comm_ranks > 1) {
+        /* a drafter rank of a multi-process run (dist.c): this process's one drafter joins
+         * the others over the id the first drafter rank made */
+        ctx->comms = (ncclComm_t *)calloc(1, sizeof *ctx->comms);
+        if (!ctx->comms) {
+            tr_backend_set_error("out of host memory");
+            return -1;
+        }
+        ncclUniqueId id;
+        memcpy(&id, cfg->nccl_id, sizeof id);
+        TR_CUDA(cudaSetDevice(cfg->drafter_devices[0]));
+        ncclResult_t r = ncclCommInitRank(&ctx->comms[0], cfg->comm_ranks, id, cfg->comm_rank);
+        if (r != ncclSuccess) {
+            free(ctx->comms);
+            ctx->comms = NULL;
+            return nccl_fail(r, "ncclCommInitRank", __FILE__, __LINE__);
+        }
+        return 0;
+    }
+#endif
     if (cfg->n_drafters < 2)
         return 0;
 #if TR_WITH_NCCL
@@ -1095,6 +1116,12 @@ static int cuda_drafter_optimizer(tr_drafter *d, tr_step_metrics *m)
     return 0;
 }
 
+static int cuda_device_count(void)
+{
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 extern "C" const tr_backend tr_backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -1115,4 +1142,6 @@ extern "C" const tr_backend tr_backend_cuda = {
     .drafter_optimizer = cuda_drafter_optimizer,
     .drafter_destroy = cuda_drafter_destroy,
     .profiler = cuda_profiler,
+    .drafter_grads = NULL,
+    .device_count = cuda_device_count,
 };

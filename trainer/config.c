@@ -24,6 +24,8 @@ static void set_error(char *err, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
+const char *tr_version_extra = "";
+
 const char *tr_device_name(int device)
 {
     return device == TR_DEVICE_CUDA ? "cuda" : "cpu";
@@ -212,6 +214,68 @@ static int parse_devices(const char *flag, const char *text, int *devices, int *
     return parse_list(flag, text, 0, TR_MAX_DEVICES - 1, TR_MAX_DEVICES, devices, count, err, n);
 }
 
+/* "targets=T,drafters=D", the two keys in either order, each once. */
+static int parse_layout(const char *text, int *targets, int *drafters, char *err, size_t n)
+{
+    int t = 0, d = 0;
+    const char *p = text;
+    while (*p) {
+        int *slot = NULL;
+        if (!strncmp(p, "targets=", 8)) {
+            slot = &t;
+            p += 8;
+        } else if (!strncmp(p, "drafters=", 9)) {
+            slot = &d;
+            p += 9;
+        }
+        char *end = (char *)p;
+        long v = 0;
+        if (slot && !*slot) {
+            errno = 0;
+            v = strtol(p, &end, 10);
+        }
+        if (!slot || *slot || errno || end == p || (*end && *end != ',') || v < 1 ||
+            v > TR_MAX_RANKS || (*end == ',' && !end[1])) {
+            set_error(err, n, "--layout expects targets=T,drafters=D with T and D in 1..%d, got '%s'",
+                      TR_MAX_RANKS, text);
+            return -1;
+        }
+        *slot = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!t || !d) {
+        set_error(err, n, "--layout expects targets=T,drafters=D with T and D in 1..%d, got '%s'",
+                  TR_MAX_RANKS, text);
+        return -1;
+    }
+    *targets = t;
+    *drafters = d;
+    return 0;
+}
+
+/* "RANK:STEP", RANK >= 0, STEP >= 1. */
+static int parse_die_at(const char *text, int *rank, long *step, char *err, size_t n)
+{
+    char *end;
+    errno = 0;
+    long r = strtol(text, &end, 10);
+    int ok = !errno && end != text && *end == ':' && r >= 0 && r < TR_MAX_RANKS;
+    long s = 0;
+    if (ok) {
+        const char *p = end + 1;
+        s = strtol(p, &end, 10);
+        ok = !errno && end != p && !*end && s >= 1 && s <= MAX_STEPS;
+    }
+    if (!ok) {
+        set_error(err, n, "--test-die-at expects RANK:STEP (rank 0..%d, step >= 1), got '%s'",
+                  TR_MAX_RANKS - 1, text);
+        return -1;
+    }
+    *rank = (int)r;
+    *step = s;
+    return 0;
+}
+
 /* "A-B" with 1 <= A <= B (or "A": the one step A). */
 static int parse_step_range(const char *flag, const char *text, long *first, long *last,
                             char *err, size_t n)
@@ -256,7 +320,8 @@ enum {
     F_STEPS, F_SEQ_LEN, F_BATCH, F_QUEUE_DEPTH, F_TARGET_GPUS, F_DRAFTER_GPUS, F_POSTPROCESS,
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
-    F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL,
+    F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL, F_LAYOUT, F_TARGET_RANKS,
+    F_DRAFTER_RANKS, F_TEST_DIE_AT,
 };
 
 static const struct option long_options[] = {
@@ -296,6 +361,10 @@ static const struct option long_options[] = {
     {"block-when-full", no_argument, 0, F_BLOCK_WHEN_FULL},
     {"target-delay-us", required_argument, 0, F_TARGET_DELAY},
     {"drafter-delay-us", required_argument, 0, F_DRAFTER_DELAY},
+    {"layout", required_argument, 0, F_LAYOUT},
+    {"target-ranks", required_argument, 0, F_TARGET_RANKS},
+    {"drafter-ranks", required_argument, 0, F_DRAFTER_RANKS},
+    {"test-die-at", required_argument, 0, F_TEST_DIE_AT},
     {"help", no_argument, 0, F_HELP},
     {"version", no_argument, 0, F_VERSION},
     {0, 0, 0, 0},
@@ -356,6 +425,16 @@ static void usage(FILE *f)
         "                             instead of dropping the event (default: drop, count)\n"
         "  --target-delay-us N        test/demo knob: busy-wait N us in each target forward\n"
         "  --drafter-delay-us N       test/demo knob: busy-wait N us in each drafter forward\n"
+        "\n"
+        "multi-process runs (mpirun -np N build/trainer ...; README, Multi-process runs)\n"
+        "  --layout targets=T,drafters=D\n"
+        "                             ranks 0..T-1 are targets, T..T+D-1 drafters; T+D must\n"
+        "                             be the number of processes (default: the first half,\n"
+        "                             rounded down, are targets, the others drafters)\n"
+        "  --target-ranks R,R,... --drafter-ranks R,R,...\n"
+        "                             the same, rank by rank (one list alone: the other\n"
+        "                             role gets every rank it does not name)\n"
+        "  --test-die-at RANK:STEP    test knob: rank RANK kills itself (SIGKILL) at step STEP\n"
         "  --help, --version\n"
         "\n"
         "Exit status: 0 done; 1 runtime failure (among them a trace that cannot be created:\n"
@@ -452,6 +531,15 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         if (parse_long("--drafter-delay-us", arg, 0, MAX_DELAY_US, &v, err, n)) return -1;
         cfg->drafter_delay_us = v;
         return 0;
+    case F_LAYOUT:
+        return parse_layout(arg, &cfg->layout_targets, &cfg->layout_drafters, err, n);
+    case F_TARGET_RANKS:
+        return parse_list("--target-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS,
+                          cfg->target_ranks, &cfg->n_target_ranks, err, n);
+    case F_DRAFTER_RANKS:
+        return parse_list("--drafter-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS,
+                          cfg->drafter_ranks, &cfg->n_drafter_ranks, err, n);
+    case F_TEST_DIE_AT: return parse_die_at(arg, &cfg->die_rank, &cfg->die_step, err, n);
     }
     set_error(err, n, "internal: unhandled option %d", c);
     return -1;
@@ -493,6 +581,18 @@ int tr_config_validate(tr_config *cfg, char *err, size_t n)
     }
     if (cfg->topk > cfg->vocab)
         cfg->topk = cfg->vocab;
+    if (cfg->layout_targets && (cfg->n_target_ranks || cfg->n_drafter_ranks)) {
+        set_error(err, n, "--layout and --target-ranks/--drafter-ranks say the same thing: give "
+                          "one of them");
+        return -1;
+    }
+    for (int i = 0; i < cfg->n_target_ranks; i++)
+        for (int k = 0; k < cfg->n_drafter_ranks; k++)
+            if (cfg->target_ranks[i] == cfg->drafter_ranks[k]) {
+                set_error(err, n, "rank %d is in both --target-ranks and --drafter-ranks: each "
+                                  "rank plays one role", cfg->target_ranks[i]);
+                return -1;
+            }
     if (cfg->device == TR_DEVICE_CPU) {
         /* threads, not devices: ids are only labels, but each role needs distinct ones */
     }
@@ -531,14 +631,14 @@ int tr_config_parse(tr_config *cfg, int argc, char **argv, FILE *out, char *err,
             return TR_CONFIG_EXIT;
         }
         if (c == F_VERSION) {
-            fprintf(out, "trainer %s (stagetrace %s; backends: cpu%s)\n", TR_VERSION,
+            fprintf(out, "trainer %s (stagetrace %s; backends: cpu%s%s)\n", TR_VERSION,
                     ST_VERSION_STRING,
 #ifdef TR_HAVE_CUDA_BACKEND
-                    ", cuda"
+                    ", cuda",
 #else
-                    ""
+                    "",
 #endif
-            );
+                    tr_version_extra);
             return TR_CONFIG_EXIT;
         }
         if (apply(cfg, c, optarg, err, n))

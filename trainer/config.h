@@ -15,6 +15,7 @@
 #define TR_VERSION "0.1.0"
 #define TR_MAX_TAPS 64
 #define TR_MAX_DEVICES 64
+#define TR_MAX_RANKS 1024 /* processes of one multi-process run */
 
 enum { TR_DEVICE_CPU = 0, TR_DEVICE_CUDA = 1 };
 
@@ -62,6 +63,22 @@ typedef struct tr_config {
 
     /* test and demo knobs: busy-wait this long inside each forward */
     long target_delay_us, drafter_delay_us;
+
+    /* multi-process runs (dist.c, layout.c): the role of each rank. --layout
+     * targets=T,drafters=D (layout_targets/drafters > 0), or explicit lists
+     * (--target-ranks/--drafter-ranks; counts 0 when not given). */
+    int layout_targets, layout_drafters;
+    int n_target_ranks, target_ranks[TR_MAX_RANKS];
+    int n_drafter_ranks, drafter_ranks[TR_MAX_RANKS];
+    int die_rank;             /* --test-die-at RANK:STEP: that rank SIGKILLs itself */
+    long die_step;            /* at that step; 0 = off */
+
+    /* Set by dist.c in a drafter rank of a multi-process CUDA run with several drafter
+     * ranks: the backend's all-reduce joins the comm_ranks drafter processes (NCCL,
+     * ncclCommInitRank with nccl_id, this process being comm_rank). comm_ranks 0: the
+     * in-process communicator of n_drafters threads, as in a single-process run. */
+    int comm_ranks, comm_rank;
+    unsigned char nccl_id[128];
 } tr_config;
 
 enum { TR_CONFIG_OK = 0, TR_CONFIG_EXIT = 1 /* --help/--version printed */, TR_CONFIG_ERROR = 2 };
@@ -75,6 +92,9 @@ int tr_config_preset(tr_config *cfg, const char *name);
 
 /* Cross-checks every value (also called by tr_config_parse). 0, or -1 with err set. */
 int tr_config_validate(tr_config *cfg, char *err, size_t err_size);
+
+/* Appended to --version's parenthesis (main sets "; multi-process: mpi" in MPI builds). */
+extern const char *tr_version_extra;
 
 /* "cpu" or "cuda". */
 const char *tr_device_name(int device);

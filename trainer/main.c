@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "config.h"
 #include "data.h"
+#include "dist.h"
 #include "pipeline.h"
 #include "stagetrace.h"
 
@@ -88,23 +89,37 @@ int main(int argc, char **argv)
 {
     tr_config cfg;
     char err[512];
+    tr_version_extra = tr_dist_version_note();
+    /* Under mpirun every rank finds the same mistake: rank 0 says it. */
+    int quiet = tr_dist_env_rank() != 0;
     int rc = tr_config_parse(&cfg, argc, argv, stdout, err, sizeof err);
     if (rc == TR_CONFIG_EXIT)
         return 0;
     if (rc != TR_CONFIG_OK) {
-        fprintf(stderr, "trainer: %s\n", err);
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
         return EXIT_USAGE;
     }
     const tr_backend *backend = tr_backend_find(cfg.device, err, sizeof err);
     if (!backend) {
-        fprintf(stderr, "trainer: %s\n", err);
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
+        return EXIT_USAGE;
+    }
+    int launch = tr_dist_detect(&argc, &argv, err, sizeof err);
+    if (launch == TR_DIST_REFUSED) {
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
         return EXIT_USAGE;
     }
     tr_data *data;
     if (tr_data_open(&data, &cfg, err, sizeof err)) {
-        fprintf(stderr, "trainer: %s\n", err);
-        return EXIT_USAGE;
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
+        return EXIT_USAGE; /* under MPI too: every rank opens the same file */
     }
+    if (launch == TR_DIST_MULTI)
+        return tr_dist_main(&cfg, backend, data, argc, argv);
 
     char path_buf[256];
     const char *path = cfg.trace_path;
