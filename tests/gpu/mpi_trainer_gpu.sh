@@ -15,12 +15,11 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 0; }
 "$BUILD/trainer" --version | grep -q 'multi-process: mpi' || { echo "SKIP: trainer built without MPI"; exit 0; }
-command -v sqlite3 >/dev/null || { echo "SKIP: no sqlite3"; exit 0; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 TMP=$(mktemp -d /tmp/stagetrace-gpu-mpi.XXXXXX)
 fail() { echo "FAILED: $*"; exit 1; }
-meta() { sqlite3 "$1" "select value from meta where key = '$2'"; }
+meta() { "$BUILD/analyze" sql --format csv "$1" "select value from meta where key = '$2'" | tail -n +2; }
 args=(--device cuda --preset small --steps 60 --log-every 20 --queue-depth 4)
 
 timeout 300 mpirun --oversubscribe -np 2 "$BUILD/trainer" "${args[@]}" --layout targets=1,drafters=1 \
