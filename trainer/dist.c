@@ -21,8 +21,9 @@
  * MPI on both backends; MPI moves it over shared memory or the network.
  *
  * MPI is initialised with MPI_THREAD_MULTIPLE (the receiver and the drafter both call it).
- * Every wait polls (MPI_Test, then sleeps growing from 10 to 500 us), so that a rank blocked on
- * a peer neither burns a core nor misses a stop request.
+ * Every wait polls (MPI_Test): back to back for its first POLL_SPINS polls, since a large item
+ * moves in fragments that advance only while MPI is called, then with sleeps growing from 5 to
+ * 100 us, so that a rank blocked on a peer neither burns a core nor misses a stop request.
  *
  * Traces: rank 0 makes the run id and broadcasts it; each rank opens its own file
  * (st_rank_path) with its rank, world size, local rank and device; clocks are measured against
@@ -234,11 +235,24 @@ static void sleep_us(long us)
     nanosleep(&t, NULL);
 }
 
+/* Between two polls of MPI: none for the first POLL_SPINS (a transfer under way advances only
+ * while MPI is called: sleeping between its fragments made a 1.5 MB item take milliseconds),
+ * then a sleep of 5 us doubling up to 100 us. *polls counts the polls since progress. */
+#define POLL_SPINS 2000
+static void poll_pause(long *polls)
+{
+    long n = (*polls)++;
+    if (n < POLL_SPINS)
+        return;
+    n -= POLL_SPINS;
+    sleep_us(n >= 5 ? 100 : 5L << n);
+}
+
 /* Waits for every request; 0, or -1 when the rank stops meanwhile (the requests are then left
  * to MPI_Abort). */
 static int wait_all(rank_state *r, int n, MPI_Request *reqs)
 {
-    long pause = 0;
+    long polls = 0;
     for (;;) {
         int done = 0;
         MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
@@ -246,12 +260,7 @@ static int wait_all(rank_state *r, int n, MPI_Request *reqs)
             return 0;
         if (stopping(r))
             return -1;
-        if (pause) {
-            sleep_us(pause);
-            pause = pause * 2 > 500 ? 500 : pause * 2;
-        } else {
-            pause = 10;
-        }
+        poll_pause(&polls);
     }
 }
 
@@ -522,7 +531,7 @@ static uint64_t receive_items(drafter_side *d)
     uint64_t steps = (uint64_t)cfg->steps, next = 1, done = 0;
     int head = 0, count = 0;
     size_t tb = taps_bytes(cfg), ni = ints_count(cfg);
-    long pause = 0;
+    long polls = 0;
     while (done < steps && !stopping(r)) {
         int progressed = 0;
         while (next <= steps && count < d->n_slots &&
@@ -560,12 +569,10 @@ static uint64_t receive_items(drafter_side *d)
                 progressed = 1;
             }
         }
-        if (progressed) {
-            pause = 0;
-        } else {
-            sleep_us(pause ? pause : 10);
-            pause = pause ? (pause * 2 > 500 ? 500 : pause * 2) : 10;
-        }
+        if (progressed)
+            polls = 0;
+        else
+            poll_pause(&polls);
     }
     return done;
 }
