@@ -71,6 +71,7 @@ int cmd_bottleneck(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
+int cmd_whatif(int argc, char **argv);
 
 /* ---- command-line options ----------------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`

@@ -23,6 +23,7 @@ static const an_command commands[] = {
     {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage"},
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
+    {"whatif", cmd_whatif, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -13,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { READY, WORKING, BLOCKED_IN, BLOCKED_OUT };
+enum { READY, WORKING, BLOCKED_IN, BLOCKED_OUT, WAKING_IN, WAKING_OUT };
 
 typedef struct actor_state {
     int pc, status, arrived;
+    int advance_on_wake; /* released from a barrier: go on after waking */
+    int woken;           /* the current operation had blocked */
     double left_ns;
 } actor_state;
 
@@ -51,6 +53,9 @@ static int check_model(const an_sim_model *m)
             if (k == AN_SIM_WORK && (arg < 0 || arg >= m->n_dists)) return -1;
             if (k == AN_SIM_BARRIER && (arg < 0 || arg >= m->n_barriers)) return -1;
             if (k < AN_SIM_POP || k > AN_SIM_ITEM) return -1;
+                    const an_sim_dist *w[3] = {x->ops[i].wakee, x->ops[i].waker, x->ops[i].plain};
+            for (int j = 0; j < 3; j++)
+                if (w[j] && (!w[j]->n || !w[j]->ns)) return -1;
         }
     }
     return 0;
@@ -62,23 +67,28 @@ typedef struct sim {
     int *count;        /* items per queue */
     int *arrived;      /* per barrier */
     uint32_t *cursor;  /* per distribution (replay) */
+    uint32_t *wake_cursor; /* [actor][op][wakee, waker, plain] */
     uint64_t rng, items, events, max_events;
     double now, t_start;
     int measuring, done;
 } sim;
 
-static double draw(sim *s, int d)
+static double draw_from(sim *s, const an_sim_dist *x, uint32_t *cursor)
 {
-    const an_sim_dist *x = &s->m->dists[d];
     uint32_t i;
     if (s->m->resample) {
         i = (uint32_t)(an_sim_rand(&s->rng) % x->n);
     } else {
-        i = s->cursor[d];
-        s->cursor[d] = i + 1 == x->n ? 0 : i + 1;
+        i = *cursor;
+        *cursor = i + 1 == x->n ? 0 : i + 1;
     }
     double v = x->ns[i];
     return v > 0 && isfinite(v) ? v : 0;
+}
+
+static double draw(sim *s, int d)
+{
+    return draw_from(s, &s->m->dists[d], &s->cursor[d]);
 }
 
 static void advance_pc(sim *s, int i)
@@ -86,6 +96,42 @@ static void advance_pc(sim *s, int i)
     actor_state *st = &s->a[i];
     st->pc = (st->pc + 1) % s->m->actors[i].n_ops;
     st->status = READY;
+    st->woken = 0;
+}
+
+/* A delay of actor i drawn from its current operation's wakee (which 0),
+ * waker (1) or plain (2) distribution; 1 when it sleeps (status becomes
+ * waking_status). */
+static int wake(sim *s, int i, int which, int waking_status)
+{
+    const an_sim_op *op = &s->m->actors[i].ops[s->a[i].pc];
+    const an_sim_dist *d = which == 0 ? op->wakee : which == 1 ? op->waker : op->plain;
+    if (!d) return 0;
+    double l = draw_from(s, d, &s->wake_cursor[((size_t)i * AN_SIM_MAX_OPS + (size_t)s->a[i].pc) * 3 + (size_t)which]);
+    if (l <= 0) return 0;
+    s->a[i].status = waking_status;
+    s->a[i].left_ns = l;
+    return 1;
+}
+
+/* Whether an actor other than i waits blocked in `status` on an operation of `kind` on queue q. */
+static int someone_blocked(const sim *s, int i, int status, int kind, int q)
+{
+    for (int j = 0; j < s->m->n_actors; j++) {
+        const an_sim_op *o = &s->m->actors[j].ops[s->a[j].pc];
+        if (j != i && s->a[j].status == status && o->kind == kind && o->arg == q) return 1;
+    }
+    return 0;
+}
+
+/* Actor i finished its operation: on to the next, after its waker delay
+ * when it released someone, or its plain delay when it neither blocked
+ * (blocked) nor released anyone. */
+static void finish_op(sim *s, int i, int released, int blocked, int waking_status)
+{
+    int which = released ? 1 : blocked ? -1 : 2;
+    if (which > 0 && wake(s, i, which, waking_status)) s->a[i].advance_on_wake = 1;
+    else advance_pc(s, i);
 }
 
 /* One step of actor i that takes no time; 1 when it moved. */
@@ -93,7 +139,7 @@ static int step(sim *s, int i)
 {
     const an_sim_model *m = s->m;
     actor_state *st = &s->a[i];
-    if (st->status == WORKING) return 0;
+    if (st->status == WORKING || st->status == WAKING_IN || st->status == WAKING_OUT) return 0;
     const an_sim_op *op = &m->actors[i].ops[st->pc];
     const an_sim_queue *q = op->kind == AN_SIM_POP || op->kind == AN_SIM_PUT ? &m->queues[op->arg] : NULL;
     switch (op->kind) {
@@ -102,16 +148,24 @@ static int step(sim *s, int i)
             st->status = BLOCKED_IN;
             return 0;
         }
+        if (st->status == BLOCKED_IN) {
+            st->woken = 1;
+            if (wake(s, i, 0, WAKING_IN)) return 1;
+        }
         if (q->initial >= 0) s->count[op->arg]--;
-        advance_pc(s, i);
+        finish_op(s, i, someone_blocked(s, i, BLOCKED_OUT, AN_SIM_PUT, op->arg), st->woken, WAKING_IN);
         return 1;
     case AN_SIM_PUT:
         if (q->initial >= 0 && q->capacity > 0 && s->count[op->arg] >= q->capacity) {
             st->status = BLOCKED_OUT;
             return 0;
         }
+        if (st->status == BLOCKED_OUT) {
+            st->woken = 1;
+            if (wake(s, i, 0, WAKING_OUT)) return 1;
+        }
         if (q->initial >= 0) s->count[op->arg]++;
-        advance_pc(s, i);
+        finish_op(s, i, someone_blocked(s, i, BLOCKED_IN, AN_SIM_POP, op->arg), st->woken, WAKING_OUT);
         return 1;
     case AN_SIM_WORK: {
         double w = draw(s, op->arg);
@@ -133,11 +187,14 @@ static int step(sim *s, int i)
         s->arrived[op->arg] = 0;
         for (int j = 0; j < m->n_actors; j++) {
             const an_sim_op *o = &m->actors[j].ops[s->a[j].pc];
-            if (s->a[j].arrived && o->kind == AN_SIM_BARRIER && o->arg == op->arg) {
+            if (j != i && s->a[j].arrived && o->kind == AN_SIM_BARRIER && o->arg == op->arg) {
                 s->a[j].arrived = 0;
-                advance_pc(s, j);
+                if (wake(s, j, 0, WAKING_IN)) s->a[j].advance_on_wake = 1;
+                else advance_pc(s, j);
             }
         }
+        st->arrived = 0;
+        finish_op(s, i, m->barrier_count[op->arg] > 1, 1, WAKING_IN);
         return 1;
     default: /* AN_SIM_ITEM */
         s->items++;
@@ -180,7 +237,9 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
     s.count = calloc((size_t)m->n_queues + 1, sizeof *s.count);
     s.arrived = calloc((size_t)m->n_barriers + 1, sizeof *s.arrived);
     s.cursor = calloc((size_t)m->n_dists + 1, sizeof *s.cursor);
-    if (!s.a || !s.count || !s.arrived || !s.cursor) {
+    s.wake_cursor = calloc((size_t)m->n_actors * AN_SIM_MAX_OPS * 3, sizeof *s.wake_cursor);
+    if (!s.a || !s.count || !s.arrived || !s.cursor || !s.wake_cursor) {
+        free(s.wake_cursor);
         free(s.a);
         free(s.count);
         free(s.arrived);
@@ -203,19 +262,21 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
         if (s.done) break;
         memset(n_on, 0, sizeof n_on);
         int working = 0;
-        for (int i = 0; i < m->n_actors; i++)
+        for (int i = 0; i < m->n_actors; i++) {
+            if (s.a[i].status == WAKING_IN || s.a[i].status == WAKING_OUT) working++;
             if (s.a[i].status == WORKING) {
                 working++;
                 if (m->actors[i].pool >= 0) n_on[m->actors[i].pool]++;
             }
+        }
         if (!working) break; /* deadlock */
         for (int p = 0; p < m->n_pools; p++)
             rate[p] = n_on[p] > m->pool_capacity[p] ? m->pool_capacity[p] / n_on[p] : 1.0;
         double dt = INFINITY;
         int first = -1;
         for (int i = 0; i < m->n_actors; i++) {
-            if (s.a[i].status != WORKING) continue;
-            double rt = m->actors[i].pool >= 0 ? rate[m->actors[i].pool] : 1.0;
+            if (s.a[i].status != WORKING && s.a[i].status != WAKING_IN && s.a[i].status != WAKING_OUT) continue;
+            double rt = s.a[i].status == WORKING && m->actors[i].pool >= 0 ? rate[m->actors[i].pool] : 1.0;
             double t = s.a[i].left_ns / rt;
             if (t < dt) {
                 dt = t;
@@ -226,12 +287,12 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
             for (int i = 0; i < m->n_actors; i++) {
                 int role = m->actors[i].role;
                 if (s.a[i].status == WORKING) busy[role] += dt;
-                else if (s.a[i].status == BLOCKED_OUT) out[role] += dt;
+                else if (s.a[i].status == BLOCKED_OUT || s.a[i].status == WAKING_OUT) out[role] += dt;
                 else in[role] += dt;
             }
             for (int p = 0; p < m->n_pools; p++) {
                 double c = m->pool_capacity[p];
-                if (n_on[p] + 1e-9 >= c) sat[p] += dt;
+                if (n_on[p] > c + 1e-9) sat[p] += dt;
                 load[p] += dt * (n_on[p] < c ? n_on[p] / c : 1.0);
             }
             if (m->watch_queue >= 0) {
@@ -244,11 +305,18 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
         }
         s.now += dt;
         for (int i = 0; i < m->n_actors; i++) {
-            if (s.a[i].status != WORKING) continue;
-            double rt = m->actors[i].pool >= 0 ? rate[m->actors[i].pool] : 1.0;
+            int st = s.a[i].status;
+            if (st != WORKING && st != WAKING_IN && st != WAKING_OUT) continue;
+            double rt = st == WORKING && m->actors[i].pool >= 0 ? rate[m->actors[i].pool] : 1.0;
             s.a[i].left_ns -= rt * dt;
             /* ends within a millionth of a ns of the first are the same event */
-            if (i == first || s.a[i].left_ns <= 1e-6) advance_pc(&s, i);
+            if (i != first && s.a[i].left_ns > 1e-6) continue;
+            if (st == WORKING || s.a[i].advance_on_wake) {
+                s.a[i].advance_on_wake = 0;
+                advance_pc(&s, i);
+            } else {
+                s.a[i].status = READY; /* awake: the operation is tried again */
+            }
         }
         if (++s.events > s.max_events) break;
     }
@@ -264,7 +332,7 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
             r->role_blocked_out[k] = out[k] / d;
         }
         for (int p = 0; p < m->n_pools; p++) {
-            r->pool_saturated[p] = w > 0 ? sat[p] / w : 0;
+            r->pool_contended[p] = w > 0 ? sat[p] / w : 0;
             r->pool_load[p] = w > 0 ? load[p] / w : 0;
         }
         r->queue_mean = w > 0 ? q_sum / w : 0;
@@ -277,5 +345,6 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
     free(s.count);
     free(s.arrived);
     free(s.cursor);
+    free(s.wake_cursor);
     return 0;
 }

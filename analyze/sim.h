@@ -14,6 +14,18 @@
  * pool compute, each advances at min(1, capacity / n) ns of work per ns. An
  * actor with pool -1 has a processor of its own. Blocked actors use none.
  *
+ * Wake-ups (a thread woken through a condition variable waits for a
+ * processor, and on a busy machine the waker may lose its own to it): an
+ * operation may carry two delay distributions. wakee: when the actor had
+ * blocked in it and its wait is over, it sleeps on for a drawn latency, then
+ * tries the operation again. waker: when the operation releases an actor
+ * blocked on the same queue (a PUT an actor waiting in POP, a POP an actor
+ * waiting in PUT) or completes a barrier others wait at, the actor itself
+ * pauses for a drawn delay after it. plain: a POP or PUT that neither
+ * blocked nor released anyone is followed by a delay drawn from it. Delays
+ * use no processor and count as waiting (blocked_in, or blocked_out for a
+ * PUT).
+ *
  * Draws: replay mode (resample 0) hands each distribution's values out in
  * order, cyclically, one cursor per distribution shared by its actors;
  * resample mode draws values uniformly with replacement (a bootstrap) from a
@@ -29,9 +41,15 @@ enum { AN_SIM_POP, AN_SIM_PUT, AN_SIM_WORK, AN_SIM_BARRIER, AN_SIM_ITEM };
 
 #define AN_SIM_MAX_OPS 8
 
+typedef struct an_sim_dist an_sim_dist;
+
 typedef struct an_sim_op {
     int kind; /* AN_SIM_* */
     int arg;  /* queue, distribution or barrier index; unused for ITEM */
+    const an_sim_dist *wakee; /* POP, PUT, BARRIER: latency after it blocked and was released; NULL none */
+    const an_sim_dist *waker; /* POP, PUT, BARRIER: the actor's own delay after this operation released a
+                               * blocked actor (a woken thread took its processor); NULL none */
+    const an_sim_dist *plain; /* POP, PUT: the delay after it when it neither blocked nor released; NULL none */
 } an_sim_op;
 
 typedef struct an_sim_actor {
@@ -46,10 +64,10 @@ typedef struct an_sim_queue {
     int initial;  /* items at time 0; < 0: an endless source (POP never waits, PUT never blocks) */
 } an_sim_queue;
 
-typedef struct an_sim_dist {
+struct an_sim_dist {
     const double *ns; /* work per draw, ns, >= 0 */
     uint32_t n;       /* >= 1 */
-} an_sim_dist;
+};
 
 typedef struct an_sim_model {
     int n_actors, n_queues, n_dists, n_pools, n_barriers, n_roles;
@@ -77,7 +95,7 @@ typedef struct an_sim_result {
     double role_busy[AN_SIM_MAX_ROLES];    /* share of the window the role's actors spent in WORK, mean over them */
     double role_blocked_in[AN_SIM_MAX_ROLES];  /* waiting in POP or BARRIER */
     double role_blocked_out[AN_SIM_MAX_ROLES]; /* waiting in PUT */
-    double pool_saturated[AN_SIM_MAX_POOLS];   /* share of the window with at least `capacity` actors computing */
+    double pool_contended[AN_SIM_MAX_POOLS];  /* share of the window with more than `capacity` actors computing (each slowed) */
     double pool_load[AN_SIM_MAX_POOLS];        /* mean of min(computing, capacity) / capacity */
     double queue_mean;        /* time-weighted mean occupancy of watch_queue */
     double queue_full, queue_empty; /* shares of the window at capacity and at 0 */
