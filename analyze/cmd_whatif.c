@@ -50,14 +50,14 @@ static const char help[] =
 
 enum {
     OPT_QUEUE = 1, OPT_DRAFTERS, OPT_TARGETS, OPT_POST, OPT_STAGE, OPT_CORES, OPT_ALLREDUCE, OPT_RUNS, OPT_SEED,
-    OPT_SKIP, OPT_JSON
+    OPT_SKIP, OPT_JSON, OPT_OTHERS
 };
 
 static const an_opt opts[] = {
     {"queue-depth", 1, OPT_QUEUE},   {"drafters", 1, OPT_DRAFTERS}, {"targets", 1, OPT_TARGETS},
     {"postprocess", 1, OPT_POST},    {"stage", 1, OPT_STAGE},       {"cores", 1, OPT_CORES},
     {"allreduce-ms", 1, OPT_ALLREDUCE}, {"runs", 1, OPT_RUNS},      {"seed", 1, OPT_SEED},
-    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"format", 1, AN_OPT_FORMAT},
+    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS},         {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
 
@@ -216,7 +216,9 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
                 (unsigned long long)in->step_first, (unsigned long long)in->step_last, (unsigned long long)in->steps,
                 (int)in->skip_steps, in->cuda ? "cuda" : "cpu");
     if (in->cuda) an_out_text(o, ", each GPU shared by its threads\n");
-    else an_out_text(o, ", %g cores shared by all threads\n", in->cores);
+    else
+        an_out_text(o, ", %g cores shared by all threads and %g runnable threads of other programs\n", in->cores,
+                    in->others);
     an_out_text(o, "recorded: %d target%s, %d drafter%s, postprocess %s, queue depth %d (%s)\n", in->rec.targets,
                 in->rec.targets == 1 ? "" : "s", in->rec.drafters, in->rec.drafters == 1 ? "" : "s",
                 yes_no_post(in->rec.async), in->rec.queue_depth, in->queue_depth_from);
@@ -328,7 +330,7 @@ int cmd_whatif(int argc, char **argv)
     stage_arg stages[MAX_SCALES];
     int n_stages = 0, runs = 50, id, rc = AN_EXIT_OK;
     uint64_t seed = 1, skip = UINT32_MAX;
-    double cores = 0, allreduce_ms = -1;
+    double cores = 0, allreduce_ms = -1, others = -1;
     if (an_args_init(&a, "whatif", argc, argv)) return AN_EXIT_FAIL;
     while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
@@ -356,6 +358,7 @@ int cmd_whatif(int argc, char **argv)
             n_stages++;
             break;
         case OPT_CORES: rc = parse_real("--cores", a.value, 0, 1, 4096, &cores) ? AN_EXIT_USAGE : 0; break;
+        case OPT_OTHERS: rc = parse_real("--other-load", a.value, 0, 0, 65536, &others) ? AN_EXIT_USAGE : 0; break;
         case OPT_ALLREDUCE: rc = parse_real("--allreduce-ms", a.value, 0, 0, 1e6, &allreduce_ms) ? AN_EXIT_USAGE : 0; break;
         case OPT_RUNS: rc = parse_int("--runs", a.value, 1, 10000, &runs) ? AN_EXIT_USAGE : 0; break;
         case OPT_SEED:
@@ -403,7 +406,7 @@ int cmd_whatif(int argc, char **argv)
     int have_input = 0;
     if (!rc) {
         an_trace_warn(&t);
-        an_whatif_opts wo = {(uint32_t)skip, cores, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, scales,
+        an_whatif_opts wo = {(uint32_t)skip, cores, others, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, scales,
                              (uint32_t)n_stages};
         rc = an_whatif_read(&t, &wo, &in);
         have_input = rc == AN_EXIT_OK;
@@ -455,7 +458,7 @@ int cmd_whatif(int argc, char **argv)
         /* the replay never takes the stage factors: read the trace again without them */
         if (n_stages) {
             an_whatif_input plain;
-            an_whatif_opts wo = {(uint32_t)skip, cores, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, NULL, 0};
+            an_whatif_opts wo = {(uint32_t)skip, cores, others, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, NULL, 0};
             rc = an_whatif_read(&t, &wo, &plain);
             if (!rc && predict(&plain, &pr[0], runs, seed)) rc = AN_EXIT_FAIL;
             if (!rc) an_whatif_free(&plain);

@@ -38,7 +38,9 @@ static int check_model(const an_sim_model *m)
     for (int d = 0; d < m->n_dists; d++)
         if (!m->dists[d].n || !m->dists[d].ns) return -1;
     for (int p = 0; p < m->n_pools; p++)
-        if (!(m->pool_capacity[p] > 0) || !isfinite(m->pool_capacity[p])) return -1;
+        if (!(m->pool_capacity[p] > 0) || !isfinite(m->pool_capacity[p]) ||
+            (m->pool_others && (!(m->pool_others[p] >= 0) || !isfinite(m->pool_others[p]))))
+            return -1;
     for (int b = 0; b < m->n_barriers; b++)
         if (m->barrier_count[b] < 1) return -1;
     if (m->watch_queue >= m->n_queues) return -1;
@@ -270,8 +272,10 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
             }
         }
         if (!working) break; /* deadlock */
-        for (int p = 0; p < m->n_pools; p++)
-            rate[p] = n_on[p] > m->pool_capacity[p] ? m->pool_capacity[p] / n_on[p] : 1.0;
+        for (int p = 0; p < m->n_pools; p++) {
+            double demand = n_on[p] + (m->pool_others ? m->pool_others[p] : 0);
+            rate[p] = n_on[p] && demand > m->pool_capacity[p] ? m->pool_capacity[p] / demand : 1.0;
+        }
         double dt = INFINITY;
         int first = -1;
         for (int i = 0; i < m->n_actors; i++) {
@@ -292,7 +296,7 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
             }
             for (int p = 0; p < m->n_pools; p++) {
                 double c = m->pool_capacity[p];
-                if (n_on[p] > c + 1e-9) sat[p] += dt;
+                if (n_on[p] && n_on[p] + (m->pool_others ? m->pool_others[p] : 0) > c + 1e-9) sat[p] += dt;
                 load[p] += dt * (n_on[p] < c ? n_on[p] / c : 1.0);
             }
             if (m->watch_queue >= 0) {

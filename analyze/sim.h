@@ -10,9 +10,11 @@
  *   BARRIER b  wait until every actor of barrier b arrived (then all go on)
  *   ITEM       count one finished item (the throughput's unit); takes no time
  * Work runs on the actor's pool, a set of `capacity` identical processors
- * (any real number > 0) shared by processor sharing: while n actors of the
- * pool compute, each advances at min(1, capacity / n) ns of work per ns. An
- * actor with pool -1 has a processor of its own. Blocked actors use none.
+ * (any real number > 0) shared by processor sharing, with `others` more
+ * threads from outside the model always runnable on it: while n actors of
+ * the pool compute, each advances at min(1, capacity / (n + others)) ns of
+ * work per ns. An actor with pool -1 has a processor of its own. Blocked
+ * actors use none.
  *
  * Wake-ups (a thread woken through a condition variable waits for a
  * processor, and on a busy machine the waker may lose its own to it): an
@@ -75,6 +77,8 @@ typedef struct an_sim_model {
     const an_sim_queue *queues;
     const an_sim_dist *dists;
     const double *pool_capacity; /* [n_pools], > 0 */
+    const double *pool_others;   /* [n_pools] or NULL: threads outside the model that compete for the pool
+                                  * (their mean number runnable, >= 0) */
     const int *barrier_count;    /* [n_barriers]: actors that meet there, >= 1 */
     int watch_queue;             /* queue whose occupancy is reported, -1 none */
     uint64_t warmup_items;       /* ITEMs before the measured window opens */
@@ -95,7 +99,7 @@ typedef struct an_sim_result {
     double role_busy[AN_SIM_MAX_ROLES];    /* share of the window the role's actors spent in WORK, mean over them */
     double role_blocked_in[AN_SIM_MAX_ROLES];  /* waiting in POP or BARRIER */
     double role_blocked_out[AN_SIM_MAX_ROLES]; /* waiting in PUT */
-    double pool_contended[AN_SIM_MAX_POOLS];  /* share of the window with more than `capacity` actors computing (each slowed) */
+    double pool_contended[AN_SIM_MAX_POOLS];  /* share of the window with actors computing slowed (n + others > capacity) */
     double pool_load[AN_SIM_MAX_POOLS];        /* mean of min(computing, capacity) / capacity */
     double queue_mean;        /* time-weighted mean occupancy of watch_queue */
     double queue_full, queue_empty; /* shares of the window at capacity and at 0 */

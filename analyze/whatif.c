@@ -18,7 +18,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 #include <unistd.h>
 
 const char *const an_whatif_role_names[AN_WHATIF_N_ROLES] = {"loader", "target", "post", "drafter"};
@@ -233,10 +232,10 @@ static int cmp_edge(const void *x, const void *y)
 }
 
 /* For pool p of capacity cap: G(t), the work one computing thread did from
- * the first edge to t (rate min(1, cap / n)); each segment's work is
+ * the first edge to t (rate min(1, cap / (n + others))); each segment's work is
  * G(b) - G(a). Communication is a meeting, not work: it is neither counted
  * in n nor divided. */
-static int sweep_pool(scan *s, int pool, double cap)
+static int sweep_pool(scan *s, int pool, double cap, double others)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n_segs; i++)
@@ -266,7 +265,7 @@ static int sweep_pool(scan *s, int pool, double cap)
     for (size_t i = 0; i < k;) {
         int64_t t = e[i].t;
         if (nb) {
-            double rate = active > cap ? cap / active : 1.0;
+            double rate = active && active + others > cap ? cap / (active + others) : 1.0;
             gsum += rate * (double)(t - bt[nb - 1]);
         }
         bt[nb] = t;
@@ -595,8 +594,9 @@ int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in)
     int rc = AN_EXIT_OK;
     for (uint32_t i = 0; i < s.n_th && !rc; i++) rc = scan_thread(&s, i);
     int n_pools = in->cuda ? n_dev : 1;
+    in->others = in->cuda || o->others < 0 ? 0 : o->others;
     for (int p2 = 0; p2 < n_pools && !rc; p2++)
-        if (sweep_pool(&s, p2, in->cuda ? 1.0 : in->cores)) rc = whatif_oom();
+        if (sweep_pool(&s, p2, in->cuda ? 1.0 : in->cores, in->others)) rc = whatif_oom();
     for (size_t i = 0; i < s.n_segs && !rc; i++)
         if (s.th[s.segs[i].thread].pool < 0 && s.segs[i].cls != SEG_COMM)
             s.segs[i].work = (double)(s.segs[i].b - s.segs[i].a);
@@ -615,20 +615,6 @@ int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in)
                  !in->n_forward ? "target" : !in->n_post ? "postprocess" : "drafter",
                  (unsigned long long)in->step_first, (unsigned long long)in->step_last);
         rc = AN_EXIT_USAGE;
-    }
-    if (!rc && getenv("ST_WHATIF_DEBUG")) {
-        double sum[18] = {0};
-        const double *arr[18] = {in->load, in->forward, in->post, in->draft_a, in->draft_c, in->draft_b};
-        uint32_t cnt[18] = {in->n_load, in->n_forward, in->n_post, in->n_draft, in->n_draft_c, in->n_draft};
-        for (int k = 0; k < 12; k++) {
-            arr[6 + k] = in->delay[k / 6][k % 6];
-            cnt[6 + k] = in->n_delay[k / 6][k % 6];
-        }
-        for (int k = 0; k < 18; k++) {
-            for (uint32_t i = 0; i < cnt[k]; i++) sum[k] += arr[k][i];
-            fprintf(stderr, "debug: %d n=%u mean=%.3f ms\n", k, cnt[k], cnt[k] ? sum[k] / cnt[k] / 1e6 : 0);
-        }
-        fprintf(stderr, "debug: step %.3f ms\n", (double)(in->t1_ns - in->t0_ns) / in->steps / 1e6);
     }
     if (rc) an_whatif_free(in);
     return rc;
@@ -749,13 +735,18 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     if (n_pools > AN_SIM_MAX_POOLS) {
         rc = -1;
     } else {
-        for (int p = 0; p < n_pools; p++) caps[p] = in->cuda ? 1.0 : in->cores;
+        double others[AN_SIM_MAX_POOLS];
+        for (int p = 0; p < n_pools; p++) {
+            caps[p] = in->cuda ? 1.0 : in->cores;
+            others[p] = in->cuda ? 0 : in->others;
+        }
         int barrier = D;
         an_sim_model m;
         memset(&m, 0, sizeof m);
         m.n_actors = n_actors, m.n_queues = n_queues, m.n_dists = N_DISTS, m.n_pools = n_pools;
         m.n_barriers = 1, m.n_roles = AN_WHATIF_N_ROLES;
         m.actors = actors, m.queues = queues, m.dists = dists, m.pool_capacity = caps, m.barrier_count = &barrier;
+        m.pool_others = others;
         m.watch_queue = 1;
         m.warmup_items = 2 * (uint64_t)(cfg->queue_depth + cfg->batch_depth + 4 * T) + 20 * (uint64_t)D;
         m.measure_items = measure_items;

@@ -34,6 +34,7 @@ typedef struct an_whatif_scale {
 typedef struct an_whatif_opts {
     uint32_t skip_steps;      /* UINT32_MAX: the default (a tenth of the marks, at least 1) */
     double cores;             /* cpu backend: processors of the shared pool; <= 0: this machine's */
+    double others;            /* cpu backend: runnable threads of other programs; < 0: 0 */
     double allreduce_ns;      /* < 0: measured (or 0 when the trace has no all-reduce) */
     const an_whatif_scale *scales;
     uint32_t n_scales;
@@ -45,6 +46,7 @@ typedef struct an_whatif_input {
     an_whatif_cfg rec;            /* the recorded configuration */
     int cuda;                     /* 1: GPU backend (pools per device); 0: cpu (one pool) */
     double cores;                 /* cpu backend: the pool's capacity */
+    double others;                /* cpu backend: other programs' runnable threads on it */
     int target_device[AN_WHATIF_MAX_THREADS], drafter_device[AN_WHATIF_MAX_THREADS];
     uint32_t skip_steps;
     uint64_t step_first, step_last, steps; /* the steady window: steps step_first..step_last */
