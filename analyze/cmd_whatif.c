@@ -36,8 +36,10 @@ static const char help[] =
     "model\n"
     "  --cores X                  cpu backend: processors shared by the threads (default: this\n"
     "                             machine's online CPUs); 0 < X <= 4096\n"
-    "  --allreduce-ms X           the all-reduce's cost per step (default: measured with 2+\n"
-    "                             drafters, else 0)\n"
+    "  --other-load X             cpu backend: always-runnable threads of other programs on\n"
+    "                             those processors, 0..65536 (default 0)\n"
+    "  --allreduce-ms X           the all-reduce's cost per step, 0..1000000 (default: measured\n"
+    "                             with 2+ drafters, else 0)\n"
     "  --runs N                   bootstrap simulations for the interval, 1..10000 (default 50)\n"
     "  --seed N                   the bootstrap's seed (default 1); same seed, same output\n"
     "  --skip-steps N             step windows left out at the start (default: a tenth of the\n"
@@ -62,6 +64,7 @@ static const an_opt opts[] = {
 };
 
 #define MAX_SCALES 64
+#define AN_WHATIF_MAX_ITEMS 200000 /* items measured per simulated run, at most */
 
 typedef struct stage_arg {
     char name[ST_NAME_MAX + 1];
@@ -156,6 +159,9 @@ static int cmp_double(const void *a, const void *b)
 static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t seed)
 {
     uint64_t measure = in->items > 500 ? in->items : 500;
+    if (measure > AN_WHATIF_MAX_ITEMS) measure = AN_WHATIF_MAX_ITEMS;
+    uint64_t measure_boot = in->items > 50 ? in->items : 50;
+    if (measure_boot > AN_WHATIF_MAX_ITEMS) measure_boot = AN_WHATIF_MAX_ITEMS;
     if (an_whatif_simulate(in, &pr->cfg, 0, 0, measure, &pr->point, &pr->n_pools)) return -1;
     pr->stalled = pr->point.stalled;
     pr->tokens_per_s = pr->point.items_per_s * in->tokens_per_item;
@@ -166,7 +172,7 @@ static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t
     for (int i = 0; i < runs; i++) {
         an_sim_result r;
         uint64_t run_seed = an_sim_rand(&state);
-        if (an_whatif_simulate(in, &pr->cfg, 1, run_seed, in->items > 50 ? in->items : 50, &r, NULL)) {
+        if (an_whatif_simulate(in, &pr->cfg, 1, run_seed, measure_boot, &r, NULL)) {
             free(v);
             return -1;
         }
