@@ -163,8 +163,8 @@ static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t
     uint64_t measure_boot = in->items > 50 ? in->items : 50;
     if (measure_boot > AN_WHATIF_MAX_ITEMS) measure_boot = AN_WHATIF_MAX_ITEMS;
     if (an_whatif_simulate(in, &pr->cfg, 0, 0, measure, &pr->point, &pr->n_pools)) return -1;
-    pr->stalled = pr->point.stalled;
     pr->tokens_per_s = pr->point.items_per_s * in->tokens_per_item;
+    pr->stalled = pr->point.stalled || !isfinite(pr->tokens_per_s);
     double *v = malloc((size_t)runs * sizeof *v);
     if (!v) return -1;
     uint64_t state = seed;
@@ -176,7 +176,8 @@ static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t
             free(v);
             return -1;
         }
-        if (!r.stalled) v[n++] = r.items_per_s * in->tokens_per_item;
+        double tps = r.items_per_s * in->tokens_per_item;
+        if (!r.stalled && isfinite(tps)) v[n++] = tps;
     }
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     /* nearest rank */
@@ -243,7 +244,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
             an_out_text(o, "changed:  %s\npredicted: %.1f tokens/s (5-95%%: %.1f-%.1f), %+.1f%% vs measured, %+.1f%% vs "
                            "replay; bottleneck %s; hidden-state queue mean %.2f of %d, full %.1f%%, empty %.1f%%\n",
                         change_text, p->tokens_per_s, p->p5, p->p95, err,
-                        (p->tokens_per_s - pr[0].tokens_per_s) / pr[0].tokens_per_s * 100,
+                        pr[0].stalled ? NAN : (p->tokens_per_s - pr[0].tokens_per_s) / pr[0].tokens_per_s * 100,
                         bottleneck(in, &p->cfg, &p->point, p->n_pools, b1, sizeof b1), p->point.queue_mean,
                         p->cfg.queue_depth, p->point.queue_full * 100, p->point.queue_empty * 100);
     }

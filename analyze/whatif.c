@@ -610,6 +610,16 @@ int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in)
         free(s.puts[q]);
         free(s.pops[q]);
     }
+    double target_work = 0, drafter_work = 0;
+    for (uint32_t i = 0; !rc && i < in->n_forward; i++) target_work += in->forward[i];
+    for (uint32_t i = 0; !rc && i < in->n_post; i++) target_work += in->post[i];
+    for (uint32_t i = 0; !rc && i < in->n_draft; i++) drafter_work += in->draft_a[i] + in->draft_b[i];
+    if (!rc && in->n_forward && in->n_post && in->n_draft && (!(target_work > 0) || !(drafter_work > 0))) {
+        an_error("whatif: %s: the %s items of the steady window (steps %llu-%llu) hold no work", t->path,
+                 !(target_work > 0) ? "target" : "drafter", (unsigned long long)in->step_first,
+                 (unsigned long long)in->step_last);
+        rc = AN_EXIT_USAGE;
+    }
     if (!rc && (!in->n_forward || !in->n_post || !in->n_draft)) {
         an_error("whatif: %s: no complete %s item in the steady window (steps %llu-%llu)", t->path,
                  !in->n_forward ? "target" : !in->n_post ? "postprocess" : "drafter",

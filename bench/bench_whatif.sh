@@ -91,7 +91,12 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{if (NR%2) print v[
 echo "bench_whatif: $DEVICE, preset $PRESET, $STEPS steps, $REPEATS repeats, cases: base $CASES"
 echo "machine: $(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); traces in $OUT"
 for r in $(seq 1 "$REPEATS"); do
-    for c in base $CASES; do
+    # base first (the predictions need it), then the cases in an order rotated by one each repeat,
+    # so that no case always runs right after the base
+    read -r -a cases <<<"$CASES"
+    order=base
+    for i in "${!cases[@]}"; do order="$order ${cases[$(( (i + r - 1) % ${#cases[@]} ))]}"; done
+    for c in $order; do
         t="$OUT/$c.$r.sqlite"
         # shellcheck disable=SC2046
         if ! "$BUILD/trainer" $(trainer_flags "$c") "${EXTRA[@]}" --trace "$t" --overwrite >"$OUT/$c.$r.log" 2>&1; then
@@ -107,7 +112,7 @@ for r in $(seq 1 "$REPEATS"); do
     done
 done
 
-printf '\n%-34s %12s %25s %12s %8s\n' case predicted "5-95% (median run)" measured error
+printf '\n%-34s %12s %25s %12s %25s %8s\n' case predicted "5-95% (median run)" measured "measured min-max" error
 worst=0
 for c in base $CASES; do
     preds=() p5s=() p95s=() meas=()
@@ -120,8 +125,9 @@ for c in base $CASES; do
     done
     p=$(median "${preds[@]}") m=$(median "${meas[@]}")
     err=$(awk -v p="$p" -v m="$m" 'BEGIN{printf "%+.1f", (p-m)/m*100}')
-    printf '%-34s %12.1f %12.1f-%-12.1f %12.1f %7s%%\n' "$(describe "$c")" "$p" "$(median "${p5s[@]}")" \
-        "$(median "${p95s[@]}")" "$m" "$err"
+    lo=$(printf '%s\n' "${meas[@]}" | sort -g | head -1) hi=$(printf '%s\n' "${meas[@]}" | sort -g | tail -1)
+    printf '%-34s %12.1f %12.1f-%-12.1f %12.1f %12.1f-%-12.1f %7s%%\n' "$(describe "$c")" "$p" "$(median "${p5s[@]}")" \
+        "$(median "${p95s[@]}")" "$m" "$lo" "$hi" "$err"
     echo "    predicted per base run: ${preds[*]}; measured per run: ${meas[*]}" >>"$OUT/detail.txt"
     worst=$(awk -v w="$worst" -v e="$err" 'BEGIN{e = e < 0 ? -e : e; print (e > w ? e : w)}')
 done
