@@ -14,7 +14,8 @@
 
 static const char help[] =
     "usage: analyze whatif [--queue-depth N] [--drafters N] [--targets N] [--postprocess sync|async]\n"
-    "                      [--stage NAME=FACTORx]... [--cores X] [--allreduce-ms X] [--runs N] [--seed N]\n"
+    "                      [--stage NAME=FACTORx]... [--cores X] [--other-load X] [--gpu-share on|off]\n"
+    "                      [--allreduce-ms X] [--runs N] [--seed N]\n"
     "                      [--skip-steps N] [--format text|json] [--json] FILE\n"
     "\n"
     "Simulates the trainer's pipeline (loader -> target -> post -> hidden-state queue ->\n"
@@ -38,6 +39,8 @@ static const char help[] =
     "                             machine's online CPUs); 0 < X <= 4096\n"
     "  --other-load X             cpu backend: always-runnable threads of other programs on\n"
     "                             those processors, 0..65536 (default 0)\n"
+    "  --gpu-share on|off         cuda backend: the threads of one GPU share it (default on), or\n"
+    "                             each runs as if alone\n"
     "  --allreduce-ms X           the all-reduce's cost per step, 0..1000000 (default: measured\n"
     "                             with 2+ drafters, else 0)\n"
     "  --runs N                   bootstrap simulations for the interval, 1..10000 (default 50)\n"
@@ -52,14 +55,14 @@ static const char help[] =
 
 enum {
     OPT_QUEUE = 1, OPT_DRAFTERS, OPT_TARGETS, OPT_POST, OPT_STAGE, OPT_CORES, OPT_ALLREDUCE, OPT_RUNS, OPT_SEED,
-    OPT_SKIP, OPT_JSON, OPT_OTHERS
+    OPT_SKIP, OPT_JSON, OPT_OTHERS, OPT_GPU_SHARE
 };
 
 static const an_opt opts[] = {
     {"queue-depth", 1, OPT_QUEUE},   {"drafters", 1, OPT_DRAFTERS}, {"targets", 1, OPT_TARGETS},
     {"postprocess", 1, OPT_POST},    {"stage", 1, OPT_STAGE},       {"cores", 1, OPT_CORES},
     {"allreduce-ms", 1, OPT_ALLREDUCE}, {"runs", 1, OPT_RUNS},      {"seed", 1, OPT_SEED},
-    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS},         {"format", 1, AN_OPT_FORMAT},
+    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS}, {"gpu-share", 1, OPT_GPU_SHARE},         {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
 
@@ -117,18 +120,30 @@ static int parse_stage(const char *s, stage_arg *out)
 
 static const char *yes_no_post(int async) { return async ? "async" : "sync"; }
 
+typedef struct prediction {
+    const char *name;
+    an_whatif_cfg cfg;
+    an_sim_result point;
+    int n_pools;
+    int pool_device[AN_SIM_MAX_POOLS];
+    double tokens_per_s, p5, p95;
+    int stalled;
+} prediction;
+
 /* The configuration's bottleneck: a pool whose threads were slowed by each
  * other more than half the time, else the role busiest per thread (the later
  * role on a tie). */
-static const char *bottleneck(const an_whatif_input *in, const an_whatif_cfg *cfg, const an_sim_result *r, int n_pools,
-                              char *buf, size_t size)
+static const char *bottleneck(const an_whatif_input *in, const struct prediction *pr, char *buf, size_t size)
 {
+    const an_whatif_cfg *cfg = &pr->cfg;
+    const an_sim_result *r = &pr->point;
+    int n_pools = pr->n_pools;
     int best_pool = -1;
     for (int p = 0; p < n_pools; p++)
         if (r->pool_contended[p] > 0.5 && (best_pool < 0 || r->pool_contended[p] > r->pool_contended[best_pool]))
             best_pool = p;
     if (best_pool >= 0) {
-        if (in->cuda) snprintf(buf, size, "shared GPU (pool %d)", best_pool);
+        if (in->cuda) snprintf(buf, size, "shared GPU %d", pr->pool_device[best_pool]);
         else snprintf(buf, size, "shared cpu (%g cores)", in->cores);
         return buf;
     }
@@ -141,14 +156,6 @@ static const char *bottleneck(const an_whatif_input *in, const an_whatif_cfg *cf
     return buf;
 }
 
-typedef struct prediction {
-    const char *name;
-    an_whatif_cfg cfg;
-    an_sim_result point;
-    int n_pools;
-    double tokens_per_s, p5, p95;
-    int stalled;
-} prediction;
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -162,7 +169,7 @@ static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t
     if (measure > AN_WHATIF_MAX_ITEMS) measure = AN_WHATIF_MAX_ITEMS;
     uint64_t measure_boot = in->items > 50 ? in->items : 50;
     if (measure_boot > AN_WHATIF_MAX_ITEMS) measure_boot = AN_WHATIF_MAX_ITEMS;
-    if (an_whatif_simulate(in, &pr->cfg, 0, 0, measure, &pr->point, &pr->n_pools)) return -1;
+    if (an_whatif_simulate(in, &pr->cfg, 0, 0, measure, &pr->point, &pr->n_pools, pr->pool_device)) return -1;
     pr->tokens_per_s = pr->point.items_per_s * in->tokens_per_item;
     pr->stalled = pr->point.stalled || !isfinite(pr->tokens_per_s);
     double *v = malloc((size_t)runs * sizeof *v);
@@ -172,7 +179,7 @@ static int predict(const an_whatif_input *in, prediction *pr, int runs, uint64_t
     for (int i = 0; i < runs; i++) {
         an_sim_result r;
         uint64_t run_seed = an_sim_rand(&state);
-        if (an_whatif_simulate(in, &pr->cfg, 1, run_seed, measure_boot, &r, NULL)) {
+        if (an_whatif_simulate(in, &pr->cfg, 1, run_seed, measure_boot, &r, NULL, NULL)) {
             free(v);
             return -1;
         }
@@ -222,7 +229,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
     an_out_text(o, "== %s: whatif; steps %llu-%llu (%llu steps, %d skipped), %s backend", an_clean(t->path, path, sizeof path),
                 (unsigned long long)in->step_first, (unsigned long long)in->step_last, (unsigned long long)in->steps,
                 (int)in->skip_steps, in->cuda ? "cuda" : "cpu");
-    if (in->cuda) an_out_text(o, ", each GPU shared by its threads\n");
+    if (in->cuda) an_out_text(o, in->gpu_share_off ? ", GPUs not shared (--gpu-share off)\n" : ", each GPU shared by its threads\n");
     else
         an_out_text(o, ", %g cores shared by all threads and %g runnable threads of other programs\n", in->cores,
                     in->others);
@@ -245,7 +252,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
                            "replay; bottleneck %s; hidden-state queue mean %.2f of %d, full %.1f%%, empty %.1f%%\n",
                         change_text, p->tokens_per_s, p->p5, p->p95, err,
                         pr[0].stalled ? NAN : (p->tokens_per_s - pr[0].tokens_per_s) / pr[0].tokens_per_s * 100,
-                        bottleneck(in, &p->cfg, &p->point, p->n_pools, b1, sizeof b1), p->point.queue_mean,
+                        bottleneck(in, p, b1, sizeof b1), p->point.queue_mean,
                         p->cfg.queue_depth, p->point.queue_full * 100, p->point.queue_empty * 100);
     }
     if (!in->allreduce_measured && !in->allreduce_given && n_pr > 1 && pr[n_pr - 1].cfg.drafters > 1)
@@ -278,7 +285,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
             else an_put_null(tb);
             if (isfinite(p->p95)) an_put_real(tb, p->p95);
             else an_put_null(tb);
-            an_put_str(tb, bottleneck(in, &p->cfg, &p->point, p->n_pools, b1, sizeof b1));
+            an_put_str(tb, bottleneck(in, p, b1, sizeof b1));
             an_put_real(tb, p->point.queue_mean);
             an_put_pct(tb, p->point.queue_full * 100);
             an_put_pct(tb, p->point.queue_empty * 100);
@@ -314,7 +321,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
         if (p->stalled) continue;
         for (int k = 0; k < p->n_pools; k++) {
             char name[32];
-            if (in->cuda) snprintf(name, sizeof name, "gpu%d", k);
+            if (in->cuda) snprintf(name, sizeof name, "gpu%d", p->pool_device[k]);
             else snprintf(name, sizeof name, "cpu");
             an_put_str(tb, p->name);
             an_put_str(tb, name);
@@ -338,6 +345,7 @@ int cmd_whatif(int argc, char **argv)
     int n_stages = 0, runs = 50, id, rc = AN_EXIT_OK;
     uint64_t seed = 1, skip = UINT32_MAX;
     double cores = 0, allreduce_ms = -1, others = -1;
+    int gpu_share_off = 0;
     if (an_args_init(&a, "whatif", argc, argv)) return AN_EXIT_FAIL;
     while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
         switch (id) {
@@ -365,6 +373,11 @@ int cmd_whatif(int argc, char **argv)
             n_stages++;
             break;
         case OPT_CORES: rc = parse_real("--cores", a.value, 0, 1, 4096, &cores) ? AN_EXIT_USAGE : 0; break;
+        case OPT_GPU_SHARE:
+            if (strcmp(a.value, "on") == 0) gpu_share_off = 0;
+            else if (strcmp(a.value, "off") == 0) gpu_share_off = 1;
+            else rc = an_usage_error("whatif", "--gpu-share must be on or off, not '%s'", a.value);
+            break;
         case OPT_OTHERS: rc = parse_real("--other-load", a.value, 0, 0, 65536, &others) ? AN_EXIT_USAGE : 0; break;
         case OPT_ALLREDUCE: rc = parse_real("--allreduce-ms", a.value, 0, 0, 1e6, &allreduce_ms) ? AN_EXIT_USAGE : 0; break;
         case OPT_RUNS: rc = parse_int("--runs", a.value, 1, 10000, &runs) ? AN_EXIT_USAGE : 0; break;
@@ -413,8 +426,8 @@ int cmd_whatif(int argc, char **argv)
     int have_input = 0;
     if (!rc) {
         an_trace_warn(&t);
-        an_whatif_opts wo = {(uint32_t)skip, cores, others, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, scales,
-                             (uint32_t)n_stages};
+        an_whatif_opts wo = {(uint32_t)skip, cores, others, gpu_share_off, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1,
+                             scales, (uint32_t)n_stages};
         rc = an_whatif_read(&t, &wo, &in);
         have_input = rc == AN_EXIT_OK;
     }
@@ -465,7 +478,8 @@ int cmd_whatif(int argc, char **argv)
         /* the replay never takes the stage factors: read the trace again without them */
         if (n_stages) {
             an_whatif_input plain;
-            an_whatif_opts wo = {(uint32_t)skip, cores, others, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1, NULL, 0};
+            an_whatif_opts wo = {(uint32_t)skip, cores, others, gpu_share_off, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1,
+                                 NULL, 0};
             rc = an_whatif_read(&t, &wo, &plain);
             if (!rc && predict(&plain, &pr[0], runs, seed)) rc = AN_EXIT_FAIL;
             if (!rc) an_whatif_free(&plain);

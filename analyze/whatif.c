@@ -587,14 +587,15 @@ int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in)
         int k = 0;
         while (k < n_dev && devices[k] != m->device) k++;
         if (k == n_dev) devices[n_dev++] = m->device;
-        m->pool = k;
+        m->pool = o->gpu_share_off ? -1 : k;
     }
     in->allreduce_given = o->allreduce_ns >= 0;
     in->allreduce_ns = o->allreduce_ns >= 0 ? o->allreduce_ns : 0;
     int rc = AN_EXIT_OK;
     for (uint32_t i = 0; i < s.n_th && !rc; i++) rc = scan_thread(&s, i);
-    int n_pools = in->cuda ? n_dev : 1;
+    int n_pools = in->cuda ? (o->gpu_share_off ? 0 : n_dev) : 1;
     in->others = in->cuda || o->others < 0 ? 0 : o->others;
+    in->gpu_share_off = o->gpu_share_off;
     for (int p2 = 0; p2 < n_pools && !rc; p2++)
         if (sweep_pool(&s, p2, in->cuda ? 1.0 : in->cores, in->others)) rc = whatif_oom();
     for (size_t i = 0; i < s.n_segs && !rc; i++)
@@ -654,7 +655,7 @@ static an_sim_op op(int kind, int arg)
 }
 
 int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int resample, uint64_t seed,
-                       uint64_t measure_items, an_sim_result *r, int *n_pools_out)
+                       uint64_t measure_items, an_sim_result *r, int *n_pools_out, int *pool_device)
 {
     enum { D_LOAD, D_FORWARD, D_POST, D_SYNC, D_A, D_C, D_B, N_DISTS };
     static const double zero = 0;
@@ -709,7 +710,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
             int k = 0;
             while (k < n_dev && devices[k] != dev) k++;
             if (k == n_dev) devices[n_dev++] = dev;
-            pool = k;
+            pool = in->gpu_share_off ? -1 : k;
         }
         if (!cfg->async) {
             actors[a++] = (an_sim_actor){AN_WHATIF_TARGET, pool, 3,
@@ -733,7 +734,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
             int k = 0;
             while (k < n_dev && devices[k] != dev) k++;
             if (k == n_dev) devices[n_dev++] = dev;
-            pool = k;
+            pool = in->gpu_share_off ? -1 : k;
         }
         actors[a++] = (an_sim_actor){AN_WHATIF_DRAFTER, pool, 6,
                                      {pop_hidden, op(AN_SIM_WORK, D_A), op(AN_SIM_BARRIER, 0), op(AN_SIM_WORK, D_C),
@@ -741,7 +742,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     }
     queues[0] = (an_sim_queue){cfg->batch_depth, 0};
     queues[1] = (an_sim_queue){cfg->queue_depth, 0};
-    int n_pools = in->cuda ? n_dev : 1;
+    int n_pools = in->cuda ? (in->gpu_share_off ? 0 : n_dev) : 1;
     if (n_pools > AN_SIM_MAX_POOLS) {
         rc = -1;
     } else {
@@ -765,6 +766,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
         rc = an_sim_run(&m, r);
     }
     if (n_pools_out) *n_pools_out = n_pools;
+    for (int p = 0; pool_device && p < n_pools && p < AN_SIM_MAX_POOLS; p++) pool_device[p] = in->cuda ? devices[p] : -1;
     free(actors);
     free(queues);
     free(sync);

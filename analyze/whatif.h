@@ -35,6 +35,7 @@ typedef struct an_whatif_opts {
     uint32_t skip_steps;      /* UINT32_MAX: the default (a tenth of the marks, at least 1) */
     double cores;             /* cpu backend: processors of the shared pool; <= 0: this machine's */
     double others;            /* cpu backend: runnable threads of other programs; < 0: 0 */
+    int gpu_share_off;        /* cuda backend: every thread on a processor of its own */
     double allreduce_ns;      /* < 0: measured (or 0 when the trace has no all-reduce) */
     const an_whatif_scale *scales;
     uint32_t n_scales;
@@ -47,6 +48,7 @@ typedef struct an_whatif_input {
     int cuda;                     /* 1: GPU backend (pools per device); 0: cpu (one pool) */
     double cores;                 /* cpu backend: the pool's capacity */
     double others;                /* cpu backend: other programs' runnable threads on it */
+    int gpu_share_off;            /* cuda backend: no GPU pools (--gpu-share off) */
     int target_device[AN_WHATIF_MAX_THREADS], drafter_device[AN_WHATIF_MAX_THREADS];
     uint32_t skip_steps;
     uint64_t step_first, step_last, steps; /* the steady window: steps step_first..step_last */
@@ -74,10 +76,11 @@ void an_whatif_free(an_whatif_input *in);
 enum { AN_WHATIF_LOADER, AN_WHATIF_TARGET, AN_WHATIF_POST, AN_WHATIF_DRAFTER, AN_WHATIF_N_ROLES };
 extern const char *const an_whatif_role_names[AN_WHATIF_N_ROLES];
 
-/* One simulated run of cfg. resample 0: the samples replayed in recorded
+/* One simulated run of cfg; *n_pools and (cuda) pool_device[AN_SIM_MAX_POOLS], the device of each
+ * pool, when not NULL. resample 0: the samples replayed in recorded
  * order; 1: drawn with replacement from seed. 0, or -1 on a malformed model
  * or no memory. */
 int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int resample, uint64_t seed,
-                       uint64_t measure_items, an_sim_result *r, int *n_pools);
+                       uint64_t measure_items, an_sim_result *r, int *n_pools, int *pool_device);
 
 #endif

@@ -92,6 +92,21 @@ expect_ok seed2 "$A" whatif --cores 2 --seed 7 --queue-depth 8 run.sqlite
 cmp -s seed1.out seed2.out || fail "the same seed gave two outputs"
 ok
 
+# ---- a GPU trace (samples/traces, recorded on an H200): the cuda backend's pools -----------
+expect_ok gpu "$A" whatif --json --queue-depth 60 "$ROOT/samples/traces/h200-async.sqlite"
+py gpu_pools <<'EOF'
+import json
+d = json.load(open("gpu.out"))
+m = {r["config"]: r for r in d["whatif"]}["measured"]
+assert (m["targets"], m["drafters"], m["postprocess"], m["queue_depth"]) == (1, 1, "async", 8), m
+assert [(p["config"], p["pool"], p["capacity"]) for p in d["pools"]] == [("replay", "gpu0", 1.0), ("changed", "gpu0", 1.0)], d["pools"]
+EOF
+expect_ok gpu_alone "$A" whatif --json --gpu-share off "$ROOT/samples/traces/h200-async.sqlite"
+python3 -c 'import json; assert json.load(open("gpu_alone.out"))["pools"] == []' || fail "--gpu-share off leaves pools"
+ok
+expect_ok gpu_text "$A" whatif "$ROOT/samples/traces/h200-sync.sqlite"
+grep -q 'cuda backend, each GPU shared by its threads' gpu_text.out || fail "gpu text: $(head -1 gpu_text.out)"
+
 # ---- bad flags and inputs: one line, exit 2 ------------------------------------------------
 expect_usage no_file "$A" whatif
 expect_usage two_files "$A" whatif run.sqlite run.sqlite
@@ -101,7 +116,7 @@ for bad in "--queue-depth 0" "--queue-depth 100001" "--queue-depth x" "--drafter
     "--stage forward=-1x" "--stage forward=1001" "--stage forward=x" "--stage forward=0.5y" \
     "--stage nosuch=0.5x" "--stage queue_wait=0.5x" "--stage forward=0.5x --stage forward=2x" \
     "--cores 0" "--cores 5000" "--cores nan" "--other-load -1" "--allreduce-ms -2" "--runs 0" \
-    "--runs 10001" "--seed -1" "--skip-steps x" "--skip-steps 200" "--format csv" "--format xml" "--bogus"; do
+    "--runs 10001" "--seed -1" "--gpu-share maybe" "--skip-steps x" "--skip-steps 200" "--format csv" "--format xml" "--bogus"; do
     # shellcheck disable=SC2086
     expect_usage "bad_${bad//[^a-z0-9]/_}" "$A" whatif $bad run.sqlite
 done
