@@ -89,7 +89,7 @@ typedef struct an_sim_model {
 } an_sim_model;
 
 #define AN_SIM_MAX_ROLES 16
-#define AN_SIM_MAX_POOLS 16
+#define AN_SIM_MAX_POOLS 128
 
 typedef struct an_sim_result {
     int stalled;              /* no actor could move (or max_events passed): nothing below is valid */

@@ -760,6 +760,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
         m.pool_others = others;
         m.watch_queue = 1;
         m.warmup_items = 2 * (uint64_t)(cfg->queue_depth + cfg->batch_depth + 4 * T) + 20 * (uint64_t)D;
+        if (m.warmup_items > AN_WHATIF_MAX_WARMUP) m.warmup_items = AN_WHATIF_MAX_WARMUP;
         m.measure_items = measure_items;
         m.resample = resample;
         m.seed = seed;

@@ -11,6 +11,7 @@
 #include "verdict.h"
 
 #define AN_WHATIF_MAX_THREADS 64
+#define AN_WHATIF_MAX_WARMUP 10000 /* warm-up items of a simulated run, at most */
 
 /* The queues whose operations are measured, and the delays of each:
  * a put or a pop that blocked (wakee), that released a blocked partner
