@@ -675,7 +675,8 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     /* a target's item without the pool split: forward and postprocess of the same item */
     for (uint32_t k = 0; k < n_sync; k++) sync[k] = in->forward[k] + in->post[k];
     double allreduce = in->allreduce_ns;
-    int use_measured = in->n_draft_c && !in->allreduce_given;
+    if (D == 1) allreduce = 0; /* the trainer all-reduces only between two or more drafters */
+    int use_measured = D > 1 && in->n_draft_c && !in->allreduce_given;
     an_sim_dist dists[N_DISTS] = {
         {in->n_load ? in->load : &zero, in->n_load ? in->n_load : 1},
         {in->forward, in->n_forward},
