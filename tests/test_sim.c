@@ -200,6 +200,63 @@ static void test_wake_latency(void **state)
     assert_near(r.role_busy[1], 1.0, 1e-9);
 }
 
+/* Threads of other programs on the pool: two actors of 1 ms work on 2
+ * processors with 2 more runnable threads advance at 2 / 4 each, an item
+ * every 2 ms; with 1 more, 2 / 3. Then a plain delay of 0.5 ms after each
+ * of the source's puts that neither blocked nor released the sink. */
+static void test_pool_others_and_plain_delay(void **state)
+{
+    (void)state;
+    double w = 1e6;
+    an_sim_actor actors[2] = {
+        {0, 0, 2, {{AN_SIM_WORK, 0}, {AN_SIM_PUT, 0}}},
+        {1, 0, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 0}, {AN_SIM_ITEM, 0}}},
+    };
+    an_sim_queue q = {4, 0};
+    an_sim_dist d = {&w, 1};
+    double cap = 2, others = 2;
+    an_sim_model m = {0};
+    m.n_actors = 2, m.n_queues = 1, m.n_dists = 1, m.n_pools = 1, m.n_roles = 2;
+    m.actors = actors, m.queues = &q, m.dists = &d, m.pool_capacity = &cap, m.pool_others = &others;
+    m.watch_queue = 0, m.warmup_items = 10, m.measure_items = 100;
+    an_sim_result r;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 500.0, 1e-6);
+    assert_near(r.pool_contended[0], 1.0, 1e-9);
+    others = 1;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 1000.0 * 2.0 / 3.0, 1e-6);
+    others = -1;
+    assert_int_equal(an_sim_run(&m, &r), -1); /* a negative load is malformed */
+
+    /* source 1 ms then a put with a plain delay of 0.5 ms; sink 3 ms, queue of 4: the source
+     * runs ahead and blocks, each put that blocked is not plain, so the rate stays the sink's */
+    double a = 1e6, b = 3e6, half = 0.5e6;
+    an_sim_dist dd[2] = {{&a, 1}, {&b, 1}}, plain = {&half, 1};
+    an_sim_actor line[2] = {
+        {0, -1, 2, {{AN_SIM_WORK, 0}, {AN_SIM_PUT, 0, NULL, NULL, &plain}}},
+        {1, -1, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 1}, {AN_SIM_ITEM, 0}}},
+    };
+    memset(&m, 0, sizeof m);
+    m.n_actors = 2, m.n_queues = 1, m.n_dists = 2, m.n_roles = 2;
+    m.actors = line, m.queues = &q, m.dists = dd, m.watch_queue = 0, m.warmup_items = 10, m.measure_items = 100;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 1e9 / 3e6, 1e-6);
+    /* the other way round (source 3 ms, sink 1 ms, the sink waiting): every put releases the
+     * sink, never plain; with the plain delay on the sink's pop instead: the pop blocked, not plain */
+    dd[0].ns = &b, dd[1].ns = &a;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 1e9 / 3e6, 1e-6);
+    /* source 1 ms, sink 1 ms, unbounded queue: a put at the moment the sink finishes its item
+     * (the sink not yet waiting) is plain and costs 0.5 ms; the next put finds the sink waiting
+     * (released, no delay): 2 items every 2.5 ms */
+    a = 1e6, b = 1e6;
+    dd[0].ns = &a, dd[1].ns = &b;
+    q.capacity = 0;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 2e9 / 2.5e6, 1e-6);
+}
+
 static void test_deadlock_and_bad_models(void **state)
 {
     (void)state;
@@ -263,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_shared_pool),
         cmocka_unit_test(test_barrier_couples_drafters),
         cmocka_unit_test(test_wake_latency),
+        cmocka_unit_test(test_pool_others_and_plain_delay),
         cmocka_unit_test(test_deadlock_and_bad_models),
         cmocka_unit_test(test_resample_is_deterministic),
     };
