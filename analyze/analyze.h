@@ -73,6 +73,7 @@ int cmd_report(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_flow(int argc, char **argv);
 int cmd_stragglers(int argc, char **argv);
+int cmd_whatif(int argc, char **argv);
 
 /* ---- command-line options ----------------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`

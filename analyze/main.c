@@ -25,6 +25,7 @@ static const an_command commands[] = {
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
     {"stragglers", cmd_stragglers, "rank sets: who arrives last at each collective, and the slowest rank per stage"},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
+    {"whatif", cmd_whatif, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
