@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flow.h"
 #include "queues.h"
 #include "../tracer/st_palette.h" /* the stage colours NVTX uses too */
 #include "verdict.h"
@@ -45,6 +46,7 @@ static const char help[] =
     "  - queue depth over time (counters named like *queue_depth*: mean per pixel column,\n"
     "    with the min-max band);\n"
     "  - tokens/s per window;\n"
+    "  - with flow records, the item flow: `analyze flow`'s latency breakdown;\n"
     "  - the summary table (per thread and stage, as `analyze summary`).\n"
     "\n"
     "options:\n"
@@ -124,6 +126,20 @@ static void esc(FILE *f, const char *str)
             fwrite(s, 1, (size_t)n, f);
             s += n;
         }
+    }
+}
+
+/* Preformatted text: escaped as esc() does, newlines kept. */
+static void esc_pre(FILE *f, const char *text)
+{
+    for (const char *line = text, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        char *copy = strndup(line, n);
+        if (copy) esc(f, copy);
+        free(copy);
+        putc('\n', f);
+        if (!nl) break;
     }
 }
 
@@ -1231,6 +1247,37 @@ static int section_summary(report *rp)
     return AN_EXIT_OK;
 }
 
+/* ---- item flow (issue: follow each batch) ------------------------------------------------------------ */
+
+/* With flow records: `analyze flow`'s tables (end-to-end latency
+ * p50/p95/p99, queue residence, time in each role, the latency breakdown by
+ * stage, critical paths) as preformatted text, the end-to-end latency
+ * quoted first. Without them, nothing. */
+static int section_flow(report *rp)
+{
+    int has = st_reader_has_flows(rp->t->r);
+    if (has < 0) return an_trace_fail(rp->t);
+    if (!has) return AN_EXIT_OK;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) return oom();
+    int rc = an_flow_text(rp->t, m);
+    if (fclose(m) != 0 && !rc) rc = oom();
+    if (!rc) {
+        FILE *f = rp->f;
+        fputs("<section id=\"flow\"><h2>Item flow: where each batch spent its time</h2>\n<p class=\"note\">Each item "
+              "followed from its first flow out to its last flow in (st_flow_out / st_flow_in): end-to-end latency, "
+              "time in each queue and in each role, the latency breakdown by stage and each step&#39;s critical path, "
+              "as <code>analyze flow</code> prints them.</p>\n<pre class=\"flow\">",
+              f);
+        esc_pre(f, text);
+        fputs("</pre>\n</section>\n", f);
+    }
+    free(text);
+    return rc;
+}
+
 /* ---- the document ----------------------------------------------------------------------------------------- */
 
 static const char css[] =
@@ -1247,7 +1294,7 @@ static const char css[] =
     ".legend{font-size:12px;margin:2px 0 10px}.legend span{display:inline-block;margin-right:14px}\n"
     ".legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;"
     "border:1px solid #999}\n"
-    "svg{display:block}\n"
+    "svg{display:block}pre.flow{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}\n"
     ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
     ".verdict summary{cursor:pointer;color:#4e79a7}\n";
 
@@ -1265,6 +1312,7 @@ static int write_report(report *rp)
     if (!rc) rc = section_timeline(rp);
     if (!rc) rc = section_queues(rp);
     if (!rc) section_tokens(rp);
+    if (!rc) rc = section_flow(rp);
     if (!rc) rc = section_summary(rp);
     fprintf(f, "<p class=\"note\">Written by analyze (stagetrace) %s from trace schema version %d.</p>\n</body>\n</html>\n",
             ST_VERSION_STRING, ST_SCHEMA_VERSION);

@@ -73,6 +73,20 @@ if [ -x "$TRAINER" ]; then
     if [ $trc -eq 0 ]; then
         expect_ok r_trainer "$A" report trainer.sqlite --html trainer.html
         pages="$pages trainer.html"
+        # the trainer records flows: the report shows analyze flow's latency breakdown, verbatim
+        expect_ok r_trainer_flow "$A" flow trainer.sqlite
+        python3 - trainer.html r_trainer_flow.out <<'EOF' || fail "flow section"
+import html, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+sec = re.search(r'<section id="flow">.*?</section>', page, flags=re.S).group(0)
+pre = html.unescape(re.search(r'<pre class="flow">(.*?)</pre>', sec, flags=re.S).group(1))
+assert pre == open(sys.argv[2], encoding="utf-8").read(), "the flow text differs from analyze flow's"
+for part in ("end-to-end latency per item", "p50_ms", "p95_ms", "p99_ms", "queue residence per handoff",
+             "latency breakdown: mean time per item in each role, by outermost stage"):
+    assert part in pre, part
+print("flow section ok")
+EOF
+        ok
     elif [ $trc -ne 2 ]; then
         fail "trainer: exit $trc: $(tail -3 trainer.log)"
     fi
@@ -192,6 +206,10 @@ assert ('<td class="n">0</td><td class="n">57</td><td class="n">72.0%</td><td cl
         '<td class="n">53.200</td><td class="n">43.600</td><td class="n">0.000</td><td class="n">9.600</td>'
         '<td>target0 / postprocess (19.000 ms)</td>') in row, row
 assert "GPU idle: over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+# traces without flow records: no flow section
+for name in sys.argv[1:]:
+    if name != "trainer.html":
+        assert 'id="flow"' not in open(name, encoding="utf-8").read(), name
 # CPU-only pages: nothing GPU
 for name in sys.argv[2:]:
     h = open(name, encoding="utf-8").read()
