@@ -183,7 +183,7 @@ static const char *stage_name(const st_reader *r, int64_t stage)
     return s ? s->name : "(none)";
 }
 
-static int report(ctx *c, an_format fmt)
+static int report(ctx *c, an_format fmt, FILE *to)
 {
     const an_flow *f = &c->f;
     st_reader *r = f->trace->r;
@@ -202,7 +202,7 @@ static int report(ctx *c, an_format fmt)
         an_error("out of memory");
         return AN_EXIT_FAIL;
     }
-    an_out *o = an_out_new(stdout, fmt);
+    an_out *o = an_out_new(to, fmt);
     if (!o) {
         free(gs);
         free(breakdown);
@@ -415,7 +415,7 @@ int cmd_flow(int argc, char **argv)
         an_error("out of memory");
         rc = AN_EXIT_FAIL;
     }
-    if (!rc) rc = report(&c, fmt);
+    if (!rc) rc = report(&c, fmt, stdout);
     if (!rc) an_trace_warn(&t);
     an_flow_free(&c.f);
     free(c.roles);
@@ -423,5 +423,27 @@ int cmd_flow(int argc, char **argv)
     free(c.vals);
     if (opened) an_trace_close(&t);
     an_args_free(&a);
+    return rc;
+}
+
+int an_flow_text(an_trace *t, FILE *to)
+{
+    int has = st_reader_has_flows(t->r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return AN_EXIT_OK;
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.t0 = INT64_MIN;
+    c.t1 = INT64_MAX;
+    int rc = an_flow_load(&c.f, t);
+    if (!rc && setup_roles(&c)) {
+        an_error("out of memory");
+        rc = AN_EXIT_FAIL;
+    }
+    if (!rc) rc = report(&c, AN_FMT_TEXT, to);
+    an_flow_free(&c.f);
+    free(c.roles);
+    free(c.thread_role);
+    free(c.vals);
     return rc;
 }

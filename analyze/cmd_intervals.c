@@ -53,6 +53,8 @@ typedef struct emit {
     size_t text_cap;
     uint64_t windows;
     int failed;
+    an_progress progress; /* in trace time: the windows' ends past the first step mark */
+    int64_t progress_t0_ns;
 } emit;
 
 static void put_row_head(an_table *tb, const emit *e, const st_window *w, const st_window_thread *th)
@@ -82,6 +84,8 @@ static void on_window(const st_window *w, void *arg)
 {
     emit *e = arg;
     e->windows++;
+    if (w->t1_ns > e->progress_t0_ns && (uint64_t)(w->t1_ns - e->progress_t0_ns) > e->progress.done)
+        an_progress_add(&e->progress, (uint64_t)(w->t1_ns - e->progress_t0_ns) - e->progress.done);
     if (e->failed) return;
     if (!e->table) {
         size_t len = st_window_format(w, e->text, e->text_cap);
@@ -168,6 +172,16 @@ int cmd_intervals(int argc, char **argv)
     if (!rc) {
         an_out *out = an_out_new(stdout, fmt);
         emit e = {.trace = &t};
+        /* progress: the share of the time from the first step mark to the last
+         * that the windows have covered */
+        uint32_t n_marks = st_reader_n_steps(t.r);
+        uint64_t span = 0;
+        if (n_marks >= 2) {
+            e.progress_t0_ns = st_reader_step(t.r, 0)->ts_ns;
+            int64_t last = st_reader_step(t.r, n_marks - 1)->ts_ns;
+            span = last > e.progress_t0_ns ? (uint64_t)(last - e.progress_t0_ns) : 0;
+        }
+        an_progress_start(&e.progress, "intervals", span);
         if (fmt != AN_FMT_TEXT) e.table = an_table_new(out, "intervals", cols, N_COLS);
         if (!out || (fmt != AN_FMT_TEXT && !e.table)) {
             an_error("out of memory");
@@ -178,6 +192,7 @@ int cmd_intervals(int argc, char **argv)
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
         }
+        an_progress_end(&e.progress);
         an_table_end(e.table);
         if (an_out_finish(out) && !rc) {
             an_error("intervals: cannot write the output");

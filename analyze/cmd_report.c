@@ -24,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flow.h"
 #include "queues.h"
+#include "../tracer/st_palette.h" /* the stage colours NVTX uses too */
 #include "verdict.h"
 
 static const char help[] =
@@ -44,6 +46,7 @@ static const char help[] =
     "  - queue depth over time (counters named like *queue_depth*: mean per pixel column,\n"
     "    with the min-max band);\n"
     "  - tokens/s per window;\n"
+    "  - with flow records, the item flow: `analyze flow`'s latency breakdown;\n"
     "  - the summary table (per thread and stage, as `analyze summary`).\n"
     "\n"
     "options:\n"
@@ -68,6 +71,7 @@ static const an_opt opts[] = {
 #define LANE_H 22
 #define MAX_DEPTH 8        /* timeline depths drawn; deeper ranges go to the last */
 #define LABEL_W 170        /* timeline: thread names */
+#define STEP_LABEL_CHAR_W 6.5 /* width of a character of an 11px label, generous */
 
 static int oom(void)
 {
@@ -125,37 +129,42 @@ static void esc(FILE *f, const char *str)
     }
 }
 
+/* Preformatted text: escaped as esc() does, newlines kept. */
+static void esc_pre(FILE *f, const char *text)
+{
+    for (const char *line = text, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        char *copy = strndup(line, n);
+        if (copy) esc(f, copy);
+        free(copy);
+        putc('\n', f);
+        if (!nl) break;
+    }
+}
+
 /* ---- colours --------------------------------------------------------------------------------------- */
 
-static const char *const work_colours[] = {"#2f6db5", "#d62728", "#8c564b", "#7b3fa0", "#e6a700", "#17becf",
-                                           "#1b7837", "#e377c2", "#393b79", "#bcbd22", "#843c39", "#636363"};
-static const char *const input_colours[] = {"#9ecae1", "#c6dbef", "#6baed6", "#deebf7"};
-static const char *const output_colours[] = {"#fdae6b", "#fdd0a2", "#fd8d3c", "#feedde"};
-static const char *const sync_colours[] = {"#bcbddc", "#9e9ac8", "#dadaeb"};
-static const char *const comm_colours[] = {"#a1d99b", "#74c476", "#c7e9c0"};
-static const char *const copy_colours[] = {"#fc9272", "#fcbba1", "#fb6a4a"};
+/* Stage colours: the shared palette (tracer/st_palette.h), as NVTX gives
+ * them: the i-th stage of a kind, in id order, takes the kind's i-th colour. */
 #define IDLE_COLOUR "#e6e6e6"
 
 typedef struct palette {
     const char **stage; /* [n_stages + 1]; the last is idle */
+    char (*hex)[8];     /* [n_stages] the strings stage[] points to */
 } palette;
 
 static int palette_init(palette *pal, const an_pipe *p)
 {
     pal->stage = calloc(p->n_cols, sizeof *pal->stage);
-    if (!pal->stage) return -1;
+    pal->hex = calloc(p->n_stages ? p->n_stages : 1, sizeof *pal->hex);
+    if (!pal->stage || !pal->hex) return -1;
     uint32_t used[ST_KIND_COUNT] = {0};
     for (uint32_t s = 0; s < p->n_stages; s++) {
         st_kind k = st_reader_stage(p->trace->r, s)->kind;
-        uint32_t i = (unsigned)k < ST_KIND_COUNT ? used[k]++ : 0;
-        switch (k) {
-        case ST_WAIT_INPUT: pal->stage[s] = input_colours[i % 4]; break;
-        case ST_WAIT_OUTPUT: pal->stage[s] = output_colours[i % 4]; break;
-        case ST_SYNC: pal->stage[s] = sync_colours[i % 3]; break;
-        case ST_COMM: pal->stage[s] = comm_colours[i % 3]; break;
-        case ST_COPY: pal->stage[s] = copy_colours[i % 3]; break;
-        default: pal->stage[s] = work_colours[i % 12]; break;
-        }
+        uint32_t ki = (unsigned)k < ST_KIND_COUNT ? (uint32_t)k : 0;
+        snprintf(pal->hex[s], sizeof pal->hex[s], "#%06x", (unsigned)st_palette_rgb((st_kind)ki, used[ki]++));
+        pal->stage[s] = pal->hex[s];
     }
     pal->stage[p->n_stages] = IDLE_COLOUR;
     return 0;
@@ -288,6 +297,17 @@ static void put_ms_value_cell(FILE *f, double ms)
 /* Nanoseconds per step as a milliseconds cell, "-" when not finite. */
 static void put_ms_cell(FILE *f, double ns) { put_ms_value_cell(f, ns / 1e6); }
 
+/* The verdict's window, named as every command names one ("steps A-B"). */
+static void put_verdict_window(const report *rp)
+{
+    const an_pipe *p = rp->p;
+    if (p->has_steps && rp->v.bin1 > rp->v.bin0)
+        fprintf(rp->f, "steps %llu-%llu", (unsigned long long)p->bin_step_first[rp->v.bin0],
+                (unsigned long long)p->bin_step_last[rp->v.bin1 - 1]);
+    else
+        fputs("the whole trace", rp->f);
+}
+
 /* Each GPU's busy share over the analysed steps, in all and per launching
  * role (bottleneck's devices table): who shares a GPU named as the limit. */
 static int put_device_roles(report *rp)
@@ -296,7 +316,9 @@ static int put_device_roles(report *rp)
     const an_pipe *p = rp->p;
     an_device_load *d = an_pipe_device_loads(p, rp->v.bin0, rp->v.bin1);
     if (!d) return AN_EXIT_FAIL;
-    fputs("<table class=\"data\" id=\"device-roles-table\"><tr><th>GPU</th><th>launched by</th><th>busy</th>"
+    fputs("<table class=\"data\" id=\"device-roles-table\"><caption>GPU busy per launching role over ", f);
+    put_verdict_window(rp);
+    fputs(" (the verdict&#39;s window)</caption>\n<tr><th>GPU</th><th>launched by</th><th>busy</th>"
           "<th>ms/step</th></tr>\n",
           f);
     for (uint32_t i = 0; i < p->n_devices; i++)
@@ -316,6 +338,35 @@ static int put_device_roles(report *rp)
     return 0;
 }
 
+/* The verdict in one sentence of plain words, before its evidence. */
+static void put_headline(report *rp)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    const an_verdict *v = &rp->v;
+    const char *stage = v->stage >= 0 ? st_reader_stage(rp->t->r, (uint32_t)v->stage)->name : NULL;
+    fputs("<p class=\"headline\">", f);
+    if (v->device >= 0) {
+        fprintf(f, "GPU %d sets the pace: it is busy %.0f%% of the time", p->devices[v->device], v->load_pct);
+        if (v->role >= 0) {
+            fputs(", most of it with work launched by ", f);
+            esc(f, p->role_names[v->role]);
+        }
+    } else if (v->role >= 0 && v->saturated) {
+        fputs("The ", f);
+        esc(f, p->role_names[v->role]);
+        fprintf(f, " role sets the pace: its threads are busy %.0f%% of the time", v->load_pct);
+    } else {
+        fputs("No role or GPU is saturated: the pipeline is not held back by one stage", f);
+    }
+    if (stage && isfinite(v->whatif_factor)) {
+        fputs(". Making ", f);
+        esc(f, stage);
+        fprintf(f, " %gx faster would speed the run up by at most %.2fx", v->speedup, v->whatif_factor);
+    }
+    fputs(".</p>\n", f);
+}
+
 static int section_verdict(report *rp)
 {
     FILE *f = rp->f;
@@ -331,19 +382,48 @@ static int section_verdict(report *rp)
     uint32_t n_gpu = p->n_gpu_idle;
     const char *gpu_text = p->gpu_idle_text;
     fputs("<section id=\"verdict\"><h2>Bottleneck</h2>\n<div class=\"verdict\">\n", f);
+    put_headline(rp);
+    /* The story's lines: the verdict and its evidence stay in view; the
+     * rest (host shares, the windows, role order, GPU idle) is folded. */
+    char *folded = NULL;
+    size_t folded_len = 0;
+    FILE *fold = open_memstream(&folded, &folded_len);
+    if (!fold) {
+        free(story);
+        return oom();
+    }
     for (char *line = story, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
         if (!nl) nl = line + strlen(line) - 1;
         *nl = '\0';
-        fputs("<p>", f);
-        esc(f, line);
-        fputs("</p>\n", f);
+        int shown = !strncmp(line, "Bottleneck:", 11) || !strncmp(line, "Evidence:", 9) || !strncmp(line, "What if", 7) ||
+                    !strncmp(line, "No role", 7);
+        FILE *to = shown ? f : fold;
+        fputs(shown ? "<p>" : "<p class=\"more\">", to);
+        esc(to, line);
+        fputs("</p>\n", to);
     }
-    fputs("<p>GPU idle: ", f);
-    esc(f, gpu_text);
-    fputs(".</p>\n</div>\n", f);
+    fputs("<p class=\"more\">GPU idle: ", fold);
+    esc(fold, gpu_text);
+    fputs(".</p>\n", fold);
+    if (fclose(fold) != 0) {
+        free(folded);
+        free(story);
+        return oom();
+    }
+    fputs("<details><summary>How the verdict was reached: host shares, windows, role order, GPU idle</summary>\n", f);
+    fputs(folded, f);
+    fputs("</details>\n</div>\n", f);
+    free(folded);
     if (n_gpu) {
-        fputs("<table class=\"data\" id=\"gpu-table\"><tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
+        /* its window: the steady state (gpu's default window within the verdict's) */
+        char desc[200];
+        int64_t w0, w1;
+        if (an_gpu_steady_window(rp->t, p->bin_t[0], p->bin_t[p->n_bins], &w0, &w1, desc, sizeof desc))
+            snprintf(desc, sizeof desc, "the verdict's window");
+        fputs("<table class=\"data\" id=\"gpu-table\"><caption>GPU idle split over ", f);
+        esc(f, desc);
+        fputs("</caption>\n<tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
               "<th>idle ms</th><th>host wait ms</th><th>launch gap ms</th><th>other ms</th><th>host wait mostly in</th></tr>\n",
               f);
         for (uint32_t i = 0; i < n_gpu; i++) {
@@ -591,10 +671,32 @@ typedef struct lane {
  * covers most of it), so a lane has at most about plot-width rectangles. */
 static const char *const gpu_kind_colours[4] = {"#999999", "#2ca02c", "#ff7f0e", "#9467bd"}; /* -, kernel, memcpy, memset */
 
+#define LANE_LAUNCHERS 4 /* launching threads tracked per GPU lane */
+
 typedef struct gpu_lane {
     int32_t device;
     uint32_t stream;
+    /* the threads whose launches ran on it, with their device time in the
+     * window; a lane's label names the largest, and how many others */
+    int64_t launcher[LANE_LAUNCHERS], launcher_ns[LANE_LAUNCHERS];
+    uint32_t n_launchers, more_launchers;
 } gpu_lane;
+
+static void lane_add_launcher(gpu_lane *l, int64_t thread, int64_t ns)
+{
+    if (thread < 0) return;
+    for (uint32_t i = 0; i < l->n_launchers; i++)
+        if (l->launcher[i] == thread) {
+            l->launcher_ns[i] += ns;
+            return;
+        }
+    if (l->n_launchers < LANE_LAUNCHERS) {
+        l->launcher[l->n_launchers] = thread;
+        l->launcher_ns[l->n_launchers++] = ns;
+    } else {
+        l->more_launchers = 1;
+    }
+}
 
 typedef struct gpu_row {
     FILE *f;
@@ -668,19 +770,49 @@ static int gpu_lanes(an_trace *t, int64_t t0, int64_t t1, gpu_lane **out, uint32
         if (g.rec.kind < ST_GPU_KERNEL || g.rec.kind > ST_GPU_MEMSET) continue;
         uint32_t i = 0;
         while (i < *n && !((*out)[i].device == g.device && (*out)[i].stream == g.stream)) i++;
-        if (i < *n) continue;
-        gpu_lane *nv = realloc(*out, (*n + 1) * sizeof *nv);
-        if (!nv) {
-            st_gpu_iter_close(it);
-            return oom();
+        if (i == *n) {
+            gpu_lane *nv = realloc(*out, (*n + 1) * sizeof *nv);
+            if (!nv) {
+                st_gpu_iter_close(it);
+                return oom();
+            }
+            *out = nv;
+            memset(&nv[*n], 0, sizeof nv[*n]);
+            nv[*n].device = g.device;
+            nv[*n].stream = g.stream;
+            (*n)++;
         }
-        *out = nv;
-        nv[(*n)++] = (gpu_lane){g.device, g.stream};
+        int64_t e = g.rec.start_ns + g.rec.dur_ns;
+        lane_add_launcher(&(*out)[i], g.thread, (e > t1 ? t1 : e) - (g.rec.start_ns < t0 ? t0 : g.rec.start_ns));
     }
     st_gpu_iter_close(it);
     return r < 0 ? an_trace_fail(t) : AN_EXIT_OK;
 }
 
+
+/* Under a GPU lane's name: who launched its work ("by target0 (target)",
+ * "+1" when others did too), the launcher's role in its role colour. */
+static void put_launchers(FILE *f, const report *rp, const gpu_lane *l, double y)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < l->n_launchers; i++)
+        if (l->launcher_ns[i] > l->launcher_ns[best]) best = i;
+    fprintf(f, "<text class=\"gpu-launcher\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"9\" fill=\"#555\">",
+            LABEL_W - 6, y);
+    if (!l->n_launchers) {
+        fputs("launcher unknown</text>\n", f);
+        return;
+    }
+    const st_thread_info *ti = st_reader_thread_by_id(rp->t->r, (uint32_t)l->launcher[best]);
+    fputs("by ", f);
+    esc(f, ti ? ti->name : "?");
+    fputs(" (", f);
+    esc(f, ti ? ti->role : "?");
+    fputs(")", f);
+    uint32_t others = l->n_launchers - 1 + l->more_launchers;
+    if (others) fprintf(f, " +%u%s", others, l->more_launchers ? " or more" : "");
+    fputs("</text>\n", f);
+}
 
 static const an_pipe *g_lane_pipe; /* qsort has no context argument */
 
@@ -813,7 +945,8 @@ static int section_timeline(report *rp)
         fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#f4f7f4\"/>", LABEL_W, y, plot_w, LANE_H);
         fprintf(f, "<text class=\"gpu-lane\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">GPU %d <tspan fill=\"#888\">"
                    "(stream %u)</tspan></text>\n",
-                LABEL_W - 6, y + LANE_H / 2 + 4, gl[li].device, gl[li].stream);
+                LABEL_W - 6, y + 10, gl[li].device, gl[li].stream);
+        put_launchers(f, rp, &gl[li], y + 20);
         gpu_row row = {f, y, -1, 0, {0, 0, 0, 0}, 0, 0};
         st_gpu_iter *it = NULL;
         if (st_gpu_iter_open(&it, t->r, gl[li].device, t0, t1)) {
@@ -834,15 +967,22 @@ static int section_timeline(report *rp)
         if (n < 0) rc = an_trace_fail(t);
         rects += row.rects;
     }
-    /* step marks */
+    /* step marks; a label that would overlap the previous one is left out
+     * (its dashed line stays) */
+    double label_end = -INFINITY;
     for (uint32_t i = 0; i < st_reader_n_steps(t->r) && !rc; i++) {
         const st_step_info *s = st_reader_step(t->r, i);
         if (s->ts_ns < t0 || s->ts_ns > t1) continue;
         double x = LABEL_W + (double)(s->ts_ns - t0) * scale;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\" stroke-dasharray=\"4 3\"/>", x, top - 8,
                 x, height - 26);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">step %llu</text>\n", x, top - 10,
-                (unsigned long long)s->step);
+        char label[32];
+        int len = snprintf(label, sizeof label, "step %llu", (unsigned long long)s->step);
+        double half = len * STEP_LABEL_CHAR_W / 2;
+        if (x - half < label_end + 4) continue;
+        label_end = x + half;
+        fprintf(f, "<text class=\"step-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">%s</text>\n", x,
+                top - 10, label);
     }
     fputs("</svg>\n", f);
     if (!rc) {
@@ -1048,7 +1188,18 @@ static int section_summary(report *rp)
           "<th>max ms</th></tr>\n",
           f);
     uint32_t ns = fs->n_stages;
-    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+    /* threads in role order (the pipeline's, as bottleneck's), then by name */
+    lane *order = calloc(fs->n_threads ? fs->n_threads : 1, sizeof *order);
+    if (!order) {
+        an_stats_free(&s);
+        return oom();
+    }
+    for (uint32_t i = 0; i < fs->n_threads; i++)
+        order[i] = (lane){i, i < rp->p->n_threads ? rp->p->thread_role[i] : UINT32_MAX};
+    g_lane_pipe = rp->p;
+    qsort(order, fs->n_threads, sizeof *order, cmp_lane);
+    for (uint32_t oi = 0; oi < fs->n_threads; oi++) {
+        uint32_t ti = order[oi].thread;
         const st_thread_info *th = st_reader_thread(rp->t->r, ti);
         for (;;) {
             /* stages of the thread by total, largest first */
@@ -1091,8 +1242,40 @@ static int section_summary(report *rp)
         fputs("<td></td><td></td><td></td><td></td><td></td><td></td></tr>\n", f);
     }
     fputs("</table></section>\n", f);
+    free(order);
     an_stats_free(&s);
     return AN_EXIT_OK;
+}
+
+/* ---- item flow (issue: follow each batch) ------------------------------------------------------------ */
+
+/* With flow records: `analyze flow`'s tables (end-to-end latency
+ * p50/p95/p99, queue residence, time in each role, the latency breakdown by
+ * stage, critical paths) as preformatted text, the end-to-end latency
+ * quoted first. Without them, nothing. */
+static int section_flow(report *rp)
+{
+    int has = st_reader_has_flows(rp->t->r);
+    if (has < 0) return an_trace_fail(rp->t);
+    if (!has) return AN_EXIT_OK;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) return oom();
+    int rc = an_flow_text(rp->t, m);
+    if (fclose(m) != 0 && !rc) rc = oom();
+    if (!rc) {
+        FILE *f = rp->f;
+        fputs("<section id=\"flow\"><h2>Item flow: where each batch spent its time</h2>\n<p class=\"note\">Each item "
+              "followed from its first flow out to its last flow in (st_flow_out / st_flow_in): end-to-end latency, "
+              "time in each queue and in each role, the latency breakdown by stage and each step&#39;s critical path, "
+              "as <code>analyze flow</code> prints them.</p>\n<pre class=\"flow\">",
+              f);
+        esc_pre(f, text);
+        fputs("</pre>\n</section>\n", f);
+    }
+    free(text);
+    return rc;
 }
 
 /* ---- the document ----------------------------------------------------------------------------------------- */
@@ -1102,7 +1285,7 @@ static const char css[] =
     "font-size:14px;line-height:1.4}\n"
     "h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;"
     "padding-bottom:4px}h3{font-size:14px;margin:14px 0 4px}\n"
-    "table{border-collapse:collapse;margin:8px 0}td,th{padding:2px 8px;text-align:left;vertical-align:top}\n"
+    "table{border-collapse:collapse;margin:8px 0}caption{text-align:left;font-size:12px;color:#555;padding:2px 0}td,th{padding:2px 8px;text-align:left;vertical-align:top}\n"
     "table.meta th{color:#555;font-weight:normal}table.data th{border-bottom:1px solid #999;background:#f4f4f4}\n"
     "table.data td{border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-nums}\n"
     "tr.hot td{background:#fff3cd;font-weight:bold}tr.idle td{color:#777}\n"
@@ -1111,7 +1294,9 @@ static const char css[] =
     ".legend{font-size:12px;margin:2px 0 10px}.legend span{display:inline-block;margin-right:14px}\n"
     ".legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;"
     "border:1px solid #999}\n"
-    "svg{display:block}\n";
+    "svg{display:block}pre.flow{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}\n"
+    ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
+    ".verdict summary{cursor:pointer;color:#4e79a7}\n";
 
 static int write_report(report *rp)
 {
@@ -1127,6 +1312,7 @@ static int write_report(report *rp)
     if (!rc) rc = section_timeline(rp);
     if (!rc) rc = section_queues(rp);
     if (!rc) section_tokens(rp);
+    if (!rc) rc = section_flow(rp);
     if (!rc) rc = section_summary(rp);
     fprintf(f, "<p class=\"note\">Written by analyze (stagetrace) %s from trace schema version %d.</p>\n</body>\n</html>\n",
             ST_VERSION_STRING, ST_SCHEMA_VERSION);
@@ -1219,6 +1405,7 @@ int cmd_report(int argc, char **argv)
     }
     if (!rc) an_trace_warn(&t);
     free(rp.pal.stage);
+    free(rp.pal.hex);
     free(rp.loads);
     free(rp.first);
     an_pipe_free(&p);

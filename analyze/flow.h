@@ -11,6 +11,7 @@
 #define AN_FLOW_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "analyze.h"
 
@@ -72,5 +73,12 @@ typedef struct an_path_seg {
  * consecutive pieces share thread and stage. *segs is malloc'd (the caller
  * frees it); *n 0 when there is nothing to walk. AN_EXIT_OK or AN_EXIT_FAIL. */
 int an_flow_critical_path(const an_flow *f, uint32_t mark, an_path_seg **segs, uint64_t *n);
+
+/* `analyze flow`'s text over the whole trace (counts, end-to-end latency,
+ * queue residence, time in each role, the latency breakdown by stage,
+ * critical paths) written to `to`; nothing when the trace has no flow
+ * records. AN_EXIT_OK, or an exit code with the message printed. The
+ * report's "Item flow" section. */
+int an_flow_text(an_trace *t, FILE *to);
 
 #endif

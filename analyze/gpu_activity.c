@@ -560,6 +560,24 @@ int an_gpu_idle_split(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_gpu_idle **o
     return rc;
 }
 
+/* "steps A-B" for [t0, t1) when both ends are step marks: steps A to B
+ * inclusive, step N being the work that ends at mark N (so marks 1 and 10
+ * bound steps 2-10), the one way every command names a window; 0 when an
+ * end is not a mark. */
+static int steps_name(const an_trace *t, int64_t t0, int64_t t1, char *buf, size_t size)
+{
+    int has0 = 0, has1 = 0;
+    uint64_t s0 = 0, s1 = 0;
+    for (uint32_t i = 0; i < st_reader_n_steps(t->r); i++) {
+        const st_step_info *s = st_reader_step(t->r, i);
+        if (s->ts_ns == t0 && !has0) { s0 = s->step; has0 = 1; }
+        if (s->ts_ns == t1) { s1 = s->step; has1 = 1; }
+    }
+    if (!has0 || !has1 || s1 <= s0) return 0;
+    snprintf(buf, size, "steps %llu-%llu", (unsigned long long)s0 + 1, (unsigned long long)s1);
+    return 1;
+}
+
 int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,
                   int64_t *t1_ns, char *desc, size_t desc_size)
 {
@@ -569,7 +587,10 @@ int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, in
         if (rc) return rc;
         an_fmt_fixed(a, *t0_ns - t->origin_ns, 9, 3);
         an_fmt_fixed(b, *t1_ns - t->origin_ns, 9, 3);
-        if (w->kind == AN_WIN_STEPS) snprintf(desc, desc_size, "steps %s (%s-%s s)", w->text, a, b);
+        char name[64];
+        if (w->kind == AN_WIN_STEPS && steps_name(t, *t0_ns, *t1_ns, name, sizeof name))
+            snprintf(desc, desc_size, "%s (%s-%s s)", name, a, b);
+        else if (w->kind == AN_WIN_STEPS) snprintf(desc, desc_size, "steps %s (%s-%s s)", w->text, a, b);
         else snprintf(desc, desc_size, "time %s-%s s", a, b);
         return AN_EXIT_OK;
     }
@@ -581,7 +602,7 @@ int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, in
         *t1_ns = s1->ts_ns;
         an_fmt_fixed(a, *t0_ns - t->origin_ns, 9, 3);
         an_fmt_fixed(b, *t1_ns - t->origin_ns, 9, 3);
-        snprintf(desc, desc_size, "steps %llu:%llu (%s-%s s%s)", (unsigned long long)s0->step,
+        snprintf(desc, desc_size, "steps %llu-%llu (%s-%s s%s)", (unsigned long long)s0->step + 1,
                  (unsigned long long)s1->step, a, b, i0 ? ", the first step left out as start-up" : "");
         if (*t1_ns > *t0_ns) return AN_EXIT_OK;
     }
@@ -655,16 +676,9 @@ int an_gpu_steady_window(an_trace *t, int64_t v0, int64_t v1, int64_t *w0_ns, in
         char a[40], b[40];
         an_fmt_fixed(a, w0 - t->origin_ns, 9, 3);
         an_fmt_fixed(b, w1 - t->origin_ns, 9, 3);
-        int has0 = 0, has1 = 0;
-        uint64_t s0 = 0, s1 = 0;
-        for (uint32_t i = 0; i < st_reader_n_steps(t->r); i++) {
-            const st_step_info *s = st_reader_step(t->r, i);
-            if (s->ts_ns == w0 && !has0) { s0 = s->step; has0 = 1; }
-            if (s->ts_ns == w1) { s1 = s->step; has1 = 1; }
-        }
-        if (has0 && has1)
-            snprintf(desc, desc_size, "steps %llu:%llu (%s-%s s, start-up left out)", (unsigned long long)s0,
-                     (unsigned long long)s1, a, b);
+        char name[64];
+        if (steps_name(t, w0, w1, name, sizeof name))
+            snprintf(desc, desc_size, "%s (%s-%s s, start-up left out)", name, a, b);
         else
             snprintf(desc, desc_size, "%s-%s s (start-up left out)", a, b);
     }

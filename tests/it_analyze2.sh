@@ -174,7 +174,7 @@ ok
 
 # ---- gpu: the steady-state window and the host_wait table (gpu_steps.sqlite, tests/traces.c) ----
 expect_ok g_default "$A" gpu gpu_steps.sqlite
-grep -q '^devices and host_wait over steps 1:20 (0.010-0.200 s, the first step left out as start-up), 190.000 ms$' g_default.out \
+grep -q '^devices and host_wait over steps 2-20 (0.010-0.200 s, the first step left out as start-up), 190.000 ms$' g_default.out \
     || fail "gpu default window: $(head -3 g_default.out)"
 grep -Eq '^ +0 +57 +136\.800 +72\.0% +53\.200 +43\.600 +0\.000 +9\.600 +target0 +postprocess +19\.000$' g_default.out \
     || fail "gpu default devices row"
@@ -189,7 +189,7 @@ ok
 expect_usage g_both "$A" gpu --steps 0:20 --time 0:1 gpu_steps.sqlite
 expect_usage g_badstep "$A" gpu --steps 0:99 gpu_steps.sqlite
 expect_ok g_bneck "$A" bottleneck gpu_steps.sqlite
-grep -q '^GPU idle: over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: host wait 43.600 ms' g_bneck.out \
+grep -q '^GPU idle: over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: host wait 43.600 ms' g_bneck.out \
     || fail "bottleneck GPU idle line: $(grep 'GPU idle' g_bneck.out)"
 ok
 

@@ -73,6 +73,20 @@ if [ -x "$TRAINER" ]; then
     if [ $trc -eq 0 ]; then
         expect_ok r_trainer "$A" report trainer.sqlite --html trainer.html
         pages="$pages trainer.html"
+        # the trainer records flows: the report shows analyze flow's latency breakdown, verbatim
+        expect_ok r_trainer_flow "$A" flow trainer.sqlite
+        python3 - trainer.html r_trainer_flow.out <<'EOF' || fail "flow section"
+import html, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+sec = re.search(r'<section id="flow">.*?</section>', page, flags=re.S).group(0)
+pre = html.unescape(re.search(r'<pre class="flow">(.*?)</pre>', sec, flags=re.S).group(1))
+assert pre == open(sys.argv[2], encoding="utf-8").read(), "the flow text differs from analyze flow's"
+for part in ("end-to-end latency per item", "p50_ms", "p95_ms", "p99_ms", "queue residence per handoff",
+             "latency breakdown: mean time per item in each role, by outermost stage"):
+    assert part in pre, part
+print("flow section ok")
+EOF
+        ok
     elif [ $trc -ne 2 ]; then
         fail "trainer: exit $trc: $(tail -3 trainer.log)"
     fi
@@ -125,6 +139,42 @@ print("structure ok:", ", ".join(sys.argv[1:]), "; dense timeline rects:", rects
 EOF
 ok
 
+# ---- reading order: the verdict first in plain words, evidence under it, the rest folded;
+# the summary in role order; step labels that never overlap ---------------------------------
+expect_ok r_allsteps "$A" report target.sqlite --html allsteps.html --steps 0:20
+python3 - target.html moves.html allsteps.html $pages <<'EOF' || fail "reading order"
+import re, sys
+t = open("target.html", encoding="utf-8").read()
+v = re.search(r'<div class="verdict">.*?</div>', t, flags=re.S).group(0)
+head = re.search(r'<p class="headline">([^<]*)</p>', v).group(1)
+assert head.startswith("The target role sets the pace: its threads are busy 90% of the time. Making "), head
+# the headline first, then the story's verdict and evidence, then the folded rest
+assert v.index('class="headline"') < v.index("<p>Bottleneck: target") < v.index("<p>Evidence:") < v.index("<details>")
+det = re.search(r"<details>.*?</details>", v, flags=re.S).group(0)
+assert "<summary>" in det and "Role order:" in det and "GPU idle:" in det and "Evidence:" not in det
+# summary rows in role order (the bottleneck's role order), threads by name within a role
+order = re.search(r"Role order: ([^<]*) \(", t).group(1).replace("&gt;", ">").split(" -> ")
+summ = re.search(r'<section id="summary">.*?</section>', t, flags=re.S).group(0)
+roles = re.findall(r'<tr(?: class="idle")?><td>[^<]*</td><td>([^<]*)</td>', summ)
+seen = []
+for r in roles:
+    if not seen or seen[-1] != r: seen.append(r)
+assert seen == [r for r in order if r in seen], (seen, order)
+# step labels: none overlaps the next (6.5 px a character, centred), on every page
+for name in sys.argv[3:]:
+    h = open(name, encoding="utf-8").read()
+    labels = [(float(x), len(txt)) for x, txt in re.findall(r'<text class="step-label" x="([0-9.]+)"[^>]*>([^<]*)</text>', h)]
+    for (x0, n0), (x1, n1) in zip(labels, labels[1:]):
+        assert x1 - n1 * 3.25 >= x0 + n0 * 3.25 + 4, (name, x0, x1)
+a = open("allsteps.html", encoding="utf-8").read()
+tl = re.search(r'<section id="timeline">.*?</section>', a, flags=re.S).group(0)
+lines = tl.count('stroke-dasharray="4 3"')
+shown = len(re.findall(r'class="step-label"', tl))
+assert lines == 21 and 2 <= shown < lines, (lines, shown)
+print("reading order ok; step labels on the 21 marks:", shown)
+EOF
+ok
+
 # ---- GPU activity: lanes per device/stream and the GPU table (gpu_steps.sqlite, tests/traces.c) ----
 expect_ok r_gpu "$A" report gpu_steps.sqlite --html gpu.html
 python3 - gpu.html $pages <<'EOF' || fail "GPU lanes"
@@ -138,6 +188,11 @@ for s in re.findall(r"<svg\b.*?</svg>", tl, flags=re.S):
     ET.fromstring(s)
 lanes = re.findall(r'class="gpu-lane"[^>]*>(GPU \d+) <tspan[^>]*>\((stream \d+)\)</tspan>', tl)
 assert lanes == [("GPU 0", "stream 7"), ("GPU 0", "stream 8")], lanes
+# each GPU lane says who launched its work
+launchers = re.findall(r'class="gpu-launcher"[^>]*>([^<]*)</text>', tl)
+assert launchers == ["by target0 (target)", "by target0 (target)"], launchers
+# one busy figure per GPU per window, each table naming its window
+assert "<caption>GPU idle split over steps 2-20 (0.010-0.200 s, start-up left out)</caption>" in g
 gpu_rects = re.findall(r'<rect class="gpu"[^>]*fill="(#[0-9a-f]{6})"[^>]*><title>([a-z]+)', tl)
 kinds = {k for _, k in gpu_rects}
 assert kinds == {"kernel", "memcpy"}, kinds
@@ -150,7 +205,11 @@ row = re.search(r'<table class="data" id="gpu-table">.*?</table>', g, flags=re.S
 assert ('<td class="n">0</td><td class="n">57</td><td class="n">72.0%</td><td class="n">136.800</td>'
         '<td class="n">53.200</td><td class="n">43.600</td><td class="n">0.000</td><td class="n">9.600</td>'
         '<td>target0 / postprocess (19.000 ms)</td>') in row, row
-assert "GPU idle: over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+assert "GPU idle: over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+# traces without flow records: no flow section
+for name in sys.argv[1:]:
+    if name != "trainer.html":
+        assert 'id="flow"' not in open(name, encoding="utf-8").read(), name
 # CPU-only pages: nothing GPU
 for name in sys.argv[2:]:
     h = open(name, encoding="utf-8").read()
@@ -165,6 +224,8 @@ python3 - gpu_shared.html target.html <<'EOF' || fail "GPU-aware verdict in the 
 import re, sys
 g = open(sys.argv[1], encoding="utf-8").read()
 assert "<p>Bottleneck: GPU 0, busy 80.0% of the time, shared by 2 roles: target 60.0%, drafter 40.0%" in g
+assert '<p class="headline">GPU 0 sets the pace: it is busy 80% of the time, most of it with work launched by target.' in g
+assert "<caption>GPU busy per launching role over steps 1-10 (the verdict&#39;s window)</caption>" in g
 roles = re.search(r'<table class="data" id="roles-table">.*?</table>', g, flags=re.S).group(0)
 assert "<th>host (busy - sync)</th><th>GPU work</th>" in roles and "<th>need ms/step</th>" in roles
 row = re.search(r'<tr class="hot"><td>target</td>.*?</tr>', roles).group(0)
@@ -190,13 +251,17 @@ if [ -z "$CHROME" ]; then
     echo "SKIP: chromium not installed"
     exit 0
 fi
-render() { # HTML PNG
+render() { # HTML PNG [WIDTH]
     timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$T/chrome-profile" \
-        --screenshot="$T/$2" --window-size=1400,2400 "file://$T/$1" >"$2.log" 2>&1 || true
+        --screenshot="$T/$2" --window-size="${3:-1400}",2400 "file://$T/$1" >"$2.log" 2>&1 || true
     [ -s "$2" ] || fail "chromium wrote no $2: $(tail -3 "$2.log")"
 }
-shots="target.png"
+# two widths: a wide screen and a narrow window (the charts keep their size; the page scrolls)
+shots="target.png target-narrow.png gpu.png gpu-narrow.png"
 render target.html target.png
+render target.html target-narrow.png 800
+render gpu_shared.html gpu.png
+render gpu_shared.html gpu-narrow.png 800
 if [ -e trainer.html ]; then render trainer.html trainer.png; shots="$shots trainer.png"; fi
 python3 - $shots <<'EOF' || fail "screenshots"
 import struct, sys, zlib

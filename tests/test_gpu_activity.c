@@ -202,7 +202,7 @@ static void test_gpu_window(void **state)
     assert_int_equal(an_gpu_window(&t, NULL, t.span_t0_ns, t.span_t1_ns, &w0, &w1, desc, sizeof desc), 0);
     assert_int_equal(w0, BASE_NS + 10 * MS);
     assert_int_equal(w1, BASE_NS + 200 * MS);
-    assert_string_equal(desc, "steps 1:20 (0.010-0.200 s, the first step left out as start-up)");
+    assert_string_equal(desc, "steps 2-20 (0.010-0.200 s, the first step left out as start-up)");
     an_gpu_idle *gpu;
     uint32_t n;
     const char *note;
@@ -227,7 +227,7 @@ static void test_gpu_window(void **state)
     assert_int_equal(an_window_parse_steps(&w, "0:20"), 0);
     assert_int_equal(an_gpu_window(&t, &w, t.span_t0_ns, t.span_t1_ns, &w0, &w1, desc, sizeof desc), 0);
     assert_int_equal(w0, BASE_NS);
-    assert_string_equal(desc, "steps 0:20 (0.000-0.200 s)");
+    assert_string_equal(desc, "steps 1-20 (0.000-0.200 s)");
     assert_int_equal(an_gpu_idle_split(&t, w0, w1, &gpu, &n, &note), 0);
     assert_int_equal(gpu[0].busy_ns, 140000 * US);
     assert_int_equal(gpu[0].idle_ns, 60000 * US);
@@ -251,7 +251,7 @@ static void test_gpu_window(void **state)
     /* the bottleneck's line: steady state within the analysed window */
     char *line;
     assert_int_equal(an_gpu_idle_steady(&t, BASE_NS, BASE_NS + 200 * MS, &gpu, &n, &line), 0);
-    assert_non_null(strstr(line, "over steps 1:20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: "
+    assert_non_null(strstr(line, "over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%, idle 53.200 ms: "
                                  "host wait 43.600 ms (mostly while target0 is in 'postprocess', 19.000 ms"));
     free(line);
     an_gpu_idle_free(gpu, n);

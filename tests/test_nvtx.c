@@ -56,6 +56,7 @@ int main(void)
 #include "common.h"
 #include "st_reader.h"
 #include "stagetrace.h"
+#include "st_palette.h"
 
 /* ---- what the child records (shared by both sides) ---- */
 
@@ -628,10 +629,36 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
         assert_int_equal(strlen(result->colors[a]), 8);
         for (size_t b = 0; b < a; b++) assert_string_not_equal(result->colors[a], result->colors[b]);
     }
+    /* The colours are the shared palette's (the report's): each stage is
+     * the first of its kind here, so it has its kind's first colour. */
+    for (size_t a = 0; a < N_STAGES; a++) {
+        char want[16];
+        snprintf(want, sizeof want, "ff%06x", (unsigned)st_palette_rgb(stage_specs[a].kind, 0));
+        assert_string_equal(result->colors[a], want);
+    }
     st_reader_close(r);
 }
 
 /* ---- the tests ---- */
+
+/* The shared stage palette: more than 12 distinct colours for work, one
+ * family per other kind, no colour in two places. */
+static void test_palette(void **state)
+{
+    (void)state;
+    uint32_t all[ST_PALETTE_WORK_N + (ST_KIND_COUNT - 1) * ST_PALETTE_FAMILY_N];
+    size_t n = 0;
+    for (uint32_t i = 0; i < ST_PALETTE_WORK_N; i++) all[n++] = st_palette_rgb(ST_WORK, i);
+    for (int k = ST_WAIT_INPUT; k < ST_KIND_COUNT; k++)
+        for (uint32_t i = 0; i < ST_PALETTE_FAMILY_N; i++) all[n++] = st_palette_rgb((st_kind)k, i);
+    assert_true(ST_PALETTE_WORK_N > 12);
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < a; b++) assert_int_not_equal(all[a], all[b]);
+    /* cyclic past the end; an unknown kind is coloured as work */
+    assert_int_equal(st_palette_rgb(ST_WORK, ST_PALETTE_WORK_N + 3), st_palette_rgb(ST_WORK, 3));
+    assert_int_equal(st_palette_rgb(ST_SYNC, ST_PALETTE_FAMILY_N), st_palette_rgb(ST_SYNC, 0));
+    assert_int_equal(st_palette_rgb((st_kind)99, 2), st_palette_rgb(ST_WORK, 2));
+}
 
 static void test_nvtx_matches_trace(void **state)
 {
@@ -735,6 +762,7 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "child") == 0) return child_main(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_palette),
         cmocka_unit_test(test_nvtx_matches_trace),
         cmocka_unit_test(test_nvtx_off),
         cmocka_unit_test(test_disabled),

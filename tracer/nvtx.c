@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "st_internal.h"
+#include "st_palette.h"
 
 int st_nvtx_on;
 
@@ -23,29 +24,30 @@ int st_nvtx_on;
 static nvtxDomainHandle_t domain;
 static nvtxEventAttributes_t attrs[ST_MAX_STAGES];
 
-/* A fixed palette, picked by stage id, so colours stay stable across runs
- * of one program. */
-static const uint32_t palette[] = {
-    0xFF4E79A7, 0xFFF28E2B, 0xFFE15759, 0xFF76B7B2, 0xFF59A14F, 0xFFEDC948,
-    0xFFB07AA1, 0xFFFF9DA7, 0xFF9C755F, 0xFFBAB0AC, 0xFF1F77B4, 0xFF2CA02C,
-};
+/* Colours from the shared palette (st_palette.h): the i-th stage of a kind
+ * takes the kind's i-th colour, as in the HTML report, so colours stay
+ * stable across runs of one program. Stages register under the trace's
+ * lock, so the per-kind counts need none of their own. */
+static uint32_t kind_count[ST_KIND_COUNT];
 
 void st_nvtx_init(const char *domain_name)
 {
     domain = nvtxDomainCreateA(domain_name);
+    memset(kind_count, 0, sizeof kind_count); /* a new trace numbers its stages from 0 */
     st_nvtx_on = 1;
 }
 
-void st_nvtx_stage(uint32_t stage, const char *name)
+void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind)
 {
     if (!st_nvtx_on || stage >= ST_MAX_STAGES) return;
+    uint32_t k = (unsigned)kind < ST_KIND_COUNT ? (uint32_t)kind : 0;
     nvtxEventAttributes_t a;
     memset(&a, 0, sizeof a);
     a.version = NVTX_VERSION;
     a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     a.category = stage + 1;
     a.colorType = NVTX_COLOR_ARGB;
-    a.color = palette[stage % (sizeof palette / sizeof palette[0])];
+    a.color = 0xFF000000u | st_palette_rgb((st_kind)k, kind_count[k]++);
     a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
     a.message.registered = nvtxDomainRegisterStringA(domain, name);
     nvtxDomainNameCategoryA(domain, stage + 1, name);
@@ -92,7 +94,7 @@ void st_name_stream(void *cuda_stream, const char *name)
 #else /* no NVTX headers */
 
 void st_nvtx_init(const char *domain_name) { (void)domain_name; }
-void st_nvtx_stage(uint32_t stage, const char *name) { (void)stage; (void)name; }
+void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind) { (void)stage; (void)name; (void)kind; }
 void st_nvtx_thread(const char *name) { (void)name; }
 void st_nvtx_push(uint32_t stage) { (void)stage; }
 void st_nvtx_pop(void) {}

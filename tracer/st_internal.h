@@ -33,7 +33,7 @@ void st_log(st_trace *t, int level, const char *fmt, ...) __attribute__((format(
 
 /* ---- NVTX (nvtx.c); all no-ops without NVTX headers ---- */
 void st_nvtx_init(const char *domain_name);
-void st_nvtx_stage(uint32_t stage, const char *name);
+void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind);
 void st_nvtx_thread(const char *name);
 void st_nvtx_shutdown(void);
 extern int st_nvtx_on;

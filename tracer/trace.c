@@ -709,7 +709,7 @@ static int stage_register(st_trace *t, const char *name, st_kind kind)
     }
     t->stages[n].name = strdup(name);
     t->stages[n].kind = kind;
-    if (t->opt.enabled) st_nvtx_stage(n, name);
+    if (t->opt.enabled) st_nvtx_stage(n, name, kind);
     atomic_store(&t->n_stages, n + 1);
     if (t->opt.enabled) atomic_store(&st_stage_limit, n + 1);
     pthread_mutex_unlock(&t->lock);
