@@ -34,6 +34,8 @@ enum {
 void an_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on stderr: "analyze: warning: <message>". */
 void an_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where an_warn writes (NULL: stderr again): warnings kept to print later. */
+void an_warn_to(FILE *f);
 
 /* ---- output files (output.c) ------------------------------------------------ */
 
@@ -182,6 +184,9 @@ void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *value
  * copy of every value group `from` received to group `into`, as if each had
  * been added to both (cheaper than adding each value twice). 0 or -1. */
 int an_quant_fold(an_quant *q, uint32_t into, uint32_t from);
+/* The same from a group of another engine (q may be a shard; src_q not):
+ * both in pass 1. */
+int an_quant_fold_from(an_quant *q, uint32_t into, const an_quant *src_q, uint32_t from);
 /* Later passes: the value ranges [lo[k], hi[k]] that the group still looks
  * at (at most AN_QUANT_MAX_PCT); a value in none of them would be ignored by
  * an add, so a caller may skip it. Returns their number (0 in pass 1, or
@@ -347,6 +352,15 @@ typedef struct an_file_stats {
     int64_t *thread_busy_ns;         /* [n_threads] time in some range */
     uint64_t n_ranges;               /* selected ranges */
     int rank;                        /* meta rank, or the file's index */
+    /* What printing and merging need once the file is closed (copies):
+     * threads' names, roles and ids by index, stages' names and kinds. */
+    char **thread_names, **thread_roles;
+    uint32_t *thread_ids;
+    char **stage_names;
+    uint8_t *stage_kinds;
+    char *program, *run_id;          /* meta, NULL if absent */
+    int has_rank;                    /* meta rank present */
+    char *warnings;                  /* an_stats_compute_paths: the file's warnings, to print after the work */
 } an_file_stats;
 
 /* Across files of one run: per role name and stage name. */
@@ -373,6 +387,21 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
  * its own reader; the results are the same for every jobs (1: no threads). */
 int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge,
                           int jobs);
+/* Many files (the ranks of a run): opens each in turn, sets it up, keeps
+ * what printing needs (the an_file_stats copies; traces[f] keeps path,
+ * origin and hints, its reader closed) and closes it; each pass then opens
+ * the files again, each job one file at a time, so that memory does not grow
+ * with the number of files. merge < 0: merge when the files are ranks of one
+ * run (an_stats_same_run); jobs 0: an_stats_default_jobs. Warnings of each
+ * file are kept in files[f].warnings. Errors printed; exit code. */
+int an_stats_compute_paths(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
+                           int jobs);
+/* Files of one run: run_id equal up to its last '-', the same program, and
+ * different ranks (meta rank present in each). */
+int an_stats_same_run(const an_stats *s);
+/* The default --jobs: the CPUs this process may use, at most 8; 1 under
+ * 500000 ranges. */
+int an_stats_default_jobs(uint64_t n_ranges);
 void an_stats_free(an_stats *s);
 /* Whether reader b holds the same trace as a (run id, stages, threads): a
  * worker's second open of a file must find the trace the first found. */
