@@ -57,6 +57,43 @@ for e in ev:
 assert first["r2/drafter0"] == first["r3/drafter0"], first
 PY
 ok
+# one process per rank, "rank N (host)", its pid the rank's own (meta pid, distinct here), each
+# thread and its events under its rank's process
+python3 - <<'PY' || fail "chrome: a process per rank"
+import json, sqlite3
+ev = json.load(open("shifted.json"))["traceEvents"]
+meta = {}
+for r in range(4):
+    c = sqlite3.connect("file:shifted/rank%d.sqlite?mode=ro" % r, uri=True)
+    meta[r] = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('pid', 'host')").fetchall())
+    c.close()
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+want = {int(meta[r]["pid"]): "rank %d (%s)" % (r, meta[r]["host"]) for r in range(4)}
+assert procs == want, (procs, want)
+order = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
+assert order == {int(meta[r]["pid"]): r for r in range(4)}, order
+threads = {e["tid"]: (e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name"}
+for tid, (pid, name) in threads.items():
+    r = int(name.split("/")[0][1:])
+    assert pid == int(meta[r]["pid"]), (tid, pid, name)
+for e in ev:
+    if e.get("ph") in ("X", "B", "E", "C", "i"):
+        assert e["pid"] == threads[e["tid"]][0], e
+PY
+ok
+# ranks that recorded the same pid (two hosts): the later ranks' processes are 1000000000 + rank
+cp -r shifted samepid
+for r in 0 1 2 3; do
+    python3 -c "import sqlite3; c = sqlite3.connect('samepid/rank$r.sqlite'); c.execute(\"UPDATE meta SET value = '4242' WHERE key = 'pid'\"); c.commit()"
+done
+expect_ok chrome_samepid "$A" export --chrome samepid.json samepid
+python3 - <<'PY' || fail "chrome: ranks with one pid"
+import json
+ev = json.load(open("samepid.json"))["traceEvents"]
+procs = sorted(e["pid"] for e in ev if e.get("name") == "process_name")
+assert procs == [4242, 1000000001, 1000000002, 1000000003], procs
+PY
+ok
 
 # inputs: a directory, a glob pattern, a list of files: the same answer
 expect_ok bn_dir "$A" bottleneck plain
