@@ -81,6 +81,24 @@ for e in ev:
         assert e["pid"] == threads[e["tid"]][0], e
 PY
 ok
+# report on a set: a Ranks section, a bar per rank, the stragglers table of `stragglers`
+expect_ok report_set "$A" report --html set.html shifted
+expect_ok strag_csv "$A" stragglers --format csv shifted
+python3 - <<'PY' || fail "report: ranks section"
+import csv, re
+h = open("set.html").read()
+sec = h[h.index('<section id="ranks">'):]
+sec = sec[:sec.index('</section>')]
+assert re.findall(r'<g class="rank" data-rank="(\d+)"', sec) == ["0", "1", "2", "3"], sec[:400]
+rows = re.findall(r'<tr><td>([^<]*)</td><td class="n">(\d+)</td><td class="n">(\d+)</td><td class="n">(\d+)</td>', sec)
+lines = open("strag_csv.out").read().split("\n\n")[0].splitlines()
+want = [(r["stage"], r["instances"], r["ranks"], r["last_rank"]) for r in csv.DictReader(lines)]
+assert rows and rows == want, (rows, want)
+PY
+ok
+expect_ok report_one "$A" report --html one.html shifted/rank0.sqlite
+! grep -q 'id="ranks"' one.html || fail "report: a ranks section for one file"
+ok
 # ranks that recorded the same pid (two hosts): the later ranks' processes are 1000000000 + rank
 cp -r shifted samepid
 for r in 0 1 2 3; do
