@@ -197,6 +197,12 @@ uint32_t an_quant_ranges(const an_quant *q, uint32_t group, int64_t *lo, int64_t
 int an_quant_wants(const an_quant *q, uint32_t group);
 /* After a pass: 1 when another pass is needed, 0 when done, -1 no memory. */
 int an_quant_end_pass(an_quant *q);
+/* An engine held between passes while others work (a file of many, summary):
+ * an_quant_end_pass only plans the next pass, and an_quant_begin_pass, just
+ * before it, allocates its buffers (collected values, bins). 0, or -1: no
+ * memory. */
+void an_quant_defer_buffers(an_quant *q);
+int an_quant_begin_pass(an_quant *q);
 int an_quant_pass(const an_quant *q); /* 1, 2, ... */
 uint64_t an_quant_count(const an_quant *q, uint32_t group);
 int64_t an_quant_get(const an_quant *q, uint32_t group, uint32_t pct_index); /* 0 if empty */

@@ -97,6 +97,7 @@ struct an_quant {
     uint32_t exact_limit;
     uint64_t collect_limit;
     an_quant *engine;    /* a shard: the engine it adds to; NULL for the engine */
+    int defer;           /* an_quant_defer_buffers: a pass's buffers from an_quant_begin_pass */
     pthread_mutex_t lock; /* the engine: guards its targets' collected values */
 };
 
@@ -560,8 +561,8 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget, uint64_t *bin_
         }
         if (t->share >= 0) continue;
         if (t->n_in <= *budget) {
-            t->vals = malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
-            if (t->vals) {
+            t->vals = q->defer ? NULL : malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
+            if (t->vals || q->defer) {
                 *budget -= t->n_in;
                 t->n_vals = 0;
                 t->state = T_COLLECT;
@@ -579,8 +580,8 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget, uint64_t *bin_
         uint64_t n_bins = span / width + 1;
         *bin_budget = n_bins < *bin_budget ? *bin_budget - n_bins : 0;
         t->bin_width = width;
-        t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
-        if (!t->bins) q->failed = 1;
+        t->bins = q->defer ? NULL : calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
+        if (!t->bins && !q->defer) q->failed = 1;
         t->state = T_REFINE;
     }
     /* The targets the next pass feeds (a shared one takes its values
@@ -591,6 +592,27 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget, uint64_t *bin_
         if (t->state != T_DONE && t->share < 0) g->active[g->n_active++] = (uint8_t)i;
     }
     return open;
+}
+
+void an_quant_defer_buffers(an_quant *q) { q->defer = 1; }
+
+int an_quant_begin_pass(an_quant *q)
+{
+    if (q->failed || q->engine) return -1;
+    for (uint32_t gi = 0; q->pass > 1 && gi < q->n_groups; gi++) {
+        if (!q->wants[gi]) continue;
+        qgroup *g = &q->groups[gi];
+        for (uint32_t i = 0; i < q->n_pct; i++) {
+            target *t = &g->targets[i];
+            if (t->state == T_COLLECT && t->share < 0 && !t->vals)
+                t->vals = malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
+            else if (t->state == T_REFINE && !t->bins)
+                t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / t->bin_width + 1, sizeof *t->bins);
+            else continue;
+            if (!t->vals && !t->bins) q->failed = 1;
+        }
+    }
+    return q->failed ? -1 : 0;
 }
 
 int an_quant_end_pass(an_quant *q)

@@ -772,6 +772,13 @@ static int scan_file_again(ctx *c, uint32_t f, const an_trace *t, const char **m
     if (!r) return -1;
     file_ctx *fc = &c->fc[f];
     c->q = fc->q;
+    if (fc->q && an_quant_begin_pass(fc->q)) {
+        st_reader_close(r);
+        c->q = NULL;
+        *msg = "out of memory";
+        *named = 0;
+        return -1;
+    }
     int rc = scan_file_with(c, f, r);
     if (rc) {
         *msg = st_last_error();
@@ -1086,6 +1093,7 @@ static int compute(an_stats *s, an_trace *traces, char **paths, uint32_t n, cons
         groups += (uint64_t)s->files[f].n_roles * s->files[f].n_stages;
         if (paths && groups <= UINT32_MAX && !(fcs[f].q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT)))
             rc = oom();
+        if (fcs[f].q) an_quant_defer_buffers(fcs[f].q); /* a file's buffers only while it is read */
         if (paths && groups > UINT32_MAX) break;
     }
     if (paths && groups <= UINT32_MAX) groups = 0;
