@@ -125,6 +125,21 @@ grep -q '^target -> drafter  put   target   queue_put   wait_output  60.0%' bn_d
 ok
 grep -qx 'Limiting rank: rank 3 of drafter, its own work 60.0% of its time.' bn_dir.out || fail "limiting rank: $(cat bn_dir.out)"
 ok
+# the straggler line right after it: the collective of `stragglers` whose late rank costs the most
+expect_ok strag_plain "$A" stragglers --format csv plain
+python3 - <<'PY' || fail "bottleneck: stragglers line"
+import csv
+lines = open("bn_dir.out").read().splitlines()
+at = lines.index("Limiting rank: rank 3 of drafter, its own work 60.0% of its time.")
+rows = list(csv.DictReader(open("strag_plain.out").read().split("\n\n")[0].splitlines()))
+assert rows, "no collectives"
+best = max(rows, key=lambda r: float(r["mean_wait_ms"]) * int(r["instances"]))
+want = "Stragglers: rank %s is late most often at %s (last in %s of %s instances%s); the others wait %s ms for it on average." % (
+    best["last_rank"], best["stage"], best["times_last"], best["instances"],
+    ", every time" if best["every_time"] == "yes" else "", "%.3f" % float(best["mean_wait_ms"]))
+assert lines[at + 1] == want, (lines[at + 1], want)
+PY
+ok
 expect_ok bn_csv "$A" bottleneck --format csv plain
 grep -qx 'drafter,3,1,60,6.000000,yes' bn_csv.out && grep -qx 'drafter,2,1,40,4.000000,-' bn_csv.out || fail "ranks csv: $(cat bn_csv.out)"
 ok
