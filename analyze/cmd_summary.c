@@ -5,8 +5,10 @@
  * rows and prints them: per file, each thread's stages, then each role's
  * (all its threads together); for several files of one run, a table across
  * ranks with a column per rank and the slowest rank of every stage.
- * --jobs N reads the trace threads on N threads (stats.c); the output is the
- * same for every N.
+ * --jobs N reads the trace threads on N threads (stats.c); several files
+ * are read a whole file per job, one open at a time, so that memory does not
+ * grow with the files (an_stats_compute_paths). The output is the same for
+ * every N.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +43,9 @@ static const char help[] =
     "                   whose run_id agree up to the last '-' and whose ranks differ are merged\n"
     "  --format F       text (default), csv or json\n"
     "  --jobs N         read the trace threads on N threads, 1 to 256 (default: the CPUs this\n"
-    "                   process may use, at most 8; 1 for traces under 500000 ranges). The\n"
-    "                   output is the same for every N\n";
+    "                   process may use, at most 8; 1 for traces under 500000 ranges); several\n"
+    "                   files: a whole file per job, one open at a time. The output is the\n"
+    "                   same for every N\n";
 
 enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_SORT, OPT_MERGE, OPT_SEPARATE, OPT_JOBS };
 static const an_opt opts[] = {

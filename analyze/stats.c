@@ -28,6 +28,18 @@
  * one job. Every number is a sum, a maximum, a count or a k-th smallest
  * value, so the results are the same for any number of jobs and any order
  * of the work; an error is the one a single job meets first.
+ *
+ * Several files (an_stats_compute_paths, summary on a rank set): a file is
+ * opened to be set up and closed; its names are kept in an_file_stats. In
+ * each pass a task is a whole file, opened, read (every thread, with one
+ * iterator) and closed by one worker. The file's thread and role groups
+ * have an engine of their own (file_ctx.q), fed directly (one worker per
+ * file), which ends its pass as soon as the file is read: its histograms go
+ * then, and its next pass's buffers come only when it is read again
+ * (an_quant_defer_buffers). The merged groups have the shared engine (ctx.qm,
+ * with a shard per worker), folded into from each file's thread groups at
+ * the end of the file's first pass. Open files: at most one per job; memory
+ * held per file between passes: its rows and wanted buckets.
  */
 #include <pthread.h>
 #include <sched.h>
