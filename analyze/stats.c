@@ -363,25 +363,20 @@ static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
 static int fold_file(ctx *c, uint32_t f)
 {
     an_stats *s = c->s;
-    {
-        an_file_stats *fs = &s->files[f];
-        file_ctx *fc = &c->fc[f];
-        uint32_t ns = fs->n_stages;
-        for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
-            if (!fs->thread_on[ti]) continue;
-            uint32_t role = fs->thread_role[ti];
-            for (uint32_t st = 0; st < ns; st++) {
-                if (!fs->stage_on[st]) continue;
-                uint32_t from = fc->group_thread + ti * ns + st;
-                if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from))
-                    return -1;
-                if (s->merged_valid &&
-                    an_quant_fold_from(c->qm,
-                                  c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
-                                      (uint32_t)fc->stage_merged[st],
-                                  c->q, from))
-                    return -1;
-            }
+    an_file_stats *fs = &s->files[f];
+    file_ctx *fc = &c->fc[f];
+    uint32_t ns = fs->n_stages;
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        if (!fs->thread_on[ti]) continue;
+        uint32_t role = fs->thread_role[ti];
+        for (uint32_t st = 0; st < ns; st++) {
+            if (!fs->stage_on[st]) continue;
+            uint32_t from = fc->group_thread + ti * ns + st;
+            if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from)) return -1;
+            if (!s->merged_valid) continue;
+            uint32_t merged = c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
+                              (uint32_t)fc->stage_merged[st];
+            if (an_quant_fold_from(c->qm, merged, c->q, from)) return -1;
         }
     }
     return 0;
