@@ -34,6 +34,8 @@ enum {
 void an_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on stderr: "analyze: warning: <message>". */
 void an_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where an_warn writes (NULL: stderr again): warnings kept to print later. */
+void an_warn_to(FILE *f);
 
 /* ---- output files (output.c) ------------------------------------------------ */
 
@@ -74,6 +76,7 @@ int cmd_gpu(int argc, char **argv);
 int cmd_flow(int argc, char **argv);
 int cmd_stragglers(int argc, char **argv);
 int cmd_whatif(int argc, char **argv);
+
 
 /* ---- command-line options ----------------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`
@@ -183,6 +186,9 @@ void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *value
  * copy of every value group `from` received to group `into`, as if each had
  * been added to both (cheaper than adding each value twice). 0 or -1. */
 int an_quant_fold(an_quant *q, uint32_t into, uint32_t from);
+/* The same from a group of another engine (q may be a shard; src_q not):
+ * both in pass 1. */
+int an_quant_fold_from(an_quant *q, uint32_t into, const an_quant *src_q, uint32_t from);
 /* Later passes: the value ranges [lo[k], hi[k]] that the group still looks
  * at (at most AN_QUANT_MAX_PCT); a value in none of them would be ignored by
  * an add, so a caller may skip it. Returns their number (0 in pass 1, or
@@ -192,6 +198,12 @@ uint32_t an_quant_ranges(const an_quant *q, uint32_t group, int64_t *lo, int64_t
 int an_quant_wants(const an_quant *q, uint32_t group);
 /* After a pass: 1 when another pass is needed, 0 when done, -1 no memory. */
 int an_quant_end_pass(an_quant *q);
+/* An engine held between passes while others work (a file of many, summary):
+ * an_quant_end_pass only plans the next pass, and an_quant_begin_pass, just
+ * before it, allocates its buffers (collected values, bins). 0, or -1: no
+ * memory. */
+void an_quant_defer_buffers(an_quant *q);
+int an_quant_begin_pass(an_quant *q);
 int an_quant_pass(const an_quant *q); /* 1, 2, ... */
 uint64_t an_quant_count(const an_quant *q, uint32_t group);
 int64_t an_quant_get(const an_quant *q, uint32_t group, uint32_t pct_index); /* 0 if empty */
@@ -348,6 +360,15 @@ typedef struct an_file_stats {
     int64_t *thread_busy_ns;         /* [n_threads] time in some range */
     uint64_t n_ranges;               /* selected ranges */
     int rank;                        /* meta rank, or the file's index */
+    /* What printing and merging need once the file is closed (copies):
+     * threads' names, roles and ids by index, stages' names and kinds. */
+    char **thread_names, **thread_roles;
+    uint32_t *thread_ids;
+    char **stage_names;
+    uint8_t *stage_kinds;
+    char *program, *run_id;          /* meta, NULL if absent */
+    int has_rank;                    /* meta rank present */
+    char *warnings;                  /* an_stats_compute_paths: the file's warnings, to print after the work */
 } an_file_stats;
 
 /* Across files of one run: per role name and stage name. */
@@ -374,9 +395,53 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
  * its own reader; the results are the same for every jobs (1: no threads). */
 int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge,
                           int jobs);
+/* Many files (the ranks of a run): opens each in turn, sets it up, keeps
+ * what printing needs (the an_file_stats copies; traces[f] keeps path,
+ * origin and hints, its reader closed) and closes it; each pass then opens
+ * the files again, each job one file at a time, so that memory does not grow
+ * with the number of files. merge < 0: merge when the files are ranks of one
+ * run (an_stats_same_run); jobs 0: an_stats_default_jobs. Warnings of each
+ * file are kept in files[f].warnings. Errors printed; exit code. */
+int an_stats_compute_paths(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
+                           int jobs);
+/* Files of one run: run_id equal up to its last '-', the same program, and
+ * different ranks (meta rank present in each). */
+int an_stats_same_run(const an_stats *s);
+/* The default --jobs: the CPUs this process may use, at most 8; 1 under
+ * 500000 ranges. */
+int an_stats_default_jobs(uint64_t n_ranges);
 void an_stats_free(an_stats *s);
 /* Whether reader b holds the same trace as a (run id, stages, threads): a
  * worker's second open of a file must find the trace the first found. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b);
+
+/* ---- stragglers of a rank set, for the report (cmd_stragglers.c) ------------------ */
+/* Per collective stage: the rows of `stragglers`' collectives table. */
+typedef struct an_straggler {
+    const char *stage;          /* the set reader's */
+    uint64_t instances;
+    uint32_t ranks;             /* ranks with the stage */
+    int last_rank;              /* the rank last most often (ties: the lowest index) */
+    uint32_t times_last;
+    int every;                  /* last in every instance */
+    int64_t mean_wait_ns, max_wait_ns;
+} an_straggler;
+/* Per rank present: its threads' top-level ranges over the whole set. */
+typedef struct an_rank_load {
+    int rank;
+    uint32_t threads;
+    int64_t busy_ns;            /* work, sync and copy */
+    int64_t wait_ns;            /* wait_input, wait_output and comm (the wait inside a collective) */
+    int64_t total_ns;           /* threads x the set's span */
+} an_rank_load;
+typedef struct an_stragglers {
+    an_straggler *coll;
+    uint32_t n_coll;
+    an_rank_load *ranks;
+    uint32_t n_ranks;
+} an_stragglers;
+/* t a rank set. Errors printed; exit code. */
+int an_stragglers_compute(an_trace *t, an_stragglers *s);
+void an_stragglers_free(an_stragglers *s);
 
 #endif

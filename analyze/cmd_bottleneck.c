@@ -442,6 +442,32 @@ static const an_col rank_cols[] = {{"role", AN_T_STR, 0}, {"rank", AN_T_INT, 0},
                                    {"own_pct", AN_T_PCT, 0}, {"own_ms_per_step", AN_T_MS, 0},
                                    {"limiting", AN_T_STR, 0}};
 
+/* "Stragglers: ..." (text, a set): of the collectives of `stragglers`, the
+ * one whose late rank costs the others the most (mean wait x instances;
+ * ties: the first in the stragglers table). Nothing when no collective is
+ * shared by two ranks. -4: no memory, -3: a read failed (both printed). */
+static int put_straggler_line(an_out *out, an_trace *t)
+{
+    an_stragglers s;
+    int rc = an_stragglers_compute(t, &s);
+    if (rc) return rc == AN_EXIT_FAIL ? -4 : -3; /* printed */
+    const an_straggler *best = NULL;
+    for (uint32_t i = 0; i < s.n_coll; i++)
+        if (!best || (double)s.coll[i].mean_wait_ns * (double)s.coll[i].instances >
+                         (double)best->mean_wait_ns * (double)best->instances)
+            best = &s.coll[i];
+    if (best) {
+        char ms[40], stage[256];
+        an_fmt_fixed(ms, best->mean_wait_ns, 6, 3);
+        an_out_text(out, "Stragglers: rank %d is late most often at %s (last in %u of %llu instances%s); the others "
+                         "wait %s ms for it on average.\n",
+                    best->last_rank, an_clean(best->stage, stage, sizeof stage), best->times_last,
+                    (unsigned long long)best->instances, best->every ? ", every time" : "", ms);
+    }
+    an_stragglers_free(&s);
+    return 0;
+}
+
 static int put_ranks(an_out *out, const an_pipe *p, const an_trace *t, int32_t role)
 {
     if (!t->is_set || role < 0) return 0;
@@ -519,8 +545,10 @@ static int put_ranks(an_out *out, const an_pipe *p, const an_trace *t, int32_t r
                 st_reader_thread_part(r, th, &part, &local);
                 if (part == top) any = st_reader_thread(r, th);
             }
-            an_out_text(out, "Limiting rank: rank %d of %s, its own work %.1f%% of its time.\n\n", any ? any->rank : (int)top,
+            an_out_text(out, "Limiting rank: rank %d of %s, its own work %.1f%% of its time.\n", any ? any->rank : (int)top,
                         p->role_names[role], 100.0 * top_share);
+            rc = put_straggler_line(out, (an_trace *)t);
+            an_out_text(out, "\n");
         }
     }
     free(busy);
@@ -627,6 +655,8 @@ int cmd_bottleneck(int argc, char **argv)
                 int rrc = put_ranks(out, &p, &t, v.role);
                 if (rrc == -1) rc = oom();
                 else if (rrc == -2) rc = an_trace_fail(&t);
+                else if (rrc == -3) rc = AN_EXIT_USAGE;
+                else if (rrc == -4) rc = AN_EXIT_FAIL;
             }
             if (!rc && put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();

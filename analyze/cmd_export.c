@@ -78,6 +78,12 @@ typedef struct chrome {
     FILE *f;
     an_trace *t;
     long long pid;
+    /* A rank set: a process per rank, rank_pid[k] for the set's rank k
+     * (t->ranks[k]); thread_pid[id] the pid of thread id's rank (set thread
+     * ids are 0..n-1). NULL for one file: every event in pid. */
+    long long *rank_pid;
+    long long *thread_pid;
+    uint32_t n_thread_pid;
     char **stage_json; /* [n_stages] quoted, escaped names */
     const char **kind_json;
     /* the current thread */
@@ -126,6 +132,13 @@ static void put_us(FILE *f, int64_t ns)
 
 static void put_lit(FILE *f, const char *s) { fputs_unlocked(s, f); }
 
+/* The process of a thread's events: its rank's on a set. */
+static long long pid_of(const chrome *c, int64_t thread)
+{
+    if (c->thread_pid && thread >= 0 && (uint64_t)thread < c->n_thread_pid) return c->thread_pid[thread];
+    return c->pid;
+}
+
 static void event_head(chrome *c, const char *ph, uint32_t stage, int64_t ts_ns)
 {
     FILE *f = c->f;
@@ -136,7 +149,7 @@ static void event_head(chrome *c, const char *ph, uint32_t stage, int64_t ts_ns)
     put_lit(f, ",\"ph\":\"");
     put_lit(f, ph);
     put_lit(f, "\",\"pid\":");
-    put_i64(f, c->pid);
+    put_i64(f, pid_of(c, c->tid));
     put_lit(f, ",\"tid\":");
     put_i64(f, c->tid);
     put_lit(f, ",\"ts\":");
@@ -268,7 +281,7 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
             put_lit(f, "\"");
         }
         put_lit(f, a->driver ? ",\"cat\":\"cuda_driver\",\"ph\":\"X\",\"pid\":" : ",\"cat\":\"cuda_runtime\",\"ph\":\"X\",\"pid\":");
-        put_i64(f, c->pid);
+        put_i64(f, pid_of(c, tid));
         put_lit(f, ",\"tid\":");
         put_i64(f, tid);
         put_lit(f, ",\"ts\":");
@@ -646,7 +659,7 @@ static int chrome_gpu_tracks(chrome *c)
         put_lit(f, ",\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"s\",\"id\":");
         put_i64(f, fl->correlation);
         put_lit(f, ",\"pid\":");
-        put_i64(f, c->pid);
+        put_i64(f, pid_of(c, fl->thread));
         put_lit(f, ",\"tid\":");
         put_i64(f, fl->thread);
         put_lit(f, ",\"ts\":");
@@ -798,25 +811,43 @@ static void put_distributed_info(FILE *f, an_trace *t)
     put_lit(f, "}");
 }
 
+static void process_meta(chrome *c, long long pid, const char *label, int64_t sort_index, int first)
+{
+    FILE *f = c->f;
+    put_lit(f, first ? "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" : ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, pid);
+    put_lit(f, ",\"tid\":0,\"args\":{\"name\":");
+    an_json_string(f, label);
+    put_lit(f, "}}");
+    put_lit(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":");
+    put_i64(f, pid);
+    put_lit(f, ",\"tid\":0,\"args\":{\"sort_index\":");
+    put_i64(f, sort_index);
+    put_lit(f, "}}");
+}
+
 static void chrome_metadata(chrome *c)
 {
     FILE *f = c->f;
     st_reader *r = c->t->r;
-    const char *program = an_trace_meta(c->t, "program");
-    const char *rank = an_trace_meta(c->t, "rank");
     char label[256];
-    snprintf(label, sizeof label, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
-    put_lit(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
-    put_i64(f, c->pid);
-    put_lit(f, ",\"tid\":0,\"args\":{\"name\":");
-    an_json_string(f, label);
-    put_lit(f, "}}");
-    int64_t rank_i;
-    put_lit(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":");
-    put_i64(f, c->pid);
-    put_lit(f, ",\"tid\":0,\"args\":{\"sort_index\":");
-    put_i64(f, an_trace_meta_i64(c->t, "rank", &rank_i) == 0 ? rank_i : 0);
-    put_lit(f, "}}");
+    if (c->rank_pid) {
+        /* A set: "rank N (host)" per rank, in rank order. */
+        for (uint32_t k = 0; k < c->t->n_ranks; k++) {
+            const an_trace *rt = &c->t->ranks[k];
+            int64_t rank_i = 0;
+            an_trace_meta_i64(rt, "rank", &rank_i);
+            const char *host = an_trace_meta(rt, "host");
+            snprintf(label, sizeof label, "rank %lld (%s)", (long long)rank_i, host ? host : "?");
+            process_meta(c, c->rank_pid[k], label, rank_i, k == 0);
+        }
+    } else {
+        const char *program = an_trace_meta(c->t, "program");
+        const char *rank = an_trace_meta(c->t, "rank");
+        int64_t rank_i;
+        snprintf(label, sizeof label, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
+        process_meta(c, c->pid, label, an_trace_meta_i64(c->t, "rank", &rank_i) == 0 ? rank_i : 0, 1);
+    }
     /* Threads ordered by role (roles in order of their first thread), then id. */
     uint32_t n = st_reader_n_threads(r), sort_index = 0;
     uint8_t *done = calloc(n ? n : 1, 1);
@@ -828,13 +859,13 @@ static void chrome_metadata(chrome *c)
             if (done[j] || strcmp(th->role, role) != 0) continue;
             done[j] = 1;
             put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
-            put_i64(f, c->pid);
+            put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
             put_i64(f, th->id);
             put_lit(f, ",\"args\":{\"name\":");
             an_json_string(f, th->name);
             put_lit(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
-            put_i64(f, c->pid);
+            put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
             put_i64(f, th->id);
             put_lit(f, ",\"args\":{\"sort_index\":");
@@ -874,7 +905,7 @@ static int chrome_counters(chrome *c)
         put_lit(f, ",\n{\"name\":");
         put_lit(f, names[s.counter]);
         put_lit(f, ",\"ph\":\"C\",\"pid\":");
-        put_i64(f, c->pid);
+        put_i64(f, pid_of(c, s.thread));
         put_lit(f, ",\"tid\":");
         put_i64(f, s.thread);
         put_lit(f, ",\"ts\":");
@@ -905,7 +936,7 @@ static void chrome_steps(chrome *c)
         put_lit(f, ",\n{\"name\":\"step ");
         put_i64(f, (int64_t)s->step);
         put_lit(f, "\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"p\",\"pid\":");
-        put_i64(f, c->pid);
+        put_i64(f, pid_of(c, tid));
         put_lit(f, ",\"tid\":");
         put_i64(f, tid);
         put_lit(f, ",\"ts\":");
@@ -995,7 +1026,7 @@ static int chrome_item_flows(chrome *c)
                            : ",\n{\"name\":\"item\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":");
             put_i64(f, (int64_t)k + 1);
             put_lit(f, ",\"pid\":");
-            put_i64(f, c->pid);
+            put_i64(f, pid_of(c, e->thread));
             put_lit(f, ",\"tid\":");
             put_i64(f, e->thread);
             put_lit(f, ",\"ts\":");
@@ -1006,6 +1037,40 @@ static int chrome_item_flows(chrome *c)
     }
     free(v);
     return 0;
+}
+
+/* A rank set: each rank's process id is the pid it recorded (meta pid, 1 to
+ * 2147483646) unless that is missing or a lower rank's already (ranks on
+ * other hosts), then 1000000000 + its rank. 0: no memory. */
+static int set_pids(chrome *c)
+{
+    const an_trace *t = c->t;
+    if (!t->is_set) return 1;
+    st_reader *r = t->r;
+    uint32_t nt = st_reader_n_threads(r);
+    c->rank_pid = calloc(t->n_ranks ? t->n_ranks : 1, sizeof *c->rank_pid);
+    c->thread_pid = calloc(nt ? nt : 1, sizeof *c->thread_pid);
+    if (!c->rank_pid || !c->thread_pid) return 0;
+    c->n_thread_pid = nt;
+    int64_t *rank_of = calloc(t->n_ranks ? t->n_ranks : 1, sizeof *rank_of);
+    if (!rank_of) return 0;
+    for (uint32_t k = 0; k < t->n_ranks; k++) {
+        int64_t pid, rank = 0;
+        an_trace_meta_i64(&t->ranks[k], "rank", &rank);
+        rank_of[k] = rank;
+        int ok = an_trace_meta_i64(&t->ranks[k], "pid", &pid) == 0 && pid > 0 && pid < INT32_MAX;
+        for (uint32_t j = 0; ok && j < k; j++) ok = c->rank_pid[j] != pid;
+        c->rank_pid[k] = ok ? pid : 1000000000LL + rank;
+    }
+    for (uint32_t i = 0; i < nt; i++) {
+        const st_thread_info *th = st_reader_thread(r, i);
+        long long pid = c->pid;
+        for (uint32_t k = 0; k < t->n_ranks; k++)
+            if (rank_of[k] == th->rank) pid = c->rank_pid[k];
+        if (th->id < nt) c->thread_pid[th->id] = pid;
+    }
+    free(rank_of);
+    return 1;
 }
 
 static int export_chrome(an_trace *t, const char *path, int overwrite)
@@ -1020,11 +1085,12 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
     c.t = t;
     int64_t pid;
     c.pid = an_trace_meta_i64(t, "pid", &pid) == 0 && pid > 0 && pid < INT32_MAX ? pid : 1;
+    int pids_ok = set_pids(&c);
     uint32_t ns = st_reader_n_stages(r);
     c.stage_json = calloc(ns ? ns : 1, sizeof *c.stage_json);
     c.kind_json = calloc(ns ? ns : 1, sizeof *c.kind_json);
     c.queue = malloc(QUEUE_MAX * sizeof *c.queue);
-    int ok = c.stage_json && c.kind_json && c.queue;
+    int ok = c.stage_json && c.kind_json && c.queue && pids_ok;
     static const char *const kinds[ST_KIND_COUNT] = {"\"work\"", "\"wait_input\"", "\"wait_output\"",
                                                      "\"sync\"", "\"comm\"", "\"copy\""};
     for (uint32_t s = 0; s < ns && ok; s++) {
@@ -1057,6 +1123,8 @@ static int export_chrome(an_trace *t, const char *path, int overwrite)
     free(c.stage_json);
     free((void *)c.kind_json);
     free(c.queue);
+    free(c.rank_pid);
+    free(c.thread_pid);
     st_gpu_iter_close(c.api_it);
     free(c.api);
     free(c.flows);

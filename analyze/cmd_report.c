@@ -1163,9 +1163,79 @@ static void section_tokens(report *rp)
     fputs("</svg>\n</section>\n", f);
 }
 
-/* ---- summary table ----------------------------------------------------------------------------------------- */
+/* ---- ranks (a rank set) ------------------------------------------------------------------------------------ */
 
 static void ms_cell(FILE *f, int64_t ns) { fprintf(f, "<td class=\"n\">%.3f</td>", (double)ns / 1e6); }
+
+/* Per rank, a bar of its threads' busy and waiting time, and the collectives
+ * table of `stragglers`. Only for a rank set. */
+static int section_ranks(report *rp)
+{
+    an_trace *t = rp->t;
+    if (!t->is_set) return AN_EXIT_OK;
+    an_stragglers s;
+    int rc = an_stragglers_compute(t, &s);
+    if (rc) return rc;
+    FILE *f = rp->f;
+    fprintf(f, "<section id=\"ranks\"><h2>Ranks</h2>\n<p class=\"note\">%u of %lld ranks, on rank 0&#39;s clock. "
+               "Per rank, its threads&#39; top-level ranges over the whole run, as shares of the threads&#39; time: "
+               "busy (work, sync and copy stages) and waiting (wait_input, wait_output and comm stages: the wait "
+               "inside a collective is time lost to the other ranks).</p>\n",
+            s.n_ranks, (long long)t->world_size);
+    fputs("<div class=\"legend\"><span><i style=\"background:#4e79a7\"></i>busy</span>"
+          "<span><i style=\"background:#f28e2b\"></i>waiting</span></div>\n", f);
+    const int row_h = 18, top = 6, height = top + (int)s.n_ranks * row_h + 24;
+    svg_open(f, CHART_W, height, "busy and waiting time per rank");
+    for (uint32_t k = 0; k < s.n_ranks; k++) {
+        const an_rank_load *rl = &s.ranks[k];
+        double busy = rl->total_ns > 0 ? 100.0 * (double)rl->busy_ns / (double)rl->total_ns : 0;
+        double wait = rl->total_ns > 0 ? 100.0 * (double)rl->wait_ns / (double)rl->total_ns : 0;
+        if (busy > 100) busy = 100;
+        if (busy + wait > 100) wait = 100 - busy;
+        int y = top + (int)k * row_h;
+        fprintf(f, "<g class=\"rank\" data-rank=\"%d\"><text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">rank %d</text>\n",
+                rl->rank, PLOT_X - 6, y + row_h - 5, rl->rank);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#4e79a7\"><title>rank %d: busy %.1f%% "
+                   "(%u threads)</title></rect>\n",
+                PLOT_X, y + 2, busy / 100.0 * PLOT_W, row_h - 4, rl->rank, busy, rl->threads);
+        fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#f28e2b\"><title>rank %d: waiting "
+                   "%.1f%%</title></rect></g>\n",
+                PLOT_X + busy / 100.0 * PLOT_W, y + 2, wait / 100.0 * PLOT_W, row_h - 4, rl->rank, wait);
+    }
+    for (int pct = 0; pct <= 100; pct += 25)
+        fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%d%%</text>\n",
+                PLOT_X + pct / 100.0 * PLOT_W, height - 8, pct);
+    fputs("</svg>\n<h3>Stragglers</h3>\n", f);
+    if (!s.n_coll) {
+        fputs("<p class=\"note\">No collective (comm stage) is shared by two ranks.</p>\n</section>\n", f);
+        an_stragglers_free(&s);
+        return AN_EXIT_OK;
+    }
+    fputs("<p class=\"note\">As <code>analyze stragglers</code>: each collective matched across ranks by stage, step "
+          "and occurrence in the step; the rank that begins it last is the one the others wait for.</p>\n"
+          "<table class=\"data\" id=\"stragglers\"><tr><th>stage</th><th>instances</th><th>ranks</th>"
+          "<th>last rank</th><th>times last</th><th>last %</th><th>every time</th><th>mean wait ms</th>"
+          "<th>max wait ms</th></tr>\n",
+          f);
+    for (uint32_t i = 0; i < s.n_coll; i++) {
+        const an_straggler *c = &s.coll[i];
+        fputs("<tr><td>", f);
+        esc(f, c->stage);
+        fprintf(f, "</td><td class=\"n\">%llu</td><td class=\"n\">%u</td><td class=\"n\">%d</td><td class=\"n\">%u</td>",
+                (unsigned long long)c->instances, c->ranks, c->last_rank, c->times_last);
+        put_pct_cell(f, 100.0 * c->times_last / (double)c->instances);
+        fprintf(f, "<td>%s</td>", c->every ? "yes" : "no");
+        ms_cell(f, c->mean_wait_ns);
+        ms_cell(f, c->max_wait_ns);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n</section>\n", f);
+    an_stragglers_free(&s);
+    return AN_EXIT_OK;
+}
+
+/* ---- summary table ----------------------------------------------------------------------------------------- */
+
 
 static int section_summary(report *rp)
 {
@@ -1308,6 +1378,7 @@ static int write_report(report *rp)
     fputs("</h1>\n", f);
     section_meta(rp);
     int rc = section_verdict(rp);
+    if (!rc) rc = section_ranks(rp);
     if (!rc) rc = section_breakdown(rp);
     if (!rc) rc = section_timeline(rp);
     if (!rc) rc = section_queues(rp);

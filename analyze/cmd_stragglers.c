@@ -363,3 +363,137 @@ int cmd_stragglers(int argc, char **argv)
     an_args_free(&a);
     return rc;
 }
+
+/* ---- for the report: the collectives table and each rank's busy and wait time ---------- */
+
+void an_stragglers_free(an_stragglers *s)
+{
+    free(s->coll);
+    free(s->ranks);
+    memset(s, 0, sizeof *s);
+}
+
+int an_stragglers_compute(an_trace *t, an_stragglers *s)
+{
+    memset(s, 0, sizeof *s);
+    st_reader *r = t->r;
+    uint32_t n_ranks = t->n_ranks, nt = st_reader_n_threads(r);
+    arrival *arr = NULL;
+    size_t n_arr = 0, cap = 0;
+    uint32_t *last_count = calloc(n_ranks ? n_ranks : 1, sizeof *last_count);
+    s->ranks = calloc(n_ranks ? n_ranks : 1, sizeof *s->ranks);
+    s->n_ranks = n_ranks;
+    if (!last_count || !s->ranks) goto oom;
+    int64_t span = t->has_span && t->span_t1_ns > t->span_t0_ns ? t->span_t1_ns - t->span_t0_ns : 0;
+    for (uint32_t i = 0; i < n_ranks; i++) {
+        int64_t v = 0;
+        an_trace tmp = t->ranks[i];
+        tmp.r = st_reader_part(r, i);
+        an_trace_meta_i64(&tmp, "rank", &v);
+        s->ranks[i].rank = (int)v;
+    }
+    for (uint32_t th = 0; th < nt; th++) {
+        uint32_t part, local;
+        if (st_reader_thread_part(r, th, &part, &local) != ST_OK || part >= n_ranks) continue;
+        an_rank_load *rl = &s->ranks[part];
+        rl->threads++;
+        rl->total_ns += span;
+        st_range_iter *it;
+        if (st_range_iter_open(&it, r, (int64_t)st_reader_thread(r, th)->id, INT64_MIN, INT64_MAX) != ST_OK) {
+            free(arr);
+            free(last_count);
+            an_stragglers_free(s);
+            return an_trace_fail(t);
+        }
+        st_range g;
+        int n;
+        while ((n = st_range_iter_next(it, &g)) == 1) {
+            st_kind kind = st_reader_stage(r, g.stage)->kind;
+            if (g.depth == 0) {
+                if (kind == ST_WORK || kind == ST_SYNC || kind == ST_COPY) rl->busy_ns += g.dur_ns;
+                else rl->wait_ns += g.dur_ns;
+            }
+            if (kind != ST_COMM) continue;
+            if (n_arr == cap) {
+                cap = cap ? cap * 2 : 1024;
+                arrival *na = realloc(arr, cap * sizeof *na);
+                if (!na) break;
+                arr = na;
+            }
+            arr[n_arr++] = (arrival){g.stage, part, 0, 0, 0, g.start_ns};
+        }
+        st_range_iter_close(it);
+        if (n < 0) {
+            free(arr);
+            free(last_count);
+            an_stragglers_free(s);
+            return an_trace_fail(t);
+        }
+        if (n == 1) goto oom;
+    }
+    /* The matching of `stragglers` (run above): stage, step, occurrence in the step. */
+    qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
+    for (size_t i = 0; i < n_arr; i++) {
+        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
+        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
+            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
+            arr[i].occ = arr[i - 1].occ + 1;
+    }
+    qsort(arr, n_arr, sizeof *arr, cmp_instance);
+    for (size_t i = 0; i < n_arr;) {
+        uint32_t stage = arr[i].stage;
+        uint64_t instances = 0;
+        __int128 wait_sum = 0;
+        int64_t wait_max = 0;
+        memset(last_count, 0, n_ranks * sizeof *last_count);
+        size_t j = i;
+        while (j < n_arr && arr[j].stage == stage) {
+            size_t e = j;
+            while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step &&
+                   arr[e].step == arr[j].step && arr[e].occ == arr[j].occ)
+                e++;
+            uint32_t m = (uint32_t)(e - j);
+            if (m >= 2) {
+                size_t last = j;
+                for (size_t k = j; k < e; k++)
+                    if (arr[k].start_ns > arr[last].start_ns) last = k;
+                __int128 w = 0;
+                for (size_t k = j; k < e; k++) {
+                    int64_t d = arr[last].start_ns - arr[k].start_ns;
+                    w += d;
+                    if (d > wait_max) wait_max = d;
+                }
+                instances++;
+                last_count[arr[last].rank_ix]++;
+                wait_sum += (int64_t)(w / (m - 1));
+            }
+            j = e;
+        }
+        if (instances) {
+            uint32_t top = 0, ranks_with = 0;
+            for (uint32_t k = 1; k < n_ranks; k++)
+                if (last_count[k] > last_count[top]) top = k;
+            for (uint32_t k = 0; k < n_ranks; k++) {
+                int has = 0;
+                for (size_t q = i; q < j && !has; q++) has = arr[q].rank_ix == k;
+                ranks_with += (uint32_t)has;
+            }
+            an_straggler *nc = realloc(s->coll, (s->n_coll + 1) * sizeof *nc);
+            if (!nc) goto oom;
+            s->coll = nc;
+            s->coll[s->n_coll++] = (an_straggler){st_reader_stage(r, stage)->name, instances, ranks_with,
+                                                  s->ranks[top].rank, last_count[top], last_count[top] == instances,
+                                                  (int64_t)(wait_sum / (__int128)instances), wait_max};
+        }
+        i = j;
+    }
+    free(arr);
+    free(last_count);
+    return AN_EXIT_OK;
+oom:
+    free(arr);
+    free(last_count);
+    an_stragglers_free(s);
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}

@@ -5,21 +5,17 @@
  * rows and prints them: per file, each thread's stages, then each role's
  * (all its threads together); for several files of one run, a table across
  * ranks with a column per rank and the slowest rank of every stage.
- * --jobs N reads the trace threads on N threads (stats.c); the output is the
- * same for every N.
+ * --jobs N reads the trace threads on N threads (stats.c); several files
+ * are read a whole file per job, one open at a time, so that memory does not
+ * grow with the files (an_stats_compute_paths). The output is the same for
+ * every N.
  */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <sqlite3.h>
 
 #include "analyze.h"
 
-#define JOBS_MAX 256         /* --jobs */
-#define JOBS_DEFAULT_MAX 8   /* the default: the CPUs, at most this many, */
-#define JOBS_DEFAULT_MIN_RANGES 500000 /* and one job below this many ranges */
+#define JOBS_MAX 256 /* --jobs; the default: an_stats_default_jobs */
 
 static const char help[] =
     "usage: analyze summary [options] FILE...\n"
@@ -47,8 +43,9 @@ static const char help[] =
     "                   whose run_id agree up to the last '-' and whose ranks differ are merged\n"
     "  --format F       text (default), csv or json\n"
     "  --jobs N         read the trace threads on N threads, 1 to 256 (default: the CPUs this\n"
-    "                   process may use, at most 8; 1 for traces under 500000 ranges). The\n"
-    "                   output is the same for every N\n";
+    "                   process may use, at most 8; 1 for traces under 500000 ranges); several\n"
+    "                   files: a whole file per job, one open at a time. The output is the\n"
+    "                   same for every N\n";
 
 enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_SORT, OPT_MERGE, OPT_SEPARATE, OPT_JOBS };
 static const an_opt opts[] = {
@@ -57,25 +54,6 @@ static const an_opt opts[] = {
     {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT},
     {"jobs", 1, OPT_JOBS},   {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
-
-/* The CPUs this process may run on (online ones, within its affinity mask),
- * at most JOBS_DEFAULT_MAX: past a few workers the reading is bound by
- * memory and SQLite, and each worker holds a reader and a page cache. Small
- * traces get one job: starting workers (a reader each) costs a few
- * milliseconds, more than they save under about half a million ranges. */
-static int default_jobs(const an_trace *traces, int n)
-{
-    uint64_t ranges = 0;
-    for (int i = 0; i < n; i++) ranges += traces[i].n_ranges_hint;
-    if (ranges < JOBS_DEFAULT_MIN_RANGES) return 1;
-    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n_cpus)
-        n_cpus = CPU_COUNT(&set);
-    if (n_cpus < 1) n_cpus = 1;
-    return n_cpus > JOBS_DEFAULT_MAX ? JOBS_DEFAULT_MAX : (int)n_cpus;
-}
 
 enum sort_key { SORT_TOTAL, SORT_COUNT, SORT_MEAN, SORT_P99, SORT_NAME };
 
@@ -164,13 +142,13 @@ static int put_block(an_table *tb, an_format fmt, const an_file_stats *fs, const
     uint32_t n = 0;
     for (uint32_t st = 0; st < fs->n_stages; st++) {
         if (!row[st].count) continue;
-        items[n++] = (sort_item){&row[st], st_reader_stage(fs->trace->r, st)->name, st};
+        items[n++] = (sort_item){&row[st], fs->stage_names[st], st};
     }
     qsort(items, n, sizeof *items, cmp_items);
     for (uint32_t i = 0; i < n; i++) {
         put_lead(tb, fmt, fs->trace->path, scope, threads, thread, role);
         an_put_str(tb, items[i].name);
-        an_put_str(tb, st_kind_name(st_reader_stage(fs->trace->r, items[i].stage)->kind));
+        an_put_str(tb, st_kind_name((st_kind)fs->stage_kinds[items[i].stage]));
         put_stats(tb, items[i].x, wall);
         an_row_end(tb);
     }
@@ -212,7 +190,7 @@ static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, 
     describe_window(win, sizeof win, sel, fs);
     an_fmt_fixed(wall, fs->wall_ns, 6, 3);
     if (fmt == AN_FMT_TEXT) {
-        const char *program = an_trace_meta(fs->trace, "program");
+        const char *program = fs->program;
         an_out_text(out, "== ");
         /* Names from the trace are printed through the table, sanitized; the
          * heading gets the same treatment by hand. */
@@ -233,8 +211,7 @@ static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, 
     uint32_t ns = fs->n_stages;
     for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
         if (!fs->thread_on[ti]) continue;
-        const st_thread_info *th = st_reader_thread(fs->trace->r, ti);
-        put_block(tb, fmt, fs, &fs->thread_stage[(size_t)ti * ns], "thread", 1, th->name, th->role,
+        put_block(tb, fmt, fs, &fs->thread_stage[(size_t)ti * ns], "thread", 1, fs->thread_names[ti], fs->thread_roles[ti],
                   fs->wall_ns, fs->thread_busy_ns[ti], with_idle, items);
         an_table_gap(tb);
     }
@@ -342,29 +319,6 @@ static int print_ranks(an_out *out, const an_stats *s)
     return AN_EXIT_OK;
 }
 
-/* Files of one run: run_id equal up to its last '-' (the writer's
- * "<unix seconds>-<pid>": ranks started in the same second), the same
- * program, and different ranks. */
-static int same_run(an_trace *t, int n)
-{
-    const char *id0 = an_trace_meta(&t[0], "run_id"), *prog0 = an_trace_meta(&t[0], "program");
-    if (!id0 || !strrchr(id0, '-')) return 0;
-    size_t prefix = (size_t)(strrchr(id0, '-') - id0);
-    for (int i = 0; i < n; i++) {
-        const char *id = an_trace_meta(&t[i], "run_id"), *prog = an_trace_meta(&t[i], "program");
-        if (!id || !strrchr(id, '-') || (size_t)(strrchr(id, '-') - id) != prefix || strncmp(id, id0, prefix))
-            return 0;
-        if (!prog || !prog0 || strcmp(prog, prog0)) return 0;
-        int64_t ri;
-        if (an_trace_meta_i64(&t[i], "rank", &ri)) return 0;
-        for (int j = 0; j < i; j++) {
-            int64_t rj;
-            if (an_trace_meta_i64(&t[j], "rank", &rj) == 0 && rj == ri) return 0;
-        }
-    }
-    return 1;
-}
-
 int cmd_summary(int argc, char **argv)
 {
     an_args a;
@@ -414,23 +368,18 @@ int cmd_summary(int argc, char **argv)
     an_trace *traces = rc ? NULL : calloc((size_t)n_paths, sizeof *traces);
     int n_open = 0;
     if (!rc && !traces) rc = AN_EXIT_FAIL;
-    for (uint32_t i = 0; !rc && i < n_paths; i++) {
-        rc = an_trace_open(&traces[i], paths[i]);
-        if (!rc) n_open++;
-        /* Many files stay open at once (the ranks of a run): each with a
-         * small page cache, as the workers' readers have, and what the open
-         * read given back. */
-        if (!rc && n_paths > 1) {
-            sqlite3_exec(st_reader_db(traces[i].r), "PRAGMA cache_size = -256", NULL, NULL, NULL);
-            sqlite3_db_release_memory(st_reader_db(traces[i].r));
-        }
-    }
     an_stats s;
     memset(&s, 0, sizeof s);
-    if (!rc) {
-        if (merge < 0) merge = n_open > 1 && same_run(traces, n_open);
-        if (!jobs) jobs = default_jobs(traces, n_open);
-        rc = an_stats_compute_jobs(&s, traces, (uint32_t)n_open, &sel, merge, jobs);
+    if (!rc && n_paths == 1) {
+        /* One file: open while it is read. */
+        rc = an_trace_open(&traces[0], paths[0]);
+        if (!rc) n_open = 1;
+        if (!rc) rc = an_stats_compute_jobs(&s, traces, 1, &sel, 0, jobs ? jobs : an_stats_default_jobs(traces[0].n_ranges_hint));
+    } else if (!rc) {
+        /* Many files (the ranks of a run): one open at a time per job, so
+         * that memory does not grow with the files (stats.c). */
+        n_open = (int)n_paths;
+        rc = an_stats_compute_paths(&s, traces, paths, n_paths, &sel, merge, jobs);
     }
     if (!rc) {
         g_sort = sort;
@@ -453,7 +402,9 @@ int cmd_summary(int argc, char **argv)
             rc = AN_EXIT_FAIL;
         }
         /* Warnings after the work: a failure stays one line. */
-        for (int i = 0; !rc && i < n_open; i++) an_trace_warn(&traces[i]);
+        for (int i = 0; !rc && i < n_open; i++)
+            if (n_paths == 1) an_trace_warn(&traces[i]);
+            else if (s.files[i].warnings) fputs(s.files[i].warnings, stderr);
         if (!rc && n_ranges == 0) an_warn("no ranges in the selection");
     }
 done:

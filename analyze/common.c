@@ -20,14 +20,20 @@
 /* ---- messages --------------------------------------------------------------------- */
 
 /* Messages are one line: a newline inside (from a trace or SQLite) is shown as a space. */
-static void vmessage(const char *prefix, const char *fmt, va_list ap)
+static FILE *g_warn_to; /* NULL: stderr */
+
+void an_warn_to(FILE *f) { g_warn_to = f; }
+
+static void vmessage_to(FILE *to, const char *prefix, const char *fmt, va_list ap)
 {
     char buf[1024];
     vsnprintf(buf, sizeof buf, fmt, ap);
     for (char *p = buf; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
-    fprintf(stderr, "analyze: %s%s\n", prefix, buf);
+    fprintf(to, "analyze: %s%s\n", prefix, buf);
 }
+
+static void vmessage(const char *prefix, const char *fmt, va_list ap) { vmessage_to(stderr, prefix, fmt, ap); }
 
 void an_error(const char *fmt, ...)
 {
@@ -41,7 +47,7 @@ void an_warn(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vmessage("warning: ", fmt, ap);
+    vmessage_to(g_warn_to ? g_warn_to : stderr, "warning: ", fmt, ap);
     va_end(ap);
 }
 

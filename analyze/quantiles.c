@@ -15,14 +15,19 @@
  *  pass k  the caller replays the same values; only those falling in a
  *          wanted bucket are looked at: they are collected (when the bucket
  *          holds few enough values, within a budget per pass) and the rank
- *          selected exactly, or counted into 1024 finer bins of the bucket,
- *          which narrows it 1024-fold for the next pass. A bucket one value
- *          wide is the answer without collecting anything.
+ *          selected exactly, or counted into finer bins of the bucket: one
+ *          nanosecond wide while a budget of bins per pass lasts (an eighth
+ *          of the values' budget; the next pass then has the answer), else
+ *          at least 1024 of them, which narrows it 1024-fold for the next
+ *          pass. A bucket one value wide is the answer without collecting
+ *          anything.
  *
- * Typical traces need two passes; a bucket of identical values resolves by
- * narrowing, never by collecting them all. Memory: a few kB per large group
- * plus at most `collect_per_pass` values (32 MB by default), whatever the
- * trace length.
+ * Typical traces need two passes, and so do the groups of many ranks of a
+ * run together, whose buckets hold too many values to collect; a bucket of
+ * identical values resolves by narrowing, never by collecting them all.
+ * Memory: a few kB per large group plus at most `collect_per_pass` values
+ * (32 MB by default) and an eighth of that in bins, whatever the trace
+ * length.
  *
  * Several threads add to one pass through shards: each thread adds to its
  * own shard (pass 1: its own exact values and histograms; later passes: its
@@ -92,6 +97,7 @@ struct an_quant {
     uint32_t exact_limit;
     uint64_t collect_limit;
     an_quant *engine;    /* a shard: the engine it adds to; NULL for the engine */
+    int defer;           /* an_quant_defer_buffers: a pass's buffers from an_quant_begin_pass */
     pthread_mutex_t lock; /* the engine: guards its targets' collected values */
 };
 
@@ -356,9 +362,17 @@ void an_quant_add_many(an_quant *q, const uint32_t *groups, const int64_t *value
 
 int an_quant_fold(an_quant *q, uint32_t into, uint32_t from)
 {
-    if (q->pass != 1 || q->engine || into >= q->n_groups || from >= q->n_groups || into == from) return -1;
+    if (q->engine) return -1;
+    return an_quant_fold_from(q, into, q, from);
+}
+
+int an_quant_fold_from(an_quant *q, uint32_t into, const an_quant *src_q, uint32_t from)
+{
+    if (q->pass != 1 || src_q->pass != 1 || src_q->engine || into >= q->n_groups || from >= src_q->n_groups ||
+        (q == src_q && into == from))
+        return -1;
     qgroup *g = &q->groups[into];
-    const qgroup *src = &q->groups[from];
+    const qgroup *src = &src_q->groups[from];
     if (!src->n) return q->failed ? -1 : 0;
     if (!src->hist) {
         for (uint32_t i = 0; i < src->n_vals; i++) add_first_pass(q, g, src->vals[i]);
@@ -524,7 +538,7 @@ static void resolve_targets(an_quant *q, qgroup *g)
 
 /* Chooses how each open target is handled in the next pass; returns 1 if
  * the group still has work. */
-static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
+static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget, uint64_t *bin_budget)
 {
     int open = 0;
     for (uint32_t i = 0; i < q->n_pct; i++) {
@@ -547,18 +561,27 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
         }
         if (t->share >= 0) continue;
         if (t->n_in <= *budget) {
-            t->vals = malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
-            if (t->vals) {
+            t->vals = q->defer ? NULL : malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
+            if (t->vals || q->defer) {
                 *budget -= t->n_in;
                 t->n_vals = 0;
                 t->state = T_COLLECT;
                 continue;
             }
         }
-        uint64_t width = ((uint64_t)t->hi - (uint64_t)t->lo) / REFINE_BINS + 1;
+        /* Bins cost what a collected value costs. As many as the bin budget
+         * of the pass allows, so that the next pass finds the value (bins
+         * one nanosecond wide) or a narrow enough bucket to collect, instead
+         * of one more pass; at least REFINE_BINS. */
+        uint64_t span = (uint64_t)t->hi - (uint64_t)t->lo; /* bins: span / width + 1 */
+        uint64_t width = span / REFINE_BINS + 1;
+        if (span < *bin_budget) width = 1;
+        else if (*bin_budget > REFINE_BINS) width = span / (*bin_budget - 1) + 1;
+        uint64_t n_bins = span / width + 1;
+        *bin_budget = n_bins < *bin_budget ? *bin_budget - n_bins : 0;
         t->bin_width = width;
-        t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
-        if (!t->bins) q->failed = 1;
+        t->bins = q->defer ? NULL : calloc(((uint64_t)t->hi - (uint64_t)t->lo) / width + 1, sizeof *t->bins);
+        if (!t->bins && !q->defer) q->failed = 1;
         t->state = T_REFINE;
     }
     /* The targets the next pass feeds (a shared one takes its values
@@ -571,10 +594,31 @@ static int plan_targets(an_quant *q, qgroup *g, uint64_t *budget)
     return open;
 }
 
+void an_quant_defer_buffers(an_quant *q) { q->defer = 1; }
+
+int an_quant_begin_pass(an_quant *q)
+{
+    if (q->failed || q->engine) return -1;
+    for (uint32_t gi = 0; q->pass > 1 && gi < q->n_groups; gi++) {
+        if (!q->wants[gi]) continue;
+        qgroup *g = &q->groups[gi];
+        for (uint32_t i = 0; i < q->n_pct; i++) {
+            target *t = &g->targets[i];
+            if (t->state == T_COLLECT && t->share < 0 && !t->vals)
+                t->vals = malloc((t->n_in ? t->n_in : 1) * sizeof *t->vals);
+            else if (t->state == T_REFINE && !t->bins)
+                t->bins = calloc(((uint64_t)t->hi - (uint64_t)t->lo) / t->bin_width + 1, sizeof *t->bins);
+            else continue;
+            if (!t->vals && !t->bins) q->failed = 1;
+        }
+    }
+    return q->failed ? -1 : 0;
+}
+
 int an_quant_end_pass(an_quant *q)
 {
     if (q->failed || q->engine) return -1;
-    uint64_t budget = q->collect_limit;
+    uint64_t budget = q->collect_limit, bin_budget = q->collect_limit / 8;
     int more = 0;
     for (uint32_t gi = 0; gi < q->n_groups; gi++) {
         qgroup *g = &q->groups[gi];
@@ -597,7 +641,7 @@ int an_quant_end_pass(an_quant *q)
             if (!q->wants[gi]) continue;
             resolve_targets(q, g);
         }
-        q->wants[gi] = (uint8_t)plan_targets(q, g, &budget);
+        q->wants[gi] = (uint8_t)plan_targets(q, g, &budget, &bin_budget);
         if (q->wants[gi]) {
             more = 1;
         } else {

@@ -28,9 +28,24 @@
  * one job. Every number is a sum, a maximum, a count or a k-th smallest
  * value, so the results are the same for any number of jobs and any order
  * of the work; an error is the one a single job meets first.
+ *
+ * Several files (an_stats_compute_paths, summary on a rank set): a file is
+ * opened to be set up and closed; its names are kept in an_file_stats. In
+ * each pass a task is a whole file, opened, read (every thread, with one
+ * iterator) and closed by one worker. The file's thread and role groups
+ * have an engine of their own (file_ctx.q), fed directly (one worker per
+ * file), which ends its pass as soon as the file is read: its histograms go
+ * then, and its next pass's buffers come only when it is read again
+ * (an_quant_defer_buffers). The merged groups have the shared engine (ctx.qm,
+ * with a shard per worker), folded into from each file's thread groups at
+ * the end of the file's first pass. Open files: at most one per job; memory
+ * held per file between passes: its rows and wanted buckets.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <sqlite3.h>
@@ -47,6 +62,7 @@ typedef struct file_ctx {
     int32_t *role_merged;   /* [n_roles] merged role or -1 */
     int32_t *stage_merged;  /* [n_stages] merged stage or -1 */
     int64_t iter_t0, iter_t1;
+    an_quant *q;            /* an_stats_compute_paths: the file's own groups, NULL once done */
 } file_ctx;
 
 #define BATCH 4096 /* (group, value) pairs handed to the quantile engine at once */
@@ -62,7 +78,9 @@ typedef struct want_range {
 typedef struct ctx {
     an_stats *s;
     file_ctx *fc;
-    an_quant *q;            /* the engine, or this worker's shard of it */
+    int pass;               /* 1, 2, ... */
+    an_quant *q;            /* the engine, or this worker's shard of it (by file: the file's engine, or NULL) */
+    an_quant *qm;           /* the engine of the merged groups: q, but by file its own (or a shard) */
     uint32_t group_merged;
     an_progress *progress;
     pthread_mutex_t *lock;  /* with workers: guards progress and the files' n_ranges */
@@ -73,9 +91,9 @@ typedef struct ctx {
     int overflow;           /* a sum passed INT64_MAX (it was kept at INT64_MAX) */
     want_range *want;       /* [max stages * WANT_MAX], later passes */
     uint8_t *n_want;        /* [max stages] */
-    size_t n_batch;
-    uint32_t batch_group[BATCH];
-    int64_t batch_value[BATCH];
+    size_t n_batch, n_batch_m;
+    uint32_t batch_group[BATCH], batch_group_m[BATCH];
+    int64_t batch_value[BATCH], batch_value_m[BATCH];
 } ctx;
 
 static void report(ctx *c, an_file_stats *fs)
@@ -89,8 +107,15 @@ static void report(ctx *c, an_file_stats *fs)
 
 static void flush_batch(ctx *c)
 {
-    an_quant_add_many(c->q, c->batch_group, c->batch_value, c->n_batch);
-    c->n_batch = 0;
+    if (c->n_batch) an_quant_add_many(c->q, c->batch_group, c->batch_value, c->n_batch);
+    if (c->n_batch_m) an_quant_add_many(c->qm, c->batch_group_m, c->batch_value_m, c->n_batch_m);
+    c->n_batch = c->n_batch_m = 0;
+}
+
+static inline void batch_add_merged(ctx *c, uint32_t group, int64_t value)
+{
+    c->batch_group_m[c->n_batch_m] = group;
+    c->batch_value_m[c->n_batch_m++] = value;
 }
 
 static inline void batch_add(ctx *c, uint32_t group, int64_t value)
@@ -137,11 +162,45 @@ static int oom(void)
     return AN_EXIT_FAIL;
 }
 
+static char *dup_or_null(const char *v)
+{
+    return v ? strdup(v) : NULL;
+}
+
+/* The names printing and merging need, kept past the reader. */
+static int snapshot_file(an_file_stats *fs, const an_trace *t)
+{
+    uint32_t nt = fs->n_threads, ns = fs->n_stages;
+    fs->thread_names = calloc(nt ? nt : 1, sizeof *fs->thread_names);
+    fs->thread_roles = calloc(nt ? nt : 1, sizeof *fs->thread_roles);
+    fs->thread_ids = calloc(nt ? nt : 1, sizeof *fs->thread_ids);
+    fs->stage_names = calloc(ns ? ns : 1, sizeof *fs->stage_names);
+    fs->stage_kinds = calloc(ns ? ns : 1, 1);
+    if (!fs->thread_names || !fs->thread_roles || !fs->thread_ids || !fs->stage_names || !fs->stage_kinds)
+        return oom();
+    for (uint32_t i = 0; i < nt; i++) {
+        const st_thread_info *th = st_reader_thread(t->r, i);
+        fs->thread_ids[i] = th->id;
+        if (!(fs->thread_names[i] = strdup(th->name)) || !(fs->thread_roles[i] = strdup(th->role))) return oom();
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        const st_stage_info *si = st_reader_stage(t->r, i);
+        fs->stage_kinds[i] = (uint8_t)si->kind;
+        if (!(fs->stage_names[i] = strdup(si->name))) return oom();
+    }
+    const char *program = an_trace_meta(t, "program"), *run_id = an_trace_meta(t, "run_id");
+    fs->program = dup_or_null(program);
+    fs->run_id = dup_or_null(run_id);
+    if ((program && !fs->program) || (run_id && !fs->run_id)) return oom();
+    return AN_EXIT_OK;
+}
+
 /* Window, filters, roles and accumulators of one file. */
 static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel, file_ctx *fc)
 {
     an_file_stats *fs = &s->files[f];
     fs->trace = t;
+    fs->n_threads = fs->n_stages = 0;
     int rc = an_window_resolve(&sel->window, t, &fs->t0_ns, &fs->t1_ns);
     if (rc) return rc;
     fs->wall_ns = fs->t1_ns > fs->t0_ns ? fs->t1_ns - fs->t0_ns : 0;
@@ -150,6 +209,8 @@ static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel
     uint32_t nt = st_reader_n_threads(t->r), ns = st_reader_n_stages(t->r);
     fs->n_threads = nt;
     fs->n_stages = ns;
+    rc = snapshot_file(fs, t);
+    if (rc) return rc;
     fs->thread_on = calloc(nt ? nt : 1, 1);
     fs->stage_on = calloc(ns ? ns : 1, 1);
     fs->thread_role = calloc(nt ? nt : 1, sizeof *fs->thread_role);
@@ -166,7 +227,7 @@ static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel
         free(roles);
         return rc;
     }
-    for (uint32_t i = 0; i < nt; i++) roles[i] = st_reader_thread(t->r, i)->role;
+    for (uint32_t i = 0; i < nt; i++) roles[i] = fs->thread_roles[i]; /* the copies outlive the reader */
     fs->role_names = distinct(roles, nt, &fs->n_roles);
     free(roles);
     if (!fs->role_names) return oom();
@@ -186,7 +247,8 @@ static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel
     for (uint32_t i = 0; i < fc->n_ids; i++) fc->thread_index[i] = UINT32_MAX;
     for (uint32_t i = 0; i < nt; i++) fc->thread_index[st_reader_thread(t->r, i)->id] = i;
     int64_t rank;
-    fs->rank = an_trace_meta_i64(t, "rank", &rank) == 0 && rank >= 0 && rank < INT32_MAX ? (int)rank : (int)f;
+    fs->has_rank = an_trace_meta_i64(t, "rank", &rank) == 0;
+    fs->rank = fs->has_rank && rank >= 0 && rank < INT32_MAX ? (int)rank : (int)f;
     return AN_EXIT_OK;
 }
 
@@ -209,7 +271,7 @@ static int setup_merged(an_stats *s, file_ctx *fcs)
     k = 0;
     for (uint32_t f = 0; f < s->n_files; f++)
         for (uint32_t st = 0; st < s->files[f].n_stages; st++)
-            all[k++] = st_reader_stage(s->files[f].trace->r, st)->name;
+            all[k++] = s->files[f].stage_names[st];
     m->stage_names = distinct(all, k, &m->n_stages);
     free(all);
     if (!m->role_names || !m->stage_names) return oom();
@@ -233,11 +295,10 @@ static int setup_merged(an_stats *s, file_ctx *fcs)
             m->file_role[f][mr] = (int32_t)r;
         }
         for (uint32_t st = 0; st < fs->n_stages; st++) {
-            const st_stage_info *si = st_reader_stage(fs->trace->r, st);
-            int32_t ms = find_name(m->stage_names, m->n_stages, si->name);
+            int32_t ms = find_name(m->stage_names, m->n_stages, fs->stage_names[st]);
             fcs[f].stage_merged[st] = ms;
             if (m->file_stage[f][ms] < 0) m->file_stage[f][ms] = (int32_t)st;
-            m->stage_kinds[ms] = (uint8_t)si->kind; /* the first file's kind wins */
+            m->stage_kinds[ms] = fs->stage_kinds[st]; /* the first file's kind wins */
         }
     }
     return AN_EXIT_OK;
@@ -272,12 +333,12 @@ static int thread_needed(ctx *c, uint32_t f, uint32_t ti)
     uint32_t ns = fs->n_stages, role = fs->thread_role[ti];
     for (uint32_t st = 0; st < ns; st++) {
         if (!fs->stage_on[st]) continue;
-        if (an_quant_wants(c->q, fc->group_thread + ti * ns + st) ||
-            an_quant_wants(c->q, fc->group_role + role * ns + st))
+        if (c->q && (an_quant_wants(c->q, fc->group_thread + ti * ns + st) ||
+                     an_quant_wants(c->q, fc->group_role + role * ns + st)))
             return 1;
         if (c->s->merged_valid) {
             int32_t mr = fc->role_merged[role], ms = fc->stage_merged[st];
-            if (an_quant_wants(c->q, c->group_merged + (uint32_t)mr * c->s->merged.n_stages + (uint32_t)ms))
+            if (an_quant_wants(c->qm, c->group_merged + (uint32_t)mr * c->s->merged.n_stages + (uint32_t)ms))
                 return 1;
         }
     }
@@ -299,31 +360,58 @@ static void flush_row(ctx *c, an_file_stats *fs, uint32_t ti, int64_t *busy_ns)
 /* End of pass 1: each role of several threads, and each merged role, gets
  * the values of its threads, stage by stage, as scan_iter adds them in later
  * passes. Returns 0 or -1 (no memory). */
-static int fold_groups(ctx *c)
+static int fold_file(ctx *c, uint32_t f)
 {
     an_stats *s = c->s;
-    for (uint32_t f = 0; f < s->n_files; f++) {
-        an_file_stats *fs = &s->files[f];
-        file_ctx *fc = &c->fc[f];
-        uint32_t ns = fs->n_stages;
-        for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
-            if (!fs->thread_on[ti]) continue;
-            uint32_t role = fs->thread_role[ti];
-            for (uint32_t st = 0; st < ns; st++) {
-                if (!fs->stage_on[st]) continue;
-                uint32_t from = fc->group_thread + ti * ns + st;
-                if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from))
-                    return -1;
-                if (s->merged_valid &&
-                    an_quant_fold(c->q,
-                                  c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
-                                      (uint32_t)fc->stage_merged[st],
-                                  from))
-                    return -1;
-            }
+    an_file_stats *fs = &s->files[f];
+    file_ctx *fc = &c->fc[f];
+    uint32_t ns = fs->n_stages;
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        if (!fs->thread_on[ti]) continue;
+        uint32_t role = fs->thread_role[ti];
+        for (uint32_t st = 0; st < ns; st++) {
+            if (!fs->stage_on[st]) continue;
+            uint32_t from = fc->group_thread + ti * ns + st;
+            if (fs->role_threads[role] > 1 && an_quant_fold(c->q, fc->group_role + role * ns + st, from)) return -1;
+            if (!s->merged_valid) continue;
+            uint32_t merged = c->group_merged + (uint32_t)fc->role_merged[role] * s->merged.n_stages +
+                              (uint32_t)fc->stage_merged[st];
+            if (an_quant_fold_from(c->qm, merged, c->q, from)) return -1;
         }
     }
     return 0;
+}
+
+static int fold_groups(ctx *c)
+{
+    for (uint32_t f = 0; f < c->s->n_files; f++)
+        if (fold_file(c, f)) return -1;
+    return 0;
+}
+
+/* The percentiles of file f's thread and role rows, from engine q (groups
+ * numbered from fc's). */
+static void file_results(an_file_stats *fs, const file_ctx *fc, const an_quant *q)
+{
+    uint32_t ns = fs->n_stages;
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        if (!fs->thread_on[ti]) continue;
+        for (uint32_t st = 0; st < ns; st++) {
+            an_stage_stats *x = &fs->thread_stage[(size_t)ti * ns + st];
+            if (!x->count) continue;
+            for (int p = 0; p < AN_NPCT; p++) x->pct_ns[p] = an_quant_get(q, fc->group_thread + ti * ns + st, (uint32_t)p);
+        }
+    }
+    for (uint32_t role = 0; role < fs->n_roles; role++) {
+        uint32_t only = UINT32_MAX; /* the thread of a one-thread role */
+        for (uint32_t ti = 0; ti < fs->n_threads && fs->role_threads[role] == 1; ti++)
+            if (fs->thread_on[ti] && fs->thread_role[ti] == role) only = ti;
+        for (uint32_t st = 0; st < ns; st++)
+            for (int p = 0; p < AN_NPCT; p++)
+                fs->role_stage[(size_t)role * ns + st].pct_ns[p] =
+                    only != UINT32_MAX ? fs->thread_stage[(size_t)only * ns + st].pct_ns[p]
+                                       : an_quant_get(q, fc->group_role + role * ns + st, (uint32_t)p);
+    }
 }
 
 /* Later passes: for the thread ti, the duration ranges that any of its
@@ -339,14 +427,23 @@ static void want_ranges(ctx *c, uint32_t f, uint32_t ti, want_range *want, uint8
     const uint32_t ns = fs->n_stages, role = fs->thread_role[ti];
     for (uint32_t st = 0; st < ns; st++) {
         uint32_t groups[3], n_groups = 0, n = 0;
-        groups[n_groups++] = fc->group_thread + ti * ns + st;
-        if (fs->role_threads[role] > 1) groups[n_groups++] = fc->group_role + role * ns + st;
-        if (c->s->merged_valid)
+        const an_quant *engine[3];
+        if (c->q) {
+            engine[n_groups] = c->q;
+            groups[n_groups++] = fc->group_thread + ti * ns + st;
+            if (fs->role_threads[role] > 1) {
+                engine[n_groups] = c->q;
+                groups[n_groups++] = fc->group_role + role * ns + st;
+            }
+        }
+        if (c->s->merged_valid) {
+            engine[n_groups] = c->qm;
             groups[n_groups++] = c->group_merged + (uint32_t)fc->role_merged[role] * c->s->merged.n_stages +
                                  (uint32_t)fc->stage_merged[st];
+        }
         for (uint32_t g = 0; g < n_groups; g++) {
             int64_t lo[AN_QUANT_MAX_PCT], hi[AN_QUANT_MAX_PCT];
-            uint32_t k = an_quant_ranges(c->q, groups[g], lo, hi);
+            uint32_t k = an_quant_ranges(engine[g], groups[g], lo, hi);
             for (uint32_t i = 0; i < k && n < WANT_MAX; i++) want[st * WANT_MAX + n++] = (want_range){lo[i], hi[i]};
         }
         n_want[st] = (uint8_t)n;
@@ -379,11 +476,13 @@ static inline __attribute__((always_inline)) void scan_range(ctx *c, an_file_sta
         uint32_t k = 0, n = c->n_want[stage];
         while (k < n && (uint64_t)d - (uint64_t)w[k].lo > (uint64_t)w[k].hi - (uint64_t)w[k].lo) k++;
         if (k == n) return;
-        if (c->n_batch > BATCH - 3) flush_batch(c);
-        batch_add(c, fc->group_thread + th->ti * ns + stage, d);
-        if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
+        if (c->n_batch > BATCH - 3 || c->n_batch_m > BATCH - 3) flush_batch(c);
+        if (c->q) {
+            batch_add(c, fc->group_thread + th->ti * ns + stage, d);
+            if (th->role_group) batch_add(c, fc->group_role + th->role * ns + stage, d);
+        }
         if (merged)
-            batch_add(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage],
+            batch_add_merged(c, c->group_merged + (uint32_t)fc->role_merged[th->role] * mns + (uint32_t)fc->stage_merged[stage],
                       d);
         return;
     }
@@ -414,7 +513,7 @@ static void scan_thread_start(ctx *c, uint32_t f, scan_thread *th, uint32_t ti)
     th->role_group = fs->role_threads[th->role] > 1;
     th->busy_ns = 0;
     memset(th->child_ns, 0, sizeof th->child_ns);
-    if (an_quant_pass(c->q) != 1) want_ranges(c, f, ti, c->want, c->n_want);
+    if (c->pass != 1) want_ranges(c, f, ti, c->want, c->n_want);
 }
 
 /* The end of a thread's ranges: the ranges it never ended (a killed run)
@@ -426,7 +525,7 @@ static int scan_thread_end(ctx *c, uint32_t f, st_reader *r, scan_thread *th)
 {
     an_file_stats *fs = &c->s->files[f];
     file_ctx *fc = &c->fc[f];
-    const int first_pass = an_quant_pass(c->q) == 1;
+    const int first_pass = c->pass == 1;
     st_open_range open[ST_MAX_DEPTH];
     int n = st_reader_unended(r, st_reader_thread(r, th->ti)->id, open);
     if (n < 0) return n;
@@ -457,7 +556,7 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it, st_reader *rd, const
 {
     an_file_stats *fs = &c->s->files[f];
     file_ctx *fc = &c->fc[f];
-    const int first_pass = an_quant_pass(c->q) == 1;
+    const int first_pass = c->pass == 1;
     const int merged = c->s->merged_valid;
     uint32_t cur = UINT32_MAX, on = 0, next = lo; /* threads before next are done */
     scan_thread th;
@@ -490,16 +589,15 @@ static int scan_iter(ctx *c, uint32_t f, st_range_iter *it, st_reader *rd, const
     return rc;
 }
 
-static int scan_file(ctx *c, uint32_t f)
+static int scan_file_with(ctx *c, uint32_t f, st_reader *r)
 {
     an_file_stats *fs = &c->s->files[f];
     file_ctx *fc = &c->fc[f];
-    st_reader *r = fs->trace->r;
     uint32_t n_needed = 0;
     uint8_t *needed = calloc(fs->n_threads ? fs->n_threads : 1, 1);
     if (!needed) return oom();
     for (uint32_t i = 0; i < fs->n_threads; i++) {
-        needed[i] = (uint8_t)(an_quant_pass(c->q) == 1 ? fs->thread_on[i] : thread_needed(c, f, i));
+        needed[i] = (uint8_t)(c->pass == 1 ? fs->thread_on[i] : thread_needed(c, f, i));
         n_needed += needed[i];
     }
     int rc = 0;
@@ -519,7 +617,12 @@ static int scan_file(ctx *c, uint32_t f)
         }
     }
     free(needed);
-    if (rc < 0) return an_trace_fail(fs->trace);
+    return rc < 0 ? -1 : 0;
+}
+
+static int scan_file(ctx *c, uint32_t f)
+{
+    if (scan_file_with(c, f, c->s->files[f].trace->r)) return an_trace_fail(c->s->files[f].trace);
     return AN_EXIT_OK;
 }
 
@@ -542,6 +645,7 @@ typedef struct worker {
 
 typedef struct team {
     an_trace *traces;
+    int by_file;               /* a task is a whole file, opened for it (an_stats_compute_paths) */
     uint32_t n_files, n_workers;
     worker *workers;
     uint64_t *size;            /* [threads of all files]: chunks, then ranges read in pass 1 */
@@ -638,8 +742,84 @@ static st_reader *task_reader(worker *w, const task *tk)
     return r;
 }
 
+/* A file opened again by its name for a pass (an_stats_compute_paths): it
+ * must still be the trace set up (same run, the same stages and threads at
+ * the same indexes; a live trace may have gained some after them). NULL:
+ * failed, *msg says why (and whether it names the file: *named). */
+static st_reader *open_again(const an_trace *t, const an_file_stats *fs, const char **msg, int *named)
+{
+    st_reader *r;
+    *named = 1;
+    if (st_reader_open(&r, t->path) != ST_OK) {
+        *msg = st_last_error(); /* per thread: the caller reads it at once */
+        return NULL;
+    }
+    const char *run_id = st_reader_meta(r, "run_id");
+    int same = (run_id == NULL) == (fs->run_id == NULL) && (!run_id || strcmp(run_id, fs->run_id) == 0) &&
+               st_reader_n_stages(r) >= fs->n_stages && st_reader_n_threads(r) >= fs->n_threads;
+    for (uint32_t i = 0; same && i < fs->n_stages; i++)
+        same = strcmp(st_reader_stage(r, i)->name, fs->stage_names[i]) == 0 &&
+               (uint8_t)st_reader_stage(r, i)->kind == fs->stage_kinds[i];
+    for (uint32_t i = 0; same && i < fs->n_threads; i++) same = st_reader_thread(r, i)->id == fs->thread_ids[i];
+    if (!same) {
+        st_reader_close(r);
+        *msg = "the file changed while it was being read: analyze a copy that stays put";
+        *named = 0;
+        return NULL;
+    }
+    /* It reads each chunk once a pass: a small page cache does (-N: N kB). */
+    sqlite3_exec(st_reader_db(r), "PRAGMA cache_size = -256", NULL, NULL, NULL);
+    return r;
+}
+
+/* One pass over file f, opened for it and closed after. */
+static int scan_file_again(ctx *c, uint32_t f, const an_trace *t, const char **msg, int *named)
+{
+    st_reader *r = open_again(t, &c->s->files[f], msg, named);
+    if (!r) return -1;
+    file_ctx *fc = &c->fc[f];
+    c->q = fc->q;
+    if (fc->q && an_quant_begin_pass(fc->q)) {
+        st_reader_close(r);
+        c->q = NULL;
+        *msg = "out of memory";
+        *named = 0;
+        return -1;
+    }
+    int rc = scan_file_with(c, f, r);
+    if (rc) {
+        *msg = st_last_error();
+        *named = 0;
+    }
+    st_reader_close(r);
+    /* The file's own groups end their pass now: in pass 1 its histograms
+     * go (only the buckets of the wanted ranks stay), so what stays of a
+     * file between passes is small. */
+    if (!rc && fc->q) {
+        int more = c->pass == 1 && fold_file(c, f) ? -1 : an_quant_end_pass(fc->q);
+        if (more < 0) {
+            *msg = "out of memory";
+            *named = 0;
+            rc = -1;
+        } else if (more == 0) {
+            file_results(&c->s->files[f], fc, fc->q);
+            an_quant_free(fc->q);
+            fc->q = NULL;
+        }
+    }
+    c->q = NULL;
+    return rc;
+}
+
 static void run_task(worker *w, const task *tk)
 {
+    if (w->team->by_file) {
+        const char *msg = NULL;
+        int named = 0;
+        if (scan_file_again(w->c, tk->file, &w->team->traces[tk->file], &msg, &named))
+            task_failed(w->team, tk, msg, named);
+        return;
+    }
     st_reader *r = task_reader(w, tk);
     if (!r) return;
     const file_ctx *fc = &w->c->fc[tk->file];
@@ -648,7 +828,7 @@ static void run_task(worker *w, const task *tk)
     int rc = st_range_iter_open(&it, r, tk->id, fc->iter_t0, fc->iter_t1);
     if (!rc) rc = scan_iter(w->c, tk->file, it, r, NULL, tk->thread, tk->thread + 1);
     st_range_iter_close(it);
-    if (an_quant_pass(w->c->q) == 1) w->team->size[tk->at] = w->c->n_read; /* this task's own slot */
+    if (w->c->pass == 1) w->team->size[tk->at] = w->c->n_read; /* this task's own slot */
     if (rc < 0) task_failed(w->team, tk, st_last_error(), 0);
 }
 
@@ -678,7 +858,7 @@ static void team_free(team *tm)
         worker *w = &tm->workers[i];
         if (i > 0) st_reader_close(w->reader);
         if (w->c) {
-            an_quant_free(w->c->q);
+            an_quant_free(w->c->qm);
             free(w->c->row);
             free(w->c->want);
             free(w->c->n_want);
@@ -711,7 +891,7 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
         return NULL;
     }
     for (uint32_t f = 0, at = 0; f < n_files; at += cp->s->files[f++].n_threads)
-        thread_sizes(&traces[f], &cp->fc[f], tm->size + at);
+        if (traces[f].r) thread_sizes(&traces[f], &cp->fc[f], tm->size + at);
     for (uint32_t i = 0; i < jobs; i++) {
         worker *w = &tm->workers[i];
         w->team = tm;
@@ -738,15 +918,23 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
 static int scan_parallel(ctx *cp, team *tm)
 {
     an_stats *s = cp->s;
-    const int first_pass = an_quant_pass(cp->q) == 1;
+    const int first_pass = cp->pass == 1;
     tm->n_tasks = tm->next = 0;
     tm->err_key = UINT64_MAX;
-    for (uint32_t f = 0, at = 0; f < s->n_files; at += s->files[f++].n_threads)
+    for (uint32_t f = 0; tm->by_file && f < s->n_files; f++) {
+        int any = 0;
+        cp->q = cp->fc[f].q;
+        for (uint32_t i = 0; i < s->files[f].n_threads && !any; i++)
+            any = first_pass ? s->files[f].thread_on[i] : thread_needed(cp, f, i);
+        cp->q = NULL;
+        if (any) tm->tasks[tm->n_tasks++] = (task){f, 0, 0, 0, tm->traces[f].n_ranges_hint};
+    }
+    for (uint32_t f = 0, at = 0; !tm->by_file && f < s->n_files; at += s->files[f++].n_threads)
         for (uint32_t i = 0; i < s->files[f].n_threads; i++)
             if (first_pass ? s->files[f].thread_on[i] : thread_needed(cp, f, i))
                 tm->tasks[tm->n_tasks++] =
-                    (task){f, i, st_reader_thread(s->files[f].trace->r, i)->id, at + i, tm->size[at + i]};
-    if (tm->n_tasks < 2) {
+                    (task){f, i, s->files[f].thread_ids[i], at + i, tm->size[at + i]};
+    if (tm->n_tasks < 2 && !tm->by_file) {
         for (uint32_t f = 0; f < s->n_files; f++) {
             int rc = scan_file(cp, f);
             if (rc) return rc;
@@ -758,11 +946,13 @@ static int scan_parallel(ctx *cp, team *tm)
     uint32_t started = 1;
     for (uint32_t i = 0; i < n_workers; i++) {
         ctx *c = tm->workers[i].c;
-        c->q = an_quant_shard(cp->q);
-        if (!c->q) {
+        c->pass = cp->pass;
+        c->qm = an_quant_shard(cp->qm);
+        c->q = tm->by_file ? NULL : c->qm;
+        if (!c->qm) {
             for (uint32_t j = 0; j < i; j++) {
-                an_quant_free(tm->workers[j].c->q);
-                tm->workers[j].c->q = NULL;
+                an_quant_free(tm->workers[j].c->qm);
+                tm->workers[j].c->q = tm->workers[j].c->qm = NULL;
             }
             return oom();
         }
@@ -775,8 +965,8 @@ static int scan_parallel(ctx *cp, team *tm)
     for (uint32_t i = 1; i < started; i++) pthread_join(tm->workers[i].tid, NULL);
     /* A failed merge fails the engine: an_quant_end_pass says so. */
     for (uint32_t i = 0; i < n_workers; i++) {
-        an_quant_merge(cp->q, tm->workers[i].c->q);
-        tm->workers[i].c->q = NULL;
+        an_quant_merge(cp->qm, tm->workers[i].c->qm);
+        tm->workers[i].c->q = tm->workers[i].c->qm = NULL;
     }
     if (tm->err_key != UINT64_MAX) {
         an_error("%s", tm->err_msg);
@@ -790,7 +980,85 @@ int an_stats_compute(an_stats *s, an_trace *traces, uint32_t n, const an_select 
     return an_stats_compute_jobs(s, traces, n, sel, merge, 1);
 }
 
+/* Sets file f up: with paths, opens it first, keeps its warnings and
+ * closes it after (an_stats_compute_paths). */
+static int setup_one(an_stats *s, uint32_t f, an_trace *traces, char **paths, const an_select *sel, file_ctx *fc)
+{
+    if (!paths) return setup_file(s, f, &traces[f], sel, fc);
+    int rc = an_trace_open(&traces[f], paths[f]);
+    if (rc) return rc;
+    rc = setup_file(s, f, &traces[f], sel, fc);
+    if (!rc) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *ms = open_memstream(&buf, &len);
+        if (!ms) rc = oom();
+        else {
+            an_warn_to(ms);
+            an_trace_warn(&traces[f]);
+            an_warn_to(NULL);
+            if (fclose(ms) || !buf) rc = oom();
+            else s->files[f].warnings = buf;
+        }
+    }
+    /* What stays: path, origin, span and hints; the reader and its pages go. */
+    an_trace_close(&traces[f]);
+    return rc;
+}
+
+int an_stats_same_run(const an_stats *s)
+{
+    if (s->n_files < 2) return 0;
+    const an_file_stats *f0 = &s->files[0];
+    const char *id0 = f0->run_id, *prog0 = f0->program;
+    if (!id0 || !strrchr(id0, '-')) return 0;
+    size_t prefix = (size_t)(strrchr(id0, '-') - id0);
+    for (uint32_t i = 0; i < s->n_files; i++) {
+        const an_file_stats *fi = &s->files[i];
+        const char *id = fi->run_id, *prog = fi->program;
+        if (!id || !strrchr(id, '-') || (size_t)(strrchr(id, '-') - id) != prefix || strncmp(id, id0, prefix))
+            return 0;
+        if (!prog || !prog0 || strcmp(prog, prog0)) return 0;
+        if (!fi->has_rank) return 0;
+        for (uint32_t j = 0; j < i; j++)
+            if (s->files[j].rank == fi->rank) return 0;
+    }
+    return 1;
+}
+
+/* The CPUs this process may run on (online ones, within its affinity mask),
+ * at most 8: past a few workers the reading is bound by memory and SQLite,
+ * and each worker holds a reader and a page cache. Small traces get one job:
+ * starting workers (a reader each) costs a few milliseconds, more than they
+ * save under about half a million ranges. */
+int an_stats_default_jobs(uint64_t ranges)
+{
+    if (ranges < 500000) return 1;
+    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n_cpus)
+        n_cpus = CPU_COUNT(&set);
+    if (n_cpus < 1) n_cpus = 1;
+    return n_cpus > 8 ? 8 : (int)n_cpus;
+}
+
+static int compute(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
+                   int jobs);
+
 int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_select *sel, int merge, int jobs)
+{
+    return compute(s, traces, NULL, n, sel, merge, jobs);
+}
+
+int an_stats_compute_paths(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
+                           int jobs)
+{
+    return compute(s, traces, paths, n, sel, merge, jobs);
+}
+
+static int compute(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
+                   int jobs)
 {
     memset(s, 0, sizeof *s);
     s->n_files = n;
@@ -808,19 +1076,34 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
     cp->s = s;
     cp->fc = fcs;
     cp->progress = &progress;
-    for (uint32_t f = 0; f < n && !rc; f++) rc = setup_file(s, f, &traces[f], sel, &fcs[f]);
+    for (uint32_t f = 0; f < n && !rc; f++) rc = setup_one(s, f, traces, paths, sel, &fcs[f]);
+    if (!rc && merge < 0) merge = an_stats_same_run(s);
+    if (!rc && !jobs) {
+        uint64_t ranges = 0;
+        for (uint32_t f = 0; f < n; f++) ranges += traces[f].n_ranges_hint;
+        jobs = an_stats_default_jobs(ranges);
+    }
     if (!rc && merge && n > 1) {
         rc = setup_merged(s, fcs);
         s->merged_valid = rc == AN_EXIT_OK;
     }
-    /* Quantile groups: per file thread x stage, role x stage; merged role x stage. */
+    /* Quantile groups: per file thread x stage, role x stage; merged role x
+     * stage. By file, each file has an engine of its own groups (its budget
+     * for collecting values is that of one file, and it is done with the
+     * file), and the merged groups one of their own. */
     uint64_t groups = 0;
     for (uint32_t f = 0; f < n && !rc; f++) {
+        if (paths) groups = 0;
         fcs[f].group_thread = (uint32_t)groups;
         groups += (uint64_t)s->files[f].n_threads * s->files[f].n_stages;
         fcs[f].group_role = (uint32_t)groups;
         groups += (uint64_t)s->files[f].n_roles * s->files[f].n_stages;
+        if (paths && groups <= UINT32_MAX && !(fcs[f].q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT)))
+            rc = oom();
+        if (fcs[f].q) an_quant_defer_buffers(fcs[f].q); /* a file's buffers only while it is read */
+        if (paths && groups > UINT32_MAX) break;
     }
+    if (paths && groups <= UINT32_MAX) groups = 0;
     cp->group_merged = (uint32_t)groups;
     if (s->merged_valid) groups += (uint64_t)s->merged.n_roles * s->merged.n_stages;
     if (!rc && groups > UINT32_MAX) {
@@ -833,50 +1116,60 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         for (uint32_t i = 0; i < s->files[f].n_threads; i++) n_selected += s->files[f].thread_on[i];
     }
     if (!rc) {
-        cp->q = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT);
+        cp->qm = an_quant_new((uint32_t)groups, pct_permille, AN_NPCT);
+        cp->q = paths ? NULL : cp->qm;
+        cp->pass = 1;
         cp->row = calloc(max_stages, sizeof *cp->row);
         cp->want = malloc((size_t)max_stages * WANT_MAX * sizeof *cp->want);
         cp->n_want = malloc(max_stages);
-        if (!cp->q || !cp->row || !cp->want || !cp->n_want) rc = oom();
+        if (!cp->qm || !cp->row || !cp->want || !cp->n_want) rc = oom();
     }
-    /* Workers: no more than the threads to read. */
-    if (jobs > (int)n_selected) jobs = (int)n_selected;
+    /* Workers: no more than the threads (by file: the files) to read. */
+    if (jobs > (int)(paths ? n : n_selected)) jobs = (int)(paths ? n : n_selected);
     team *tm = NULL;
-    if (!rc && jobs > 1) {
-        tm = team_new(cp, traces, n, (uint32_t)jobs, max_stages);
+    if (!rc && (jobs > 1 || paths)) {
+        tm = team_new(cp, traces, n, (uint32_t)(jobs > 1 ? jobs : 1), max_stages);
         if (!tm) rc = oom();
+        else tm->by_file = paths != NULL;
     }
     uint64_t hint = 0;
     for (uint32_t f = 0; f < n; f++) hint += traces[f].n_ranges_hint;
+    int merged_more = 1;
     while (!rc) {
         static const char *const labels[] = {"reading ranges", "percentiles, pass 2", "percentiles, pass 3+"};
-        int pass = an_quant_pass(cp->q);
+        int pass = cp->pass;
         an_progress_start(&progress, labels[pass < 3 ? pass - 1 : 2], hint);
         if (tm) rc = scan_parallel(cp, tm);
         for (uint32_t f = 0; !tm && f < n && !rc; f++) rc = scan_file(cp, f);
         an_progress_end(&progress);
         if (rc) break;
         s->passes = (uint32_t)pass;
-        if (pass == 1 && fold_groups(cp)) {
+        if (!paths && pass == 1 && fold_groups(cp)) {
             rc = oom();
             break;
         }
-        int more = an_quant_end_pass(cp->q);
-        if (more < 0) rc = oom();
-        if (more <= 0) break;
+        int more = merged_more ? an_quant_end_pass(cp->qm) : 0;
+        if (more < 0) {
+            rc = oom();
+            break;
+        }
+        merged_more = more;
+        for (uint32_t f = 0; paths && f < n; f++)
+            if (fcs[f].q) more = 1; /* the file's own groups want another pass */
+        if (!more) break;
+        cp->pass++;
     }
     /* Roles and merged rows from the thread rows; percentiles from the groups. */
     for (uint32_t f = 0; f < n && !rc; f++) {
         an_file_stats *fs = &s->files[f];
         uint32_t ns = fs->n_stages;
+        if (!paths) file_results(fs, &fcs[f], cp->q); /* by file: when the file was done */
         for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
             if (!fs->thread_on[ti]) continue;
             uint32_t role = fs->thread_role[ti];
             for (uint32_t st = 0; st < ns; st++) {
                 an_stage_stats *x = &fs->thread_stage[(size_t)ti * ns + st];
                 if (!x->count) continue;
-                for (int p = 0; p < AN_NPCT; p++)
-                    x->pct_ns[p] = an_quant_get(cp->q, fcs[f].group_thread + ti * ns + st, (uint32_t)p);
                 add_stats(&fs->role_stage[(size_t)role * ns + st], x, &cp->overflow);
                 if (s->merged_valid) {
                     uint32_t mr = (uint32_t)fcs[f].role_merged[role], ms = (uint32_t)fcs[f].stage_merged[st];
@@ -884,21 +1177,11 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
                 }
             }
         }
-        for (uint32_t role = 0; role < fs->n_roles; role++) {
-            uint32_t only = UINT32_MAX; /* the thread of a one-thread role */
-            for (uint32_t ti = 0; ti < fs->n_threads && fs->role_threads[role] == 1; ti++)
-                if (fs->thread_on[ti] && fs->thread_role[ti] == role) only = ti;
-            for (uint32_t st = 0; st < ns; st++)
-                for (int p = 0; p < AN_NPCT; p++)
-                    fs->role_stage[(size_t)role * ns + st].pct_ns[p] =
-                        only != UINT32_MAX ? fs->thread_stage[(size_t)only * ns + st].pct_ns[p]
-                                           : an_quant_get(cp->q, fcs[f].group_role + role * ns + st, (uint32_t)p);
-        }
     }
     if (!rc && s->merged_valid)
         for (uint32_t i = 0; i < s->merged.n_roles * s->merged.n_stages; i++)
             for (int p = 0; p < AN_NPCT; p++)
-                s->merged.role_stage[i].pct_ns[p] = an_quant_get(cp->q, cp->group_merged + i, (uint32_t)p);
+                s->merged.role_stage[i].pct_ns[p] = an_quant_get(cp->qm, cp->group_merged + i, (uint32_t)p);
     /* A role row's wall time is its threads' added up (summary's shares). */
     for (uint32_t f = 0; f < n && !rc; f++) {
         an_file_stats *fs = &s->files[f];
@@ -915,11 +1198,12 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
         rc = AN_EXIT_USAGE;
     }
     team_free(tm);
-    an_quant_free(cp->q);
+    an_quant_free(cp->qm);
     free(cp->row);
     free(cp->want);
     free(cp->n_want);
     for (uint32_t f = 0; f < n; f++) {
+        an_quant_free(fcs[f].q);
         free(fcs[f].thread_index);
         free(fcs[f].role_merged);
         free(fcs[f].stage_merged);
@@ -941,6 +1225,19 @@ void an_stats_free(an_stats *s)
         free(fs->thread_stage);
         free(fs->role_stage);
         free(fs->thread_busy_ns);
+        for (uint32_t i = 0; i < fs->n_threads; i++) {
+            if (fs->thread_names) free(fs->thread_names[i]);
+            if (fs->thread_roles) free(fs->thread_roles[i]);
+        }
+        for (uint32_t i = 0; fs->stage_names && i < fs->n_stages; i++) free(fs->stage_names[i]);
+        free(fs->thread_names);
+        free(fs->thread_roles);
+        free(fs->thread_ids);
+        free(fs->stage_names);
+        free(fs->stage_kinds);
+        free(fs->program);
+        free(fs->run_id);
+        free(fs->warnings);
     }
     an_merged_stats *m = &s->merged;
     for (uint32_t f = 0; f < s->n_files; f++) {

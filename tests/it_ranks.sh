@@ -57,6 +57,61 @@ for e in ev:
 assert first["r2/drafter0"] == first["r3/drafter0"], first
 PY
 ok
+# one process per rank, "rank N (host)", its pid the rank's own (meta pid, distinct here), each
+# thread and its events under its rank's process
+python3 - <<'PY' || fail "chrome: a process per rank"
+import json, sqlite3
+ev = json.load(open("shifted.json"))["traceEvents"]
+meta = {}
+for r in range(4):
+    c = sqlite3.connect("file:shifted/rank%d.sqlite?mode=ro" % r, uri=True)
+    meta[r] = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('pid', 'host')").fetchall())
+    c.close()
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+want = {int(meta[r]["pid"]): "rank %d (%s)" % (r, meta[r]["host"]) for r in range(4)}
+assert procs == want, (procs, want)
+order = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
+assert order == {int(meta[r]["pid"]): r for r in range(4)}, order
+threads = {e["tid"]: (e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name"}
+for tid, (pid, name) in threads.items():
+    r = int(name.split("/")[0][1:])
+    assert pid == int(meta[r]["pid"]), (tid, pid, name)
+for e in ev:
+    if e.get("ph") in ("X", "B", "E", "C", "i"):
+        assert e["pid"] == threads[e["tid"]][0], e
+PY
+ok
+# report on a set: a Ranks section, a bar per rank, the stragglers table of `stragglers`
+expect_ok report_set "$A" report --html set.html shifted
+expect_ok strag_csv "$A" stragglers --format csv shifted
+python3 - <<'PY' || fail "report: ranks section"
+import csv, re
+h = open("set.html").read()
+sec = h[h.index('<section id="ranks">'):]
+sec = sec[:sec.index('</section>')]
+assert re.findall(r'<g class="rank" data-rank="(\d+)"', sec) == ["0", "1", "2", "3"], sec[:400]
+rows = re.findall(r'<tr><td>([^<]*)</td><td class="n">(\d+)</td><td class="n">(\d+)</td><td class="n">(\d+)</td>', sec)
+lines = open("strag_csv.out").read().split("\n\n")[0].splitlines()
+want = [(r["stage"], r["instances"], r["ranks"], r["last_rank"]) for r in csv.DictReader(lines)]
+assert rows and rows == want, (rows, want)
+PY
+ok
+expect_ok report_one "$A" report --html one.html shifted/rank0.sqlite
+! grep -q 'id="ranks"' one.html || fail "report: a ranks section for one file"
+ok
+# ranks that recorded the same pid (two hosts): the later ranks' processes are 1000000000 + rank
+cp -r shifted samepid
+for r in 0 1 2 3; do
+    python3 -c "import sqlite3; c = sqlite3.connect('samepid/rank$r.sqlite'); c.execute(\"UPDATE meta SET value = '4242' WHERE key = 'pid'\"); c.commit()"
+done
+expect_ok chrome_samepid "$A" export --chrome samepid.json samepid
+python3 - <<'PY' || fail "chrome: ranks with one pid"
+import json
+ev = json.load(open("samepid.json"))["traceEvents"]
+procs = sorted(e["pid"] for e in ev if e.get("name") == "process_name")
+assert procs == [4242, 1000000001, 1000000002, 1000000003], procs
+PY
+ok
 
 # inputs: a directory, a glob pattern, a list of files: the same answer
 expect_ok bn_dir "$A" bottleneck plain
@@ -69,6 +124,21 @@ ok
 grep -q '^target -> drafter  put   target   queue_put   wait_output  60.0%' bn_dir.out || fail "queue: $(cat bn_dir.out)"
 ok
 grep -qx 'Limiting rank: rank 3 of drafter, its own work 60.0% of its time.' bn_dir.out || fail "limiting rank: $(cat bn_dir.out)"
+ok
+# the straggler line right after it: the collective of `stragglers` whose late rank costs the most
+expect_ok strag_plain "$A" stragglers --format csv plain
+python3 - <<'PY' || fail "bottleneck: stragglers line"
+import csv
+lines = open("bn_dir.out").read().splitlines()
+at = lines.index("Limiting rank: rank 3 of drafter, its own work 60.0% of its time.")
+rows = list(csv.DictReader(open("strag_plain.out").read().split("\n\n")[0].splitlines()))
+assert rows, "no collectives"
+best = max(rows, key=lambda r: float(r["mean_wait_ms"]) * int(r["instances"]))
+want = "Stragglers: rank %s is late most often at %s (last in %s of %s instances%s); the others wait %s ms for it on average." % (
+    best["last_rank"], best["stage"], best["times_last"], best["instances"],
+    ", every time" if best["every_time"] == "yes" else "", "%.3f" % float(best["mean_wait_ms"]))
+assert lines[at + 1] == want, (lines[at + 1], want)
+PY
 ok
 expect_ok bn_csv "$A" bottleneck --format csv plain
 grep -qx 'drafter,3,1,60,6.000000,yes' bn_csv.out && grep -qx 'drafter,2,1,40,4.000000,-' bn_csv.out || fail "ranks csv: $(cat bn_csv.out)"

@@ -349,7 +349,9 @@ typedef struct selection {
     const char *steps, *time, *roles, *threads, *stages;
 } selection;
 
-static void compute(an_stats *s, an_trace *t, uint32_t n, const selection *pick, int merge, int jobs)
+/* With paths: an_stats_compute_paths (t filled by it, readers closed). */
+static void compute_any(an_stats *s, an_trace *t, char **paths, uint32_t n, const selection *pick, int merge,
+                        int jobs)
 {
     an_select sel;
     memset(&sel, 0, sizeof sel);
@@ -358,11 +360,17 @@ static void compute(an_stats *s, an_trace *t, uint32_t n, const selection *pick,
     if (pick->roles) assert_int_equal(an_filter_add(&sel.filter.roles, &sel.filter.n_roles, pick->roles), 0);
     if (pick->threads) assert_int_equal(an_filter_add(&sel.filter.threads, &sel.filter.n_threads, pick->threads), 0);
     if (pick->stages) assert_int_equal(an_filter_add(&sel.filter.stages, &sel.filter.n_stages, pick->stages), 0);
-    assert_int_equal(an_stats_compute_jobs(s, t, n, &sel, merge, jobs), 0);
+    if (paths) assert_int_equal(an_stats_compute_paths(s, t, paths, n, &sel, merge, jobs), 0);
+    else assert_int_equal(an_stats_compute_jobs(s, t, n, &sel, merge, jobs), 0);
     an_filter_free(&sel.filter);
 }
 
 
+
+static void compute(an_stats *s, an_trace *t, uint32_t n, const selection *pick, int merge, int jobs)
+{
+    compute_any(s, t, NULL, n, pick, merge, jobs);
+}
 
 typedef struct vec {
     int64_t *v;
@@ -500,6 +508,19 @@ static void test_stats_jobs(void **state)
                 assert_stats_equal(&one, &many);
                 assert_int_equal(one.passes, many.passes);
                 an_stats_free(&many);
+            }
+            /* Files opened one at a time per job (summary on several files):
+             * the same numbers, and each file's reader closed after. */
+            for (int jobs = 1; jobs <= 2 && n_files == 2; jobs++) {
+                an_stats by_file;
+                an_trace closed[2];
+                memset(closed, 0, sizeof closed);
+                compute_any(&by_file, closed, paths, n_files, &picks[p], 1, jobs);
+                assert_stats_equal(&one, &by_file);
+                assert_null(closed[0].r);
+                assert_null(closed[1].r);
+                assert_string_equal(by_file.files[1].thread_names[0], st_reader_thread(t[1].r, 0)->name);
+                an_stats_free(&by_file);
             }
             an_stats_free(&one);
         }
