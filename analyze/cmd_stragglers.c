@@ -82,6 +82,20 @@ static const an_col stage_cols[] = {{"role", AN_T_STR, 0},           {"stage", A
                                     {"slowest_rank", AN_T_INT, 0},   {"slowest_ms", AN_T_MS, 0},
                                     {"median_ms", AN_T_MS, 0},       {"over_median_pct", AN_T_PCT, 0}};
 
+/* The matching: each arrival's step and its occurrence in its rank's step, then sorted so that
+ * one instance (stage, step, occurrence) is one run of the array, across ranks. */
+static void match_instances(an_trace *t, arrival *arr, size_t n_arr)
+{
+    qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
+    for (size_t i = 0; i < n_arr; i++) {
+        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
+        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
+            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
+            arr[i].occ = arr[i - 1].occ + 1;
+    }
+    qsort(arr, n_arr, sizeof *arr, cmp_instance);
+}
+
 static int run(an_trace *t, an_format fmt)
 {
     st_reader *r = t->r;
@@ -126,7 +140,7 @@ static int run(an_trace *t, an_format fmt)
                 n_tot++;
                 if (!tot[k].ns) break;
             }
-            if (g.depth == 0 || 1) tot[k].ns[part] += g.dur_ns;
+            tot[k].ns[part] += g.dur_ns; /* every depth: a stage's own total on that rank */
             if (st_reader_stage(r, g.stage)->kind != ST_COMM) continue;
             if (n_arr == cap) {
                 cap = cap ? cap * 2 : 1024;
@@ -141,15 +155,7 @@ static int run(an_trace *t, an_format fmt)
         else if (n == 1) goto oom;
     }
     if (rc) goto done;
-    /* occurrence of each arrival in its rank's step */
-    qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
-    for (size_t i = 0; i < n_arr; i++) {
-        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
-        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
-            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
-            arr[i].occ = arr[i - 1].occ + 1;
-    }
-    qsort(arr, n_arr, sizeof *arr, cmp_instance);
+    match_instances(t, arr, n_arr);
     an_out *out = an_out_new(stdout, fmt);
     if (!out) goto oom;
     an_out_text(out, "== %s: stragglers over %u of %lld ranks; collectives (comm stages) matched by stage, step and "
@@ -431,15 +437,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         }
         if (n == 1) goto oom;
     }
-    /* The matching of `stragglers` (run above): stage, step, occurrence in the step. */
-    qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
-    for (size_t i = 0; i < n_arr; i++) {
-        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
-        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
-            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
-            arr[i].occ = arr[i - 1].occ + 1;
-    }
-    qsort(arr, n_arr, sizeof *arr, cmp_instance);
+    match_instances(t, arr, n_arr);
     for (size_t i = 0; i < n_arr;) {
         uint32_t stage = arr[i].stage;
         uint64_t instances = 0;
