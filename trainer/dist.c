@@ -772,24 +772,6 @@ static void drafter_teardown(drafter_side *d)
 
 /* ---- set-up ------------------------------------------------------------------------------ */
 
-static void print_window(const struct st_window *w, void *arg)
-{
-    (void)arg;
-    char small[16384];
-    size_t need = st_window_format(w, small, sizeof small);
-    char *buf = small;
-    if (need >= sizeof small) {
-        buf = malloc(need + 1);
-        if (!buf)
-            return;
-        st_window_format(w, buf, need + 1);
-    }
-    fputs(buf, stdout);
-    fflush(stdout);
-    if (buf != small)
-        free(buf);
-}
-
 static void print_log(int level, const char *msg, void *arg)
 {
     (void)level;
@@ -865,7 +847,7 @@ static int open_trace(rank_state *r, int argc, char **argv)
     opt.profile_interval = (uint32_t)cfg->profile_interval;
     /* windows from the first drafter rank only, beside its log lines */
     opt.on_window = cfg->profile_interval > 0 && r->role == TR_ROLE_DRAFTER && r->index == 0
-                        ? print_window : NULL;
+                        ? tr_print_window : NULL;
     opt.log = print_log;
     opt.log_arg = r;
     opt.rank = r->rank;

@@ -40,4 +40,8 @@ int tr_dist_main(const tr_config *cfg, const tr_backend *backend, struct tr_data
 /* "; multi-process: mpi" in MPI builds, "" otherwise (for --version). */
 const char *tr_dist_version_note(void);
 
+/* main.c: prints one profile window to stdout in one write (the trace's on_window). */
+struct st_window;
+void tr_print_window(const struct st_window *w, void *arg);
+
 #endif

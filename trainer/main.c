@@ -29,7 +29,7 @@
 
 /* Called on the trace's writer thread: one whole window per write, so that the block never
  * interleaves with main's log lines. */
-static void print_window(const struct st_window *w, void *arg)
+void tr_print_window(const struct st_window *w, void *arg)
 {
     (void)arg;
     char small[16384];
@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     opt.argv = argv;
     opt.profile_interval = (uint32_t)cfg.profile_interval;
     /* the tracer makes windows whenever a callback is set */
-    opt.on_window = cfg.profile_interval > 0 ? print_window : NULL;
+    opt.on_window = cfg.profile_interval > 0 ? tr_print_window : NULL;
     opt.log = print_log;
     st_trace *trace;
     if (st_open(&trace, &opt) != ST_OK) {
