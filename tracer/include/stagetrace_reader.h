@@ -146,7 +146,8 @@ ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
  * counters one per name; its meta the first reader's; its step marks the
  * first reader's, mapped. Every time its iterators and functions give is
  * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
- * ST_ECORRUPT). GPU records are not merged: a set has none
+ * ST_ECORRUPT). Flow records are merged (per set thread, mapped; see
+ * st_reader_flow_slack). GPU records are not merged: a set has none
  * (st_reader_has_gpu 0, no devices; the GPU iterators refuse it), and
  * st_reader_db gives the first reader's connection. */
 ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
