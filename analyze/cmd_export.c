@@ -1009,8 +1009,11 @@ static int chrome_item_flows(chrome *c)
     for (size_t i = 0; i < n;) {
         size_t j = i;
         while (j < n && v[j].id == v[i].id) j++;
-        if (j - i == 2 && v[i].dir == ST_FLOW_OUT && v[i + 1].dir == ST_FLOW_IN && v[i + 1].ts_ns >= v[i].ts_ns) {
+        if (j - i == 2 && v[i].dir == ST_FLOW_OUT && v[i + 1].dir == ST_FLOW_IN &&
+            (v[i + 1].ts_ns >= v[i].ts_ns ||
+             v[i].ts_ns - v[i + 1].ts_ns <= st_reader_flow_slack(c->t->r, v[i].thread, v[i + 1].thread))) {
             item_rec out = v[i], in = v[i + 1];
+            if (in.ts_ns < out.ts_ns) in.ts_ns = out.ts_ns; /* within the clocks' uncertainty */
             v[2 * pairs] = out;
             v[2 * pairs + 1] = in;
             pairs++;

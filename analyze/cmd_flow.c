@@ -10,7 +10,8 @@
 #include "flow.h"
 
 static const char help[] =
-    "usage: analyze flow [options] FILE\n"
+    "usage: analyze flow [options] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Follows each item (st_flow_out / st_flow_in) through the pipeline. A handoff is an\n"
     "id with one out and one in; its queue residence is in - out. On a thread an in is\n"
@@ -390,11 +391,11 @@ int cmd_flow(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1) rc = an_usage_error("flow", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0) rc = an_usage_error("flow", "no trace file given");
     an_trace t;
     int opened = 0;
     if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
         opened = rc == AN_EXIT_OK;
     }
     ctx c;

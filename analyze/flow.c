@@ -87,6 +87,15 @@ static int load_ranges(an_flow *f)
     return AN_EXIT_OK;
 }
 
+/* In a rank set, an in on another rank than its out may map before it by
+ * as much as the two ranks' clock uncertainties together and still pair:
+ * it is then taken at its out's time (residence 0). 0 in a file. */
+static int64_t set_flow_slack(const an_flow *f, uint32_t out_thread, uint32_t in_thread)
+{
+    st_reader *r = f->trace->r;
+    return st_reader_flow_slack(r, st_reader_thread(r, out_thread)->id, st_reader_thread(r, in_thread)->id);
+}
+
 static int pair(an_flow *f)
 {
     if (!f->n_recs) return AN_EXIT_OK;
@@ -109,8 +118,11 @@ static int pair(an_flow *f)
         if (outs > 1 || ins > 1) f->repeated++;
         else if (!ins) f->out_only++;
         else if (!outs) f->in_only++;
-        else if (in->ts_ns < out->ts_ns) f->in_before_out++;
+        else if (in->ts_ns < out->ts_ns &&
+                 out->ts_ns - in->ts_ns > set_flow_slack(f, out->thread, in->thread))
+            f->in_before_out++;
         else {
+            if (in->ts_ns < out->ts_ns) in->ts_ns = out->ts_ns; /* within the clocks' uncertainty */
             int64_t h = (int64_t)f->n_handoffs++;
             f->handoffs[h] = (an_handoff){(uint64_t)(out - f->recs), (uint64_t)(in - f->recs), -1, -1, 0};
             out->handoff = in->handoff = h;

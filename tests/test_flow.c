@@ -201,12 +201,95 @@ static void test_in_flight_and_no_wait(void **state)
     an_trace_close(&t);
 }
 
+
+/* A rank set of two files: rank 0's target sends ids 1, 2 and 3 to rank 1's
+ * drafter, whose clock runs 5 s behind (it records g - 5 s and stores the
+ * measured offset +5 s, uncertainty 1500 ns). Mapped onto rank 0's clock, id
+ * 1's in is 100 us after its out, id 2's 1000 ns before it (within the 1500
+ * ns the clocks allow: paired at the out's time, residence 0), id 3's 5000
+ * ns before it (beyond: in_before_out). Unmapped, every in would lie 5 s
+ * before its out. */
+static void write_rank(const char *path, int rank, int64_t off, const frec *r, size_t n)
+{
+    tg_trace *g = tg_create("flowranks");
+    tg_meta(g, "run_id", "1700000000-777");
+    tg_meta_int(g, "rank", rank);
+    tg_meta_int(g, "world_size", 2);
+    tg_meta_int(g, "local_rank", rank);
+    tg_meta_int(g, "device", -1);
+    tg_meta_int(g, "clock_sync_ns", 10000000000LL - off);
+    tg_meta_int(g, "clock_offset_ns", off);
+    tg_meta_int(g, "clock_uncertainty_ns", rank ? 1500 : 0);
+    uint32_t s = rank ? tg_stage(g, "queue_wait", "wait_input") : tg_stage(g, "send", "copy");
+    uint32_t th = tg_thread(g, rank ? "drafter0" : "target0", rank ? "drafter" : "target");
+    tg_thread_at(g, th)->rank = rank;
+    int64_t g0 = 10000000000LL - off;
+    tg_range(g, th, s, g0, g0 + 1000);
+    if (!rank) {
+        tg_set_step_thread(g, th);
+        tg_step(g, 0, g0, 0);
+        tg_step(g, 1, g0 + 100000000, 64);
+    }
+    tg_write(g, path);
+    tg_free(g);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    exec_sql(db, st_flow_schema_sql);
+    add_flow_chunk(db, th, r, n);
+    sqlite3_close(db);
+}
+
+static void test_rank_set_pairs_across_clocks(void **state)
+{
+    (void)state;
+    const int64_t G = 10000000000LL, OFF = 5000000000LL;
+    char p0[PATH_MAX], p1[PATH_MAX];
+    tmp_path(p0, sizeof p0, "set.rank0.sqlite");
+    tmp_path(p1, sizeof p1, "set.rank1.sqlite");
+    const frec outs[] = {{OUT, G + 1000000, 1}, {OUT, G + 2000000, 2}, {OUT, G + 3000000, 3}};
+    const frec ins[] = {{IN, G + 1100000 - OFF, 1}, {IN, G + 2000000 - 1000 - OFF, 2},
+                        {IN, G + 3000000 - 5000 - OFF, 3}};
+    write_rank(p0, 0, 0, outs, 3);
+    write_rank(p1, 1, OFF, ins, 3);
+    char *paths[] = {p0, p1};
+    an_trace t;
+    assert_int_equal(an_trace_open_set(&t, paths, 2), AN_EXIT_OK);
+    assert_int_equal(st_reader_has_flows(t.r), 1);
+    /* the raw records: set threads (r0/target0 = 0, r1/drafter0 = 1), mapped times */
+    st_flow_iter *it;
+    assert_int_equal(st_flow_iter_open(&it, t.r, 1, INT64_MIN, INT64_MAX), ST_OK);
+    st_flow_row row;
+    assert_int_equal(st_flow_iter_next(it, &row), 1);
+    assert_int_equal(row.thread, 1);
+    assert_int_equal(row.dir, ST_FLOW_IN);
+    assert_int_equal(row.id, 1);
+    assert_int_equal(row.ts_ns, G + 1100000);
+    st_flow_iter_close(it);
+    assert_int_equal(st_reader_flow_slack(t.r, 0, 1), 1500);
+    assert_int_equal(st_reader_flow_slack(t.r, 1, 1), 0);
+    an_flow f;
+    assert_int_equal(an_flow_load(&f, &t), AN_EXIT_OK);
+    assert_int_equal(f.n_recs, 6);
+    assert_int_equal(f.n_handoffs, 2);
+    assert_int_equal(f.in_before_out, 1);
+    for (uint64_t h = 0; h < f.n_handoffs; h++) {
+        const an_flow_rec *o = &f.recs[f.handoffs[h].out_rec], *i = &f.recs[f.handoffs[h].in_rec];
+        assert_int_equal(o->thread, 0);
+        assert_int_equal(i->thread, 1);
+        assert_int_equal(i->ts_ns - o->ts_ns, o->id == 1 ? 100000 : 0);
+        assert_true(o->id == 1 || o->id == 2);
+    }
+    an_flow_free(&f);
+    an_trace_close(&t);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_flow")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pairs_and_items),
         cmocka_unit_test(test_in_flight_and_no_wait),
+        cmocka_unit_test(test_rank_set_pairs_across_clocks),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

@@ -1489,10 +1489,18 @@ struct st_flow_iter {
     int in_chunk, empty;
     int64_t t0, t1;
     st_flow_cursor cur;
+    st_reader *set; /* a rank set's: per thread, on its rank (set_flow_next) */
+    st_flow_iter *sub;
+    int64_t want_thread;
+    uint32_t next_thread, cur_thread;
 };
+
+static int set_has_flows(st_reader *r);
+static int set_flow_next(st_flow_iter *it, st_flow_row *out);
 
 int st_reader_has_flows(st_reader *r)
 {
+    if (r->parts) return set_has_flows(r);
     if (!r->has_flow_chunks) return 0;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM main.flow_chunks LIMIT 1", -1, &st, NULL) != SQLITE_OK)
@@ -1510,6 +1518,13 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
     it->t0 = t0;
     it->t1 = t1;
+    if (r->parts) {
+        it->set = r;
+        it->want_thread = thread;
+        it->next_thread = thread < 0 ? 0 : thread >= (int64_t)r->n_threads ? r->n_threads : (uint32_t)thread;
+        *out = it;
+        return ST_OK;
+    }
     if (!r->has_flow_chunks) {
         it->empty = 1;
         *out = it;
@@ -1526,6 +1541,7 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
 
 int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
 {
+    if (it->set) return set_flow_next(it, out);
     if (it->empty) return 0;
     for (;;) {
         if (!it->in_chunk) {
@@ -1554,12 +1570,18 @@ int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
 void st_flow_iter_close(st_flow_iter *it)
 {
     if (!it) return;
+    st_flow_iter_close(it->sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
 
 void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
 {
+    if (it->set) { /* the row's place in its rank's file */
+        if (it->sub) st_flow_iter_pos(it->sub, chunk_id, index);
+        else *chunk_id = 0, *index = 0;
+        return;
+    }
     *chunk_id = it->rows.row_id;
     *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
 }
@@ -2561,4 +2583,58 @@ static int set_sample_next(st_sample_iter *it, st_sample_row *out)
         out->counter = p->counter_map[out->counter];
         return 1;
     }
+}
+
+/* ---- rank sets: flows (set_flow_*) ----
+ * Each rank's flow records, per merged thread in the set's thread order, on
+ * the thread's rank with its times mapped onto rank 0's clock; ids are the
+ * program's, shared by all ranks (an out on one rank pairs with the in on
+ * another). */
+
+static int set_has_flows(st_reader *r)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        int has = st_reader_has_flows(r->parts[i].r);
+        if (has) return has;
+    }
+    return 0;
+}
+
+static int set_flow_next(st_flow_iter *it, st_flow_row *out)
+{
+    st_reader *r = it->set;
+    for (;;) {
+        if (!it->sub) {
+            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
+                return 0;
+            uint32_t t = it->next_thread++;
+            int rc = st_flow_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
+                                       INT64_MAX);
+            if (rc) return rc;
+            it->cur_thread = t;
+        }
+        const set_part *p = &r->parts[r->thread_part[it->cur_thread]];
+        int rc = st_flow_iter_next(it->sub, out);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            st_flow_iter_close(it->sub);
+            it->sub = NULL;
+            continue;
+        }
+        if ((rc = set_map(p, out->ts_ns, &out->ts_ns))) return rc;
+        if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
+        out->thread = it->cur_thread;
+        return 1;
+    }
+}
+
+int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thread_b)
+{
+    if (!r->parts || thread_a >= r->n_threads || thread_b >= r->n_threads) return 0;
+    const set_part *a = &r->parts[r->thread_part[thread_a]], *b = &r->parts[r->thread_part[thread_b]];
+    if (a == b) return 0;
+    int64_t ua = st_rank_clock_uncertainty(&a->clock), ub = st_rank_clock_uncertainty(&b->clock);
+    if (ua < 0) ua = 0;
+    if (ub < 0) ub = 0;
+    return ua > INT64_MAX - ub ? INT64_MAX : ua + ub;
 }

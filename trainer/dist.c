@@ -28,7 +28,13 @@
  * Traces: rank 0 makes the run id and broadcasts it; each rank opens its own file
  * (st_rank_path) with its rank, world size, local rank and device; clocks are measured against
  * rank 0's by ping-pong (CLOCK_PROBES exchanges, st_clock_estimate) after open and before
- * close. */
+ * close.
+ *
+ * Flows: the ids of the single-process trainer (pipeline.c), global batch index << 16 | hop,
+ * unique across the run's ranks since every global batch has one owner: loader -> target
+ * (hop 0) inside the target rank, target -> drafter (hop 2) across ranks, st_flow_out as the
+ * target hands the item to MPI (first thing in its send), st_flow_in on the drafter rank
+ * right after its queue_wait. */
 #include "dist.h"
 
 #include <errno.h>
@@ -136,6 +142,9 @@ const char *tr_dist_version_note(void)
 #include "layout.h"
 #include "queue.h"
 #include "stagetrace.h"
+
+enum { HOP_BATCH = 0, HOP_HIDDEN = 2 }; /* as in pipeline.c: loader->target, ->drafter */
+static uint64_t flow_id(uint64_t batch_index, int hop) { return batch_index << 16 | (uint64_t)hop; }
 
 #if defined(ST_WITH_NCCL) && defined(TR_HAVE_CUDA_BACKEND) && __has_include(<nccl.h>)
 #include <nccl.h>
@@ -366,7 +375,7 @@ static void *loader_main(void *arg)
         next = g + 1;
         st_end(r->s_load);
         st_begin(r->s_queue_put);
-        int ok = tr_queue_put(&t->batch_queue, b);
+        int ok = tr_queue_put_flow(&t->batch_queue, b, flow_id(g, HOP_BATCH));
         st_end(r->s_queue_put);
         if (!ok)
             break;
@@ -431,6 +440,7 @@ static void target_run(target_side *t)
         if (!b)
             break;
         uint64_t index = b->index;
+        st_flow_in(flow_id(index, HOP_BATCH));
         st_begin(r->s_forward);
         spin_us(r->cfg.target_delay_us);
         int rc = r->be->target_forward(t->target, b, 0);
@@ -465,6 +475,7 @@ static void target_run(target_side *t)
         st_end(r->s_queue_put);
         uint64_t header[3] = {index, t->slot.n_tokens, (uint64_t)r->index};
         st_begin(r->s_send);
+        st_flow_out(flow_id(index, HOP_HIDDEN));
         MPI_Request reqs[3];
         MPI_Isend(header, 3, MPI_UINT64_T, peer, TAG_HEADER, r->comm, &reqs[0]);
         MPI_Isend(t->slot.taps_bf16, (int)tb, MPI_BYTE, peer, TAG_TAPS, r->comm, &reqs[1]);
@@ -667,6 +678,7 @@ static void drafter_run(drafter_side *d)
         st_end(r->s_queue_wait);
         if (!h)
             break;
+        st_flow_in(flow_id(h->batch_index, HOP_HIDDEN));
         st_begin(r->s_h2d);
         int rc = be->drafter_h2d(d->drafter, h);
         st_end(r->s_h2d);

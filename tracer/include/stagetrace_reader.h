@@ -146,7 +146,8 @@ ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
  * counters one per name; its meta the first reader's; its step marks the
  * first reader's, mapped. Every time its iterators and functions give is
  * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
- * ST_ECORRUPT). GPU records are not merged: a set has none
+ * ST_ECORRUPT). Flow records are merged (per set thread, mapped; see
+ * st_reader_flow_slack). GPU records are not merged: a set has none
  * (st_reader_has_gpu 0, no devices; the GPU iterators refuse it), and
  * st_reader_db gives the first reader's connection. */
 ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
@@ -344,6 +345,12 @@ ST_API int st_reader_has_flows(st_reader *r); /* 1: flow_chunks holds rows; 0; <
 ST_API int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t t0_ns, int64_t t1_ns);
 ST_API int st_flow_iter_next(st_flow_iter *it, st_flow_row *out); /* 1, 0 = done, <0 error */
 ST_API void st_flow_iter_close(st_flow_iter *it);
+/* A rank set's flows are every rank's, threads as the set numbers them,
+ * times mapped onto rank 0's clock. How far an in on thread_b may map before
+ * an out on thread_a and still be the same handoff: 0 in a file or when both
+ * threads are on one rank; otherwise the sum of the two ranks' clock
+ * uncertainties (st_rank_clock_uncertainty). */
+ST_API int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thread_b);
 
 /* Where the row an iterator's last next() returned is stored: the id of its
  * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
