@@ -329,7 +329,7 @@ static void write_untraced_calls(chrome *c)
 
 /* Flow from a launching call to its GPU record (Kineto's "ac2g" arrows). */
 typedef struct flow {
-    uint32_t correlation;
+    int64_t id; /* the correlation id; on a set, rank << 32 | correlation (ids are per rank) */
     int32_t device;
     int64_t thread, launch_ns, tid, start_ns;
 } flow;
@@ -337,7 +337,7 @@ typedef struct flow {
 static int flow_cmp(const void *pa, const void *pb)
 {
     const flow *a = pa, *b = pb;
-    if (a->correlation != b->correlation) return a->correlation < b->correlation ? -1 : 1;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
     if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
     return (a->device > b->device) - (a->device < b->device);
 }
@@ -358,6 +358,10 @@ static int sync_cmp(const void *pa, const void *pb)
 
 #define CONTEXT_STREAM 4294967295u /* CUPTI's stream id of a context-wide synchronization */
 #define GPU_PID_BASE 1000000
+/* A set's process order: rank r's at r * SET_SORT_STRIDE, its device d's at
+ * r * SET_SORT_STRIDE + 1 + d. */
+#define SET_SORT_STRIDE (ST_SET_DEVICE_STRIDE + 1)
+static void process_meta(chrome *c, long long pid, const char *label, int64_t sort_index, int first);
 
 static const char *sync_name(uint32_t type)
 {
@@ -554,7 +558,16 @@ static int chrome_gpu_tracks(chrome *c)
         if (done) break;
         device = g.device;
         int64_t pid = GPU_PID_BASE + (int64_t)g.device;
-        if (g.device != last_device) {
+        if (g.device != last_device && c->rank_pid) {
+            /* a set: "GPU d (rank r)", sorted right after rank r's process */
+            int32_t rk = g.device / ST_SET_DEVICE_STRIDE, d = g.device % ST_SET_DEVICE_STRIDE;
+            char label[64];
+            snprintf(label, sizeof label, "GPU %d (rank %d)", (int)d, (int)rk);
+            process_meta(c, pid, label, (int64_t)rk * SET_SORT_STRIDE + 1 + d, 0);
+            last_device = g.device;
+            last_stream = -1;
+            max_stream = -1;
+        } else if (g.device != last_device) {
             put_lit(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
             put_i64(f, pid);
             put_lit(f, ",\"tid\":0,\"args\":{\"name\":\"GPU ");
@@ -644,7 +657,9 @@ static int chrome_gpu_tracks(chrome *c)
                 }
                 c->flows = nf;
             }
-            c->flows[c->n_flows++] = (flow){g.rec.correlation, g.device, g.thread, g.launch_ns, g.stream, start};
+            int64_t scope = c->rank_pid ? g.device / ST_SET_DEVICE_STRIDE : 0;
+            c->flows[c->n_flows++] = (flow){scope << 32 | g.rec.correlation, g.device, g.thread, g.launch_ns, g.stream,
+                                            start};
         }
     }
     st_gpu_iter_close(it);
@@ -655,9 +670,9 @@ static int chrome_gpu_tracks(chrome *c)
     if (c->n_flows) qsort(c->flows, c->n_flows, sizeof *c->flows, flow_cmp);
     for (size_t i = 0; i < c->n_flows; i++) {
         const flow *fl = &c->flows[i];
-        if (i && fl->correlation == c->flows[i - 1].correlation) continue;
+        if (i && fl->id == c->flows[i - 1].id) continue;
         put_lit(f, ",\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"s\",\"id\":");
-        put_i64(f, fl->correlation);
+        put_i64(f, fl->id);
         put_lit(f, ",\"pid\":");
         put_i64(f, pid_of(c, fl->thread));
         put_lit(f, ",\"tid\":");
@@ -665,7 +680,7 @@ static int chrome_gpu_tracks(chrome *c)
         put_lit(f, ",\"ts\":");
         put_us(f, fl->launch_ns - c->t->origin_ns);
         put_lit(f, "},\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
-        put_i64(f, fl->correlation);
+        put_i64(f, fl->id);
         put_lit(f, ",\"pid\":");
         put_i64(f, GPU_PID_BASE + (int64_t)fl->device);
         put_lit(f, ",\"tid\":");
@@ -839,7 +854,7 @@ static void chrome_metadata(chrome *c)
             an_trace_meta_i64(rt, "rank", &rank_i);
             const char *host = an_trace_meta(rt, "host");
             snprintf(label, sizeof label, "rank %lld (%s)", (long long)rank_i, host ? host : "?");
-            process_meta(c, c->rank_pid[k], label, rank_i, k == 0);
+            process_meta(c, c->rank_pid[k], label, rank_i * SET_SORT_STRIDE, k == 0);
         }
     } else {
         const char *program = an_trace_meta(c->t, "program");

@@ -12,7 +12,8 @@
 #include "gpu_activity.h"
 
 static const char help[] =
-    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE\n"
+    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"
     "or st_gpu_start). Six tables; kernels, copies and stages cover the whole trace,\n"
@@ -527,11 +528,11 @@ int cmd_gpu(int argc, char **argv)
         an_args_free(&a);
         return AN_EXIT_OK;
     }
-    if (!rc && a.n_pos != 1) rc = an_usage_error("gpu", a.n_pos ? "give one trace file" : "no trace file given");
+    if (!rc && a.n_pos == 0) rc = an_usage_error("gpu", "no trace file given");
     an_trace t;
     int opened = 0;
     if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
+        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
         opened = rc == AN_EXIT_OK;
     }
     sums s;

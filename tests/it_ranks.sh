@@ -71,7 +71,7 @@ procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_na
 want = {int(meta[r]["pid"]): "rank %d (%s)" % (r, meta[r]["host"]) for r in range(4)}
 assert procs == want, (procs, want)
 order = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
-assert order == {int(meta[r]["pid"]): r for r in range(4)}, order
+assert order == {int(meta[r]["pid"]): r * 1001 for r in range(4)}, order
 threads = {e["tid"]: (e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name"}
 for tid, (pid, name) in threads.items():
     r = int(name.split("/")[0][1:])
@@ -200,6 +200,53 @@ ok
 # diff of two sets, one directory each
 expect_ok diff "$A" diff plain target
 grep -q '^== diff: A = run 1700000000-500, B = run 1700000000-500' diff.out || fail "diff: $(head -2 diff.out)"
+ok
+
+# GPU records in rank files (tracegen --gpu: a kernel per step on each rank's device 0, launched 100 us
+# into the forward, correlation ids from 1 on every rank): merged on rank 0's clock, device r*1000+d
+mkdir gplain gshift
+"$GEN" --ranks gplain 4 --gpu
+"$GEN" --ranks gshift 4 --gpu --shift 2:-7000000123
+expect_ok gpu_plain "$A" gpu gplain
+expect_ok gpu_shift "$A" gpu gshift
+cmp gpu_plain.out gpu_shift.out || fail "gpu: the shifted rank's GPU records do not line up: $(diff gpu_plain.out gpu_shift.out | head)"
+ok
+for d in "     0  fwd_gemm" "  1000  fwd_gemm" "  2000  draft_gemm" "  3000  draft_gemm"; do
+    grep -Eq "^$d +20 +12.000" gpu_plain.out || fail "gpu: no row '$d': $(head -12 gpu_plain.out)"
+done
+grep -q '^  2000  r2/drafter0  forward ' gpu_plain.out || grep -q '^r2/drafter0  forward    2000 ' gpu_plain.out ||
+    fail "gpu: rank 2's kernels not launched from r2/drafter0's forward: $(cat gpu_plain.out)"
+ok
+expect_ok gpu_bn "$A" bottleneck gshift
+grep -q 'GPU 2000 busy 6.0%' gpu_bn.out || fail "bottleneck: no GPU idle split for rank 2's device: $(grep 'GPU idle' gpu_bn.out)"
+ok
+# without the offset in meta, rank 2's GPU records are 7 s away: the tables differ
+cp -r gshift gunmapped
+python3 -c "import sqlite3; c = sqlite3.connect('gunmapped/rank2.sqlite'); c.execute(\"UPDATE meta SET value = '0' WHERE key IN ('clock_offset_ns', 'clock_offset_close_ns')\"); c.commit()"
+run gpu_unmapped "$A" gpu gunmapped
+! cmp -s gpu_plain.out gpu_unmapped.out || fail "gpu: the offset in meta changes nothing"
+ok
+# export: a GPU process per rank and device, right after the rank's own; kernels where the
+# unshifted run has them; one flow per (rank, correlation)
+expect_ok gchrome "$A" export --chrome gshift.json gshift
+expect_ok gchrome_plain "$A" export --chrome gplain.json gplain
+python3 - <<'PY' || fail "chrome: per-rank GPU processes"
+import json
+ev = json.load(open("gshift.json"))["traceEvents"]
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+order = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
+for r in range(4):
+    assert procs[1000000 + 1000 * r] == "GPU 0 (rank %d)" % r, procs
+    assert order[1000000 + 1000 * r] == r * 1001 + 1, order
+    assert order[100 + r] == r * 1001, order
+kern = sorted((e["pid"], e["ts"]) for e in ev if e.get("cat") == "kernel")
+plain = sorted((e["pid"], e["ts"]) for e in json.load(open("gplain.json"))["traceEvents"] if e.get("cat") == "kernel")
+assert kern == plain and len(kern) == 80, (kern[:4], plain[:4])
+starts = [e for e in ev if e.get("cat") == "ac2g" and e["ph"] == "s"]
+assert len(starts) == 80 and len({e["id"] for e in starts}) == 80, len(starts)
+for e in starts:
+    assert e["pid"] == 100 + (e["id"] >> 32), e
+PY
 ok
 
 echo "it_ranks: $n_checks checks passed"

@@ -990,6 +990,7 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
         uint32_t s_wait = tg_stage(g, "queue_wait", "wait_input");
         uint32_t s_bwd = tg_stage(g, "backward", "work");
         uint32_t s_ar = tg_stage(g, "allreduce", "comm");
+        tg_set_os_tid_base(g, 5000 + 10 * rank);
         uint32_t th = tg_thread(g, target ? "target0" : "drafter0", target ? "target" : "drafter");
         tg_thread_at(g, th)->rank = rank;
         uint32_t main_th = 0;
@@ -1022,6 +1023,27 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
                 tg_range(g, th, s_bwd, gk + w + 1000000, gk + w + 1000000 + bw);
                 tg_range(g, th, s_ar, gk + w + 1000000 + bw, gk + 9500000);
             }
+        }
+        if (o->gpu) {
+            /* per step a kernel on device 0, launched 100 us into the thread's
+             * forward (os_tid 5000 + 10 * rank); the drafters' name has id 2,
+             * the targets' id 1; correlation ids from 1 on every rank */
+            tg_meta_int(g, "device", 0);
+            if (!target) tg_gpu_string(g, "pad");
+            tg_gpu_string(g, target ? "fwd_gemm" : "draft_gemm");
+            st_gpu_rec *k = calloc((size_t)steps + 1, sizeof *k), *api = calloc((size_t)steps + 1, sizeof *api);
+            for (int i = 0; i < steps; i++) {
+                int64_t gk = t0 + period * i - off;
+                int64_t f0 = target ? gk : gk + (o->target_bound ? 5500000 : 500000);
+                api[i] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 5000 + 10 * rank, .start_ns = f0 + 100000,
+                                      .dur_ns = 5000, .correlation = (uint32_t)i + 1};
+                k[i] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = target ? 1 : 2, .start_ns = f0 + 200000,
+                                    .dur_ns = 600000, .correlation = (uint32_t)i + 1};
+            }
+            tg_gpu_chunk(g, 0, 7, k, (size_t)steps);
+            tg_gpu_chunk(g, -1, 0, api, (size_t)steps);
+            free(k);
+            free(api);
         }
         if (killed) tg_begin(g, th, target ? s_fwd : s_wait, t0 + period * steps - off);
         if (rank == 0)

@@ -86,6 +86,7 @@ typedef struct rank_set_opts {
     int slow_rank, shift_rank, missing, killed, target_bound, extra_per_step;
     int64_t shift_ns;
     const char *run_id;
+    int gpu; /* GPU records: per step a kernel on the rank's device 0, launched in its forward */
 } rank_set_opts;
 void write_rank_set(const char *dir, const rank_set_opts *o);
 

@@ -1669,9 +1669,11 @@ const char *st_gpu_mem_name(uint32_t mem)
     return mem <= ST_MEM_OTHER ? n[mem] : "other";
 }
 
+static int set_gpu_has(st_reader *r);
+
 int st_reader_has_gpu(st_reader *r)
 {
-    if (r->parts) return 0; /* a rank set's GPU records are not merged */
+    if (r->parts) return set_gpu_has(r);
     int ok = is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : 0;
     sqlite3_stmt *st;
@@ -1710,6 +1712,11 @@ struct st_gpu_iter {
     size_t api_cap, api_len;
     thread_ranges *tr; /* [thread index] */
     int api_mode;      /* st_gpu_api_iter_open: the API calls only */
+    /* a rank set's (set_gpu_*): each part's iterator (kept open until close,
+     * so that names stay valid), the part being read, the device asked */
+    st_gpu_iter **sub;
+    uint32_t part;
+    int64_t want_device;
 };
 
 /* Columns of a gpu_chunks row checked as it is read (the query returns
@@ -1979,13 +1986,13 @@ static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
     return -1;
 }
 
+static int set_gpu_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode);
+static int set_gpu_next(st_gpu_iter *it, st_gpu_row *out);
+
 static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
 {
-    if (r->parts) {
-        *out = NULL;
-        return st_set_error(ST_EINVAL, "the GPU records of a rank set are not read");
-    }
     *out = NULL;
+    if (r->parts) return set_gpu_open(out, r, device, t0, t1, api_mode);
     st_gpu_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
     it->r = r;
@@ -2051,6 +2058,7 @@ static int gpu_thread_at(st_gpu_iter *it, int64_t os_tid, int64_t ts, st_gpu_row
 
 int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
 {
+    if (it->sub) return set_gpu_next(it, out);
     if (!it->st) return 0;
     for (;;) {
         if (!it->in_chunk) {
@@ -2113,6 +2121,8 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
 void st_gpu_iter_close(st_gpu_iter *it)
 {
     if (!it) return;
+    for (uint32_t i = 0; it->sub && i < it->r->n_parts; i++) st_gpu_iter_close(it->sub[i]);
+    free(it->sub);
     sqlite3_finalize(it->st);
     for (uint32_t i = 0; i < it->n_names; i++) free(it->names[i]);
     free(it->names);
@@ -2156,6 +2166,7 @@ void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *i
 
 void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
 {
+    if (it->sub && it->part < it->r->n_parts && it->sub[it->part]) it = it->sub[it->part]; /* the rank's file */
     *chunk_id = it->row_id;
     *index = (uint32_t)it->n_items - it->cur.remaining - 1;
 }
@@ -2213,13 +2224,14 @@ int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32
                         n);
 }
 
+static int set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
+static int set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
+static int set_gpu_span(st_reader *r, st_gpu_headers *out);
+static int set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+
 int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
-    if (r->parts) {
-        *out = NULL;
-        *n = 0;
-        return ST_OK;
-    }
+    if (r->parts) return set_gpu_records_per_device(r, out, n);
     return chunk_counts(r, "gpu_chunks",
                         "SELECT device, sum(max(n_records, 0)) FROM main.gpu_chunks GROUP BY device ORDER BY device", 1,
                         out, n);
@@ -2229,7 +2241,7 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
-    if (r->parts) return ST_OK;
+    if (r->parts) return set_gpu_devices(r, out, n);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(r->db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1,
                            &st, NULL) != SQLITE_OK)
@@ -2261,7 +2273,7 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->parts) return ST_OK;
+    if (r->parts) return set_gpu_span(r, out);
     int ok = is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
     sqlite3_stmt *st;
@@ -2287,7 +2299,7 @@ int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->parts) return ST_OK;
+    if (r->parts) return set_gpu_headers(r, device, t0_ns, t1_ns, out);
     sqlite3_stmt *st;
     /* ?1 is bound either way; "device < 0" leaves it unused */
     const char *sql = device < 0 ? "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE "
@@ -2637,4 +2649,225 @@ int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thr
     if (ua < 0) ua = 0;
     if (ub < 0) ub = 0;
     return ua > INT64_MAX - ub ? INT64_MAX : ua + ub;
+}
+
+/* ---- a rank set's GPU records (docs/analyze.md, "Rank sets") ----
+ * Each rank's records read by its own reader, times mapped as its ranges
+ * are (set_map), device d of rank r numbered r * ST_SET_DEVICE_STRIDE + d,
+ * launching threads and stages the set's; API calls keep device -1. */
+
+/* A device of part p as the set numbers it. */
+static int set_gpu_device(const set_part *p, int64_t d, int32_t *out)
+{
+    if (d < 0) {
+        *out = -1;
+        return ST_OK;
+    }
+    if (d >= ST_SET_DEVICE_STRIDE || p->rank < 0 ||
+        (int64_t)p->rank * ST_SET_DEVICE_STRIDE + d > INT32_MAX)
+        return st_set_error(ST_ECORRUPT, "rank %d: GPU device %lld cannot be numbered in a rank set (devices 0..%d of ranks 0..%d)",
+                            p->rank, (long long)d, ST_SET_DEVICE_STRIDE - 1, INT32_MAX / ST_SET_DEVICE_STRIDE - 1);
+    *out = (int32_t)((int64_t)p->rank * ST_SET_DEVICE_STRIDE + d);
+    return ST_OK;
+}
+
+/* A time on rank 0's clock back onto part p's, for the windows a part is
+ * read with (a bound widened by a few ns; the mapped records are filtered
+ * exactly). The map is t + offset (+ drift), so a few fixed-point steps
+ * invert it; the ends of the line stay there. */
+static int64_t set_unmap(const set_part *p, int64_t m, int lower)
+{
+    if (m == INT64_MIN || m == INT64_MAX || !p->clock.has_open) return m;
+    __int128 t = (__int128)m - p->clock.offset_ns;
+    for (int k = 0; k < 4; k++) {
+        if (t <= INT64_MIN || t >= INT64_MAX) break;
+        int64_t back = 0;
+        if (st_rank_clock_map(&p->clock, (int64_t)t, &back) != ST_OK) break;
+        t += (__int128)m - back;
+    }
+    t += lower ? -16 : 16;
+    return t <= INT64_MIN ? INT64_MIN : t >= INT64_MAX ? INT64_MAX : (int64_t)t;
+}
+
+static int set_gpu_has(st_reader *r)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        int h = st_reader_has_gpu(r->parts[i].r);
+        if (h) return h;
+    }
+    return 0;
+}
+
+static int set_gpu_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
+{
+    st_gpu_iter *it = calloc(1, sizeof *it);
+    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->r = r;
+    it->t0 = t0;
+    it->t1 = t1;
+    it->api_mode = api_mode;
+    it->want_device = device;
+    it->sub = calloc(r->n_parts ? r->n_parts : 1, sizeof *it->sub);
+    it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
+    if (!it->sub || !it->tr) {
+        st_gpu_iter_close(it);
+        return st_set_error(ST_ENOMEM, "out of memory");
+    }
+    *out = it;
+    return ST_OK;
+}
+
+/* The part's device asked for: -1 all, -2 none of this part's. */
+static int64_t set_gpu_local_device(const st_gpu_iter *it, const set_part *p)
+{
+    if (it->want_device < 0) return -1;
+    if (p->rank < 0 || it->want_device / ST_SET_DEVICE_STRIDE != p->rank) return -2;
+    return it->want_device % ST_SET_DEVICE_STRIDE;
+}
+
+static int set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
+{
+    st_reader *r = it->r;
+    while (it->part < r->n_parts) {
+        const set_part *p = &r->parts[it->part];
+        st_gpu_iter **sub = &it->sub[it->part];
+        int64_t dev = set_gpu_local_device(it, p);
+        if (dev == -2) {
+            it->part++;
+            continue;
+        }
+        int rc;
+        if (!*sub) {
+            int64_t a = set_unmap(p, it->t0, 1), b = set_unmap(p, it->t1, 0);
+            rc = gpu_iter_open(sub, p->r, dev, a, b, it->api_mode);
+            if (rc) return rc;
+        }
+        rc = st_gpu_iter_next(*sub, out);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            it->part++; /* its iterator stays open: the names it gave stay valid */
+            continue;
+        }
+        int64_t start, end;
+        if ((rc = set_map(p, out->rec.start_ns, &start)) ||
+            (rc = set_map(p, out->rec.start_ns + (out->rec.dur_ns > 0 ? out->rec.dur_ns : 0), &end)))
+            return rc;
+        int64_t dur = out->rec.dur_ns > 0 ? end - start : out->rec.dur_ns;
+        if (start >= it->t1) continue;
+        int64_t e = start + (dur > 0 ? dur : 0);
+        if (e < it->t0 || (e == it->t0 && dur != 0)) continue;
+        out->rec.start_ns = start;
+        out->rec.dur_ns = dur;
+        int32_t d;
+        if ((rc = set_gpu_device(p, out->device, &d))) return rc;
+        out->device = d;
+        if (out->launch_ns != INT64_MIN && (rc = set_map(p, out->launch_ns, &out->launch_ns))) return rc;
+        if (out->thread >= 0) {
+            const st_thread_info *th =
+                out->thread <= UINT32_MAX ? st_reader_thread_by_id(p->r, (uint32_t)out->thread) : NULL;
+            out->thread = th ? (int64_t)p->thread_of[th - p->r->threads] : -1;
+        }
+        if (out->stage >= 0) out->stage = (uint32_t)out->stage < p->r->n_stages ? (int64_t)p->stage_map[out->stage] : -1;
+        return 1;
+    }
+    return 0;
+}
+
+static int set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    uint32_t cap = 0;
+    int64_t api = 0;
+    int has_api = 0;
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        st_chunk_count *c = NULL;
+        uint32_t nc = 0;
+        int rc = ST_OK;
+        if (is_table(r->parts[i].r->db, "gpu_chunks") > 0)
+            rc = st_reader_gpu_records_per_device(r->parts[i].r, &c, &nc);
+        for (uint32_t k = 0; !rc && k < nc; k++) {
+            if (c[k].key < 0) { /* the API calls: one row for the set, under the lowest key */
+                api = c[k].n > INT64_MAX - api ? INT64_MAX : api + c[k].n;
+                has_api = 1;
+                continue;
+            }
+            int32_t d;
+            rc = set_gpu_device(&r->parts[i], c[k].key, &d);
+            if (!rc) rc = push_count(out, n, &cap, d, c[k].n);
+        }
+        free(c);
+        if (rc) return rc;
+    }
+    if (has_api) {
+        int rc = push_count(out, n, &cap, -1, api);
+        if (rc) return rc;
+        memmove(*out + 1, *out, (*n - 1) * sizeof **out);
+        (*out)[0] = (st_chunk_count){-1, api};
+    }
+    return ST_OK;
+}
+
+static int set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
+{
+    int32_t *v = NULL;
+    uint32_t len = 0;
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        if (is_table(r->parts[i].r->db, "gpu_chunks") <= 0) continue;
+        int32_t *d = NULL;
+        uint32_t nd = 0;
+        int rc = st_reader_gpu_devices(r->parts[i].r, &d, &nd);
+        int32_t *nv = rc || !nd ? NULL : realloc(v, (len + nd) * sizeof *nv);
+        if (!rc && nd && !nv) rc = st_set_error(ST_ENOMEM, "out of memory");
+        if (nv) v = nv;
+        for (uint32_t k = 0; !rc && k < nd; k++) rc = set_gpu_device(&r->parts[i], d[k], &v[len++]);
+        free(d);
+        if (rc) {
+            free(v);
+            return rc;
+        }
+    }
+    *out = v;
+    *n = len;
+    return ST_OK;
+}
+
+static int set_gpu_span(st_reader *r, st_gpu_headers *out)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        st_gpu_headers h;
+        int rc = st_reader_gpu_span(r->parts[i].r, &h);
+        if (rc) return rc;
+        if (!h.has) continue;
+        int64_t a, b;
+        if ((rc = set_map(&r->parts[i], h.t0_ns, &a)) || (rc = set_map(&r->parts[i], h.t1_ns, &b))) return rc;
+        out->n_records = h.n_records > INT64_MAX - out->n_records ? INT64_MAX : out->n_records + h.n_records;
+        if (!out->has || a < out->t0_ns) out->t0_ns = a;
+        if (!out->has || b > out->t1_ns) out->t1_ns = b;
+        out->has = 1;
+    }
+    return ST_OK;
+}
+
+static int set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
+{
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        const set_part *p = &r->parts[i];
+        int64_t dev = device;
+        if (device >= 0) {
+            if (p->rank < 0 || device / ST_SET_DEVICE_STRIDE != p->rank) continue;
+            dev = device % ST_SET_DEVICE_STRIDE;
+        }
+        st_gpu_headers h;
+        int rc = st_reader_gpu_headers(p->r, dev, set_unmap(p, t0_ns, 1), set_unmap(p, t1_ns, 0), &h);
+        if (rc) return rc;
+        if (!h.has) continue;
+        int64_t a, b;
+        if ((rc = set_map(p, h.t0_ns, &a)) || (rc = set_map(p, h.t1_ns, &b))) return rc;
+        out->n_records = h.n_records > INT64_MAX - out->n_records ? INT64_MAX : out->n_records + h.n_records;
+        if (!out->has || a < out->t0_ns) out->t0_ns = a;
+        if (!out->has || b > out->t1_ns) out->t1_ns = b;
+        out->has = 1;
+    }
+    return ST_OK;
 }

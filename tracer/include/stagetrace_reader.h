@@ -147,9 +147,15 @@ ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
  * first reader's, mapped. Every time its iterators and functions give is
  * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
  * ST_ECORRUPT). Flow records are merged (per set thread, mapped; see
- * st_reader_flow_slack). GPU records are not merged: a set has none
- * (st_reader_has_gpu 0, no devices; the GPU iterators refuse it), and
- * st_reader_db gives the first reader's connection. */
+ * st_reader_flow_slack). GPU records are every rank's, mapped the same way: device
+ * d of rank r is device r * ST_SET_DEVICE_STRIDE + d (d 0..999, else
+ * ST_ECORRUPT; API calls keep device -1), launching thread and stage the
+ * set's; rec.correlation and rec.name are the rank's own (scoped per rank:
+ * a correlation id names one launch within a rank; the row's name is the
+ * text). Records come rank by rank (ascending), each rank's as its file
+ * gives them; a window [t0, t1) is on rank 0's clock. st_reader_db gives
+ * the first reader's connection. */
+#define ST_SET_DEVICE_STRIDE 1000
 ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
 /* A set's readers (0 for a file's reader), and where a set's thread lives. */
 ST_API uint32_t st_reader_n_parts(const st_reader *r);
