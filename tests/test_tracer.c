@@ -1487,6 +1487,7 @@ static void test_flows_recorded(void **state)
     sqlite3 *db = st_reader_db(r);
     assert_true(sql_int(db, "SELECT count(*) FROM flow_chunks WHERE thread = (SELECT id FROM threads WHERE name = 'producer')") >= 2);
     assert_int_equal(sql_int(db, "SELECT sum(n_records) FROM flow_chunks"), 2 * FLOW_N + 1);
+    uint32_t cons_id = cons->id; /* cons lives in the reader */
     st_reader_close(r);
 
     sqlite3 *conn;
@@ -1499,7 +1500,7 @@ static void test_flows_recorded(void **state)
     assert_int_equal(sql_int(conn, "SELECT count(*) FROM flows AS i JOIN flows AS o ON o.id = i.id AND o.dir = 'out' "
                                    "WHERE i.dir = 'in' AND i.ts_ns >= o.ts_ns"),
                      FLOW_N);
-    assert_int_equal(sql_intf(conn, "SELECT count(*) FROM flows WHERE thread = %u AND ts_ns >= %lld", cons->id,
+    assert_int_equal(sql_intf(conn, "SELECT count(*) FROM flows WHERE thread = %u AND ts_ns >= %lld", cons_id,
                               (long long)first_in),
                      FLOW_N);
     sqlite3_close(conn);
