@@ -140,11 +140,9 @@ const char *tr_dist_version_note(void)
 #include <time.h>
 
 #include "layout.h"
+#include "pipeline.h"
 #include "queue.h"
 #include "stagetrace.h"
-
-enum { HOP_BATCH = 0, HOP_HIDDEN = 2 }; /* as in pipeline.c: loader->target, ->drafter */
-static uint64_t flow_id(uint64_t batch_index, int hop) { return batch_index << 16 | (uint64_t)hop; }
 
 #if defined(ST_WITH_NCCL) && defined(TR_HAVE_CUDA_BACKEND) && __has_include(<nccl.h>)
 #include <nccl.h>
@@ -273,17 +271,6 @@ static int wait_all(rank_state *r, int n, MPI_Request *reqs)
     }
 }
 
-static void spin_us(long us)
-{
-    if (us <= 0)
-        return;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    do {
-        clock_gettime(CLOCK_MONOTONIC, &b);
-    } while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
-}
-
 static void maybe_die(const rank_state *r, uint64_t step)
 {
     if (r->cfg.die_step && r->rank == r->cfg.die_rank && step == (uint64_t)r->cfg.die_step) {
@@ -375,7 +362,7 @@ static void *loader_main(void *arg)
         next = g + 1;
         st_end(r->s_load);
         st_begin(r->s_queue_put);
-        int ok = tr_queue_put_flow(&t->batch_queue, b, flow_id(g, HOP_BATCH));
+        int ok = tr_queue_put_flow(&t->batch_queue, b, tr_flow_id(g, TR_HOP_BATCH));
         st_end(r->s_queue_put);
         if (!ok)
             break;
@@ -440,9 +427,9 @@ static void target_run(target_side *t)
         if (!b)
             break;
         uint64_t index = b->index;
-        st_flow_in(flow_id(index, HOP_BATCH));
+        st_flow_in(tr_flow_id(index, TR_HOP_BATCH));
         st_begin(r->s_forward);
-        spin_us(r->cfg.target_delay_us);
+        tr_spin_us(r->cfg.target_delay_us);
         int rc = r->be->target_forward(t->target, b, 0);
         st_end(r->s_forward);
         tr_queue_put(&t->batch_free, b);
@@ -475,7 +462,7 @@ static void target_run(target_side *t)
         st_end(r->s_queue_put);
         uint64_t header[3] = {index, t->slot.n_tokens, (uint64_t)r->index};
         st_begin(r->s_send);
-        st_flow_out(flow_id(index, HOP_HIDDEN));
+        st_flow_out(tr_flow_id(index, TR_HOP_HIDDEN));
         MPI_Request reqs[3];
         MPI_Isend(header, 3, MPI_UINT64_T, peer, TAG_HEADER, r->comm, &reqs[0]);
         MPI_Isend(t->slot.taps_bf16, (int)tb, MPI_BYTE, peer, TAG_TAPS, r->comm, &reqs[1]);
@@ -678,7 +665,7 @@ static void drafter_run(drafter_side *d)
         st_end(r->s_queue_wait);
         if (!h)
             break;
-        st_flow_in(flow_id(h->batch_index, HOP_HIDDEN));
+        st_flow_in(tr_flow_id(h->batch_index, TR_HOP_HIDDEN));
         st_begin(r->s_h2d);
         int rc = be->drafter_h2d(d->drafter, h);
         st_end(r->s_h2d);
@@ -689,7 +676,7 @@ static void drafter_run(drafter_side *d)
         tr_sample_anchors(d->anchors, cfg->seed, batch_index, cfg->batch, cfg->anchors,
                           cfg->seq_len, cfg->block_size);
         st_begin(r->s_forward);
-        spin_us(cfg->drafter_delay_us);
+        tr_spin_us(cfg->drafter_delay_us);
         rc = be->drafter_forward(d->drafter, d->anchors);
         st_end(r->s_forward);
         if (rc)

@@ -20,8 +20,6 @@
 /* Flows: each batch is followed from the loader to the drafter that trains on it. Every
  * handoff has its own id, batch index << 16 | hop: the producer records st_flow_out in
  * its put (tr_queue_put_flow), the consumer st_flow_in right after its pop. */
-enum { HOP_BATCH = 0, HOP_STAGING = 1, HOP_HIDDEN = 2 }; /* loader->target, target->post, ->drafter */
-static uint64_t flow_id(uint64_t batch_index, int hop) { return batch_index << 16 | (uint64_t)hop; }
 
 typedef struct target_worker {
     tr_pipeline *p;
@@ -94,8 +92,7 @@ static int stopping(tr_pipeline *p)
     return atomic_load(&p->stop);
 }
 
-/* The --*-delay-us knobs: a busy wait, so the thread looks like it computes. */
-static void spin_us(long us)
+void tr_spin_us(long us)
 {
     if (us <= 0)
         return;
@@ -133,7 +130,7 @@ static void *loader_main(void *arg)
         tr_data_next(p->data, b);
         st_end(p->s_load);
         st_begin(p->s_queue_put);
-        int ok = tr_queue_put_flow(&p->batch_queue, b, flow_id(b->index, HOP_BATCH));
+        int ok = tr_queue_put_flow(&p->batch_queue, b, tr_flow_id(b->index, TR_HOP_BATCH));
         st_end(p->s_queue_put);
         if (!ok)
             break;
@@ -164,7 +161,7 @@ static int produce_hidden(target_worker *w, int staging, tr_queue *release_stagi
         return -1;
     }
     st_begin(p->s_queue_put);
-    int ok = tr_queue_put_flow(&p->hidden_queue, h, flow_id(h->batch_index, HOP_HIDDEN));
+    int ok = tr_queue_put_flow(&p->hidden_queue, h, tr_flow_id(h->batch_index, TR_HOP_HIDDEN));
     st_end(p->s_queue_put);
     return ok ? 0 : -1;
 }
@@ -183,7 +180,7 @@ static void *target_main(void *arg)
         st_end(p->s_batch_wait);
         if (!b)
             break;
-        st_flow_in(flow_id(b->index, HOP_BATCH));
+        st_flow_in(tr_flow_id(b->index, TR_HOP_BATCH));
         uint64_t batch_index = b->index;
         int staging = 0;
         if (async) {
@@ -196,7 +193,7 @@ static void *target_main(void *arg)
             staging = (int)(intptr_t)item - 1;
         }
         st_begin(p->s_forward);
-        spin_us(p->cfg->target_delay_us);
+        tr_spin_us(p->cfg->target_delay_us);
         int rc = p->be->target_forward(w->target, b, staging);
         st_end(p->s_forward);
         tr_queue_put(&p->batch_free, b);
@@ -207,7 +204,7 @@ static void *target_main(void *arg)
         if (async) {
             w->staging_batch[staging] = batch_index; /* read by post after its pop */
             if (!tr_queue_put_flow(&w->filled, (void *)(intptr_t)(staging + 1),
-                                   flow_id(batch_index, HOP_STAGING)))
+                                   tr_flow_id(batch_index, TR_HOP_STAGING)))
                 break;
         } else if (produce_hidden(w, 0, NULL)) {
             break;
@@ -228,7 +225,7 @@ static void *post_main(void *arg)
         st_end(p->s_handoff_wait);
         if (!item)
             break;
-        st_flow_in(flow_id(w->staging_batch[(intptr_t)item - 1], HOP_STAGING));
+        st_flow_in(tr_flow_id(w->staging_batch[(intptr_t)item - 1], TR_HOP_STAGING));
         if (produce_hidden(w, (int)(intptr_t)item - 1, &w->free_staging))
             break;
     }
@@ -281,7 +278,7 @@ static void *drafter_main(void *arg)
         st_end(p->s_queue_wait);
         if (!h)
             break;
-        st_flow_in(flow_id(h->batch_index, HOP_HIDDEN));
+        st_flow_in(tr_flow_id(h->batch_index, TR_HOP_HIDDEN));
         st_begin(p->s_h2d);
         int rc = be->drafter_h2d(d, h);
         st_end(p->s_h2d);
@@ -292,7 +289,7 @@ static void *drafter_main(void *arg)
         tr_sample_anchors(w->anchors, cfg->seed, batch_index, cfg->batch, cfg->anchors,
                           cfg->seq_len, cfg->block_size);
         st_begin(p->s_forward);
-        spin_us(cfg->drafter_delay_us);
+        tr_spin_us(cfg->drafter_delay_us);
         rc = be->drafter_forward(d, w->anchors);
         st_end(p->s_forward);
         if (rc)

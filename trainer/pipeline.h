@@ -60,4 +60,13 @@ const char *tr_pipeline_error(tr_pipeline *p);
 void tr_pipeline_stop(tr_pipeline *p);
 void tr_pipeline_destroy(tr_pipeline *p);
 
+/* Flow ids (docs/tracer.md, "Flows"): batch index << 16 | hop, unique per run across every
+ * thread and rank, since each global batch has one owner. Shared by the single-process
+ * pipeline and the multi-process channel (dist.c). */
+enum { TR_HOP_BATCH = 0, TR_HOP_STAGING = 1, TR_HOP_HIDDEN = 2 }; /* loader->target, target->post, ->drafter */
+static inline uint64_t tr_flow_id(uint64_t batch_index, int hop) { return batch_index << 16 | (uint64_t)hop; }
+
+/* The --*-delay-us knobs: a busy wait, so the thread looks like it computes. */
+void tr_spin_us(long us);
+
 #endif
