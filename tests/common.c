@@ -142,6 +142,23 @@ void assert_meta(const st_reader *r, const char *key, const char *want)
     if (!v || strcmp(v, want) != 0) fail_msg("meta %s = '%s', want '%s'", key, v ? v : "(absent)", want);
 }
 
+long long meta_ll(const st_reader *r, const char *key)
+{
+    const char *v = st_reader_meta(r, key);
+    if (!v) fail_msg("meta %s is absent", key);
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*end) fail_msg("meta %s = '%s' is not an integer", key, v);
+    return x;
+}
+
+void test_options(st_options *o, const char *path)
+{
+    st_options_init(o);
+    o->path = path;
+    o->nvtx = 0;
+}
+
 const st_thread_info *thread_named(const st_reader *r, const char *name)
 {
     for (uint32_t i = 0; i < st_reader_n_threads(r); i++)

@@ -19,6 +19,7 @@
 
 #include "st_intervals.h"
 #include "st_reader.h"
+#include "stagetrace.h"
 
 /* ---- files ---- */
 
@@ -70,6 +71,13 @@ st_reader *open_complete_trace(const char *path);
 
 /* The trace's meta value for key is want (want NULL: key is absent). */
 void assert_meta(const st_reader *r, const char *key, const char *want);
+
+/* The trace's meta value for key as an integer; fails the test when it is
+ * absent or not an integer. */
+long long meta_ll(const st_reader *r, const char *key);
+
+/* Options for a test trace at path: the library's defaults, NVTX off. */
+void test_options(st_options *o, const char *path);
 
 /* Lookups by name; NULL or -1 when the trace has none, so that a test can
  * also assert absence. */

@@ -33,23 +33,6 @@
 #include "st_testing.h"
 #include "stagetrace.h"
 
-static void options(st_options *o, const char *path)
-{
-    st_options_init(o);
-    o->path = path;
-    o->nvtx = 0;
-}
-
-static long long meta_ll(const st_reader *r, const char *key)
-{
-    const char *v = st_reader_meta(r, key);
-    if (!v) fail_msg("meta %s is absent", key);
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (*end) fail_msg("meta %s = '%s' is not an integer", key, v);
-    return x;
-}
-
 static void expect_path(const char *path, int rank, int world, const char *want)
 {
     char buf[PATH_MAX];
@@ -95,7 +78,7 @@ static void test_open_writes_rank_file(void **state)
     tmp_path(path, sizeof path, "multi.sqlite");
     snprintf(want, sizeof want, "%.*s.rank2.sqlite", (int)(strlen(path) - 7), path);
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.rank = 2;
     o.world_size = 3;
     o.local_rank = 1;
@@ -118,7 +101,7 @@ static void test_open_writes_rank_file(void **state)
 
     /* defaults: local rank 0, no device, a run id of its own */
     tmp_path(path, sizeof path, "single.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&t, &o), ST_OK);
     assert_string_equal(st_path(t), path);
     assert_int_equal(st_close(t), ST_OK);
@@ -143,7 +126,7 @@ static void test_open_refuses_bad_identity(void **state)
                              "12345678901234567890123456789012345678901234567890123456789012345"};
     for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
         st_options o;
-        options(&o, path);
+        test_options(&o, path);
         o.run_id = bad_ids[i];
         st_trace *t = NULL;
         if (st_open(&t, &o) != ST_EINVAL) fail_msg("run id '%s' was accepted", bad_ids[i]);
@@ -152,21 +135,21 @@ static void test_open_refuses_bad_identity(void **state)
         assert_null(strchr(st_last_error(), '\n'));
     }
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.run_id = "1234567890123456789012345678901234567890123456789012345678901234"; /* 64: fine */
     st_trace *t;
     assert_int_equal(st_open(&t, &o), ST_OK);
     assert_int_equal(st_close(t), ST_OK);
     remove_trace_files(path);
-    options(&o, path);
+    test_options(&o, path);
     o.local_rank = -1;
     assert_int_equal(st_open(&t, &o), ST_EINVAL);
     assert_non_null(strstr(st_last_error(), "local rank -1"));
-    options(&o, path);
+    test_options(&o, path);
     o.device = -2;
     assert_int_equal(st_open(&t, &o), ST_EINVAL);
     assert_non_null(strstr(st_last_error(), "device -2"));
-    options(&o, path);
+    test_options(&o, path);
     o.rank = 0;
     o.world_size = 2;
     o.path = "/nonexistent-dir-for-ranks/";
@@ -215,7 +198,7 @@ static void test_clock_sync_meta(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "sync.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     st_trace *t;
     assert_int_equal(st_open(&t, &o), ST_OK);
     st_clock_sync open_sync = {1000000, -5000000000LL, 1234};
@@ -247,7 +230,7 @@ static void test_clock_sync_meta(void **state)
 
     /* a close measurement not after the open one: no drift */
     remove_trace_files(path);
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&t, &o), ST_OK);
     st_clock_sync later = {500, 0, 0}, earlier = {400, 10, 0};
     assert_int_equal(st_clock_sync_record(t, ST_CLOCK_AT_OPEN, &later), ST_OK);
@@ -259,7 +242,7 @@ static void test_clock_sync_meta(void **state)
     st_reader_close(r);
 
     /* a disabled trace takes the call and records nothing */
-    options(&o, NULL);
+    test_options(&o, NULL);
     o.enabled = 0;
     assert_int_equal(st_open(&t, &o), ST_OK);
     assert_int_equal(st_clock_sync_record(t, ST_CLOCK_AT_OPEN, &later), ST_OK);
@@ -275,7 +258,7 @@ static long long shifted_start(const char *spec, int rank, int clock, const char
     tmp_path(path, sizeof path, name);
     setenv("ST_TEST_CLOCK_SHIFT_NS", spec, 1);
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.clock = clock;
     o.rank = rank;
     o.world_size = 1 + rank;
@@ -327,7 +310,7 @@ static void test_clock_shift_for_tests(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "noshift.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     int64_t before = st_clock_mono_ns();
     st_trace *t;
     assert_int_equal(st_open(&t, &o), ST_OK);
@@ -339,7 +322,7 @@ static void test_clock_shift_for_tests(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("ST_TEST_CLOCK_SHIFT_NS", bad[i], 1);
         remove_trace_files(path);
-        options(&o, path);
+        test_options(&o, path);
         t = NULL;
         if (st_open(&t, &o) != ST_EINVAL) fail_msg("ST_TEST_CLOCK_SHIFT_NS='%s' was accepted", bad[i]);
         assert_null(t);

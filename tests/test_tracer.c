@@ -76,23 +76,6 @@ static void assert_error_line(const char *needle)
     if (!strstr(msg, needle)) fail_msg("error message '%s' does not mention '%s'", msg, needle);
 }
 
-static void options(st_options *o, const char *path)
-{
-    st_options_init(o);
-    o->path = path;
-    o->nvtx = 0;
-}
-
-static long long meta_ll(const st_reader *r, const char *key)
-{
-    const char *v = st_reader_meta(r, key);
-    if (!v) fail_msg("meta %s is absent", key);
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (*end) fail_msg("meta %s = '%s' is not an integer", key, v);
-    return x;
-}
-
 /* ---- rings: everything arrives, once, in order ---- */
 
 #define RING_THREADS 4
@@ -160,7 +143,7 @@ static void test_rings_every_event_once_in_order(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "rings.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = 1024;
     o.block_when_full = 1;
     o.commit_ms = 20;
@@ -349,7 +332,7 @@ static void check_drops(int nested, uint32_t ring_records)
     snprintf(file, sizeof file, "drops-%s-%u.sqlite", nested ? "nested" : "flat", ring_records);
     tmp_path(path, sizeof path, file);
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = ring_records;
     o.block_when_full = 0;
     o.commit_ms = 10;
@@ -459,7 +442,7 @@ static void test_dropped_counts_live(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "dropped-live.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = 64;
     o.block_when_full = 0;
     o.commit_ms = 60000;
@@ -504,7 +487,7 @@ static void test_nesting_beyond_256(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "deep.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = 1024;
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
@@ -554,7 +537,7 @@ static void test_blocking_ring_deeper_than_ring(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "deep-blocking.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = 64;
     o.block_when_full = 1;
     st_trace *trace;
@@ -591,7 +574,7 @@ static void test_open_unwritable_paths(void **state)
 
     /* In a directory that does not exist. */
     snprintf(path, sizeof path, "%s/no-such-dir/x.sqlite", tmp_dir);
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&trace, &o), ST_EIO);
     assert_null(trace);
     assert_error_line(path);
@@ -601,7 +584,7 @@ static void test_open_unwritable_paths(void **state)
     assert_false(exists(dir));
 
     /* Under /proc, where nothing can be created, even by root. */
-    options(&o, "/proc/nonexistent/x.sqlite");
+    test_options(&o, "/proc/nonexistent/x.sqlite");
     assert_int_equal(st_open(&trace, &o), ST_EIO);
     assert_error_line("/proc/nonexistent/x.sqlite");
     assert_no_trace_files("/proc/nonexistent/x.sqlite");
@@ -617,7 +600,7 @@ static void test_open_unwritable_paths(void **state)
     fputs("keep me", f);
     fclose(f);
     for (int overwrite = 0; overwrite <= 1; overwrite++) {
-        options(&o, path);
+        test_options(&o, path);
         o.overwrite = overwrite;
         assert_int_equal(st_open(&trace, &o), ST_EINVAL);
         assert_null(trace);
@@ -633,7 +616,7 @@ static void test_open_unwritable_paths(void **state)
     }
     /* Nothing stayed open: a good path works now. */
     tmp_path(path, sizeof path, "after-bad-paths.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&trace, &o), ST_OK);
     assert_int_equal(st_close(trace), ST_OK);
 }
@@ -650,7 +633,7 @@ static void test_open_existing_file(void **state)
     fclose(f);
 
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_EEXIST);
     assert_null(trace);
@@ -717,7 +700,7 @@ static void child_run(const char *path, int overwrite, int start_fd, int result_
     char c;
     if (start_fd >= 0 && read(start_fd, &c, 1) != 1) _exit(90);
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.overwrite = overwrite;
     o.program = "lock_child";
     st_trace *t = NULL;
@@ -868,7 +851,7 @@ static void test_open_live_trace(void **state)
     }
     /* In this process too (a process of its own for the library). */
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.overwrite = 1;
     st_trace *t = (st_trace *)&o;
     assert_int_equal(st_open(&t, &o), ST_EBUSY);
@@ -910,7 +893,7 @@ static void test_open_not_regular(void **state)
     assert_int_equal(mkfifo(path, 0644), 0);
     for (int overwrite = 0; overwrite <= 1; overwrite++) {
         st_options o;
-        options(&o, path);
+        test_options(&o, path);
         o.overwrite = overwrite;
         st_trace *t;
         assert_int_equal(st_open(&t, &o), ST_EINVAL);
@@ -966,7 +949,7 @@ static void test_open_bad_options(void **state)
     tmp_path(path, sizeof path, "bad-options.sqlite");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         st_options o;
-        options(&o, path);
+        test_options(&o, path);
         cases[i].set(&o);
         st_trace *trace = (st_trace *)&o;
         int rc = st_open(&trace, &o);
@@ -979,7 +962,7 @@ static void test_open_bad_options(void **state)
     st_trace *trace;
     assert_int_equal(st_open(&trace, NULL), ST_EINVAL);
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(NULL, &o), ST_EINVAL);
     assert_no_trace_files(path);
     /* The boundaries themselves are fine. */
@@ -1007,10 +990,10 @@ static void test_second_open_fails(void **state)
     tmp_path(first, sizeof first, "first.sqlite");
     tmp_path(second, sizeof second, "second.sqlite");
     st_options o;
-    options(&o, first);
+    test_options(&o, first);
     st_trace *a, *b = (st_trace *)&o;
     assert_int_equal(st_open(&a, &o), ST_OK);
-    options(&o, second);
+    test_options(&o, second);
     assert_int_equal(st_open(&b, &o), ST_ESTATE);
     assert_null(b);
     assert_error_line("already open");
@@ -1036,7 +1019,7 @@ static void test_registration_errors(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "registration.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
 
@@ -1119,7 +1102,7 @@ static void test_disabled_trace(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "disabled.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     o.enabled = 0;
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
@@ -1152,7 +1135,7 @@ static void test_disabled_trace(void **state)
     o.path = NULL;
     assert_int_equal(st_open(&trace, &o), ST_OK);
     st_trace *enabled;
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&enabled, &o), ST_OK);
     assert_int_equal(st_close(enabled), ST_OK);
     assert_int_equal(st_close(trace), ST_OK);
@@ -1189,7 +1172,7 @@ static void test_unmatched_and_unregistered(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "unmatched.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
     int a = st_stage_register(trace, "a", ST_WORK);
@@ -1272,7 +1255,7 @@ static void test_unregistered_stage_id(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "stray-stage.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
     int a = st_stage_register(trace, "a", ST_WORK);
@@ -1344,7 +1327,7 @@ static void test_unregistered_calls_reported(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "unreg-log.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     unreg_log seen = {0};
     o.log = unreg_collect;
     o.log_arg = &seen;
@@ -1387,7 +1370,7 @@ static void test_unregistered_calls_reported(void **state)
 
     /* A second trace reports the main thread again; a disabled one never. */
     tmp_path(path, sizeof path, "unreg-log2.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     o.log = unreg_collect;
     o.log_arg = &seen;
     assert_int_equal(st_open(&trace, &o), ST_OK);
@@ -1428,7 +1411,7 @@ static void test_flows_recorded(void **state)
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "flows.sqlite");
     st_options o;
-    options(&o, path);
+    test_options(&o, path);
     unreg_log seen = {0};
     o.log = unreg_collect;
     o.log_arg = &seen;
@@ -1507,7 +1490,7 @@ static void test_flows_recorded(void **state)
 
     /* No flows: no table, none read. */
     tmp_path(path, sizeof path, "noflows.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     assert_int_equal(st_open(&trace, &o), ST_OK);
     assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
     st_step(0, 0);
@@ -1532,7 +1515,7 @@ static void test_signal_flush_codes(void **state)
     char path[PATH_MAX];
     st_options o;
     tmp_path(path, sizeof path, "sigflush-off.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     o.enabled = 0;
     st_trace *trace;
     assert_int_equal(st_open(&trace, &o), ST_OK);
@@ -1540,7 +1523,7 @@ static void test_signal_flush_codes(void **state)
     assert_int_equal(st_close(trace), ST_OK);
 
     tmp_path(path, sizeof path, "sigflush.sqlite");
-    options(&o, path);
+    test_options(&o, path);
     o.ring_records = 64;
     o.commit_ms = 60000;
     st__test_set_writer_delay(300000);
