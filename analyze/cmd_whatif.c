@@ -14,7 +14,7 @@
 
 static const char help[] =
     "usage: analyze whatif [--queue-depth N] [--drafters N] [--targets N] [--postprocess sync|async]\n"
-    "                      [--stage NAME=FACTORx]... [--cores X] [--other-load X] [--gpu-share on|off]\n"
+    "                      [--drafter-gpus I,J,...] [--target-gpus I,J,...] [--stage NAME=FACTORx]... [--cores X] [--other-load X] [--gpu-share on|off]\n"
     "                      [--allreduce-ms X] [--runs N] [--seed N]\n"
     "                      [--skip-steps N] [--format text|json] [--json] FILE\n"
     "\n"
@@ -31,6 +31,10 @@ static const char help[] =
     "  --queue-depth N            hidden-state queue capacity, 1..100000\n"
     "  --drafters N               drafter threads, 1..64 (all-reduced every step)\n"
     "  --targets N                target threads, 1..64\n"
+    "  --drafter-gpus I,J,...     the drafters and their devices, one id (0..999) per thread,\n"
+    "                             as the trainer's flag (0,0: two drafters on GPU 0); sets\n"
+    "                             --drafters; cuda traces\n"
+    "  --target-gpus I,J,...      the same for the targets; sets --targets\n"
     "  --postprocess sync|async   postprocess on the target thread, or on a post thread per target\n"
     "  --stage NAME=FACTORx       the stage's time (with the stages nested in it) times FACTOR\n"
     "                             (0 < FACTOR <= 1000; the x is optional); repeat for more stages\n"
@@ -55,7 +59,7 @@ static const char help[] =
 
 enum {
     OPT_QUEUE = 1, OPT_DRAFTERS, OPT_TARGETS, OPT_POST, OPT_STAGE, OPT_CORES, OPT_ALLREDUCE, OPT_RUNS, OPT_SEED,
-    OPT_SKIP, OPT_JSON, OPT_OTHERS, OPT_GPU_SHARE
+    OPT_SKIP, OPT_JSON, OPT_OTHERS, OPT_GPU_SHARE, OPT_DRAFTER_GPUS, OPT_TARGET_GPUS
 };
 
 static const an_opt opts[] = {
@@ -63,6 +67,7 @@ static const an_opt opts[] = {
     {"postprocess", 1, OPT_POST},    {"stage", 1, OPT_STAGE},       {"cores", 1, OPT_CORES},
     {"allreduce-ms", 1, OPT_ALLREDUCE}, {"runs", 1, OPT_RUNS},      {"seed", 1, OPT_SEED},
     {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS}, {"gpu-share", 1, OPT_GPU_SHARE},         {"format", 1, AN_OPT_FORMAT},
+    {"drafter-gpus", 1, OPT_DRAFTER_GPUS}, {"target-gpus", 1, OPT_TARGET_GPUS},
     {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
 
@@ -80,6 +85,36 @@ static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
     if (an_parse_u64(s, &v) || v < (uint64_t)lo || v > (uint64_t)hi)
         return an_usage_error("whatif", "%s needs a whole number from %d to %d, not '%s'", flag, lo, hi, s);
     *out = (int)v;
+    return 0;
+}
+
+/* "I,J,..." (a trailing comma allowed: "3," is device 3 alone): device ids 0..999, one per
+ * thread, repeats allowed, 1..AN_WHATIF_MAX_THREADS of them. */
+static int parse_devices(const char *flag, const char *s, int *out, int *count)
+{
+    int k = 0;
+    const char *p = s;
+    if (!strchr(s, ','))
+        return an_usage_error("whatif", "%s needs device ids separated by commas (3, for device 3 alone), not '%s'",
+                              flag, s);
+    while (*p) {
+        char num[8];
+        size_t n = strcspn(p, ",");
+        uint64_t v;
+        if (!n || n >= sizeof num) v = UINT64_MAX;
+        else {
+            memcpy(num, p, n);
+            num[n] = 0;
+            if (an_parse_u64(num, &v)) v = UINT64_MAX;
+        }
+        if (v > 999 || k == AN_WHATIF_MAX_THREADS)
+            return an_usage_error("whatif", "%s needs 1 to %d device ids from 0 to 999 separated by commas, not '%s'",
+                                  flag, AN_WHATIF_MAX_THREADS, s);
+        out[k++] = (int)v;
+        p += n;
+        if (*p == ',') p++;
+    }
+    *count = k;
     return 0;
 }
 
@@ -340,7 +375,8 @@ int cmd_whatif(int argc, char **argv)
     an_args a;
     an_format fmt = AN_FMT_TEXT;
     an_common_opts common = {help, &fmt, NULL, 0, 0};
-    an_whatif_cfg change = {0, 0, -1, 0, 0};
+    an_whatif_cfg change = {0, 0, -1, 0, 0, NULL, NULL};
+    int target_devs[AN_WHATIF_MAX_THREADS], drafter_devs[AN_WHATIF_MAX_THREADS], n_tdev = 0, n_ddev = 0;
     stage_arg stages[MAX_SCALES];
     int n_stages = 0, runs = 50, id, rc = AN_EXIT_OK;
     uint64_t seed = 1, skip = UINT32_MAX;
@@ -389,7 +425,21 @@ int cmd_whatif(int argc, char **argv)
                 rc = an_usage_error("whatif", "--skip-steps needs a number of steps, not '%s'", a.value);
             break;
         case OPT_JSON: fmt = AN_FMT_JSON; break;
+        case OPT_DRAFTER_GPUS: rc = parse_devices("--drafter-gpus", a.value, drafter_devs, &n_ddev) ? AN_EXIT_USAGE : 0; break;
+        case OPT_TARGET_GPUS: rc = parse_devices("--target-gpus", a.value, target_devs, &n_tdev) ? AN_EXIT_USAGE : 0; break;
         }
+    }
+    if (!rc && n_ddev) {
+        if (change.drafters && change.drafters != n_ddev)
+            rc = an_usage_error("whatif", "--drafters %d and --drafter-gpus (%d devices) disagree", change.drafters, n_ddev);
+        change.drafters = n_ddev;
+        change.drafter_devices = drafter_devs;
+    }
+    if (!rc && n_tdev) {
+        if (change.targets && change.targets != n_tdev)
+            rc = an_usage_error("whatif", "--targets %d and --target-gpus (%d devices) disagree", change.targets, n_tdev);
+        change.targets = n_tdev;
+        change.target_devices = target_devs;
     }
     if (common.help_shown) {
         an_args_free(&a);
@@ -434,14 +484,14 @@ int cmd_whatif(int argc, char **argv)
     prediction pr[2];
     memset(pr, 0, sizeof pr);
     int n_pr = 0;
-    char change_text[512] = "";
+    char change_text[1024] = "";
     if (!rc) {
         pr[0].name = "replay";
         pr[0].cfg = in.rec;
         an_whatif_cfg c = in.rec;
         int changed = n_stages > 0;
         size_t off = 0;
-#define NOTE(...) off += (size_t)snprintf(change_text + off, off < sizeof change_text ? sizeof change_text - off : 0, __VA_ARGS__)
+#define NOTE(...) off += (size_t)snprintf(change_text + (off < sizeof change_text ? off : sizeof change_text - 1), off < sizeof change_text ? sizeof change_text - off : 1, __VA_ARGS__)
         if (change.queue_depth && change.queue_depth != c.queue_depth) {
             NOTE("%squeue depth %d -> %d", off ? ", " : "", c.queue_depth, change.queue_depth);
             c.queue_depth = change.queue_depth;
@@ -452,10 +502,20 @@ int cmd_whatif(int argc, char **argv)
             c.drafters = change.drafters;
             changed = 1;
         }
+        if (change.drafter_devices) {
+            NOTE("%sdrafters on devices ", off ? ", " : "");
+            for (int i = 0; i < n_ddev; i++) NOTE("%s%d", i ? "," : "", drafter_devs[i]);
+            c.drafter_devices = drafter_devs;
+        }
         if (change.targets) {
             if (change.targets != c.targets) NOTE("%stargets %d -> %d", off ? ", " : "", c.targets, change.targets);
             c.targets = change.targets;
             changed = 1;
+        }
+        if (change.target_devices) {
+            NOTE("%stargets on devices ", off ? ", " : "");
+            for (int i = 0; i < n_tdev; i++) NOTE("%s%d", i ? "," : "", target_devs[i]);
+            c.target_devices = target_devs;
         }
         if (change.async >= 0) {
             if (change.async != c.async)

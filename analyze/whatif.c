@@ -705,7 +705,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     an_sim_op pop_hidden = {AN_SIM_POP, 1, dl[1][AN_WHATIF_POP_WAKEE], dl[1][AN_WHATIF_POP_WAKER], dl[1][AN_WHATIF_POP_PLAIN]};
     actors[a++] = (an_sim_actor){AN_WHATIF_LOADER, in->cuda ? -1 : 0, 2, {op(AN_SIM_WORK, D_LOAD), put_batch}};
     for (int g = 0; g < T; g++) {
-        int dev = T == in->rec.targets ? in->target_device[g] : g;
+        int dev = cfg->target_devices ? cfg->target_devices[g] : T == in->rec.targets ? in->target_device[g] : g;
         int pool = 0;
         if (in->cuda) {
             int k = 0;
@@ -729,7 +729,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
         }
     }
     for (int d = 0; d < D; d++) {
-        int dev = D == in->rec.drafters ? in->drafter_device[d] : d;
+        int dev = cfg->drafter_devices ? cfg->drafter_devices[d] : D == in->rec.drafters ? in->drafter_device[d] : d;
         int pool = 0;
         if (in->cuda) {
             int k = 0;

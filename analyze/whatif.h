@@ -24,6 +24,9 @@ enum { AN_WHATIF_PUT_WAKEE, AN_WHATIF_PUT_WAKER, AN_WHATIF_PUT_PLAIN, AN_WHATIF_
 typedef struct an_whatif_cfg {
     int targets, drafters, async;
     int queue_depth, batch_depth;
+    /* the devices of the threads (--target-gpus/--drafter-gpus I,J,...), NULL: the rule of
+     * docs/analyze.md ("The simulated pipeline") */
+    const int *target_devices, *drafter_devices;
 } an_whatif_cfg;
 
 /* A stage scaled by --stage NAME=FACTORx. */

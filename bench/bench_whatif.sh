@@ -14,7 +14,8 @@
 #
 # cpu (default): tiny preset, 300 steps; every thread shares the machine's cores, which
 # whatif models as one pool of `nproc` processors (--cores). cuda: small preset, 200 steps;
-# d2 needs two GPUs (the drafters on GPUs 0 and 1, the target on 0) and is left out on one.
+# d2 puts the second drafter on GPU 1 where there are two GPUs (the target on 0), else on GPU 0
+# beside the first (`--drafter-gpus 0,0`, predicted with the same flag: GPU 0 shared by all).
 set -u
 DEVICE=cpu BUILD=build STEPS= REPEATS=3 PRESET= CASES= OUT=
 EXTRA=()
@@ -40,7 +41,8 @@ else
     export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
     GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
     [ "${GPUS:-0}" -ge 1 ] || { echo "SKIP: no GPU"; exit 0; }
-    if [ "$GPUS" -lt 2 ]; then CASES=$(echo " $CASES " | sed 's/ d2 / /; s/^ *//; s/ *$//'); fi
+    D2_GPUS=0,1
+    [ "$GPUS" -lt 2 ] && D2_GPUS=0,0
 fi
 OUT=${OUT:-$(mktemp -d /tmp/stagetrace-whatif.XXXXXX)}
 mkdir -p "$OUT"
@@ -53,7 +55,7 @@ trainer_flags() {
     base) echo "$base" ;;
     q8) echo "$base --queue-depth 8" ;;
     q60) echo "$base --queue-depth 60" ;;
-    d2) if [ "$DEVICE" = cuda ]; then echo "$base --drafter-gpus 0,1"; else echo "$base --drafter-gpus 2"; fi ;;
+    d2) if [ "$DEVICE" = cuda ]; then echo "$base --drafter-gpus $D2_GPUS"; else echo "$base --drafter-gpus 2"; fi ;;
     async) echo "$base --postprocess async" ;;
     esac
 }
@@ -62,7 +64,7 @@ whatif_flags() {
     base) echo "" ;;
     q8) echo "--queue-depth 8" ;;
     q60) echo "--queue-depth 60" ;;
-    d2) echo "--drafters 2" ;;
+    d2) if [ "$DEVICE" = cuda ]; then echo "--drafter-gpus $D2_GPUS"; else echo "--drafters 2"; fi ;;
     async) echo "--postprocess async" ;;
     esac
 }

@@ -104,6 +104,26 @@ EOF
 expect_ok gpu_alone "$A" whatif --json --gpu-share off "$ROOT/samples/traces/h200-async.sqlite"
 python3 -c 'import json; assert json.load(open("gpu_alone.out"))["pools"] == []' || fail "--gpu-share off leaves pools"
 ok
+# --drafter-gpus: the threads and their devices; two drafters on GPU 0 share its pool, on
+# GPUs 0 and 1 they do not (a second pool)
+expect_ok gpu_d00 "$A" whatif --json --drafter-gpus 0,0 "$ROOT/samples/traces/h200-sync.sqlite"
+expect_ok gpu_d01 "$A" whatif --json --drafter-gpus 0,1 "$ROOT/samples/traces/h200-sync.sqlite"
+expect_ok gpu_d2 "$A" whatif --json --drafters 2 "$ROOT/samples/traces/h200-sync.sqlite"
+py gpu_devices <<'EOF'
+import json
+def load(n):
+    d = json.load(open(n + ".out"))
+    return {r["config"]: r for r in d["whatif"]}["changed"], [p["pool"] for p in d["pools"] if p["config"] == "changed"]
+c00, p00 = load("gpu_d00"); c01, p01 = load("gpu_d01"); c2, p2 = load("gpu_d2")
+assert c00["drafters"] == 2 and c01["drafters"] == 2, (c00, c01)
+assert p00 == ["gpu0"], p00
+assert p01 == ["gpu0", "gpu1"] and p2 == p01, (p01, p2)
+# the same seed and the same placement: --drafters 2 places them on 0 and 1, as 0,1 does
+assert c2["tokens_per_s"] == c01["tokens_per_s"], (c2, c01)
+EOF
+expect_ok gpu_d00_text "$A" whatif --drafter-gpus 0,0 --drafters 2 "$ROOT/samples/traces/h200-sync.sqlite"
+grep -q '^changed:  drafters 1 -> 2, drafters on devices 0,0$' gpu_d00_text.out || fail "d00 text: $(grep changed: gpu_d00_text.out)"
+ok
 expect_ok gpu_text "$A" whatif "$ROOT/samples/traces/h200-sync.sqlite"
 grep -q 'cuda backend, each GPU shared by its threads' gpu_text.out || fail "gpu text: $(head -1 gpu_text.out)"
 
@@ -116,7 +136,9 @@ for bad in "--queue-depth 0" "--queue-depth 100001" "--queue-depth x" "--drafter
     "--stage forward=-1x" "--stage forward=1001" "--stage forward=x" "--stage forward=0.5y" \
     "--stage nosuch=0.5x" "--stage queue_wait=0.5x" "--stage forward=0.5x --stage forward=2x" \
     "--cores 0" "--cores 5000" "--cores nan" "--other-load -1" "--allreduce-ms -2" "--runs 0" \
-    "--runs 10001" "--seed -1" "--gpu-share maybe" "--skip-steps x" "--skip-steps 200" "--format csv" "--format xml" "--bogus"; do
+    "--runs 10001" "--seed -1" "--gpu-share maybe" "--drafter-gpus 0" "--drafter-gpus 1000," \
+    "--drafter-gpus ,1" "--drafter-gpus 0,,1" "--drafter-gpus a,b" "--drafters 3 --drafter-gpus 0,0" \
+    "--target-gpus 0" "--target-gpus -1," "--skip-steps x" "--skip-steps 200" "--format csv" "--format xml" "--bogus"; do
     # shellcheck disable=SC2086
     expect_usage "bad_${bad//[^a-z0-9]/_}" "$A" whatif $bad run.sqlite
 done

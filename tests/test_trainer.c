@@ -208,9 +208,19 @@ static void test_config_devices(void **state)
     assert_int_equal(parse_args(&cfg, b, err, sizeof err), TR_CONFIG_OK);
     assert_int_equal(cfg.n_targets, 1);
     assert_int_equal(cfg.target_devices[0], 4);
-    const char *c[] = {"--drafter-gpus", "1,1", NULL};
-    assert_int_equal(parse_args(&cfg, c, err, sizeof err), TR_CONFIG_ERROR);
-    assert_non_null(strstr(err, "twice"));
+    /* a device may hold several threads of a role */
+    const char *c[] = {"--drafter-gpus", "1,1", "--target-gpus", "0,0,1", NULL};
+    assert_int_equal(parse_args(&cfg, c, err, sizeof err), TR_CONFIG_OK);
+    assert_int_equal(cfg.n_drafters, 2);
+    assert_int_equal(cfg.drafter_devices[0], 1);
+    assert_int_equal(cfg.drafter_devices[1], 1);
+    assert_int_equal(cfg.n_targets, 3);
+    assert_int_equal(cfg.target_devices[1], 0);
+    assert_int_equal(cfg.target_devices[2], 1);
+    /* a tap may not */
+    const char *t[] = {"--taps", "1,3,1", NULL};
+    assert_int_equal(parse_args(&cfg, t, err, sizeof err), TR_CONFIG_ERROR);
+    assert_string_equal(err, "--taps lists 1 twice");
 }
 
 static void test_config_trace_ring(void **state)
@@ -604,6 +614,41 @@ static void test_slow_drafter(void **state)
     free_trainer_result(&res);
 }
 
+/* Several threads of a role on one device: named by device and order. */
+static void test_shared_device_names(void **state)
+{
+    (void)state;
+    char trace[PATH_MAX];
+    tmp_path(trace, sizeof trace, "shared_names.sqlite");
+    const char *args[] = {MICRO_MODEL, "--steps", "4", "--postprocess", "async",
+                          "--target-gpus", "0,0", "--drafter-gpus", "1,1,2", "--trace", trace,
+                          NULL};
+    trainer_result res = run_trainer(args, NULL);
+    if (res.status != 0)
+        print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
+    assert_int_equal(res.status, 0);
+    st_reader *r = open_reader(trace);
+    static const struct {
+        const char *name, *role;
+        int device;
+    } expect[] = {{"target0.0", "target", 0}, {"target0.1", "target", 0},
+                  {"post0.0", "post", 0},     {"post0.1", "post", 0},
+                  {"drafter1.0", "drafter", 1}, {"drafter1.1", "drafter", 1},
+                  {"drafter2", "drafter", 2}};
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
+        const st_thread_info *t = thread_named(r, expect[i].name);
+        if (!t)
+            print_error("no thread %s\n", expect[i].name);
+        assert_non_null(t);
+        assert_string_equal(t->role, expect[i].role);
+        assert_int_equal(t->device, expect[i].device);
+    }
+    assert_null(thread_named(r, "target0"));
+    assert_null(thread_named(r, "drafter1"));
+    st_reader_close(r);
+    free_trainer_result(&res);
+}
+
 /* Slow target: the drafters wait in queue_wait; the queue stays nearly empty. */
 static void test_slow_target(void **state)
 {
@@ -830,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_data_file),
         cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_slow_drafter),
+        cmocka_unit_test(test_shared_device_names),
         cmocka_unit_test(test_slow_target),
         cmocka_unit_test(test_sigint),
         cmocka_unit_test(test_variants),

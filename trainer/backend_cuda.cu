@@ -40,7 +40,13 @@
  * Drafter gradients: all-reduced (ncclAvg, in place) over the flat fp32 gradient in buckets of
  * ALLREDUCE_BUCKET_FLOATS, in one NCCL group, on the compute stream. One communicator per
  * drafter thread, all created in-process by ncclCommInitAll at open. A single drafter skips
- * it (the pipeline does not call it). At shutdown, when every drafter issued the same number
+ * it (the pipeline does not call it). Drafters that all share one GPU (--drafter-gpus 0,0:
+ * NCCL cannot pair two ranks on one device) all-reduce without NCCL instead, on that device
+ * (shared_allreduce): each records an event after its backward and meets the others at a host
+ * barrier; each stream then waits for every drafter's event and averages its slice of the
+ * gradient (every drafter's, in rank order, so all get the same bits) into one shared buffer;
+ * a second barrier and events later, each stream copies the whole mean into its own gradient.
+ * Drafters on several GPUs with two on one are refused at open. At shutdown, when every drafter issued the same number
  * of collectives, the streams are drained and the communicators destroyed; otherwise (a run
  * stopped between two drafters' collectives) they are aborted first.
  *
@@ -70,6 +76,9 @@
 
 #include "check_cuda.h"
 #include "model_cuda.h"
+extern "C" {
+#include "queue.h"
+}
 #include "ops_cuda.h"
 #include "stagetrace.h"
 
@@ -102,8 +111,13 @@ struct tr_context {
     int n_drafters;
     tr_drafter **drafters; /* [n_drafters], set by drafter_create */
 #if TR_WITH_NCCL
-    ncclComm_t *comms;     /* [n_drafters] when n_drafters > 1 */
+    ncclComm_t *comms;     /* [n_drafters] when n_drafters > 1 on distinct devices */
 #endif
+    /* drafters all on one device (shared_allreduce): its rendezvous and the mean */
+    int shared_device;     /* 1 when n_drafters > 1 all share drafter_devices[0] */
+    int barrier_ready;
+    tr_barrier barrier;
+    float *mean;           /* device [params.n] on that device, made by the first drafter */
     std::atomic<int> aborted;
     pthread_mutex_t lock;
     int quiesced;
@@ -153,6 +167,7 @@ struct tr_drafter {
     int buf;                   /* input buffer of the current step */
     int adam_step, metrics_pending;
     std::atomic<long> n_collectives;
+    cudaEvent_t grad_done, mean_done; /* shared_allreduce's, when the drafters share a GPU */
 #if TR_WITH_NCCL
     ncclComm_t comm;
 #endif
@@ -381,6 +396,10 @@ static void cuda_close(tr_context *ctx)
 #if TR_WITH_NCCL
     free(ctx->comms);
 #endif
+    if (ctx->mean && cudaSetDevice(ctx->cfg->drafter_devices[0]) == cudaSuccess)
+        TR_WARN(cudaFree(ctx->mean));
+    if (ctx->barrier_ready)
+        tr_barrier_destroy(&ctx->barrier);
     free(ctx->drafters);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
@@ -481,6 +500,29 @@ static int open_comms(tr_context *ctx)
 #endif
     if (cfg->n_drafters < 2)
         return 0;
+    int same = 0, distinct = 1;
+    for (int i = 0; i < cfg->n_drafters; i++)
+        for (int j = 0; j < i; j++) {
+            if (cfg->drafter_devices[i] == cfg->drafter_devices[j])
+                same++;
+            else
+                distinct = 0;
+        }
+    if (same && !distinct) {
+        tr_backend_set_error("--drafter-gpus: drafters go on distinct GPUs (all-reduced with "
+                             "NCCL) or all on one GPU, not two on one GPU and others elsewhere");
+        return -1;
+    }
+    if (same) {
+        /* all on one GPU: NCCL cannot pair two ranks on one device; shared_allreduce */
+        if (tr_barrier_init(&ctx->barrier, cfg->n_drafters)) {
+            tr_backend_set_error("cannot create the drafters' barrier");
+            return -1;
+        }
+        ctx->barrier_ready = 1;
+        ctx->shared_device = 1;
+        return 0;
+    }
 #if TR_WITH_NCCL
     ctx->comms = (ncclComm_t *)calloc((size_t)cfg->n_drafters, sizeof *ctx->comms);
     if (!ctx->comms) {
@@ -555,6 +597,8 @@ static int cuda_open(tr_context **out, const tr_config *cfg)
 static void cuda_abort(tr_context *ctx)
 {
     ctx->aborted.store(1);
+    if (ctx->barrier_ready)
+        tr_barrier_abort(&ctx->barrier);
 }
 
 static void cuda_profiler(tr_context *ctx, int on)
@@ -887,6 +931,10 @@ static void drafter_release(tr_drafter *d)
             if (d->inputs_free[b])
                 cudaEventDestroy(d->inputs_free[b]);
         }
+        if (d->grad_done)
+            cudaEventDestroy(d->grad_done);
+        if (d->mean_done)
+            cudaEventDestroy(d->mean_done);
         tm_drafter_ws_free(&d->ws);
         tm_drafter_params_free(&d->params);
         kc_blas_destroy(d->blas);
@@ -943,6 +991,16 @@ static int drafter_setup(tr_context *ctx, tr_drafter *d)
                           cudaHostAllocDefault));
     TR_CUDA(cudaHostAlloc((void **)&d->stats_host, sizeof *d->stats_host, cudaHostAllocDefault));
     memset(d->stats_host, 0, sizeof *d->stats_host);
+    if (ctx->shared_device) {
+        TR_CUDA(cudaEventCreateWithFlags(&d->grad_done, cudaEventDisableTiming));
+        TR_CUDA(cudaEventCreateWithFlags(&d->mean_done, cudaEventDisableTiming));
+        pthread_mutex_lock(&ctx->lock);
+        cudaError_t e = cudaSuccess;
+        if (!ctx->mean)
+            e = cudaMalloc((void **)&ctx->mean, d->params.n * sizeof(float));
+        pthread_mutex_unlock(&ctx->lock);
+        TR_CUDA(e);
+    }
     TR_CUDA(cudaStreamSynchronize(d->stream)); /* the initialisation */
 #if TR_WITH_NCCL
     d->comm = ctx->comms ? ctx->comms[d->rank] : NULL;
@@ -1041,9 +1099,72 @@ static int cuda_drafter_backward(tr_drafter *d)
     return 0;
 }
 
+/* Every drafter's gradient pointer, by value: TR_MAX_DEVICES of them fit a kernel's
+ * parameters. */
+struct grad_ptrs {
+    const float *p[TR_MAX_DEVICES];
+};
+
+/* out[i] = the mean of in.p[0..n_in-1][i] for i in lo..hi-1, summed in rank order */
+__global__ void mean_of_grads(float *out, grad_ptrs in, int n_in, size_t lo, size_t hi,
+                              float inv)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
+        float sum = 0.0f;
+        for (int r = 0; r < n_in; r++)
+            sum += in.p[r][i];
+        out[i] = sum * inv;
+    }
+}
+
+/* The all-reduce of drafters that share one GPU (the file's header comment). */
+static int shared_allreduce(tr_drafter *d)
+{
+    tr_context *ctx = d->ctx;
+    const int n = ctx->n_drafters;
+    const size_t count = d->params.n;
+    TR_CUDA(cudaEventRecord(d->grad_done, d->stream));
+    if (tr_barrier_wait(&ctx->barrier)) {
+        tr_backend_set_error("all-reduce aborted");
+        return -1;
+    }
+    /* every drafter recorded grad_done before the barrier: the waits see this step's */
+    grad_ptrs in;
+    for (int r = 0; r < n; r++) {
+        tr_drafter *o = ctx->drafters[r];
+        in.p[r] = o->params.grads;
+        if (o != d)
+            TR_CUDA(cudaStreamWaitEvent(d->stream, o->grad_done, 0));
+    }
+    size_t per = (count + (size_t)n - 1) / (size_t)n;
+    size_t lo = per * (size_t)d->rank, hi = lo + per < count ? lo + per : count;
+    if (lo < hi) {
+        size_t blocks = (hi - lo + 255) / 256;
+        mean_of_grads<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, d->stream>>>(
+            ctx->mean, in, n, lo, hi, 1.0f / (float)n);
+        TR_CUDA(cudaGetLastError());
+    }
+    TR_CUDA(cudaEventRecord(d->mean_done, d->stream));
+    if (tr_barrier_wait(&ctx->barrier)) {
+        tr_backend_set_error("all-reduce aborted");
+        return -1;
+    }
+    for (int r = 0; r < n; r++)
+        if (ctx->drafters[r] != d)
+            TR_CUDA(cudaStreamWaitEvent(d->stream, ctx->drafters[r]->mean_done, 0));
+    /* the next step's averaging waits for every grad_done, so for this copy too */
+    TR_CUDA(cudaMemcpyAsync(d->params.grads, ctx->mean, count * sizeof(float),
+                            cudaMemcpyDeviceToDevice, d->stream));
+    d->n_collectives.fetch_add(1);
+    return 0;
+}
+
 static int cuda_drafter_allreduce(tr_drafter *d)
 {
     TR_CUDA(cudaSetDevice(d->device));
+    if (d->ctx->shared_device)
+        return shared_allreduce(d);
 #if TR_WITH_NCCL
     if (!d->comm) {
         tr_backend_set_error("internal: drafter %d has no communicator", d->rank);

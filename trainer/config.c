@@ -154,8 +154,10 @@ static int parse_seed(const char *text, uint64_t *out, char *err, size_t n)
 }
 
 /* A comma list of integers in lo..hi, distinct, at most max entries. */
-static int parse_list(const char *flag, const char *text, int lo, int hi, int max, int *out,
-                      int *count, char *err, size_t n)
+/* dup: whether a value may appear more than once (a device may hold several threads of a
+ * role; a tap may not be taken twice). */
+static int parse_list(const char *flag, const char *text, int lo, int hi, int max, int dup,
+                      int *out, int *count, char *err, size_t n)
 {
     int k = 0;
     const char *p = text;
@@ -176,7 +178,7 @@ static int parse_list(const char *flag, const char *text, int lo, int hi, int ma
             set_error(err, n, "%s lists more than %d entries", flag, max);
             return -1;
         }
-        for (int i = 0; i < k; i++)
+        for (int i = 0; i < k && !dup; i++)
             if (out[i] == v) {
                 set_error(err, n, "%s lists %ld twice", flag, v);
                 return -1;
@@ -211,7 +213,8 @@ static int parse_devices(const char *flag, const char *text, int *devices, int *
         *count = k;
         return 0;
     }
-    return parse_list(flag, text, 0, TR_MAX_DEVICES - 1, TR_MAX_DEVICES, devices, count, err, n);
+    return parse_list(flag, text, 0, TR_MAX_DEVICES - 1, TR_MAX_DEVICES, 1, devices, count, err,
+                      n);
 }
 
 /* "targets=T,drafters=D", the two keys in either order, each once. */
@@ -394,8 +397,10 @@ static void usage(FILE *f)
         "\n"
         "pipeline\n"
         "  --steps N                  optimizer steps of the drafters (default 100)\n"
-        "  --target-gpus N|I,J,...    target threads: a count, or device ids (default 1)\n"
-        "  --drafter-gpus N|I,J,...   drafter threads, all-reduced together (default 1)\n"
+        "  --target-gpus N|I,J,...    target threads: a count, or device ids, one per thread\n"
+        "                             (a device may repeat: 0,0 is two on device 0; default 1)\n"
+        "  --drafter-gpus N|I,J,...   drafter threads, all-reduced together (default 1); on\n"
+        "                             CUDA, all on distinct devices (NCCL) or all on one\n"
         "  --queue-depth N            hidden-state queue capacity (default 60)\n"
         "  --trace-gpu on|off         record kernels, copies and syncs (CUPTI) into the trace\n"
         "                             (default on when tracing with the cuda backend)\n"
@@ -461,7 +466,7 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         return parse_int("--target-layers", arg, 1, 1024, &cfg->target_layers, err, n);
     case F_TAPS:
         cfg->taps_given = 1;
-        return parse_list("--taps", arg, 0, INT_MAX, TR_MAX_TAPS, cfg->taps, &cfg->n_taps, err, n);
+        return parse_list("--taps", arg, 0, INT_MAX, TR_MAX_TAPS, 0, cfg->taps, &cfg->n_taps, err, n);
     case F_DRAFTER_LAYERS:
         return parse_int("--drafter-layers", arg, 1, 64, &cfg->drafter_layers, err, n);
     case F_DRAFTER_ATTENTION:
@@ -534,10 +539,10 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
     case F_LAYOUT:
         return parse_layout(arg, &cfg->layout_targets, &cfg->layout_drafters, err, n);
     case F_TARGET_RANKS:
-        return parse_list("--target-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS,
+        return parse_list("--target-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS, 0,
                           cfg->target_ranks, &cfg->n_target_ranks, err, n);
     case F_DRAFTER_RANKS:
-        return parse_list("--drafter-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS,
+        return parse_list("--drafter-ranks", arg, 0, TR_MAX_RANKS - 1, TR_MAX_RANKS, 0,
                           cfg->drafter_ranks, &cfg->n_drafter_ranks, err, n);
     case F_TEST_DIE_AT: return parse_die_at(arg, &cfg->die_rank, &cfg->die_step, err, n);
     }

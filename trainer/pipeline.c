@@ -24,6 +24,7 @@
 typedef struct target_worker {
     tr_pipeline *p;
     int index, device;
+    char tag[16];                  /* names its threads: target<tag>, post<tag> (thread_tag) */
     tr_target *target;
     tr_queue filled, free_staging; /* async only: staging buffers (index + 1) */
     uint64_t staging_batch[2];     /* async only: the batch each staging buffer holds */
@@ -34,6 +35,7 @@ typedef struct target_worker {
 typedef struct drafter_worker {
     tr_pipeline *p;
     int rank, device;
+    char tag[16];                  /* drafter<tag> */
     tr_drafter *drafter;
     int32_t *anchors;
     pthread_t thread;
@@ -103,13 +105,25 @@ void tr_spin_us(long us)
     } while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
 }
 
-static void register_thread(tr_pipeline *p, const char *role, int index, int device)
+/* A role's thread is named by its device ("drafter1"); where the role has several threads on
+ * one device, by the device and its order among them ("drafter0.0", "drafter0.1"). */
+static void thread_tag(char *tag, size_t n, const int *devices, int count, int i)
+{
+    int same = 0, before = 0;
+    for (int k = 0; k < count; k++) {
+        same += devices[k] == devices[i];
+        before += k < i && devices[k] == devices[i];
+    }
+    if (same > 1)
+        snprintf(tag, n, "%d.%d", devices[i], before);
+    else
+        snprintf(tag, n, "%d", devices[i]);
+}
+
+static void register_thread(tr_pipeline *p, const char *role, const char *tag, int device)
 {
     char name[32];
-    if (index >= 0)
-        snprintf(name, sizeof name, "%s%d", role, index);
-    else
-        snprintf(name, sizeof name, "%s", role);
+    snprintf(name, sizeof name, "%s%s", role, tag);
     if (p->trace)
         st_thread_register(p->trace, name, role, device, 0);
 }
@@ -119,7 +133,7 @@ static void register_thread(tr_pipeline *p, const char *role, int index, int dev
 static void *loader_main(void *arg)
 {
     tr_pipeline *p = arg;
-    register_thread(p, "loader", -1, -1);
+    register_thread(p, "loader", "", -1);
     uint64_t index = 0;
     while (!stopping(p)) {
         tr_batch *b = tr_queue_pop(&p->batch_free); /* never waits: the pool covers the queue */
@@ -156,7 +170,7 @@ static int produce_hidden(target_worker *w, int staging, tr_queue *release_stagi
     if (!h)
         return -1;
     if (rc) {
-        snprintf(who, sizeof who, "target%d", w->device);
+        snprintf(who, sizeof who, "target%s", w->tag);
         fail(p, who, tr_backend_error());
         return -1;
     }
@@ -172,8 +186,8 @@ static void *target_main(void *arg)
     tr_pipeline *p = w->p;
     int async = p->cfg->postprocess_async;
     char who[32];
-    snprintf(who, sizeof who, "target%d", w->device);
-    register_thread(p, "target", w->device, w->device);
+    snprintf(who, sizeof who, "target%s", w->tag);
+    register_thread(p, "target", w->tag, w->device);
     while (!stopping(p)) {
         st_begin(p->s_batch_wait);
         tr_batch *b = tr_queue_pop(&p->batch_queue);
@@ -218,7 +232,7 @@ static void *post_main(void *arg)
 {
     target_worker *w = arg;
     tr_pipeline *p = w->p;
-    register_thread(p, "post", w->device, w->device);
+    register_thread(p, "post", w->tag, w->device);
     while (!stopping(p)) {
         st_begin(p->s_handoff_wait);
         void *item = tr_queue_pop(&w->filled);
@@ -268,8 +282,8 @@ static void *drafter_main(void *arg)
     const tr_backend *be = p->be;
     tr_drafter *d = w->drafter;
     char who[32];
-    snprintf(who, sizeof who, "drafter%d", w->device);
-    register_thread(p, "drafter", w->device, w->device);
+    snprintf(who, sizeof who, "drafter%s", w->tag);
+    register_thread(p, "drafter", w->tag, w->device);
     for (uint64_t step = 1; step <= (uint64_t)cfg->steps && !stopping(p); step++) {
         tr_step_metrics m;
         memset(&m, 0, sizeof m);
@@ -432,6 +446,7 @@ int tr_pipeline_create(tr_pipeline **out, const tr_config *cfg, const tr_backend
         w->p = p;
         w->index = i;
         w->device = cfg->target_devices[i];
+        thread_tag(w->tag, sizeof w->tag, cfg->target_devices, cfg->n_targets, i);
         if (tr_queue_init(&w->filled, n_staging, -1) ||
             tr_queue_init(&w->free_staging, n_staging, -1))
             return setup_error(err, n, "out of memory");
@@ -447,6 +462,7 @@ int tr_pipeline_create(tr_pipeline **out, const tr_config *cfg, const tr_backend
         w->p = p;
         w->rank = i;
         w->device = cfg->drafter_devices[i];
+        thread_tag(w->tag, sizeof w->tag, cfg->drafter_devices, cfg->n_drafters, i);
         w->anchors = malloc((size_t)cfg->batch * cfg->anchors * sizeof *w->anchors);
         if (!w->anchors)
             return setup_error(err, n, "out of memory");

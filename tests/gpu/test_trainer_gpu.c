@@ -17,6 +17,9 @@
  *          (the batched scalar read) on the log steps only, every step marked with its tokens,
  *          the target_gpu_ms counter sampled per forward; the printed profile lines are the
  *          windows recomputed from the trace;
+ *        - two targets and two drafters all on GPU 0 (the drafters' all-reduce without NCCL),
+ *          tiny, async, 50 steps: the loss falls, the threads are named target0.0, target0.1,
+ *          post0.0, ... drafter0.1, each drafter all-reduces once per step;
  *        - co-located on GPU 0, small preset, --postprocess sync, 60 steps, --profile-steps 3-5
  *          (cudaProfilerStart/Stop without a profiler attached): the loss falls by 0.4
  *          (CPU: 5.48 -> 4.59); the target thread itself postprocesses (event_sync, d2h,
@@ -25,7 +28,8 @@
  *          devices are right;
  *        - co-located on two GPUs: targets on 0 and 1, drafters on 0 and 1 (NCCL all-reduce),
  *          tiny, async, 50 steps: the loss falls, each drafter all-reduces once per step, every
- *          step carries the tokens of both drafters.
+ *          step carries the tokens of both drafters;
+ *        - drafters on GPUs 0, 0 and 1: refused with one line (exit 1).
  * Prints "SKIP: ..." and exits 0 without a CUDA device, or with fewer GPUs than the group
  * asked for needs. Every run has a watchdog (TRAINER_TIMEOUT_S, default 300 s): a hung trainer
  * is stopped (SIGTERM, then SIGKILL) and reported with its output. NCCL_NVLS_ENABLE defaults
@@ -365,7 +369,54 @@ static void test_colocated_1gpu_sync_small(void **state)
     free_trainer_result(&res);
 }
 
+/* Two targets and two drafters all on GPU 0: the drafters all-reduce on the device without
+ * NCCL (NCCL cannot pair two ranks on one GPU). */
+static void test_shared_1gpu_two_drafters(void **state)
+{
+    (void)state;
+    char trace[PATH_MAX];
+    tmp_path(trace, sizeof trace, "shared1.sqlite");
+    const char *args[] = {"--device", "cuda", "--preset", "tiny", "--seed", "1234", "--steps",
+                          "50", "--log-every", "10", "--metrics-every", "10",
+                          "--postprocess", "async", "--target-gpus", "0,0", "--drafter-gpus",
+                          "0,0", "--trace", trace, "--overwrite", NULL};
+    trainer_result res = run_watched(args, NULL);
+    expect_success(&res);
+    expect_loss_falls(&res, 5, 0.4, 0.1);
+    st_reader *r = open_complete_trace(trace);
+    static const expect_thread expect[] = {
+        {"target0.0", "target", 0, {"batch_wait", "handoff", "forward"}},
+        {"target0.1", "target", 0, {"batch_wait", "handoff", "forward"}},
+        {"post0.0", "post", 0, {"handoff_wait", "postprocess", "d2h", "queue_put"}},
+        {"post0.1", "post", 0, {"handoff_wait", "postprocess", "d2h", "queue_put"}},
+        {"drafter0.0", "drafter", 0,
+         {"queue_wait", "h2d", "forward", "loss", "backward", "allreduce", "optimizer", "d2h"}},
+        {"drafter0.1", "drafter", 0,
+         {"queue_wait", "h2d", "forward", "loss", "backward", "allreduce", "optimizer", "d2h"}},
+    };
+    expect_threads(r, expect, sizeof expect / sizeof expect[0]);
+    assert_int_equal(thread_stage_count(r, "drafter0.0", "allreduce"), 50);
+    assert_int_equal(thread_stage_count(r, "drafter0.1", "allreduce"), 50);
+    expect_steps(r, 50, 2 * 2 * 128);
+    st_reader_close(r);
+    free_trainer_result(&res);
+}
+
 /* ---- 2 GPUs ----------------------------------------------------------------------------------- */
+
+/* Two drafters on one GPU and a third on another: neither NCCL nor the shared all-reduce;
+ * refused with one line before any step. */
+static void test_mixed_drafters_refused(void **state)
+{
+    (void)state;
+    const char *args[] = {"--device", "cuda", "--preset", "tiny", "--steps", "5",
+                          "--drafter-gpus", "0,0,1", NULL};
+    trainer_result res = run_watched(args, NULL);
+    assert_int_equal(res.status, 1);
+    assert_non_null(strstr(res.err, "drafters go on distinct GPUs"));
+    free_trainer_result(&res);
+}
+
 
 static void test_split_2gpu_sync(void **state)
 {
@@ -467,10 +518,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cpu_cuda_agree_odd_sizes),
         cmocka_unit_test(test_colocated_1gpu_async),
         cmocka_unit_test(test_colocated_1gpu_sync_small),
+        cmocka_unit_test(test_shared_1gpu_two_drafters),
     };
     const struct CMUnitTest two[] = {
         cmocka_unit_test(test_split_2gpu_sync),
         cmocka_unit_test(test_colocated_2gpu_nccl),
+        cmocka_unit_test(test_mixed_drafters_refused),
     };
     int failed = 0;
     if (strcmp(group, "2gpu"))
