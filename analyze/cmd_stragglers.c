@@ -96,6 +96,111 @@ static void match_instances(an_trace *t, arrival *arr, size_t n_arr)
     qsort(arr, n_arr, sizeof *arr, cmp_instance);
 }
 
+/* One collective stage's figures: the rows of the collectives table. top is
+ * a rank index (the rank last most often; ties: the lowest index). */
+typedef struct coll_stats {
+    uint64_t instances;
+    uint32_t ranks_with, top, times_last;
+    int every;
+    int64_t mean_wait_ns, max_wait_ns;
+} coll_stats;
+
+/* One instance that two or more ranks share: its arrivals arr[first, first + m), the one that
+ * begins last, the median start, the others' mean and longest wait for it. */
+typedef struct instance_stats {
+    const arrival *first, *last;
+    uint32_t m;
+    int64_t median_start_ns, mean_wait_ns, max_wait_ns;
+} instance_stats;
+
+typedef void (*instance_fn)(void *arg, uint32_t stage, const instance_stats *in);
+
+/* The aggregation, for the command's tables and for the report alike: the stage whose arrivals
+ * begin at arr[i] (matched and sorted by match_instances), its instances handed to each_instance
+ * (when not NULL) in order, its figures in *out. last_count and starts hold n_ranks entries
+ * (scratch: an instance has at most one arrival per rank). Returns the index past the stage. */
+static size_t aggregate_stage(const arrival *arr, size_t n_arr, size_t i, uint32_t n_ranks, uint32_t *last_count,
+                              int64_t *starts, coll_stats *out, instance_fn each_instance, void *arg)
+{
+    uint32_t stage = arr[i].stage;
+    uint64_t instances = 0;
+    __int128 wait_sum = 0;
+    int64_t wait_max = 0;
+    memset(last_count, 0, n_ranks * sizeof *last_count);
+    size_t j = i;
+    while (j < n_arr && arr[j].stage == stage) {
+        size_t e = j;
+        while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step && arr[e].step == arr[j].step &&
+               arr[e].occ == arr[j].occ)
+            e++;
+        uint32_t m = (uint32_t)(e - j);
+        if (m >= 2) {
+            size_t last = j;
+            for (size_t k = j; k < e; k++) {
+                if (arr[k].start_ns > arr[last].start_ns) last = k;
+                starts[k - j] = arr[k].start_ns;
+            }
+            qsort(starts, m, sizeof *starts, cmp_i64);
+            __int128 w = 0;
+            int64_t wmax = 0;
+            for (size_t k = j; k < e; k++) {
+                int64_t d = arr[last].start_ns - arr[k].start_ns;
+                w += d;
+                if (d > wmax) wmax = d;
+            }
+            int64_t wmean = (int64_t)(w / (m - 1));
+            instances++;
+            last_count[arr[last].rank_ix]++;
+            wait_sum += wmean;
+            if (wmax > wait_max) wait_max = wmax;
+            if (each_instance) {
+                instance_stats in = {&arr[j], &arr[last], m, starts[(m - 1) / 2], wmean, wmax};
+                each_instance(arg, stage, &in);
+            }
+        }
+        j = e;
+    }
+    memset(out, 0, sizeof *out);
+    out->instances = instances;
+    if (instances) {
+        for (uint32_t k = 1; k < n_ranks; k++)
+            if (last_count[k] > last_count[out->top]) out->top = k;
+        for (uint32_t k = 0; k < n_ranks; k++) {
+            int has = 0;
+            for (size_t q = i; q < j && !has; q++) has = arr[q].rank_ix == k;
+            out->ranks_with += (uint32_t)has;
+        }
+        out->times_last = last_count[out->top];
+        out->every = out->times_last == instances;
+        out->mean_wait_ns = (int64_t)(wait_sum / (__int128)instances);
+        out->max_wait_ns = wait_max;
+    }
+    return j;
+}
+
+/* A row of the instances table. */
+typedef struct instance_rows {
+    an_table *tb;
+    st_reader *r;
+    const int *rank_of;
+} instance_rows;
+
+static void put_instance_row(void *arg, uint32_t stage, const instance_stats *in)
+{
+    instance_rows *rows = arg;
+    an_table *tb = rows->tb;
+    an_put_str(tb, st_reader_stage(rows->r, stage)->name);
+    if (in->first->has_step) an_put_int(tb, (int64_t)in->first->step);
+    else an_put_null(tb);
+    an_put_int(tb, in->first->occ);
+    an_put_int(tb, in->m);
+    an_put_int(tb, rows->rank_of[in->last->rank_ix]);
+    an_put_ns(tb, in->last->start_ns - in->median_start_ns);
+    an_put_ns(tb, in->mean_wait_ns);
+    an_put_ns(tb, in->max_wait_ns);
+    an_row_end(tb);
+}
+
 static int run(an_trace *t, an_format fmt)
 {
     st_reader *r = t->r;
@@ -177,86 +282,32 @@ static int run(an_trace *t, an_format fmt)
             it_tb = an_table_new(out, "instances", inst_cols, 8);
             if (!it_tb) goto oom_out;
         }
+        instance_rows rows = {it_tb, r, rank_of};
         for (size_t i = 0; i < n_arr;) {
             uint32_t stage = arr[i].stage;
-            uint64_t instances = 0;
-            __int128 wait_sum = 0;
-            int64_t wait_max = 0;
-            memset(last_count, 0, n_ranks * sizeof *last_count);
-            size_t j = i;
-            while (j < n_arr && arr[j].stage == stage) {
-                size_t e = j;
-                while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step &&
-                       arr[e].step == arr[j].step && arr[e].occ == arr[j].occ)
-                    e++;
-                uint32_t m = (uint32_t)(e - j);
-                if (m >= 2) {
-                    uint32_t last = (uint32_t)j;
-                    for (size_t k = j; k < e; k++) {
-                        if (arr[k].start_ns > arr[last].start_ns) last = (uint32_t)k;
-                        starts[k - j] = arr[k].start_ns;
-                    }
-                    qsort(starts, m, sizeof *starts, cmp_i64);
-                    int64_t median = starts[(m - 1) / 2];
-                    __int128 w = 0;
-                    int64_t wmax = 0;
-                    for (size_t k = j; k < e; k++) {
-                        int64_t d = arr[last].start_ns - arr[k].start_ns;
-                        w += d;
-                        if (d > wmax) wmax = d;
-                    }
-                    int64_t wmean = (int64_t)(w / (m - 1));
-                    instances++;
-                    last_count[arr[last].rank_ix]++;
-                    wait_sum += wmean;
-                    if (wmax > wait_max) wait_max = wmax;
-                    if (pass == 1) {
-                        an_put_str(it_tb, st_reader_stage(r, stage)->name);
-                        if (arr[j].has_step) an_put_int(it_tb, (int64_t)arr[j].step);
-                        else an_put_null(it_tb);
-                        an_put_int(it_tb, arr[j].occ);
-                        an_put_int(it_tb, m);
-                        an_put_int(it_tb, rank_of[arr[last].rank_ix]);
-                        an_put_ns(it_tb, arr[last].start_ns - median);
-                        an_put_ns(it_tb, wmean);
-                        an_put_ns(it_tb, wmax);
-                        an_row_end(it_tb);
-                    }
-                }
-                j = e;
-            }
-            if (pass == 0 && instances) {
-                uint32_t top = 0;
-                for (uint32_t k = 1; k < n_ranks; k++)
-                    if (last_count[k] > last_count[top]) top = k;
-                uint32_t ranks_with = 0;
-                for (uint32_t k = 0; k < n_ranks; k++) {
-                    int has = 0;
-                    for (size_t q = i; q < j && !has; q++) has = arr[q].rank_ix == k;
-                    ranks_with += (uint32_t)has;
-                }
-                int every = last_count[top] == instances;
-                int64_t mean_wait = (int64_t)(wait_sum / (__int128)instances);
+            coll_stats c;
+            i = aggregate_stage(arr, n_arr, i, n_ranks, last_count, starts, &c,
+                                pass == 1 ? put_instance_row : NULL, &rows);
+            if (pass == 0 && c.instances) {
                 an_put_str(ct, st_reader_stage(r, stage)->name);
-                an_put_int(ct, (int64_t)instances);
-                an_put_int(ct, ranks_with);
-                an_put_int(ct, rank_of[top]);
-                an_put_int(ct, last_count[top]);
-                an_put_pct(ct, 100.0 * last_count[top] / (double)instances);
-                an_put_str(ct, every ? "yes" : "no");
-                an_put_ns(ct, mean_wait);
-                an_put_ns(ct, wait_max);
+                an_put_int(ct, (int64_t)c.instances);
+                an_put_int(ct, c.ranks_with);
+                an_put_int(ct, rank_of[c.top]);
+                an_put_int(ct, c.times_last);
+                an_put_pct(ct, 100.0 * c.times_last / (double)c.instances);
+                an_put_str(ct, c.every ? "yes" : "no");
+                an_put_ns(ct, c.mean_wait_ns);
+                an_put_ns(ct, c.max_wait_ns);
                 an_row_end(ct);
                 char ms[40];
-                an_fmt_fixed(ms, mean_wait, 6, 3);
+                an_fmt_fixed(ms, c.mean_wait_ns, 6, 3);
                 if (vlen < sizeof verdict - 200)
                     vlen += (size_t)snprintf(verdict + vlen, sizeof verdict - vlen,
                                              "Straggler at %.64s: rank %d arrives last in %u of %llu instances%s; the "
                                              "others wait %s ms for it on average.\n",
-                                             st_reader_stage(r, stage)->name, rank_of[top], last_count[top],
-                                             (unsigned long long)instances, every ? " (every time)" : "", ms);
+                                             st_reader_stage(r, stage)->name, rank_of[c.top], c.times_last,
+                                             (unsigned long long)c.instances, c.every ? " (every time)" : "", ms);
             }
-            i = j;
         }
     }
     an_table_end(it_tb);
@@ -387,9 +438,10 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
     arrival *arr = NULL;
     size_t n_arr = 0, cap = 0;
     uint32_t *last_count = calloc(n_ranks ? n_ranks : 1, sizeof *last_count);
+    int64_t *starts = malloc((n_ranks ? n_ranks : 1) * sizeof *starts);
     s->ranks = calloc(n_ranks ? n_ranks : 1, sizeof *s->ranks);
     s->n_ranks = n_ranks;
-    if (!last_count || !s->ranks) goto oom;
+    if (!last_count || !starts || !s->ranks) goto oom;
     int64_t span = t->has_span && t->span_t1_ns > t->span_t0_ns ? t->span_t1_ns - t->span_t0_ns : 0;
     for (uint32_t i = 0; i < n_ranks; i++) {
         int64_t v = 0;
@@ -408,6 +460,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         if (st_range_iter_open(&it, r, (int64_t)st_reader_thread(r, th)->id, INT64_MIN, INT64_MAX) != ST_OK) {
             free(arr);
             free(last_count);
+            free(starts);
             an_stragglers_free(s);
             return an_trace_fail(t);
         }
@@ -432,6 +485,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         if (n < 0) {
             free(arr);
             free(last_count);
+            free(starts);
             an_stragglers_free(s);
             return an_trace_fail(t);
         }
@@ -440,57 +494,25 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
     match_instances(t, arr, n_arr);
     for (size_t i = 0; i < n_arr;) {
         uint32_t stage = arr[i].stage;
-        uint64_t instances = 0;
-        __int128 wait_sum = 0;
-        int64_t wait_max = 0;
-        memset(last_count, 0, n_ranks * sizeof *last_count);
-        size_t j = i;
-        while (j < n_arr && arr[j].stage == stage) {
-            size_t e = j;
-            while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step &&
-                   arr[e].step == arr[j].step && arr[e].occ == arr[j].occ)
-                e++;
-            uint32_t m = (uint32_t)(e - j);
-            if (m >= 2) {
-                size_t last = j;
-                for (size_t k = j; k < e; k++)
-                    if (arr[k].start_ns > arr[last].start_ns) last = k;
-                __int128 w = 0;
-                for (size_t k = j; k < e; k++) {
-                    int64_t d = arr[last].start_ns - arr[k].start_ns;
-                    w += d;
-                    if (d > wait_max) wait_max = d;
-                }
-                instances++;
-                last_count[arr[last].rank_ix]++;
-                wait_sum += (int64_t)(w / (m - 1));
-            }
-            j = e;
-        }
-        if (instances) {
-            uint32_t top = 0, ranks_with = 0;
-            for (uint32_t k = 1; k < n_ranks; k++)
-                if (last_count[k] > last_count[top]) top = k;
-            for (uint32_t k = 0; k < n_ranks; k++) {
-                int has = 0;
-                for (size_t q = i; q < j && !has; q++) has = arr[q].rank_ix == k;
-                ranks_with += (uint32_t)has;
-            }
+        coll_stats c;
+        i = aggregate_stage(arr, n_arr, i, n_ranks, last_count, starts, &c, NULL, NULL);
+        if (c.instances) {
             an_straggler *nc = realloc(s->coll, (s->n_coll + 1) * sizeof *nc);
             if (!nc) goto oom;
             s->coll = nc;
-            s->coll[s->n_coll++] = (an_straggler){st_reader_stage(r, stage)->name, instances, ranks_with,
-                                                  s->ranks[top].rank, last_count[top], last_count[top] == instances,
-                                                  (int64_t)(wait_sum / (__int128)instances), wait_max};
+            s->coll[s->n_coll++] = (an_straggler){st_reader_stage(r, stage)->name, c.instances, c.ranks_with,
+                                                  s->ranks[c.top].rank, c.times_last, c.every, c.mean_wait_ns,
+                                                  c.max_wait_ns};
         }
-        i = j;
     }
     free(arr);
     free(last_count);
+    free(starts);
     return AN_EXIT_OK;
 oom:
     free(arr);
     free(last_count);
+    free(starts);
     an_stragglers_free(s);
     an_error("out of memory");
     return AN_EXIT_FAIL;

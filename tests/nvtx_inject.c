@@ -11,7 +11,7 @@
  * tests/test_nvtx.c reads it back. The tool hands out its own domain and
  * string handles (small integers) and resolves them to names itself.
  *
- * Log format, version 1: a first line "# nvtx_inject log v1", then one line
+ * Log format, version 2: a first line "# nvtx_inject log v2", then one line
  * per call, in the order the calls took the mutex, fields separated by one
  * space. <tid> is the caller's gettid(). String fields are percent-encoded:
  * bytes outside 0x21..0x7e and '%' become %XX; a string that is exactly "-"
@@ -30,10 +30,10 @@
  *   name_cuda_stream <tid> <stream> <name>         stream: the handle in hex, 0x0 for NULL
  *   name_cuda_event <tid> <event> <name>
  *   name_cuda_device <tid> <device> <name>
- *   push <tid> <domain> <level> <category> <color> <msgkind> <message>
+ *   push <tid> <domain> <level> <category> <color> <msgkind> <message> <payload>
  *   pop <tid> <domain> <level>
- *   mark <tid> <domain> <category> <color> <msgkind> <message>
- *   start <tid> <domain> <range-id> <category> <color> <msgkind> <message>
+ *   mark <tid> <domain> <category> <color> <msgkind> <message> <payload>
+ *   start <tid> <domain> <range-id> <category> <color> <msgkind> <message> <payload>
  *   end <tid> <domain> <range-id>
  *
  * <level> is the nesting level, per thread and domain, of the range pushed
@@ -44,7 +44,11 @@
  * "ascii", "wide" (converted to UTF-8), "none" (no message), "badreg" (a
  * string handle the tool never handed out; message "-"), "badattr" (NULL
  * attributes, or a size or version the tool does not know; then category
- * 0, colour "-", message "-").
+ * 0, colour "-", message "-"). <payload> is "-" when none is given (and for
+ * the calls without attributes), else "<type>:<value>": "u64", "i64",
+ * "u32", "i32" with the value in decimal, "f64", "f32" with it as %.17g,
+ * "t<type>:<hex>" (the 64 payload bits) for a type the tool does not know.
+ * (Version 1 had no <payload> field.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -220,7 +224,7 @@ static int *depth_slot_locked(unsigned long tid, uintptr_t domain)
 static void attr_fields_locked(char *out, size_t out_size, const nvtxEventAttributes_t *a)
 {
     if (!a || a->size < NVTX_EVENT_ATTRIB_STRUCT_SIZE || a->version < 2 || a->version > NVTX_VERSION) {
-        snprintf(out, out_size, "0 - badattr -");
+        snprintf(out, out_size, "0 - badattr - -");
         return;
     }
     char color[32];
@@ -260,12 +264,28 @@ static void attr_fields_locked(char *out, size_t out_size, const nvtxEventAttrib
     default:
         break;
     }
-    snprintf(out, out_size, "%u %s %s %s", (unsigned)a->category, color, kind, message);
+    char payload[64];
+    switch (a->payloadType) {
+    case NVTX_PAYLOAD_UNKNOWN: snprintf(payload, sizeof payload, "-"); break;
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
+        snprintf(payload, sizeof payload, "u64:%llu", (unsigned long long)a->payload.ullValue);
+        break;
+    case NVTX_PAYLOAD_TYPE_INT64: snprintf(payload, sizeof payload, "i64:%lld", (long long)a->payload.llValue); break;
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32: snprintf(payload, sizeof payload, "u32:%u", (unsigned)a->payload.uiValue); break;
+    case NVTX_PAYLOAD_TYPE_INT32: snprintf(payload, sizeof payload, "i32:%d", (int)a->payload.iValue); break;
+    case NVTX_PAYLOAD_TYPE_DOUBLE: snprintf(payload, sizeof payload, "f64:%.17g", a->payload.dValue); break;
+    case NVTX_PAYLOAD_TYPE_FLOAT: snprintf(payload, sizeof payload, "f32:%.17g", (double)a->payload.fValue); break;
+    default:
+        snprintf(payload, sizeof payload, "t%d:%016llx", (int)a->payloadType,
+                 (unsigned long long)a->payload.ullValue);
+        break;
+    }
+    snprintf(out, out_size, "%u %s %s %s %s", (unsigned)a->category, color, kind, message, payload);
 }
 
 /* ---- the NVTX entry points the tool implements ---- */
 
-static char field_a[ENC_MAX], field_b[ENC_MAX + 64]; /* used under log_lock */
+static char field_a[ENC_MAX], field_b[ENC_MAX + 128]; /* used under log_lock */
 
 static void log_push(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *a, const char *kind_override,
                      const char *text)
@@ -278,7 +298,7 @@ static void log_push(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *a, 
     if (kind_override) {
         char enc[ENC_MAX];
         encode(enc, sizeof enc, text);
-        snprintf(field_b, sizeof field_b, "0 - %s %s", kind_override, enc);
+        snprintf(field_b, sizeof field_b, "0 - %s %s -", kind_override, enc);
     } else {
         attr_fields_locked(field_b, sizeof field_b, a);
     }
@@ -308,7 +328,7 @@ static void log_mark(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *a, 
     if (kind_override) {
         char enc[ENC_MAX];
         encode(enc, sizeof enc, text);
-        snprintf(field_b, sizeof field_b, "0 - %s %s", kind_override, enc);
+        snprintf(field_b, sizeof field_b, "0 - %s %s -", kind_override, enc);
     } else {
         attr_fields_locked(field_b, sizeof field_b, a);
     }
@@ -326,7 +346,7 @@ static nvtxRangeId_t log_start(nvtxDomainHandle_t domain, const nvtxEventAttribu
     if (kind_override) {
         char enc[ENC_MAX];
         encode(enc, sizeof enc, text);
-        snprintf(field_b, sizeof field_b, "0 - %s %s", kind_override, enc);
+        snprintf(field_b, sizeof field_b, "0 - %s %s -", kind_override, enc);
     } else {
         attr_fields_locked(field_b, sizeof field_b, a);
     }
@@ -670,7 +690,7 @@ int nvtx_inject_flush(void)
     FILE *f = fopen(tmp, "w");
     if (!f) return -1;
     pthread_mutex_lock(&log_lock);
-    int bad = fputs("# nvtx_inject log v1\n", f) < 0;
+    int bad = fputs("# nvtx_inject log v2\n", f) < 0;
     for (size_t i = 0; i < log_count && !bad; i++) bad = fprintf(f, "%s\n", log_lines[i]) < 0;
     pthread_mutex_unlock(&log_lock);
     if (fclose(f) != 0) bad = 1;

@@ -7,16 +7,20 @@
  * and NVTX_INJECT_LOG naming the file where the tool writes every NVTX call
  * it saw. The child opens a trace with program "nvtxtest", registers one
  * stage of each kind, records scripted nested ranges on the main thread and
- * on two concurrent worker threads, and closes. It marks "child:start" and
+ * on two concurrent worker threads, marks steps on the main thread (one of
+ * them rejected by the writer), and closes. It marks "child:start" and
  * "child:end" with plain NVTX calls of its own, so the tool is loaded, and
  * logs, even when the tracer makes no NVTX call at all. The parent then reads
  * the tool's log and the trace (st_reader) and compares them: one domain named
  * after the program; each stage registered once as a string and named once
  * as category id + 1; per thread, pushes and pops in the same order, stages
- * and nesting as the trace's begins and ends (and as the script); threads
- * named with their trace names and os_tid; the CUDA stream named (CUDA
- * builds); one colour per stage, the same in two runs. With options.nvtx = 0 and with options.enabled = 0 the tool
- * must see no call from the tracer.
+ * and nesting as the trace's begins and ends (and as the script); one NVTX
+ * mark per st_step call, in the domain, between the pushes and pops where
+ * the script called it, message "step <step>" and the tokens as a u64
+ * payload; threads named with their trace names and os_tid; the CUDA stream
+ * named (CUDA builds); one colour per stage, the same in two runs. With
+ * options.nvtx = 0 and with options.enabled = 0 the tool must see no call
+ * from the tracer.
  *
  * Without the NVTX headers (ST_HAVE_NVTX undefined) there is nothing to
  * test: the binary prints a "SKIP:" line and exits 0.
@@ -73,21 +77,45 @@ static const stage_spec stage_specs[] = {
 };
 #define N_STAGES (sizeof stage_specs / sizeof stage_specs[0])
 
+/* A step mark: st_step(step, tokens). stored: whether the writer keeps it
+ * (steps must increase; one that does not is counted in meta
+ * rejected_steps and left out of the trace, but was marked in NVTX all the
+ * same, when it was recorded). */
+typedef struct step_spec {
+    uint64_t step, tokens;
+    int stored;
+} step_spec;
+
 /* A script: a letter begins that stage's range, ')' ends the innermost one,
- * '|' waits for the other workers (so both threads hold open ranges while
- * the other records, and their NVTX calls interleave), '(' is only for the
- * reader's eye. Each is run `repeat` times. */
+ * '#' marks the thread's next step (from `steps`), '|' waits for the other
+ * workers (so both threads hold open ranges while the other records, and
+ * their NVTX calls interleave), '(' is only for the reader's eye. Each is
+ * run `repeat` times. */
 typedef struct thread_spec {
     const char *name, *role;
     int device;
     const char *script;
     int repeat;
+    const step_spec *steps;
+    size_t n_steps;
 } thread_spec;
 
-static const thread_spec main_spec = {"main", "main", -1, "s()", 1};
+static const step_spec main_steps[] = {
+    {0, 0, 1},
+    {1, 4096, 1},
+    {1, 7, 0}, /* not above the last step: rejected by the writer */
+    {2, 1, 1},
+    {INT64_MAX, INT64_MAX, 1}, /* the largest step a trace stores: 19 digits */
+};
+#define N_MAIN_STEPS (sizeof main_steps / sizeof main_steps[0])
+
+/* Only the main thread marks steps, so which ones the writer rejects does
+ * not depend on how the threads interleave. Marks inside ranges and
+ * between them. */
+static const thread_spec main_spec = {"main", "main", -1, "#s(#)#s(#)#", 1, main_steps, N_MAIN_STEPS};
 static const thread_spec worker_specs[] = {
-    {"target-0", "target", 0, "f(d()|s(d()))p()", 40},
-    {"drafter 1", "drafter", 1, "w()f(a(|d())s())", 40}, /* a space, to exercise the log's encoding */
+    {"target-0", "target", 0, "f(d()|s(d()))p()", 40, NULL, 0},
+    {"drafter 1", "drafter", 1, "w()f(a(|d())s())", 40, NULL, 0}, /* a space, to exercise the log's encoding */
 };
 #define N_WORKERS (sizeof worker_specs / sizeof worker_specs[0])
 
@@ -117,9 +145,16 @@ static int run_script(const thread_spec *spec)
 {
     st_stage open[64];
     int depth = 0;
+    size_t next_step = 0;
     for (int r = 0; r < spec->repeat; r++) {
         for (const char *c = spec->script; *c; c++) {
             if (*c == '(') continue;
+            if (*c == '#') {
+                if (next_step == spec->n_steps) return -1;
+                st_step(spec->steps[next_step].step, spec->steps[next_step].tokens);
+                next_step++;
+                continue;
+            }
             if (*c == '|') {
                 pthread_barrier_wait(&workers_meet);
                 continue;
@@ -135,7 +170,7 @@ static int run_script(const thread_spec *spec)
             st_begin(open[depth - 1]);
         }
     }
-    return depth == 0 ? 0 : -1;
+    return depth == 0 && next_step == spec->n_steps ? 0 : -1;
 }
 
 typedef struct worker_arg {
@@ -182,7 +217,10 @@ static int flush_tool_log(void)
     } while (0)
 
 /* modes: "full" (NVTX on), "nvtx_off" (options.nvtx = 0), "disabled"
- * (options.enabled = 0). */
+ * (options.enabled = 0), "step_max" (NVTX on; the main thread only marks
+ * step UINT64_MAX with UINT64_MAX tokens, the longest message). */
+static int child_end(void);
+
 static int child_main(const char *mode, const char *trace_path)
 {
     alarm(60); /* a hang fails the test instead of stalling it */
@@ -198,11 +236,17 @@ static int child_main(const char *mode, const char *trace_path)
         opt.nvtx = 0;
     else if (strcmp(mode, "disabled") == 0)
         opt.enabled = 0;
-    else
+    else if (strcmp(mode, "step_max") != 0)
         CHILD_CHECK(strcmp(mode, "full") == 0);
 
     st_trace *trace = NULL;
     CHILD_CHECK(st_open(&trace, &opt) == ST_OK);
+    if (strcmp(mode, "step_max") == 0) {
+        CHILD_CHECK(st_thread_register(trace, main_spec.name, main_spec.role, main_spec.device, 0) >= 0);
+        st_step(UINT64_MAX, UINT64_MAX);
+        CHILD_CHECK(st_close(trace) == ST_OK);
+        return child_end();
+    }
     for (size_t i = 0; i < N_STAGES; i++) {
         stage_ids[i] = st_stage_register(trace, stage_specs[i].name, stage_specs[i].kind);
         CHILD_CHECK(stage_ids[i] >= 0);
@@ -227,7 +271,12 @@ static int child_main(const char *mode, const char *trace_path)
     }
     pthread_barrier_destroy(&workers_meet);
     CHILD_CHECK(st_close(trace) == ST_OK);
+    return child_end();
+}
 
+/* The child's last NVTX call, and the check that the tool's log holds it. */
+static int child_end(void)
+{
     nvtxMarkA("child:end");
     CHILD_CHECK(flush_tool_log() == 0);
     /* The flushed log must already hold the last call. */
@@ -237,7 +286,7 @@ static int child_main(const char *mode, const char *trace_path)
     char line[512], last[512] = "";
     while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
     fclose(f);
-    CHILD_CHECK(strstr(last, "mark ") == last && strstr(last, " child:end\n") != NULL);
+    CHILD_CHECK(strstr(last, "mark ") == last && strstr(last, " child:end -\n") != NULL);
     return 0;
 }
 
@@ -271,7 +320,7 @@ static int run_child(const char *mode, const char *trace_path, const char *log_p
 
 /* ---- the parent: reading the tool's log ---- */
 
-#define MAX_FIELDS 8
+#define MAX_FIELDS 9
 
 typedef struct log_line {
     char *raw[MAX_FIELDS];  /* the fields as written */
@@ -312,7 +361,7 @@ static void tool_log_load(tool_log *log, const char *path)
     if (!f) fail_msg("the NVTX tool wrote no log at %s (was it loaded?)", path);
     char line[8192];
     assert_non_null(fgets(line, sizeof line, f));
-    assert_string_equal(line, "# nvtx_inject log v1\n");
+    assert_string_equal(line, "# nvtx_inject log v2\n");
     size_t cap = 0;
     while (fgets(line, sizeof line, f)) {
         size_t len = strlen(line);
@@ -358,89 +407,137 @@ static size_t count_verb(const tool_log *log, const char *verb)
     return n;
 }
 
+/* Marks in the default domain: the child's own (the tracer marks in the
+ * program's domain). */
+static size_t count_default_domain_marks(const tool_log *log)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < log->n; i++)
+        n += is_verb(&log->lines[i], "mark") && strcmp(log->lines[i].raw[2], "-") == 0;
+    return n;
+}
+
 /* The calls the child makes itself, around whatever the tracer does. */
 static void check_child_marks(const tool_log *log)
 {
     assert_true(log->n >= 3);
     assert_true(is_verb(&log->lines[0], "init"));
     const log_line *first = &log->lines[1], *last = &log->lines[log->n - 1];
-    assert_true(is_verb(first, "mark") && first->n == 7);
+    assert_true(is_verb(first, "mark") && first->n == 8);
+    assert_string_equal(first->raw[2], "-");
     assert_string_equal(first->raw[5], "ascii");
     assert_string_equal(first->text[6], "child:start");
-    assert_true(is_verb(last, "mark") && last->n == 7);
+    assert_string_equal(first->raw[7], "-"); /* no payload */
+    assert_true(is_verb(last, "mark") && last->n == 8);
+    assert_string_equal(last->raw[2], "-");
     assert_string_equal(last->text[6], "child:end");
     assert_int_equal(first->tid, last->tid);
     assert_int_equal(count_verb(log, "init"), 1);
-    assert_int_equal(count_verb(log, "mark"), 2);
+    assert_int_equal(count_default_domain_marks(log), 2);
 }
 
 /* ---- the parent: comparing the log with the trace ---- */
 
-/* One begin or end on one thread: the stage (for an end, the stage of the
- * range it closes) and the nesting level (0 = outermost). */
-typedef struct step {
-    int is_end;
-    int stage;
+/* One begin, end or step mark on one thread: for a begin or an end, the
+ * stage (for an end, the stage of the range it closes) and the nesting
+ * level (0 = outermost); for a step mark, its index in the thread's
+ * step_spec list and the number of ranges open around it. */
+enum { EV_BEGIN, EV_END, EV_STEP };
+
+typedef struct event {
+    int kind;
+    int stage; /* EV_STEP: the step's index */
     int depth;
-} step;
+} event;
 
-typedef struct step_list {
-    step *v;
+typedef struct event_list {
+    event *v;
     size_t n, cap;
-} step_list;
+} event_list;
 
-static void step_add(step_list *l, int is_end, int stage, int depth)
+static void event_add(event_list *l, int kind, int stage, int depth)
 {
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 64;
         l->v = realloc(l->v, l->cap * sizeof *l->v);
         assert_non_null(l->v);
     }
-    l->v[l->n++] = (step){is_end, stage, depth};
+    l->v[l->n++] = (event){kind, stage, depth};
+}
+
+/* The begins and ends of a list, without its step marks. */
+static void ranges_only(const event_list *in, event_list *out)
+{
+    for (size_t i = 0; i < in->n; i++)
+        if (in->v[i].kind != EV_STEP) event_add(out, in->v[i].kind, in->v[i].stage, in->v[i].depth);
 }
 
 /* What the script says the thread did (stage = index into stage_specs;
  * the child registers them in that order, so it is also the stage id). */
-static void expected_steps(const thread_spec *spec, step_list *out)
+static void expected_events(const thread_spec *spec, event_list *out)
 {
-    int stack[64], depth = 0;
+    int stack[64], depth = 0, next_step = 0;
     for (int r = 0; r < spec->repeat; r++)
         for (const char *c = spec->script; *c; c++) {
             if (*c == '(' || *c == '|') continue;
-            if (*c == ')') {
+            if (*c == '#') {
+                event_add(out, EV_STEP, next_step++, depth);
+            } else if (*c == ')') {
                 depth--;
-                step_add(out, 1, stack[depth], depth);
+                event_add(out, EV_END, stack[depth], depth);
             } else {
                 stack[depth] = stage_of_letter(*c);
-                step_add(out, 0, stack[depth], depth);
+                event_add(out, EV_BEGIN, stack[depth], depth);
                 depth++;
             }
         }
 }
 
-static void trace_steps(st_reader *r, uint32_t thread, step_list *out)
+static void trace_events(st_reader *r, uint32_t thread, event_list *out)
 {
     st_event_iter *it = NULL;
     assert_int_equal(st_event_iter_open(&it, r, thread), ST_OK);
     st_event ev;
     int rc;
-    while ((rc = st_event_iter_next(it, &ev)) == 1) step_add(out, ev.is_end, (int)ev.stage, (int)ev.depth);
+    while ((rc = st_event_iter_next(it, &ev)) == 1)
+        event_add(out, ev.is_end ? EV_END : EV_BEGIN, (int)ev.stage, (int)ev.depth);
     assert_int_equal(rc, 0);
     st_event_iter_close(it);
 }
 
-/* The thread's pushes and pops as the tool saw them; checks each against
- * the domain, the stage's category and registered name, and pairs every
- * pop with the innermost open push. colors[stage] collects colours. */
-static void tool_steps(const tool_log *log, unsigned long tid, const char *domain, st_reader *r,
-                       step_list *out, char colors[][16])
+/* The thread's pushes, pops and step marks as the tool saw them; checks
+ * each push against the domain, the stage's category and registered name,
+ * pairs every pop with the innermost open push, and checks the k-th step
+ * mark in the domain against the thread's k-th step_spec: message
+ * "step <step>" in ASCII, payload the tokens as an unsigned 64-bit
+ * integer, no category, no colour. colors[stage] collects colours. */
+static void tool_events(const tool_log *log, unsigned long tid, const char *domain, st_reader *r,
+                        const thread_spec *spec, event_list *out, char colors[][16])
 {
     int stack[256], depth = 0;
+    size_t marks = 0;
     for (size_t i = 0; i < log->n; i++) {
         const log_line *l = &log->lines[i];
         if (l->tid != tid) continue;
-        if (is_verb(l, "push")) {
+        if (is_verb(l, "mark") && strcmp(l->raw[2], "-") != 0) {
             assert_int_equal(l->n, 8);
+            assert_non_null(l->text[2]);
+            assert_string_equal(l->text[2], domain);
+            if (marks >= spec->n_steps) fail_msg("thread '%s': more step marks than st_step calls", spec->name);
+            const step_spec *want = &spec->steps[marks];
+            char message[64], payload[64];
+            snprintf(message, sizeof message, "step %llu", (unsigned long long)want->step);
+            snprintf(payload, sizeof payload, "u64:%llu", (unsigned long long)want->tokens);
+            assert_string_equal(l->raw[3], "0"); /* no category */
+            assert_string_equal(l->raw[4], "-"); /* no colour */
+            assert_string_equal(l->raw[5], "ascii");
+            assert_non_null(l->text[6]);
+            assert_string_equal(l->text[6], message);
+            assert_string_equal(l->raw[7], payload);
+            event_add(out, EV_STEP, (int)marks++, depth);
+        } else if (is_verb(l, "push")) {
+            assert_int_equal(l->n, 9);
+            assert_string_equal(l->raw[8], "-"); /* no payload */
             assert_non_null(l->text[2]);
             assert_string_equal(l->text[2], domain);
             assert_int_equal(atoi(l->raw[3]), depth);
@@ -457,7 +554,7 @@ static void tool_steps(const tool_log *log, unsigned long tid, const char *domai
                 snprintf(colors[stage], 16, "%s", l->raw[5]);
             assert_true(depth < 256);
             stack[depth] = stage;
-            step_add(out, 0, stage, depth);
+            event_add(out, EV_BEGIN, stage, depth);
             depth++;
         } else if (is_verb(l, "pop")) {
             assert_int_equal(l->n, 4);
@@ -466,28 +563,39 @@ static void tool_steps(const tool_log *log, unsigned long tid, const char *domai
             assert_true(depth > 0); /* a pop with no push open */
             depth--;
             assert_int_equal(atoi(l->raw[3]), depth);
-            step_add(out, 1, stack[depth], depth);
+            event_add(out, EV_END, stack[depth], depth);
         }
     }
     assert_int_equal(depth, 0); /* every push popped */
 }
 
-static void assert_steps_equal(const step_list *a, const step_list *b, const char *what, const char *thread)
+static const char *event_text(const event *e, char *buf, size_t size)
 {
-    if (a->n != b->n) fail_msg("thread '%s': %s: %zu vs %zu begins/ends", thread, what, a->n, b->n);
-    for (size_t i = 0; i < a->n; i++)
-        if (a->v[i].is_end != b->v[i].is_end || a->v[i].stage != b->v[i].stage ||
-            a->v[i].depth != b->v[i].depth)
-            fail_msg("thread '%s': %s differ at event %zu: %s %s depth %d vs %s %s depth %d", thread, what, i,
-                     a->v[i].is_end ? "end" : "begin", stage_specs[a->v[i].stage].name, a->v[i].depth,
-                     b->v[i].is_end ? "end" : "begin", stage_specs[b->v[i].stage].name, b->v[i].depth);
+    if (e->kind == EV_STEP)
+        snprintf(buf, size, "step mark #%d depth %d", e->stage, e->depth);
+    else
+        snprintf(buf, size, "%s %s depth %d", e->kind == EV_END ? "end" : "begin", stage_specs[e->stage].name,
+                 e->depth);
+    return buf;
 }
 
-/* Ranges per (stage, depth) from the range iterator, against the steps. */
-static void check_range_counts(st_reader *r, uint32_t thread, const step_list *steps)
+static void assert_events_equal(const event_list *a, const event_list *b, const char *what, const char *thread)
+{
+    if (a->n != b->n) fail_msg("thread '%s': %s: %zu vs %zu events", thread, what, a->n, b->n);
+    for (size_t i = 0; i < a->n; i++)
+        if (a->v[i].kind != b->v[i].kind || a->v[i].stage != b->v[i].stage || a->v[i].depth != b->v[i].depth) {
+            char ta[96], tb[96];
+            fail_msg("thread '%s': %s differ at event %zu: %s vs %s", thread, what, i,
+                     event_text(&a->v[i], ta, sizeof ta), event_text(&b->v[i], tb, sizeof tb));
+        }
+}
+
+/* Ranges per (stage, depth) from the range iterator, against the begins
+ * and ends. */
+static void check_range_counts(st_reader *r, uint32_t thread, const event_list *events)
 {
     enum { MAX_DEPTH = 16 };
-    unsigned from_ranges[N_STAGES][MAX_DEPTH] = {{0}}, from_steps[N_STAGES][MAX_DEPTH] = {{0}};
+    unsigned from_ranges[N_STAGES][MAX_DEPTH] = {{0}}, from_events[N_STAGES][MAX_DEPTH] = {{0}};
     st_range_iter *it = NULL;
     assert_int_equal(st_range_iter_open(&it, r, thread, INT64_MIN, INT64_MAX), ST_OK);
     st_range range;
@@ -500,9 +608,9 @@ static void check_range_counts(st_reader *r, uint32_t thread, const step_list *s
     }
     assert_int_equal(rc, 0);
     st_range_iter_close(it);
-    for (size_t i = 0; i < steps->n; i++)
-        if (!steps->v[i].is_end) from_steps[steps->v[i].stage][steps->v[i].depth]++;
-    assert_memory_equal(from_ranges, from_steps, sizeof from_ranges);
+    for (size_t i = 0; i < events->n; i++)
+        if (events->v[i].kind == EV_BEGIN) from_events[events->v[i].stage][events->v[i].depth]++;
+    assert_memory_equal(from_ranges, from_events, sizeof from_ranges);
 }
 
 typedef struct run_result {
@@ -563,11 +671,12 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
     }
 
     /* Threads: each trace thread named once in NVTX, by itself, with its
-     * trace name and its os_tid; and its pushes and pops are its begins and
-     * ends. */
+     * trace name and its os_tid; its pushes and pops are its begins and
+     * ends, and its step marks come between them where it called st_step,
+     * every call marked, stored or not. */
     assert_int_equal(st_reader_n_threads(r), 1 + N_WORKERS);
     assert_int_equal(count_verb(log, "name_thread"), 1 + N_WORKERS);
-    size_t pushes_seen = 0, pops_seen = 0;
+    size_t pushes_seen = 0, pops_seen = 0, step_marks_seen = 0;
     for (uint32_t t = 0; t < st_reader_n_threads(r); t++) {
         const st_thread_info *th = st_reader_thread(r, t);
         const thread_spec *spec = NULL;
@@ -589,18 +698,40 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
         if (named != 1) fail_msg("thread '%s' was named %d times in NVTX", th->name, named);
         if (spec == &main_spec) assert_int_equal(th->os_tid, log->lines[1].tid);
 
-        step_list want = {0}, recorded = {0}, emitted = {0};
-        expected_steps(spec, &want);
-        trace_steps(r, th->id, &recorded);
-        tool_steps(log, (unsigned long)th->os_tid, "nvtxtest", r, &emitted, result->colors);
-        assert_steps_equal(&want, &recorded, "script and trace", th->name);
-        assert_steps_equal(&recorded, &emitted, "trace and NVTX", th->name);
+        event_list want = {0}, want_ranges = {0}, recorded = {0}, emitted = {0}, emitted_ranges = {0};
+        expected_events(spec, &want);
+        ranges_only(&want, &want_ranges);
+        trace_events(r, th->id, &recorded);
+        tool_events(log, (unsigned long)th->os_tid, "nvtxtest", r, spec, &emitted, result->colors);
+        ranges_only(&emitted, &emitted_ranges);
+        assert_events_equal(&want_ranges, &recorded, "script and trace", th->name);
+        assert_events_equal(&recorded, &emitted_ranges, "trace and NVTX", th->name);
+        assert_events_equal(&want, &emitted, "script and NVTX", th->name);
         check_range_counts(r, th->id, &recorded);
-        for (size_t i = 0; i < emitted.n; i++) emitted.v[i].is_end ? pops_seen++ : pushes_seen++;
+        for (size_t i = 0; i < emitted.n; i++) {
+            pushes_seen += emitted.v[i].kind == EV_BEGIN;
+            pops_seen += emitted.v[i].kind == EV_END;
+            step_marks_seen += emitted.v[i].kind == EV_STEP;
+        }
         free(want.v);
+        free(want_ranges.v);
         free(recorded.v);
         free(emitted.v);
+        free(emitted_ranges.v);
     }
+    /* The step marks: one NVTX mark per st_step call; the trace holds the
+     * ones the writer kept, and counts the other. */
+    assert_int_equal(step_marks_seen, N_MAIN_STEPS);
+    size_t stored = 0;
+    for (size_t k = 0; k < N_MAIN_STEPS; k++) {
+        if (!main_steps[k].stored) continue;
+        assert_true(stored < st_reader_n_steps(r));
+        const st_step_info *si = st_reader_step(r, (uint32_t)stored++);
+        assert_int_equal(si->step, main_steps[k].step);
+        assert_int_equal(si->tokens, main_steps[k].tokens);
+    }
+    assert_int_equal(st_reader_n_steps(r), stored);
+    assert_string_equal(st_reader_meta(r, "rejected_steps"), "1");
     /* The CUDA stream, named by the main thread (CUDA builds only). */
     assert_int_equal(count_verb(log, "name_cuda_stream"), STREAM_NAMES_EXPECTED);
     for (size_t i = 0; i < log->n; i++) {
@@ -613,10 +744,11 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
         assert_string_equal(l->text[3], STREAM_NAME);
     }
 
-    /* No push or pop from a thread the trace does not know, and no other
-     * kind of call. */
+    /* No push, pop or step mark from a thread the trace does not know, and
+     * no other kind of call. */
     assert_int_equal(count_verb(log, "push"), pushes_seen);
     assert_int_equal(count_verb(log, "pop"), pops_seen);
+    assert_int_equal(count_verb(log, "mark"), 2 + step_marks_seen);
     size_t known = count_verb(log, "init") + count_verb(log, "mark") + count_verb(log, "domain_create") +
                    count_verb(log, "domain_destroy") + count_verb(log, "register_string") +
                    count_verb(log, "name_category") + count_verb(log, "name_thread") + count_verb(log, "name_cuda_stream") +
@@ -624,7 +756,7 @@ static void check_full_run(const tool_log *log, const char *trace_path, run_resu
     assert_int_equal(known, log->n);
 
     /* One colour per stage: every stage was pushed, each push of a stage had
-     * the same colour (tool_steps), and stages do not share colours. */
+     * the same colour (tool_events), and stages do not share colours. */
     for (size_t a = 0; a < N_STAGES; a++) {
         assert_int_equal(strlen(result->colors[a]), 8);
         for (size_t b = 0; b < a; b++) assert_string_not_equal(result->colors[a], result->colors[b]);
@@ -706,14 +838,49 @@ static void test_nvtx_off(void **state)
         for (size_t i = 0; i < N_WORKERS; i++)
             if (strcmp(th->name, worker_specs[i].name) == 0) spec = &worker_specs[i];
         assert_non_null(spec);
-        step_list want = {0}, recorded = {0};
-        expected_steps(spec, &want);
-        trace_steps(r, th->id, &recorded);
-        assert_steps_equal(&want, &recorded, "script and trace", th->name);
+        event_list want = {0}, want_ranges = {0}, recorded = {0};
+        expected_events(spec, &want);
+        ranges_only(&want, &want_ranges);
+        trace_events(r, th->id, &recorded);
+        assert_events_equal(&want_ranges, &recorded, "script and trace", th->name);
         free(want.v);
+        free(want_ranges.v);
         free(recorded.v);
     }
     st_reader_close(r);
+    remove_trace_files(trace_path);
+    unlink(log_path);
+}
+
+/* The longest step message: 20 digits, and the largest payload. */
+static void test_step_max(void **state)
+{
+    (void)state;
+    char trace_path[PATH_MAX], log_path[PATH_MAX];
+    tmp_path(trace_path, sizeof trace_path, "step_max.sqlite");
+    tmp_path(log_path, sizeof log_path, "step_max.nvtx.log");
+    int rc = run_child("step_max", trace_path, log_path);
+    if (rc != 0) fail_msg("the child (mode step_max) exited with status %d", rc);
+    tool_log log;
+    tool_log_load(&log, log_path);
+    check_child_marks(&log);
+    assert_int_equal(count_verb(&log, "mark"), 3);
+    size_t seen = 0;
+    for (size_t i = 0; i < log.n; i++) {
+        const log_line *l = &log.lines[i];
+        if (!is_verb(l, "mark") || strcmp(l->raw[2], "-") == 0) continue;
+        assert_int_equal(l->n, 8);
+        assert_string_equal(l->raw[2], "nvtxtest");
+        assert_int_equal(l->tid, log.lines[1].tid);
+        assert_string_equal(l->raw[3], "0");
+        assert_string_equal(l->raw[4], "-");
+        assert_string_equal(l->raw[5], "ascii");
+        assert_string_equal(l->text[6], "step 18446744073709551615");
+        assert_string_equal(l->raw[7], "u64:18446744073709551615");
+        seen++;
+    }
+    assert_int_equal(seen, 1);
+    tool_log_free(&log);
     remove_trace_files(trace_path);
     unlink(log_path);
 }
@@ -765,6 +932,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_palette),
         cmocka_unit_test(test_nvtx_matches_trace),
         cmocka_unit_test(test_nvtx_off),
+        cmocka_unit_test(test_step_max),
         cmocka_unit_test(test_disabled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

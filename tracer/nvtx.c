@@ -4,7 +4,8 @@
  * and CUDA streams named. Compiled to no-ops without the NVTX headers. NVTX
  * is header-only: with no tool attached each call returns at once; with
  * Nsight Systems (or any library named by NVTX_INJECTION64_PATH) attached,
- * the tool sees the same ranges as the trace. */
+ * the tool sees the same ranges as the trace, and each step mark as an NVTX
+ * mark. */
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -74,6 +75,33 @@ void st_nvtx_pop(void)
     nvtxDomainRangePop(domain);
 }
 
+/* A step mark as an NVTX mark: message "step <step>" in decimal, written by
+ * hand (no snprintf: no locale, no format parsing), the tokens as an
+ * unsigned 64-bit payload; no category, no colour. Steps come once per
+ * training step, so the text is built on every call, tool or no tool. */
+void st_nvtx_step(uint64_t step, uint64_t tokens)
+{
+    char text[sizeof "step " + 20]; /* 20 digits: UINT64_MAX */
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + step % 10);
+        step /= 10;
+    } while (step);
+    memcpy(text, "step ", 5);
+    for (int i = 0; i < n; i++) text[5 + i] = digits[n - 1 - i];
+    text[5 + n] = 0;
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+    a.payload.ullValue = tokens;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = text;
+    nvtxDomainMarkEx(domain, &a);
+}
+
 void st_nvtx_shutdown(void)
 {
     st_nvtx_on = 0;
@@ -98,6 +126,7 @@ void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind) { (void)stage
 void st_nvtx_thread(const char *name) { (void)name; }
 void st_nvtx_push(uint32_t stage) { (void)stage; }
 void st_nvtx_pop(void) {}
+void st_nvtx_step(uint64_t step, uint64_t tokens) { (void)step; (void)tokens; }
 void st_nvtx_shutdown(void) {}
 void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
 

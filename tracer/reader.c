@@ -1118,6 +1118,25 @@ static int chunk_corrupt(chunk_rows *c)
                         c->table, (long long)c->row_id, (long long)c->thread);
 }
 
+/* ---- a rank set's walk over its threads ----
+ * A rank set's ranges, counter samples and flows are read thread by thread,
+ * in the set's thread order (or only the thread asked for), each with an
+ * iterator of the same kind opened on the thread's rank (set_walk_next, in
+ * the rank-set part below); the caller maps the rows' times. */
+typedef struct set_walk {
+    st_reader *set;      /* NULL: the iterator reads one file */
+    void *sub;           /* the current thread's iterator, on its rank's reader */
+    int64_t want_thread; /* < 0: every thread */
+    uint32_t next_thread, cur_thread;
+} set_walk;
+
+static void set_walk_init(set_walk *w, st_reader *set, int64_t thread)
+{
+    w->set = set;
+    w->want_thread = thread;
+    w->next_thread = thread < 0 ? 0 : thread >= (int64_t)set->n_threads ? set->n_threads : (uint32_t)thread;
+}
+
 /* ---- ranges ---- */
 
 #define RANGE_BATCH 512
@@ -1129,11 +1148,7 @@ struct st_range_iter {
     int pending;                    /* 0 or the error met after the batch */
     int64_t t0, t1;
     st_event_cursor cur;
-    /* a rank set's: the current thread's iterator on its rank's reader */
-    st_reader *set;
-    st_range_iter *sub;
-    int64_t want_thread;
-    uint32_t next_thread;
+    set_walk walk; /* a rank set's */
     st_range batch[RANGE_BATCH];
     uint32_t batch_event[RANGE_BATCH]; /* each range's end event: its index in the chunk */
 };
@@ -1147,10 +1162,7 @@ int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_
     it->t0 = t0;
     it->t1 = t1;
     if (r->parts) {
-        it->set = r;
-        it->want_thread = thread;
-        it->next_thread = thread < 0 ? 0 : (uint32_t)thread;
-        if (thread >= (int64_t)r->n_threads) it->next_thread = r->n_threads; /* none */
+        set_walk_init(&it->walk, r, thread);
         *out = it;
         return ST_OK;
     }
@@ -1249,7 +1261,7 @@ static int set_range_fill(st_range_iter *it, st_range *out);
 
 int st_range_iter_fill(st_range_iter *it, st_range *out)
 {
-    if (it->set) return set_range_fill(it, out);
+    if (it->walk.set) return set_range_fill(it, out);
     it->head.next = it->head.end = it->batch;
     for (;;) {
         if (it->pending) {
@@ -1281,7 +1293,7 @@ int st_range_iter_fill(st_range_iter *it, st_range *out)
 void st_range_iter_close(st_range_iter *it)
 {
     if (!it) return;
-    st_range_iter_close(it->sub);
+    st_range_iter_close(it->walk.sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
@@ -1416,10 +1428,7 @@ struct st_sample_iter {
     int in_chunk;
     int64_t t0, t1;
     st_counter_cursor cur;
-    st_reader *set; /* a rank set's: per thread, on its rank */
-    st_sample_iter *sub;
-    int64_t want_thread;
-    uint32_t next_thread, cur_thread;
+    set_walk walk; /* a rank set's */
 };
 
 int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int64_t t0, int64_t t1)
@@ -1429,9 +1438,7 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int6
     it->t0 = t0;
     it->t1 = t1;
     if (r->parts) {
-        it->set = r;
-        it->want_thread = thread;
-        it->next_thread = thread < 0 ? 0 : thread >= (int64_t)r->n_threads ? r->n_threads : (uint32_t)thread;
+        set_walk_init(&it->walk, r, thread);
         *out = it;
         return ST_OK;
     }
@@ -1448,7 +1455,7 @@ static int set_sample_next(st_sample_iter *it, st_sample_row *out);
 
 int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
 {
-    if (it->set) return set_sample_next(it, out);
+    if (it->walk.set) return set_sample_next(it, out);
     for (;;) {
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
@@ -1477,7 +1484,7 @@ int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
 void st_sample_iter_close(st_sample_iter *it)
 {
     if (!it) return;
-    st_sample_iter_close(it->sub);
+    st_sample_iter_close(it->walk.sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
@@ -1489,10 +1496,7 @@ struct st_flow_iter {
     int in_chunk, empty;
     int64_t t0, t1;
     st_flow_cursor cur;
-    st_reader *set; /* a rank set's: per thread, on its rank (set_flow_next) */
-    st_flow_iter *sub;
-    int64_t want_thread;
-    uint32_t next_thread, cur_thread;
+    set_walk walk; /* a rank set's (set_flow_next) */
 };
 
 static int set_has_flows(st_reader *r);
@@ -1519,9 +1523,7 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
     it->t0 = t0;
     it->t1 = t1;
     if (r->parts) {
-        it->set = r;
-        it->want_thread = thread;
-        it->next_thread = thread < 0 ? 0 : thread >= (int64_t)r->n_threads ? r->n_threads : (uint32_t)thread;
+        set_walk_init(&it->walk, r, thread);
         *out = it;
         return ST_OK;
     }
@@ -1541,7 +1543,7 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
 
 int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
 {
-    if (it->set) return set_flow_next(it, out);
+    if (it->walk.set) return set_flow_next(it, out);
     if (it->empty) return 0;
     for (;;) {
         if (!it->in_chunk) {
@@ -1570,15 +1572,15 @@ int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
 void st_flow_iter_close(st_flow_iter *it)
 {
     if (!it) return;
-    st_flow_iter_close(it->sub);
+    st_flow_iter_close(it->walk.sub);
     sqlite3_finalize(it->rows.st);
     free(it);
 }
 
 void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
 {
-    if (it->set) { /* the row's place in its rank's file */
-        if (it->sub) st_flow_iter_pos(it->sub, chunk_id, index);
+    if (it->walk.set) { /* the row's place in its rank's file */
+        if (it->walk.sub) st_flow_iter_pos(it->walk.sub, chunk_id, index);
         else *chunk_id = 0, *index = 0;
         return;
     }
@@ -2523,34 +2525,91 @@ static int set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n
     return ST_OK;
 }
 
+/* ---- rank sets: the walk over the threads (set_walk) ----
+ * One kind of per-file iterator, behind three calls: the thread's iterator
+ * opened on its rank over all time (the set filters the mapped times), its
+ * next row, its close. */
+typedef struct set_walk_kind {
+    int (*open)(void **sub, st_reader *rank, uint32_t local_thread);
+    int (*next)(void *sub, void *row);
+    void (*close)(void *sub);
+} set_walk_kind;
+
+/* The next row of the walk, from the current thread's iterator, moving on
+ * to the next thread when it ends: 1 (a row, from thread w->cur_thread),
+ * 0 (no thread left) or a negative code. */
+static int set_walk_next(set_walk *w, const set_walk_kind *kind, void *row)
+{
+    st_reader *r = w->set;
+    for (;;) {
+        if (!w->sub) {
+            if (w->next_thread >= r->n_threads || (w->want_thread >= 0 && w->next_thread != w->want_thread))
+                return 0;
+            uint32_t t = w->next_thread++;
+            int rc = kind->open(&w->sub, r->parts[r->thread_part[t]].r, r->thread_local[t]);
+            if (rc) return rc;
+            w->cur_thread = t;
+        }
+        int rc = kind->next(w->sub, row);
+        if (rc != 0) return rc;
+        kind->close(w->sub);
+        w->sub = NULL;
+    }
+}
+
+/* The part (rank) of the walk's current thread. */
+static const set_part *set_walk_part(const set_walk *w)
+{
+    return &w->set->parts[w->set->thread_part[w->cur_thread]];
+}
+
+static int walk_range_open(void **sub, st_reader *rank, uint32_t thread)
+{
+    st_range_iter *it = NULL;
+    int rc = st_range_iter_open(&it, rank, thread, INT64_MIN, INT64_MAX);
+    *sub = it;
+    return rc;
+}
+static int walk_range_next(void *sub, void *row) { return st_range_iter_next(sub, row); }
+static void walk_range_close(void *sub) { st_range_iter_close(sub); }
+static const set_walk_kind range_walk = {walk_range_open, walk_range_next, walk_range_close};
+
+static int walk_sample_open(void **sub, st_reader *rank, uint32_t thread)
+{
+    st_sample_iter *it = NULL;
+    int rc = st_sample_iter_open(&it, rank, thread, INT64_MIN, INT64_MAX);
+    *sub = it;
+    return rc;
+}
+static int walk_sample_next(void *sub, void *row) { return st_sample_iter_next(sub, row); }
+static void walk_sample_close(void *sub) { st_sample_iter_close(sub); }
+static const set_walk_kind sample_walk = {walk_sample_open, walk_sample_next, walk_sample_close};
+
+static int walk_flow_open(void **sub, st_reader *rank, uint32_t thread)
+{
+    st_flow_iter *it = NULL;
+    int rc = st_flow_iter_open(&it, rank, thread, INT64_MIN, INT64_MAX);
+    *sub = it;
+    return rc;
+}
+static int walk_flow_next(void *sub, void *row) { return st_flow_iter_next(sub, row); }
+static void walk_flow_close(void *sub) { st_flow_iter_close(sub); }
+static const set_walk_kind flow_walk = {walk_flow_open, walk_flow_next, walk_flow_close};
+
 /* The next batch of a rank set's ranges: each thread's, one after another,
  * read on its rank and mapped, kept when they overlap [t0, t1) as a file's
  * iterator keeps them. */
 static int set_range_fill(st_range_iter *it, st_range *out)
 {
-    st_reader *r = it->set;
     it->head.next = it->head.end = it->batch;
     size_t n = 0;
     while (n < RANGE_BATCH) {
-        if (!it->sub) {
-            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
-                break;
-            uint32_t t = it->next_thread++;
-            int rc = st_range_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
-                                        INT64_MAX);
-            if (rc) return rc;
-            it->rows.thread = t;
-        }
-        uint32_t t = (uint32_t)it->rows.thread;
-        const set_part *p = &r->parts[r->thread_part[t]];
         st_range g;
-        int rc = st_range_iter_next(it->sub, &g);
+        int rc = set_walk_next(&it->walk, &range_walk, &g);
         if (rc < 0) return rc;
-        if (rc == 0) {
-            st_range_iter_close(it->sub);
-            it->sub = NULL;
-            continue;
-        }
+        if (rc == 0) break;
+        uint32_t t = it->walk.cur_thread;
+        const set_part *p = set_walk_part(&it->walk);
         int64_t start, end;
         if ((rc = set_map(p, g.start_ns, &start)) || (rc = set_map(p, g.start_ns + g.dur_ns, &end))) return rc;
         if (start >= it->t1 || end < it->t0 || (end == it->t0 && end != start)) continue;
@@ -2570,31 +2629,16 @@ static int set_range_fill(st_range_iter *it, st_range *out)
 
 static int set_sample_next(st_sample_iter *it, st_sample_row *out)
 {
-    st_reader *r = it->set;
-    for (;;) {
-        if (!it->sub) {
-            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
-                return 0;
-            uint32_t t = it->next_thread++;
-            int rc = st_sample_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
-                                         INT64_MAX);
-            if (rc) return rc;
-            it->cur_thread = t;
-        }
-        const set_part *p = &r->parts[r->thread_part[it->cur_thread]];
-        int rc = st_sample_iter_next(it->sub, out);
-        if (rc < 0) return rc;
-        if (rc == 0) {
-            st_sample_iter_close(it->sub);
-            it->sub = NULL;
-            continue;
-        }
+    int rc;
+    while ((rc = set_walk_next(&it->walk, &sample_walk, out)) == 1) {
+        const set_part *p = set_walk_part(&it->walk);
         if ((rc = set_map(p, out->ts_ns, &out->ts_ns))) return rc;
         if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
-        out->thread = it->cur_thread;
+        out->thread = it->walk.cur_thread;
         out->counter = p->counter_map[out->counter];
         return 1;
     }
+    return rc;
 }
 
 /* ---- rank sets: flows (set_flow_*) ----
@@ -2614,30 +2658,14 @@ static int set_has_flows(st_reader *r)
 
 static int set_flow_next(st_flow_iter *it, st_flow_row *out)
 {
-    st_reader *r = it->set;
-    for (;;) {
-        if (!it->sub) {
-            if (it->next_thread >= r->n_threads || (it->want_thread >= 0 && it->next_thread != it->want_thread))
-                return 0;
-            uint32_t t = it->next_thread++;
-            int rc = st_flow_iter_open(&it->sub, r->parts[r->thread_part[t]].r, r->thread_local[t], INT64_MIN,
-                                       INT64_MAX);
-            if (rc) return rc;
-            it->cur_thread = t;
-        }
-        const set_part *p = &r->parts[r->thread_part[it->cur_thread]];
-        int rc = st_flow_iter_next(it->sub, out);
-        if (rc < 0) return rc;
-        if (rc == 0) {
-            st_flow_iter_close(it->sub);
-            it->sub = NULL;
-            continue;
-        }
-        if ((rc = set_map(p, out->ts_ns, &out->ts_ns))) return rc;
+    int rc;
+    while ((rc = set_walk_next(&it->walk, &flow_walk, out)) == 1) {
+        if ((rc = set_map(set_walk_part(&it->walk), out->ts_ns, &out->ts_ns))) return rc;
         if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
-        out->thread = it->cur_thread;
+        out->thread = it->walk.cur_thread;
         return 1;
     }
+    return rc;
 }
 
 int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thread_b)

@@ -306,6 +306,7 @@ static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
     put(rec, ts, 0, ST_REC_TOKENS);
     r->w_reserved += 2;
     publish(r, h + 2);
+    if (r->w_nvtx) st_nvtx_step(step, tokens);
 }
 
 /* What the public header's inline functions call once they have found the

@@ -39,6 +39,7 @@ void st_nvtx_shutdown(void);
 extern int st_nvtx_on;
 void st_nvtx_push(uint32_t stage);
 void st_nvtx_pop(void);
+void st_nvtx_step(uint64_t step, uint64_t tokens); /* after the step's records are written */
 
 /* ---- the trace ---- */
 typedef struct st_thread_state st_thread_state; /* writer-side, writer.c */
