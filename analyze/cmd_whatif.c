@@ -360,7 +360,7 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
             else snprintf(name, sizeof name, "cpu");
             an_put_str(tb, p->name);
             an_put_str(tb, name);
-            an_put_real(tb, in->cuda ? 1.0 : in->cores);
+            an_put_real(tb, in->cuda ? an_whatif_gpu_capacity(in, p->pool_device[k]) : in->cores);
             an_put_pct(tb, p->point.pool_load[k] * 100);
             an_put_pct(tb, p->point.pool_contended[k] * 100);
             an_row_end(tb);

@@ -14,6 +14,7 @@
  * whatever configuration it runs.
  */
 #include "whatif.h"
+#include "gpu_activity.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -450,6 +451,50 @@ static int queue_delays(scan *s, an_whatif_input *in, int q, size_t depth)
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* Each shared device's capacity: what its threads worked on it in the steady window (their
+ * time in work, sync and copy stages, the all-reduce's meeting left out) over the time the
+ * device was busy then (the union of its kernels, copies and memsets), at least 1: a device
+ * busy 73% of the time while two threads each worked 85% of it could have served 2.3 such
+ * threads. A device without records keeps 1; one the trace never used takes the mean of the
+ * recorded ones. */
+static int gpu_capacity(scan *s, an_whatif_input *in, const int *devices, int n_dev)
+{
+    an_gpu_idle *idle = NULL;
+    uint32_t n_idle = 0;
+    const char *note = NULL;
+    int rc = an_gpu_idle_split(s->t, in->t0_ns, in->t1_ns, &idle, &n_idle, &note);
+    if (rc) return rc;
+    double sum = 0;
+    int n_sum = 0;
+    for (int k = 0; k < n_dev; k++) {
+        double demand = 0;
+        for (size_t i = 0; i < s->n_segs; i++) {
+            const seg *g = &s->segs[i];
+            if (s->th[g->thread].pool != k || g->cls == SEG_COMM) continue;
+            int64_t a = g->a > in->t0_ns ? g->a : in->t0_ns, b = g->b < in->t1_ns ? g->b : in->t1_ns;
+            if (b > a) demand += (double)(b - a);
+        }
+        double cap = 1.0;
+        for (uint32_t j = 0; j < n_idle; j++)
+            if (idle[j].device == devices[k] && idle[j].busy_ns > 0 && demand > (double)idle[j].busy_ns)
+                cap = demand / (double)idle[j].busy_ns;
+        in->gpu_cap_device[in->n_gpu_cap] = devices[k];
+        in->gpu_cap[in->n_gpu_cap++] = cap;
+        sum += cap;
+        n_sum++;
+    }
+    if (n_sum) in->gpu_cap_other = sum / n_sum;
+    an_gpu_idle_free(idle, n_idle);
+    return AN_EXIT_OK;
+}
+
+double an_whatif_gpu_capacity(const an_whatif_input *in, int device)
+{
+    for (int k = 0; k < in->n_gpu_cap; k++)
+        if (in->gpu_cap_device[k] == device) return in->gpu_cap[k];
+    return in->n_gpu_cap ? in->gpu_cap_other : 1.0;
+}
+
 static int role_of(const char *name)
 {
     for (int i = 0; i < AN_WHATIF_N_ROLES; i++)
@@ -596,8 +641,11 @@ int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in)
     int n_pools = in->cuda ? (o->gpu_share_off ? 0 : n_dev) : 1;
     in->others = in->cuda || o->others < 0 ? 0 : o->others;
     in->gpu_share_off = o->gpu_share_off;
+    in->gpu_cap_other = 1.0;
+    if (!rc && in->cuda && n_pools > 0 && st_reader_has_gpu(r) == 1) rc = gpu_capacity(&s, in, devices, n_dev);
     for (int p2 = 0; p2 < n_pools && !rc; p2++)
-        if (sweep_pool(&s, p2, in->cuda ? 1.0 : in->cores, in->others)) rc = whatif_oom();
+        if (sweep_pool(&s, p2, in->cuda ? an_whatif_gpu_capacity(in, devices[p2]) : in->cores, in->others))
+            rc = whatif_oom();
     for (size_t i = 0; i < s.n_segs && !rc; i++)
         if (s.th[s.segs[i].thread].pool < 0 && s.segs[i].cls != SEG_COMM)
             s.segs[i].work = (double)(s.segs[i].b - s.segs[i].a);
@@ -749,7 +797,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     } else {
         double others[AN_SIM_MAX_POOLS];
         for (int p = 0; p < n_pools; p++) {
-            caps[p] = in->cuda ? 1.0 : in->cores;
+            caps[p] = in->cuda ? an_whatif_gpu_capacity(in, devices[p]) : in->cores;
             others[p] = in->cuda ? 0 : in->others;
         }
         int barrier = D;

@@ -20,6 +20,8 @@ enum { AN_WHATIF_BATCH_QUEUE, AN_WHATIF_HIDDEN_QUEUE, AN_WHATIF_N_QUEUES };
 enum { AN_WHATIF_PUT_WAKEE, AN_WHATIF_PUT_WAKER, AN_WHATIF_PUT_PLAIN, AN_WHATIF_POP_WAKEE, AN_WHATIF_POP_WAKER,
        AN_WHATIF_POP_PLAIN, AN_WHATIF_N_DELAYS };
 
+enum { AN_WHATIF_LOADER, AN_WHATIF_TARGET, AN_WHATIF_POST, AN_WHATIF_DRAFTER, AN_WHATIF_N_ROLES };
+
 /* A configuration of the pipeline. */
 typedef struct an_whatif_cfg {
     int targets, drafters, async;
@@ -54,6 +56,13 @@ typedef struct an_whatif_input {
     double others;                /* cpu backend: other programs' runnable threads on it */
     int gpu_share_off;            /* cuda backend: no GPU pools (--gpu-share off) */
     int target_device[AN_WHATIF_MAX_THREADS], drafter_device[AN_WHATIF_MAX_THREADS];
+    /* cuda, GPUs shared, GPU activity recorded: each recorded device's capacity, the threads'
+     * work on it over its busy time in the steady window, at least 1 (docs/analyze.md,
+     * "GPU capacity"); other devices (and traces without GPU activity) 1 */
+    int n_gpu_cap;
+    int gpu_cap_device[AN_WHATIF_MAX_THREADS * AN_WHATIF_N_ROLES];
+    double gpu_cap[AN_WHATIF_MAX_THREADS * AN_WHATIF_N_ROLES];
+    double gpu_cap_other;         /* the capacity of a device the trace did not record on */
     uint32_t skip_steps;
     uint64_t step_first, step_last, steps; /* the steady window: steps step_first..step_last */
     int64_t t0_ns, t1_ns;
@@ -77,8 +86,10 @@ typedef struct an_whatif_input {
 int an_whatif_read(an_trace *t, const an_whatif_opts *o, an_whatif_input *in);
 void an_whatif_free(an_whatif_input *in);
 
-enum { AN_WHATIF_LOADER, AN_WHATIF_TARGET, AN_WHATIF_POST, AN_WHATIF_DRAFTER, AN_WHATIF_N_ROLES };
 extern const char *const an_whatif_role_names[AN_WHATIF_N_ROLES];
+
+/* The capacity of device `device`'s pool (an_whatif_input's gpu_cap). */
+double an_whatif_gpu_capacity(const an_whatif_input *in, int device);
 
 /* One simulated run of cfg; *n_pools and (cuda) pool_device[AN_SIM_MAX_POOLS], the device of each
  * pool, when not NULL. resample 0: the samples replayed in recorded

@@ -99,7 +99,11 @@ import json
 d = json.load(open("gpu.out"))
 m = {r["config"]: r for r in d["whatif"]}["measured"]
 assert (m["targets"], m["drafters"], m["postprocess"], m["queue_depth"]) == (1, 1, "async", 8), m
-assert [(p["config"], p["pool"], p["capacity"]) for p in d["pools"]] == [("replay", "gpu0", 1.0), ("changed", "gpu0", 1.0)], d["pools"]
+# GPU activity recorded: the device's capacity is its threads' work over its busy time (> 1:
+# the GPU was idle 17% of the time while its two threads worked), the same in both configurations
+caps = [(p["config"], p["pool"], p["capacity"]) for p in d["pools"]]
+assert [c[:2] for c in caps] == [("replay", "gpu0"), ("changed", "gpu0")], caps
+assert 1.2 < caps[0][2] < 3 and caps[0][2] == caps[1][2], caps
 EOF
 expect_ok gpu_alone "$A" whatif --json --gpu-share off "$ROOT/samples/traces/h200-async.sqlite"
 python3 -c 'import json; assert json.load(open("gpu_alone.out"))["pools"] == []' || fail "--gpu-share off leaves pools"
