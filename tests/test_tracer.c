@@ -1386,6 +1386,35 @@ static void test_unregistered_calls_reported(void **state)
     assert_int_equal(seen.n, 3);
 }
 
+/* A step or a token count beyond the signed 64-bit columns is rejected and counted, like a
+ * step out of order; the rest of the trace stays readable. */
+static void test_steps_beyond_int64(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "steps-int64.sqlite");
+    st_options o;
+    test_options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_step(0, 0);
+    st_step(1, 10);
+    st_step((uint64_t)INT64_MAX + 1, 1); /* rejected: the step */
+    st_step(2, UINT64_MAX);              /* rejected: the tokens */
+    st_step(3, (uint64_t)INT64_MAX);     /* the largest token count kept */
+    st_step((uint64_t)INT64_MAX, 30);    /* the largest step kept */
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "rejected_steps", "2");
+    assert_int_equal(st_reader_n_steps(r), 4);
+    assert_true(st_reader_step(r, 2)->step == 3);
+    assert_true(st_reader_step(r, 2)->tokens == (uint64_t)INT64_MAX);
+    assert_true(st_reader_step(r, 3)->step == (uint64_t)INT64_MAX);
+    assert_true(st_reader_step(r, 3)->tokens == 30);
+    st_reader_close(r);
+}
+
 /* ---- flows ---- */
 
 #define FLOW_N 12000 /* ~60 KB of records: more than one flow chunk per thread */
@@ -1566,6 +1595,7 @@ int main(void)
         cmocka_unit_test(test_unregistered_stage_id),
         cmocka_unit_test(test_signal_flush_codes),
         cmocka_unit_test(test_unregistered_calls_reported),
+        cmocka_unit_test(test_steps_beyond_int64),
         cmocka_unit_test(test_flows_recorded),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

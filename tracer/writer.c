@@ -547,9 +547,11 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
     case ST_REC_TOKENS:
         if (!s->have_pending_step) break;
         s->have_pending_step = 0;
-        /* Steps must increase, and in time: anything else is a program
-         * error, counted and left out (of the file and of the windows). */
-        if (w->have_step && (s->pending_step <= w->last_step || s->pending_step_ts < w->last_step_ns)) {
+        /* Steps must increase, and in time, and step and tokens must fit the
+         * table's 64-bit signed integers: anything else is a program error,
+         * counted and left out (of the file and of the windows). */
+        if (s->pending_step > (uint64_t)INT64_MAX || r->arg > (uint64_t)INT64_MAX ||
+            (w->have_step && (s->pending_step <= w->last_step || s->pending_step_ts < w->last_step_ns))) {
             w->bad_steps++;
             break;
         }
