@@ -9,7 +9,7 @@
  *
  * Phases (one trace per process, so one trace per phase):
  *   1. recording, NVTX off: floor, ranges, flows (st_flow_out + st_flow_in:
- *      two records, as a range);
+ *      two calls, as a range);
  *   2. recording, NVTX on with no tool attached: floor, ranges, and NVTX
  *      push+pop alone;
  *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
@@ -114,8 +114,9 @@ static void body_ranges(long n)
     }
 }
 
-/* Two flow records (an out and an in) per iteration: the same number of ring
- * records as a range, so their rows compare directly. */
+/* Two flow records (an out and an in) per iteration: two calls, as a range,
+ * so their rows compare directly (a flow takes two 16-byte ring slots, its
+ * record and its payload, where a begin or an end takes one). */
 static void body_flows(long n)
 {
     for (long i = 0; i < n; i++) {

@@ -6,6 +6,9 @@
  *    value encodes thread and sequence number) through small rings while the
  *    writer drains them, with block_when_full: every event is stored exactly
  *    once, in order, with its stage and depth, and nothing is dropped;
+ *  - two-slot records (counter samples, marks, flows, steps: a slot and its
+ *    payload) come back whole where they straddle the ring's end or the
+ *    writer's batches, and count two slots against ring_records;
  *  - drops: a slow writer (st__test_set_writer_delay) and tiny rings without
  *    blocking: what is lost is counted exactly (stored ranges * 2 + dropped
  *    = begin + end calls), ranges stay paired, and the three drop counts
@@ -286,6 +289,141 @@ static void test_rings_every_event_once_in_order(void **state)
     assert_true(ranges_per_thread >= RING_RANGES);
     free(outer_begin);
     free(outer_end);
+    st_reader_close(r);
+}
+
+/* ---- two-slot records: a counter sample, mark, flow or step takes a 16-byte
+ * slot and its payload slot; both are written and read together ---- */
+
+/* One outer begin (one slot), then per iteration: begin, counter, flow_out,
+ * end, mark, step (1 + 2 + 2 + 1 + 2 + 2 slots): the two-slot records start
+ * at odd and even slots, so some straddle the ring's end and, in the larger
+ * ring, the writer's batch boundaries. Blocking: nothing is dropped, and
+ * every value comes back. */
+static void check_pairs(uint32_t ring_records, uint32_t iterations, uint32_t writer_delay_us)
+{
+    char path[PATH_MAX];
+    char file[64];
+    snprintf(file, sizeof file, "pairs-%u.sqlite", ring_records);
+    tmp_path(path, sizeof path, file);
+    st_options o;
+    test_options(&o, path);
+    o.ring_records = ring_records;
+    o.block_when_full = 1;
+    o.commit_ms = 20;
+    st_trace *trace;
+    st__test_set_writer_delay(writer_delay_us);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    int outer = st_stage_register(trace, "outer", ST_WORK);
+    int inner = st_stage_register(trace, "inner", ST_COPY);
+    int ctr = st_counter_register(trace, "value", "n");
+    assert_true(outer >= 0 && inner >= 0 && ctr >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_begin((st_stage)outer);
+    for (uint32_t i = 0; i < iterations; i++) {
+        st_begin((st_stage)inner);
+        st_counter_set((st_counter)ctr, -0.5 * i);
+        st_flow_out((uint64_t)i << 33 | 0x5a5a5a5aull);
+        st_end((st_stage)inner);
+        st_mark(i % 2 ? "odd" : "even");
+        st_step(i + 1, 1000000000000ull + i);
+    }
+    st_end((st_stage)outer);
+    assert_int_equal(st_flush(trace), ST_OK);
+    assert_int_equal(st_dropped(trace), 0);
+    assert_int_equal(st_close(trace), ST_OK);
+
+    st_reader *r = open_complete_trace(path);
+    sqlite3 *db = st_reader_db(r);
+    assert_meta(r, "dropped_events", "0");
+    assert_meta(r, "unmatched_ends", NULL);
+    assert_meta(r, "rejected_steps", NULL);
+    assert_meta(r, "bad_counters", NULL);
+    assert_int_equal(sql_int(db, "SELECT sum(n_ranges) FROM range_chunks"), iterations + 1);
+    st_sample_iter *si;
+    assert_int_equal(st_sample_iter_open(&si, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_sample_row sr;
+    for (uint32_t i = 0; i < iterations; i++) {
+        assert_int_equal(st_sample_iter_next(si, &sr), 1);
+        if (sr.value != -0.5 * i) fail_msg("sample %u has value %g", i, sr.value);
+    }
+    assert_int_equal(st_sample_iter_next(si, &sr), 0);
+    st_sample_iter_close(si);
+    st_flow_iter *fi;
+    assert_int_equal(st_flow_iter_open(&fi, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_flow_row f;
+    for (uint32_t i = 0; i < iterations; i++) {
+        assert_int_equal(st_flow_iter_next(fi, &f), 1);
+        assert_int_equal(f.dir, ST_FLOW_OUT);
+        if (f.id != ((uint64_t)i << 33 | 0x5a5a5a5aull)) fail_msg("flow %u has id %llx", i, (unsigned long long)f.id);
+    }
+    assert_int_equal(st_flow_iter_next(fi, &f), 0);
+    st_flow_iter_close(fi);
+    assert_int_equal(st_reader_n_steps(r), iterations);
+    for (uint32_t i = 0; i < iterations; i++) {
+        const st_step_info *si2 = st_reader_step(r, i);
+        assert_non_null(si2);
+        assert_int_equal(si2->step, i + 1);
+        assert_int_equal(si2->tokens, 1000000000000ull + i);
+    }
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM marks m JOIN strings s ON s.id = m.string "
+                                 "WHERE s.value = 'odd'"), iterations / 2);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM marks m JOIN strings s ON s.id = m.string "
+                                 "WHERE s.value = 'even'"), iterations / 2);
+    st_reader_close(r);
+}
+
+static void test_two_slot_records_whole(void **state)
+{
+    (void)state;
+    check_pairs(64, 2000, 0);
+    check_pairs(8192, 20000, 2000); /* a slow writer: batches of 4096 slots */
+}
+
+/* ring_records counts 16-byte slots: a begin takes one (and reserves its
+ * end's), a counter sample two. In a 64-slot ring with one range open, 31
+ * samples fit, the next ones are dropped and counted one each. The writer
+ * is held in its sleep after draining one range, so nothing is freed. */
+static void test_ring_counts_slots(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "ring-slots.sqlite");
+    st_options o;
+    test_options(&o, path);
+    o.ring_records = 64;
+    o.block_when_full = 0;
+    o.commit_ms = 60000;
+    st_trace *trace;
+    st__test_set_writer_delay(500000);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    int s = st_stage_register(trace, "work", ST_WORK);
+    int c = st_counter_register(trace, "depth", "items");
+    assert_true(s >= 0 && c >= 0);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_ring *ring = st__thread_ring;
+    assert_non_null(ring);
+    st_begin((st_stage)s);
+    st_end((st_stage)s);
+    /* Wait until the writer has taken it: it then sleeps 500 ms. */
+    double t0 = monotonic_s();
+    while (atomic_load(&ring->tail) != 2) {
+        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
+        usleep(100);
+    }
+    st_begin((st_stage)s);
+    for (int i = 0; i < 40; i++) st_counter_set((st_counter)c, i);
+    st_end((st_stage)s);
+    assert_int_equal(atomic_load(&ring->head), 2 + 1 + 31 * 2 + 1);
+    assert_int_equal(st_dropped(trace), 9);
+    st_thread_unregister();
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_int_equal(meta_ll(r, "dropped_events"), 9);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_ranges) FROM range_chunks"), 2);
+    assert_int_equal(sql_int(st_reader_db(r), "SELECT sum(n_samples) FROM counter_chunks"), 31);
     st_reader_close(r);
 }
 
@@ -1577,6 +1715,8 @@ int main(void)
     if (make_tmp_dir("test_tracer")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rings_every_event_once_in_order),
+        cmocka_unit_test(test_two_slot_records_whole),
+        cmocka_unit_test(test_ring_counts_slots),
         cmocka_unit_test(test_drops_counted_exactly_flat),
         cmocka_unit_test(test_drops_counted_exactly_nested),
         cmocka_unit_test(test_nesting_beyond_256),

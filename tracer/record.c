@@ -1,7 +1,9 @@
 /* record.c: the hot path. Each registered thread owns a single-producer
  * ring; st_begin/st_end/st_counter_set/st_mark/st_step/st_flow_out/
- * st_flow_in append one 24-byte record and publish it with a release
- * store. No lock, no allocation, no system call. The public header tests
+ * st_flow_in append one record and publish it with a release store: a
+ * begin or an end one 16-byte slot (ring.h), a counter sample, mark, flow
+ * or step two (the record and its payload). No lock, no allocation, no
+ * system call. The public header tests
  * the thread's ring pointer inline
  * (st__thread_ring, initial-exec TLS): an unregistered thread, or a
  * disabled trace, costs that one branch and no call; a recording thread
@@ -74,9 +76,14 @@ static inline int64_t ring_clock(const st_ring *r)
     return st_clock_mono_ns();
 }
 
-/* Writes one record at w_head and publishes it. id and type share one
- * 8-byte store; arg is left as it was for begins and ends (the writer does
- * not read it). */
+static inline void publish(st_ring *r, uint64_t head)
+{
+    r->w_head = head;
+    atomic_store_explicit(&r->head, head, memory_order_release);
+}
+
+/* Writes one record into a slot: the timestamp, then id and type in one
+ * 8-byte store. */
 static inline st_record *slot(st_ring *r, uint64_t at) { return &r->w_buf[at & r->w_mask]; }
 static inline void put(st_record *rec, int64_t ts, uint32_t id, uint32_t type)
 {
@@ -84,10 +91,18 @@ static inline void put(st_record *rec, int64_t ts, uint32_t id, uint32_t type)
     rec->ts = ts;
     memcpy((char *)rec + offsetof(st_record, id), &id_type, sizeof id_type);
 }
-static inline void publish(st_ring *r, uint64_t head)
+/* A two-slot record (counter, mark, flow, step) at w_head, its room taken:
+ * the record, its payload in the next slot, both published by one store. */
+static inline void put_pair(st_ring *r, int64_t ts, uint32_t id, uint32_t type, uint64_t arg,
+                            uint64_t arg2)
 {
-    r->w_head = head;
-    atomic_store_explicit(&r->head, head, memory_order_release);
+    uint64_t h = r->w_head;
+    put(slot(r, h), ts, id, type);
+    st_record *payload = slot(r, h + 1);
+    payload->arg = arg;
+    payload->arg2 = arg2;
+    r->w_reserved += 2;
+    publish(r, h + 2);
 }
 
 /* Room for `n` more records beyond the reserved ends? Refreshes the tail
@@ -240,52 +255,33 @@ static inline void ring_end(st_ring *r, st_stage stage)
     end_general(r, stage);
 }
 
-static inline void ring_counter(st_ring *r, st_counter counter, double value)
+/* Counter samples, marks and flows: two slots; dropped (and counted, as one
+ * event) when the ring is full. */
+static inline void ring_pair(st_ring *r, uint32_t id, uint32_t type, uint64_t arg)
 {
     int64_t ts = ring_clock(r);
-    if (!reserve(r, 1)) {
+    if (unlikely(!reserve(r, 2))) {
         count_drop(r, 1);
         return;
     }
-    uint64_t h = r->w_head;
-    st_record *rec = slot(r, h);
-    memcpy(&rec->arg, &value, sizeof value);
-    put(rec, ts, counter, ST_REC_COUNTER);
-    r->w_reserved++;
-    publish(r, h + 1);
+    put_pair(r, ts, id, type, arg, 0);
+}
+
+static inline void ring_counter(st_ring *r, st_counter counter, double value)
+{
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    ring_pair(r, counter, ST_REC_COUNTER, bits);
 }
 
 static inline void ring_mark(st_ring *r, const char *literal_name)
 {
-    if (!literal_name) return;
-    int64_t ts = ring_clock(r);
-    if (!reserve(r, 1)) {
-        count_drop(r, 1);
-        return;
-    }
-    uint64_t h = r->w_head;
-    st_record *rec = slot(r, h);
-    rec->arg = (uint64_t)(uintptr_t)literal_name;
-    put(rec, ts, 0, ST_REC_MARK);
-    r->w_reserved++;
-    publish(r, h + 1);
+    if (literal_name) ring_pair(r, 0, ST_REC_MARK, (uint64_t)(uintptr_t)literal_name);
 }
 
-/* A flow record: one slot, like a counter sample; dropped (and counted)
- * when the ring is full. */
 static inline void ring_flow(st_ring *r, uint64_t id, uint32_t dir)
 {
-    int64_t ts = ring_clock(r);
-    if (unlikely(!reserve(r, 1))) {
-        count_drop(r, 1);
-        return;
-    }
-    uint64_t h = r->w_head;
-    st_record *rec = slot(r, h);
-    rec->arg = id;
-    put(rec, ts, dir, ST_REC_FLOW);
-    r->w_reserved++;
-    publish(r, h + 1);
+    ring_pair(r, dir, ST_REC_FLOW, id);
 }
 
 static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
@@ -293,19 +289,10 @@ static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
     int64_t ts = ring_clock(r);
     /* Step marks bound the windows: never dropped, the thread waits. */
     if (!(r->w_reserved + 2 <= r->w_limit || reserve_slow(r, 2, 1))) {
-        count_drop(r, 2);
+        count_drop(r, 1);
         return;
     }
-    /* Both records become visible together. */
-    uint64_t h = r->w_head;
-    st_record *rec = slot(r, h);
-    rec->arg = step;
-    put(rec, ts, 0, ST_REC_STEP);
-    rec = slot(r, h + 1);
-    rec->arg = tokens;
-    put(rec, ts, 0, ST_REC_TOKENS);
-    r->w_reserved += 2;
-    publish(r, h + 2);
+    put_pair(r, ts, 0, ST_REC_STEP, step, tokens);
     if (r->w_nvtx) st_nvtx_step(step, tokens);
 }
 

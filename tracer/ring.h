@@ -1,7 +1,7 @@
 /* ring.h: the per-thread ring between a recording thread and the writer.
  *
  * Layout. Each registered thread owns one st_ring (record.c allocates it in
- * st_thread_register, 64-byte aligned) and a power-of-two array of
+ * st_thread_register, 64-byte aligned) and a power-of-two array of 16-byte
  * st_record slots (options.ring_records, 64..2^28). Slot i lives at
  * buf[i & mask]; head and tail count records since registration and never
  * wrap (64 bits). The struct is cut into cache lines so that the two sides
@@ -19,7 +19,7 @@
  *   - The producer writes a slot, then publishes it with a release store of
  *     head (record.c, publish()). The writer loads head with acquire and only
  *     then reads the slots below it: a record is read only after it is
- *     whole. A step and its tokens record are published by one store.
+ *     whole. A record and its payload slot are published by one store.
  *   - The writer reads slots, then stores tail with release (writer.c,
  *     drain_ring()). The producer loads tail with acquire before it reuses a
  *     slot (reserve_slow()): a slot is overwritten only after it was read.
@@ -35,9 +35,10 @@
  *     st_trace.lock, and frees the ring (st_dropped sums live rings under
  *     the same lock).
  *
- * Room. A begin reserves the slot of its end (w_reserved = records written
- * + ends owed to open begins): a begin, counter, mark or step is accepted
- * only while w_reserved + its records fit in the ring, so an end always
+ * Room. A begin reserves the slot of its end (w_reserved = slots written
+ * + ends owed to open begins): a begin (2: its own and its end's), counter,
+ * mark, flow or step (2: head and payload) is accepted only while
+ * w_reserved + its slots fit in the ring, so an end always
  * fits and a drop never breaks a range. A begin dropped at depth d marks bit
  * d of w_dropped_depths so that its end is dropped too; depth beyond
  * ST_MAX_DEPTH is dropped (and counted) with its end.
@@ -50,23 +51,43 @@
 
 #include "stagetrace.h"
 
-/* ---- ring records ---- */
+/* ---- ring records ----
+ * A slot is 16 bytes, so four share a cache line and none straddles one
+ * (buf is 64-byte aligned). Begins and ends take one slot: the timestamp,
+ * and id and type in one 8-byte word. A record that carries 64-bit values
+ * (a counter sample, a mark, a flow, a step) takes two: its head slot, then
+ * a payload slot holding arg (and arg2) in place of ts, id and type. The
+ * producer reserves and publishes both with one store of head, so the
+ * writer never sees a head slot without its payload. */
 enum st_rec_type {
     ST_REC_BEGIN = 1,   /* id = stage */
     ST_REC_END = 2,     /* id = stage */
-    ST_REC_COUNTER = 3, /* id = counter, arg = double bits */
-    ST_REC_MARK = 4,    /* arg = const char * (literal) */
-    ST_REC_STEP = 5,    /* arg = step, id = unused; tokens in the next record */
-    ST_REC_TOKENS = 6,  /* arg = tokens of the preceding step */
-    ST_REC_FLOW = 7,    /* arg = item id, id = direction (0 out, 1 in) */
+    ST_REC_COUNTER = 3, /* id = counter; payload arg = double bits */
+    ST_REC_MARK = 4,    /* payload arg = const char * (literal) */
+    ST_REC_STEP = 5,    /* payload arg = step, arg2 = tokens */
+    ST_REC_FLOW = 7,    /* id = direction (0 out, 1 in); payload arg = item id */
 };
 
 typedef struct st_record {
-    int64_t ts;   /* raw clock (TSC ticks or ns; see clock.c) */
-    uint64_t arg;
-    uint32_t id;
-    uint32_t type;
-} st_record;      /* 24 bytes */
+    union {
+        struct {
+            int64_t ts;    /* raw clock (TSC ticks or ns; see clock.c) */
+            uint32_t id;
+            uint32_t type;
+        };
+        struct {           /* the payload slot after a COUNTER, MARK, STEP or FLOW */
+            uint64_t arg;
+            uint64_t arg2;
+        };
+    };
+} st_record;               /* 16 bytes */
+_Static_assert(sizeof(st_record) == 16, "a ring slot is 16 bytes");
+
+/* Slots a record of this type takes: the head slot, plus the payload. */
+static inline uint32_t st_rec_slots(uint32_t type)
+{
+    return type == ST_REC_BEGIN || type == ST_REC_END ? 1 : 2;
+}
 
 typedef struct st_ring {
     _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */

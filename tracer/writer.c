@@ -50,9 +50,6 @@ struct st_thread_state {
     st_flow_encoder flow;
     int64_t last_ns;          /* clamps the thread's time line to monotone */
     uint64_t final_dropped;
-    uint64_t pending_step;
-    int64_t pending_step_ts;
-    int have_pending_step;
     agg_queue q;
 };
 
@@ -492,8 +489,13 @@ static void store_gpu(st_trace *t, writer *w, int final)
 
 /* ---- draining ---- */
 
-static void process(st_trace *t, writer *w, st_thread_state *s, const st_record *r)
+/* Processes the record at slot `at` of the ring (and its payload slot, for
+ * the types that have one) and returns the slots it took. The producer
+ * publishes a record and its payload together, so both are below head. */
+static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_ring *ring, uint64_t at)
 {
+    const st_record *r = &ring->buf[at & ring->mask];
+    const st_record *p = &ring->buf[(at + 1) & ring->mask]; /* read only by two-slot types */
     int64_t ns = st_clock_to_ns(r->ts);
     if (ns < s->last_ns) {
         ns = s->last_ns;
@@ -520,7 +522,7 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
         break;
     case ST_REC_COUNTER: {
         double v;
-        memcpy(&v, &r->arg, sizeof v);
+        memcpy(&v, &p->arg, sizeof v);
         if (r->id >= atomic_load(&t->n_counters)) {
             w->bad_counters++;
             break;
@@ -530,47 +532,42 @@ static void process(st_trace *t, writer *w, st_thread_state *s, const st_record 
         break;
     }
     case ST_REC_MARK: {
-        int64_t id = string_id(t, w, (const char *)(uintptr_t)r->arg);
+        int64_t id = string_id(t, w, (const char *)(uintptr_t)p->arg);
         st_val v[3] = {ST_VINT(s->id), ST_VINT(ns), ST_VINT(id)};
         st_store_row(w->store, ST_S_MARK, 3, v);
         break;
     }
     case ST_REC_FLOW:
-        st_flow_put(&s->flow, r->id, ns, r->arg);
+        st_flow_put(&s->flow, r->id, ns, p->arg);
         if (s->flow.buf.len >= ST_CHUNK_BYTES) flush_flow_chunk(w, s);
         break;
-    case ST_REC_STEP:
-        s->pending_step = r->arg;
-        s->pending_step_ts = ns;
-        s->have_pending_step = 1;
-        break;
-    case ST_REC_TOKENS:
-        if (!s->have_pending_step) break;
-        s->have_pending_step = 0;
+    case ST_REC_STEP: {
+        uint64_t step = p->arg, tokens = p->arg2;
         /* Steps must increase, and in time, and step and tokens must fit the
          * table's 64-bit signed integers: anything else is a program error,
          * counted and left out (of the file and of the windows). */
-        if (s->pending_step > (uint64_t)INT64_MAX || r->arg > (uint64_t)INT64_MAX ||
-            (w->have_step && (s->pending_step <= w->last_step || s->pending_step_ts < w->last_step_ns))) {
+        if (step > (uint64_t)INT64_MAX || tokens > (uint64_t)INT64_MAX ||
+            (w->have_step && (step <= w->last_step || ns < w->last_step_ns))) {
             w->bad_steps++;
             break;
         }
         w->have_step = 1;
-        w->last_step = s->pending_step;
-        w->last_step_ns = s->pending_step_ts;
-        st_val v[4] = {ST_VINT(s->pending_step), ST_VINT(s->pending_step_ts), ST_VINT(r->arg), ST_VINT(s->id)};
+        w->last_step = step;
+        w->last_step_ns = ns;
+        st_val v[4] = {ST_VINT(step), ST_VINT(ns), ST_VINT(tokens), ST_VINT(s->id)};
         st_store_row(w->store, ST_S_STEP, 4, v);
-        if (t->agg)
-            steps_push(w, (step_item){s->pending_step, r->arg, s->pending_step_ts, s->id});
+        if (t->agg) steps_push(w, (step_item){step, tokens, ns, s->id});
         break;
+    }
     default:
         break;
     }
+    return st_rec_slots(r->type);
 }
 
 /* Drains what the ring holds now (not what arrives meanwhile: chasing the
  * producer record by record would bounce its cache lines between cores).
- * Returns the number of records that were pending. */
+ * Returns the number of slots that were pending. */
 static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
 {
     st_ring *ring = s->ring;
@@ -581,7 +578,8 @@ static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
     size_t pending = (size_t)(head - tail);
     while (tail < head) {
         uint64_t stop = head - tail > ST_DRAIN_BATCH ? tail + ST_DRAIN_BATCH : head;
-        for (; tail < stop; tail++) process(t, w, s, &ring->buf[tail & ring->mask]);
+        /* A two-slot record may end one slot past stop, never past head. */
+        while (tail < stop) tail += process(t, w, s, ring, tail);
         atomic_store_explicit(&ring->tail, tail, memory_order_release);
         if (t->writer_delay_us) usleep(t->writer_delay_us);
     }

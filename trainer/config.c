@@ -425,7 +425,7 @@ static void usage(FILE *f)
         "  --overwrite                replace an existing trace file (never one that another\n"
         "                             process is still writing)\n"
         "  --ring-records N           per-thread trace ring, a power of two from 64 to\n"
-        "                             268435456 records of 24 bytes (default 262144)\n"
+        "                             268435456 slots of 16 bytes (default 262144)\n"
         "  --block-when-full          a thread whose ring is full waits for the writer\n"
         "                             instead of dropping the event (default: drop, count)\n"
         "  --target-delay-us N        test/demo knob: busy-wait N us in each target forward\n"

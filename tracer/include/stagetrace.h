@@ -191,8 +191,11 @@ typedef struct st_options {
     int argc;                /* stored in meta "argv" */
     char *const *argv;
     int rank, world_size;    /* default 0 and 1 */
-    uint32_t ring_records;   /* per-thread ring capacity, power of two >= 64;
-                                default 262144 (6 MiB; bench/RESULTS.md) */
+    uint32_t ring_records;   /* per-thread ring capacity in 16-byte slots,
+                                a power of two from 64 to 2^28; a range
+                                takes 2 (begin, end), a counter sample,
+                                mark, flow or step 2 (record, payload);
+                                default 262144 (4 MiB; docs/tracer.md) */
     int block_when_full;     /* 1: a full ring waits for the writer instead
                                 of counting a drop */
     uint32_t commit_ms;      /* writer commits at most this far apart;
