@@ -14,7 +14,8 @@
 
 static const char help[] =
     "usage: analyze whatif [--queue-depth N] [--drafters N] [--targets N] [--postprocess sync|async]\n"
-    "                      [--drafter-gpus I,J,...] [--target-gpus I,J,...] [--stage NAME=FACTORx]... [--cores X] [--other-load X] [--gpu-share on|off]\n"
+    "                      [--drafter-gpus I,J,...] [--target-gpus I,J,...] [--stage NAME=FACTORx]...\n"
+    "                      [--cores X] [--other-load X] [--gpu-share on|off]\n"
     "                      [--allreduce-ms X] [--runs N] [--seed N]\n"
     "                      [--skip-steps N] [--format text|json] [--json] FILE\n"
     "\n"
@@ -23,8 +24,8 @@ static const char help[] =
     "depths, the drafters meeting at the all-reduce every step, and the processors the\n"
     "threads share (the cpu backend: one pool of --cores processors for every thread; cuda:\n"
     "each GPU is shared by the threads on it, as many at once as its busy time in the trace\n"
-    "allows). It replays the recorded configuration first\n"
-    "(predicted against measured tokens/s), then the configuration with the changes given:\n"
+    "allows). It replays the recorded configuration first (predicted against measured\n"
+    "tokens/s), then the configuration with the changes given:\n"
     "predicted tokens/s, its 5th-95th percentile over --runs simulations with the work\n"
     "samples drawn again (bootstrap), the bottleneck, and the hidden-state queue's occupancy.\n"
     "\n"
