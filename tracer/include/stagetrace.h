@@ -279,8 +279,10 @@ ST_API void st_thread_unregister(void);
 /* Hot path: st_begin(stage), st_end(stage), st_counter_set(counter, value),
  * st_mark(literal_name), and st_step(step, tokens): "step `step` ended now,
  * having processed `tokens` tokens". Mark step 0 when the loop starts.
- * Windows of N steps run from the mark of step k*N to the mark of step
- * (k+1)*N.
+ * Steps must increase, in time, and step and tokens must be at most
+ * INT64_MAX: the writer leaves any other mark out and counts it in meta
+ * rejected_steps. Windows of N steps run from the mark of step k*N to the
+ * mark of step (k+1)*N.
  *
  * Flows: st_flow_out(id) says "item `id` leaves this thread now" (call it
  * in the producer's put, once the item is handed over) and st_flow_in(id)
