@@ -114,8 +114,7 @@ struct tr_context {
     ncclComm_t *comms;     /* [n_drafters] when n_drafters > 1 on distinct devices */
 #endif
     /* drafters all on one device (shared_allreduce): its rendezvous and the mean */
-    int shared_device;     /* 1 when n_drafters > 1 all share drafter_devices[0] */
-    int barrier_ready;
+    int shared_device;     /* 1 when n_drafters > 1 all share drafter_devices[0]: barrier made */
     tr_barrier barrier;
     float *mean;           /* device [params.n] on that device, made by the first drafter */
     std::atomic<int> aborted;
@@ -398,7 +397,7 @@ static void cuda_close(tr_context *ctx)
 #endif
     if (ctx->mean && cudaSetDevice(ctx->cfg->drafter_devices[0]) == cudaSuccess)
         TR_WARN(cudaFree(ctx->mean));
-    if (ctx->barrier_ready)
+    if (ctx->shared_device)
         tr_barrier_destroy(&ctx->barrier);
     free(ctx->drafters);
     pthread_mutex_destroy(&ctx->lock);
@@ -519,7 +518,6 @@ static int open_comms(tr_context *ctx)
             tr_backend_set_error("cannot create the drafters' barrier");
             return -1;
         }
-        ctx->barrier_ready = 1;
         ctx->shared_device = 1;
         return 0;
     }
@@ -597,7 +595,7 @@ static int cuda_open(tr_context **out, const tr_config *cfg)
 static void cuda_abort(tr_context *ctx)
 {
     ctx->aborted.store(1);
-    if (ctx->barrier_ready)
+    if (ctx->shared_device)
         tr_barrier_abort(&ctx->barrier);
 }
 
