@@ -324,13 +324,13 @@ TRACEGEN_SRC := tests/tracegen.c
 TEST_COMMON := $(wildcard tests/common.c) $(TRACEGEN_SRC) tests/traces.c
 tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO) $(BUILD)/tests/tracegen
 
-$(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_SRC) tests/traces.c $(LIB_A) $(wildcard tests/*.h)
+$(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_SRC) tests/traces.c $(LIB_A) $(wildcard tests/*.h tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests $< $(TRACEGEN_SRC) tests/traces.c -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
 # Every test links the libraries (only what it uses is pulled in) and may
 # include their internal headers; none compiles their sources in.
-$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
+$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h tracer/include/*.h tracer/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
 
@@ -367,7 +367,7 @@ BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Benchmarks see the public headers (and tests/tracegen.h, which uses only
 # them); the trace writer is compiled on its own, with the internal headers.
-$(BUILD)/bench/%: bench/%.c $(BUILD)/obj/tests/tracegen.o $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/obj/tests/tracegen.o $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h tracer/include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(PUBLIC_INCLUDES) -Itests $< $(BUILD)/obj/tests/tracegen.o -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 bench: all $(BENCH_BIN)

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # it_hotpath.sh: the hot path as programs see it through stagetrace.h.
 #  - Built normally (GCC/Clang), a program's st_begin & co. are inline: it
-#    references the thread's ring pointer (st__thread_ring, initial-exec TLS)
-#    and st__ring_*, not st_begin; it records the same trace linked with
+#    references the thread's ring pointer (st__thread_hot, initial-exec TLS)
+#    and st__ring_* (the general path), not st_begin; on x86-64 the common
+#    begin and end write the ring with no call at all. It records the same
+#    trace linked with
 #    libstagetrace.a, with libstagetrace.so, and as a plugin dlopen()ed by a
 #    program that does not link the library (the .so then comes in through
 #    dlopen, and its initial-exec TLS must still load).
-#  - Built with -DST_NO_INLINE (as a binary built against an earlier header
-#    would be), it calls the exported st_begin & co., and records the same.
+#  - Built with -DST_NO_INLINE, it calls the exported st_begin & co., and
+#    records the same; so does a program built against the header before the
+#    inline ring write (it tests st__thread_ring and calls st__ring_*).
 #  - Calls from a thread that never registered record nothing.
 #  - Built with -DST_DISABLE, no recording symbol is referenced at all: the
 #    recording program, st_open and registration included, links with no
@@ -104,8 +107,9 @@ must_not_ref() { ! nm -u "$2" | grep -E "[[:space:]]$3\$" >/dev/null || fail "$1
 
 # Inline hot path, static library.
 $CC $CFLAGS rec.c -o rec_static "$BUILD/libstagetrace.a" $LIBS
-must_ref static rec_static st__thread_ring
+must_ref static rec_static st__thread_hot
 must_ref static rec_static st__ring_begin
+must_not_ref static rec_static st__thread_ring
 $CC $CFLAGS -c rec.c -o rec.o
 must_not_ref static.o rec.o st_begin
 must_not_ref static.o rec.o st_end
@@ -116,7 +120,7 @@ check_trace static static.sqlite
 # Inline hot path, shared library (TLS variable resolved across objects).
 $CC $CFLAGS rec.c -o rec_shared -L"$BUILD" -lstagetrace -Wl,-rpath,"$BUILD" $LIBS
 must_not_ref shared rec_shared st_begin
-must_ref shared rec_shared st__thread_ring
+must_ref shared rec_shared st__thread_hot
 expect_ok shared ./rec_shared shared.sqlite
 check_trace shared shared.sqlite
 
@@ -129,7 +133,7 @@ check_trace O0 O0.sqlite
 # A plugin that links the shared library, loaded by a program that does not.
 $CC $CFLAGS -fPIC -shared -DREC_PLUGIN rec.c -o librec_plugin.so -L"$BUILD" -lstagetrace -Wl,-rpath,"$BUILD" $LIBS
 $CC $CFLAGS host.c -o host -ldl
-must_not_ref host host st__thread_ring
+must_not_ref host host st__thread_hot
 expect_ok plugin ./host ./librec_plugin.so plugin.sqlite
 check_trace plugin plugin.sqlite
 
@@ -140,12 +144,39 @@ must_ref calls rec_calls st_end
 must_ref calls rec_calls st_counter_set
 must_ref calls rec_calls st_mark
 must_ref calls rec_calls st_step
-must_not_ref calls rec_calls st__thread_ring
+must_not_ref calls rec_calls st__thread_hot
 expect_ok calls ./rec_calls calls.sqlite
 check_trace calls calls.sqlite
+
+# A program built against the header before the inline ring write: its
+# inline calls (written out here as that header had them) test
+# st__thread_ring and call st__ring_*, which the library still exports.
+sed -e 's/#include <stagetrace.h>/#define ST_NO_INLINE 1\n#include <stagetrace.h>\n#include "old_inline.h"/' rec.c > rec_old.c
+cat > old_inline.h <<'C'
+#define st_begin old_begin
+#define st_end old_end
+#define st_counter_set old_counter_set
+static inline void old_begin(st_stage s) {
+    struct st_ring *r = st__thread_ring;
+    if (r) st__ring_begin(r, s);
+    else if (__atomic_load_n(&st__recording, __ATOMIC_RELAXED)) st__unregistered("st_begin");
+}
+static inline void old_end(st_stage s) { struct st_ring *r = st__thread_ring; if (r) st__ring_end(r, s); }
+static inline void old_counter_set(st_counter c, double v) {
+    struct st_ring *r = st__thread_ring;
+    if (r) st__ring_counter(r, c, v);
+}
+C
+$CC $CFLAGS -I. rec_old.c -o rec_old -L"$BUILD" -lstagetrace -Wl,-rpath,"$BUILD" $LIBS
+must_ref old rec_old st__thread_ring
+must_ref old rec_old st__ring_begin
+must_not_ref old rec_old st__thread_hot
+must_not_ref old rec_old st_begin
+expect_ok old ./rec_old old.sqlite
+check_trace old old.sqlite
 # ... and the library exports all of them, and the inline path's symbols.
 for sym in st_begin st_end st_counter_set st_mark st_step st__ring_begin st__ring_end \
-           st__ring_counter st__ring_mark st__ring_step st__thread_ring; do
+           st__ring_counter st__ring_mark st__ring_step st__thread_ring st__thread_hot; do
     nm -D --defined-only "$BUILD/libstagetrace.so" | grep -E "[[:space:]]$sym\$" >/dev/null \
         || fail "libstagetrace.so does not export $sym"
     ok
@@ -246,6 +277,7 @@ int main(int argc, char **argv) {
 C
 $CC $CFLAGS -DST_DISABLE off_reader.c -o off_reader -L"$BUILD" -lstagetrace -Wl,-rpath,"$BUILD" $LIBS
 must_ref off_reader off_reader st_reader_open
+must_not_ref off_reader off_reader st__thread_hot
 must_not_ref off_reader off_reader st__thread_ring
 expect_ok off_reader ./off_reader static.sqlite
 

@@ -427,6 +427,112 @@ static void test_ring_counts_slots(void **state)
     st_reader_close(r);
 }
 
+/* The common begin and end (stagetrace.h's inline ring write, TSC and NVTX
+ * off) and the general path (here NVTX on) keep the same books: in
+ * a 64-slot ring with the writer held asleep, a range holding 40 inner
+ * ranges keeps 31 of them (the 32nd finds no room once the tail is
+ * re-read), a range begun with no room is dropped with everything nested
+ * in it, and once the writer has drained, a range holding another records
+ * again. Same head, same drops, same trace, in both modes. */
+static void check_fast_general(int nvtx)
+{
+    char path[PATH_MAX];
+    char file[64];
+    snprintf(file, sizeof file, "fast-general-%d.sqlite", nvtx);
+    tmp_path(path, sizeof path, file);
+    st_options o;
+    test_options(&o, path);
+    o.ring_records = 64;
+    o.block_when_full = 0;
+    o.commit_ms = 60000;
+    o.nvtx = nvtx;
+    st_trace *trace;
+    st__test_set_writer_delay(500000);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    st_stage a = (st_stage)st_stage_register(trace, "a", ST_WORK);
+    st_stage b = (st_stage)st_stage_register(trace, "b", ST_WORK);
+    assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
+    st_ring *ring = st__thread_ring;
+    assert_non_null(ring);
+    assert_ptr_equal(st__thread_hot, &ring->w);
+    /* The mode under test: the general path with NVTX on (in builds with
+     * NVTX) or without an invariant TSC, else the inline one. */
+    int general = st_nvtx_on || !st_clock_use_tsc;
+#ifdef ST_HAVE_NVTX
+    if (nvtx) assert_true(general);
+#endif
+    assert_int_equal((ring->w.open & ST_OPEN_GENERAL) != 0, general);
+    st_begin(a);
+    st_end(a);
+    double t0 = monotonic_s();
+    while (atomic_load(&ring->tail) != 2) {
+        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
+        usleep(100);
+    }
+    st_begin(a);
+    for (int i = 0; i < 40; i++) {
+        st_begin(b);
+        st_end(b);
+    }
+    st_end(a);
+    assert_int_equal(atomic_load(&ring->head), 2 + 1 + 31 * 2 + 1);
+    assert_int_equal(st_dropped(trace), 9 * 2);
+    st_begin(a); /* no room: dropped, and so is what it holds */
+    st_begin(b);
+    st_end(b);
+    st_end(a);
+    assert_int_equal(atomic_load(&ring->head), 66);
+    assert_int_equal(st_dropped(trace), 9 * 2 + 4);
+    assert_int_equal(ring->w.open & ~ST_OPEN_GENERAL, 0); /* nothing open, nothing dropped open */
+    t0 = monotonic_s();
+    while (atomic_load(&ring->tail) != 66) {
+        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
+        usleep(100);
+    }
+    st_begin(a);
+    st_begin(b);
+    assert_int_equal(ring->w.open & ~ST_OPEN_GENERAL, 2);
+    st_end(b);
+    st_end(a);
+    assert_int_equal(atomic_load(&ring->head), 70);
+    assert_int_equal(st_dropped(trace), 22);
+    st_thread_unregister();
+    assert_null(st__thread_hot);
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_int_equal(meta_ll(r, "dropped_events"), 22);
+    assert_meta(r, "unmatched_ends", NULL);
+    sqlite3 *db = st_reader_db(r);
+    assert_int_equal(sql_int(db, "SELECT sum(n_ranges) FROM range_chunks"), 1 + 31 + 1 + 2);
+    st_range_iter *it;
+    assert_int_equal(st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range rg;
+    int n_inner = 0, n_outer = 0, rc;
+    while ((rc = st_range_iter_next(it, &rg)) == 1) {
+        if (rg.stage == b) {
+            assert_int_equal(rg.depth, 1);
+            n_inner++;
+        } else {
+            assert_int_equal(rg.stage, a);
+            assert_int_equal(rg.depth, 0);
+            n_outer++;
+        }
+    }
+    assert_int_equal(rc, 0);
+    st_range_iter_close(it);
+    assert_int_equal(n_inner, 32);
+    assert_int_equal(n_outer, 3);
+    st_reader_close(r);
+}
+
+static void test_fast_and_general_paths(void **state)
+{
+    (void)state;
+    check_fast_general(0);
+    check_fast_general(1);
+}
+
 /* ---- drops: counted exactly, ranges intact ---- */
 
 #define DROP_THREADS 2
@@ -1717,6 +1823,7 @@ int main(void)
         cmocka_unit_test(test_rings_every_event_once_in_order),
         cmocka_unit_test(test_two_slot_records_whole),
         cmocka_unit_test(test_ring_counts_slots),
+        cmocka_unit_test(test_fast_and_general_paths),
         cmocka_unit_test(test_drops_counted_exactly_flat),
         cmocka_unit_test(test_drops_counted_exactly_nested),
         cmocka_unit_test(test_nesting_beyond_256),

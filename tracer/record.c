@@ -3,19 +3,19 @@
  * st_flow_in append one record and publish it with a release store: a
  * begin or an end one 16-byte slot (ring.h), a counter sample, mark, flow
  * or step two (the record and its payload). No lock, no allocation, no
- * system call. The public header tests
- * the thread's ring pointer inline
- * (st__thread_ring, initial-exec TLS): an unregistered thread, or a
+ * system call. The public header tests the thread's ring pointer inline
+ * (st__thread_hot, initial-exec TLS): an unregistered thread, or a
  * disabled trace, costs that one branch and no call; a recording thread
- * calls st__ring_*, whose common case touches one cache line of producer
- * state (st_ring's w_* fields), the record's slot and the published head.
+ * calls st__ring_*, whose common case reads one cache line of producer
+ * state (st_ring's w_* fields) and the published head, and writes the
+ * record's slot, one word of that state (w.open) and head.
  *
  * Drops never break a range: every recorded begin reserves a slot for its
- * end (w_reserved counts the written records plus the ends owed), so a begin
- * or other record is only accepted while the reserved ends leave room for
- * it, and an end always fits. A begin that is dropped marks its depth so
- * that its end is dropped too; while no dropped begin is open (the common
- * case) an end checks one counter. */
+ * end (the slots taken are head plus the ends owed, ring.h "Room"), so a
+ * begin or other record is only accepted while the reserved ends leave room
+ * for it, and an end always fits. A begin that is dropped marks its depth
+ * so that its end is dropped too; while no dropped begin is open (the
+ * common case) a begin and an end each test w.open with one compare. */
 #include <sched.h>
 #include <stddef.h>
 #include <signal.h>
@@ -27,6 +27,8 @@
 #define ST__OUT_OF_LINE 1 /* this file defines the exported st_begin & co. */
 #include "st_internal.h"
 
+__thread struct st__ring_hot *st__thread_hot __attribute__((tls_model("initial-exec")));
+/* The same ring, for binaries built against earlier headers. */
 __thread st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
 /* 1 while an enabled trace is open: the inline calls of a thread with no
  * ring test it (relaxed) and report themselves through st__unregistered. */
@@ -76,47 +78,62 @@ static inline int64_t ring_clock(const st_ring *r)
     return st_clock_mono_ns();
 }
 
+/* The next slot to write: head, which only this thread stores. */
+static inline uint64_t head_of(st_ring *r)
+{
+    return atomic_load_explicit(&r->head, memory_order_relaxed);
+}
+
 static inline void publish(st_ring *r, uint64_t head)
 {
-    r->w_head = head;
     atomic_store_explicit(&r->head, head, memory_order_release);
+}
+
+static inline uint64_t open_depth(uint64_t o) { return o & ST_OPEN_DEPTH; }
+static inline uint64_t open_dropped(uint64_t o) { return (o & ST_OPEN_DROPPED_MASK) >> 32; }
+
+/* Slots taken: the records written and the ends owed to recorded begins. */
+static inline uint64_t reserved(st_ring *r)
+{
+    uint64_t o = r->w.open;
+    return head_of(r) + open_depth(o) - open_dropped(o);
 }
 
 /* Writes one record into a slot: the timestamp, then id and type in one
  * 8-byte store. */
-static inline st_record *slot(st_ring *r, uint64_t at) { return &r->w_buf[at & r->w_mask]; }
+static inline st_record *slot(st_ring *r, uint64_t at) { return (st_record *)r->w.buf + (at & r->w.mask); }
 static inline void put(st_record *rec, int64_t ts, uint32_t id, uint32_t type)
 {
     uint64_t id_type = (uint64_t)id | (uint64_t)type << 32;
     rec->ts = ts;
     memcpy((char *)rec + offsetof(st_record, id), &id_type, sizeof id_type);
 }
-/* A two-slot record (counter, mark, flow, step) at w_head, its room taken:
+/* A two-slot record (counter, mark, flow, step) at head, its room taken:
  * the record, its payload in the next slot, both published by one store. */
 static inline void put_pair(st_ring *r, int64_t ts, uint32_t id, uint32_t type, uint64_t arg,
                             uint64_t arg2)
 {
-    uint64_t h = r->w_head;
+    uint64_t h = head_of(r);
     put(slot(r, h), ts, id, type);
     st_record *payload = slot(r, h + 1);
     payload->arg = arg;
     payload->arg2 = arg2;
-    r->w_reserved += 2;
     publish(r, h + 2);
 }
 
 /* Room for `n` more records beyond the reserved ends? Refreshes the tail
  * seen, and waits for the writer when blocking. Out of line: the fast path
- * compares w_reserved with w_limit itself. */
+ * compares with w.limit itself. */
 static __attribute__((noinline)) int reserve_slow(st_ring *r, uint64_t n, int block)
 {
-    uint64_t cap = (uint64_t)r->w_mask + 1;
+    uint64_t cap = (uint64_t)r->w.mask + 1;
+    uint64_t taken = reserved(r);
     /* More than the whole ring (a begin nested deeper than the ring can hold
      * with its ends): no wait can make room, so drop even when blocking. */
-    if (r->w_reserved - r->w_head + n > cap) return 0;
+    if (taken - head_of(r) + n > cap) return 0;
     for (;;) {
-        r->w_limit = atomic_load_explicit(&r->tail, memory_order_acquire) + cap;
-        if (r->w_reserved + n <= r->w_limit) return 1;
+        r->w.limit = atomic_load_explicit(&r->tail, memory_order_acquire) + cap;
+        if (taken + n <= r->w.limit) return 1;
         if (!block || atomic_load_explicit(&r->retired, memory_order_relaxed)) return 0;
         st_trace *tr = st_active_trace;
         if (tr) st_wake_writer(tr);
@@ -126,7 +143,7 @@ static __attribute__((noinline)) int reserve_slow(st_ring *r, uint64_t n, int bl
 
 static inline int reserve(st_ring *r, uint64_t n)
 {
-    if (likely(r->w_reserved + n <= r->w_limit)) return 1;
+    if (likely(reserved(r) + n <= r->w.limit)) return 1;
     return reserve_slow(r, n, r->w_block);
 }
 
@@ -135,91 +152,65 @@ static __attribute__((noinline)) void count_drop(st_ring *r, uint64_t n)
     atomic_fetch_add_explicit(&r->dropped, n, memory_order_relaxed);
 }
 
-/* A begin that missed the fast path: depth too deep, a stage id above the
- * cached limit (refreshed here: stages registered since), or no room seen. */
-static __attribute__((noinline)) void begin_slow(st_ring *r, st_stage stage, int64_t ts, uint32_t d)
+/* A begin with its timestamp taken, every case: a depth too deep, a stage
+ * id above the cached limit (refreshed here: stages registered since), no
+ * room seen, a dropped begin open. */
+static void record_begin(st_ring *r, st_stage stage, int64_t ts)
 {
+    uint64_t o = r->w.open;
+    uint64_t d = open_depth(o);
     if (d < ST_MAX_DEPTH) {
-        if (stage >= r->w_stage_limit)
-            r->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
+        if (stage >= r->w.stage_limit)
+            r->w.stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
         /* An id that was never registered is dropped (and counted), so it
          * can neither corrupt the stored chunk nor index past NVTX's table. */
-        if (stage < r->w_stage_limit && reserve(r, 2)) {
-            uint64_t h = r->w_head;
+        if (stage < r->w.stage_limit && reserve(r, 2)) {
+            uint64_t h = head_of(r);
             put(slot(r, h), ts, stage, ST_REC_BEGIN);
-            r->w_reserved += 2;
+            r->w.open = o + 1; /* reserves its end */
             publish(r, h + 1);
             return;
         }
         r->w_dropped_depths[d >> 6] |= 1ull << (d & 63);
     }
-    r->w_dropped_open++;
+    r->w.open = o + 1 + ST_OPEN_DROPPED_ONE;
     count_drop(r, 1);
 }
 
-/* A begin with its timestamp taken. */
-static inline void record_begin(st_ring *r, st_stage stage, int64_t ts)
+/* An end with its timestamp taken, every case. Returns 1 when it closed a
+ * range that NVTX saw open (every begin pushes, so every end with a begin
+ * pops). */
+static int record_end(st_ring *r, st_stage stage, int64_t ts)
 {
-    uint32_t d = r->w_depth++;
-    uint64_t reserved = r->w_reserved + 2;
-    if (likely(d < ST_MAX_DEPTH && stage < r->w_stage_limit && reserved <= r->w_limit)) {
-        uint64_t h = r->w_head;
-        put(slot(r, h), ts, stage, ST_REC_BEGIN);
-        r->w_reserved = reserved;
-        publish(r, h + 1);
-        return;
-    }
-    begin_slow(r, stage, ts, d);
-}
-
-/* An end that missed the fast path: no open begin, or a dropped begin open
- * somewhere in the stack. */
-static __attribute__((noinline)) void end_slow(st_ring *r, st_stage stage, int64_t ts)
-{
-    if (r->w_depth == 0) {
+    uint64_t o = r->w.open;
+    if (open_depth(o) == 0) {
         /* An end without a begin is a program error, not a full ring: the
          * writer counts it in meta unmatched_ends and stores nothing. Only
          * when the ring is full is it a drop. */
         if (reserve(r, 1)) {
-            uint64_t h = r->w_head;
+            uint64_t h = head_of(r);
             put(slot(r, h), ts, stage, ST_REC_END);
-            r->w_reserved++;
             publish(r, h + 1);
         } else {
             count_drop(r, 1);
         }
-        return;
+        return 0;
     }
-    uint32_t d = --r->w_depth;
+    uint64_t d = open_depth(o) - 1;
     if (d >= ST_MAX_DEPTH || (r->w_dropped_depths[d >> 6] >> (d & 63)) & 1) {
         if (d < ST_MAX_DEPTH) r->w_dropped_depths[d >> 6] &= ~(1ull << (d & 63));
-        r->w_dropped_open--;
+        r->w.open = o - 1 - ST_OPEN_DROPPED_ONE;
         count_drop(r, 1);
     } else {
-        uint64_t h = r->w_head;
+        uint64_t h = head_of(r);
         put(slot(r, h), ts, stage, ST_REC_END); /* its slot was reserved by the begin */
+        r->w.open = o - 1;
         publish(r, h + 1);
     }
+    return 1;
 }
 
-/* An end with its timestamp taken. Returns 1 when it closed a range that
- * NVTX saw open (every begin pushes, so every end with a begin pops). */
-static inline int record_end(st_ring *r, st_stage stage, int64_t ts)
-{
-    uint32_t depth = r->w_depth;
-    if (likely(depth != 0 && r->w_dropped_open == 0)) {
-        /* Its slot was reserved by the begin: w_reserved stays. */
-        uint64_t h = r->w_head;
-        put(slot(r, h), ts, stage, ST_REC_END);
-        r->w_depth = depth - 1;
-        publish(r, h + 1);
-        return 1;
-    }
-    end_slow(r, stage, ts);
-    return depth != 0;
-}
-
-/* Begins and ends in general: any clock, NVTX on or off. */
+/* Begins and ends off the fast path: any clock, NVTX on or off, drops. */
 static __attribute__((noinline)) void begin_general(st_ring *r, st_stage stage)
 {
     record_begin(r, stage, ring_clock(r));
@@ -231,15 +222,13 @@ static __attribute__((noinline)) void end_general(st_ring *r, st_stage stage)
     if (record_end(r, stage, ring_clock(r)) && r->w_nvtx) st_nvtx_pop();
 }
 
-/* The common case, w_fast (the TSC clock, NVTX off), has no call but the
- * tail calls to the general or slow halves, so it saves no registers. */
+/* The common case (ring.h, "The common case in one compare"): the TSC, NVTX
+ * off, room, no dropped begin open, written by stagetrace.h's st__hot_begin
+ * and st__hot_end, which the inline st_begin and st_end also use. */
 static inline void ring_begin(st_ring *r, st_stage stage)
 {
 #if defined(__x86_64__)
-    if (likely(r->w_fast)) {
-        record_begin(r, stage, (int64_t)__builtin_ia32_rdtsc());
-        return;
-    }
+    if (likely(st__hot_begin(&r->w, stage))) return;
 #endif
     begin_general(r, stage);
 }
@@ -247,10 +236,7 @@ static inline void ring_begin(st_ring *r, st_stage stage)
 static inline void ring_end(st_ring *r, st_stage stage)
 {
 #if defined(__x86_64__)
-    if (likely(r->w_fast)) {
-        record_end(r, stage, (int64_t)__builtin_ia32_rdtsc());
-        return;
-    }
+    if (likely(st__hot_end(&r->w, stage))) return;
 #endif
     end_general(r, stage);
 }
@@ -288,7 +274,7 @@ static inline void ring_step(st_ring *r, uint64_t step, uint64_t tokens)
 {
     int64_t ts = ring_clock(r);
     /* Step marks bound the windows: never dropped, the thread waits. */
-    if (!(r->w_reserved + 2 <= r->w_limit || reserve_slow(r, 2, 1))) {
+    if (!(reserved(r) + 2 <= r->w.limit || reserve_slow(r, 2, 1))) {
         count_drop(r, 1);
         return;
     }
@@ -375,13 +361,17 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     memset(ring, 0, sizeof *ring);
     ring->buf = buf;
     ring->mask = trace->opt.ring_records - 1;
-    ring->w_buf = buf;
-    ring->w_mask = ring->mask;
-    ring->w_limit = trace->opt.ring_records;
-    ring->w_stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
+    ring->w.buf = buf;
+    ring->w.mask = ring->mask;
+    ring->w.limit = trace->opt.ring_records;
+    ring->w.stage_limit = atomic_load_explicit(&st_stage_limit, memory_order_relaxed);
     ring->w_use_tsc = st_clock_use_tsc != 0;
     ring->w_nvtx = st_nvtx_on != 0;
-    ring->w_fast = ring->w_use_tsc && !ring->w_nvtx;
+#if defined(__x86_64__)
+    if (!ring->w_use_tsc || ring->w_nvtx) ring->w.open = ST_OPEN_GENERAL;
+#else
+    ring->w.open = ST_OPEN_GENERAL; /* no TSC read on the fast path */
+#endif
     ring->w_block = trace->opt.block_when_full != 0;
 
     pthread_mutex_lock(&trace->lock);
@@ -404,6 +394,7 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     pthread_mutex_unlock(&trace->lock);
 
     st__thread_ring = ring;
+    st__thread_hot = &ring->w;
     st_nvtx_thread(name);
     return (int)id;
 }
@@ -431,6 +422,7 @@ void st_thread_unregister(void)
     st_ring *ring = st__thread_ring;
     if (!ring) return;
     st__thread_ring = NULL;
+    st__thread_hot = NULL;
     /* The writer frees the ring once it has drained it. */
     atomic_store_explicit(&ring->retired, 1, memory_order_release);
 }

@@ -9,7 +9,8 @@
  *   - line 0, w_*: the producer's own state, read and written only by the
  *     owning thread (the hot path touches only this line, the slot it
  *     writes and `head`);
- *   - `head`: written by the producer, read by the writer;
+ *   - `head`: written by the producer, read by the writer (the producer
+ *     also reads it back: it is the only one that writes it);
  *   - `tail`: written by the writer, read by the producer;
  *   - `dropped`: the producer's drop count, read by anyone (st_dropped);
  *   - then the fields written once before the ring is published (mask,
@@ -23,7 +24,7 @@
  *   - The writer reads slots, then stores tail with release (writer.c,
  *     drain_ring()). The producer loads tail with acquire before it reuses a
  *     slot (reserve_slow()): a slot is overwritten only after it was read.
- *     The producer caches tail + capacity in w_limit and reloads it only
+ *     The producer caches tail + capacity in w.limit and reloads it only
  *     when the cached room runs out.
  *   - dropped is a relaxed counter: exact once the producer stops, live
  *     (possibly behind by the calls in flight) before.
@@ -35,18 +36,28 @@
  *     st_trace.lock, and frees the ring (st_dropped sums live rings under
  *     the same lock).
  *
- * Room. A begin reserves the slot of its end (w_reserved = slots written
- * + ends owed to open begins): a begin (2: its own and its end's), counter,
+ * Room. A begin reserves the slot of its end: the slots taken are
+ * reserved = head + the ends owed to recorded open begins, which is
+ * depth - dropped of w.open. A begin (2: its own and its end's), counter,
  * mark, flow or step (2: head and payload) is accepted only while
- * w_reserved + its slots fit in the ring, so an end always
- * fits and a drop never breaks a range. A begin dropped at depth d marks bit
- * d of w_dropped_depths so that its end is dropped too; depth beyond
+ * reserved + its slots fit in the ring, so an end always fits and a drop
+ * never breaks a range. A begin dropped at depth d marks bit d of
+ * w_dropped_depths so that its end is dropped too; depth beyond
  * ST_MAX_DEPTH is dropped (and counted) with its end.
+ *
+ * The common case in one compare. w.open holds the depth (bits 0-31), the
+ * dropped begins still open (bits 32-62) and ST_OPEN_GENERAL (bit 63: the
+ * clock is not the TSC, or NVTX is on). A begin is on the fast path when
+ * w.open < ST_MAX_DEPTH (TSC, no NVTX, no dropped begin open, depth below
+ * the limit), its stage below w.stage_limit and head + w.open + 2 <=
+ * w.limit; an end when w.open - 1 < ST_MAX_DEPTH. Everything else goes
+ * through record.c's general path, which keeps the rules above.
  */
 #ifndef ST_RING_H
 #define ST_RING_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "stagetrace.h"
@@ -89,18 +100,22 @@ static inline uint32_t st_rec_slots(uint32_t type)
     return type == ST_REC_BEGIN || type == ST_REC_END ? 1 : 2;
 }
 
+/* w.open: the producer's open-range state in one word, so that the common
+ * begin and end test and update it with one load, one compare and one
+ * store. */
+#define ST_OPEN_DEPTH 0xffffffffull          /* bits 0-31: open begins, dropped or not */
+#define ST_OPEN_DROPPED_ONE (1ull << 32)     /* bits 32-62: open begins that were dropped */
+#define ST_OPEN_DROPPED_MASK (0x7fffffffull << 32)
+#define ST_OPEN_GENERAL (1ull << 63)         /* NVTX on or no TSC: record.c's general path */
+
 typedef struct st_ring {
-    _Alignas(64) uint64_t w_head;       /* producer: next slot to write (head's copy) */
-    uint64_t w_reserved;                /* w_head + the ends owed to recorded begins */
-    uint64_t w_limit;                   /* last tail seen + capacity: room while
-                                           w_reserved + n <= w_limit */
-    st_record *w_buf;                   /* = buf */
-    uint32_t w_mask;                    /* = mask */
-    uint32_t w_depth;                   /* open begins, dropped or not */
-    uint32_t w_stage_limit;             /* st_stage_limit when last read */
-    uint32_t w_dropped_open;            /* open begins that were dropped */
+    /* line 0: the producer's own state. w.open: the open begins
+     * (ST_OPEN_DEPTH), the dropped ones among them (ST_OPEN_DROPPED) and
+     * ST_OPEN_GENERAL; w.limit: last tail seen + capacity, room while
+     * reserved + n <= w.limit; w.buf, w.mask: = buf, mask; w.stage_limit:
+     * st_stage_limit when last read. stagetrace.h's inline calls use w. */
+    _Alignas(64) struct st__ring_hot w;
     uint8_t w_use_tsc, w_nvtx, w_block; /* copies of the clock, NVTX, blocking mode */
-    uint8_t w_fast;                     /* w_use_tsc && !w_nvtx: record.c's fast path */
     uint64_t w_dropped_depths[ST_MAX_DEPTH / 64]; /* depths of dropped open begins */
     _Alignas(64) _Atomic uint64_t head; /* next slot the producer writes */
     _Alignas(64) _Atomic uint64_t tail; /* next slot the writer reads */
@@ -110,6 +125,9 @@ typedef struct st_ring {
     uint32_t thread_id;
     st_record *buf;
 } st_ring;
+_Static_assert(offsetof(st_ring, w) == 0 && offsetof(st_ring, head) == ST__RING_HEAD_OFFSET,
+               "stagetrace.h's inline calls find w at the ring's start and head at ST__RING_HEAD_OFFSET");
+_Static_assert(ST_REC_BEGIN == 1 && ST_REC_END == 2, "stagetrace.h writes these types");
 /* A ring's slot in st_trace.threads is cleared, and its drops added to
  * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
  * so that st_dropped can sum the live rings under the same lock. */

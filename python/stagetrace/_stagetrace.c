@@ -112,6 +112,7 @@ static void drop_stale_ring(void)
 {
     if (tls_gen != 0 && tls_gen != open_gen) {
         st__thread_ring = NULL;
+        st__thread_hot = NULL;
         tls_gen = 0;
     }
 }
@@ -438,7 +439,10 @@ static int trace_do_close(trace_object *t)
         t->trace = NULL;
         /* st_close unregisters the calling thread: only when it is this
          * trace's (drop_stale_ring cleared any other). */
-        if (!registered_here && st__thread_ring) st__thread_ring = NULL;
+        if (!registered_here && st__thread_ring) {
+            st__thread_ring = NULL;
+            st__thread_hot = NULL;
+        }
         Py_BEGIN_ALLOW_THREADS
         rc = st_close(tr);
         Py_END_ALLOW_THREADS

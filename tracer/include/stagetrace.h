@@ -293,12 +293,13 @@ ST_API void st_thread_unregister(void);
  * ring, like a begin; docs/trace-format.md ("flow_chunks") stores them and
  * `analyze flow` pairs each out with its in.
  *
- * Each is exported as a function (what binaries built against earlier
- * versions of this header call) and, for GCC and Clang, also defined below
- * as a static inline function that tests the calling thread's ring pointer
- * and calls the recording half (st__ring_*) only when the thread records.
- * Names with a double underscore are not part of the API: they are here
- * for the inline functions only. */
+ * Each is exported as a function (what code built with -DST_NO_INLINE or
+ * by other compilers calls) and, for GCC and Clang, also defined below as a
+ * static inline function that tests the calling thread's ring pointer and
+ * calls the recording half (st__ring_*) only when the thread records; on
+ * x86-64 the common st_begin and st_end write the ring themselves, with no
+ * call. Names with a double underscore are not part of the API: they are
+ * here for the inline functions only. */
 #if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
                              !defined(__GNUC__))
 ST_API void st_begin(st_stage stage);
@@ -312,9 +313,62 @@ ST_API void st_flow_in(uint64_t id);
 
 #if !defined(ST_DISABLE)
 struct st_ring;
+/* The first fields of a thread's ring (tracer/ring.h), which the inline
+ * st_begin and st_end read and write on x86-64: their layout, and the head
+ * at ST__RING_HEAD_OFFSET bytes from them, are part of the library's ABI
+ * (docs/tracer.md, "The hot path"). */
+struct st__ring_hot {
+    uint64_t open;        /* open begins (bits 0-31), dropped open begins
+                             (32-62), 1 << 63: every call takes the general path */
+    uint64_t limit;       /* last tail seen + capacity */
+    void *buf;            /* the 16-byte slots */
+    uint32_t mask;        /* capacity - 1 */
+    uint32_t stage_limit; /* stage ids below it are registered */
+};
+#define ST__RING_HEAD_OFFSET 128 /* the ring's uint64_t head: the next slot */
 #if defined(__GNUC__)
-/* The calling thread's ring; NULL when it does not record. */
+/* The calling thread's ring; NULL when it does not record. st__thread_hot
+ * is what this header's inline calls read; st__thread_ring (the same ring)
+ * what those of earlier headers read. */
+ST_API extern __thread struct st__ring_hot *st__thread_hot __attribute__((tls_model("initial-exec")));
 ST_API extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
+#if defined(__x86_64__)
+/* The common begin and end, with no call (tracer/ring.h, "The common case
+ * in one compare"): 1 when recorded, 0 when the general path must run. */
+static inline __attribute__((always_inline, unused)) uint64_t *st__hot_head(struct st__ring_hot *r)
+{
+    return (uint64_t *)((char *)r + ST__RING_HEAD_OFFSET);
+}
+/* Writes slot h (its room taken) and publishes it. */
+static inline __attribute__((always_inline, unused)) int st__hot_put(struct st__ring_hot *r,
+                                                                     uint64_t h, uint64_t id_type)
+{
+    char *slot = (char *)r->buf + ((h & r->mask) << 4);
+    int64_t ts = (int64_t)__builtin_ia32_rdtsc();
+    __builtin_memcpy(slot, &ts, 8);
+    __builtin_memcpy(slot + 8, &id_type, 8);
+    __atomic_store_n(st__hot_head(r), h + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+static inline __attribute__((always_inline, unused)) int st__hot_begin(struct st__ring_hot *r,
+                                                                       st_stage stage)
+{
+    uint64_t o = r->open, h = __atomic_load_n(st__hot_head(r), __ATOMIC_RELAXED);
+    if (__builtin_expect(!(o < ST_MAX_DEPTH && stage < r->stage_limit && h + o + 2 <= r->limit), 0))
+        return 0;
+    r->open = o + 1; /* reserves the slot of its end */
+    return st__hot_put(r, h, (uint64_t)stage | (uint64_t)1 << 32);
+}
+static inline __attribute__((always_inline, unused)) int st__hot_end(struct st__ring_hot *r,
+                                                                     st_stage stage)
+{
+    uint64_t o = r->open;
+    if (__builtin_expect(!(o - 1 < ST_MAX_DEPTH), 0)) return 0;
+    uint64_t h = __atomic_load_n(st__hot_head(r), __ATOMIC_RELAXED);
+    r->open = o - 1;
+    return st__hot_put(r, h, (uint64_t)stage | (uint64_t)2 << 32);
+}
+#endif
 #endif
 ST_API void st__ring_begin(struct st_ring *ring, st_stage stage);
 ST_API void st__ring_end(struct st_ring *ring, st_stage stage);
@@ -338,54 +392,67 @@ static inline void st_flow_out(uint64_t id) { (void)id; }
 static inline void st_flow_in(uint64_t id) { (void)id; }
 #elif !defined(ST_NO_INLINE) && !defined(ST__OUT_OF_LINE) && defined(__GNUC__)
 #define ST__HOT static inline __attribute__((always_inline, unused))
+#if defined(__x86_64__)
+#define ST__HOT_BEGIN(r, stage) st__hot_begin(r, stage)
+#define ST__HOT_END(r, stage) st__hot_end(r, stage)
+#else
+#define ST__HOT_BEGIN(r, stage) 0
+#define ST__HOT_END(r, stage) 0
+#endif
 ST__HOT void st_begin(st_stage stage)
 {
-    struct st_ring *ring = st__thread_ring;
-    if (ring) st__ring_begin(ring, stage);
-    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+    struct st__ring_hot *r = st__thread_hot;
+    /* Laid out for the disabled case (a straight line); recording costs
+     * the same either way. */
+    if (__builtin_expect(r != 0, 0)) {
+        if (!ST__HOT_BEGIN(r, stage)) st__ring_begin((struct st_ring *)r, stage);
+    } else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0)) {
         st__unregistered("st_begin");
+    }
 }
 ST__HOT void st_end(st_stage stage)
 {
-    struct st_ring *ring = st__thread_ring;
-    if (ring) st__ring_end(ring, stage);
+    struct st__ring_hot *r = st__thread_hot;
+    if (__builtin_expect(r != 0, 0) && !ST__HOT_END(r, stage)) st__ring_end((struct st_ring *)r, stage);
 }
 ST__HOT void st_counter_set(st_counter counter, double value)
 {
-    struct st_ring *ring = st__thread_ring;
+    struct st_ring *ring = (struct st_ring *)st__thread_hot;
     if (ring) st__ring_counter(ring, counter, value);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_counter_set");
 }
 ST__HOT void st_mark(const char *literal_name)
 {
-    struct st_ring *ring = st__thread_ring;
+    struct st_ring *ring = (struct st_ring *)st__thread_hot;
     if (ring) st__ring_mark(ring, literal_name);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_mark");
 }
 ST__HOT void st_step(uint64_t step, uint64_t tokens)
 {
-    struct st_ring *ring = st__thread_ring;
+    struct st_ring *ring = (struct st_ring *)st__thread_hot;
     if (ring) st__ring_step(ring, step, tokens);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_step");
 }
 ST__HOT void st_flow_out(uint64_t id)
 {
-    struct st_ring *ring = st__thread_ring;
+    struct st_ring *ring = (struct st_ring *)st__thread_hot;
     if (ring) st__ring_flow(ring, id, 0);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_flow_out");
 }
 ST__HOT void st_flow_in(uint64_t id)
 {
-    struct st_ring *ring = st__thread_ring;
+    struct st_ring *ring = (struct st_ring *)st__thread_hot;
     if (ring) st__ring_flow(ring, id, 1);
     else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
         st__unregistered("st_flow_in");
 }
 #undef ST__HOT
+#undef ST__HOT_BEGIN
+#undef ST__HOT_END
 #endif
 
 /* Events dropped so far because a ring was full (all threads), counted live:
