@@ -1,6 +1,7 @@
 # stagetrace: one Makefile for the library, the programs, the tests and the
 # benchmarks. `make` builds what this machine can build into build/ and
-# prints a line per optional dependency. NO_CUDA=1 forces the CPU-only build,
+# prints a line per optional dependency. NO_CUDA=1 forces the CPU-only build
+# (and is remembered by that build directory),
 # CUDA_HOME overrides the toolkit path, NO_MPI=1 builds the trainer without MPI
 # (MPI=1: stop when MPI is missing), SAN=address,undefined or SAN=thread
 # builds everything with sanitizers into build/san-*/.
@@ -33,6 +34,23 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parame
 INCLUDES := -Itracer/include -Itracer -Ikernels
 PUBLIC_INCLUDES := -Itracer/include
 LDLIBS := -lsqlite3 -lpthread -lm -ldl
+
+# A build directory made with NO_CUDA=1 remembers it ($(BUILD)/.no_cuda): a
+# later make of the same BUILD without the flag (make install, make test,
+# tests/it_install.sh) stays CPU-only instead of mixing in CUDA objects.
+# NO_CUDA=0 on the command line turns the directory back into a CUDA build.
+NO_CUDA_WHY := NO_CUDA=1
+ifeq ($(origin NO_CUDA),undefined)
+ifneq ($(wildcard $(BUILD)/.no_cuda),)
+NO_CUDA := 1
+NO_CUDA_WHY := $(BUILD)/.no_cuda: made with NO_CUDA=1; NO_CUDA=0 undoes it
+endif
+endif
+ifeq ($(NO_CUDA),1)
+$(shell mkdir -p $(BUILD) && touch $(BUILD)/.no_cuda)
+else ifneq ($(NO_CUDA),)
+$(shell rm -f $(BUILD)/.no_cuda)
+endif
 
 # ---- dependency probes ------------------------------------------------------
 CUDA_HOME ?= $(shell d=$$(dirname $$(dirname $$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc))); echo $$d)
@@ -123,7 +141,7 @@ endif
 ifneq ($(HAVE_CUDA),)
 	$(ok) "✓" "CUDA toolkit" "$(CUDA_HOME)"
 else ifeq ($(NO_CUDA),1)
-	$(ok) "✗" "CUDA toolkit" "off (NO_CUDA=1): CPU backend only"
+	$(ok) "✗" "CUDA toolkit" "off ($(NO_CUDA_WHY)): CPU backend only"
 else ifeq ($(SAN_NO_CUDA),1)
 	$(ok) "✗" "CUDA toolkit" "off in sanitizer builds (SAN=$(SAN)): CPU code only"
 else

@@ -9,7 +9,8 @@
  *
  * Phases (one trace per process, so one trace per phase):
  *   1. recording, NVTX off: floor, ranges, flows (st_flow_out + st_flow_in:
- *      two calls, as a range);
+ *      two calls, as a range), and a range's stores without the library
+ *      (what a ring of this shape costs at the least);
  *   2. recording, NVTX on with no tool attached: floor, ranges, and NVTX
  *      push+pop alone;
  *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
@@ -78,6 +79,31 @@ static void body_raw_clock(long n)
         s += st_clock_raw();
     }
     sink = s;
+}
+
+/* The stores of a range without the library: two clock reads, each
+ * followed by a 16-byte slot written into a 4 MiB array (the default
+ * ring's size) and a counter kept in memory, as the inline st_begin and
+ * st_end write theirs, with no check and no call. What a ring of this
+ * shape costs on the machine at the least. */
+#define STORE_SLOTS (1u << 18)
+static struct { int64_t ts; uint64_t id_type; } *store_buf;
+static uint64_t store_head, store_open;
+static void body_raw_stores(long n)
+{
+    uint64_t h = store_head;
+    for (long i = 0; i < n; i++) {
+        store_buf[h & (STORE_SLOTS - 1)].ts = st_clock_raw();
+        store_buf[h & (STORE_SLOTS - 1)].id_type = 1;
+        h++;
+        __atomic_store_n(&store_open, store_open + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&store_head, h, __ATOMIC_RELEASE);
+        store_buf[h & (STORE_SLOTS - 1)].ts = st_clock_raw();
+        store_buf[h & (STORE_SLOTS - 1)].id_type = 2;
+        h++;
+        __atomic_store_n(&store_open, store_open - 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&store_head, h, __ATOMIC_RELEASE);
+    }
 }
 
 static void body_clock_gettime(long n)
@@ -244,11 +270,18 @@ int main(int argc, char **argv)
     printf("cost of one range, one thread, %d interleaved reps x %ld ranges (clock: %s)\n", reps,
            n_ranges, st_clock_name());
 
+    store_buf = aligned_alloc(64, sizeof *store_buf * STORE_SLOTS);
+    if (!store_buf) {
+        fprintf(stderr, "bench_range: out of memory\n");
+        return 1;
+    }
+    memset(store_buf, 0, sizeof *store_buf * STORE_SLOTS);
     cur_trace = open_trace(1, 0, path);
     variant rec[] = {{"two raw clock reads (the floor)", body_raw_clock, 0, 0, 0},
                      {"st_begin+st_end, NVTX off", body_ranges, 1, 0, 0},
-                     {"st_flow_out+st_flow_in", body_flows, 1, 0, 0}};
-    interleave("recording, NVTX off:", rec, 3);
+                     {"st_flow_out+st_flow_in", body_flows, 1, 0, 0},
+                     {"the same stores without the library", body_raw_stores, 0, 0, 0}};
+    interleave("recording, NVTX off:", rec, 4);
     uint64_t d1 = st_dropped(cur_trace);
     st_close(cur_trace);
 

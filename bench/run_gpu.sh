@@ -16,12 +16,18 @@
 # seconds to allocate). Every run is short (STEPS steps) so that the whole script takes about
 # 3-5 minutes; logs stay in $OUT.
 #
-#   bash bench/run_gpu.sh [BUILD]     (env: STEPS=30 STEPS_WARM=10 QUEUE=8 GPUS=auto)
+# With ONOFF_REPEATS=N (default 0), section 3 then runs N more pairs of 1 GPU async off and
+# on, alternating which goes first, and prints each pair's on/off and their median: one pair is
+# good to about +-1 % only.
+#
+#   bash bench/run_gpu.sh [BUILD]     (env: STEPS=30 STEPS_WARM=10 QUEUE=8 GPUS=auto
+#                                      ONOFF_REPEATS=0)
 set -u
 BUILD=${1:-build}
 STEPS=${STEPS:-30}
 STEPS_WARM=${STEPS_WARM:-10}
 QUEUE=${QUEUE:-8}
+ONOFF_REPEATS=${ONOFF_REPEATS:-0}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 OUT=${OUT:-$(mktemp -d /tmp/stagetrace-bench-gpu.XXXXXX)}
 mkdir -p "$OUT"
@@ -100,6 +106,28 @@ run_case 1gpu-async-profiled-nocupti --target-gpus 0, --drafter-gpus 0, --postpr
     --trace "$OUT/profiled-nocupti.sqlite" --overwrite --profile-interval "$STEPS_WARM" --trace-gpu off
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }'; }
+ONOFF_MEDIAN=
+if [ "$ONOFF_REPEATS" -gt 0 ]; then
+    echo
+    echo "== 3b. profiling on / off, $ONOFF_REPEATS interleaved pairs (1 GPU, async, CUPTI on)"
+    pair_ratios=()
+    for i in $(seq "$ONOFF_REPEATS"); do
+        off=(--target-gpus 0, --drafter-gpus 0, --postprocess async)
+        on=("${off[@]}" --trace "$OUT/on-$i.sqlite" --overwrite --profile-interval "$STEPS_WARM")
+        if [ $((i % 2)) -eq 1 ]; then
+            run_case "off-$i" "${off[@]}"
+            run_case "on-$i" "${on[@]}"
+        else
+            run_case "on-$i" "${on[@]}"
+            run_case "off-$i" "${off[@]}"
+        fi
+        rm -f "$OUT/on-$i.sqlite"
+        pair_ratios+=("$(ratio "${TOKS[on-$i]}" "${TOKS[off-$i]}")")
+    done
+    ONOFF_MEDIAN=$(printf '%s\n' "${pair_ratios[@]}" | grep -v '^-$' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print "-" }')
+    echo "  on / off per pair: ${pair_ratios[*]}"
+fi
 echo
 echo "== summary"
 printf '  %-28s %s\n' "async / sync, 1 GPU" "$(ratio "${TOKS[1gpu-async]}" "${TOKS[1gpu-sync]}")"
@@ -113,6 +141,8 @@ if [ "$GPUS" -ge 2 ]; then
 fi
 printf '  %-28s %s\n' "profiling on / off" \
     "$(ratio "${TOKS[1gpu-async-profiled]}" "${TOKS[1gpu-async]}")"
+[ -z "$ONOFF_MEDIAN" ] ||
+    printf '  %-28s %s\n' "profiling on / off, median" "$ONOFF_MEDIAN (of $ONOFF_REPEATS pairs)"
 printf '  %-28s %s  (goal >= 0.97)\n' "CUPTI on / off (profiled)" \
     "$(ratio "${TOKS[1gpu-async-profiled]}" "${TOKS[1gpu-async-profiled-nocupti]}")"
 printf '  %-28s %s\n' "CUPTI dropped records" \

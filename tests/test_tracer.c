@@ -452,6 +452,8 @@ static void check_fast_general(int nvtx)
     st__test_set_writer_delay(0);
     st_stage a = (st_stage)st_stage_register(trace, "a", ST_WORK);
     st_stage b = (st_stage)st_stage_register(trace, "b", ST_WORK);
+    int c = st_counter_register(trace, "c", "items");
+    assert_true(c >= 0);
     assert_true(st_thread_register(trace, "main", "main", -1, 0) >= 0);
     st_ring *ring = st__thread_ring;
     assert_non_null(ring);
@@ -496,6 +498,13 @@ static void check_fast_general(int nvtx)
     st_end(b);
     st_end(a);
     assert_int_equal(atomic_load(&ring->head), 70);
+    /* Two-slot records, each with its payload. */
+    st_counter_set((st_counter)c, 2.5);
+    st_mark("fast-general");
+    st_mark(NULL); /* nothing */
+    st_flow_out(UINT64_MAX);
+    st_flow_in(7);
+    assert_int_equal(atomic_load(&ring->head), 78);
     assert_int_equal(st_dropped(trace), 22);
     st_thread_unregister();
     assert_null(st__thread_hot);
@@ -523,6 +532,26 @@ static void check_fast_general(int nvtx)
     st_range_iter_close(it);
     assert_int_equal(n_inner, 32);
     assert_int_equal(n_outer, 3);
+    assert_int_equal(sql_int(db, "SELECT sum(n_samples) FROM counter_chunks"), 1);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM marks m JOIN strings s ON s.id = m.string "
+                                 "WHERE s.value = 'fast-general'"), 1);
+    assert_int_equal(sql_int(db, "SELECT count(*) FROM marks"), 1);
+    st_flow_iter *fi;
+    assert_int_equal(st_flow_iter_open(&fi, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_flow_row f;
+    assert_int_equal(st_flow_iter_next(fi, &f), 1);
+    assert_true(f.dir == ST_FLOW_OUT && f.id == UINT64_MAX);
+    assert_int_equal(st_flow_iter_next(fi, &f), 1);
+    assert_true(f.dir == ST_FLOW_IN && f.id == 7);
+    assert_int_equal(st_flow_iter_next(fi, &f), 0);
+    st_flow_iter_close(fi);
+    st_sample_iter *si;
+    st_sample_row sample;
+    assert_int_equal(st_sample_iter_open(&si, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    assert_int_equal(st_sample_iter_next(si, &sample), 1);
+    assert_true(sample.value == 2.5 && sample.counter == (uint32_t)c);
+    assert_int_equal(st_sample_iter_next(si, &sample), 0);
+    st_sample_iter_close(si);
     st_reader_close(r);
 }
 

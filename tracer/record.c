@@ -245,6 +245,9 @@ static inline void ring_end(st_ring *r, st_stage stage)
  * event) when the ring is full. */
 static inline void ring_pair(st_ring *r, uint32_t id, uint32_t type, uint64_t arg)
 {
+#if defined(__x86_64__)
+    if (likely(st__hot_pair(&r->w, (uint64_t)id | (uint64_t)type << 32, arg))) return;
+#endif
     int64_t ts = ring_clock(r);
     if (unlikely(!reserve(r, 2))) {
         count_drop(r, 1);

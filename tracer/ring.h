@@ -127,7 +127,8 @@ typedef struct st_ring {
 } st_ring;
 _Static_assert(offsetof(st_ring, w) == 0 && offsetof(st_ring, head) == ST__RING_HEAD_OFFSET,
                "stagetrace.h's inline calls find w at the ring's start and head at ST__RING_HEAD_OFFSET");
-_Static_assert(ST_REC_BEGIN == 1 && ST_REC_END == 2, "stagetrace.h writes these types");
+_Static_assert(ST_REC_BEGIN == 1 && ST_REC_END == 2 && ST_REC_COUNTER == 3 && ST_REC_MARK == 4 &&
+               ST_REC_FLOW == 7, "stagetrace.h writes these types");
 /* A ring's slot in st_trace.threads is cleared, and its drops added to
  * st_trace.retired_dropped, under st_trace.lock before the ring is freed,
  * so that st_dropped can sum the live rings under the same lock. */

@@ -297,8 +297,8 @@ ST_API void st_thread_unregister(void);
  * by other compilers calls) and, for GCC and Clang, also defined below as a
  * static inline function that tests the calling thread's ring pointer and
  * calls the recording half (st__ring_*) only when the thread records; on
- * x86-64 the common st_begin and st_end write the ring themselves, with no
- * call. Names with a double underscore are not part of the API: they are
+ * x86-64 the common st_begin, st_end, st_counter_set, st_mark, st_flow_out
+ * and st_flow_in write the ring themselves, with no call. Names with a double underscore are not part of the API: they are
  * here for the inline functions only. */
 #if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
                              !defined(__GNUC__))
@@ -368,6 +368,24 @@ static inline __attribute__((always_inline, unused)) int st__hot_end(struct st__
     r->open = o - 1;
     return st__hot_put(r, h, (uint64_t)stage | (uint64_t)2 << 32);
 }
+/* A counter sample, mark or flow: its record and a payload slot with arg,
+ * published together. */
+static inline __attribute__((always_inline, unused)) int st__hot_pair(struct st__ring_hot *r,
+                                                                      uint64_t id_type, uint64_t arg)
+{
+    uint64_t o = r->open, h = __atomic_load_n(st__hot_head(r), __ATOMIC_RELAXED);
+    if (__builtin_expect(!(o < ST_MAX_DEPTH && h + o + 2 <= r->limit), 0)) return 0;
+    char *slot = (char *)r->buf + ((h & r->mask) << 4);
+    char *payload = (char *)r->buf + (((h + 1) & r->mask) << 4);
+    int64_t ts = (int64_t)__builtin_ia32_rdtsc();
+    uint64_t zero = 0;
+    __builtin_memcpy(slot, &ts, 8);
+    __builtin_memcpy(slot + 8, &id_type, 8);
+    __builtin_memcpy(payload, &arg, 8);
+    __builtin_memcpy(payload + 8, &zero, 8);
+    __atomic_store_n(st__hot_head(r), h + 2, __ATOMIC_RELEASE);
+    return 1;
+}
 #endif
 #endif
 ST_API void st__ring_begin(struct st_ring *ring, st_stage stage);
@@ -395,9 +413,11 @@ static inline void st_flow_in(uint64_t id) { (void)id; }
 #if defined(__x86_64__)
 #define ST__HOT_BEGIN(r, stage) st__hot_begin(r, stage)
 #define ST__HOT_END(r, stage) st__hot_end(r, stage)
+#define ST__HOT_PAIR(r, id, type, arg) st__hot_pair(r, (uint64_t)(id) | (uint64_t)(type) << 32, arg)
 #else
 #define ST__HOT_BEGIN(r, stage) 0
 #define ST__HOT_END(r, stage) 0
+#define ST__HOT_PAIR(r, id, type, arg) 0
 #endif
 ST__HOT void st_begin(st_stage stage)
 {
@@ -417,17 +437,25 @@ ST__HOT void st_end(st_stage stage)
 }
 ST__HOT void st_counter_set(st_counter counter, double value)
 {
-    struct st_ring *ring = (struct st_ring *)st__thread_hot;
-    if (ring) st__ring_counter(ring, counter, value);
-    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+    struct st__ring_hot *r = st__thread_hot;
+    if (__builtin_expect(r != 0, 0)) {
+        uint64_t bits;
+        __builtin_memcpy(&bits, &value, 8);
+        if (!ST__HOT_PAIR(r, counter, 3, bits)) st__ring_counter((struct st_ring *)r, counter, value);
+    } else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0)) {
         st__unregistered("st_counter_set");
+    }
 }
 ST__HOT void st_mark(const char *literal_name)
 {
-    struct st_ring *ring = (struct st_ring *)st__thread_hot;
-    if (ring) st__ring_mark(ring, literal_name);
-    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+    struct st__ring_hot *r = st__thread_hot;
+    if (__builtin_expect(r != 0, 0)) {
+        if (!literal_name) return;
+        if (!ST__HOT_PAIR(r, 0, 4, (uint64_t)(uintptr_t)literal_name))
+            st__ring_mark((struct st_ring *)r, literal_name);
+    } else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0)) {
         st__unregistered("st_mark");
+    }
 }
 ST__HOT void st_step(uint64_t step, uint64_t tokens)
 {
@@ -438,21 +466,26 @@ ST__HOT void st_step(uint64_t step, uint64_t tokens)
 }
 ST__HOT void st_flow_out(uint64_t id)
 {
-    struct st_ring *ring = (struct st_ring *)st__thread_hot;
-    if (ring) st__ring_flow(ring, id, 0);
-    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+    struct st__ring_hot *r = st__thread_hot;
+    if (__builtin_expect(r != 0, 0)) {
+        if (!ST__HOT_PAIR(r, 0, 7, id)) st__ring_flow((struct st_ring *)r, id, 0);
+    } else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0)) {
         st__unregistered("st_flow_out");
+    }
 }
 ST__HOT void st_flow_in(uint64_t id)
 {
-    struct st_ring *ring = (struct st_ring *)st__thread_hot;
-    if (ring) st__ring_flow(ring, id, 1);
-    else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0))
+    struct st__ring_hot *r = st__thread_hot;
+    if (__builtin_expect(r != 0, 0)) {
+        if (!ST__HOT_PAIR(r, 1, 7, id)) st__ring_flow((struct st_ring *)r, id, 1);
+    } else if (__builtin_expect(__atomic_load_n(&st__recording, __ATOMIC_RELAXED), 0)) {
         st__unregistered("st_flow_in");
+    }
 }
 #undef ST__HOT
 #undef ST__HOT_BEGIN
 #undef ST__HOT_END
+#undef ST__HOT_PAIR
 #endif
 
 /* Events dropped so far because a ring was full (all threads), counted live:
