@@ -68,7 +68,8 @@ typedef struct sim {
     actor_state *a;
     int *count;        /* items per queue */
     int *arrived;      /* per barrier */
-    uint32_t *cursor;  /* per distribution (replay) */
+    uint32_t *cursor;  /* per distribution (replay; resample: the next value of a group) */
+    uint32_t *left;    /* per distribution (resample): values left in the current group */
     uint32_t *wake_cursor; /* [actor][op][wakee, waker, plain] */
     uint64_t rng, items, events, max_events;
     double now, t_start;
@@ -90,7 +91,16 @@ static double draw_from(sim *s, const an_sim_dist *x, uint32_t *cursor)
 
 static double draw(sim *s, int d)
 {
-    return draw_from(s, &s->m->dists[d], &s->cursor[d]);
+    const an_sim_dist *x = &s->m->dists[d];
+    uint32_t g = x->group;
+    if (!s->m->resample || g <= 1 || x->n < g) return draw_from(s, x, &s->cursor[d]);
+    if (s->left[d] == 0) {
+        s->cursor[d] = (uint32_t)(an_sim_rand(&s->rng) % (x->n / g)) * g;
+        s->left[d] = g;
+    }
+    s->left[d]--;
+    double v = x->ns[s->cursor[d]++];
+    return v > 0 && isfinite(v) ? v : 0;
 }
 
 static void advance_pc(sim *s, int i)
@@ -239,13 +249,15 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
     s.count = calloc((size_t)m->n_queues + 1, sizeof *s.count);
     s.arrived = calloc((size_t)m->n_barriers + 1, sizeof *s.arrived);
     s.cursor = calloc((size_t)m->n_dists + 1, sizeof *s.cursor);
+    s.left = calloc((size_t)m->n_dists + 1, sizeof *s.left);
     s.wake_cursor = calloc((size_t)m->n_actors * AN_SIM_MAX_OPS * 3, sizeof *s.wake_cursor);
-    if (!s.a || !s.count || !s.arrived || !s.cursor || !s.wake_cursor) {
+    if (!s.a || !s.count || !s.arrived || !s.cursor || !s.left || !s.wake_cursor) {
         free(s.wake_cursor);
         free(s.a);
         free(s.count);
         free(s.arrived);
         free(s.cursor);
+        free(s.left);
         return -1;
     }
     for (int q = 0; q < m->n_queues; q++) s.count[q] = m->queues[q].initial > 0 ? m->queues[q].initial : 0;
@@ -349,6 +361,7 @@ int an_sim_run(const an_sim_model *m, an_sim_result *r)
     free(s.count);
     free(s.arrived);
     free(s.cursor);
+    free(s.left);
     free(s.wake_cursor);
     return 0;
 }

@@ -31,7 +31,9 @@
  * Draws: replay mode (resample 0) hands each distribution's values out in
  * order, cyclically, one cursor per distribution shared by its actors;
  * resample mode draws values uniformly with replacement (a bootstrap) from a
- * generator seeded with `seed`. Actors that are ready at the same time act in
+ * generator seeded with `seed`, a work distribution with `group` g > 1 in
+ * runs of g consecutive values (values kg..kg+g-1 for a random k: the items
+ * of one recorded step, when the values are stored step by step). Actors that are ready at the same time act in
  * index order, so a run is deterministic.
  */
 #ifndef ANALYZE_SIM_H
@@ -69,6 +71,9 @@ typedef struct an_sim_queue {
 struct an_sim_dist {
     const double *ns; /* work per draw, ns, >= 0 */
     uint32_t n;       /* >= 1 */
+    uint32_t group;   /* resample mode: values drawn in runs of this many, each run
+                         starting at a random multiple of it (0 or 1: one at a
+                         time); replay mode ignores it */
 };
 
 typedef struct an_sim_model {

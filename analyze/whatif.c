@@ -347,9 +347,17 @@ static int build_samples(scan *s, an_whatif_input *in)
     uint32_t max_items = 0, n_b = 0;
     for (uint32_t ti = 0; ti < s->n_th; ti++)
         if (s->th[ti].role == AN_WHATIF_DRAFTER && s->th[ti].n_items > max_items) max_items = s->th[ti].n_items;
-    for (uint32_t ti = 0; !rc && ti < s->n_th; ti++) {
-        mthread *m = &s->th[ti];
-        for (uint32_t k = 0; !rc && k < m->n_items; k++) {
+    /* Samples in step order, threads of a role taking turns (item k of each
+     * thread, then item k + 1): a replay, whose actors take a role's
+     * samples in turn, then gives the drafters that meet at the all-reduce
+     * the items of one step together, as they ran. */
+    uint32_t max_any = 0;
+    for (uint32_t ti = 0; ti < s->n_th; ti++)
+        if (s->th[ti].n_items > max_any) max_any = s->th[ti].n_items;
+    for (uint32_t k = 0; !rc && k < max_any; k++) {
+        for (uint32_t ti = 0; !rc && ti < s->n_th; ti++) {
+            mthread *m = &s->th[ti];
+            if (k >= m->n_items) continue;
             item_sum *x = &sums[ti][k];
             if (!x->complete) continue;
             int bad = 0;
@@ -726,14 +734,19 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     if (D == 1) allreduce = 0; /* the trainer all-reduces only between two or more drafters */
     int use_measured = D > 1 && in->n_draft_c && !in->allreduce_given;
     an_sim_dist dists[N_DISTS] = {
-        {in->n_load ? in->load : &zero, in->n_load ? in->n_load : 1},
-        {in->forward, in->n_forward},
-        {in->post, in->n_post},
-        {sync, n_sync ? n_sync : 1},
-        {in->draft_a, in->n_draft},
-        {use_measured ? in->draft_c : &allreduce, use_measured ? in->n_draft_c : 1},
-        {in->draft_b, in->n_draft},
+        {in->n_load ? in->load : &zero, in->n_load ? in->n_load : 1, 1},
+        {in->forward, in->n_forward, 1},
+        {in->post, in->n_post, 1},
+        {sync, n_sync ? n_sync : 1, 1},
+        {in->draft_a, in->n_draft, 1},
+        {use_measured ? in->draft_c : &allreduce, use_measured ? in->n_draft_c : 1, 1},
+        {in->draft_b, in->n_draft, 1},
     };
+    /* The drafters' samples are stored step by step (one per recorded
+     * drafter): the bootstrap draws a step's together, as the replay hands
+     * them out, so that the drafters meeting at the all-reduce keep items
+     * that ran side by side. */
+    if (in->rec.drafters > 1) dists[D_A].group = dists[D_B].group = (uint32_t)in->rec.drafters;
     /* pools: the cpu's; or one per device: recorded devices when the count is
      * the recorded one, else devices 0..N-1 (the trainer's count form) */
     int devices[AN_WHATIF_MAX_THREADS * 2], n_dev = 0;
@@ -743,7 +756,7 @@ int an_whatif_simulate(const an_whatif_input *in, const an_whatif_cfg *cfg, int 
     const an_sim_dist *dl[AN_WHATIF_N_QUEUES][AN_WHATIF_N_DELAYS];
     for (int q = 0; q < AN_WHATIF_N_QUEUES; q++)
         for (int k = 0; k < AN_WHATIF_N_DELAYS; k++) {
-            delay[q][k] = (an_sim_dist){in->delay[q][k], in->n_delay[q][k]};
+            delay[q][k] = (an_sim_dist){in->delay[q][k], in->n_delay[q][k], 1};
             dl[q][k] = in->n_delay[q][k] ? &delay[q][k] : NULL;
         }
     /* queue 0 is the batch queue, 1 the hidden-state queue */

@@ -70,7 +70,9 @@ typedef struct an_whatif_input {
     double measured_tokens_per_s, tokens_per_item;
     uint64_t items;               /* drafter items in the window (steps x drafters) */
     /* samples: loader; target without postprocess; postprocess; drafter before,
-     * in and after the all-reduce */
+     * in and after the all-reduce. Each in step order, a role's threads taking
+     * turns (item k of each thread, then item k + 1; docs/analyze.md, "Sample
+     * order") */
     double *load, *forward, *post, *draft_a, *draft_c, *draft_b;
     uint32_t n_load, n_forward, n_post, n_draft, n_draft_c;
     /* delays around the queues' operations (sim.h, "Wake-ups"): [queue][kind] */

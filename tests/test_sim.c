@@ -27,7 +27,7 @@ static an_sim_result two_stage(const double *a, uint32_t na, const double *b, ui
         {1, pool, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 1}, {AN_SIM_ITEM, 0}}},
     };
     an_sim_queue q = {capacity, 0};
-    an_sim_dist d[2] = {{a, na}, {b, nb}};
+    an_sim_dist d[2] = {{a, na, 1}, {b, nb, 1}};
     double cap = cores;
     an_sim_model m = {0};
     m.n_actors = 2, m.n_queues = 1, m.n_dists = 2, m.n_pools = pool >= 0 ? 1 : 0, m.n_roles = 2;
@@ -127,7 +127,7 @@ static void test_barrier_couples_drafters(void **state)
 {
     (void)state;
     double d0[2] = {1e6, 3e6}, d1[2] = {3e6, 1e6};
-    an_sim_dist d[2] = {{d0, 2}, {d1, 2}};
+    an_sim_dist d[2] = {{d0, 2, 1}, {d1, 2, 1}};
     an_sim_queue src = {0, -1};
     int counts[2] = {2, 1};
     for (int coupled = 0; coupled <= 1; coupled++) {
@@ -158,7 +158,7 @@ static void test_wake_latency(void **state)
 {
     (void)state;
     double w = 1e6, l = 0.5e6, pause = 2e6;
-    an_sim_dist d = {&w, 1}, wake = {&l, 1}, waker = {&pause, 1};
+    an_sim_dist d = {&w, 1, 1}, wake = {&l, 1, 1}, waker = {&pause, 1, 1};
     an_sim_queue src = {0, -1};
     an_sim_actor actors[2] = {
         {0, -1, 4, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 0}, {AN_SIM_BARRIER, 0, &wake, NULL}, {AN_SIM_ITEM, 0}}},
@@ -180,7 +180,7 @@ static void test_wake_latency(void **state)
         {1, -1, 3, {{AN_SIM_POP, 0, &wake, NULL}, {AN_SIM_WORK, 1}, {AN_SIM_ITEM, 0}}},
     };
     an_sim_queue q = {1, 0};
-    an_sim_dist dd[2] = {{&a, 1}, {&b, 1}};
+    an_sim_dist dd[2] = {{&a, 1, 1}, {&b, 1, 1}};
     memset(&m, 0, sizeof m);
     m.n_actors = 2, m.n_queues = 1, m.n_dists = 2, m.n_roles = 2;
     m.actors = line, m.queues = &q, m.dists = dd;
@@ -213,7 +213,7 @@ static void test_pool_others_and_plain_delay(void **state)
         {1, 0, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 0}, {AN_SIM_ITEM, 0}}},
     };
     an_sim_queue q = {4, 0};
-    an_sim_dist d = {&w, 1};
+    an_sim_dist d = {&w, 1, 1};
     double cap = 2, others = 2;
     an_sim_model m = {0};
     m.n_actors = 2, m.n_queues = 1, m.n_dists = 1, m.n_pools = 1, m.n_roles = 2;
@@ -232,7 +232,7 @@ static void test_pool_others_and_plain_delay(void **state)
     /* source 1 ms then a put with a plain delay of 0.5 ms; sink 3 ms, queue of 4: the source
      * runs ahead and blocks, each put that blocked is not plain, so the rate stays the sink's */
     double a = 1e6, b = 3e6, half = 0.5e6;
-    an_sim_dist dd[2] = {{&a, 1}, {&b, 1}}, plain = {&half, 1};
+    an_sim_dist dd[2] = {{&a, 1, 1}, {&b, 1, 1}}, plain = {&half, 1, 1};
     an_sim_actor line[2] = {
         {0, -1, 2, {{AN_SIM_WORK, 0}, {AN_SIM_PUT, 0, NULL, NULL, &plain}}},
         {1, -1, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 1}, {AN_SIM_ITEM, 0}}},
@@ -261,7 +261,7 @@ static void test_deadlock_and_bad_models(void **state)
 {
     (void)state;
     double w = 1e6;
-    an_sim_dist d = {&w, 1};
+    an_sim_dist d = {&w, 1, 1};
     an_sim_queue q = {1, 0};
     an_sim_actor sink = {0, -1, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 0}, {AN_SIM_ITEM, 0}}};
     an_sim_model m = {0};
@@ -273,12 +273,12 @@ static void test_deadlock_and_bad_models(void **state)
     an_sim_actor bad = {0, -1, 1, {{AN_SIM_POP, 3}}};
     m.actors = &bad;
     assert_int_equal(an_sim_run(&m, &r), -1);
-    an_sim_dist empty = {&w, 0};
+    an_sim_dist empty = {&w, 0, 1};
     m.actors = &sink, m.dists = &empty;
     assert_int_equal(an_sim_run(&m, &r), -1);
     /* zero work forever: an endless loop without time is cut by max_events */
     double zero = 0;
-    an_sim_dist z = {&zero, 1};
+    an_sim_dist z = {&zero, 1, 1};
     an_sim_queue src = {0, -1};
     an_sim_actor spin = {0, -1, 2, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 0}}};
     m.actors = &spin, m.queues = &src, m.dists = &z, m.max_events = 10000;
@@ -296,7 +296,7 @@ static void test_resample_is_deterministic(void **state)
         {1, 0, 3, {{AN_SIM_POP, 0}, {AN_SIM_WORK, 1}, {AN_SIM_ITEM, 0}}},
     };
     an_sim_queue q = {2, 0};
-    an_sim_dist d[2] = {{a, 5}, {b, 3}};
+    an_sim_dist d[2] = {{a, 5, 1}, {b, 3, 1}};
     double cap = 1.5;
     an_sim_model m = {0};
     m.n_actors = 2, m.n_queues = 1, m.n_dists = 2, m.n_pools = 1, m.n_roles = 2;
@@ -311,6 +311,32 @@ static void test_resample_is_deterministic(void **state)
     assert_true(r1.window_ns != r3.window_ns);
 }
 
+/* A distribution with group 2 is drawn in runs of a pair stored together:
+ * an actor whose item draws it twice gets values 2k and 2k + 1, whose sum
+ * here is 10 ms for every k, so every item takes exactly 10 ms in resample
+ * mode, as in replay mode; drawn one at a time, items of 2 to 18 ms. */
+static void test_resample_in_groups(void **state)
+{
+    (void)state;
+    double w[6] = {1e6, 9e6, 4e6, 6e6, 7e6, 3e6};
+    an_sim_actor actor = {0, -1, 3, {{AN_SIM_WORK, 0}, {AN_SIM_WORK, 0}, {AN_SIM_ITEM, 0}}};
+    an_sim_dist d = {w, 6, 2};
+    an_sim_model m = {0};
+    m.n_actors = 1, m.n_dists = 1, m.n_roles = 1;
+    m.actors = &actor, m.dists = &d;
+    m.watch_queue = -1, m.warmup_items = 3, m.measure_items = 200, m.resample = 1, m.seed = 7;
+    an_sim_result r;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 100.0, 1e-9);
+    m.resample = 0;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_near(r.items_per_s, 100.0, 1e-9);
+    d.group = 1; /* one at a time: items are no longer all 10 ms */
+    m.resample = 1;
+    assert_int_equal(an_sim_run(&m, &r), 0);
+    assert_true(fabs(r.items_per_s - 100.0) > 0.5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -323,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_pool_others_and_plain_delay),
         cmocka_unit_test(test_deadlock_and_bad_models),
         cmocka_unit_test(test_resample_is_deterministic),
+        cmocka_unit_test(test_resample_in_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
