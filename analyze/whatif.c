@@ -355,11 +355,17 @@ static int build_samples(scan *s, an_whatif_input *in)
     for (uint32_t ti = 0; ti < s->n_th; ti++)
         if (s->th[ti].n_items > max_any) max_any = s->th[ti].n_items;
     for (uint32_t k = 0; !rc && k < max_any; k++) {
+        /* The drafters' step k only when every drafter completed it in the
+         * window: one missing item would shift the pairs of every later step. */
+        int drafters_all = 1;
+        for (uint32_t ti = 0; ti < s->n_th; ti++)
+            if (s->th[ti].role == AN_WHATIF_DRAFTER && (k >= s->th[ti].n_items || !sums[ti][k].complete))
+                drafters_all = 0;
         for (uint32_t ti = 0; !rc && ti < s->n_th; ti++) {
             mthread *m = &s->th[ti];
             if (k >= m->n_items) continue;
             item_sum *x = &sums[ti][k];
-            if (!x->complete) continue;
+            if (!x->complete || (m->role == AN_WHATIF_DRAFTER && !drafters_all)) continue;
             int bad = 0;
             switch (m->role) {
             case AN_WHATIF_LOADER: bad = push_sample(&in->load, &in->n_load, &cap_load, x->work + x->post); break;
