@@ -6,11 +6,13 @@
  * buf[i & mask]; head and tail count records since registration and never
  * wrap (64 bits). The struct is cut into cache lines so that the two sides
  * never write the same line:
- *   - line 0, w_*: the producer's own state, read and written only by the
- *     owning thread (the hot path touches only this line, the slot it
- *     writes and `head`);
- *   - `head`: written by the producer, read by the writer (the producer
- *     also reads it back: it is the only one that writes it);
+ *   - lines 0-1, `w` and w_*: the producer's own state, read and written
+ *     only by the owning thread (the hot path touches only `w`, in line 0,
+ *     the slot it writes and `head`; w_dropped_depths, used when begins
+ *     are dropped, runs into line 1);
+ *   - `head`, on line 2 (ST__RING_HEAD_OFFSET): written by the producer,
+ *     read by the writer (the producer also reads it back: it is the only
+ *     one that writes it);
  *   - `tail`: written by the writer, read by the producer;
  *   - `dropped`: the producer's drop count, read by anyone (st_dropped);
  *   - then the fields written once before the ring is published (mask,
@@ -110,7 +112,7 @@ static inline uint32_t st_rec_slots(uint32_t type)
 
 typedef struct st_ring {
     /* line 0: the producer's own state. w.open: the open begins
-     * (ST_OPEN_DEPTH), the dropped ones among them (ST_OPEN_DROPPED) and
+     * (ST_OPEN_DEPTH), the dropped ones among them (ST_OPEN_DROPPED_*) and
      * ST_OPEN_GENERAL; w.limit: last tail seen + capacity, room while
      * reserved + n <= w.limit; w.buf, w.mask: = buf, mask; w.stage_limit:
      * st_stage_limit when last read. stagetrace.h's inline calls use w. */
