@@ -6,8 +6,9 @@
  * system call. The public header tests the thread's ring pointer inline
  * (st__thread_hot, initial-exec TLS): an unregistered thread, or a
  * disabled trace, costs that one branch and no call; a recording thread
- * calls st__ring_*, whose common case reads one cache line of producer
- * state (st_ring's w_* fields) and the published head, and writes the
+ * writes its ring inline for the common case (stagetrace.h's st__hot_*,
+ * also used here by the exported functions): it reads one cache line of
+ * producer state (st_ring's `w`) and the published head, and writes the
  * record's slot, one word of that state (w.open) and head.
  *
  * Drops never break a range: every recorded begin reserves a slot for its

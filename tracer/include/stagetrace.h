@@ -298,8 +298,9 @@ ST_API void st_thread_unregister(void);
  * static inline function that tests the calling thread's ring pointer and
  * calls the recording half (st__ring_*) only when the thread records; on
  * x86-64 the common st_begin, st_end, st_counter_set, st_mark, st_flow_out
- * and st_flow_in write the ring themselves, with no call. Names with a double underscore are not part of the API: they are
- * here for the inline functions only. */
+ * and st_flow_in write the ring themselves, with no call. Names with a
+ * double underscore are not part of the API: they are here for the inline
+ * functions only. */
 #if !defined(ST_DISABLE) && (defined(ST_NO_INLINE) || defined(ST__OUT_OF_LINE) || \
                              !defined(__GNUC__))
 ST_API void st_begin(st_stage stage);
@@ -333,22 +334,27 @@ struct st__ring_hot {
 ST_API extern __thread struct st__ring_hot *st__thread_hot __attribute__((tls_model("initial-exec")));
 ST_API extern __thread struct st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
 #if defined(__x86_64__)
-/* The common begin and end, with no call (tracer/ring.h, "The common case
- * in one compare"): 1 when recorded, 0 when the general path must run. */
+/* The common calls, with no call (tracer/ring.h, "The common case in one
+ * compare"): st__hot_begin, st__hot_end and st__hot_pair return 1 when they
+ * recorded, 0 when the general path must run. */
 static inline __attribute__((always_inline, unused)) uint64_t *st__hot_head(struct st__ring_hot *r)
 {
     return (uint64_t *)((char *)r + ST__RING_HEAD_OFFSET);
 }
-/* Writes slot h (its room taken) and publishes it. */
-static inline __attribute__((always_inline, unused)) int st__hot_put(struct st__ring_hot *r,
-                                                                     uint64_t h, uint64_t id_type)
+/* Writes the record at slot h (its room taken): the clock, then id and
+ * type in one 8-byte word. Returns the slot. */
+static inline __attribute__((always_inline, unused)) char *st__hot_record(struct st__ring_hot *r,
+                                                                          uint64_t h, uint64_t id_type)
 {
     char *slot = (char *)r->buf + ((h & r->mask) << 4);
     int64_t ts = (int64_t)__builtin_ia32_rdtsc();
     __builtin_memcpy(slot, &ts, 8);
     __builtin_memcpy(slot + 8, &id_type, 8);
-    __atomic_store_n(st__hot_head(r), h + 1, __ATOMIC_RELEASE);
-    return 1;
+    return slot;
+}
+static inline __attribute__((always_inline, unused)) void st__hot_publish(struct st__ring_hot *r, uint64_t head)
+{
+    __atomic_store_n(st__hot_head(r), head, __ATOMIC_RELEASE);
 }
 static inline __attribute__((always_inline, unused)) int st__hot_begin(struct st__ring_hot *r,
                                                                        st_stage stage)
@@ -357,7 +363,9 @@ static inline __attribute__((always_inline, unused)) int st__hot_begin(struct st
     if (__builtin_expect(!(o < ST_MAX_DEPTH && stage < r->stage_limit && h + o + 2 <= r->limit), 0))
         return 0;
     r->open = o + 1; /* reserves the slot of its end */
-    return st__hot_put(r, h, (uint64_t)stage | (uint64_t)1 << 32);
+    st__hot_record(r, h, (uint64_t)stage | (uint64_t)1 << 32);
+    st__hot_publish(r, h + 1);
+    return 1;
 }
 static inline __attribute__((always_inline, unused)) int st__hot_end(struct st__ring_hot *r,
                                                                      st_stage stage)
@@ -366,7 +374,9 @@ static inline __attribute__((always_inline, unused)) int st__hot_end(struct st__
     if (__builtin_expect(!(o - 1 < ST_MAX_DEPTH), 0)) return 0;
     uint64_t h = __atomic_load_n(st__hot_head(r), __ATOMIC_RELAXED);
     r->open = o - 1;
-    return st__hot_put(r, h, (uint64_t)stage | (uint64_t)2 << 32);
+    st__hot_record(r, h, (uint64_t)stage | (uint64_t)2 << 32);
+    st__hot_publish(r, h + 1);
+    return 1;
 }
 /* A counter sample, mark or flow: its record and a payload slot with arg,
  * published together. */
@@ -375,15 +385,13 @@ static inline __attribute__((always_inline, unused)) int st__hot_pair(struct st_
 {
     uint64_t o = r->open, h = __atomic_load_n(st__hot_head(r), __ATOMIC_RELAXED);
     if (__builtin_expect(!(o < ST_MAX_DEPTH && h + o + 2 <= r->limit), 0)) return 0;
-    char *slot = (char *)r->buf + ((h & r->mask) << 4);
+    /* (before the record's stores, which may alias r's fields) */
     char *payload = (char *)r->buf + (((h + 1) & r->mask) << 4);
-    int64_t ts = (int64_t)__builtin_ia32_rdtsc();
+    st__hot_record(r, h, id_type);
     uint64_t zero = 0;
-    __builtin_memcpy(slot, &ts, 8);
-    __builtin_memcpy(slot + 8, &id_type, 8);
     __builtin_memcpy(payload, &arg, 8);
     __builtin_memcpy(payload + 8, &zero, 8);
-    __atomic_store_n(st__hot_head(r), h + 2, __ATOMIC_RELEASE);
+    st__hot_publish(r, h + 2);
     return 1;
 }
 #endif
