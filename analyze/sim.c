@@ -76,6 +76,13 @@ typedef struct sim {
     int measuring, done;
 } sim;
 
+/* Value i of a distribution; a negative or non-finite one counts as 0. */
+static double value_at(const an_sim_dist *x, uint32_t i)
+{
+    double v = x->ns[i];
+    return v > 0 && isfinite(v) ? v : 0;
+}
+
 static double draw_from(sim *s, const an_sim_dist *x, uint32_t *cursor)
 {
     uint32_t i;
@@ -85,8 +92,7 @@ static double draw_from(sim *s, const an_sim_dist *x, uint32_t *cursor)
         i = *cursor;
         *cursor = i + 1 == x->n ? 0 : i + 1;
     }
-    double v = x->ns[i];
-    return v > 0 && isfinite(v) ? v : 0;
+    return value_at(x, i);
 }
 
 static double draw(sim *s, int d)
@@ -99,8 +105,7 @@ static double draw(sim *s, int d)
         s->left[d] = g;
     }
     s->left[d]--;
-    double v = x->ns[s->cursor[d]++];
-    return v > 0 && isfinite(v) ? v : 0;
+    return value_at(x, s->cursor[d]++);
 }
 
 static void advance_pc(sim *s, int i)

@@ -344,23 +344,29 @@ static int build_samples(scan *s, an_whatif_input *in)
         }
     }
     uint32_t cap_load = 0, cap_fwd = 0, cap_post = 0, cap_a = 0, cap_b = 0, cap_c = 0;
-    uint32_t max_items = 0, n_b = 0;
-    for (uint32_t ti = 0; ti < s->n_th; ti++)
-        if (s->th[ti].role == AN_WHATIF_DRAFTER && s->th[ti].n_items > max_items) max_items = s->th[ti].n_items;
+    uint32_t n_b = 0, max_any = 0, n_drafters = 0;
+    for (uint32_t ti = 0; ti < s->n_th; ti++) {
+        if (s->th[ti].n_items > max_any) max_any = s->th[ti].n_items;
+        n_drafters += s->th[ti].role == AN_WHATIF_DRAFTER;
+    }
     /* Samples in step order, threads of a role taking turns (item k of each
      * thread, then item k + 1): a replay, whose actors take a role's
      * samples in turn, then gives the drafters that meet at the all-reduce
      * the items of one step together, as they ran. */
-    uint32_t max_any = 0;
-    for (uint32_t ti = 0; ti < s->n_th; ti++)
-        if (s->th[ti].n_items > max_any) max_any = s->th[ti].n_items;
     for (uint32_t k = 0; !rc && k < max_any; k++) {
         /* The drafters' step k only when every drafter completed it in the
-         * window: one missing item would shift the pairs of every later step. */
-        int drafters_all = 1;
-        for (uint32_t ti = 0; ti < s->n_th; ti++)
-            if (s->th[ti].role == AN_WHATIF_DRAFTER && (k >= s->th[ti].n_items || !sums[ti][k].complete))
-                drafters_all = 0;
+         * window: one missing item would shift the pairs of every later step.
+         * Its all-reduce's own cost: the shortest of the drafters' all-reduce
+         * of the step (the last to arrive hardly waits). */
+        int drafters_all = n_drafters > 0;
+        double allreduce = INFINITY;
+        for (uint32_t ti = 0; ti < s->n_th; ti++) {
+            if (s->th[ti].role != AN_WHATIF_DRAFTER) continue;
+            if (k >= s->th[ti].n_items || !sums[ti][k].complete) drafters_all = 0;
+            else if (sums[ti][k].c < allreduce) allreduce = sums[ti][k].c;
+        }
+        if (drafters_all && in->rec.drafters > 1 && push_sample(&in->draft_c, &in->n_draft_c, &cap_c, allreduce))
+            rc = whatif_oom();
         for (uint32_t ti = 0; !rc && ti < s->n_th; ti++) {
             mthread *m = &s->th[ti];
             if (k >= m->n_items) continue;
@@ -382,21 +388,7 @@ static int build_samples(scan *s, an_whatif_input *in)
             if (bad) rc = whatif_oom();
         }
     }
-    /* The all-reduce's own cost in an item: the shortest of the drafters'
-     * all-reduce of the same step (the last to arrive hardly waits). */
-    if (!rc && in->rec.drafters > 1) {
-        for (uint32_t k = 0; !rc && k < max_items; k++) {
-            double best = INFINITY;
-            int all = 1;
-            for (uint32_t ti = 0; ti < s->n_th; ti++) {
-                if (s->th[ti].role != AN_WHATIF_DRAFTER) continue;
-                if (k >= s->th[ti].n_items || !sums[ti][k].complete) all = 0;
-                else if (sums[ti][k].c < best) best = sums[ti][k].c;
-            }
-            if (all && push_sample(&in->draft_c, &in->n_draft_c, &cap_c, best)) rc = whatif_oom();
-        }
-        in->allreduce_measured = in->n_draft_c > 0;
-    }
+    if (!rc && in->rec.drafters > 1) in->allreduce_measured = in->n_draft_c > 0;
     for (uint32_t ti = 0; ti < s->n_th; ti++) free(sums[ti]);
     free(sums);
     return rc;
