@@ -381,6 +381,35 @@ static void test_two_slot_records_whole(void **state)
     check_pairs(8192, 20000, 2000); /* a slow writer: batches of 4096 slots */
 }
 
+/* A trace whose rings hold 64 slots, never block, and whose writer sleeps
+ * 500 ms after each batch it drains and commits only at close: once the
+ * writer has taken a first batch (wait_tail), nothing more is freed for
+ * half a second, so a test can fill the ring exactly. */
+static st_trace *open_held_ring(const char *path, int nvtx)
+{
+    st_options o;
+    test_options(&o, path);
+    o.ring_records = 64;
+    o.block_when_full = 0;
+    o.commit_ms = 60000;
+    o.nvtx = nvtx;
+    st_trace *trace;
+    st__test_set_writer_delay(500000);
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    st__test_set_writer_delay(0);
+    return trace;
+}
+
+/* Waits (up to 10 s) until the writer has read the ring up to `tail`. */
+static void wait_tail(st_ring *ring, uint64_t tail)
+{
+    double t0 = monotonic_s();
+    while (atomic_load(&ring->tail) != tail) {
+        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
+        usleep(100);
+    }
+}
+
 /* ring_records counts 16-byte slots: a begin takes one (and reserves its
  * end's), a counter sample two. In a 64-slot ring with one range open, 31
  * samples fit, the next ones are dropped and counted one each. The writer
@@ -390,15 +419,7 @@ static void test_ring_counts_slots(void **state)
     (void)state;
     char path[PATH_MAX];
     tmp_path(path, sizeof path, "ring-slots.sqlite");
-    st_options o;
-    test_options(&o, path);
-    o.ring_records = 64;
-    o.block_when_full = 0;
-    o.commit_ms = 60000;
-    st_trace *trace;
-    st__test_set_writer_delay(500000);
-    assert_int_equal(st_open(&trace, &o), ST_OK);
-    st__test_set_writer_delay(0);
+    st_trace *trace = open_held_ring(path, 0);
     int s = st_stage_register(trace, "work", ST_WORK);
     int c = st_counter_register(trace, "depth", "items");
     assert_true(s >= 0 && c >= 0);
@@ -407,12 +428,7 @@ static void test_ring_counts_slots(void **state)
     assert_non_null(ring);
     st_begin((st_stage)s);
     st_end((st_stage)s);
-    /* Wait until the writer has taken it: it then sleeps 500 ms. */
-    double t0 = monotonic_s();
-    while (atomic_load(&ring->tail) != 2) {
-        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
-        usleep(100);
-    }
+    wait_tail(ring, 2); /* the writer has taken it: it now sleeps 500 ms */
     st_begin((st_stage)s);
     for (int i = 0; i < 40; i++) st_counter_set((st_counter)c, i);
     st_end((st_stage)s);
@@ -440,16 +456,7 @@ static void check_fast_general(int nvtx)
     char file[64];
     snprintf(file, sizeof file, "fast-general-%d.sqlite", nvtx);
     tmp_path(path, sizeof path, file);
-    st_options o;
-    test_options(&o, path);
-    o.ring_records = 64;
-    o.block_when_full = 0;
-    o.commit_ms = 60000;
-    o.nvtx = nvtx;
-    st_trace *trace;
-    st__test_set_writer_delay(500000);
-    assert_int_equal(st_open(&trace, &o), ST_OK);
-    st__test_set_writer_delay(0);
+    st_trace *trace = open_held_ring(path, nvtx);
     st_stage a = (st_stage)st_stage_register(trace, "a", ST_WORK);
     st_stage b = (st_stage)st_stage_register(trace, "b", ST_WORK);
     int c = st_counter_register(trace, "c", "items");
@@ -467,11 +474,7 @@ static void check_fast_general(int nvtx)
     assert_int_equal((ring->w.open & ST_OPEN_GENERAL) != 0, general);
     st_begin(a);
     st_end(a);
-    double t0 = monotonic_s();
-    while (atomic_load(&ring->tail) != 2) {
-        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
-        usleep(100);
-    }
+    wait_tail(ring, 2);
     st_begin(a);
     for (int i = 0; i < 40; i++) {
         st_begin(b);
@@ -487,11 +490,7 @@ static void check_fast_general(int nvtx)
     assert_int_equal(atomic_load(&ring->head), 66);
     assert_int_equal(st_dropped(trace), 9 * 2 + 4);
     assert_int_equal(ring->w.open & ~ST_OPEN_GENERAL, 0); /* nothing open, nothing dropped open */
-    t0 = monotonic_s();
-    while (atomic_load(&ring->tail) != 66) {
-        if (monotonic_s() - t0 > 10) fail_msg("the writer never drained the ring");
-        usleep(100);
-    }
+    wait_tail(ring, 66);
     st_begin(a);
     st_begin(b);
     assert_int_equal(ring->w.open & ~ST_OPEN_GENERAL, 2);
