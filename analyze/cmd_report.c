@@ -1211,8 +1211,8 @@ static int section_ranks(report *rp)
         an_stragglers_free(&s);
         return AN_EXIT_OK;
     }
-    fputs("<p class=\"note\">As <code>analyze stragglers</code>: each collective matched across ranks by stage, step "
-          "and occurrence in the step; the rank that begins it last is the one the others wait for.</p>\n"
+    fputs("<p class=\"note\">As <code>analyze stragglers</code>: instance k of a collective is the k-th range of its "
+          "comm stage on each rank, in start order; the rank that begins it last is the one the others wait for.</p>\n"
           "<table class=\"data\" id=\"stragglers\"><tr><th>stage</th><th>instances</th><th>ranks</th>"
           "<th>last rank</th><th>times last</th><th>last %</th><th>every time</th><th>mean wait ms</th>"
           "<th>max wait ms</th></tr>\n",

@@ -1,11 +1,14 @@
 /* cmd_stragglers.c: `analyze stragglers SET`: which rank holds the others
  * up (docs/analyze.md, "stragglers"). Over a rank set on rank 0's clock:
- * each collective (a range of a `comm` stage) is matched across ranks by
- * stage, step (the first step mark after its start) and occurrence (its
- * index among the rank's ranges of that stage in that step); the rank that
- * begins it last is the one the others wait for, and each other rank waits
- * from its own start to that last start. Per stage and role, the rank with
- * the most time in the stage against the median over ranks.
+ * each collective (a range of a `comm` stage) is identified by the
+ * collective itself: on every rank, the ranges of one comm stage (all the
+ * rank's threads together) are numbered 0, 1, ... in start order, and the
+ * k-th of each rank is that rank's part of instance k. No other role's step
+ * marks enter the matching (a target rank's step is "batch sent", queue
+ * depth batches ahead of the drafters). The rank that begins an instance
+ * last is the one the others wait for, and each other rank waits from its
+ * own start to that last start. Per stage and role, the rank with the most
+ * time in the stage against the median over ranks.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +36,8 @@ static const an_opt opts[] = {
 
 typedef struct arrival {
     uint32_t stage, rank_ix;
-    uint64_t step;
-    uint32_t occ;
-    int has_step;
+    uint32_t thread; /* the set's thread index: ties of start in one rank */
+    uint64_t instance; /* k: the range's index among its rank's ranges of the stage, by start */
     int64_t start_ns;
 } arrival;
 
@@ -44,16 +46,15 @@ static int cmp_stage_rank_start(const void *a, const void *b)
     const arrival *x = a, *y = b;
     if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
     if (x->rank_ix != y->rank_ix) return x->rank_ix < y->rank_ix ? -1 : 1;
-    return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
+    if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
+    return (x->thread > y->thread) - (x->thread < y->thread);
 }
 
 static int cmp_instance(const void *a, const void *b)
 {
     const arrival *x = a, *y = b;
     if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
-    if (x->has_step != y->has_step) return x->has_step < y->has_step ? -1 : 1;
-    if (x->step != y->step) return x->step < y->step ? -1 : 1;
-    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
+    if (x->instance != y->instance) return x->instance < y->instance ? -1 : 1;
     return x->rank_ix < y->rank_ix ? -1 : x->rank_ix > y->rank_ix;
 }
 
@@ -73,8 +74,8 @@ static const an_col coll_cols[] = {{"stage", AN_T_STR, 0},          {"instances"
                                    {"times_last", AN_T_INT, 0},     {"last_pct", AN_T_PCT, 0},
                                    {"every_time", AN_T_STR, 0},     {"mean_wait_ms", AN_T_MS, 0},
                                    {"max_wait_ms", AN_T_MS, 0}};
-static const an_col inst_cols[] = {{"stage", AN_T_STR, 0},      {"step", AN_T_INT, 0},
-                                   {"occurrence", AN_T_INT, 0}, {"ranks", AN_T_INT, 0},
+static const an_col inst_cols[] = {{"stage", AN_T_STR, 0},      {"instance", AN_T_INT, 0},
+                                   {"step", AN_T_INT, 0},       {"ranks", AN_T_INT, 0},
                                    {"last_rank", AN_T_INT, 0},  {"late_vs_median_ms", AN_T_MS, 0},
                                    {"wait_ms", AN_T_MS, 0},     {"max_wait_ms", AN_T_MS, 0}};
 static const an_col stage_cols[] = {{"role", AN_T_STR, 0},           {"stage", AN_T_STR, 0},
@@ -82,17 +83,17 @@ static const an_col stage_cols[] = {{"role", AN_T_STR, 0},           {"stage", A
                                     {"slowest_rank", AN_T_INT, 0},   {"slowest_ms", AN_T_MS, 0},
                                     {"median_ms", AN_T_MS, 0},       {"over_median_pct", AN_T_PCT, 0}};
 
-/* The matching: each arrival's step and its occurrence in its rank's step, then sorted so that
- * one instance (stage, step, occurrence) is one run of the array, across ranks. */
-static void match_instances(an_trace *t, arrival *arr, size_t n_arr)
+/* The matching: each arrival's instance index k (per stage and rank, in start order; ties of
+ * start by thread), then sorted so that one instance (stage, k) is one run of the array, its
+ * arrivals in rank order. n_arr may be 0 (arr NULL: a set without a comm range). */
+static void match_instances(arrival *arr, size_t n_arr)
 {
+    if (!n_arr) return;
     qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
-    for (size_t i = 0; i < n_arr; i++) {
-        arr[i].step = an_step_of(t, arr[i].start_ns, &arr[i].has_step);
-        if (i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix &&
-            arr[i - 1].has_step == arr[i].has_step && arr[i - 1].step == arr[i].step)
-            arr[i].occ = arr[i - 1].occ + 1;
-    }
+    for (size_t i = 0; i < n_arr; i++)
+        arr[i].instance = i && arr[i - 1].stage == arr[i].stage && arr[i - 1].rank_ix == arr[i].rank_ix
+                              ? arr[i - 1].instance + 1
+                              : 0;
     qsort(arr, n_arr, sizeof *arr, cmp_instance);
 }
 
@@ -130,9 +131,7 @@ static size_t aggregate_stage(const arrival *arr, size_t n_arr, size_t i, uint32
     size_t j = i;
     while (j < n_arr && arr[j].stage == stage) {
         size_t e = j;
-        while (e < n_arr && arr[e].stage == stage && arr[e].has_step == arr[j].has_step && arr[e].step == arr[j].step &&
-               arr[e].occ == arr[j].occ)
-            e++;
+        while (e < n_arr && arr[e].stage == stage && arr[e].instance == arr[j].instance) e++;
         uint32_t m = (uint32_t)(e - j);
         if (m >= 2) {
             size_t last = j;
@@ -141,7 +140,7 @@ static size_t aggregate_stage(const arrival *arr, size_t n_arr, size_t i, uint32
                 starts[k - j] = arr[k].start_ns;
             }
             qsort(starts, m, sizeof *starts, cmp_i64);
-            __int128 w = 0;
+            __int128 w = 0; /* the waits of up to 2^32 ranks of up to 2^63 ns each */
             int64_t wmax = 0;
             for (size_t k = j; k < e; k++) {
                 int64_t d = arr[last].start_ns - arr[k].start_ns;
@@ -178,21 +177,87 @@ static size_t aggregate_stage(const arrival *arr, size_t n_arr, size_t i, uint32
     return j;
 }
 
+/* A rank's own step marks on rank 0's clock, for the instances table's `step`. */
+typedef struct rank_marks {
+    int64_t *ts_ns;
+    uint64_t *step;
+    uint32_t n;
+} rank_marks;
+
+static void rank_marks_free(rank_marks *m, uint32_t n_ranks)
+{
+    if (!m) return;
+    for (uint32_t i = 0; i < n_ranks; i++) {
+        free(m[i].ts_ns);
+        free(m[i].step);
+    }
+    free(m);
+}
+
+/* Each rank's marks mapped (a mark whose time does not map leaves the rank with none). */
+static rank_marks *rank_marks_load(an_trace *t)
+{
+    rank_marks *m = calloc(t->n_ranks ? t->n_ranks : 1, sizeof *m);
+    if (!m) return NULL;
+    for (uint32_t i = 0; i < t->n_ranks; i++) {
+        st_reader *part = st_reader_part(t->r, i);
+        uint32_t n = part ? st_reader_n_steps(part) : 0;
+        if (!n) continue;
+        m[i].ts_ns = malloc(n * sizeof *m[i].ts_ns);
+        m[i].step = malloc(n * sizeof *m[i].step);
+        if (!m[i].ts_ns || !m[i].step) {
+            rank_marks_free(m, i + 1);
+            return NULL;
+        }
+        st_rank_clock c;
+        st_reader_rank_clock(part, &c);
+        m[i].n = n;
+        for (uint32_t k = 0; k < n && m[i].n; k++) {
+            m[i].step[k] = st_reader_step(part, k)->step;
+            if (st_rank_clock_map(&c, st_reader_step(part, k)->ts_ns, &m[i].ts_ns[k]) != ST_OK) m[i].n = 0;
+        }
+    }
+    return m;
+}
+
+/* The instance's step: on the first of its ranks (in rank order) that has step marks, the first
+ * mark after that rank's start of it. 0 when there is none. */
+static int instance_step(const rank_marks *marks, const instance_stats *in, uint64_t *step)
+{
+    for (uint32_t q = 0; q < in->m; q++) {
+        const arrival *a = &in->first[q];
+        const rank_marks *m = &marks[a->rank_ix];
+        if (!m->n) continue;
+        uint32_t lo = 0, hi = m->n;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (m->ts_ns[mid] > a->start_ns) hi = mid;
+            else lo = mid + 1;
+        }
+        if (lo == m->n) return 0;
+        *step = m->step[lo];
+        return 1;
+    }
+    return 0;
+}
+
 /* A row of the instances table. */
 typedef struct instance_rows {
     an_table *tb;
     st_reader *r;
     const int *rank_of;
+    const rank_marks *marks;
 } instance_rows;
 
 static void put_instance_row(void *arg, uint32_t stage, const instance_stats *in)
 {
     instance_rows *rows = arg;
     an_table *tb = rows->tb;
+    uint64_t step = 0;
     an_put_str(tb, st_reader_stage(rows->r, stage)->name);
-    if (in->first->has_step) an_put_int(tb, (int64_t)in->first->step);
+    an_put_int(tb, (int64_t)in->first->instance);
+    if (instance_step(rows->marks, in, &step)) an_put_int(tb, (int64_t)step);
     else an_put_null(tb);
-    an_put_int(tb, in->first->occ);
     an_put_int(tb, in->m);
     an_put_int(tb, rows->rank_of[in->last->rank_ix]);
     an_put_ns(tb, in->last->start_ns - in->median_start_ns);
@@ -212,6 +277,7 @@ static int run(an_trace *t, an_format fmt)
     size_t n_arr = 0, cap = 0;
     stage_total *tot = NULL;
     uint32_t n_tot = 0;
+    rank_marks *marks = NULL;
     int rc = AN_EXIT_OK;
     if (!rank_of || !roles) goto oom;
     for (uint32_t i = 0; i < n_ranks; i++) {
@@ -229,7 +295,10 @@ static int run(an_trace *t, an_format fmt)
         while (role < n_roles && strcmp(roles[role], info->role) != 0) role++;
         if (role == n_roles) roles[n_roles++] = info->role;
         st_range_iter *it;
-        if (st_range_iter_open(&it, r, th, INT64_MIN, INT64_MAX) != ST_OK) return an_trace_fail(t);
+        if (st_range_iter_open(&it, r, th, INT64_MIN, INT64_MAX) != ST_OK) {
+            rc = an_trace_fail(t);
+            break;
+        }
         st_range g;
         int n;
         while ((n = st_range_iter_next(it, &g)) == 1) {
@@ -253,18 +322,20 @@ static int run(an_trace *t, an_format fmt)
                 if (!na) break;
                 arr = na;
             }
-            arr[n_arr++] = (arrival){g.stage, part, 0, 0, 0, g.start_ns};
+            arr[n_arr++] = (arrival){g.stage, part, th, 0, g.start_ns};
         }
         st_range_iter_close(it);
         if (n < 0) rc = an_trace_fail(t);
         else if (n == 1) goto oom;
     }
     if (rc) goto done;
-    match_instances(t, arr, n_arr);
+    match_instances(arr, n_arr);
+    marks = rank_marks_load(t);
+    if (!marks) goto oom;
     an_out *out = an_out_new(stdout, fmt);
     if (!out) goto oom;
-    an_out_text(out, "== %s: stragglers over %u of %lld ranks; collectives (comm stages) matched by stage, step and "
-                     "occurrence in the step\n",
+    an_out_text(out, "== %s: stragglers over %u of %lld ranks; collectives (comm stages) matched by stage and "
+                     "instance (the k-th range of the stage on each rank)\n",
                 t->label, n_ranks, (long long)t->world_size);
     /* per stage: instances, how often each rank is last, the others' waits */
     an_table *ct = an_table_new(out, "collectives", coll_cols, 9);
@@ -282,7 +353,7 @@ static int run(an_trace *t, an_format fmt)
             it_tb = an_table_new(out, "instances", inst_cols, 8);
             if (!it_tb) goto oom_out;
         }
-        instance_rows rows = {it_tb, r, rank_of};
+        instance_rows rows = {it_tb, r, rank_of, marks};
         for (size_t i = 0; i < n_arr;) {
             uint32_t stage = arr[i].stage;
             coll_stats c;
@@ -379,6 +450,7 @@ oom:
     an_error("out of memory");
     rc = AN_EXIT_FAIL;
 done:
+    rank_marks_free(marks, n_ranks);
     for (uint32_t k = 0; k < n_tot; k++) free(tot[k].ns);
     free(tot);
     free(arr);
@@ -479,7 +551,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
                 if (!na) break;
                 arr = na;
             }
-            arr[n_arr++] = (arrival){g.stage, part, 0, 0, 0, g.start_ns};
+            arr[n_arr++] = (arrival){g.stage, part, th, 0, g.start_ns};
         }
         st_range_iter_close(it);
         if (n < 0) {
@@ -491,7 +563,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         }
         if (n == 1) goto oom;
     }
-    match_instances(t, arr, n_arr);
+    match_instances(arr, n_arr);
     for (size_t i = 0; i < n_arr;) {
         uint32_t stage = arr[i].stage;
         coll_stats c;
