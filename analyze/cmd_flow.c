@@ -35,9 +35,12 @@ static const an_opt opts[] = {
 
 static const uint32_t permille[] = {500, 950, 990};
 
+/* sum_ns on 128 bits: n values of up to 2^63 ns each (a handoff between two
+ * ranks whose clocks are 10^18 ns apart is one), so that the mean is exact. */
 typedef struct group_stat {
     uint64_t n;
-    int64_t sum_ns, max_ns;
+    __int128 sum_ns;
+    int64_t max_ns;
 } group_stat;
 
 typedef struct gv {
@@ -89,7 +92,7 @@ static int setup_roles(ctx *c)
 
 /* Items in the window: residence, time in role, latency; the breakdown of
  * time in role by outermost stage. */
-static int collect(ctx *c, uint64_t *n_items, uint64_t *in_flight, double *breakdown, uint64_t *role_segs)
+static int collect(ctx *c, uint64_t *n_items, uint64_t *in_flight, __int128 *breakdown, uint64_t *role_segs)
 {
     const an_flow *f = &c->f;
     uint32_t n_stages = st_reader_n_stages(f->trace->r);
@@ -129,11 +132,11 @@ static int collect(ctx *c, uint64_t *n_items, uint64_t *in_flight, double *break
                 int64_t s = f->ranges[k].start_ns > a ? f->ranges[k].start_ns : a;
                 int64_t e = f->ranges[k].end_ns < b ? f->ranges[k].end_ns : b;
                 if (e > s && f->ranges[k].stage < n_stages) {
-                    breakdown[(size_t)role * (n_stages + 1) + f->ranges[k].stage] += (double)(e - s);
+                    breakdown[(size_t)role * (n_stages + 1) + f->ranges[k].stage] += e - s;
                     covered += e - s;
                 }
             }
-            breakdown[(size_t)role * (n_stages + 1) + n_stages] += (double)(b - a - covered);
+            breakdown[(size_t)role * (n_stages + 1) + n_stages] += b - a - covered;
         }
         if (push(c, 0, last_in - first->ts_ns)) return -1;
     }
@@ -171,7 +174,7 @@ static const an_col dist_cols[] = {
 static void put_dist(an_table *tb, const group_stat *g, const an_quant *q, uint32_t group)
 {
     an_put_int(tb, (int64_t)g->n);
-    an_put_ns(tb, g->n ? g->sum_ns / (int64_t)g->n : 0);
+    an_put_ns(tb, g->n ? (int64_t)(g->sum_ns / (__int128)g->n) : 0); /* truncated toward zero */
     for (uint32_t k = 0; k < 3; k++) an_put_ns(tb, an_quant_get(q, group, k));
     an_put_ns(tb, g->max_ns);
     an_row_end(tb);
@@ -191,7 +194,7 @@ static int report(ctx *c, an_format fmt, FILE *to)
     uint32_t n_stages = st_reader_n_stages(r);
     uint32_t n_groups = 1 + c->n_roles * c->n_roles + c->n_roles;
     group_stat *gs = calloc(n_groups, sizeof *gs);
-    double *breakdown = calloc((size_t)c->n_roles * (n_stages + 1), sizeof *breakdown);
+    __int128 *breakdown = calloc((size_t)c->n_roles * (n_stages + 1), sizeof *breakdown);
     uint64_t *role_segs = calloc(c->n_roles, sizeof *role_segs);
     uint64_t n_items = 0, in_flight = 0;
     an_quant *q = NULL;
@@ -269,15 +272,16 @@ static int report(ctx *c, an_format fmt, FILE *to)
     tb = an_table_new(o, "breakdown", bd_cols, 4);
     for (uint32_t a = 0; a < c->n_roles; a++) {
         if (!role_segs[a]) continue;
-        double total = 0;
+        __int128 total = 0;
         for (uint32_t s = 0; s <= n_stages; s++) total += breakdown[(size_t)a * (n_stages + 1) + s];
         for (uint32_t s = 0; s <= n_stages; s++) {
-            double v = breakdown[(size_t)a * (n_stages + 1) + s];
+            __int128 v = breakdown[(size_t)a * (n_stages + 1) + s];
             if (v <= 0) continue;
             an_put_str(tb, c->roles[a]);
             an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
-            an_put_ns(tb, (int64_t)(v / (double)role_segs[a] + 0.5));
-            an_put_pct(tb, total > 0 ? 100.0 * v / total : 0.0);
+            /* the mean per item, truncated toward zero like every mean of flow */
+            an_put_ns(tb, (int64_t)(v / (__int128)role_segs[a]));
+            an_put_pct(tb, total > 0 ? 100.0 * (double)v / (double)total : 0.0);
             an_row_end(tb);
         }
     }
@@ -285,16 +289,17 @@ static int report(ctx *c, an_format fmt, FILE *to)
 
     /* critical paths */
     uint32_t n_threads = f->n_threads;
-    double *path_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *path_ns);
+    /* integers: the steps do not overlap, so their sum, and a cell's, is at most a span of the trace */
+    int64_t *path_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *path_ns);
     uint32_t *path_steps = calloc((size_t)n_threads * (n_stages + 1), sizeof *path_steps);
     int rc = AN_EXIT_OK;
     if (!path_ns || !path_steps) rc = AN_EXIT_FAIL;
     static const an_col step_cols[] = {
         {"step", AN_T_INT, 0}, {"thread", AN_T_STR, 0}, {"role", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
         {"ms", AN_T_MS, 0},    {"share", AN_T_PCT, 0}, {"segments", AN_T_INT, 0}};
-    double steps_ns = 0;
+    int64_t steps_ns = 0;
     uint64_t n_paths = 0;
-    double *step_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *step_ns);
+    int64_t *step_ns = calloc((size_t)n_threads * (n_stages + 1), sizeof *step_ns);
     uint32_t *step_segs = calloc((size_t)n_threads * (n_stages + 1), sizeof *step_segs);
     if (!step_ns || !step_segs) rc = AN_EXIT_FAIL;
     an_out_text(o, "\ncritical path of each step: time per thread and stage on it\n");
@@ -310,13 +315,13 @@ static int report(ctx *c, an_format fmt, FILE *to)
         }
         if (!n) continue;
         n_paths++;
-        steps_ns += (double)(hi - lo);
+        steps_ns += hi - lo;
         memset(step_ns, 0, (size_t)n_threads * (n_stages + 1) * sizeof *step_ns);
         memset(step_segs, 0, (size_t)n_threads * (n_stages + 1) * sizeof *step_segs);
         for (uint64_t k = 0; k < n; k++) {
             const an_path_seg *s = &segs[k];
             size_t cell = (size_t)s->thread * (n_stages + 1) + (s->stage < 0 ? n_stages : (uint32_t)s->stage);
-            step_ns[cell] += (double)(s->end_ns - s->start_ns);
+            step_ns[cell] += s->end_ns - s->start_ns;
             step_segs[cell]++;
         }
         free(segs);
@@ -333,8 +338,8 @@ static int report(ctx *c, an_format fmt, FILE *to)
             an_put_str(tb, st_reader_thread(r, t)->name);
             an_put_str(tb, st_reader_thread(r, t)->role);
             an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
-            an_put_ns(tb, (int64_t)step_ns[best]);
-            an_put_pct(tb, hi > lo ? 100.0 * step_ns[best] / (double)(hi - lo) : 0.0);
+            an_put_ns(tb, step_ns[best]);
+            an_put_pct(tb, hi > lo ? 100.0 * (double)step_ns[best] / (double)(hi - lo) : 0.0);
             an_put_int(tb, step_segs[best]);
             an_row_end(tb);
             step_segs[best] = 0;
@@ -356,8 +361,8 @@ static int report(ctx *c, an_format fmt, FILE *to)
                 an_put_str(tb, st_reader_thread(r, t)->name);
                 an_put_str(tb, st_reader_thread(r, t)->role);
                 an_put_str(tb, stage_name(r, s < n_stages ? (int64_t)s : -1));
-                an_put_ns(tb, (int64_t)path_ns[cell]);
-                an_put_pct(tb, steps_ns > 0 ? 100.0 * path_ns[cell] / steps_ns : 0.0);
+                an_put_ns(tb, path_ns[cell]);
+                an_put_pct(tb, steps_ns > 0 ? 100.0 * (double)path_ns[cell] / (double)steps_ns : 0.0);
                 an_put_int(tb, path_steps[cell]);
                 an_row_end(tb);
             }

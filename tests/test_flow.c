@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "encoding.h"
@@ -209,7 +211,15 @@ static void test_in_flight_and_no_wait(void **state)
  * ns the clocks allow: paired at the out's time, residence 0), id 3's 5000
  * ns before it (beyond: in_before_out). Unmapped, every in would lie 5 s
  * before its out. */
+static void write_rank_own(const char *path, int rank, int64_t own0, int64_t off, const frec *r, size_t n);
+
 static void write_rank(const char *path, int rank, int64_t off, const frec *r, size_t n)
+{
+    write_rank_own(path, rank, 10000000000LL - off, off, r, n);
+}
+
+/* The rank's own clock reads own0 at rank 0's 10 s (its sync and its one range). */
+static void write_rank_own(const char *path, int rank, int64_t own0, int64_t off, const frec *r, size_t n)
 {
     tg_trace *g = tg_create("flowranks");
     tg_meta(g, "run_id", "1700000000-777");
@@ -217,13 +227,13 @@ static void write_rank(const char *path, int rank, int64_t off, const frec *r, s
     tg_meta_int(g, "world_size", 2);
     tg_meta_int(g, "local_rank", rank);
     tg_meta_int(g, "device", -1);
-    tg_meta_int(g, "clock_sync_ns", 10000000000LL - off);
+    tg_meta_int(g, "clock_sync_ns", own0);
     tg_meta_int(g, "clock_offset_ns", off);
     tg_meta_int(g, "clock_uncertainty_ns", rank ? 1500 : 0);
     uint32_t s = rank ? tg_stage(g, "queue_wait", "wait_input") : tg_stage(g, "send", "copy");
     uint32_t th = tg_thread(g, rank ? "drafter0" : "target0", rank ? "drafter" : "target");
     tg_thread_at(g, th)->rank = rank;
-    int64_t g0 = 10000000000LL - off;
+    int64_t g0 = own0;
     tg_range(g, th, s, g0, g0 + 1000);
     if (!rank) {
         tg_set_step_thread(g, th);
@@ -283,6 +293,96 @@ static void test_rank_set_pairs_across_clocks(void **state)
     an_trace_close(&t);
 }
 
+
+/* Runs cmd_flow in this process with stdout to a file; its output. */
+static char *flow_json(const char *path)
+{
+    char *argv[] = {"flow", "--format", "json", (char *)path, NULL};
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(tmp_file("flow.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    int status = cmd_flow(4, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_int_equal(status, AN_EXIT_OK);
+    char *out = read_file(tmp_file("flow.out"), NULL);
+    assert_non_null(out);
+    return out;
+}
+
+/* Rank 1's clock reads 10 s when rank 0's does, but it stores a measured
+ * offset of +10^18 ns (valid: its times map to about 10^18 + 10^10, inside
+ * 0..2^63-1). Rank 0 sends ids 1..10 at 10 s + k ms; rank 1 receives id k at
+ * its own 10 s + k ms + k us, so each residence (and latency) is 10^18 +
+ * k * 1000 ns: ten of them add up past 2^63. The exact mean is 10^18 + 5500
+ * ns, 1000000000000.005500 ms. */
+static void test_huge_offset_means_exact(void **state)
+{
+    (void)state;
+    const int64_t G = 10000000000LL, OFF = 1000000000000000000LL;
+    char p0[PATH_MAX], p1[PATH_MAX];
+    tmp_path(p0, sizeof p0, "huge.rank0.sqlite");
+    tmp_path(p1, sizeof p1, "huge.rank1.sqlite");
+    frec outs[10], ins[10];
+    for (int k = 1; k <= 10; k++) {
+        outs[k - 1] = (frec){OUT, G + k * 1000000LL, (uint64_t)k};
+        ins[k - 1] = (frec){IN, G + k * 1000000LL + k * 1000LL, (uint64_t)k};
+    }
+    write_rank(p0, 0, 0, outs, 10);
+    write_rank_own(p1, 1, G, OFF, ins, 10);
+    char dir[PATH_MAX];
+    tmp_path(dir, sizeof dir, "huge.rank*.sqlite");
+    char *out = flow_json(dir);
+    assert_non_null(strstr(out, "\"latency\": [\n  {\"n\": 10, \"mean_ms\": 1000000000000.005500, "
+                                "\"p50_ms\": 1000000000000.005000, "));
+    assert_non_null(strstr(out, "{\"from\": \"target\", \"to\": \"drafter\", \"n\": 10, "
+                                "\"mean_ms\": 1000000000000.005500, "));
+    free(out);
+}
+
+/* loader -> mid -> sink, two items: mid holds the first 1 ns (in at 20, out
+ * at 21) and the second 2 ns (in at 50, out at 52), inside its one range
+ * `work`. Time in role mid: 3 ns over 2 items, mean 1.5 ns truncated to 1 ns,
+ * in the roles table and in the breakdown alike (rounding would give 2). */
+static void test_means_truncated(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "trunc.sqlite");
+    tg_trace *g = tg_create("flowtrunc");
+    uint32_t work = tg_stage(g, "work", "work"), put = tg_stage(g, "put", "wait_output");
+    uint32_t loader = tg_thread(g, "loader", "loader"), mid = tg_thread(g, "mid0", "mid");
+    uint32_t sink = tg_thread(g, "sink0", "sink");
+    tg_range(g, loader, put, 5, 45);
+    tg_range(g, mid, work, 15, 100);
+    tg_range(g, sink, work, 25, 100);
+    tg_step(g, 0, 0, 0);
+    tg_step(g, 1, 100, 64);
+    tg_write(g, path);
+    tg_free(g);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    exec_sql(db, st_flow_schema_sql);
+    const frec lo[] = {{OUT, 10, 1}, {OUT, 40, 3}};
+    const frec mi[] = {{IN, 20, 1}, {OUT, 21, 2}, {IN, 50, 3}, {OUT, 52, 4}};
+    const frec si[] = {{IN, 30, 2}, {IN, 60, 4}};
+    add_flow_chunk(db, loader, lo, 2);
+    add_flow_chunk(db, mid, mi, 4);
+    add_flow_chunk(db, sink, si, 2);
+    sqlite3_close(db);
+    char *out = flow_json(path);
+    /* latency 20 and 20; residence loader->mid 10, 10; mid->sink 9, 8: mean 8.5 -> 8 */
+    assert_non_null(strstr(out, "{\"n\": 2, \"mean_ms\": 0.000020, "));
+    assert_non_null(strstr(out, "{\"from\": \"mid\", \"to\": \"sink\", \"n\": 2, \"mean_ms\": 0.000008, "));
+    assert_non_null(strstr(out, "{\"role\": \"mid\", \"n\": 2, \"mean_ms\": 0.000001, "));
+    assert_non_null(strstr(out, "{\"role\": \"mid\", \"stage\": \"work\", \"mean_ms\": 0.000001, \"share\": 100}"));
+    free(out);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_flow")) return 1;
@@ -290,6 +390,8 @@ int main(void)
         cmocka_unit_test(test_pairs_and_items),
         cmocka_unit_test(test_in_flight_and_no_wait),
         cmocka_unit_test(test_rank_set_pairs_across_clocks),
+        cmocka_unit_test(test_huge_offset_means_exact),
+        cmocka_unit_test(test_means_truncated),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);
