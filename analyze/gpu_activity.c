@@ -578,10 +578,40 @@ static int steps_name(const an_trace *t, int64_t t0, int64_t t1, char *buf, size
     return 1;
 }
 
+static int64_t time_add_sat(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b) return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b) return INT64_MIN;
+    return a + b;
+}
+
 int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,
                   int64_t *t1_ns, char *desc, size_t desc_size)
 {
     char a[40], b[40];
+    if (w && w->kind == AN_WIN_TIME) {
+        /* Seconds from the trace start (meta.start_ns, t->origin_ns), not from the first range
+         * event: `--time 0:T` covers the device from the moment the trace was opened. Clipped to
+         * [trace start, end of the span], the end being the last range event, step mark or
+         * (all_t1) GPU record known. */
+        int64_t end = all_t1 > t->span_t1_ns ? all_t1 : t->span_t1_ns;
+        int64_t lo = w->has_a ? time_add_sat(t->origin_ns, w->time_a_ns) : t->origin_ns;
+        int64_t hi = w->has_b ? time_add_sat(t->origin_ns, w->time_b_ns) : end;
+        if (lo < t->origin_ns) lo = t->origin_ns;
+        if (hi > end) hi = end;
+        if (hi <= lo) {
+            an_fmt_fixed(a, 0, 9, 3);
+            an_fmt_fixed(b, end - t->origin_ns, 9, 3);
+            an_error("--time %s selects no time in %s (it spans %s-%s s)", w->text, t->path, a, b);
+            return AN_EXIT_USAGE;
+        }
+        *t0_ns = lo;
+        *t1_ns = hi;
+        an_fmt_fixed(a, lo - t->origin_ns, 9, 3);
+        an_fmt_fixed(b, hi - t->origin_ns, 9, 3);
+        snprintf(desc, desc_size, "time %s-%s s", a, b);
+        return AN_EXIT_OK;
+    }
     if (w && w->kind != AN_WIN_ALL) {
         int rc = an_window_resolve(w, t, t0_ns, t1_ns);
         if (rc) return rc;

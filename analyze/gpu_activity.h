@@ -96,7 +96,9 @@ int an_gpu_split_close(an_gpu_split *s, int ok, an_gpu_idle **out, uint32_t *n, 
 /* The window the GPU split describes. w NULL or AN_WIN_ALL: the steady
  * state, from the second step mark (step 1's in the trainer's traces: the
  * first step holds start-up) to the last (the two marks with exactly two,
- * [all_t0, all_t1) with fewer); otherwise an_window_resolve's. desc gets
+ * [all_t0, all_t1) with fewer); --steps: an_window_resolve's; --time: from
+ * the trace start (t->origin_ns, meta.start_ns) plus T0 to it plus T1,
+ * clipped to [origin, max(span end, all_t1)]. desc gets
  * e.g. "steps 1:20 (0.010-0.200 s, the first step left out as start-up)".
  * Returns an exit code (a bad --steps/--time is printed). */
 int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,

@@ -3,7 +3,8 @@
  * marks, no --steps/--time): the span then comes from the chunk headers
  * (st_reader_gpu_span). When a header lies about its records' times, the
  * command reads the split again over the records' true span and prints
- * what the truthful trace gives, byte for byte.
+ * what the truthful trace gives, byte for byte. --time counts from the
+ * trace start, as its help says, also when the first range comes later.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -134,6 +135,66 @@ static void test_gpu_span_headers(void **state)
     st_reader_close(r);
 }
 
+/* --time counts from the trace start (meta.start_ns), not from the first
+ * range event. late_range.sqlite: start_ns at BASE, its only range (forward
+ * on target0) from BASE + 100 ms to BASE + 200 ms, kernels on device 0 at
+ * [BASE + 10, + 20) ms and [BASE + 150, + 180) ms. `--time 0:0.2` is
+ * 0.000-0.200 s: busy 40 ms of 200, 20%, idle 160 ms. (From the first range
+ * event it would be 0.100-0.200 s: busy 30 of 100, 30%.) */
+static void test_gpu_time_from_trace_start(void **state)
+{
+    (void)state;
+    tg_trace *g = tg_create("late");
+    tg_meta_int(g, "start_ns", BASE_NS);
+    tg_meta_int(g, "end_ns", BASE_NS + 200 * MS);
+    tg_meta_int(g, "device", 0);
+    uint32_t fwd = tg_stage(g, "forward", "work");
+    uint32_t th = tg_thread(g, "target0", "target");
+    tg_range(g, th, fwd, BASE_NS + 100 * MS, BASE_NS + 200 * MS);
+    tg_gpu_string(g, "gemm");
+    st_gpu_rec k[2] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 10 * MS, .dur_ns = 10 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 150 * MS, .dur_ns = 30 * MS, .correlation = 2},
+    };
+    tg_gpu_chunk(g, 0, 7, k, 2);
+    tg_write(g, tmp_file("late_range.sqlite"));
+    tg_free(g);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/late_range.sqlite", tmp_dir);
+    char *argv[] = {"gpu", "--format", "csv", "--time", "0:0.2", path, NULL};
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    int status = cmd_gpu(6, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_int_equal(status, AN_EXIT_OK);
+    char *out = read_file(tmp_file("gpu.out"), NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
+                                "host_thread,host_stage,host_stage_ms\n"
+                                "0,2,40.000000,20,160.000000,0.000000,0.000000,160.000000,,,0.000000\n"));
+    free(out);
+    /* the window's text, and a window that starts before the first range event */
+    char *text_argv[] = {"gpu", "--time", "0:0.05", path, NULL};
+    fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    saved = dup(1);
+    dup2(fd, 1);
+    close(fd);
+    status = cmd_gpu(4, text_argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_int_equal(status, AN_EXIT_OK);
+    out = read_file(tmp_file("gpu.out"), NULL);
+    assert_non_null(strstr(out, "devices and host_wait over time 0.000-0.050 s, 50.000 ms\n"));
+    free(out);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -153,6 +214,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_span_headers),
         cmocka_unit_test(test_gpu_span_one_read),
+        cmocka_unit_test(test_gpu_time_from_trace_start),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
