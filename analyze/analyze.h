@@ -56,6 +56,18 @@ int an_file_open(an_file *o, const char *what, const char *path, int overwrite);
 /* Finishes (ok) or abandons the file; returns an exit code. */
 int an_file_close(an_file *o, int ok);
 
+/* Temporary paths that a signal must not leave behind (tmpfiles.c). Register
+ * a path before creating it, forget it once it is renamed or removed:
+ * an_tmp_add_file (the file and SQLite's -journal, -wal, -shm beside it),
+ * an_tmp_add_dir (the directory, after its files names[0..n)). Both return
+ * AN_EXIT_OK or AN_EXIT_FAIL (printed). an_signals_install, from main: on
+ * SIGINT, SIGTERM or SIGHUP remove them all, erase the progress line and die
+ * of the signal (status 128 + its number); one the caller ignores stays so. */
+int an_tmp_add_file(const char *path);
+int an_tmp_add_dir(const char *dir, const char *const *names, uint32_t n);
+void an_tmp_forget(const char *path);
+int an_signals_install(void);
+
 /* A subcommand: argv[0] is its name; returns an exit code. */
 typedef int (*an_command_fn)(int argc, char **argv);
 typedef struct an_command {

@@ -1408,8 +1408,17 @@ static int export_csv(an_trace *t, const char *dir_arg, int overwrite)
             snprintf(stage, len, "%s/.csv.tmp%ld", dir, (long)getpid());
         else
             snprintf(stage, len, "%s.tmp%ld", dir, (long)getpid());
-        if (mkdir(stage, 0777) != 0) {
+        /* a signal removes the staging directory and the files it may hold by then */
+        const char *names[N_TABS];
+        char name_buf[N_TABS][64];
+        for (int i = 0; i < N_TABS; i++) {
+            snprintf(name_buf[i], sizeof name_buf[i], "%s.csv", tabs[i].name);
+            names[i] = name_buf[i];
+        }
+        rc = an_tmp_add_dir(stage, names, N_TABS);
+        if (!rc && mkdir(stage, 0777) != 0) {
             an_error("export: cannot create directory %s: %s", dir, strerror(errno));
+            an_tmp_forget(stage);
             rc = AN_EXIT_USAGE;
         }
     }
@@ -1456,6 +1465,7 @@ static int export_csv(an_trace *t, const char *dir_arg, int overwrite)
         }
     }
     if (rc) remove_stage(stage, path, len);
+    an_tmp_forget(stage);
     free(dir), free(stage), free(path), free(dest);
     return rc;
 }
@@ -1665,7 +1675,11 @@ static int export_rows(an_trace *t, const char *path, int overwrite)
     snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid());
     unlink(tmp);
     sqlite3 *out = NULL;
-    int rc = AN_EXIT_OK;
+    int rc = an_tmp_add_file(tmp); /* a signal removes it */
+    if (rc) {
+        free(tmp);
+        return rc;
+    }
     if (sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
         sqlite3_exec(out, rows_schema, NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(out, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
@@ -1690,6 +1704,7 @@ static int export_rows(an_trace *t, const char *path, int overwrite)
         rc = AN_EXIT_FAIL;
     }
     if (rc) unlink(tmp);
+    an_tmp_forget(tmp);
     free(tmp);
     return rc;
 }

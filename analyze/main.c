@@ -54,6 +54,11 @@ int main(int argc, char **argv)
         return AN_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    /* a signal removes the temporary files of what is being written (docs/analyze.md) */
+    if (an_signals_install()) {
+        an_error("cannot install the signal handlers");
+        return AN_EXIT_FAIL;
+    }
     /* GPU records per time slice (docs/analyze.md, "Memory"): less memory, more passes */
     const char *slice = getenv("ST_GPU_SLICE_RECORDS");
     if (slice && *slice) {

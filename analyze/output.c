@@ -2,7 +2,8 @@
  * (or a new one) is written under a temporary name and renamed into place
  * only when complete, so a failed run leaves nothing half-written; anything
  * else (/dev/null, /dev/stdout, a FIFO) is what the user wants written to,
- * and is written directly; "-" is standard output. */
+ * and is written directly; "-" is standard output. The temporary name is
+ * registered (tmpfiles.c) while it exists, so that a signal removes it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,10 +59,16 @@ int an_file_open(an_file *o, const char *what, const char *path, int overwrite)
             return AN_EXIT_FAIL;
         }
         snprintf(o->tmp, len, "%s.tmp%ld", path, (long)getpid());
+        if (an_tmp_add_file(o->tmp)) {
+            free(o->tmp);
+            o->tmp = NULL;
+            return AN_EXIT_FAIL;
+        }
         o->f = fopen(o->tmp, "w");
     }
     if (!o->f) {
         an_error("%s: cannot write %s: %s", what, path, strerror(errno));
+        an_tmp_forget(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
         return AN_EXIT_USAGE;
@@ -81,6 +88,7 @@ int an_file_close(an_file *o, int ok)
         if (o->tmp) {
             if (ok && !bad && rename(o->tmp, o->path) != 0) bad = 1;
             if (!ok || bad) unlink(o->tmp);
+            an_tmp_forget(o->tmp);
         }
     }
     if (ok && bad) {
