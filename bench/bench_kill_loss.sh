@@ -29,7 +29,7 @@ done
 
 for trial in $(seq "$TRIALS"); do
     f=$T/k$trial.sqlite
-    "$P" --steps 100000000 --trace "$f" >/dev/null 2>&1 &
+    "$P" --steps 1000000 --trace "$f" >/dev/null 2>&1 &
     pid=$!
     sleep "$(python3 -c 'import random; print(1 + random.random())')"
     # the time, then the kill, in one process: no fork between them

@@ -1,8 +1,10 @@
 /* writer.c: the writer thread. It drains every thread's ring, converts raw
  * clock readings to trace nanoseconds, encodes range events and counter
  * samples (and flows) into per-thread chunks, stores small rows (threads, stages,
- * steps, marks) and commits at most opt.commit_ms apart, so a killed
- * process loses at most that window. It also feeds the interval
+ * steps, marks) and commits every opt.commit_ms, so a killed process loses
+ * about that window (plus the time the writer waited for a core). A signal
+ * flush (st_signal_flush) commits at once, stores the ranges still open as
+ * open until then, and checkpoints the WAL into the file. It also feeds the interval
  * aggregator: per-thread event queues fed in st_agg_order up to a
  * horizon that lags the clock by ST_AGG_GRACE_NS, because a thread may read
  * the clock and publish its record a little later. */
