@@ -5,7 +5,10 @@
 # flushed, with status interrupted and every step mark the program printed;
 # the trainer, sent either signal, does the same. A trace that cannot be
 # created is a runtime failure: exit 1 and one line, for the trainer and the
-# sample, and nothing is created; a bad flag is exit 2.
+# sample, and nothing is created; a bad flag is exit 2. A program started with SIGINT and
+# SIGTERM ignored (`trap '' INT TERM`, as nohup or a shell without job control does for
+# background jobs) keeps them ignored: sent both, the trainer finishes every step, exits 0,
+# and its trace says complete.
 #
 #   bash tests/it_stop.sh BUILD_DIR
 set -euo pipefail
@@ -34,12 +37,24 @@ wait_for_line() {
     fail "no line matching '$2' in $1: $(tail -3 "$1")"
 }
 
+# A non-interactive shell starts background jobs with SIGINT ignored, and the library leaves an
+# ignored signal ignored: the programs that must see SIGINT start with its default action.
+if env --default-signal=INT true 2>/dev/null; then
+    default_signals() { exec env --default-signal=INT,TERM "$@"; }
+else
+    default_signals() {
+        exec python3 -c 'import os, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+    }
+fi
+
 # stop_mid_run NAME SIGNAL CMD...: starts CMD in the background, waits until it has printed
 # its second profile window, sends SIGNAL, and keeps the exit status in $rc (137: it did
 # not stop within 60 s)
 stop_mid_run() {
     local name=$1 sig=$2; shift 2
-    "$@" >"$name.out" 2>"$name.err" &
+    default_signals "$@" >"$name.out" 2>"$name.err" &
     local pid=$!
     wait_for_line "$name.out" '^profile steps 1[0-9]-'
     kill -s "$sig" "$pid"
@@ -96,6 +111,24 @@ for sig in INT TERM; do
     ok
     check_interrupted "$name" "$name.sqlite"
 done
+
+# SIGINT and SIGTERM ignored when the trainer starts stay ignored: it runs to the end.
+name=trainer_ignored
+(trap '' INT TERM; exec "$TR" --preset tiny --steps 40 --profile-interval 5 --log-every 5 \
+    --trace "$name.sqlite") >"$name.out" 2>"$name.err" &
+pid=$!
+wait_for_line "$name.out" '^profile steps 1-5'
+kill -s INT "$pid" 2>/dev/null || true
+kill -s TERM "$pid" 2>/dev/null || true
+set +e
+wait "$pid"
+rc=$?
+set -e
+[ $rc -eq 0 ] || fail "$name: exit $rc, wanted 0: the ignored signals stopped it (stderr: $(cat "$name.err"))"
+expect_ok "$name.info" "$A" info "$name.sqlite"
+grep -Eq '^ +status: complete' "$name.info.out" || fail "$name: $(grep status: "$name.info.out")"
+grep -Eq '^  steps: 40 \(marks of steps 0-40\)$' "$name.info.out" || fail "$name: $(grep 'steps:' "$name.info.out")"
+ok
 
 # A trace that cannot be created: exit 1, one line naming the path, nothing created.
 for prog in trainer pipeline; do

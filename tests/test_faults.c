@@ -163,6 +163,11 @@ static void start_child(child *c, void (*body)(const char *, int, void *), const
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
+        /* The child is to be signalled: default actions, whatever this
+         * process inherited (a background job starts with SIGINT ignored,
+         * which the handlers would keep). */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         body(path, fds[1], arg);
         _exit(23);
     }
@@ -295,6 +300,37 @@ static uint64_t check_prefix(const char *path, const char *status, uint64_t at_l
     return complete;
 }
 
+static char *run_analyze(const char *args, const char *out_name, int *status)
+{
+    char out[PATH_MAX + 64], cmd[4 * PATH_MAX];
+    snprintf(out, sizeof out, "%s/%s", tmp_dir, out_name);
+    if ((size_t)snprintf(cmd, sizeof cmd, "%s/analyze %s > %s 2>&1", build_dir(), args, out) >= sizeof cmd)
+        fail_msg("command too long");
+    int rc = system(cmd);
+    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return read_file(out, NULL);
+}
+
+/* Copies the trace file alone, without its -wal and -shm, as `cp *.sqlite`
+ * does, to `to` (removed first, with its side files). */
+static void copy_main_file(const char *from, const char *to)
+{
+    static const char *const sides[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        char side[PATH_MAX + 16];
+        snprintf(side, sizeof side, "%s%s", to, sides[i]);
+        unlink(side);
+    }
+    size_t len = 0;
+    char *data = read_file(from, &len);
+    assert_non_null(data);
+    int fd = open(to, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    free(data);
+}
+
 /* ---- tests ---- */
 
 static void body_flush_batches(const char *path, int fd, void *arg)
@@ -353,10 +389,15 @@ static void test_sigterm_flushes_and_dies(void **state)
         /* No st_flush in the child: the signal's flush stored everything
          * recorded before it (every ack the child wrote came before the
          * handler ran, on the one thread that records). */
-        check_prefix(path, "interrupted", c.acked);
+        uint64_t complete = check_prefix(path, "interrupted", c.acked);
         st_reader *r = open_reader(path);
         assert_meta(r, "end_ns", NULL);
         st_reader_close(r);
+        /* The flush checkpointed: the .sqlite alone holds the same prefix. */
+        char copy[PATH_MAX + 8];
+        snprintf(copy, sizeof copy, "%s.copy", path);
+        copy_main_file(path, copy);
+        assert_int_equal(check_prefix(copy, "interrupted", c.acked), complete);
     }
 }
 
@@ -389,6 +430,156 @@ static void test_sigint_keeps_running_then_closes(void **state)
     char wal[PATH_MAX + 8];
     snprintf(wal, sizeof wal, "%s-wal", path);
     assert_int_equal(access(wal, F_OK), -1);
+    char copy[PATH_MAX + 8];
+    snprintf(copy, sizeof copy, "%s.copy", path);
+    copy_main_file(path, copy);
+    assert_int_equal(check_prefix(copy, "interrupted", c.acked), complete);
+}
+
+/* A program started with SIGINT and SIGTERM ignored (`trap '' INT TERM`,
+ * nohup): the handlers leave them ignored, so the signals change nothing.
+ * The child reports st_interrupted() after the signals, records one more
+ * batch and closes; the trace says complete and holds every iteration. */
+static void body_ignored_signals(const char *path, int fd, void *arg)
+{
+    int go = *(int *)arg;
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    workload w;
+    child_open(&w, fd, path, 250, 1);
+    if (st_install_signal_handlers(w.trace, 1)) child_fail(fd, "handlers");
+    uint64_t i = 0;
+    for (int k = 0; k < BATCH; k++) record_iteration(&w, i++);
+    child_send(fd, MSG_ACK, 0, i);
+    char c;
+    if (read(go, &c, 1) != 1) child_fail(fd, "read");
+    for (int k = 0; k < BATCH; k++) record_iteration(&w, i++);
+    int interrupted = st_interrupted();
+    if (st_close(w.trace)) child_fail(fd, "st_close");
+    child_send(fd, MSG_DONE, (uint32_t)interrupted, i);
+    _exit(0);
+}
+
+static void test_ignored_signals_stay_ignored(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "ignored.sqlite");
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    child c;
+    start_child(&c, body_ignored_signals, path, &go[0]);
+    close(go[0]);
+    wait_acks(&c, 1);
+    assert_int_equal(kill(c.pid, SIGINT), 0);
+    assert_int_equal(kill(c.pid, SIGTERM), 0);
+    assert_int_equal(write(go[1], "g", 1), 1); /* the signals are delivered before the read returns */
+    close(go[1]);
+    msg m;
+    assert_int_equal(read_msg(&c, &m, 10000), 1);
+    assert_int_equal(m.kind, MSG_DONE);
+    assert_int_equal(m.batch, 0); /* st_interrupted() */
+    int status = drain_and_reap(&c, 10000);
+    if (!WIFEXITED(status))
+        fail_msg("the child died of signal %d, which it had ignored", WTERMSIG(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(check_prefix(path, "complete", 2 * BATCH), 2 * BATCH);
+}
+
+/* A thread sits in a long wait when SIGTERM comes (exit_on_term): the
+ * trace keeps that wait as an unended range, with the start it was begun
+ * at, open until the flush (its last chunk's t1_ns is past the signal),
+ * and `analyze summary` counts it up to there, about as long as the
+ * parent waited before the signal. */
+#define WAIT_BEFORE_TERM_MS 400
+static st_trace *waiter_trace;
+static void *waiter_main(void *arg)
+{
+    int *fds = arg; /* [0] the report pipe, [1] the stage */
+    if (st_thread_register(waiter_trace, "waiter", "drafter", -1, 0) < 0) _exit(24);
+    int64_t before = st_now_ns();
+    st_begin((st_stage)fds[1]);
+    int64_t after = st_now_ns();
+    child_send(fds[0], MSG_ACK, 0, (uint64_t)before);
+    child_send(fds[0], MSG_ACK, 1, (uint64_t)after);
+    for (;;) pause();
+    return NULL;
+}
+
+static void body_long_wait(const char *path, int fd, void *arg)
+{
+    (void)arg;
+    workload w;
+    child_open(&w, fd, path, 250, 1);
+    int wait_stage = st_stage_register(w.trace, "queue_wait", ST_WAIT_INPUT);
+    if (wait_stage < 0) child_fail(fd, "register");
+    if (st_install_signal_handlers(w.trace, 1)) child_fail(fd, "handlers");
+    uint64_t i = 0;
+    for (int k = 0; k < 100; k++) record_iteration(&w, i++);
+    static int args[2];
+    waiter_trace = w.trace;
+    args[0] = fd;
+    args[1] = wait_stage;
+    pthread_t th;
+    if (pthread_create(&th, NULL, waiter_main, args)) child_fail(fd, "pthread_create");
+    for (;;) pause();
+}
+
+static void test_sigterm_keeps_open_wait(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "open-wait.sqlite");
+    child c;
+    start_child(&c, body_long_wait, path, NULL);
+    msg m[2];
+    for (int k = 0; k < 2; k++) assert_int_equal(read_msg(&c, &m[k], 10000), 1);
+    int64_t begun_before = (int64_t)m[0].recorded, begun_after = (int64_t)m[1].recorded;
+    usleep(WAIT_BEFORE_TERM_MS * 1000);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the child's trace clock maps onto it */
+    int64_t term_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    assert_int_equal(kill(c.pid, SIGTERM), 0);
+    int status = drain_and_reap(&c, 10000);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGTERM);
+
+    st_reader *r = open_reader(path);
+    assert_meta(r, "status", "interrupted");
+    const st_thread_info *waiter = NULL;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
+        if (strcmp(st_reader_thread(r, i)->name, "waiter") == 0) waiter = st_reader_thread(r, i);
+    assert_non_null(waiter);
+    st_open_range open[ST_MAX_DEPTH];
+    assert_int_equal(st_reader_unended(r, waiter->id, open), 1);
+    assert_string_equal(st_reader_stage(r, open[0].stage)->name, "queue_wait");
+    /* The child's clock is calibrated on its own (TSC): a few microseconds apart. */
+    if (open[0].start_ns < begun_before - 50000 || open[0].start_ns > begun_after + 50000)
+        fail_msg("the wait starts at %lld, begun between %lld and %lld", (long long)open[0].start_ns,
+                 (long long)begun_before, (long long)begun_after);
+    st_chunk_totals tot;
+    assert_int_equal(st_reader_chunk_totals(r, &tot), ST_OK);
+    if (tot.last_ns < term_ns - 50000)
+        fail_msg("the trace ends at %lld, %lld ns before the signal: the wait's end is lost",
+                 (long long)tot.last_ns, (long long)(term_ns - tot.last_ns));
+    st_reader_close(r);
+
+    char args[PATH_MAX + 64];
+    snprintf(args, sizeof args, "summary --thread waiter --stage queue_wait --format csv '%s'", path);
+    int rc;
+    char *out = run_analyze(args, "open-wait.csv", &rc);
+    assert_int_equal(rc, 0);
+    /* file,scope,threads,thread,role,stage,kind,total_ms,...: the wait, from its start to the flush */
+    static const char row[] = ",thread,1,waiter,drafter,queue_wait,wait_input,";
+    const char *line = strstr(out, row);
+    double total_ms = -1;
+    if (!line || sscanf(line + strlen(row), "%lf", &total_ms) != 1)
+        fail_msg("no queue_wait row for the waiter in:\n%s", out);
+    double want_ms = (double)(term_ns - begun_after) / 1e6;
+    if (total_ms < want_ms - 1 || total_ms > want_ms + 2000)
+        fail_msg("summary gives the open wait %.3f ms, it was open %.3f ms before the signal:\n%s",
+                 total_ms, want_ms, out);
+    free(out);
 }
 
 /* The child spends its time inside registration calls, which hold the
@@ -645,16 +836,6 @@ static void record_through_full_disk(const char *dir, const char *path, uint32_t
     *close_rc = st_close(trace);
 }
 
-static char *run_analyze(const char *args, const char *out_name, int *status)
-{
-    char out[PATH_MAX + 64], cmd[4 * PATH_MAX];
-    snprintf(out, sizeof out, "%s/%s", tmp_dir, out_name);
-    if ((size_t)snprintf(cmd, sizeof cmd, "%s/analyze %s > %s 2>&1", build_dir(), args, out) >= sizeof cmd)
-        fail_msg("command too long");
-    int rc = system(cmd);
-    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    return read_file(out, NULL);
-}
 
 static void check_full_disk(uint32_t retry_mib)
 {
@@ -776,6 +957,8 @@ int main(void)
         cmocka_unit_test(test_sigterm_flushes_and_dies),
         cmocka_unit_test(test_sigint_keeps_running_then_closes),
         cmocka_unit_test(test_sigterm_during_registration),
+        cmocka_unit_test(test_ignored_signals_stay_ignored),
+        cmocka_unit_test(test_sigterm_keeps_open_wait),
         cmocka_unit_test(test_sigkill_while_registering),
         cmocka_unit_test(test_disk_full_retried),
         cmocka_unit_test(test_disk_full_recorded_as_lost),

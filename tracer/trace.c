@@ -649,7 +649,11 @@ int st_signal_flush(int timeout_ms)
  * atomic, which is async-signal-safe, not a sig_atomic_t (same thread only). */
 static _Atomic int st_signal_count;
 static int st_exit_on_term;
-static struct sigaction st_old_int, st_old_term;
+/* The handlers replaced, for SIGINT and SIGTERM, and whether each was
+ * replaced: a signal ignored (SIG_IGN) when the handlers are installed stays
+ * ignored, as a program started with `trap '' INT` or by nohup expects. */
+static struct sigaction st_old_action[2]; /* [0] SIGINT, [1] SIGTERM */
+static _Atomic int st_handled[2];
 
 static void st_signal_handler(int sig)
 {
@@ -657,8 +661,9 @@ static void st_signal_handler(int sig)
     int count = atomic_fetch_add(&st_signal_count, 1) + 1;
     st_signal_flush(5000);
     if (count > 1 || (sig == SIGTERM && st_exit_on_term)) {
-        sigaction(SIGINT, &st_old_int, NULL);
-        sigaction(SIGTERM, &st_old_term, NULL);
+        static const int sigs[2] = {SIGINT, SIGTERM};
+        for (int i = 0; i < 2; i++)
+            if (atomic_load(&st_handled[i])) sigaction(sigs[i], &st_old_action[i], NULL);
         signal(sig, SIG_DFL);
         raise(sig);
     }
@@ -674,8 +679,18 @@ int st_install_signal_handlers(st_trace *t, int exit_on_term)
     sa.sa_handler = st_signal_handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    if (sigaction(SIGINT, &sa, &st_old_int) || sigaction(SIGTERM, &sa, &st_old_term))
-        return st_set_error(ST_EINVAL, "cannot install signal handlers: %s", strerror(errno));
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur))
+            return st_set_error(ST_EINVAL, "cannot install signal handlers: %s", strerror(errno));
+        if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue; /* stays ignored */
+        if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == st_signal_handler) continue; /* ours already */
+        st_old_action[i] = cur;
+        atomic_store(&st_handled[i], 1);
+        if (sigaction(sigs[i], &sa, NULL))
+            return st_set_error(ST_EINVAL, "cannot install signal handlers: %s", strerror(errno));
+    }
     return ST_OK;
 }
 

@@ -1,8 +1,10 @@
 /* writer.c: the writer thread. It drains every thread's ring, converts raw
  * clock readings to trace nanoseconds, encodes range events and counter
  * samples (and flows) into per-thread chunks, stores small rows (threads, stages,
- * steps, marks) and commits at most opt.commit_ms apart, so a killed
- * process loses at most that window. It also feeds the interval
+ * steps, marks) and commits every opt.commit_ms, so a killed process loses
+ * about that window (plus the time the writer waited for a core). A signal
+ * flush (st_signal_flush) commits at once, stores the ranges still open as
+ * open until then, and checkpoints the WAL into the file. It also feeds the interval
  * aggregator: per-thread event queues fed in st_agg_order up to a
  * horizon that lags the clock by ST_AGG_GRACE_NS, because a thread may read
  * the clock and publish its record a little later. */
@@ -299,15 +301,35 @@ static void write_registrations(st_trace *t, writer *w)
 
 /* ---- chunks ---- */
 
-static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
+static void store_event_chunk(writer *w, st_thread_state *s)
 {
-    if (s->ev.n_events == 0) return;
-    (void)t;
     st_val v[6] = {ST_VINT(s->id), ST_VINT(s->ev.t0_ns), ST_VINT(s->ev.t1_ns), ST_VINT(s->ev.n_events),
                    ST_VINT(s->chunk_ranges), ST_VBLOB(s->ev.buf.data, s->ev.buf.len)};
     st_store_row(w->store, ST_S_RANGE_CHUNK, 6, v);
     s->chunk_ranges = 0;
     st_event_chunk_start(&s->ev);
+}
+
+static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
+{
+    if (s->ev.n_events == 0) return;
+    (void)t;
+    store_event_chunk(w, s);
+}
+
+/* At an interrupted flush (st_signal_flush), a thread with ranges open gets
+ * a chunk even with no new event, whose t1_ns is seen_ns, the time the
+ * writer drained it: the process may die now, and the ranges it leaves
+ * unended (the chunk's header repeats them) were open at least until then
+ * (docs/trace-format.md, "Ranges left open by an interrupted flush"). */
+static void flush_event_chunk_seen(writer *w, st_thread_state *s, int64_t seen_ns)
+{
+    if (s->ev.depth == 0) {
+        if (s->ev.n_events) store_event_chunk(w, s);
+        return;
+    }
+    if (s->ev.t1_ns < seen_ns) s->ev.t1_ns = seen_ns;
+    store_event_chunk(w, s);
 }
 
 static void flush_counter_chunk(st_trace *t, writer *w, st_thread_state *s)
@@ -669,7 +691,7 @@ static void write_clock_sync(st_trace *t, writer *w)
 }
 
 /* 0: stored; 1: not stored (the store keeps it for the next commit). */
-static int commit(st_trace *t, writer *w, int final)
+static int commit_rows(st_trace *t, writer *w, int final, int64_t seen_ns)
 {
     /* Rows for every stage and counter registered so far go in first: the
      * records drained in this pass may use ids registered after the pass
@@ -680,7 +702,8 @@ static int commit(st_trace *t, writer *w, int final)
     for (uint32_t i = 0; i < t->threads_written; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
-        flush_event_chunk(t, w, s);
+        if (seen_ns) flush_event_chunk_seen(w, s, seen_ns);
+        else flush_event_chunk(t, w, s);
         flush_counter_chunk(t, w, s);
         flush_flow_chunk(w, s);
     }
@@ -699,7 +722,49 @@ static int commit(st_trace *t, writer *w, int final)
     }
     int rc = st_store_commit(w->store);
     atomic_store(&t->commit_failed, rc);
+    return rc;
+}
+
+/* 0: stored; 1: not stored (the store keeps it for the next commit). */
+static int commit(st_trace *t, writer *w, int final)
+{
+    int rc = commit_rows(t, w, final, 0);
     if (!final) st_store_begin(w->store);
+    return rc;
+}
+
+/* Copies the WAL into the database file and empties it (TRUNCATE), so that
+ * the .sqlite file alone holds every commit: a trace copied without its
+ * -wal is whole. Another connection's checkpoint (the checkpointer's
+ * PASSIVE one) makes it SQLITE_BUSY at once, so it is retried for up to
+ * ST_CHECKPOINT_WAIT_MS. With sync 0 it runs with synchronous=OFF: no
+ * fsync, so it costs a copy in the page cache; what it wrote survives the
+ * process, not a power loss, like the commits themselves (WAL with
+ * synchronous=NORMAL). Run between transactions. */
+#define ST_CHECKPOINT_WAIT_MS 500
+static int checkpoint_truncate(st_trace *t, int sync)
+{
+    if (!sync) sqlite3_exec(t->db, "PRAGMA synchronous=OFF", NULL, NULL, NULL);
+    int rc = SQLITE_BUSY;
+    for (int waited = 0;; waited += 2) {
+        rc = sqlite3_wal_checkpoint_v2(t->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        if (rc != SQLITE_BUSY || waited >= ST_CHECKPOINT_WAIT_MS) break;
+        usleep(2000);
+    }
+    if (!sync) sqlite3_exec(t->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
+    return rc;
+}
+
+/* The commit of st_signal_flush: every open range gets a chunk that says
+ * it was open at seen_ns (flush_event_chunk_seen), the status says
+ * interrupted, and the WAL is checkpointed into the file, since the
+ * process may die as soon as the handler has its answer. */
+static int interrupted_commit(st_trace *t, writer *w, int64_t seen_ns)
+{
+    meta_text(w, "status", "interrupted");
+    int rc = commit_rows(t, w, 0, seen_ns);
+    if (rc == 0) checkpoint_truncate(t, 0);
+    st_store_begin(w->store);
     return rc;
 }
 
@@ -801,8 +866,10 @@ static void *writer_main(void *arg)
         if (sig) atomic_store(&t->interrupted, 1);
         if (sig || flush_req > t->flush_done || now - last_commit >= (int64_t)t->opt.commit_ms ||
             st_store_wants_commit(w->store)) {
-            if (sig) meta_text(w, "status", "interrupted");
-            commit(t, w, 0);
+            if (sig)
+                interrupted_commit(t, w, st_now_ns()); /* after this pass's drain */
+            else
+                commit(t, w, 0);
             last_commit = now;
             pthread_mutex_lock(&t->lock);
             t->flush_done = flush_req;
@@ -829,8 +896,13 @@ static void *writer_main(void *arg)
     final_commit(t, w);
     checkpointer_stop(t, &ckpt);
     /* One file again; on a disk still full this may fail, and the -wal
-     * file then stays beside the trace, which opens as it is. */
-    if (!t->writer_error) sqlite3_exec(t->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+     * file then stays beside the trace, which opens as it is. The
+     * checkpoint first: should the switch fail (another process reading
+     * the trace holds the WAL), the file still holds every commit. */
+    if (!t->writer_error) {
+        checkpoint_truncate(t, 1);
+        sqlite3_exec(t->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+    }
     pthread_mutex_lock(&t->lock);
     t->flush_done = t->flush_requested;
     pthread_cond_broadcast(&t->flushed);

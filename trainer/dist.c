@@ -38,6 +38,7 @@
 #include "dist.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -769,6 +770,137 @@ static void drafter_teardown(drafter_side *d)
     free(d->anchors);
 }
 
+/* ---- stopping on a signal ---------------------------------------------------------------- */
+
+/* Open MPI 4.1's mpirun, sent SIGTERM or SIGINT, sends every rank SIGCONT, then SIGTERM, then
+ * SIGKILL odls_base_sigkill_timeout (1 s) later, or as soon as the first rank exits (about
+ * 15-90 ms after that exit): a rank still flushing its trace when a faster one exited was
+ * killed, and its file stayed "running". So no rank exits before every rank has flushed: the
+ * signal handler only writes the signal's number to a pipe; stop_main, a thread of its own,
+ * reads it, flushes the trace (st_signal_flush: everything recorded so far committed, status
+ * interrupted, the WAL checkpointed into the file), then joins a non-blocking barrier on a
+ * communicator of its own (dup'd at start for this one barrier, so it can never match another
+ * collective), polled with MPI_Test until every rank has joined or STOP_DEADLINE_MS have
+ * passed (a rank that is stopped, dead or not signalled never joins), and exits 130. The
+ * rank's other threads go on meanwhile: what they record after the flush is not stored.
+ * Further stop signals are ignored (mpirun may send SIGTERM twice); the deadline bounds the
+ * stop. A stop signal ignored when the rank starts (SIG_IGN) stays ignored. */
+#define STOP_FLUSH_MS 2000
+#define STOP_DEADLINE_MS 3000
+
+static struct {
+    int pipe[2];
+    MPI_Comm comm;
+    pthread_t thread;
+    int started;
+    int handled[2]; /* SIGINT, SIGTERM: our handler is installed */
+    struct sigaction old[2];
+    atomic_int seen;
+    rank_state *r;
+} stop = {.pipe = {-1, -1}, .comm = MPI_COMM_NULL};
+
+static void stop_handler(int sig)
+{
+    int saved = errno;
+    if (atomic_fetch_add(&stop.seen, 1) == 0) {
+        unsigned char c = (unsigned char)sig;
+        ssize_t n = write(stop.pipe[1], &c, 1);
+        (void)n;
+    }
+    errno = saved;
+}
+
+static double stop_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *stop_main(void *arg)
+{
+    (void)arg;
+    rank_state *r = stop.r;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    unsigned char sig = 0;
+    ssize_t n;
+    while ((n = read(stop.pipe[0], &sig, 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1 || sig == 0) /* the rank is ending normally (stop_finish) */
+        return NULL;
+    double t0 = stop_now_s();
+    int flushed = r->tracing ? st_signal_flush(STOP_FLUSH_MS) : ST_OK;
+    double t_flushed = stop_now_s();
+    MPI_Request req;
+    int all_flushed = 0;
+    if (MPI_Ibarrier(stop.comm, &req) == MPI_SUCCESS) {
+        while (!all_flushed && stop_now_s() - t0 < STOP_DEADLINE_MS / 1000.0) {
+            MPI_Test(&req, &all_flushed, MPI_STATUS_IGNORE);
+            if (!all_flushed)
+                sleep_us(200);
+        }
+    }
+    fflush(stdout);
+    fprintf(stderr, "trainer: rank %d: stopped by %s: trace %s in %.0f ms; %s\n", r->rank,
+            sig == SIGINT ? "SIGINT" : "SIGTERM",
+            !r->tracing ? "off" : flushed == ST_OK ? "flushed" : "not flushed in time",
+            (t_flushed - t0) * 1e3,
+            all_flushed ? "every rank flushed" : "not every rank answered in time");
+    _exit(EXIT_INTERRUPTED);
+}
+
+/* Collective over r->comm (the communicator for the barrier). Call with SIGINT and SIGTERM
+ * blocked, so that the thread starts with them blocked too. */
+static int stop_start(rank_state *r)
+{
+    stop.r = r;
+    if (MPI_Comm_dup(r->comm, &stop.comm) != MPI_SUCCESS)
+        return -1;
+    if (pipe2(stop.pipe, O_CLOEXEC) != 0)
+        return -1;
+    if (pthread_create(&stop.thread, NULL, stop_main, NULL) != 0)
+        return -1;
+    stop.started = 1;
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = stop_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_handler == SIG_IGN)
+            continue; /* stays ignored */
+        if (sigaction(sigs[i], &sa, &stop.old[i]) == 0)
+            stop.handled[i] = 1;
+    }
+    return 0;
+}
+
+/* The normal end: the handlers go first, so that a signal from now on has its old action,
+ * then the thread is woken and joined (one that has a signal to handle ends the process). */
+static void stop_finish(void)
+{
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++)
+        if (stop.handled[i])
+            sigaction(sigs[i], &stop.old[i], NULL);
+    if (stop.started) {
+        unsigned char c = 0;
+        if (write(stop.pipe[1], &c, 1) == 1)
+            pthread_join(stop.thread, NULL);
+        stop.started = 0;
+    }
+    for (int i = 0; i < 2; i++)
+        if (stop.pipe[i] >= 0)
+            close(stop.pipe[i]);
+    if (stop.comm != MPI_COMM_NULL)
+        MPI_Comm_free(&stop.comm);
+}
+
 /* ---- set-up ------------------------------------------------------------------------------ */
 
 static void print_log(int level, const char *msg, void *arg)
@@ -999,9 +1131,10 @@ int tr_dist_main(const tr_config *user, const tr_backend *be, struct tr_data *da
     if (ok)
         ok = all_ok(r, open_trace(r, argc, argv) == 0);
     if (ok) {
-        /* SIGTERM (mpirun stopping the job when a rank dies) flushes the trace and ends the
-         * process at once: its peers may never answer again */
-        st_install_signal_handlers(r->trace, 1);
+        /* SIGTERM or SIGINT (mpirun stopping the job) flushes the trace and ends the process
+         * once every rank has flushed: see stop_main */
+        if (stop_start(r))
+            rank_fail(r, "cannot set up the stop signals: %s", strerror(errno));
         /* GPU activity before the backend's first CUDA call (as in a single-process run) */
         if (r->tracing && !r->cfg.trace_gpu_off && r->cfg.device == TR_DEVICE_CUDA &&
             st_gpu_start(r->trace) != ST_OK)
@@ -1101,6 +1234,7 @@ int tr_dist_main(const tr_config *user, const tr_backend *be, struct tr_data *da
                r->tracing ? "; trace " : "", r->tracing ? r->path : "",
                r->tracing && dropped ? " (events dropped)" : "");
     fflush(stdout);
+    stop_finish();
     if (r->drafters != MPI_COMM_NULL)
         MPI_Comm_free(&r->drafters);
     MPI_Comm_free(&r->comm);

@@ -121,7 +121,9 @@ def rank_from_env(env=None):
 
 class _Signals:
     """SIGINT/SIGTERM while a trace is open: flush it (marked interrupted), then
-    do what the previous handler did (SIGINT: KeyboardInterrupt)."""
+    do what the previous handler did (SIGINT: KeyboardInterrupt). A signal
+    that is ignored (SIG_IGN: `trap '' INT`, nohup) when the handlers are
+    installed stays ignored: no handler, no flush, the trace not interrupted."""
 
     def __init__(self):
         self.saved = {}
@@ -133,6 +135,8 @@ class _Signals:
             return
         for sig in (_signal.SIGINT, _signal.SIGTERM):
             try:
+                if _signal.getsignal(sig) == _signal.SIG_IGN:
+                    continue  # stays ignored, as the C library's handlers do
                 self.saved[sig] = _signal.signal(sig, self.handler)
             except (ValueError, OSError):  # not the main interpreter, ...
                 pass

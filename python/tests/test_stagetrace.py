@@ -508,7 +508,10 @@ def test_sigint_flushes(tmp_path):
             print(n, flush=True)
             os._exit(130)  # no close: what is in the file came from the flush
     """) % (os.path.join(BUILD, "python"), path)
-    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    # SIGINT at its default action in the child, whatever this process has
+    # (a background job starts with it ignored, and an ignored SIGINT stays so)
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
@@ -519,6 +522,49 @@ def test_sigint_flushes(tmp_path):
     assert data.meta["status"] == "interrupted"
     # the flush took everything recorded before the handler ran
     assert n - 1 <= len(data.ranges) <= n
+
+
+def test_ignored_sigint_stays_ignored(tmp_path):
+    # (trap '' INT; exec python3 train.py): SIGINT is ignored when the trace
+    # opens, so it must change nothing: every step done, exit 0, "complete".
+    path = str(tmp_path / "ignored.sqlite")
+    child = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import stagetrace
+        trace = stagetrace.open(%r)
+        s = trace.stage("loop")
+        trace.step(0)
+        for i in range(1000):
+            with s:
+                pass
+        print("ready", flush=True)
+        sys.stdin.readline()  # the parent has sent SIGINT and SIGTERM
+        for step in range(1, 4):
+            with s:
+                pass
+            trace.step(step)
+        trace.close()
+        print("done", flush=True)
+    """) % (os.path.join(BUILD, "python"), path)
+
+    def ignore():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    p = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, preexec_fn=ignore)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    out, _ = p.communicate("go\n", timeout=30)
+    assert p.returncode == 0
+    assert out.strip() == "done"
+    data = stagetrace.read(path)
+    assert data.meta["status"] == "complete"
+    assert len(data.ranges) == 1003
+    assert list(data.steps["step"]) == [0, 1, 2, 3]
 
 
 def test_exit_closes_the_trace(tmp_path):

@@ -198,7 +198,9 @@ typedef struct st_options {
                                 default 262144 (4 MiB; docs/tracer.md) */
     int block_when_full;     /* 1: a full ring waits for the writer instead
                                 of counting a drop */
-    uint32_t commit_ms;      /* writer commits at most this far apart;
+    uint32_t commit_ms;      /* writer commits this often: a killed process
+                                loses about this much, more when the writer
+                                waits for a core (docs/tracer.md);
                                 default 250, range 1..60000 */
     uint32_t retry_mib;      /* memory the writer may use to keep records
                                 whose commit failed (a full disk) for the
@@ -244,7 +246,9 @@ ST_API int st_close(st_trace *trace);
 ST_API int st_flush(st_trace *trace);
 
 /* Async-signal-safe: asks the writer to commit everything recorded so far
- * and to mark the trace "interrupted", and waits up to timeout_ms for it
+ * (the ranges still open stored as open until now), to mark the trace
+ * "interrupted" and to checkpoint the WAL into the trace file, and waits up
+ * to timeout_ms for it
  * (a negative timeout_ms waits without limit). Returns ST_OK when the
  * writer committed, ST_ESTATE when no trace is open or it was opened with
  * enabled = 0, ST_ETIMEDOUT when the writer did not answer within
@@ -255,7 +259,10 @@ ST_API int st_signal_flush(int timeout_ms);
 
 /* Installs SIGINT/SIGTERM handlers that call st_signal_flush, set the flag
  * read by st_interrupted(), and (on a second signal, or SIGTERM when
- * exit_on_term) restore the default action and re-raise. */
+ * exit_on_term) restore the previous actions and re-raise with the default
+ * one. A signal ignored (SIG_IGN) when this is called stays ignored: no
+ * handler is installed for it, so it neither flushes nor marks the trace
+ * interrupted (a program run under nohup or `trap '' INT`). */
 ST_API int st_install_signal_handlers(st_trace *trace, int exit_on_term);
 ST_API int st_interrupted(void);
 
