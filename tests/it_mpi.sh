@@ -156,7 +156,7 @@ ok
 run badlayout mpi 3 "$TR" --steps 5 --layout targets=2,drafters=2
 [ $rc -eq 2 ] || fail "a layout for 4 processes under 3: exit $rc"
 [ "$(grep -c '^trainer: ' badlayout.err)" -eq 1 ] || fail "bad layout: $(grep trainer: badlayout.err)"
-grep -q '^trainer: --layout targets=2,drafters=2 needs 4 processes, but the run has 3$' badlayout.err ||
+grep -q "^trainer: --layout targets=2,drafters=2 needs 4 processes, but the run has 3 (start it with mpirun -np 4)$" badlayout.err ||
     fail "bad layout: $(grep trainer: badlayout.err)"
 ok
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 run torchrun "$TR" --steps 5

@@ -815,6 +815,11 @@ static void test_bad_flags(void **state)
         {"--data", "/nonexistent/file.txt"},
         {"--lr", "-1"},
         {"stray"},
+        /* flags of a multi-process run, in one process (no launcher) */
+        {"--layout", "targets=2,drafters=2", "--steps", "5"},
+        {"--target-ranks", "0,5"},
+        {"--drafter-ranks", "0,"},
+        {"--test-die-at", "0:2"},
         {"--device", "cuda"}, /* last: skipped when this build has the CUDA backend */
     };
     size_t n_cases = sizeof cases / sizeof cases[0];
@@ -854,6 +859,24 @@ static void test_bad_flags(void **state)
     assert_non_null(strstr(nd.err, "'/nonexistent-dir/run.sqlite'"));
     assert_string_equal(nd.out, "");
     free_trainer_result(&nd);
+    /* A layout in one process says what is wrong and how to mend it. */
+    const char *layout[] = {"--layout", "targets=2,drafters=2", "--steps", "5", NULL};
+    trainer_result l = run_trainer(layout, NULL);
+    assert_int_equal(l.status, 2);
+    assert_string_equal(l.err, "trainer: --layout targets=2,drafters=2 needs 4 processes, but the "
+                               "run has 1 (start it with mpirun -np 4)\n");
+    free_trainer_result(&l);
+    /* torchrun's environment without rank 0 beside it: this process says it itself */
+    const char *rank1_env[] = {"WORLD_SIZE=2", "RANK=1", NULL};
+    trainer_options rank1_opt = {NULL, rank1_env, 0};
+    const char *plain[] = {"--steps", "2", NULL};
+    trainer_result t1 = run_trainer(plain, &rank1_opt);
+    assert_int_equal(t1.status, 2);
+    assert_int_equal(count_lines(t1.err), 1);
+    assert_non_null(strstr(t1.err, "trainer: WORLD_SIZE=2 but no MPI launcher started this process"));
+    assert_non_null(strstr(t1.err, "use mpirun -np 2 build/trainer"));
+    assert_string_equal(t1.out, "");
+    free_trainer_result(&t1);
     /* "0" reads as a count of no devices; the message says how to name device 0 alone */
     const char *zero[] = {"--target-gpus", "0", NULL};
     trainer_result z = run_trainer(zero, NULL);

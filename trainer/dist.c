@@ -59,9 +59,11 @@ static long env_long(const char *name)
     return errno || *end || x < 0 ? -1 : x;
 }
 
+/* Only an MPI launcher's variables: they promise a rank 0 started beside this process.
+ * torchrun's RANK does not (RANK=1 may be all there is), so it is not read here. */
 int tr_dist_env_rank(void)
 {
-    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"};
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         long v = env_long(names[i]);
         if (v >= 0)

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
+#include "layout.h"
 #include "pipeline.h"
 #include "stagetrace.h"
 
@@ -90,8 +91,9 @@ int main(int argc, char **argv)
     tr_config cfg;
     char err[512];
     tr_version_extra = tr_dist_version_note();
-    /* Under mpirun every rank finds the same mistake: rank 0 says it. */
-    int quiet = tr_dist_env_rank() != 0;
+    /* Under an MPI launcher every rank finds the same mistake: rank 0 says it. Any other
+     * process (torchrun's RANK=1 too) says it itself: no rank 0 of ours may exist. */
+    int quiet = tr_dist_env_rank() > 0;
     int rc = tr_config_parse(&cfg, argc, argv, stdout, err, sizeof err);
     if (rc == TR_CONFIG_EXIT)
         return 0;
@@ -108,6 +110,12 @@ int main(int argc, char **argv)
     }
     int launch = tr_dist_detect(&argc, &argv, err, sizeof err);
     if (launch == TR_DIST_REFUSED) {
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
+        return EXIT_USAGE;
+    }
+    /* One process plays every role: a layout of ranks is a mistake here, never ignored. */
+    if (launch == TR_DIST_SINGLE && tr_layout_check_single(&cfg, err, sizeof err)) {
         if (!quiet)
             fprintf(stderr, "trainer: %s\n", err);
         return EXIT_USAGE;
