@@ -11,6 +11,8 @@
 #  - a rank killed mid-run (--test-die-at 2:15, SIGKILL): mpirun stops the job, every rank's
 #    trace stays readable (`analyze info`), the killed rank's says running, the others
 #    interrupted or complete;
+#  - the depth bound: with a slow drafter and --queue-depth 4, the drafter rank's step lines
+#    show at most 4/4 queued and its queue_depth counter peaks at exactly 4 (it showed 5);
 #  - one role slowed on purpose (--drafter-delay-us / --target-delay-us): `analyze bottleneck`
 #    on the slowed rank's own trace names that role, and the other rank's trace shows it
 #    waiting on the channel (queue_put on the target, queue_wait on the drafter);
@@ -135,6 +137,13 @@ run slowd mpi 2 "$TR" --steps 24 --queue-depth 4 --drafter-delay-us 20000 --trac
 [ $rc -eq 0 ] || fail "slow drafter: exit $rc: $(tail -5 slowd.err)"
 run slowt mpi 2 "$TR" --steps 24 --queue-depth 4 --target-delay-us 20000 --trace slowt.sqlite
 [ $rc -eq 0 ] || fail "slow target: exit $rc: $(tail -5 slowt.err)"
+# the depth bound holds on the drafter rank: items received and not yet trained on never
+# exceed --queue-depth, in its step lines or its queue_depth counter, and a slow drafter
+# fills the queue to exactly that
+bad=$(awk '$1 == "step" { split($NF, q, "/"); if (q[1] + 0 > q[2] + 0) print }' slowd.out)
+[ -z "$bad" ] || fail "slow drafter: a step line shows more than --queue-depth 4 queued: $bad"
+depth_max=$("$A" sql slowd.rank1.sqlite "select max(value) from counters where counter = (select id from counter_names where name = 'queue_depth')" | tail -1 | tr -d ' ')
+[ "$depth_max" = 4 ] || fail "slow drafter: queue_depth reached $depth_max, not --queue-depth 4"
 for f in slowd slowt; do
     expect_ok "$f.t" "$A" bottleneck $f.rank0.sqlite
     expect_ok "$f.d" "$A" bottleneck $f.rank1.sqlite

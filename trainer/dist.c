@@ -522,8 +522,11 @@ typedef struct drafter_side {
     int32_t *anchors;
 } drafter_side;
 
-/* Posts receives for the items of steps next.. as long as there are free slots, granting one
- * credit per slot; completes them in step order and hands them to the drafter. */
+/* Posts receives for the items of steps next.. while fewer than --queue-depth items are
+ * posted (credited) or received and waiting in `ready`, granting one credit per posted slot;
+ * completes them in step order and hands them to the drafter. The slot pool holds one more
+ * than the depth: the one the drafter copies in (h2d) is no longer in the queue. Only this
+ * thread puts into `ready`, so the depth it reads never undercounts. */
 static uint64_t receive_items(drafter_side *d)
 {
     rank_state *r = d->r;
@@ -534,7 +537,7 @@ static uint64_t receive_items(drafter_side *d)
     long polls = 0;
     while (done < steps && !stopping(r)) {
         int progressed = 0;
-        while (next <= steps && count < d->n_slots &&
+        while (next <= steps && count + tr_queue_depth(&d->ready) < cfg->queue_depth &&
                (count == 0 || tr_queue_depth(&d->free_slots) > 0)) {
             tr_hidden *h = tr_queue_pop(&d->free_slots); /* waits only with nothing posted */
             if (!h)
@@ -660,6 +663,10 @@ static void drafter_run(drafter_side *d)
     for (uint64_t step = 1; step <= (uint64_t)cfg->steps && !stopping(r); step++) {
         tr_step_metrics m;
         memset(&m, 0, sizeof m);
+        /* queue_depth: items received and not yet trained on, as the drafter comes for the
+         * next (the most since its last pop: only the receiver puts) and as it leaves */
+        if (r->c_queue_depth >= 0)
+            st_counter_set((st_counter)r->c_queue_depth, (double)tr_queue_depth(&d->ready));
         st_begin(r->s_queue_wait);
         tr_hidden *h = tr_queue_pop(&d->ready);
         if (h && r->c_queue_depth >= 0)
