@@ -145,6 +145,7 @@ const char *tr_dist_version_note(void)
 #include "pipeline.h"
 #include "queue.h"
 #include "stagetrace.h"
+#include "trace_path.h"
 
 #if defined(ST_WITH_NCCL) && defined(TR_HAVE_CUDA_BACKEND) && __has_include(<nccl.h>)
 #include <nccl.h>
@@ -832,6 +833,24 @@ static int open_trace(rank_state *r, int argc, char **argv)
         snprintf(r->run_id, sizeof r->run_id, "%lld-%ld", (long long)time(NULL),
                  (long)getpid());
     MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, r->comm);
+    /* rank files of an older, larger run where these go (trace_path.h): rank 0 removes them
+     * (--overwrite) or stops the run, before any rank opens its file */
+    if (cfg->trace_path) {
+        int stale_ok = 1;
+        if (r->rank == 0) {
+            char removed[2048], err[1024];
+            stale_ok = tr_trace_clear_stale(cfg->trace_path, r->world, cfg->overwrite, removed,
+                                            sizeof removed, err, sizeof err) == 0;
+            if (!stale_ok)
+                rank_fail(r, "%s", err);
+            else if (removed[0])
+                printf("trainer: --overwrite removed the rank files of an older run: %s\n",
+                       removed);
+        }
+        MPI_Bcast(&stale_ok, 1, MPI_INT, 0, r->comm);
+        if (!stale_ok)
+            return -1;
+    }
     if (cfg->trace_path) {
         snprintf(r->path, sizeof r->path, "%s", cfg->trace_path);
     } else if (r->tracing) {

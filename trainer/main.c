@@ -23,6 +23,7 @@
 #include "layout.h"
 #include "pipeline.h"
 #include "stagetrace.h"
+#include "trace_path.h"
 
 #define EXIT_RUNTIME 1 /* could not do what well-formed flags asked: the trace, the pipeline */
 #define EXIT_USAGE 2
@@ -129,17 +130,24 @@ int main(int argc, char **argv)
     if (launch == TR_DIST_MULTI)
         return tr_dist_main(&cfg, backend, data, argc, argv);
 
-    char path_buf[256];
+    char path_buf[4096];
     const char *path = cfg.trace_path;
     int tracing = path || cfg.profile_interval > 0;
-    if (tracing && !path) {
-        if (default_trace_path(path_buf, sizeof path_buf, err, sizeof err)) {
-            fprintf(stderr, "trainer: %s\n", err);
-            tr_data_close(data);
-            return EXIT_RUNTIME;
-        }
-        path = path_buf;
+    /* --trace DIR/: DIR/rank0.sqlite, as rank 0 of any run (trace_path.h); rank files of an
+     * older, larger run there are removed with --overwrite, else they stop the run */
+    char removed[2048] = "";
+    if (tracing && (path ? tr_trace_single_path(path, path_buf, sizeof path_buf, err, sizeof err) ||
+                               tr_trace_clear_stale(path, 1, cfg.overwrite, removed,
+                                                    sizeof removed, err, sizeof err)
+                         : default_trace_path(path_buf, sizeof path_buf, err, sizeof err))) {
+        fprintf(stderr, "trainer: %s\n", err);
+        tr_data_close(data);
+        return EXIT_RUNTIME;
     }
+    if (tracing)
+        path = path_buf;
+    if (removed[0])
+        printf("trainer: --overwrite removed the rank files of an older run: %s\n", removed);
 
     /* Signals go to main only: every other thread (the trace's writer included) is created
      * with them blocked, so the handler never runs on a thread it waits for. */
