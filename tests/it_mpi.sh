@@ -118,6 +118,10 @@ ok
 # by then, and that trace stays as its last commit left it (status running); readable either way
 run die mpi 4 "$TR" --steps 40 --log-every 10 --trace die.sqlite --test-die-at 2:15
 [ $rc -ne 0 ] || fail "a run with a killed rank exited 0"
+# Open MPI's mpirun returns 128 + 9 after a rank is killed (README, Multi-process runs)
+if mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
+    [ $rc -eq 137 ] || fail "mpirun after a rank was killed: exit $rc, not 137"
+fi
 for r in 0 1 2 3; do
     f=die.rank$r.sqlite
     [ -f "$f" ] || fail "no $f after rank 2 was killed (files: $(ls die*))"
