@@ -213,7 +213,7 @@ typedef struct rank_state {
     tr_data *data;
     atomic_int stop;
     pthread_mutex_t error_lock;
-    char error[320];
+    char error[1024];
     /* what the rank did, for its closing line */
     uint64_t items, tokens;
 } rank_state;

@@ -90,7 +90,7 @@ static void print_taps(const tr_config *cfg)
 int main(int argc, char **argv)
 {
     tr_config cfg;
-    char err[512];
+    char err[3072]; /* one line, which may name a few paths */
     tr_version_extra = tr_dist_version_note();
     /* Under an MPI launcher every rank finds the same mistake: rank 0 says it. Any other
      * process (torchrun's RANK=1 too) says it itself: no rank 0 of ours may exist. */
