@@ -11,11 +11,17 @@
 #  - a rank killed mid-run (--test-die-at 2:15, SIGKILL): mpirun stops the job, every rank's
 #    trace stays readable (`analyze info`), the killed rank's says running, the others
 #    interrupted or complete;
+#  - the depth bound: with a slow drafter and --queue-depth 4, the drafter rank's step lines
+#    show at most 4/4 queued and its queue_depth counter peaks at exactly 4 (it showed 5);
 #  - one role slowed on purpose (--drafter-delay-us / --target-delay-us): `analyze bottleneck`
 #    on the slowed rank's own trace names that role, and the other rank's trace shows it
 #    waiting on the channel (queue_put on the target, queue_wait on the drafter);
-#  - launch mistakes: a layout for another number of processes, torchrun's environment
-#    without an MPI launcher: exit 2 and one line.
+#  - launch mistakes: a layout for another number of processes (mpirun -np 1 included),
+#    torchrun's environment without an MPI launcher (RANK=0 or 1): exit 2 and one line;
+#  - --trace DIR/: mpirun -np 1 writes DIR/rank0.sqlite; 4 processes over a directory of 8
+#    older ranks stop without --overwrite (one line naming rank4..7, nothing changed) and
+#    with it remove rank4..7 (and say so), leaving rank0..3 of the new run and the user's
+#    other files, which `analyze bottleneck DIR/` reads as one run without a warning.
 # Skipped when mpirun is missing or the trainer was built without MPI.
 #
 #   bash tests/it_mpi.sh BUILD_DIR
@@ -112,6 +118,10 @@ ok
 # by then, and that trace stays as its last commit left it (status running); readable either way
 run die mpi 4 "$TR" --steps 40 --log-every 10 --trace die.sqlite --test-die-at 2:15
 [ $rc -ne 0 ] || fail "a run with a killed rank exited 0"
+# Open MPI's mpirun returns 128 + 9 after a rank is killed (README, Multi-process runs)
+if mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
+    [ $rc -eq 137 ] || fail "mpirun after a rank was killed: exit $rc, not 137"
+fi
 for r in 0 1 2 3; do
     f=die.rank$r.sqlite
     [ -f "$f" ] || fail "no $f after rank 2 was killed (files: $(ls die*))"
@@ -135,6 +145,13 @@ run slowd mpi 2 "$TR" --steps 24 --queue-depth 4 --drafter-delay-us 20000 --trac
 [ $rc -eq 0 ] || fail "slow drafter: exit $rc: $(tail -5 slowd.err)"
 run slowt mpi 2 "$TR" --steps 24 --queue-depth 4 --target-delay-us 20000 --trace slowt.sqlite
 [ $rc -eq 0 ] || fail "slow target: exit $rc: $(tail -5 slowt.err)"
+# the depth bound holds on the drafter rank: items received and not yet trained on never
+# exceed --queue-depth, in its step lines or its queue_depth counter, and a slow drafter
+# fills the queue to exactly that
+bad=$(awk '$1 == "step" { split($NF, q, "/"); if (q[1] + 0 > q[2] + 0) print }' slowd.out)
+[ -z "$bad" ] || fail "slow drafter: a step line shows more than --queue-depth 4 queued: $bad"
+depth_max=$("$A" sql slowd.rank1.sqlite "select max(value) from counters where counter = (select id from counter_names where name = 'queue_depth')" | tail -1 | tr -d ' ')
+[ "$depth_max" = 4 ] || fail "slow drafter: queue_depth reached $depth_max, not --queue-depth 4"
 for f in slowd slowt; do
     expect_ok "$f.t" "$A" bottleneck $f.rank0.sqlite
     expect_ok "$f.d" "$A" bottleneck $f.rank1.sqlite
@@ -156,8 +173,19 @@ ok
 run badlayout mpi 3 "$TR" --steps 5 --layout targets=2,drafters=2
 [ $rc -eq 2 ] || fail "a layout for 4 processes under 3: exit $rc"
 [ "$(grep -c '^trainer: ' badlayout.err)" -eq 1 ] || fail "bad layout: $(grep trainer: badlayout.err)"
-grep -q '^trainer: --layout targets=2,drafters=2 needs 4 processes, but the run has 3$' badlayout.err ||
+grep -q "^trainer: --layout targets=2,drafters=2 needs 4 processes, but the run has 3 (start it with mpirun -np 4)$" badlayout.err ||
     fail "bad layout: $(grep trainer: badlayout.err)"
+ok
+# one process under mpirun plays every role: a layout of ranks is a mistake there too
+for bad in "--layout targets=2,drafters=2" "--target-ranks 0,5"; do
+    # shellcheck disable=SC2086
+    run np1 mpi 1 "$TR" --steps 5 $bad
+    [ $rc -ne 0 ] || fail "mpirun -np 1 $bad: exit 0"
+    [ "$(grep -c '^trainer: ' np1.err)" -eq 1 ] || fail "mpirun -np 1 $bad: $(cat np1.err)"
+    grep -q 'Exit code: *2$' np1.err || fail "mpirun -np 1 $bad: the trainer's exit status was not 2: $(cat np1.err)"
+done
+grep -q '^trainer: --target-ranks names rank 5, but the run has 1 process (rank 0)$' np1.err ||
+    fail "mpirun -np 1 --target-ranks 0,5: $(grep trainer: np1.err)"
 ok
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 run torchrun "$TR" --steps 5
 [ $rc -eq 2 ] || fail "torchrun's environment: exit $rc"
@@ -167,5 +195,40 @@ grep -q 'use mpirun -np 2 build/trainer' torchrun.err || fail "torchrun's enviro
 ok
 RANK=0 WORLD_SIZE=1 run torchrun1 "$TR" --steps 3
 [ $rc -eq 0 ] || fail "WORLD_SIZE=1 (one process): exit $rc: $(cat torchrun1.err)"
+ok
+RANK=1 WORLD_SIZE=2 run torchrun_r1 "$TR" --steps 3
+[ $rc -eq 2 ] || fail "torchrun's environment, RANK=1: exit $rc"
+[ "$(wc -l <torchrun_r1.err)" -eq 1 ] || fail "torchrun's environment, RANK=1, said: '$(cat torchrun_r1.err)'"
+ok
+
+# ---- --trace DIR/: one process, and a run over more ranks of an older one ----------------
+mkdir one
+run one mpi 1 "$TR" --steps 3 --trace one/
+[ $rc -eq 0 ] || fail "mpirun -np 1 --trace one/: exit $rc: $(tail -3 one.err)"
+[ "$(ls one)" = rank0.sqlite ] || fail "mpirun -np 1 --trace one/ wrote: $(ls one)"
+[ "$(meta one/rank0.sqlite world_size)" = 1 ] || fail "one/rank0.sqlite: world_size $(meta one/rank0.sqlite world_size)"
+expect_ok onebn "$A" bottleneck one/
+ok
+mkdir old
+run old8 mpi 8 "$TR" --steps 2 --layout targets=4,drafters=4 --trace old/
+[ $rc -eq 0 ] || fail "8 processes: exit $rc: $(tail -3 old8.err)"
+echo "not a trace" >old/notes.txt
+run old4 mpi 4 "$TR" --steps 3 --trace old/
+[ $rc -ne 0 ] || fail "4 processes over 8 old ranks without --overwrite: exit 0"
+[ "$(grep -c '^trainer: ' old4.err)" -eq 1 ] || fail "4 over 8 old ranks: $(grep trainer: old4.err)"
+grep -q '^trainer: rank 0: an older run left rank files that a run of 4 processes does not write: old/rank4.sqlite, old/rank5.sqlite, old/rank6.sqlite, old/rank7.sqlite; .*add --overwrite' old4.err ||
+    fail "4 over 8 old ranks: $(grep trainer: old4.err)"
+[ "$(ls old | wc -l)" -eq 9 ] || fail "4 over 8 old ranks without --overwrite changed old/: $(ls old)"
+run new4 mpi 4 "$TR" --steps 3 --trace old/ --overwrite
+[ $rc -eq 0 ] || fail "4 processes over 8 old ranks with --overwrite: exit $rc: $(tail -3 new4.err)"
+grep -qx 'trainer: --overwrite removed the rank files of an older run: old/rank4.sqlite, old/rank5.sqlite, old/rank6.sqlite, old/rank7.sqlite' new4.out ||
+    fail "--overwrite did not say what it removed: $(grep -- --overwrite new4.out)"
+[ "$(ls old | tr '\n' ' ')" = "notes.txt rank0.sqlite rank1.sqlite rank2.sqlite rank3.sqlite " ] ||
+    fail "after 4 over 8 old ranks with --overwrite, old/ holds: $(ls old)"
+expect_ok oldbn "$A" bottleneck old/
+grep -q 'warning' oldbn.err && fail "analyze bottleneck old/ warned: $(cat oldbn.err)"
+for r in 0 1 2 3; do
+    [ "$(meta old/rank$r.sqlite world_size)" = 4 ] || fail "old/rank$r.sqlite: world_size $(meta old/rank$r.sqlite world_size)"
+done
 ok
 echo "it_mpi: $n_checks checks passed"

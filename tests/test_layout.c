@@ -58,7 +58,8 @@ static void test_layout_flag(void **state)
     assert_int_equal(layout.drafter_rank[2], 4);
     /* the wrong number of processes */
     assert_int_equal(tr_layout_make(&layout, &cfg, 4, err, sizeof err), -1);
-    assert_string_equal(err, "--layout targets=2,drafters=3 needs 5 processes, but the run has 4");
+    assert_string_equal(err, "--layout targets=2,drafters=3 needs 5 processes, but the run has 4 "
+                             "(start it with mpirun -np 5)");
 
     const char *b[] = {"--layout", "drafters=1,targets=3", NULL}; /* either order */
     assert_int_equal(parse(&cfg, b, err, sizeof err), TR_CONFIG_OK);
@@ -138,6 +139,46 @@ static void test_default_layout(void **state)
     }
     assert_int_equal(tr_layout_make(&layout, &cfg, 1, err, sizeof err), -1);
     assert_string_equal(err, "a multi-process run needs 2..1024 processes, got 1");
+    assert_int_equal(tr_layout_check_single(&cfg, err, sizeof err), 0);
+}
+
+/* A single process (no launcher, mpirun -np 1, a build without MPI) plays every role: each
+ * flag that lays out ranks is refused with the line that names it, never ignored. */
+static void test_single_process(void **state)
+{
+    (void)state;
+    static tr_config cfg;
+    char err[256];
+    struct {
+        const char *args[3];
+        const char *message;
+    } cases[] = {
+        {{"--layout", "targets=2,drafters=2", NULL},
+         "--layout targets=2,drafters=2 needs 4 processes, but the run has 1 (start it with "
+         "mpirun -np 4)"},
+        {{"--layout", "targets=1,drafters=1", NULL},
+         "--layout targets=1,drafters=1 needs 2 processes, but the run has 1 (start it with "
+         "mpirun -np 2)"},
+        {{"--target-ranks", "0,5", NULL},
+         "--target-ranks names rank 5, but the run has 1 process (rank 0)"},
+        {{"--drafter-ranks", "3,", NULL},
+         "--drafter-ranks names rank 3, but the run has 1 process (rank 0)"},
+        {{"--target-ranks", "0,", NULL},
+         "--target-ranks lays out the ranks of a multi-process run, but the run has 1 process: "
+         "start it with mpirun -np N (N >= 2), or drop the flag"},
+        {{"--drafter-ranks", "0,", NULL},
+         "--drafter-ranks lays out the ranks of a multi-process run, but the run has 1 process: "
+         "start it with mpirun -np N (N >= 2), or drop the flag"},
+        {{"--test-die-at", "0:3", NULL},
+         "--test-die-at names a rank of a multi-process run, but the run has 1 process: start "
+         "it with mpirun -np N (N >= 2), or drop the flag"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(parse(&cfg, cases[i].args, err, sizeof err), TR_CONFIG_OK);
+        err[0] = 0;
+        assert_int_equal(tr_layout_check_single(&cfg, err, sizeof err), -1);
+        assert_string_equal(err, cases[i].message);
+    }
 }
 
 static void test_die_at_flag(void **state)
@@ -218,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_layout_flag),
         cmocka_unit_test(test_rank_lists),
         cmocka_unit_test(test_default_layout),
+        cmocka_unit_test(test_single_process),
         cmocka_unit_test(test_die_at_flag),
         cmocka_unit_test(test_channels),
     };

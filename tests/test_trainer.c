@@ -22,8 +22,12 @@
  *    the steps done so far;
  *  - the other variants (MLP-only drafter, sliding window with two sync targets, --data text
  *    file, the default trace path under runs/) run with finite, sane losses;
+ *  - --trace DIR/ in one process writes DIR/rank0.sqlite (rank 0 of 1); over rank files of
+ *    an older, larger run the run stops without --overwrite and removes (and names) them
+ *    with it, never a file of that name that is not a trace or that a process is writing;
  *  - bad flags: each gives exit status 2, nothing on stdout, exactly one line on stderr, and
- *    leaves no trace file behind.
+ *    leaves no trace file behind; so do the flags of a multi-process run in one process, and
+ *    torchrun's environment with RANK=1.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -777,6 +781,148 @@ static void test_variants(void **state)
 
 /* ---- flags ------------------------------------------------------------------------------- */
 
+/* An old trace of rank `rank` of a `world`-process run at DIR/rank<rank>.sqlite, written with
+ * the tracer as a multi-process run writes it. */
+static void write_rank_trace(const char *dir, int rank, int world, st_trace **keep_open)
+{
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = dir;
+    opt.rank = rank;
+    opt.world_size = world;
+    opt.run_id = "1700000000-42";
+    opt.program = "trainer";
+    st_trace *t;
+    assert_int_equal(st_open(&t, &opt), ST_OK);
+    if (keep_open)
+        *keep_open = t;
+    else
+        assert_int_equal(st_close(t), ST_OK);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* --trace DIR/ in one process writes DIR/rank0.sqlite (rank 0 of 1), the name rank 0 of any
+ * run writes there; with or without the slash for an existing directory. */
+static void test_trace_directory(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], slash[PATH_MAX + 1], file[PATH_MAX + 16];
+    tmp_path(dir, sizeof dir, "tracedir");
+    assert_int_equal(mkdir(dir, 0777), 0);
+    snprintf(slash, sizeof slash, "%s/", dir);
+    snprintf(file, sizeof file, "%s/rank0.sqlite", dir);
+    const char *args[] = {"--steps", "2", "--trace", slash, NULL};
+    trainer_result res = run_trainer(args, NULL);
+    if (res.status != 0)
+        print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
+    assert_int_equal(res.status, 0);
+    assert_non_null(strstr(res.out, "rank0.sqlite (0 events dropped)"));
+    free_trainer_result(&res);
+    st_reader *r = open_complete_trace(file);
+    assert_string_equal(st_reader_meta(r, "rank"), "0");
+    assert_string_equal(st_reader_meta(r, "world_size"), "1");
+    st_reader_close(r);
+    const char *again[] = {"--steps", "2", "--trace", dir, "--overwrite", NULL};
+    res = run_trainer(again, NULL);
+    assert_int_equal(res.status, 0);
+    free_trainer_result(&res);
+    r = open_complete_trace(file);
+    st_reader_close(r);
+    assert_false(exists(dir, "rank1.sqlite"));
+}
+
+/* A directory that holds more ranks of an older run: without --overwrite the run stops (exit
+ * 1, one line naming them) and nothing is removed; with it the stale rank files are removed
+ * and named, so the directory reads as the new run; a file of that name that is not a trace,
+ * or a trace another process is writing, stops the run and is never removed; other files
+ * are not touched. */
+static void test_trace_directory_stale_ranks(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], slash[PATH_MAX + 1], junk[PATH_MAX + 16];
+    tmp_path(dir, sizeof dir, "staledir");
+    assert_int_equal(mkdir(dir, 0777), 0);
+    snprintf(slash, sizeof slash, "%s/", dir);
+    for (int rank = 0; rank < 4; rank++)
+        write_rank_trace(slash, rank, 4, NULL);
+    snprintf(junk, sizeof junk, "%s/notes.txt", dir);
+    FILE *f = fopen(junk, "w");
+    assert_non_null(f);
+    fputs("not a trace\n", f);
+    fclose(f);
+    char expect[4 * PATH_MAX];
+    snprintf(expect, sizeof expect, "%srank1.sqlite, %srank2.sqlite, %srank3.sqlite", slash,
+             slash, slash);
+
+    const char *plain[] = {"--steps", "2", "--trace", slash, NULL};
+    trainer_result res = run_trainer(plain, NULL);
+    assert_int_equal(res.status, 1);
+    assert_int_equal(count_lines(res.err), 1);
+    assert_non_null(strstr(res.err, "trainer: an older run left rank files that a run of 1 "
+                                    "process does not write: "));
+    assert_non_null(strstr(res.err, expect));
+    assert_non_null(strstr(res.err, "add --overwrite to remove them"));
+    assert_string_equal(res.out, "");
+    free_trainer_result(&res);
+    assert_true(exists(dir, "rank1.sqlite") && exists(dir, "rank3.sqlite"));
+
+    /* a file of a rank file's name that is not a trace: never removed, nor anything else */
+    snprintf(junk, sizeof junk, "%s/rank9.sqlite", dir);
+    f = fopen(junk, "w");
+    assert_non_null(f);
+    fputs("not a trace\n", f);
+    fclose(f);
+    const char *over[] = {"--steps", "2", "--trace", slash, "--overwrite", NULL};
+    res = run_trainer(over, NULL);
+    assert_int_equal(res.status, 1);
+    assert_int_equal(count_lines(res.err), 1);
+    assert_non_null(strstr(res.err, "rank9.sqlite' has the name of a rank's trace but is not one"));
+    free_trainer_result(&res);
+    assert_true(exists(dir, "rank1.sqlite") && exists(dir, "rank9.sqlite"));
+    assert_int_equal(unlink(junk), 0);
+
+    /* a rank file another process is writing (this one): never removed */
+    st_trace *live;
+    char live_dir[PATH_MAX + 1];
+    snprintf(live_dir, sizeof live_dir, "%s", slash);
+    write_rank_trace(live_dir, 5, 8, &live);
+    res = run_trainer(over, NULL);
+    assert_int_equal(res.status, 1);
+    assert_int_equal(count_lines(res.err), 1);
+    assert_non_null(strstr(res.err, "rank5.sqlite' is being written by another process"));
+    free_trainer_result(&res);
+    assert_true(exists(dir, "rank5.sqlite") && exists(dir, "rank1.sqlite"));
+    assert_int_equal(st_close(live), ST_OK);
+    char live_path[PATH_MAX + 16];
+    snprintf(live_path, sizeof live_path, "%s/rank5.sqlite", dir);
+    remove_trace_files(live_path);
+
+    /* --overwrite: the stale ranks go, named; rank 0 is replaced; notes.txt stays */
+    res = run_trainer(over, NULL);
+    if (res.status != 0)
+        print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
+    assert_int_equal(res.status, 0);
+    char removed[5 * PATH_MAX];
+    snprintf(removed, sizeof removed,
+             "trainer: --overwrite removed the rank files of an older run: %s\n", expect);
+    assert_non_null(strstr(res.out, removed));
+    free_trainer_result(&res);
+    assert_false(exists(dir, "rank1.sqlite") || exists(dir, "rank2.sqlite") ||
+                 exists(dir, "rank3.sqlite") || exists(dir, "rank3.sqlite-wal"));
+    assert_true(exists(dir, "notes.txt"));
+    char file[PATH_MAX + 16];
+    snprintf(file, sizeof file, "%s/rank0.sqlite", dir);
+    st_reader *r = open_complete_trace(file);
+    assert_string_equal(st_reader_meta(r, "world_size"), "1");
+    st_reader_close(r);
+}
+
 static void test_help_and_version(void **state)
 {
     (void)state;
@@ -815,6 +961,11 @@ static void test_bad_flags(void **state)
         {"--data", "/nonexistent/file.txt"},
         {"--lr", "-1"},
         {"stray"},
+        /* flags of a multi-process run, in one process (no launcher) */
+        {"--layout", "targets=2,drafters=2", "--steps", "5"},
+        {"--target-ranks", "0,5"},
+        {"--drafter-ranks", "0,"},
+        {"--test-die-at", "0:2"},
         {"--device", "cuda"}, /* last: skipped when this build has the CUDA backend */
     };
     size_t n_cases = sizeof cases / sizeof cases[0];
@@ -854,6 +1005,24 @@ static void test_bad_flags(void **state)
     assert_non_null(strstr(nd.err, "'/nonexistent-dir/run.sqlite'"));
     assert_string_equal(nd.out, "");
     free_trainer_result(&nd);
+    /* A layout in one process says what is wrong and how to mend it. */
+    const char *layout[] = {"--layout", "targets=2,drafters=2", "--steps", "5", NULL};
+    trainer_result l = run_trainer(layout, NULL);
+    assert_int_equal(l.status, 2);
+    assert_string_equal(l.err, "trainer: --layout targets=2,drafters=2 needs 4 processes, but the "
+                               "run has 1 (start it with mpirun -np 4)\n");
+    free_trainer_result(&l);
+    /* torchrun's environment without rank 0 beside it: this process says it itself */
+    const char *rank1_env[] = {"WORLD_SIZE=2", "RANK=1", NULL};
+    trainer_options rank1_opt = {NULL, rank1_env, 0};
+    const char *plain[] = {"--steps", "2", NULL};
+    trainer_result t1 = run_trainer(plain, &rank1_opt);
+    assert_int_equal(t1.status, 2);
+    assert_int_equal(count_lines(t1.err), 1);
+    assert_non_null(strstr(t1.err, "trainer: WORLD_SIZE=2 but no MPI launcher started this process"));
+    assert_non_null(strstr(t1.err, "use mpirun -np 2 build/trainer"));
+    assert_string_equal(t1.out, "");
+    free_trainer_result(&t1);
     /* "0" reads as a count of no devices; the message says how to name device 0 alone */
     const char *zero[] = {"--target-gpus", "0", NULL};
     trainer_result z = run_trainer(zero, NULL);
@@ -879,6 +1048,8 @@ int main(void)
         cmocka_unit_test(test_slow_target),
         cmocka_unit_test(test_sigint),
         cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_trace_directory),
+        cmocka_unit_test(test_trace_directory_stale_ranks),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_config_trace_ring),

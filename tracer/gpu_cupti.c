@@ -33,13 +33,13 @@ int st_gpu_start(st_trace *trace)
 #else
 
 #include <cupti.h>
+#include <dlfcn.h>
 
 #ifdef ST_CUPTI_DLOPEN
 /* Lazy CUPTI (the Python extension): nothing links libcupti, so importing
  * never needs it; st_gpu_start loads it with dlopen and resolves the few
  * functions used here, or says plainly that it is missing. A process that
  * has CUPTI loaded already (a framework's copy) gets that copy. */
-#include <dlfcn.h>
 #define ST_CUPTI_FUNCS(X)                                                                        \
     X(cuptiActivityDisable) X(cuptiActivityEnable) X(cuptiActivityFlushAll)                     \
     X(cuptiActivityFlushPeriod) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) \
@@ -119,14 +119,66 @@ static struct {
 } contexts[MAX_CONTEXTS];
 static size_t n_contexts;
 
-#define CUPTI_CHECK(call)                                                                   \
-    do {                                                                                    \
-        CUptiResult r_ = (call);                                                            \
-        if (r_ != CUPTI_SUCCESS) {                                                          \
-            const char *m_ = "unknown error";                                               \
-            cuptiGetResultString(r_, &m_);                                                  \
-            return st_set_error(ST_EIO, "%s:%d: %s: CUPTI: %s", __FILE__, __LINE__, #call, m_); \
-        }                                                                                   \
+/* Why the machine cannot be profiled, when it cannot: no CUDA driver, a driver that does not
+ * start, or no device. CUPTI says only CUPTI_ERROR_UNKNOWN (or NOT_INITIALIZED, ...) then, so
+ * the driver is asked directly, through dlopen: nothing here links libcuda, and a machine
+ * without it must still load this file. NULL when the driver sees a device. */
+static const char *cuda_unusable(char *buf, size_t size)
+{
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) {
+        snprintf(buf, size, "no CUDA driver (libcuda.so.1 cannot be loaded: %s)", dlerror());
+        return buf;
+    }
+    __typeof__(cuInit) *init = (__typeof__(cuInit) *)dlsym(cuda, "cuInit");
+    __typeof__(cuDeviceGetCount) *count = (__typeof__(cuDeviceGetCount) *)dlsym(cuda, "cuDeviceGetCount");
+    __typeof__(cuGetErrorName) *error_name = (__typeof__(cuGetErrorName) *)dlsym(cuda, "cuGetErrorName");
+    if (!init || !count) {
+        snprintf(buf, size, "the CUDA driver's libcuda.so.1 lacks cuInit or cuDeviceGetCount");
+        return buf;
+    }
+    int devices = 0;
+    CUresult rc = init(0);
+    const char *what = "cuInit";
+    if (rc == CUDA_SUCCESS) {
+        rc = count(&devices);
+        what = "cuDeviceGetCount";
+    }
+    if (rc != CUDA_SUCCESS) {
+        const char *name = "unknown error";
+        if (error_name) error_name(rc, &name);
+        snprintf(buf, size, "the CUDA driver does not start (%s: %s)", what, name);
+        return buf; /* libcuda stays loaded: the program may use it yet */
+    }
+    if (devices == 0) {
+        snprintf(buf, size, "the CUDA driver sees no device");
+        return buf;
+    }
+    return NULL;
+}
+
+/* A failed CUPTI call, in words a user can act on where the machine is the cause; with the
+ * call's file:line where it is not (a bug here, or CUPTI's). */
+static int cupti_failure(CUptiResult r, const char *call, const char *file, int line)
+{
+    const char *m = "unknown error";
+    cuptiGetResultString(r, &m);
+    if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES || r == CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES)
+        return st_set_error(ST_EIO,
+                            "GPU profiling is reserved to administrators on this machine (the NVIDIA "
+                            "driver's NVreg_RestrictProfilingToAdminUsers=1): run as root, or load the "
+                            "driver with NVreg_RestrictProfilingToAdminUsers=0 (CUPTI: %s)",
+                            m);
+    char why[512];
+    if (cuda_unusable(why, sizeof why))
+        return st_set_error(ST_EIO, "GPU tracing needs a usable CUDA device and driver: %s (CUPTI: %s)", why, m);
+    return st_set_error(ST_EIO, "%s:%d: %s: CUPTI: %s", file, line, call, m);
+}
+
+#define CUPTI_CHECK(call)                                                                  \
+    do {                                                                                   \
+        CUptiResult r_ = (call);                                                           \
+        if (r_ != CUPTI_SUCCESS) return cupti_failure(r_, #call, __FILE__, __LINE__);      \
     } while (0)
 
 static uint64_t hash_str(const char *s)

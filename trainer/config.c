@@ -419,11 +419,15 @@ static void usage(FILE *f)
         "  --metrics-every N          accuracy and top-4 every N steps (default 10)\n"
         "  --profile-interval N       profile lines every N steps, 0 = off (default 0)\n"
         "  --trace PATH               trace file (default runs/<time>-<pid>.sqlite when\n"
-        "                             --profile-interval > 0; no trace otherwise)\n"
+        "                             --profile-interval > 0; no trace otherwise); DIR/ or an\n"
+        "                             existing directory: DIR/rank<r>.sqlite, rank0 for one\n"
+        "                             process; NAME.sqlite under N processes: NAME.rank<r>.sqlite\n"
         "  --profile-steps A-B        cuda: cudaProfilerStart before step A, Stop after step B\n"
         "                             (nsys profile --capture-range=cudaProfilerApi)\n"
         "  --overwrite                replace an existing trace file (never one that another\n"
-        "                             process is still writing)\n"
+        "                             process is still writing), and remove the rank files of\n"
+        "                             an older run with more ranks there (rank<N>.sqlite, N >=\n"
+        "                             processes: without it they stop the run)\n"
         "  --ring-records N           per-thread trace ring, a power of two from 64 to\n"
         "                             268435456 slots of 16 bytes (default 262144)\n"
         "  --block-when-full          a thread whose ring is full waits for the writer\n"
@@ -440,12 +444,16 @@ static void usage(FILE *f)
         "                             the same, rank by rank (one list alone: the other\n"
         "                             role gets every rank it does not name)\n"
         "  --test-die-at RANK:STEP    test knob: rank RANK kills itself (SIGKILL) at step STEP\n"
+        "                             These need 2 processes or more: in one process (no\n"
+        "                             launcher, mpirun -np 1, no MPI) each is a bad flag.\n"
         "  --help, --version\n"
         "\n"
         "Exit status: 0 done; 1 runtime failure (among them a trace that cannot be created:\n"
-        "an unwritable directory, an existing file without --overwrite, a file another\n"
-        "process is writing); 2 bad flags; 130 stopped by SIGINT/SIGTERM (the trace is then\n"
-        "flushed and says status = interrupted).\n");
+        "an unwritable directory, an existing file or older rank files without --overwrite,\n"
+        "a file another process is writing); 2 bad flags; 130 stopped by SIGINT/SIGTERM (the\n"
+        "trace is then flushed and says status = interrupted). Under mpirun these are each\n"
+        "rank's; Open MPI's mpirun returns 137 after a rank is killed, 1 after SIGTERM or\n"
+        "SIGINT to mpirun (README, Multi-process runs).\n");
 }
 
 static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)

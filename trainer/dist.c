@@ -60,9 +60,11 @@ static long env_long(const char *name)
     return errno || *end || x < 0 ? -1 : x;
 }
 
+/* Only an MPI launcher's variables: they promise a rank 0 started beside this process.
+ * torchrun's RANK does not (RANK=1 may be all there is), so it is not read here. */
 int tr_dist_env_rank(void)
 {
-    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"};
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         long v = env_long(names[i]);
         if (v >= 0)
@@ -144,6 +146,7 @@ const char *tr_dist_version_note(void)
 #include "pipeline.h"
 #include "queue.h"
 #include "stagetrace.h"
+#include "trace_path.h"
 
 #if defined(ST_WITH_NCCL) && defined(TR_HAVE_CUDA_BACKEND) && __has_include(<nccl.h>)
 #include <nccl.h>
@@ -211,7 +214,7 @@ typedef struct rank_state {
     tr_data *data;
     atomic_int stop;
     pthread_mutex_t error_lock;
-    char error[320];
+    char error[1024];
     /* what the rank did, for its closing line */
     uint64_t items, tokens;
 } rank_state;
@@ -521,8 +524,11 @@ typedef struct drafter_side {
     int32_t *anchors;
 } drafter_side;
 
-/* Posts receives for the items of steps next.. as long as there are free slots, granting one
- * credit per slot; completes them in step order and hands them to the drafter. */
+/* Posts receives for the items of steps next.. while fewer than --queue-depth items are
+ * posted (credited) or received and waiting in `ready`, granting one credit per posted slot;
+ * completes them in step order and hands them to the drafter. The slot pool holds one more
+ * than the depth: the one the drafter copies in (h2d) is no longer in the queue. Only this
+ * thread puts into `ready`, so the depth it reads never undercounts. */
 static uint64_t receive_items(drafter_side *d)
 {
     rank_state *r = d->r;
@@ -533,7 +539,7 @@ static uint64_t receive_items(drafter_side *d)
     long polls = 0;
     while (done < steps && !stopping(r)) {
         int progressed = 0;
-        while (next <= steps && count < d->n_slots &&
+        while (next <= steps && count + tr_queue_depth(&d->ready) < cfg->queue_depth &&
                (count == 0 || tr_queue_depth(&d->free_slots) > 0)) {
             tr_hidden *h = tr_queue_pop(&d->free_slots); /* waits only with nothing posted */
             if (!h)
@@ -659,6 +665,10 @@ static void drafter_run(drafter_side *d)
     for (uint64_t step = 1; step <= (uint64_t)cfg->steps && !stopping(r); step++) {
         tr_step_metrics m;
         memset(&m, 0, sizeof m);
+        /* queue_depth: items received and not yet trained on, as the drafter comes for the
+         * next (the most since its last pop: only the receiver puts) and as it leaves */
+        if (r->c_queue_depth >= 0)
+            st_counter_set((st_counter)r->c_queue_depth, (double)tr_queue_depth(&d->ready));
         st_begin(r->s_queue_wait);
         tr_hidden *h = tr_queue_pop(&d->ready);
         if (h && r->c_queue_depth >= 0)
@@ -955,6 +965,24 @@ static int open_trace(rank_state *r, int argc, char **argv)
         snprintf(r->run_id, sizeof r->run_id, "%lld-%ld", (long long)time(NULL),
                  (long)getpid());
     MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, r->comm);
+    /* rank files of an older, larger run where these go (trace_path.h): rank 0 removes them
+     * (--overwrite) or stops the run, before any rank opens its file */
+    if (cfg->trace_path) {
+        int stale_ok = 1;
+        if (r->rank == 0) {
+            char removed[2048], err[1024];
+            stale_ok = tr_trace_clear_stale(cfg->trace_path, r->world, cfg->overwrite, removed,
+                                            sizeof removed, err, sizeof err) == 0;
+            if (!stale_ok)
+                rank_fail(r, "%s", err);
+            else if (removed[0])
+                printf("trainer: --overwrite removed the rank files of an older run: %s\n",
+                       removed);
+        }
+        MPI_Bcast(&stale_ok, 1, MPI_INT, 0, r->comm);
+        if (!stale_ok)
+            return -1;
+    }
     if (cfg->trace_path) {
         snprintf(r->path, sizeof r->path, "%s", cfg->trace_path);
     } else if (r->tracing) {

@@ -27,8 +27,9 @@ enum {
 /* How the process was started; on TR_DIST_MULTI, MPI_Init_thread has run. */
 int tr_dist_detect(int *argc, char ***argv, char *err, size_t err_size);
 
-/* The launcher's rank of this process before MPI starts (0 when none says), so that only
- * rank 0 prints a usage error that every rank found. */
+/* The MPI launcher's rank of this process before MPI starts (0 when no MPI launcher started
+ * it: torchrun's RANK does not count), so that only rank 0 prints a usage error that every
+ * rank found. */
 int tr_dist_env_rank(void);
 
 /* Runs this rank's role to the end, writes its trace, finalises MPI. Returns the exit status:

@@ -4,23 +4,34 @@
 #include <stdio.h>
 #include <string.h>
 
+/* "the run has 1 process (rank 0)", "the run has 3 processes (ranks 0..2)" */
+static const char *processes(int world, char *buf, size_t n)
+{
+    if (world == 1)
+        snprintf(buf, n, "the run has 1 process (rank 0)");
+    else
+        snprintf(buf, n, "the run has %d processes (ranks 0..%d)", world, world - 1);
+    return buf;
+}
+
 static int fill_from_lists(tr_layout *l, const int *targets, int n_targets, const int *drafters,
                            int n_drafters, int world, char *err, size_t n)
 {
+    char have[64];
     for (int r = 0; r < world; r++)
         l->role[r] = -1;
     for (int i = 0; i < n_targets; i++) {
         if (targets[i] >= world) {
-            snprintf(err, n, "--target-ranks names rank %d, but the run has %d processes "
-                             "(ranks 0..%d)", targets[i], world, world - 1);
+            snprintf(err, n, "--target-ranks names rank %d, but %s", targets[i],
+                     processes(world, have, sizeof have));
             return -1;
         }
         l->role[targets[i]] = TR_ROLE_TARGET;
     }
     for (int i = 0; i < n_drafters; i++) {
         if (drafters[i] >= world) {
-            snprintf(err, n, "--drafter-ranks names rank %d, but the run has %d processes "
-                             "(ranks 0..%d)", drafters[i], world, world - 1);
+            snprintf(err, n, "--drafter-ranks names rank %d, but %s", drafters[i],
+                     processes(world, have, sizeof have));
             return -1;
         }
         l->role[drafters[i]] = TR_ROLE_DRAFTER;
@@ -31,25 +42,44 @@ static int fill_from_lists(tr_layout *l, const int *targets, int n_targets, cons
 int tr_layout_make(tr_layout *l, const tr_config *cfg, int world, char *err, size_t n)
 {
     memset(l, 0, sizeof *l);
-    if (world < 2 || world > TR_MAX_RANKS) {
+    if (world < 1 || world > TR_MAX_RANKS) { /* world 1: the flags are checked first */
         snprintf(err, n, "a multi-process run needs 2..%d processes, got %d", TR_MAX_RANKS,
                  world);
         return -1;
     }
     l->world = world;
+    /* the flags against the number of processes first: that mistake is the one to name */
     if (cfg->layout_targets) {
-        if (cfg->layout_targets + cfg->layout_drafters != world) {
+        int need = cfg->layout_targets + cfg->layout_drafters;
+        if (need != world) {
             snprintf(err, n, "--layout targets=%d,drafters=%d needs %d processes, but the run "
-                             "has %d", cfg->layout_targets, cfg->layout_drafters,
-                     cfg->layout_targets + cfg->layout_drafters, world);
+                             "has %d (start it with mpirun -np %d)", cfg->layout_targets,
+                     cfg->layout_drafters, need, world, need);
             return -1;
         }
-        for (int r = 0; r < world; r++)
-            l->role[r] = r < cfg->layout_targets ? TR_ROLE_TARGET : TR_ROLE_DRAFTER;
     } else if (cfg->n_target_ranks || cfg->n_drafter_ranks) {
         if (fill_from_lists(l, cfg->target_ranks, cfg->n_target_ranks, cfg->drafter_ranks,
                             cfg->n_drafter_ranks, world, err, n))
             return -1;
+    }
+    if (world < 2) {
+        const char *flag = cfg->n_target_ranks    ? "--target-ranks"
+                           : cfg->n_drafter_ranks ? "--drafter-ranks"
+                                                  : NULL;
+        /* one process plays every role: no layout of ranks applies to it */
+        if (flag)
+            snprintf(err, n, "%s lays out the ranks of a multi-process run, but the run has 1 "
+                             "process: start it with mpirun -np N (N >= 2), or drop the flag",
+                     flag);
+        else
+            snprintf(err, n, "a multi-process run needs 2..%d processes, got %d", TR_MAX_RANKS,
+                     world);
+        return -1;
+    }
+    if (cfg->layout_targets) {
+        for (int r = 0; r < world; r++)
+            l->role[r] = r < cfg->layout_targets ? TR_ROLE_TARGET : TR_ROLE_DRAFTER;
+    } else if (cfg->n_target_ranks || cfg->n_drafter_ranks) {
         for (int r = 0; r < world; r++) {
             if (l->role[r] >= 0)
                 continue;
@@ -76,6 +106,21 @@ int tr_layout_make(tr_layout *l, const tr_config *cfg, int world, char *err, siz
     if (!l->n_targets || !l->n_drafters) {
         snprintf(err, n, "the layout leaves no %s rank: a run needs at least one target and "
                          "one drafter", l->n_targets ? "drafter" : "target");
+        return -1;
+    }
+    return 0;
+}
+
+int tr_layout_check_single(const tr_config *cfg, char *err, size_t n)
+{
+    if (cfg->layout_targets || cfg->n_target_ranks || cfg->n_drafter_ranks) {
+        static tr_layout l; /* large: not on the stack; main's thread only */
+        tr_layout_make(&l, cfg, 1, err, n); /* fails: it says how */
+        return -1;
+    }
+    if (cfg->die_step) {
+        snprintf(err, n, "--test-die-at names a rank of a multi-process run, but the run has 1 "
+                         "process: start it with mpirun -np N (N >= 2), or drop the flag");
         return -1;
     }
     return 0;

@@ -7,7 +7,10 @@
  * and T..T+D-1 to drafters; --target-ranks/--drafter-ranks name them (one list alone: the other
  * role takes every rank it leaves); neither: the first world/2 ranks (rounded down) are
  * targets, the rest drafters. Every rank must get exactly one role and each role at least one
- * rank. A role's index is the rank's position among that role's ranks, in rank order.
+ * rank, so a run has at least 2 processes. A role's index is the rank's position among that
+ * role's ranks, in rank order. A single process (no MPI launcher, mpirun -np 1, a build
+ * without MPI) plays every role itself: any flag that lays out ranks is a mistake there
+ * (tr_layout_check_single), never ignored.
  *
  * Channels. Edge i, for i in 0..max(T,D)-1, joins target i mod T to drafter i mod D: with
  * T == D target k feeds drafter k; with more targets, drafter d is fed by targets d, d+D, ...;
@@ -39,8 +42,13 @@ typedef struct tr_layout {
     int drafter_rank[TR_MAX_RANKS]; /* [n_drafters] */
 } tr_layout;
 
-/* Builds the layout of `world` ranks from cfg's flags. 0, or -1 with one line in err. */
+/* Builds the layout of `world` ranks from cfg's flags. 0, or -1 with one line in err: a flag
+ * for another number of processes is named first (for world 1, every layout flag is). */
 int tr_layout_make(tr_layout *l, const tr_config *cfg, int world, char *err, size_t err_size);
+
+/* For a one-process run: 0 when no flag of a multi-process run (--layout, --target-ranks,
+ * --drafter-ranks, --test-die-at) is given, else -1 with one line in err. */
+int tr_layout_check_single(const tr_config *cfg, char *err, size_t err_size);
 
 /* The targets feeding drafter d (its sources, in edge order); returns their count. */
 int tr_layout_sources(const tr_layout *l, int drafter, int *targets /* [n_targets] */);

@@ -20,8 +20,10 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
+#include "layout.h"
 #include "pipeline.h"
 #include "stagetrace.h"
+#include "trace_path.h"
 
 #define EXIT_RUNTIME 1 /* could not do what well-formed flags asked: the trace, the pipeline */
 #define EXIT_USAGE 2
@@ -88,10 +90,11 @@ static void print_taps(const tr_config *cfg)
 int main(int argc, char **argv)
 {
     tr_config cfg;
-    char err[512];
+    char err[3072]; /* one line, which may name a few paths */
     tr_version_extra = tr_dist_version_note();
-    /* Under mpirun every rank finds the same mistake: rank 0 says it. */
-    int quiet = tr_dist_env_rank() != 0;
+    /* Under an MPI launcher every rank finds the same mistake: rank 0 says it. Any other
+     * process (torchrun's RANK=1 too) says it itself: no rank 0 of ours may exist. */
+    int quiet = tr_dist_env_rank() > 0;
     int rc = tr_config_parse(&cfg, argc, argv, stdout, err, sizeof err);
     if (rc == TR_CONFIG_EXIT)
         return 0;
@@ -112,6 +115,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "trainer: %s\n", err);
         return EXIT_USAGE;
     }
+    /* One process plays every role: a layout of ranks is a mistake here, never ignored. */
+    if (launch == TR_DIST_SINGLE && tr_layout_check_single(&cfg, err, sizeof err)) {
+        if (!quiet)
+            fprintf(stderr, "trainer: %s\n", err);
+        return EXIT_USAGE;
+    }
     tr_data *data;
     if (tr_data_open(&data, &cfg, err, sizeof err)) {
         if (!quiet)
@@ -121,17 +130,24 @@ int main(int argc, char **argv)
     if (launch == TR_DIST_MULTI)
         return tr_dist_main(&cfg, backend, data, argc, argv);
 
-    char path_buf[256];
+    char path_buf[4096];
     const char *path = cfg.trace_path;
     int tracing = path || cfg.profile_interval > 0;
-    if (tracing && !path) {
-        if (default_trace_path(path_buf, sizeof path_buf, err, sizeof err)) {
-            fprintf(stderr, "trainer: %s\n", err);
-            tr_data_close(data);
-            return EXIT_RUNTIME;
-        }
-        path = path_buf;
+    /* --trace DIR/: DIR/rank0.sqlite, as rank 0 of any run (trace_path.h); rank files of an
+     * older, larger run there are removed with --overwrite, else they stop the run */
+    char removed[2048] = "";
+    if (tracing && (path ? tr_trace_single_path(path, path_buf, sizeof path_buf, err, sizeof err) ||
+                               tr_trace_clear_stale(path, 1, cfg.overwrite, removed,
+                                                    sizeof removed, err, sizeof err)
+                         : default_trace_path(path_buf, sizeof path_buf, err, sizeof err))) {
+        fprintf(stderr, "trainer: %s\n", err);
+        tr_data_close(data);
+        return EXIT_RUNTIME;
     }
+    if (tracing)
+        path = path_buf;
+    if (removed[0])
+        printf("trainer: --overwrite removed the rank files of an older run: %s\n", removed);
 
     /* Signals go to main only: every other thread (the trace's writer included) is created
      * with them blocked, so the handler never runs on a thread it waits for. */
