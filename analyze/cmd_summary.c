@@ -401,7 +401,18 @@ int cmd_summary(int argc, char **argv)
             an_error("summary: cannot write the output");
             rc = AN_EXIT_FAIL;
         }
-        /* Warnings after the work: a failure stays one line. */
+        /* Warnings after the work: a failure stays one line. A rank set's
+         * are every command's (an_set_warn): its missing ranks, then each
+         * rank's own, ranks ascending. */
+        int as_set = n_paths > 1 || a.n_pos != 1 || strcmp(paths[0], a.pos[0]) != 0;
+        if (!rc && as_set && an_stats_rank_set(&s)) {
+            int64_t *present = malloc(s.n_files * sizeof *present);
+            if (present) {
+                for (uint32_t f = 0; f < s.n_files; f++) present[f] = s.files[f].rank;
+                an_warn_missing_ranks(s.files[0].run_id, s.files[0].world_size, present, s.n_files);
+                free(present);
+            }
+        }
         for (int i = 0; !rc && i < n_open; i++)
             if (n_paths == 1) an_trace_warn(&traces[i]);
             else if (s.files[i].warnings) fputs(s.files[i].warnings, stderr);

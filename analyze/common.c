@@ -454,6 +454,9 @@ void an_trace_warn(const an_trace *t)
     if (status && strcmp(status, "running") == 0)
         an_warn("%s is incomplete (status running: the run did not finish); analysing what it holds",
                 t->path);
+    else if (status && strcmp(status, "interrupted") == 0)
+        an_warn("%s is incomplete (status interrupted: the run was stopped by a signal); analysing what it holds",
+                t->path);
     int64_t dropped;
     if (an_trace_meta_i64(t, "dropped_events", &dropped) == 0 && dropped > 0)
         an_warn("%s: %lld events were dropped (full rings); stage times may be undercounted", t->path,

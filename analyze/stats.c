@@ -247,7 +247,9 @@ static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel
     for (uint32_t i = 0; i < fc->n_ids; i++) fc->thread_index[i] = UINT32_MAX;
     for (uint32_t i = 0; i < nt; i++) fc->thread_index[st_reader_thread(t->r, i)->id] = i;
     int64_t rank;
-    fs->has_rank = an_trace_meta_i64(t, "rank", &rank) == 0;
+    fs->has_rank = an_trace_meta_i64(t, "rank", &rank) == 0 && rank >= 0 && rank < INT32_MAX;
+    if (an_trace_meta_i64(t, "world_size", &fs->world_size) || fs->world_size < 1 || fs->world_size > INT32_MAX)
+        fs->world_size = 0;
     fs->rank = fs->has_rank && rank >= 0 && rank < INT32_MAX ? (int)rank : (int)f;
     return AN_EXIT_OK;
 }
@@ -1006,25 +1008,22 @@ static int setup_one(an_stats *s, uint32_t f, an_trace *traces, char **paths, co
     return rc;
 }
 
-int an_stats_same_run(const an_stats *s)
+int an_stats_rank_set(const an_stats *s)
 {
-    if (s->n_files < 2) return 0;
+    if (s->n_files < 1) return 0;
     const an_file_stats *f0 = &s->files[0];
-    const char *id0 = f0->run_id, *prog0 = f0->program;
-    if (!id0 || !strrchr(id0, '-')) return 0;
-    size_t prefix = (size_t)(strrchr(id0, '-') - id0);
     for (uint32_t i = 0; i < s->n_files; i++) {
         const an_file_stats *fi = &s->files[i];
-        const char *id = fi->run_id, *prog = fi->program;
-        if (!id || !strrchr(id, '-') || (size_t)(strrchr(id, '-') - id) != prefix || strncmp(id, id0, prefix))
+        if (!st_run_ids_match(fi->run_id, f0->run_id) || !fi->has_rank || fi->world_size < 1 ||
+            fi->world_size != f0->world_size || fi->rank >= fi->world_size)
             return 0;
-        if (!prog || !prog0 || strcmp(prog, prog0)) return 0;
-        if (!fi->has_rank) return 0;
         for (uint32_t j = 0; j < i; j++)
             if (s->files[j].rank == fi->rank) return 0;
     }
     return 1;
 }
+
+int an_stats_same_run(const an_stats *s) { return s->n_files >= 2 && an_stats_rank_set(s); }
 
 /* The CPUs this process may run on (online ones, within its affinity mask),
  * at most 8: past a few workers the reading is bound by memory and SQLite,
