@@ -4,11 +4,13 @@
  * type-checked, every chunk decoded with bounds checks. */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "st_reader.h"
 #include "st_sqlite.h"
@@ -22,6 +24,7 @@ typedef struct meta_kv {
 struct st_reader {
     sqlite3 *db;
     int owns_db;
+    int wal_absent; /* st_reader_open: before SQLite opened the file, no PATH-wal beside it (1) or an empty one (2) */
     meta_kv *meta;
     uint32_t n_meta;
     st_thread_info *threads;
@@ -801,6 +804,23 @@ int64_t st_rank_clock_uncertainty(const st_rank_clock *c)
     return c->uncertainty_ns;
 }
 
+/* Whether a file without stagetrace tables is plausibly a trace copied
+ * without its write-ahead log (no PATH-wal beside it when it was opened,
+ * or an empty one, which a reader's earlier open may have left:
+ * r->wal_absent): a SQLite database in WAL mode, header bytes 18
+ * and 19 (the file format's write and read versions) both 2. While a
+ * program records, its commits sit in the -wal file, so the main file alone
+ * can be an empty database. */
+static int wal_mode(const char *path)
+{
+    unsigned char h[20];
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, h, sizeof h);
+    close(fd);
+    return got == (ssize_t)sizeof h && memcmp(h, "SQLite format 3", 16) == 0 && h[18] == 2 && h[19] == 2;
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
@@ -814,6 +834,11 @@ static int load(st_reader *r, const char *path)
             return st_set_error(ST_ECORRUPT, "cannot read '%s': %s", where, sqlite3_errmsg(r->db));
         }
         if (!kind) {
+            if (strcmp(required_tables[i], "meta") == 0 && path && r->wal_absent && wal_mode(path))
+                return st_set_error(ST_ECORRUPT,
+                                    "'%s' has no stagetrace tables; its write-ahead log '%s-wal' is %s (was "
+                                    "the file copied without it?)",
+                                    where, where, r->wal_absent == 2 ? "empty" : "missing");
             if (strcmp(required_tables[i], "meta") == 0)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (it has no meta table)", where);
             return st_set_error(ST_ECORRUPT, "'%s' is not a complete stagetrace trace: table '%s' is missing",
@@ -890,6 +915,7 @@ int st_reader_open(st_reader **out, const char *path)
         return st_set_error(ST_EIO, "cannot open trace '%s': it is not a regular file (%s)", path, file_kind(sb.st_mode));
     /* The same for the side files SQLite opens beside it. */
     static const char *const sides[] = {"-wal", "-shm", "-journal"};
+    int wal_absent = 0; /* looked at before SQLite opens the file: it may make an empty one, and leave it */
     for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
         size_t n = strlen(path);
         char *side = malloc(n + 9);
@@ -897,7 +923,9 @@ int st_reader_open(st_reader **out, const char *path)
         memcpy(side, path, n);
         strcpy(side + n, sides[i]);
         struct stat ss;
-        int odd = stat(side, &ss) == 0 && !S_ISREG(ss.st_mode);
+        int found = stat(side, &ss) == 0;
+        int odd = found && !S_ISREG(ss.st_mode);
+        if (i == 0) wal_absent = found ? (S_ISREG(ss.st_mode) && ss.st_size == 0 ? 2 : 0) : errno == ENOENT;
         free(side);
         if (odd)
             return st_set_error(ST_EIO, "cannot open trace '%s': its side file '%s%s' is not a regular file (%s)", path,
@@ -906,6 +934,7 @@ int st_reader_open(st_reader **out, const char *path)
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
     r->owns_db = 1;
+    r->wal_absent = wal_absent;
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         int rc = st_set_error(ST_EIO, "cannot open trace '%s': %s", path,
                               r->db ? sqlite3_errmsg(r->db) : "out of memory");
