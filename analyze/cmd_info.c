@@ -7,7 +7,10 @@
  * events and other recording errors, duration and tokens/s. Counts of ranges
  * and samples come from the chunk headers, so info is instant on any size.
  * A file that cannot be opened gets its one-line error and the others are
- * still shown (exit status 2 at the end).
+ * still shown (exit status 2 at the end). The ranks of a multi-process run
+ * come in rank order (an_inputs_by_rank) and get a block of their own: the
+ * missing and incomplete ranks, each rank's status in words, the ranks that
+ * died (status running) and those stopped because of them (interrupted).
  */
 #include <math.h>
 #include <stdlib.h>

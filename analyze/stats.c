@@ -701,8 +701,10 @@ static void task_failed(team *tm, const task *tk, const char *msg, int named)
 }
 
 /* A worker's reader opens the file again by its name: it must still be the
- * trace the others read (same run, stages and threads; a live trace may
- * have gained some). */
+ * trace the others read (same run_id or none in both, stages and threads;
+ * a live trace may have gained some). This asks whether a file is still
+ * itself, not whether two files are ranks of one run (st_run_ids_match):
+ * a trace without a run_id is still itself. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b)
 {
     const char *ra = st_reader_meta(a, "run_id"), *rb = st_reader_meta(b, "run_id");
