@@ -270,8 +270,13 @@ int an_trace_init(an_trace *t);
 void an_trace_close(an_trace *t);
 /* Prints "analyze: PATH: <st_last_error()>" and returns AN_EXIT_USAGE. */
 int an_trace_fail(const an_trace *t);
-/* Warnings for a run that did not finish or lost events (stderr). */
+/* The warnings of a trace (stderr), every command's, in one place
+ * (common.c): a file that did not finish (status running), dropped and lost
+ * events; a set's missing ranks, then each rank's as an_trace_warn_rank
+ * gives them, ranks ascending. an_trace_warn_rank: one rank of a set, also
+ * incomplete when interrupted. */
 void an_trace_warn(const an_trace *t);
+void an_trace_warn_rank(const an_trace *t);
 /* Lost spans overlapping [t0_ns, t1_ns], and their records in *records
  * (may be NULL): a window they touch is undercounted. */
 uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records);
@@ -379,6 +384,7 @@ typedef struct an_file_stats {
     int has_rank;                    /* meta rank present (0..INT32_MAX-1) */
     int64_t world_size;              /* meta world_size, 0 if absent or out of 1..INT32_MAX */
     char *warnings;                  /* an_stats_compute_paths: the file's warnings, to print after the work */
+    char *rank_warnings;             /* the same as one rank of a set (an_trace_warn_rank) */
 } an_file_stats;
 
 /* Across files of one run: per role name and stage name. */

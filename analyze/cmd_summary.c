@@ -404,8 +404,8 @@ int cmd_summary(int argc, char **argv)
         /* Warnings after the work: a failure stays one line. A rank set's
          * are every command's (an_set_warn): its missing ranks, then each
          * rank's own, ranks ascending. */
-        int as_set = n_paths > 1 || a.n_pos != 1 || strcmp(paths[0], a.pos[0]) != 0;
-        if (!rc && as_set && an_stats_rank_set(&s)) {
+        int as_set = (n_paths > 1 || a.n_pos != 1 || strcmp(paths[0], a.pos[0]) != 0) && an_stats_rank_set(&s);
+        if (!rc && as_set) {
             int64_t *present = malloc(s.n_files * sizeof *present);
             if (present) {
                 for (uint32_t f = 0; f < s.n_files; f++) present[f] = s.files[f].rank;
@@ -414,7 +414,9 @@ int cmd_summary(int argc, char **argv)
             }
         }
         for (int i = 0; !rc && i < n_open; i++)
-            if (n_paths == 1) an_trace_warn(&traces[i]);
+            if (as_set && n_paths == 1) an_trace_warn_rank(&traces[i]);
+            else if (n_paths == 1) an_trace_warn(&traces[i]);
+            else if (as_set && s.files[i].rank_warnings) fputs(s.files[i].rank_warnings, stderr);
             else if (s.files[i].warnings) fputs(s.files[i].warnings, stderr);
         if (!rc && n_ranges == 0) an_warn("no ranges in the selection");
     }

@@ -340,28 +340,26 @@ static void list_ranks(char *buf, size_t size, const int64_t *v, uint32_t n)
 
 void an_warn_missing_ranks(const char *run_id, int64_t world_size, const int64_t *ranks, uint32_t n)
 {
-    int64_t miss[64];
-    uint32_t n_miss = 0, k = 0;
-    for (int64_t r = 0; r < world_size; r++) {
-        while (k < n && ranks[k] < r) k++;
-        if (k < n && ranks[k] == r) continue;
-        if (n_miss < 64) miss[n_miss] = r;
-        n_miss++;
-        if (k >= n && n_miss > 64) { /* the rest are missing too */
-            n_miss += (uint32_t)(world_size - 1 - r);
-            break;
-        }
+    /* ranks: distinct, ascending, in 0..world_size-1 (a checked set), so the
+     * missing are world_size - n; the first 64 are listed, gap by gap */
+    int64_t n_miss = world_size - (int64_t)n, miss[64], prev = -1;
+    uint32_t listed = 0;
+    for (uint32_t k = 0; k <= n && listed < 64; k++) {
+        int64_t next = k < n ? ranks[k] : world_size;
+        for (int64_t r = prev + 1; r < next && listed < 64; r++) miss[listed++] = r;
+        prev = next;
     }
-    if (!n_miss) return;
+    if (n_miss <= 0) return;
     char buf[400];
-    list_ranks(buf, sizeof buf, miss, n_miss < 64 ? n_miss : 64);
-    if (n_miss > 64 && !strstr(buf, "...")) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), ", ...");
-    an_warn("run %s: %u of %lld ranks have no trace (missing rank%s %s); analysing the %u present", run_id, n_miss,
-            (long long)world_size, n_miss == 1 ? "" : "s", buf, n);
+    list_ranks(buf, sizeof buf, miss, listed);
+    if (n_miss > (int64_t)listed && !strstr(buf, "...")) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), ", ...");
+    an_warn("run %s: %lld of %lld ranks have no trace (missing rank%s %s); analysing the %u present", run_id,
+            (long long)n_miss, (long long)world_size, n_miss == 1 ? "" : "s", buf, n);
 }
 
 /* Every command's warnings on a set: the missing ranks, then each rank's
- * own (an_trace_warn: incomplete, dropped, lost), ranks ascending. */
+ * own (an_trace_warn_rank: incomplete, interrupted too, dropped, lost),
+ * ranks ascending. */
 void an_set_warn(const an_trace *t)
 {
     int64_t *present = malloc((t->n_ranks ? t->n_ranks : 1) * sizeof *present);
@@ -373,6 +371,6 @@ void an_set_warn(const an_trace *t)
     for (uint32_t i = 0; i < t->n_ranks; i++) {
         an_trace tmp = t->ranks[i];
         tmp.r = st_reader_part(t->r, i);
-        an_trace_warn(&tmp);
+        an_trace_warn_rank(&tmp);
     }
 }

@@ -992,16 +992,20 @@ static int setup_one(an_stats *s, uint32_t f, an_trace *traces, char **paths, co
     int rc = an_trace_open(&traces[f], paths[f]);
     if (rc) return rc;
     rc = setup_file(s, f, &traces[f], sel, fc);
-    if (!rc) {
+    /* kept both ways: summary knows only once all are set up whether the
+     * files are one rank set */
+    for (int as_rank = 0; !rc && as_rank < 2; as_rank++) {
         char *buf = NULL;
         size_t len = 0;
         FILE *ms = open_memstream(&buf, &len);
         if (!ms) rc = oom();
         else {
             an_warn_to(ms);
-            an_trace_warn(&traces[f]);
+            if (as_rank) an_trace_warn_rank(&traces[f]);
+            else an_trace_warn(&traces[f]);
             an_warn_to(NULL);
             if (fclose(ms) || !buf) rc = oom();
+            else if (as_rank) s->files[f].rank_warnings = buf;
             else s->files[f].warnings = buf;
         }
     }
@@ -1239,6 +1243,7 @@ void an_stats_free(an_stats *s)
         free(fs->program);
         free(fs->run_id);
         free(fs->warnings);
+        free(fs->rank_warnings);
     }
     an_merged_stats *m = &s->merged;
     for (uint32_t f = 0; f < s->n_files; f++) {
