@@ -150,10 +150,14 @@ cmp -s <(grep '^analyze: warning' miss_summary.err) <(grep '^analyze: warning' m
 ok
 # an interrupted file alone was stopped on purpose and flushed: no warning; the same file as a
 # set of one rank (a pattern) is a run cut short, from summary as from bottleneck
-for cmd in summary bottleneck; do
-    run "alone_$cmd" "$A" $cmd mixed/rank0.sqlite
+for cmd in summary "intervals --every 5"; do
+    # shellcheck disable=SC2086
+    run "alone_${cmd%% *}" "$A" $cmd mixed/rank0.sqlite
+    cmd=${cmd%% *} # the name from here
     [ $rc -eq 0 ] && ! grep -q 'incomplete' "alone_$cmd.err" || fail "$cmd, an interrupted file alone: $(cat "alone_$cmd.err")"
-    run "one_$cmd" "$A" $cmd 'mixed/rank0.sq*'
+    [ "$cmd" = summary ] && set -- || set -- --every 5
+    run "one_$cmd" "$A" "$cmd" "$@" 'mixed/rank0.sq*'
+    [ $rc -eq 0 ] || fail "$cmd, a set of one interrupted rank: exit $rc: $(cat "one_$cmd.err")"
     grep '^analyze: warning: ' "one_$cmd.err" >"one_$cmd.warn" || true
     printf '%s\n' "analyze: warning: run 1700000000-500: 3 of 4 ranks have no trace (missing ranks 1, 2, 3); analysing the 1 present" \
         "analyze: warning: mixed/rank0.sqlite is incomplete (status interrupted: the run was stopped by a signal); analysing what it holds" >one_want.txt
