@@ -263,6 +263,15 @@ int an_trace_open(an_trace *t, const char *path);
  * argument a file, a directory (its *.sqlite files) or a glob pattern.
  * *paths malloc'd (strings too: an_paths_free). Errors printed; exit code. */
 int an_inputs_expand(const char *const *args, int n, char ***paths, uint32_t *n_paths);
+/* Puts the files of one run (each opens, has a rank, and their run_ids
+ * match: st_run_ids_match) in rank order, stable; any other list stays as
+ * given. an_inputs_expand ends with it, so every command sees a rank set in
+ * rank order however it was given. */
+void an_inputs_by_rank(char **paths, uint32_t n);
+/* The one warning for the ranks a set lacks ("run ID: 1 of 4 ranks have no
+ * trace (missing rank 1); analysing the 3 present"); ranks: those present,
+ * ascending. Nothing when none is missing. */
+void an_warn_missing_ranks(const char *run_id, int64_t world_size, const int64_t *ranks, uint32_t n);
 void an_paths_free(char **paths, uint32_t n);
 /* One file, or the rank set of several: opened as one trace on rank 0's
  * clock. Errors printed; exit code. */
@@ -273,8 +282,13 @@ int an_trace_init(an_trace *t);
 void an_trace_close(an_trace *t);
 /* Prints "analyze: PATH: <st_last_error()>" and returns AN_EXIT_USAGE. */
 int an_trace_fail(const an_trace *t);
-/* Warnings for a run that did not finish or lost events (stderr). */
+/* The warnings of a trace (stderr), every command's, in one place
+ * (common.c): a file that did not finish (status running), dropped and lost
+ * events; a set's missing ranks, then each rank's as an_trace_warn_rank
+ * gives them, ranks ascending. an_trace_warn_rank: one rank of a set, also
+ * incomplete when interrupted. */
 void an_trace_warn(const an_trace *t);
+void an_trace_warn_rank(const an_trace *t);
 /* Lost spans overlapping [t0_ns, t1_ns], and their records in *records
  * (may be NULL): a window they touch is undercounted. */
 uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records);
@@ -379,8 +393,10 @@ typedef struct an_file_stats {
     char **stage_names;
     uint8_t *stage_kinds;
     char *program, *run_id;          /* meta, NULL if absent */
-    int has_rank;                    /* meta rank present */
+    int has_rank;                    /* meta rank present (0..INT32_MAX-1) */
+    int64_t world_size;              /* meta world_size, 0 if absent or out of 1..INT32_MAX */
     char *warnings;                  /* an_stats_compute_paths: the file's warnings, to print after the work */
+    char *rank_warnings;             /* the same as one rank of a set (an_trace_warn_rank) */
 } an_file_stats;
 
 /* Across files of one run: per role name and stage name. */
@@ -416,8 +432,10 @@ int an_stats_compute_jobs(an_stats *s, an_trace *traces, uint32_t n, const an_se
  * file are kept in files[f].warnings. Errors printed; exit code. */
 int an_stats_compute_paths(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,
                            int jobs);
-/* Files of one run: run_id equal up to its last '-', the same program, and
- * different ranks (meta rank present in each). */
+/* Files that are ranks of one run, by the reader's one rule (run_ids equal:
+ * st_run_ids_match), of one world_size, each with its own rank in
+ * 0..world_size-1; an_stats_same_run: two or more such files. */
+int an_stats_rank_set(const an_stats *s);
 int an_stats_same_run(const an_stats *s);
 /* The default --jobs: the CPUs this process may use, at most 8; 1 under
  * 500000 ranges. */

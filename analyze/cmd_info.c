@@ -7,7 +7,10 @@
  * events and other recording errors, duration and tokens/s. Counts of ranges
  * and samples come from the chunk headers, so info is instant on any size.
  * A file that cannot be opened gets its one-line error and the others are
- * still shown (exit status 2 at the end).
+ * still shown (exit status 2 at the end). The ranks of a multi-process run
+ * come in rank order (an_inputs_by_rank) and get a block of their own: the
+ * missing and incomplete ranks, each rank's status in words, the ranks that
+ * died (status running) and those stopped because of them (interrupted).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -419,8 +422,29 @@ static int cmp_rank_row(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
+/* A rank's status in words, for the rank-set block. */
+static const char *status_words(const char *status)
+{
+    if (strcmp(status, "complete") == 0) return "complete";
+    if (strcmp(status, "running") == 0) return "running (killed: no clean close, the trace was never finished)";
+    if (strcmp(status, "interrupted") == 0) return "interrupted (stopped by a signal; what it recorded was flushed)";
+    return NULL;
+}
+
+/* Appends ", N" (or "N" first) to a list of ranks in buf, cut with "..." */
+static void list_add(char *buf, size_t size, size_t *len, int64_t r)
+{
+    if (*len >= size - 24) {
+        if (!strstr(buf, "...")) *len += (size_t)snprintf(buf + *len, size - *len, ", ...");
+        return;
+    }
+    *len += (size_t)snprintf(buf + *len, size - *len, "%s%lld", *len ? ", " : "", (long long)r);
+}
+
 /* One group per run_id of world_size > 1: present, missing, incomplete
- * ranks and clock offsets. Text: a block; CSV/JSON: a table rank_sets. */
+ * ranks, each rank's status, the ranks that died (status running) and
+ * those stopped by a signal (interrupted), and clock offsets. Text: a
+ * block; CSV/JSON: a table rank_sets. */
 static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expanded)
 {
     qsort(rows, n, sizeof *rows, cmp_rank_row);
@@ -428,7 +452,8 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
     static const an_col cols[] = {{"run_id", AN_T_STR, 0},   {"world_size", AN_T_INT, 0},
                                   {"ranks_present", AN_T_INT, 0}, {"missing_ranks", AN_T_STR, 0},
                                   {"incomplete_ranks", AN_T_STR, 0}, {"duplicate_ranks", AN_T_STR, 0},
-                                  {"max_clock_uncertainty_ns", AN_T_INT, 0}};
+                                  {"max_clock_uncertainty_ns", AN_T_INT, 0}, {"died_ranks", AN_T_STR, 0},
+                                  {"interrupted_ranks", AN_T_STR, 0}};
     an_table *tb = NULL;
     for (uint32_t i = 0; i < n;) {
         uint32_t j = i;
@@ -437,15 +462,24 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
         int uniform = 1;
         for (uint32_t k = i; k < j; k++) uniform &= rows[k].world_size == ws;
         if (ws > 1 && uniform && (j - i >= 2 || expanded)) {
-            char missing[512] = "", incomplete[1024] = "", dup[512] = "";
-            size_t lm = 0, li = 0, ld = 0;
-            int64_t present = 0, unc = 0;
+            char missing[512] = "", incomplete[1024] = "", dup[512] = "", died[512] = "", stopped[512] = "";
+            size_t lm = 0, li = 0, ld = 0, ldied = 0, lstop = 0;
+            int64_t present = 0, unc = 0, n_died = 0, n_stopped = 0;
             uint32_t k = i;
             for (int64_t r = 0; r < ws; r++) {
                 int have = 0;
                 for (; k < j && rows[k].rank == r; k++) {
                     if (have && ld < sizeof dup - 24) ld += (size_t)snprintf(dup + ld, sizeof dup - ld, "%s%lld", ld ? ", " : "", (long long)r);
-                    if (!have) present++;
+                    if (!have) {
+                        present++;
+                        if (strcmp(rows[k].status, "running") == 0) {
+                            list_add(died, sizeof died, &ldied, r);
+                            n_died++;
+                        } else if (strcmp(rows[k].status, "interrupted") == 0) {
+                            list_add(stopped, sizeof stopped, &lstop, r);
+                            n_stopped++;
+                        }
+                    }
                     have = 1;
                     if (strcmp(rows[k].status, "complete") != 0 && li < sizeof incomplete - 64)
                         li += (size_t)snprintf(incomplete + li, sizeof incomplete - li, "%s%lld (%.20s)", li ? ", " : "",
@@ -468,9 +502,36 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
                 an_out_text(out, "  missing ranks: %s\n", lm ? missing : "none");
                 an_out_text(out, "  incomplete ranks: %s\n", li ? incomplete : "none");
                 if (ld) an_out_text(out, "  duplicate ranks: %s (a set holds each rank once)\n", dup);
+                for (uint32_t q = i; q < j; q++) {
+                    if (q > i && rows[q].rank == rows[q - 1].rank) continue; /* a duplicate: said above */
+                    const char *words = status_words(rows[q].status);
+                    if (words) {
+                        an_out_text(out, "  rank %lld: %s\n", (long long)rows[q].rank, words);
+                    } else {
+                        char clean[41];
+                        size_t c = 0;
+                        for (; rows[q].status[c] && c < sizeof clean - 1; c++) {
+                            unsigned char ch = (unsigned char)rows[q].status[c];
+                            clean[c] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+                        }
+                        clean[c] = '\0';
+                        an_out_text(out, "  rank %lld: unknown status '%s' (treated as incomplete)\n",
+                                    (long long)rows[q].rank, clean);
+                    }
+                }
+                if (n_died)
+                    an_out_text(out, "  died: rank%s %s (status running: killed, no clean close)\n",
+                                n_died == 1 ? "" : "s", died);
+                else
+                    an_out_text(out, "  died: none\n");
+                if (n_stopped)
+                    an_out_text(out, "  %s: rank%s %s (status interrupted)\n",
+                                n_died ? (n_died == 1 ? "stopped because of it" : "stopped because of them")
+                                       : "stopped by a signal",
+                                n_stopped == 1 ? "" : "s", stopped);
                 an_out_text(out, "  clock: mapped onto rank 0's, within %lld ns\n", (long long)unc);
             } else {
-                if (!tb) tb = an_table_new(out, "rank_sets", cols, 7);
+                if (!tb) tb = an_table_new(out, "rank_sets", cols, 9);
                 if (!tb) return;
                 an_put_str(tb, rows[i].run_id);
                 an_put_int(tb, ws);
@@ -479,6 +540,8 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
                 an_put_str(tb, incomplete);
                 an_put_str(tb, dup);
                 an_put_int(tb, unc);
+                an_put_str(tb, died);
+                an_put_str(tb, stopped);
                 an_row_end(tb);
             }
         }
@@ -532,6 +595,7 @@ int cmd_info(int argc, char **argv)
         for (uint32_t k = 0; k < n1; k++) paths[n_paths++] = p1[k];
         free(p1);
     }
+    an_inputs_by_rank(paths, n_paths); /* the files of one run, in rank order whatever the order given */
     rank_row *rows = calloc(n_paths ? n_paths : 1, sizeof *rows);
     uint32_t n_rows = 0;
     for (uint32_t i = 0; i < n_paths && out && rows; i++) {
@@ -548,6 +612,8 @@ int cmd_info(int argc, char **argv)
                 const char *st = an_trace_meta(&t, "status");
                 row->run_id = strdup(id);
                 row->status = strdup(st ? st : "(none)");
+                for (char *c = row->status; c && *c; c++) /* shown in text: no control characters */
+                    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
                 row->path = paths[i];
                 st_reader_rank_clock(t.r, &row->clock);
                 row->has_clock = row->clock.has_open;

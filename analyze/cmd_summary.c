@@ -39,8 +39,8 @@ static const char help[] =
     "                   the trace was opened; T0: or :T1 leave an end open)\n"
     "  --sort KEY       total (default), count, mean, p99 or name\n"
     "  --merge          treat the files as ranks of one run (per-rank columns), even if\n"
-    "                   their run ids differ; --separate never does. By default files\n"
-    "                   whose run_id agree up to the last '-' and whose ranks differ are merged\n"
+    "                   their run ids differ; --separate never does. By default the ranks of\n"
+    "                   one run are merged: equal run_ids, one world_size, each rank once\n"
     "  --format F       text (default), csv or json\n"
     "  --jobs N         read the trace threads on N threads, 1 to 256 (default: the CPUs this\n"
     "                   process may use, at most 8; 1 for traces under 500000 ranges); several\n"
@@ -401,9 +401,22 @@ int cmd_summary(int argc, char **argv)
             an_error("summary: cannot write the output");
             rc = AN_EXIT_FAIL;
         }
-        /* Warnings after the work: a failure stays one line. */
+        /* Warnings after the work: a failure stays one line. A rank set's
+         * are every command's (an_set_warn): its missing ranks, then each
+         * rank's own, ranks ascending. */
+        int as_set = (n_paths > 1 || a.n_pos != 1 || strcmp(paths[0], a.pos[0]) != 0) && an_stats_rank_set(&s);
+        if (!rc && as_set) {
+            int64_t *present = malloc(s.n_files * sizeof *present);
+            if (present) {
+                for (uint32_t f = 0; f < s.n_files; f++) present[f] = s.files[f].rank;
+                an_warn_missing_ranks(s.files[0].run_id, s.files[0].world_size, present, s.n_files);
+                free(present);
+            }
+        }
         for (int i = 0; !rc && i < n_open; i++)
-            if (n_paths == 1) an_trace_warn(&traces[i]);
+            if (as_set && n_paths == 1) an_trace_warn_rank(&traces[i]);
+            else if (n_paths == 1) an_trace_warn(&traces[i]);
+            else if (as_set && s.files[i].rank_warnings) fputs(s.files[i].rank_warnings, stderr);
             else if (s.files[i].warnings) fputs(s.files[i].warnings, stderr);
         if (!rc && n_ranges == 0) an_warn("no ranges in the selection");
     }

@@ -444,15 +444,19 @@ static int64_t lost_end(const an_trace *t)
 
 void an_set_warn(const an_trace *t);
 
-void an_trace_warn(const an_trace *t)
+/* The one place of a trace's warnings (docs/analyze.md, "Incomplete
+ * traces"): its incomplete status, dropped and lost events. A rank of a set
+ * is also incomplete when interrupted: one rank stopped by a signal is a run
+ * cut short (mpirun stops the others when one dies), where a file alone that
+ * was interrupted was stopped on purpose and flushed whole. */
+static void warn_trace(const an_trace *t, int as_rank)
 {
-    if (t->is_set) {
-        an_set_warn(t);
-        return;
-    }
     const char *status = an_trace_meta(t, "status");
     if (status && strcmp(status, "running") == 0)
         an_warn("%s is incomplete (status running: the run did not finish); analysing what it holds",
+                t->path);
+    else if (as_rank && status && strcmp(status, "interrupted") == 0)
+        an_warn("%s is incomplete (status interrupted: the run was stopped by a signal); analysing what it holds",
                 t->path);
     int64_t dropped;
     if (an_trace_meta_i64(t, "dropped_events", &dropped) == 0 && dropped > 0)
@@ -470,6 +474,14 @@ void an_trace_warn(const an_trace *t)
                     t->path, (long long)t->lost_events);
     }
 }
+
+void an_trace_warn(const an_trace *t)
+{
+    if (t->is_set) an_set_warn(t);
+    else warn_trace(t, 0);
+}
+
+void an_trace_warn_rank(const an_trace *t) { warn_trace(t, 1); }
 
 uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has)
 {

@@ -247,7 +247,9 @@ static int setup_file(an_stats *s, uint32_t f, an_trace *t, const an_select *sel
     for (uint32_t i = 0; i < fc->n_ids; i++) fc->thread_index[i] = UINT32_MAX;
     for (uint32_t i = 0; i < nt; i++) fc->thread_index[st_reader_thread(t->r, i)->id] = i;
     int64_t rank;
-    fs->has_rank = an_trace_meta_i64(t, "rank", &rank) == 0;
+    fs->has_rank = an_trace_meta_i64(t, "rank", &rank) == 0 && rank >= 0 && rank < INT32_MAX;
+    if (an_trace_meta_i64(t, "world_size", &fs->world_size) || fs->world_size < 1 || fs->world_size > INT32_MAX)
+        fs->world_size = 0;
     fs->rank = fs->has_rank && rank >= 0 && rank < INT32_MAX ? (int)rank : (int)f;
     return AN_EXIT_OK;
 }
@@ -699,8 +701,10 @@ static void task_failed(team *tm, const task *tk, const char *msg, int named)
 }
 
 /* A worker's reader opens the file again by its name: it must still be the
- * trace the others read (same run, stages and threads; a live trace may
- * have gained some). */
+ * trace the others read (same run_id or none in both, stages and threads;
+ * a live trace may have gained some). This asks whether a file is still
+ * itself, not whether two files are ranks of one run (st_run_ids_match):
+ * a trace without a run_id is still itself. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b)
 {
     const char *ra = st_reader_meta(a, "run_id"), *rb = st_reader_meta(b, "run_id");
@@ -988,16 +992,20 @@ static int setup_one(an_stats *s, uint32_t f, an_trace *traces, char **paths, co
     int rc = an_trace_open(&traces[f], paths[f]);
     if (rc) return rc;
     rc = setup_file(s, f, &traces[f], sel, fc);
-    if (!rc) {
+    /* kept both ways: summary knows only once all are set up whether the
+     * files are one rank set */
+    for (int as_rank = 0; !rc && as_rank < 2; as_rank++) {
         char *buf = NULL;
         size_t len = 0;
         FILE *ms = open_memstream(&buf, &len);
         if (!ms) rc = oom();
         else {
             an_warn_to(ms);
-            an_trace_warn(&traces[f]);
+            if (as_rank) an_trace_warn_rank(&traces[f]);
+            else an_trace_warn(&traces[f]);
             an_warn_to(NULL);
             if (fclose(ms) || !buf) rc = oom();
+            else if (as_rank) s->files[f].rank_warnings = buf;
             else s->files[f].warnings = buf;
         }
     }
@@ -1006,25 +1014,22 @@ static int setup_one(an_stats *s, uint32_t f, an_trace *traces, char **paths, co
     return rc;
 }
 
-int an_stats_same_run(const an_stats *s)
+int an_stats_rank_set(const an_stats *s)
 {
-    if (s->n_files < 2) return 0;
+    if (s->n_files < 1) return 0;
     const an_file_stats *f0 = &s->files[0];
-    const char *id0 = f0->run_id, *prog0 = f0->program;
-    if (!id0 || !strrchr(id0, '-')) return 0;
-    size_t prefix = (size_t)(strrchr(id0, '-') - id0);
     for (uint32_t i = 0; i < s->n_files; i++) {
         const an_file_stats *fi = &s->files[i];
-        const char *id = fi->run_id, *prog = fi->program;
-        if (!id || !strrchr(id, '-') || (size_t)(strrchr(id, '-') - id) != prefix || strncmp(id, id0, prefix))
+        if (!st_run_ids_match(fi->run_id, f0->run_id) || !fi->has_rank || fi->world_size < 1 ||
+            fi->world_size != f0->world_size || fi->rank >= fi->world_size)
             return 0;
-        if (!prog || !prog0 || strcmp(prog, prog0)) return 0;
-        if (!fi->has_rank) return 0;
         for (uint32_t j = 0; j < i; j++)
             if (s->files[j].rank == fi->rank) return 0;
     }
     return 1;
 }
+
+int an_stats_same_run(const an_stats *s) { return s->n_files >= 2 && an_stats_rank_set(s); }
 
 /* The CPUs this process may run on (online ones, within its affinity mask),
  * at most 8: past a few workers the reading is bound by memory and SQLite,
@@ -1238,6 +1243,7 @@ void an_stats_free(an_stats *s)
         free(fs->program);
         free(fs->run_id);
         free(fs->warnings);
+        free(fs->rank_warnings);
     }
     an_merged_stats *m = &s->merged;
     for (uint32_t f = 0; f < s->n_files; f++) {

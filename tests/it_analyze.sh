@@ -200,7 +200,7 @@ assert order("worker1") == ["compute", "allreduce", "stream_sync", "idle"], orde
 assert order("worker0") == ["queue_wait", "compute", "idle"], order("worker0")
 EOF
 
-# Several files: ranks of one run (run ids 1700000000-100 and -101) get the ranks table.
+# Several files: ranks of one run (one run_id, 1700000000-100, ranks 0 and 1) get the ranks table.
 expect_ok summary_ranks "$A" summary rank0.sqlite rank1.sqlite
 golden summary_ranks.txt summary_ranks.out
 expect_ok summary_ranks_json "$A" summary --format json rank0.sqlite rank1.sqlite

@@ -249,4 +249,48 @@ for e in starts:
 PY
 ok
 
+# hostile clock measurements at the limits of int64 (docs/trace-format.md, "Ranks on one
+# clock"): every command maps exactly or stops with one line and exit 2; never a crash (run
+# with the sanitizer build, where undefined behaviour aborts)
+MIN=-9223372036854775808 MAX=9223372036854775807
+hostile_clock() { # DIR SYNC OFFSET SYNC_CLOSE OFFSET_CLOSE: rank 1 of a 2-rank set gets them
+    mkdir "$1"
+    "$GEN" --ranks "$1" 2 --gpu
+    python3 - "$@" <<'PY'
+import sqlite3, sys
+d, keys = sys.argv[1], ["clock_sync_ns", "clock_offset_ns", "clock_sync_close_ns", "clock_offset_close_ns"]
+c = sqlite3.connect(d + "/rank1.sqlite")
+for k, v in zip(keys, sys.argv[2:]):
+    c.execute("UPDATE meta SET value = ? WHERE key = ?", (v, k))
+c.execute("UPDATE meta SET value = '9223372036854775807' WHERE key LIKE 'clock_uncertainty%'")
+c.commit()
+PY
+}
+hostile_clock hc_twice "$MIN" "$MIN" "$MAX" "$MAX"          # map(t) = 2t: exact, in range
+hostile_clock hc_steep $((MAX - 1)) "$MIN" "$MAX" "$MAX"    # a product past 2^127
+hostile_clock hc_equal 5 "$MAX" 5 "$MIN"                    # equal sync points: offset alone
+hostile_clock hc_back "$MIN" 1 0 "$MIN"                     # rank 0's clock backwards
+hostile_clock hc_flat "$MIN" "$MAX" "$MAX" "$MAX"           # the widest span, no drift
+for d in hc_twice hc_steep hc_equal hc_back hc_flat; do
+    for cmd in info summary "intervals --every 5" bottleneck gpu stragglers "export --chrome $d.json"; do
+        name="${d}_${cmd%% *}"
+        # shellcheck disable=SC2086
+        run "$name" "$A" $cmd "$d"
+        case $rc in
+        0) ;;
+        2) [ "$(grep -vc '^analyze: warning: ' "$name.err")" -eq 1 ] || fail "$name: $(cat "$name.err")" ;;
+        *) fail "$name: exit $rc: $(tail -5 "$name.err")" ;;
+        esac
+    done
+done
+ok
+run hc_back_iv "$A" bottleneck hc_back
+[ $rc -eq 2 ] && grep -q "^analyze: run 1700000000-500: rank 1: meta 'clock_sync_close_ns' + 'clock_offset_close_ns' is before 'clock_sync_ns' + 'clock_offset_ns'" hc_back_iv.err ||
+    fail "a clock that runs backwards: exit $rc: $(cat hc_back_iv.err)"
+ok
+run hc_steep_b "$A" bottleneck hc_steep
+[ $rc -eq 2 ] && grep -q "^analyze: run 1700000000-500: rank 1: time [0-9]* does not map onto rank 0's clock within 0..9223372036854775807 ns$" hc_steep_b.err ||
+    fail "a steep clock: exit $rc: $(cat hc_steep_b.err)"
+ok
+
 echo "it_ranks: $n_checks checks passed"

@@ -104,6 +104,61 @@ static void test_map_overflow(void **state)
     assert_int_equal(out, INT64_MIN);
 }
 
+/* Hostile measurements at the limits of int64 (INT64_MIN, INT64_MAX, equal
+ * sync points, zero spans): every result exact or refused, never undefined
+ * behaviour (the sanitizer build aborts on any). The drift term's factors
+ * reach 2^64 - 1 each, so their product passes a signed 128-bit integer.
+ * Expected values by hand: through (MIN, MIN) and (MAX, MAX) the map is
+ * 2t; through (MIN, 0) and (MAX, +-1) it moves t by (t - MIN) / (2^64 - 1),
+ * 0 below MAX and 1 at it. */
+static void test_map_hostile(void **state)
+{
+    (void)state;
+    int64_t out = 77;
+    st_rank_clock twice = both(INT64_MIN, INT64_MIN, INT64_MAX, INT64_MAX);
+    assert_int_equal(map(&twice, 0), 0);
+    assert_int_equal(map(&twice, 1), 2);
+    assert_int_equal(map(&twice, -7), -14);
+    assert_int_equal(map(&twice, INT64_MAX / 2), INT64_MAX - 1);
+    assert_int_equal(map(&twice, INT64_MIN / 2), INT64_MIN);
+    assert_int_equal(st_rank_clock_map(&twice, INT64_MAX / 2 + 1, &out), ST_ECORRUPT);
+    assert_int_equal(st_rank_clock_map(&twice, INT64_MAX, &out), ST_ECORRUPT);
+    assert_int_equal(st_rank_clock_map(&twice, INT64_MIN, &out), ST_ECORRUPT);
+    assert_int_equal(st_rank_clock_map(&twice, INT64_MIN / 2 - 1, &out), ST_ECORRUPT);
+    assert_int_equal(out, 77); /* left alone */
+    st_rank_clock creep = both(INT64_MIN, 0, INT64_MAX, 1);
+    assert_int_equal(map(&creep, INT64_MIN), INT64_MIN);
+    assert_int_equal(map(&creep, INT64_MAX - 1), INT64_MAX - 1);
+    assert_int_equal(st_rank_clock_map(&creep, INT64_MAX, &out), ST_ECORRUPT); /* INT64_MAX + 1 */
+    st_rank_clock back = both(INT64_MIN, 0, INT64_MAX, -1);
+    assert_int_equal(map(&back, INT64_MAX), INT64_MAX - 1);
+    assert_int_equal(map(&back, INT64_MIN), INT64_MIN);
+    assert_int_equal(map(&back, 0), 0); /* -(2^63 / (2^64 - 1)) truncates to 0 */
+    /* the largest product: |t - sync| and the offsets' distance both 2^64 - 2 or more */
+    st_rank_clock steep = both(INT64_MAX - 1, INT64_MIN, INT64_MAX, INT64_MAX);
+    assert_int_equal(map(&steep, INT64_MAX - 1), INT64_MIN + INT64_MAX - 1); /* at the open measurement */
+    assert_int_equal(st_rank_clock_map(&steep, INT64_MIN, &out), ST_ECORRUPT);
+    assert_int_equal(st_rank_clock_map(&steep, INT64_MAX, &out), ST_ECORRUPT);
+    assert_int_equal(st_rank_clock_map(&steep, 0, &out), ST_ECORRUPT);
+    st_rank_clock steep_down = both(INT64_MAX - 1, INT64_MAX, INT64_MAX, INT64_MIN);
+    assert_int_equal(st_rank_clock_map(&steep_down, INT64_MIN, &out), ST_ECORRUPT);
+    assert_int_equal(map(&steep_down, INT64_MAX), -1); /* MAX + MAX - (2^64 - 1) */
+    /* equal sync points and a close before the open: the open offset alone */
+    st_rank_clock equal = both(5, 10, 5, INT64_MAX);
+    assert_int_equal(map(&equal, INT64_MIN), INT64_MIN + 10);
+    assert_int_equal(map(&equal, 100), 110);
+    st_rank_clock before = both(INT64_MAX, INT64_MIN, INT64_MIN, INT64_MAX);
+    assert_int_equal(map(&before, INT64_MAX), -1);
+    assert_int_equal(st_rank_clock_map(&before, INT64_MIN, &out), ST_ECORRUPT);
+    /* offsets at the limits without drift */
+    st_rank_clock low = open_only(INT64_MIN, INT64_MIN);
+    assert_int_equal(map(&low, INT64_MAX), -1);
+    assert_int_equal(st_rank_clock_map(&low, -1, &out), ST_ECORRUPT);
+    st_rank_clock flat = both(INT64_MIN, INT64_MAX, INT64_MAX, INT64_MAX); /* no drift over the widest span */
+    assert_int_equal(map(&flat, INT64_MIN), -1);
+    assert_int_equal(st_rank_clock_map(&flat, 1, &out), ST_ECORRUPT);
+}
+
 /* ---- meta checks at open ---- */
 
 static char dir[4200];
@@ -186,11 +241,146 @@ static void test_meta_checks(void **state)
                    "'clock_offset_ns'");
 }
 
+/* ---- rank sets: order, one run, hostile clocks (st_reader_open_set) ---- */
+
+/* A rank's trace at DIR/set<rank>.sqlite: run_id id, one thread "w" with a
+ * range [1000, 2000) and a step mark, and the clock keys kv. */
+static st_reader *rank_trace(int rank, const char *id, const char *const *kv, int n)
+{
+    char path[4300], value[32];
+    snprintf(path, sizeof path, "%s/set%d.sqlite", dir, rank);
+    tg_trace *g = tg_create("gen");
+    tg_stage(g, "work", "work");
+    uint32_t t = tg_thread(g, "w", "w");
+    tg_range(g, t, 0, 1000 + rank, 2000);
+    tg_step(g, 0, 3000 + rank, 0);
+    if (id) tg_meta(g, "run_id", id);
+    else tg_meta_unset(g, "run_id");
+    snprintf(value, sizeof value, "%d", rank);
+    tg_meta(g, "rank", value);
+    tg_meta(g, "world_size", "4");
+    for (int i = 0; i < n; i++) tg_meta(g, kv[2 * i], kv[2 * i + 1]);
+    tg_write(g, path);
+    tg_free(g);
+    st_reader *r = NULL;
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    return r;
+}
+
+/* Given in any order, a set's parts are in rank order: part 0 the lowest
+ * rank (its step marks the set's), threads ranks ascending. */
+static void test_set_order(void **state)
+{
+    (void)state;
+    static const int orders[][3] = {{0, 1, 3}, {3, 1, 0}, {1, 3, 0}};
+    for (size_t o = 0; o < 3; o++) {
+        st_reader *in[3];
+        for (int i = 0; i < 3; i++) in[i] = rank_trace(orders[o][i], "run-1", NULL, 0);
+        st_reader *set = NULL;
+        assert_int_equal(st_reader_open_set(&set, in, orders[o], 3), ST_OK);
+        assert_int_equal(st_reader_n_parts(set), 3);
+        for (uint32_t p = 0; p < 3; p++)
+            assert_string_equal(st_reader_meta(st_reader_part(set, p), "rank"), p == 0 ? "0" : p == 1 ? "1" : "3");
+        assert_string_equal(st_reader_thread(set, 0)->name, "r0/w");
+        assert_string_equal(st_reader_thread(set, 2)->name, "r3/w");
+        assert_int_equal(st_reader_n_steps(set), 1);
+        assert_int_equal(st_reader_step(set, 0)->ts_ns, 3000); /* rank 0's mark */
+        st_reader_close(set);
+    }
+}
+
+static void expect_set_refused(st_reader **in, const int *ranks, uint32_t n, int code, const char *message)
+{
+    st_reader *set = (st_reader *)1;
+    assert_int_equal(st_reader_open_set(&set, in, ranks, n), code);
+    assert_null(set);
+    assert_string_equal(st_last_error(), message);
+}
+
+/* One rule for one run: run_ids equal byte for byte (a common prefix is not
+ * one run); each rank once. */
+static void test_set_one_run(void **state)
+{
+    (void)state;
+    assert_true(st_run_ids_match("1700000000-5", "1700000000-5"));
+    assert_false(st_run_ids_match("1700000000-5", "1700000000-6"));
+    assert_false(st_run_ids_match("a", "A"));
+    assert_false(st_run_ids_match("a", "a."));
+    assert_false(st_run_ids_match(NULL, "a"));
+    assert_false(st_run_ids_match("a", NULL));
+    assert_false(st_run_ids_match(NULL, NULL));
+    int ranks[2] = {1, 0};
+    st_reader *in[2] = {rank_trace(1, "1700000000-6", NULL, 0), rank_trace(0, "1700000000-5", NULL, 0)};
+    expect_set_refused(in, ranks, 2, ST_EINVAL,
+                       "rank 1's run_id '1700000000-6' is not the run_id '1700000000-5' of rank 0: the traces are not "
+                       "ranks of one run");
+    in[0] = rank_trace(1, NULL, NULL, 0);
+    in[1] = rank_trace(0, "x", NULL, 0);
+    expect_set_refused(in, ranks, 2, ST_EINVAL, "rank 1's trace has no run_id: it cannot be one rank of a set");
+    int twice[2] = {1, 1};
+    in[0] = rank_trace(1, "x", NULL, 0);
+    in[1] = rank_trace(1, "x", NULL, 0);
+    expect_set_refused(in, twice, 2, ST_EINVAL, "rank 1 is given twice (each rank once)");
+}
+
+/* A set whose rank carries measurements at the limits: its times map
+ * exactly or the set is refused with one line naming the rank; a close
+ * measurement that puts rank 0's clock before the open one is refused by
+ * name. Never undefined behaviour (the sanitizer build). */
+static void test_set_hostile_clock(void **state)
+{
+    (void)state;
+    int ranks[2] = {0, 1};
+    static const char *const twice[] = {"clock_sync_ns", "-9223372036854775808", "clock_offset_ns",
+                                        "-9223372036854775808", "clock_uncertainty_ns", "0",
+                                        "clock_sync_close_ns", "9223372036854775807", "clock_offset_close_ns",
+                                        "9223372036854775807", "clock_uncertainty_close_ns", "9223372036854775807"};
+    st_reader *in[2] = {rank_trace(0, "x", NULL, 0), rank_trace(1, "x", twice, 6)};
+    st_reader *set = NULL;
+    assert_int_equal(st_reader_open_set(&set, in, ranks, 2), ST_OK); /* map(t) = 2t */
+    st_range_iter *it = NULL;
+    assert_int_equal(st_range_iter_open(&it, set, 1, INT64_MIN, INT64_MAX), ST_OK);
+    st_range g;
+    assert_int_equal(st_range_iter_next(it, &g), 1);
+    assert_int_equal(g.start_ns, 2002);
+    assert_int_equal(g.dur_ns, 1998);
+    st_range_iter_close(it);
+    assert_int_equal(st_reader_flow_slack(set, 0, 1), INT64_MAX);
+    st_reader_close(set);
+    static const char *const steep[] = {"clock_sync_ns", "9223372036854775806", "clock_offset_ns",
+                                        "-9223372036854775808", "clock_uncertainty_ns", "0",
+                                        "clock_sync_close_ns", "9223372036854775807", "clock_offset_close_ns",
+                                        "9223372036854775807", "clock_uncertainty_close_ns", "0"};
+    in[0] = rank_trace(0, "x", NULL, 0);
+    in[1] = rank_trace(1, "x", steep, 6);
+    assert_int_equal(st_reader_open_set(&set, in, ranks, 2), ST_OK);
+    assert_int_equal(st_range_iter_open(&it, set, 1, INT64_MIN, INT64_MAX), ST_OK);
+    assert_int_equal(st_range_iter_next(it, &g), ST_ECORRUPT);
+    assert_string_equal(st_last_error(),
+                        "rank 1: time 1001 does not map onto rank 0's clock within 0..9223372036854775807 ns");
+    st_range_iter_close(it);
+    st_reader_close(set);
+    static const char *const backwards[] = {"clock_sync_ns", "-9223372036854775808", "clock_offset_ns", "1",
+                                            "clock_uncertainty_ns", "0", "clock_sync_close_ns", "0",
+                                            "clock_offset_close_ns", "-9223372036854775808",
+                                            "clock_uncertainty_close_ns", "0"};
+    in[0] = rank_trace(0, "x", NULL, 0);
+    in[1] = rank_trace(1, "x", backwards, 6);
+    expect_set_refused(in, ranks, 2, ST_ECORRUPT,
+                       "rank 1: meta 'clock_sync_close_ns' + 'clock_offset_close_ns' is before 'clock_sync_ns' + "
+                       "'clock_offset_ns' (rank 0's clock would run backwards): its times cannot be mapped onto rank "
+                       "0's clock");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_map_values),
         cmocka_unit_test(test_map_overflow),
+        cmocka_unit_test(test_map_hostile),
+        cmocka_unit_test(test_set_order),
+        cmocka_unit_test(test_set_one_run),
+        cmocka_unit_test(test_set_hostile_clock),
         cmocka_unit_test(test_meta_checks),
     };
     if (make_tmp_dir("test_rank_clock")) return 1;

@@ -1289,6 +1289,67 @@ static void test_gpu_launch_lookback(void **state)
     unlink(path);
 }
 
+/* A trace copied without its -wal: a SQLite file in WAL mode (header bytes
+ * 18 and 19 are 2) with no stagetrace table and no -wal beside it (or an
+ * empty one) is said to be that; a file in rollback mode, or with its -wal
+ * there, keeps the plain message. */
+static void make_db(const char *path, int wal, const char *sql)
+{
+    unlink(path);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    if (wal) assert_int_equal(sqlite3_exec(db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL), SQLITE_OK);
+    if (sql) assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK); /* the last close checkpoints and removes the -wal */
+}
+
+static void test_wal_missing(void **state)
+{
+    (void)state;
+    char path[4200], wal[4300], shm[4300], want[9000];
+    snprintf(path, sizeof path, "%s", tmp_file("copied.sqlite"));
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    st_reader *r = NULL;
+    for (int tables = 0; tables < 2; tables++) {
+        make_db(path, 1, tables ? "CREATE TABLE other(a)" : NULL); /* no tables at all, or none of ours */
+        struct stat sb;
+        assert_int_not_equal(stat(wal, &sb), 0);
+        assert_int_equal(st_reader_open(&r, path), ST_ECORRUPT);
+        assert_null(r);
+        snprintf(want, sizeof want,
+                 "'%s' has no stagetrace tables; its write-ahead log '%s-wal' is missing (was the file copied without "
+                 "it?)",
+                 path, path);
+        assert_string_equal(st_last_error(), want);
+        /* an empty -wal (a reader's earlier open may leave one): the same diagnosis */
+        FILE *f = fopen(wal, "w");
+        assert_non_null(f);
+        fclose(f);
+        unlink(shm);
+        assert_int_equal(st_reader_open(&r, path), ST_ECORRUPT);
+        snprintf(want, sizeof want,
+                 "'%s' has no stagetrace tables; its write-ahead log '%s-wal' is empty (was the file copied without "
+                 "it?)",
+                 path, path);
+        assert_string_equal(st_last_error(), want);
+        unlink(wal);
+        unlink(shm);
+    }
+    /* rollback mode: not a WAL trace, the plain message */
+    make_db(path, 0, NULL);
+    assert_int_equal(st_reader_open(&r, path), ST_ECORRUPT);
+    snprintf(want, sizeof want, "'%s' is not a stagetrace trace (it has no meta table)", path);
+    assert_string_equal(st_last_error(), want);
+    /* a WAL database with a meta table: no such diagnosis */
+    make_db(path, 1, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+    assert_int_equal(st_reader_open(&r, path), ST_ECORRUPT);
+    assert_null(strstr(st_last_error(), "write-ahead"));
+    unlink(path);
+    unlink(wal);
+    unlink(shm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1302,6 +1363,7 @@ int main(void)
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_flow_chunks_hostile),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_wal_missing),
         cmocka_unit_test(test_range_decoder_matches_events),
         cmocka_unit_test(test_gpu_launch_lookback),
     };

@@ -4,11 +4,13 @@
  * type-checked, every chunk decoded with bounds checks. */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "st_reader.h"
 #include "st_sqlite.h"
@@ -22,6 +24,7 @@ typedef struct meta_kv {
 struct st_reader {
     sqlite3 *db;
     int owns_db;
+    int wal_absent; /* st_reader_open: before SQLite opened the file, no PATH-wal beside it (1) or an empty one (2) */
     meta_kv *meta;
     uint32_t n_meta;
     st_thread_info *threads;
@@ -758,15 +761,33 @@ void st_reader_rank_clock(const st_reader *r, st_rank_clock *out)
     }
 }
 
+/* |x - y| of two int64s, exactly: at most 2^64 - 1, so it fits in a uint64
+ * (the unsigned subtraction wraps to the true distance). */
+static uint64_t distance_u64(int64_t x, int64_t y)
+{
+    return x >= y ? (uint64_t)x - (uint64_t)y : (uint64_t)y - (uint64_t)x;
+}
+
+/* Exact on every input, with no intermediate out of its type's range:
+ * t + offset is within +-2^64; the drift term's two factors |t - sync| and
+ * |offset_close - offset| are each at most 2^64 - 1, so their product fits
+ * in an unsigned 128-bit integer (< 2^128), and is divided there by the
+ * span (1 to 2^64 - 1) before its sign is applied; a quotient past 2^66
+ * cannot bring the sum back within 64 bits, so it is refused before it is
+ * added. Truncation of the magnitude is truncation toward zero. */
 int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out)
 {
     __int128 m = t_ns;
     if (c->has_open) {
         m += c->offset_ns;
         if (c->has_close && c->sync_close_ns > c->sync_ns) {
-            /* C's division truncates toward zero, as the format says. */
-            __int128 num = ((__int128)t_ns - c->sync_ns) * ((__int128)c->offset_close_ns - c->offset_ns);
-            m += num / ((__int128)c->sync_close_ns - c->sync_ns);
+            uint64_t dt = distance_u64(t_ns, c->sync_ns);
+            uint64_t doff = distance_u64(c->offset_close_ns, c->offset_ns);
+            uint64_t span = (uint64_t)c->sync_close_ns - (uint64_t)c->sync_ns; /* > 0 */
+            unsigned __int128 q = (unsigned __int128)dt * doff / span;
+            int negative = (t_ns < c->sync_ns) != (c->offset_close_ns < c->offset_ns);
+            if (q > ((unsigned __int128)1 << 66)) m = negative ? -((__int128)1 << 66) : ((__int128)1 << 66);
+            else m += negative ? -(__int128)q : (__int128)q;
         }
     }
     if (m < INT64_MIN || m > INT64_MAX)
@@ -783,6 +804,23 @@ int64_t st_rank_clock_uncertainty(const st_rank_clock *c)
     return c->uncertainty_ns;
 }
 
+/* Whether a file without stagetrace tables is plausibly a trace copied
+ * without its write-ahead log (no PATH-wal beside it when it was opened,
+ * or an empty one, which a reader's earlier open may have left:
+ * r->wal_absent): a SQLite database in WAL mode, header bytes 18
+ * and 19 (the file format's write and read versions) both 2. While a
+ * program records, its commits sit in the -wal file, so the main file alone
+ * can be an empty database. */
+static int wal_mode(const char *path)
+{
+    unsigned char h[20];
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, h, sizeof h);
+    close(fd);
+    return got == (ssize_t)sizeof h && memcmp(h, "SQLite format 3", 16) == 0 && h[18] == 2 && h[19] == 2;
+}
+
 static int load(st_reader *r, const char *path)
 {
     const char *file = r->db ? sqlite3_db_filename(r->db, "main") : NULL;
@@ -796,6 +834,11 @@ static int load(st_reader *r, const char *path)
             return st_set_error(ST_ECORRUPT, "cannot read '%s': %s", where, sqlite3_errmsg(r->db));
         }
         if (!kind) {
+            if (strcmp(required_tables[i], "meta") == 0 && path && r->wal_absent && wal_mode(path))
+                return st_set_error(ST_ECORRUPT,
+                                    "'%s' has no stagetrace tables; its write-ahead log '%s-wal' is %s (was "
+                                    "the file copied without it?)",
+                                    where, where, r->wal_absent == 2 ? "empty" : "missing");
             if (strcmp(required_tables[i], "meta") == 0)
                 return st_set_error(ST_ECORRUPT, "'%s' is not a stagetrace trace (it has no meta table)", where);
             return st_set_error(ST_ECORRUPT, "'%s' is not a complete stagetrace trace: table '%s' is missing",
@@ -872,6 +915,7 @@ int st_reader_open(st_reader **out, const char *path)
         return st_set_error(ST_EIO, "cannot open trace '%s': it is not a regular file (%s)", path, file_kind(sb.st_mode));
     /* The same for the side files SQLite opens beside it. */
     static const char *const sides[] = {"-wal", "-shm", "-journal"};
+    int wal_absent = 0; /* looked at before SQLite opens the file: it may make an empty one, and leave it */
     for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
         size_t n = strlen(path);
         char *side = malloc(n + 9);
@@ -879,7 +923,9 @@ int st_reader_open(st_reader **out, const char *path)
         memcpy(side, path, n);
         strcpy(side + n, sides[i]);
         struct stat ss;
-        int odd = stat(side, &ss) == 0 && !S_ISREG(ss.st_mode);
+        int found = stat(side, &ss) == 0;
+        int odd = found && !S_ISREG(ss.st_mode);
+        if (i == 0) wal_absent = found ? (S_ISREG(ss.st_mode) && ss.st_size == 0 ? 2 : 0) : errno == ENOENT;
         free(side);
         if (odd)
             return st_set_error(ST_EIO, "cannot open trace '%s': its side file '%s%s' is not a regular file (%s)", path,
@@ -888,6 +934,7 @@ int st_reader_open(st_reader **out, const char *path)
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
     r->owns_db = 1;
+    r->wal_absent = wal_absent;
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         int rc = st_set_error(ST_EIO, "cannot open trace '%s': %s", path,
                               r->db ? sqlite3_errmsg(r->db) : "out of memory");
@@ -2340,6 +2387,24 @@ static void set_free(st_reader *r)
     r->db = NULL; /* the first part's */
 }
 
+/* A rank's clock must run forwards when mapped: rank 0's reading at the
+ * close measurement (clock_sync_close_ns + clock_offset_close_ns) not
+ * before its reading at the open one, else the linear map would turn
+ * every duration negative. */
+static int check_part_clock(const set_part *p)
+{
+    const st_rank_clock *c = &p->clock;
+    if (!c->has_open || !c->has_close || c->sync_close_ns <= c->sync_ns) return ST_OK;
+    __int128 at_open = (__int128)c->sync_ns + c->offset_ns, at_close = (__int128)c->sync_close_ns + c->offset_close_ns;
+    if (at_close < at_open)
+        return st_set_error(ST_ECORRUPT,
+                            "rank %d: meta 'clock_sync_close_ns' + 'clock_offset_close_ns' is before "
+                            "'clock_sync_ns' + 'clock_offset_ns' (rank 0's clock would run backwards): its times "
+                            "cannot be mapped onto rank 0's clock",
+                            p->rank);
+    return ST_OK;
+}
+
 static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *ranks)
 {
     uint32_t nt = 0, ns = 0, nc = 0;
@@ -2365,6 +2430,10 @@ static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *r
         r->parts[i].r = readers[i];
         r->parts[i].rank = ranks[i];
         st_reader_rank_clock(readers[i], &r->parts[i].clock);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = check_part_clock(&r->parts[i]);
+        if (rc) return rc;
     }
     r->db = readers[0]->db;
     r->owns_db = 0;
@@ -2443,16 +2512,60 @@ static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *r
     return ST_OK;
 }
 
+int st_run_ids_match(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+/* The parts in rank order (stable), each rank once, one run_id: so that
+ * nothing of a set depends on the order its traces were given in. */
+static int set_order(st_reader **readers, const int *ranks, uint32_t n, st_reader **by_rank, int *rank_of)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        while (j > 0 && rank_of[j - 1] > ranks[i]) {
+            by_rank[j] = by_rank[j - 1];
+            rank_of[j] = rank_of[j - 1];
+            j--;
+        }
+        by_rank[j] = readers[i];
+        rank_of[j] = ranks[i];
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const char *id = st_reader_meta(by_rank[i], "run_id"), *id0 = st_reader_meta(by_rank[0], "run_id");
+        if (!id) return st_set_error(ST_EINVAL, "rank %d's trace has no run_id: it cannot be one rank of a set", rank_of[i]);
+        if (i && rank_of[i] == rank_of[i - 1])
+            return st_set_error(ST_EINVAL, "rank %d is given twice (each rank once)", rank_of[i]);
+        if (!st_run_ids_match(id, id0))
+            return st_set_error(ST_EINVAL, "rank %d's run_id '%s' is not the run_id '%s' of rank %d: the traces are "
+                                "not ranks of one run",
+                                rank_of[i], id, id0, rank_of[0]);
+    }
+    return ST_OK;
+}
+
 int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n)
 {
     *out = NULL;
     if (n == 0) return st_set_error(ST_EINVAL, "a rank set needs at least one trace");
     st_reader *r = calloc(1, sizeof *r);
-    if (!r) {
+    st_reader **by_rank = malloc(n * sizeof *by_rank);
+    int *rank_of = malloc(n * sizeof *rank_of);
+    if (!r || !by_rank || !rank_of) {
         for (uint32_t i = 0; i < n; i++) st_reader_close(readers[i]);
+        free(r);
+        free(by_rank);
+        free(rank_of);
         return st_set_error(ST_ENOMEM, "out of memory");
     }
-    int rc = set_build(r, readers, n, ranks);
+    int rc = set_order(readers, ranks, n, by_rank, rank_of);
+    if (rc) {
+        for (uint32_t i = 0; i < n; i++) st_reader_close(readers[i]);
+        free(r);
+        free(by_rank);
+        free(rank_of);
+        return rc;
+    }
+    rc = set_build(r, by_rank, n, rank_of);
+    free(by_rank);
+    free(rank_of);
     if (rc) {
         if (!r->parts) {
             free(r->threads);

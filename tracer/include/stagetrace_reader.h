@@ -136,15 +136,23 @@ ST_API int st_rank_clock_map(const st_rank_clock *c, int64_t t_ns, int64_t *out)
 /* max(uncertainty_ns, uncertainty_close_ns) of the measurements present; 0 without. */
 ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
 
+/* The one rule for "ranks of one run" (docs/trace-format.md, run_id): two
+ * traces are ranks of one run when both have a run_id and the two are equal
+ * byte for byte. 1 or 0; NULL (no run_id) matches nothing. */
+ST_API int st_run_ids_match(const char *a, const char *b);
+
 /* A rank set: the traces of one multi-process run read as one, on rank 0's
  * clock. Takes the ranks' readers (owned by the set from then on, closed
- * with it, also on failure) and their ranks, first the one whose step marks
- * the set uses (rank 0 normally). The set's threads are every rank's, in
- * the order given, with ids 0, 1, ... and names "r<rank>/<name>" (role,
+ * with it, also on failure) and their ranks, in any order: the set orders
+ * them by rank (st_reader_part(r, 0) is the lowest rank, whose step marks
+ * the set uses), and refuses (ST_EINVAL) a rank given twice or traces that
+ * are not ranks of one run (st_run_ids_match), and (ST_ECORRUPT) a rank
+ * whose close measurement puts rank 0's clock before its open one. The
+ * set's threads are every rank's, ranks ascending, with ids 0, 1, ... and names "r<rank>/<name>" (role,
  * device, os_tid as recorded; rank = the rank given); its stages are one per
- * name (the first rank's id order; a name of two kinds is refused), its
- * counters one per name; its meta the first reader's; its step marks the
- * first reader's, mapped. Every time its iterators and functions give is
+ * name (in order of first appearance, ranks ascending; a name of two kinds
+ * is refused), its counters one per name; its meta the lowest rank's; its
+ * step marks the lowest rank's, mapped. Every time its iterators and functions give is
  * mapped (st_rank_clock_map) and must fall in 0..INT64_MAX (else
  * ST_ECORRUPT). Flow records are merged (per set thread, mapped; see
  * st_reader_flow_slack). GPU records are every rank's, mapped the same way: device
@@ -154,7 +162,7 @@ ST_API int64_t st_rank_clock_uncertainty(const st_rank_clock *c);
  * a correlation id names one launch within a rank; the row's name is the
  * text). Records come rank by rank (ascending), each rank's as its file
  * gives them; a window [t0, t1) is on rank 0's clock. st_reader_db gives
- * the first reader's connection. */
+ * the lowest rank's connection. */
 #define ST_SET_DEVICE_STRIDE 1000
 ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n);
 /* A set's readers (0 for a file's reader), and where a set's thread lives. */
