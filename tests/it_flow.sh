@@ -34,7 +34,7 @@ train() { # NAME FLAGS...
 }
 train sync --queue-depth 2
 train async --postprocess async --target-gpus 2 --drafter-gpus 2 --queue-depth 4
-train slow --drafter-delay-us 300 --queue-depth 2
+train slow --drafter-delay-us 1000 --queue-depth 2
 
 for name in sync async slow; do
     expect_ok "raw_$name" "$A" sql --format csv "$name.sqlite" \
