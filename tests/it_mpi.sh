@@ -208,6 +208,10 @@ run one mpi 1 "$TR" --steps 3 --trace one/
 [ "$(ls one)" = rank0.sqlite ] || fail "mpirun -np 1 --trace one/ wrote: $(ls one)"
 [ "$(meta one/rank0.sqlite world_size)" = 1 ] || fail "one/rank0.sqlite: world_size $(meta one/rank0.sqlite world_size)"
 expect_ok onebn "$A" bottleneck one/
+# a directory that does not exist yet: every rank's file in it
+run fresh mpi 2 "$TR" --steps 3 --trace fresh/sub/
+[ $rc -eq 0 ] || fail "mpirun -np 2 --trace fresh/sub/: exit $rc: $(tail -3 fresh.err)"
+[ "$(ls fresh/sub | tr '\n' ' ')" = "rank0.sqlite rank1.sqlite " ] || fail "--trace fresh/sub/ wrote: $(ls fresh/sub)"
 ok
 mkdir old
 run old8 mpi 8 "$TR" --steps 2 --layout targets=4,drafters=4 --trace old/

@@ -835,6 +835,28 @@ static void test_trace_directory(void **state)
     r = open_complete_trace(file);
     st_reader_close(r);
     assert_false(exists(dir, "rank1.sqlite"));
+    /* DIR/ that does not exist yet, two levels deep: created */
+    char deep[PATH_MAX + 16], deep_file[PATH_MAX + 32];
+    snprintf(deep, sizeof deep, "%s/new/sub/", dir);
+    snprintf(deep_file, sizeof deep_file, "%s/new/sub/rank0.sqlite", dir);
+    const char *fresh[] = {"--steps", "2", "--trace", deep, NULL};
+    res = run_trainer(fresh, NULL);
+    if (res.status != 0)
+        print_error("trainer exited %d:\n%s%s", res.status, res.out, res.err);
+    assert_int_equal(res.status, 0);
+    free_trainer_result(&res);
+    r = open_complete_trace(deep_file);
+    st_reader_close(r);
+    /* a file where a directory of the path must go: exit 1, one line naming it */
+    char blocked[PATH_MAX + 16];
+    snprintf(blocked, sizeof blocked, "%s/rank0.sqlite/x/", dir);
+    const char *bad[] = {"--steps", "2", "--trace", blocked, NULL};
+    res = run_trainer(bad, NULL);
+    assert_int_equal(res.status, 1);
+    assert_non_null(strstr(res.err, "rank0.sqlite' is not a directory"));
+    assert_non_null(strchr(res.err, '\n'));
+    assert_null(strchr(strchr(res.err, '\n') + 1, '\n'));
+    free_trainer_result(&res);
 }
 
 /* A directory that holds more ranks of an older run: without --overwrite the run stops (exit

@@ -968,6 +968,13 @@ static int open_trace(rank_state *r, int argc, char **argv)
     /* rank files of an older, larger run where these go (trace_path.h): rank 0 removes them
      * (--overwrite) or stops the run, before any rank opens its file */
     if (cfg->trace_path) {
+        /* --trace DIR/: every rank creates it (ranks on other hosts write their own) */
+        char dir_err[1024];
+        int dir_ok = tr_trace_make_dir(cfg->trace_path, dir_err, sizeof dir_err) == 0;
+        if (!dir_ok)
+            rank_fail(r, "%s", dir_err);
+        if (!all_ok(r, dir_ok))
+            return -1;
         int stale_ok = 1;
         if (r->rank == 0) {
             char removed[2048], err[1024];

@@ -136,7 +136,8 @@ int main(int argc, char **argv)
     /* --trace DIR/: DIR/rank0.sqlite, as rank 0 of any run (trace_path.h); rank files of an
      * older, larger run there are removed with --overwrite, else they stop the run */
     char removed[2048] = "";
-    if (tracing && (path ? tr_trace_single_path(path, path_buf, sizeof path_buf, err, sizeof err) ||
+    if (tracing && (path ? tr_trace_make_dir(path, err, sizeof err) ||
+                               tr_trace_single_path(path, path_buf, sizeof path_buf, err, sizeof err) ||
                                tr_trace_clear_stale(path, 1, cfg.overwrite, removed,
                                                     sizeof removed, err, sizeof err)
                          : default_trace_path(path_buf, sizeof path_buf, err, sizeof err))) {

@@ -24,6 +24,36 @@ static int is_directory(const char *path)
     return (len && path[len - 1] == '/') || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
 }
 
+int tr_trace_make_dir(const char *path, char *err, size_t err_size)
+{
+    size_t len = strlen(path);
+    if (!len || path[len - 1] != '/')
+        return 0;
+    char dir[4096];
+    if (len >= sizeof dir) {
+        snprintf(err, err_size, "the trace path '%s' is too long", path);
+        return -1;
+    }
+    memcpy(dir, path, len + 1);
+    /* each prefix that ends before a '/', shortest first */
+    for (size_t i = 1; i < len; i++) {
+        if (dir[i] != '/' || dir[i - 1] == '/')
+            continue;
+        dir[i] = 0;
+        struct stat sb;
+        if (mkdir(dir, 0777) && errno != EEXIST) {
+            snprintf(err, err_size, "cannot create the trace directory '%s': %s", dir, strerror(errno));
+            return -1;
+        }
+        if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) {
+            snprintf(err, err_size, "the trace directory '%s' is not a directory", dir);
+            return -1;
+        }
+        dir[i] = '/';
+    }
+    return 0;
+}
+
 int tr_trace_single_path(const char *path, char *out, size_t size, char *err, size_t err_size)
 {
     size_t len = strlen(path);

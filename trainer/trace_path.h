@@ -4,7 +4,7 @@
  * process runs"): DIR/rank<r>.sqlite for a directory (PATH ends in '/' or names one),
  * STEM.rank<r>.sqlite otherwise. A one-process run (plain, mpirun -np 1, a build without MPI)
  * writes DIR/rank0.sqlite for a directory, as rank 0 of any run does, and the file PATH itself
- * otherwise.
+ * otherwise. A directory named with a trailing '/' need not exist: the run creates it.
  *
  * A run of N ranks must leave a set that reads as that run: rank files r >= N of an older,
  * larger run beside it would make `analyze DIR/` refuse a mixed set. tr_trace_clear_stale
@@ -18,6 +18,11 @@
 #define TR_TRACE_PATH_H
 
 #include <stddef.h>
+
+/* --trace DIR/ (a path ending in '/') names a directory: it and its missing parents are
+ * created (mode 0777 less the umask; one that exists is fine, so ranks of one host may race).
+ * Any other path is left alone. 0, or -1 with one line in err. */
+int tr_trace_make_dir(const char *path, char *err, size_t err_size);
 
 /* The trace file of a one-process run for --trace PATH. 0, or -1 with one line in err. */
 int tr_trace_single_path(const char *path, char *out, size_t size, char *err, size_t err_size);
