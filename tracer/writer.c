@@ -301,35 +301,25 @@ static void write_registrations(st_trace *t, writer *w)
 
 /* ---- chunks ---- */
 
-static void store_event_chunk(writer *w, st_thread_state *s)
+/* Stores the thread's current chunk when it holds an event. At an
+ * interrupted flush (st_signal_flush) open_until_ns is the time the writer
+ * drained the thread, and a thread with ranges open gets a chunk even with no
+ * new event, its t1_ns at least open_until_ns: the process may die now, and
+ * the ranges it leaves unended (the chunk's header repeats them) were open at
+ * least until then (docs/trace-format.md, "Ranges left open by an interrupted
+ * flush"). 0: an ordinary flush. */
+static void flush_event_chunk(writer *w, st_thread_state *s, int64_t open_until_ns)
 {
+    if (open_until_ns && s->ev.depth) {
+        if (s->ev.t1_ns < open_until_ns) s->ev.t1_ns = open_until_ns;
+    } else if (s->ev.n_events == 0) {
+        return;
+    }
     st_val v[6] = {ST_VINT(s->id), ST_VINT(s->ev.t0_ns), ST_VINT(s->ev.t1_ns), ST_VINT(s->ev.n_events),
                    ST_VINT(s->chunk_ranges), ST_VBLOB(s->ev.buf.data, s->ev.buf.len)};
     st_store_row(w->store, ST_S_RANGE_CHUNK, 6, v);
     s->chunk_ranges = 0;
     st_event_chunk_start(&s->ev);
-}
-
-static void flush_event_chunk(st_trace *t, writer *w, st_thread_state *s)
-{
-    if (s->ev.n_events == 0) return;
-    (void)t;
-    store_event_chunk(w, s);
-}
-
-/* At an interrupted flush (st_signal_flush), a thread with ranges open gets
- * a chunk even with no new event, whose t1_ns is seen_ns, the time the
- * writer drained it: the process may die now, and the ranges it leaves
- * unended (the chunk's header repeats them) were open at least until then
- * (docs/trace-format.md, "Ranges left open by an interrupted flush"). */
-static void flush_event_chunk_seen(writer *w, st_thread_state *s, int64_t seen_ns)
-{
-    if (s->ev.depth == 0) {
-        if (s->ev.n_events) store_event_chunk(w, s);
-        return;
-    }
-    if (s->ev.t1_ns < seen_ns) s->ev.t1_ns = seen_ns;
-    store_event_chunk(w, s);
 }
 
 static void flush_counter_chunk(st_trace *t, writer *w, st_thread_state *s)
@@ -529,7 +519,7 @@ static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_rin
         if (st_event_put_begin(&s->ev, r->id, ns) == 0) {
             if (t->agg) queue_push(&s->q, ns, r->id, 0);
         }
-        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(t, w, s);
+        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(w, s, 0);
         break;
     case ST_REC_END:
         if (s->ev.depth == 0) {
@@ -540,7 +530,7 @@ static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_rin
         st_event_put_end(&s->ev, ns);
         s->chunk_ranges++;
         if (t->agg) queue_push(&s->q, ns, 0, 1);
-        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(t, w, s);
+        if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(w, s, 0);
         break;
     case ST_REC_COUNTER: {
         double v;
@@ -702,8 +692,7 @@ static int commit_rows(st_trace *t, writer *w, int final, int64_t seen_ns)
     for (uint32_t i = 0; i < t->threads_written; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
-        if (seen_ns) flush_event_chunk_seen(w, s, seen_ns);
-        else flush_event_chunk(t, w, s);
+        flush_event_chunk(w, s, seen_ns);
         flush_counter_chunk(t, w, s);
         flush_flow_chunk(w, s);
     }
@@ -756,7 +745,7 @@ static int checkpoint_truncate(st_trace *t, int sync)
 }
 
 /* The commit of st_signal_flush: every open range gets a chunk that says
- * it was open at seen_ns (flush_event_chunk_seen), the status says
+ * it was open at seen_ns (flush_event_chunk), the status says
  * interrupted, and the WAL is checkpointed into the file, since the
  * process may die as soon as the handler has its answer. */
 static int interrupted_commit(st_trace *t, writer *w, int64_t seen_ns)
