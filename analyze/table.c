@@ -23,6 +23,15 @@
 #define TEXT_BUFFER_ROWS 1000
 #define COL_GAP 2
 
+int an_parse_format(const char *s, an_format *out)
+{
+    if (strcmp(s, "text") == 0) *out = AN_FMT_TEXT;
+    else if (strcmp(s, "csv") == 0) *out = AN_FMT_CSV;
+    else if (strcmp(s, "json") == 0) *out = AN_FMT_JSON;
+    else return -1;
+    return 0;
+}
+
 struct an_out {
     FILE *f;
     an_format fmt;
