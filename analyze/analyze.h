@@ -178,6 +178,10 @@ void an_table_end(an_table *t); /* frees t */
 /* Escapers shared with the streaming writers (export). */
 void an_json_string(FILE *f, const char *s);   /* quoted, valid UTF-8 JSON string */
 void an_csv_field(FILE *f, const char *s);     /* quoted when needed */
+/* A name from the trace for a line of text: control characters as '?'. */
+const char *an_clean(const char *s, char *buf, size_t size);
+/* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
+const char *an_fmt_pct1(double pct, char *buf, size_t size);
 /* Writes v in decimal into buf (>= 21 bytes); returns the length. */
 int an_fmt_i64(char *buf, int64_t v);
 /* ns as "<ns / 10^digits>.<digits decimals>" exactly, e.g. (1234567, 6) ->
