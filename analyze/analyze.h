@@ -3,8 +3,12 @@
  * `analyze` is a git-style CLI: main.c dispatches `analyze CMD ...` through a
  * table of commands, each a function in its own file (cmd_info.c,
  * cmd_summary.c, ...). They share:
- *   - messages and exit codes, the option parser, trace opening with one-line
- *     errors, time/step windows and name filters (common.c);
+ *   - messages and exit codes (messages.c), the option parser and the options
+ *     every command shares (args.c), numbers and name hashes (values.c);
+ *   - the trace, one file or a rank set, opened with one-line errors and
+ *     warned about in one place (trace.c), from inputs that may be lists,
+ *     globs or directories (inputs.c);
+ *   - time/step windows and name filters (select.c), progress (progress.c);
  *   - output tables in three formats: aligned text, CSV, JSON (table.c);
  *   - exact percentiles in bounded memory (quantiles.c);
  *   - per thread/role/stage statistics over a selection (stats.c), used by
@@ -22,7 +26,7 @@
 
 #include "stagetrace_reader.h"
 
-/* ---- exit codes and messages ---------------------------------------------- */
+/* ---- exit codes and messages (messages.c) ---------------------------------- */
 
 enum {
     AN_EXIT_OK = 0,
@@ -90,7 +94,7 @@ int cmd_stragglers(int argc, char **argv);
 int cmd_whatif(int argc, char **argv);
 
 
-/* ---- command-line options ----------------------------------------------------
+/* ---- command-line options (args.c) -------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`
  * ends the options. Errors print one line naming the command and return -1. */
 
@@ -119,9 +123,13 @@ int an_args_next(an_args *a, const an_opt *opts);
 /* "analyze CMD: unknown ..." style error; returns AN_EXIT_USAGE. */
 int an_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- numbers and names (values.c) ---- */
 /* FNV-1a of a name, for the analyzer's hash tables keyed by kernel or function name. */
 uint64_t an_hash_name(const char *s);
 int an_parse_u64(const char *s, uint64_t *out);  /* decimal, whole string; 0 or -1 */
+/* A signed decimal as meta holds it (strtoll's syntax), whole string; NULL or
+ * empty is -1 too. 0 or -1. */
+int an_parse_i64(const char *s, int64_t *out);
 
 /* ---- output tables (table.c) ------------------------------------------------- */
 
@@ -170,6 +178,10 @@ void an_table_end(an_table *t); /* frees t */
 /* Escapers shared with the streaming writers (export). */
 void an_json_string(FILE *f, const char *s);   /* quoted, valid UTF-8 JSON string */
 void an_csv_field(FILE *f, const char *s);     /* quoted when needed */
+/* A name from the trace for a line of text: control characters as '?'. */
+const char *an_clean(const char *s, char *buf, size_t size);
+/* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
+const char *an_fmt_pct1(double pct, char *buf, size_t size);
 /* Writes v in decimal into buf (>= 21 bytes); returns the length. */
 int an_fmt_i64(char *buf, int64_t v);
 /* ns as "<ns / 10^digits>.<digits decimals>" exactly, e.g. (1234567, 6) ->
@@ -228,7 +240,7 @@ void an_quant_limits(an_quant *q, uint32_t exact_per_group, uint64_t collect_per
 an_quant *an_quant_shard(an_quant *q);            /* NULL: no memory */
 int an_quant_merge(an_quant *q, an_quant *shard); /* 0, or -1: no memory, or not the same data */
 
-/* ---- traces, windows and filters (common.c) ----------------------------------- */
+/* ---- traces: one file or a rank set (trace.c), their inputs (inputs.c) ---------- */
 
 typedef struct an_trace {
     const char *path;
@@ -241,7 +253,7 @@ typedef struct an_trace {
     struct an_lost_span *lost;      /* lost_spans rows, by t0_ns (docs/trace-format.md) */
     uint32_t n_lost;
     int64_t lost_events;            /* meta lost_events, else the spans' sum */
-    /* A rank set (rankset.c): r is the set's reader, path its label "run
+    /* A rank set: r is the set's reader, path its label "run
      * <run_id>"; ranks[] each rank's own trace (reader borrowed from the set). */
     int is_set;
     struct an_trace *ranks;
@@ -259,7 +271,7 @@ typedef struct an_lost_span {
 /* Opens through st_reader_open; on failure prints one line and returns
  * AN_EXIT_USAGE. */
 int an_trace_open(an_trace *t, const char *path);
-/* The inputs of a command (rankset.c, docs/analyze.md "Rank sets"): each
+/* The inputs of a command (inputs.c, docs/analyze.md "Rank sets"): each
  * argument a file, a directory (its *.sqlite files) or a glob pattern.
  * *paths malloc'd (strings too: an_paths_free). Errors printed; exit code. */
 int an_inputs_expand(const char *const *args, int n, char ***paths, uint32_t *n_paths);
@@ -283,7 +295,7 @@ void an_trace_close(an_trace *t);
 /* Prints "analyze: PATH: <st_last_error()>" and returns AN_EXIT_USAGE. */
 int an_trace_fail(const an_trace *t);
 /* The warnings of a trace (stderr), every command's, in one place
- * (common.c): a file that did not finish (status running), dropped and lost
+ * (trace.c): a file that did not finish (status running), dropped and lost
  * events; a set's missing ranks, then each rank's as an_trace_warn_rank
  * gives them, ranks ascending. an_trace_warn_rank: one rank of a set, also
  * incomplete when interrupted. */
@@ -296,6 +308,8 @@ const char *an_trace_meta(const an_trace *t, const char *key); /* NULL if absent
 int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out); /* 0 or -1 */
 /* The first step whose mark is after ts (0 and *has = 0 when none). */
 uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has);
+
+/* ---- windows and filters (select.c) ---------------------------------------------- */
 
 typedef struct an_window_spec {
     enum { AN_WIN_ALL, AN_WIN_STEPS, AN_WIN_TIME } kind;
@@ -311,7 +325,7 @@ int an_window_parse_time(an_window_spec *w, const char *s);
  * Returns 0, or AN_EXIT_USAGE with a message (a step without a mark, ...). */
 int an_window_resolve(const an_window_spec *w, const an_trace *t, int64_t *t0_ns, int64_t *t1_ns);
 
-/* The options every command shares, read by an_args_next_own: --help (and
+/* The options every command shares, read by an_args_next_own (args.c): --help (and
  * -h) prints help on stdout and sets help_shown; with format, --format F sets
  * it ("--format must be text, csv or json, not 'F'"); with window, --steps
  * A:B and --time T0:T1 set it, one of them once ("give one window: --steps
@@ -339,7 +353,7 @@ void an_filter_free(an_filter *f);
  * matches nothing in the trace is an error (printed; AN_EXIT_USAGE). */
 int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on, uint8_t *stage_on);
 
-/* Progress on stderr, only when stderr is a terminal and the work is long. */
+/* Progress on stderr, only when stderr is a terminal and the work is long (progress.c). */
 typedef struct an_progress {
     int enabled, shown;
     const char *what;

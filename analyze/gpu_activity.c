@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "gpu_activity.h"
-#include "verdict.h"
 
 static int gpu_oom(void)
 {

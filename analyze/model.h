@@ -1,5 +1,5 @@
 /* model.h: the per-step model of a pipeline trace that `bottleneck`, `diff`
- * and `report` share (model.c; queue depths in queues.c).
+ * and `report` share (model.c).
  *
  * One pass over every thread's events splits its wall time, per step window
  * (the time between two consecutive step marks), into self time per stage
@@ -7,8 +7,8 @@
  * added up per role. Roles are put in pipeline order (the trainer's names
  * loader -> target -> post -> drafter, main last; otherwise inferred from
  * which roles wait for input and which for output). Counters named like
- * *queue_depth* get time-weighted statistics over the same windows
- * (queues.c), and GPU records their busy time per window and launching role
+ * *queue_depth* get time-weighted statistics over the same windows (their
+ * samples merged across threads by queues.c), and GPU records their busy time per window and launching role
  * (read through gpu_activity.h, once per command).
  *
  * What is judged from the model lives beside it: the loads, the verdict and
@@ -129,7 +129,7 @@ static inline int64_t an_pipe_bin_of(const an_pipe *p, int64_t ts)
     return (int64_t)lo - 1;
 }
 
-/* The queue-depth statistics of the model (queues.c): fills p->queues and
+/* The queue-depth statistics of the model: fills p->queues and
  * p->n_queues once the bins are set. Returns an exit code (errors printed). */
 int an_pipe_read_queues(an_pipe *p);
 

@@ -20,7 +20,7 @@
  * quantile add per group (thread, role, merged role); no allocation.
  *
  * With several jobs, the trace threads (of every file) are shared out among
- * worker threads, largest first: a worker reads a whole thread, in order
+ * worker threads (pool.c), largest first: a worker reads a whole thread, in order
  * (self time needs it), through its own reader of the file (a reader and its
  * SQLite connection are not shared), sums the thread's row, and adds the
  * durations to its own shard of the quantile engine, merged when the pass
@@ -42,15 +42,14 @@
  * held per file between passes: its rows and wanted buckets.
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
 
 #include <sqlite3.h>
 
 #include "analyze.h"
+#include "pool.h"
 
 static const uint32_t pct_permille[AN_NPCT] = {500, 950, 990};
 
@@ -642,7 +641,6 @@ typedef struct worker {
     ctx *c;
     st_reader *reader;         /* its reader of file reader_file (worker 0 uses the traces') */
     uint32_t reader_file;
-    pthread_t tid;
 } worker;
 
 typedef struct team {
@@ -652,10 +650,9 @@ typedef struct team {
     worker *workers;
     uint64_t *size;            /* [threads of all files]: chunks, then ranges read in pass 1 */
     task *tasks;               /* [threads of all files] */
-    uint32_t n_tasks, next;
-    pthread_mutex_t lock;      /* guards next, the error and what ctx.lock guards */
-    uint64_t err_key;          /* the failed task first in file and thread order; UINT64_MAX none */
-    char err_msg[1024];
+    uint64_t *keys;            /* [threads of all files]: task_key of tasks[i], the pool's order */
+    uint32_t n_tasks;
+    an_pool *pool;             /* its lock also guards what ctx.lock guards */
 } team;
 
 static uint64_t task_key(const task *t) { return (uint64_t)t->file << 32 | t->thread; }
@@ -691,13 +688,10 @@ static void thread_sizes(const an_trace *t, const file_ctx *fc, uint64_t *size)
 static void task_failed(team *tm, const task *tk, const char *msg, int named)
 {
     const char *path = tm->traces[tk->file].path;
-    pthread_mutex_lock(&tm->lock);
-    if (task_key(tk) < tm->err_key) {
-        tm->err_key = task_key(tk);
-        if (named && strstr(msg, path)) snprintf(tm->err_msg, sizeof tm->err_msg, "%s", msg);
-        else snprintf(tm->err_msg, sizeof tm->err_msg, "%s: %s", path, msg);
-    }
-    pthread_mutex_unlock(&tm->lock);
+    char buf[1024];
+    if (named && strstr(msg, path)) snprintf(buf, sizeof buf, "%s", msg);
+    else snprintf(buf, sizeof buf, "%s: %s", path, msg);
+    an_pool_fail(tm->pool, task_key(tk), buf);
 }
 
 /* A worker's reader opens the file again by its name: it must still be the
@@ -836,23 +830,10 @@ static void run_task(worker *w, const task *tk)
     if (rc < 0) task_failed(w->team, tk, st_last_error(), 0);
 }
 
-static void *worker_main(void *arg)
+static void run_pool_task(void *arg, uint32_t worker, uint32_t task)
 {
-    worker *w = arg;
-    team *tm = w->team;
-    for (;;) {
-        const task *tk = NULL;
-        pthread_mutex_lock(&tm->lock);
-        /* After an error only tasks before it in file and thread order run:
-         * the error reported is the one a single job would meet first. */
-        while (!tk && tm->next < tm->n_tasks) {
-            const task *t = &tm->tasks[tm->next++];
-            if (task_key(t) < tm->err_key) tk = t;
-        }
-        pthread_mutex_unlock(&tm->lock);
-        if (!tk) return NULL;
-        run_task(w, tk);
-    }
+    team *tm = arg;
+    run_task(&tm->workers[worker], &tm->tasks[task]);
 }
 
 static void team_free(team *tm)
@@ -872,7 +853,8 @@ static void team_free(team *tm)
     free(tm->workers);
     free(tm->size);
     free(tm->tasks);
-    pthread_mutex_destroy(&tm->lock);
+    free(tm->keys);
+    an_pool_free(tm->pool);
     free(tm);
 }
 
@@ -881,7 +863,7 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
 {
     team *tm = calloc(1, sizeof *tm);
     if (!tm) return NULL;
-    pthread_mutex_init(&tm->lock, NULL);
+    tm->pool = an_pool_new();
     tm->traces = traces;
     tm->n_files = n_files;
     tm->n_workers = jobs;
@@ -890,7 +872,8 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
     for (uint32_t f = 0; f < n_files; f++) n_threads += cp->s->files[f].n_threads;
     tm->tasks = calloc(n_threads ? n_threads : 1, sizeof *tm->tasks);
     tm->size = calloc(n_threads ? n_threads : 1, sizeof *tm->size);
-    if (!tm->workers || !tm->tasks || !tm->size) {
+    tm->keys = calloc(n_threads ? n_threads : 1, sizeof *tm->keys);
+    if (!tm->pool || !tm->workers || !tm->tasks || !tm->size || !tm->keys) {
         team_free(tm);
         return NULL;
     }
@@ -913,7 +896,7 @@ static team *team_new(ctx *cp, an_trace *traces, uint32_t n_files, uint32_t jobs
         w->c->fc = cp->fc;
         w->c->group_merged = cp->group_merged;
         w->c->progress = cp->progress;
-        w->c->lock = &tm->lock;
+        w->c->lock = an_pool_lock(tm->pool);
     }
     return tm;
 }
@@ -923,8 +906,7 @@ static int scan_parallel(ctx *cp, team *tm)
 {
     an_stats *s = cp->s;
     const int first_pass = cp->pass == 1;
-    tm->n_tasks = tm->next = 0;
-    tm->err_key = UINT64_MAX;
+    tm->n_tasks = 0;
     for (uint32_t f = 0; tm->by_file && f < s->n_files; f++) {
         int any = 0;
         cp->q = cp->fc[f].q;
@@ -947,7 +929,7 @@ static int scan_parallel(ctx *cp, team *tm)
     }
     uint32_t n_workers = tm->n_workers < tm->n_tasks ? tm->n_workers : tm->n_tasks;
     qsort(tm->tasks, tm->n_tasks, sizeof *tm->tasks, cmp_tasks);
-    uint32_t started = 1;
+    for (uint32_t i = 0; i < tm->n_tasks; i++) tm->keys[i] = task_key(&tm->tasks[i]);
     for (uint32_t i = 0; i < n_workers; i++) {
         ctx *c = tm->workers[i].c;
         c->pass = cp->pass;
@@ -961,19 +943,15 @@ static int scan_parallel(ctx *cp, team *tm)
             return oom();
         }
     }
-    /* This thread is worker 0; a worker that cannot start leaves its share to the others. */
-    for (uint32_t i = 1; i < n_workers; i++)
-        if (pthread_create(&tm->workers[i].tid, NULL, worker_main, &tm->workers[i]) == 0) started = i + 1;
-        else break;
-    worker_main(&tm->workers[0]);
-    for (uint32_t i = 1; i < started; i++) pthread_join(tm->workers[i].tid, NULL);
+    /* This thread is worker 0, which reads with the traces' own readers. */
+    int failed = an_pool_run(tm->pool, n_workers, tm->keys, tm->n_tasks, run_pool_task, tm);
     /* A failed merge fails the engine: an_quant_end_pass says so. */
     for (uint32_t i = 0; i < n_workers; i++) {
         an_quant_merge(cp->qm, tm->workers[i].c->qm);
         tm->workers[i].c->q = tm->workers[i].c->qm = NULL;
     }
-    if (tm->err_key != UINT64_MAX) {
-        an_error("%s", tm->err_msg);
+    if (failed) {
+        an_error("%s", an_pool_error(tm->pool));
         return AN_EXIT_USAGE;
     }
     return AN_EXIT_OK;
@@ -1039,13 +1017,8 @@ int an_stats_same_run(const an_stats *s) { return s->n_files >= 2 && an_stats_ra
 int an_stats_default_jobs(uint64_t ranges)
 {
     if (ranges < 500000) return 1;
-    long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n_cpus)
-        n_cpus = CPU_COUNT(&set);
-    if (n_cpus < 1) n_cpus = 1;
-    return n_cpus > 8 ? 8 : (int)n_cpus;
+    int n_cpus = an_pool_cpus();
+    return n_cpus > 8 ? 8 : n_cpus;
 }
 
 static int compute(an_stats *s, an_trace *traces, char **paths, uint32_t n, const an_select *sel, int merge,

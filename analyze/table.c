@@ -23,6 +23,15 @@
 #define TEXT_BUFFER_ROWS 1000
 #define COL_GAP 2
 
+int an_parse_format(const char *s, an_format *out)
+{
+    if (strcmp(s, "text") == 0) *out = AN_FMT_TEXT;
+    else if (strcmp(s, "csv") == 0) *out = AN_FMT_CSV;
+    else if (strcmp(s, "json") == 0) *out = AN_FMT_JSON;
+    else return -1;
+    return 0;
+}
+
 struct an_out {
     FILE *f;
     an_format fmt;
@@ -55,6 +64,25 @@ struct an_table {
 };
 
 /* ---- number formatting --------------------------------------------------------- */
+
+const char *an_clean(const char *s, char *buf, size_t size)
+{
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < size; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+const char *an_fmt_pct1(double v, char *buf, size_t size)
+{
+    if (!isfinite(v)) {
+        snprintf(buf, size, "-");
+        return buf;
+    }
+    long long tenths = llround(v * 10.0);
+    snprintf(buf, size, "%s%lld.%lld%%", tenths < 0 ? "-" : "", llabs(tenths) / 10, llabs(tenths) % 10);
+    return buf;
+}
 
 int an_fmt_i64(char *buf, int64_t v)
 {

@@ -401,25 +401,6 @@ const char *an_pipe_label(const an_pipe *p, int32_t role, int32_t device, char *
     return buf;
 }
 
-const char *an_clean(const char *s, char *buf, size_t size)
-{
-    size_t i = 0;
-    for (; s && s[i] && i + 1 < size; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-    buf[i] = '\0';
-    return buf;
-}
-
-const char *an_fmt_pct1(double v, char *buf, size_t size)
-{
-    if (!isfinite(v)) {
-        snprintf(buf, size, "-");
-        return buf;
-    }
-    long long tenths = llround(v * 10.0);
-    snprintf(buf, size, "%s%lld.%lld%%", tenths < 0 ? "-" : "", llabs(tenths) / 10, llabs(tenths) % 10);
-    return buf;
-}
-
 /* "queue_wait 60.0%, batch_wait 2.0%": a role's stages of one kind, largest first. */
 static void stages_of_kind(FILE *f, const an_pipe *p, const an_verdict *v, uint32_t role, st_kind kind, int64_t wall)
 {

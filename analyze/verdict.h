@@ -145,10 +145,5 @@ char *an_pipe_story(const an_pipe *p, const an_role_load *loads, const an_verdic
 /* A verdict's bottleneck for a line of text: the role's name, "GPU 0
  * (target)" for a device and its largest user, or "none". */
 const char *an_pipe_label(const an_pipe *p, int32_t role, int32_t device, char *buf, size_t size);
-/* A name from the trace for a line of text: control characters as '?'. */
-const char *an_clean(const char *s, char *buf, size_t size);
-/* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
-const char *an_fmt_pct1(double pct, char *buf, size_t size);
-
 
 #endif

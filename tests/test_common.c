@@ -1,5 +1,5 @@
-/* test_common.c: the helpers every command shares (analyze/common.c): the
- * option parser and the parsing of step and time windows.
+/* test_common.c: the helpers every command shares: the option parser
+ * (analyze/args.c) and the parsing of step and time windows (select.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /* test_queues.c: counter merging and the queue-depth statistics of the
- * model (analyze/queues.c), on target.sqlite of tests/traces.c.
+ * model (analyze/queues.c, model.c), on target.sqlite of tests/traces.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
