@@ -171,7 +171,10 @@ endif
 # ---- the library ------------------------------------------------------------
 TRACER_SRC := $(filter-out tracer/gpu_cupti.c,$(sort $(wildcard tracer/*.c)))
 TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
-EXT_SRC := tracer/vtab.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c
+# the reader's files (reader_int.h says which job each does)
+READER_SRC := tracer/reader.c tracer/reader_check.c tracer/reader_clock.c tracer/reader_iter.c tracer/reader_gpu.c \
+	tracer/reader_set.c
+EXT_SRC := tracer/vtab.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
 LIB_A := $(BUILD)/libstagetrace.a
 # The shared library: libstagetrace.so.$(ST_VERSION) with SONAME
@@ -423,7 +426,7 @@ FUZZ_CC ?= clang
 FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unused-parameter -pthread $(INCLUDES)
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_READER_SRC := fuzz/fuzz_reader.c tracer/reader.c tracer/encoding.c tracer/intervals.c tracer/error.c \
+FUZZ_READER_SRC := fuzz/fuzz_reader.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c \
 	tracer/vtab.c
 # libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
 FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a

@@ -218,8 +218,8 @@ typedef struct st_chunk_totals {
 } st_chunk_totals;
 ST_API int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out);
 
-/* Per thread or device, from the chunk tables (reader.c; the analyzer reads
- * no chunk table itself). *out is malloc'd (NULL when empty), by key.
+/* Per thread or device, from the chunk tables (reader_iter.c and
+ * reader_gpu.c; the analyzer reads no chunk table itself). *out is malloc'd (NULL when empty), by key.
  * range_chunks_per_thread: (thread, chunk rows), a hint only: a query that
  * fails ends the list early. gpu_records_per_device: (device, the sum of
  * n_records, negative counts as 0), every device including the API calls'

@@ -1,0 +1,191 @@
+/* reader_int.h: what the reader's files share (not installed; programs
+ * include stagetrace_reader.h, the library's other files st_reader.h).
+ * The reader is split by job: reader.c opens a trace and holds its small
+ * tables, reader_check.c validates a file at open, reader_clock.c maps a
+ * rank's times onto rank 0's clock, reader_iter.c reads the chunk tables
+ * (ranges, events, counter samples, flows, windows), reader_gpu.c the GPU
+ * activity and its launch join, reader_set.c a rank set. The structs are
+ * here so that each file reads its own fields; functions private to the
+ * reader's files are named st_rd_. */
+#ifndef READER_INT_H
+#define READER_INT_H
+
+#include "st_reader.h"
+#include "st_sqlite.h"
+
+int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct meta_kv {
+    char *key, *value;
+} meta_kv;
+
+struct st_reader {
+    sqlite3 *db;
+    int owns_db;
+    int wal_absent; /* st_reader_open: before SQLite opened the file, no PATH-wal beside it (1) or an empty one (2) */
+    meta_kv *meta;
+    uint32_t n_meta;
+    st_thread_info *threads;
+    uint32_t n_threads;
+    int32_t *thread_index; /* id -> index, -1 */
+    uint32_t thread_index_len;
+    st_stage_info *stages;
+    uint32_t n_stages;
+    st_counter_info *counters;
+    uint32_t n_counters;
+    st_step_info *steps;
+    uint32_t n_steps;
+    int has_flow_chunks; /* the optional flow_chunks table exists (checked at open) */
+    /* A rank set (st_reader_open_set): the ranks' own readers, and for each
+     * merged thread its rank's part and its id there. NULL for a file. */
+    struct set_part *parts;
+    uint32_t n_parts;
+    uint32_t *thread_part, *thread_local;
+};
+
+typedef struct set_part {
+    st_reader *r;
+    int rank;
+    st_rank_clock clock;
+    uint32_t *stage_map;   /* the rank's stage id -> the set's */
+    uint32_t *counter_map; /* the rank's counter id -> the set's */
+    uint32_t *thread_of;   /* the rank's thread index -> the set's thread id */
+} set_part;
+
+/* ---- chunk iteration shared by the three iterators (reader_iter.c) ---- */
+
+typedef struct chunk_rows {
+    st_reader *r;
+    sqlite3_stmt *st;
+    const char *table, *count_col;
+    int64_t row_id, thread, n_items;
+    const void *data;
+    int size;
+} chunk_rows;
+
+/* ---- a rank set's walk over its threads ----
+ * A rank set's ranges, counter samples and flows are read thread by thread,
+ * in the set's thread order (or only the thread asked for), each with an
+ * iterator of the same kind opened on the thread's rank (set_walk_next, in
+ * reader_set.c); the caller maps the rows' times. */
+typedef struct set_walk {
+    st_reader *set;      /* NULL: the iterator reads one file */
+    void *sub;           /* the current thread's iterator, on its rank's reader */
+    int64_t want_thread; /* < 0: every thread */
+    uint32_t next_thread, cur_thread;
+} set_walk;
+
+#define RANGE_BATCH 512
+
+struct st_range_iter {
+    struct st_range_iter_head head; /* first: st_range_iter_next reads it */
+    chunk_rows rows;
+    int in_chunk;
+    int pending;                    /* 0 or the error met after the batch */
+    int64_t t0, t1;
+    st_event_cursor cur;
+    set_walk walk; /* a rank set's */
+    st_range batch[RANGE_BATCH];
+    uint32_t batch_event[RANGE_BATCH]; /* each range's end event: its index in the chunk */
+};
+
+struct st_event_iter {
+    chunk_rows rows;
+    int in_chunk;
+    st_event_cursor cur;
+    st_event_iter *sub; /* a rank set's: on the thread's rank */
+    const set_part *part;
+};
+
+struct st_sample_iter {
+    chunk_rows rows;
+    int in_chunk;
+    int64_t t0, t1;
+    st_counter_cursor cur;
+    set_walk walk; /* a rank set's */
+};
+
+struct st_flow_iter {
+    chunk_rows rows;
+    int in_chunk, empty;
+    int64_t t0, t1;
+    st_flow_cursor cur;
+    set_walk walk; /* a rank set's (st_rd_set_flow_next) */
+};
+
+typedef struct api_slot {
+    uint32_t correlation, used;
+    int64_t os_tid, start_ns;
+} api_slot;
+
+typedef struct thread_ranges {
+    int loaded;
+    uint32_t n;
+    int64_t *start, *end;
+    uint32_t *stage;
+    int32_t *parent;
+} thread_ranges;
+
+struct st_gpu_iter {
+    st_reader *r;
+    sqlite3_stmt *st;
+    int64_t t0, t1;
+    int64_t row_id, device, stream, n_items;
+    int in_chunk;
+    st_gpu_cursor cur;
+    char **names;
+    uint32_t n_names;
+    api_slot *api;
+    size_t api_cap, api_len;
+    thread_ranges *tr; /* [thread index] */
+    int api_mode;      /* st_gpu_api_iter_open: the API calls only */
+    /* a rank set's (set_gpu_*): each part's iterator (kept open until close,
+     * so that names stay valid), the part being read, the device asked */
+    st_gpu_iter **sub;
+    uint32_t part;
+    int64_t want_device;
+};
+
+/* ---- reader_check.c: validation at open, and the checks a chunk row gets as it is read ---- */
+int st_rd_int_col(sqlite3_stmt *st, int col, int64_t *out);
+int st_rd_bad(const char *table, const char *what);
+int st_rd_object_kind(sqlite3 *db, const char *name);
+int st_rd_is_table(sqlite3 *db, const char *name);
+const char *st_rd_type_name(int sqlite_type);
+int st_rd_check_typed(sqlite3_stmt *st, int first, const char *table, int64_t id, const char *const *names, int n);
+int st_rd_check_blob(sqlite3_stmt *st, int col, const char *table, int64_t id);
+int st_rd_check_meta_table(st_reader *r);
+int st_rd_check_small_tables(st_reader *r);
+int st_rd_check_chunk_tables(st_reader *r);
+
+/* ---- reader_clock.c ---- */
+int st_rd_check_rank_meta(st_reader *r);
+
+/* ---- reader_iter.c: the chunk headers' counts ---- */
+int st_rd_unreadable(const char *table, sqlite3 *db);
+int st_rd_push_count(st_chunk_count **v, uint32_t *n, uint32_t *cap, int64_t key, int64_t count);
+int st_rd_chunk_counts(st_reader *r, const char *table, const char *sql, int strict, st_chunk_count **out,
+                       uint32_t *n);
+
+/* ---- reader_gpu.c ---- */
+int st_rd_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode);
+
+/* ---- reader_set.c: a rank set's side of each reader call ---- */
+int st_rd_set_map(const set_part *p, int64_t t, int64_t *out);
+void st_rd_set_walk_init(set_walk *w, st_reader *set, int64_t thread);
+void st_rd_set_free(st_reader *r);
+int st_rd_set_chunk_totals(st_reader *r, st_chunk_totals *out);
+int st_rd_set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
+int st_rd_set_range_fill(st_range_iter *it, st_range *out);
+int st_rd_set_sample_next(st_sample_iter *it, st_sample_row *out);
+int st_rd_set_has_flows(st_reader *r);
+int st_rd_set_flow_next(st_flow_iter *it, st_flow_row *out);
+int st_rd_set_gpu_has(st_reader *r);
+int st_rd_set_gpu_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode);
+int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out);
+int st_rd_set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
+int st_rd_set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
+int st_rd_set_gpu_span(st_reader *r, st_gpu_headers *out);
+int st_rd_set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+
+#endif
