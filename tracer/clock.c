@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "st_internal.h"
+#include "stagetrace.h" /* st_now_ns */
+#include "st_clock.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>

@@ -61,13 +61,12 @@ void st_nvtx_thread(const char *name)
     nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
 }
 
-void st_nvtx_push(uint32_t stage)
+void st_nvtx_push(uint32_t stage, int registered)
 {
     /* Unregistered ids still push (so pops balance), with empty attributes. */
     static const nvtxEventAttributes_t unknown = {
         .version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE};
-    nvtxDomainRangePushEx(domain, stage < atomic_load_explicit(&st_stage_limit, memory_order_relaxed)
-                                      ? &attrs[stage] : &unknown);
+    nvtxDomainRangePushEx(domain, registered ? &attrs[stage] : &unknown);
 }
 
 void st_nvtx_pop(void)
@@ -124,7 +123,7 @@ void st_name_stream(void *cuda_stream, const char *name)
 void st_nvtx_init(const char *domain_name) { (void)domain_name; }
 void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind) { (void)stage; (void)name; (void)kind; }
 void st_nvtx_thread(const char *name) { (void)name; }
-void st_nvtx_push(uint32_t stage) { (void)stage; }
+void st_nvtx_push(uint32_t stage, int registered) { (void)stage; (void)registered; }
 void st_nvtx_pop(void) {}
 void st_nvtx_step(uint64_t step, uint64_t tokens) { (void)step; (void)tokens; }
 void st_nvtx_shutdown(void) {}

@@ -35,6 +35,12 @@ __thread st_ring *st__thread_ring __attribute__((tls_model("initial-exec")));
  * ring test it (relaxed) and report themselves through st__unregistered. */
 int st__recording;
 
+/* The open trace (NULL when none) and the stage ids registered in it:
+ * st_open, st_close and registration (trace.c) set them, the hot path and
+ * its slow paths read them. */
+st_trace *st_active_trace;
+_Atomic uint32_t st_stage_limit;
+
 /* ---- calls from threads that are not registered ----
  * Reported once per thread and trace through options.log (and the calling
  * thread's st_last_error()), never on the recording path. The lock keeps
@@ -215,7 +221,7 @@ static int record_end(st_ring *r, st_stage stage, int64_t ts)
 static __attribute__((noinline)) void begin_general(st_ring *r, st_stage stage)
 {
     record_begin(r, stage, ring_clock(r));
-    if (r->w_nvtx) st_nvtx_push(stage);
+    if (r->w_nvtx) st_nvtx_push(stage, stage < atomic_load_explicit(&st_stage_limit, memory_order_relaxed));
 }
 
 static __attribute__((noinline)) void end_general(st_ring *r, st_stage stage)

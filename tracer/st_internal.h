@@ -12,20 +12,20 @@
 #include "encoding.h"
 #include "ring.h"
 #include "stagetrace.h"
+#include "st_clock.h"
 #include "st_intervals.h"
 #include "st_testing.h"
 
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
-/* ---- clock, test knobs: st_testing.h ---- */
+/* ---- clock: st_clock.h; test knobs: st_testing.h ---- */
 /* ST_TEST_CLOCK_SHIFT_NS (ranks.c): the shift for this rank, 0 when unset;
  * ST_EINVAL when malformed. st_clock_set_shift (clock.c) applies it to
  * every conversion to trace nanoseconds. */
 int st_clock_shift_from_env(int rank, int64_t *shift_ns);
-void st_clock_set_shift(int64_t shift_ns);
 
-/* ---- errors ---- */
+/* ---- errors (error.c) ---- */
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Passes one message to the trace's options.log (nothing when it is NULL),
  * under t->log_lock. level: ST_LOG_*. */
@@ -37,7 +37,9 @@ void st_nvtx_stage(uint32_t stage, const char *name, st_kind kind);
 void st_nvtx_thread(const char *name);
 void st_nvtx_shutdown(void);
 extern int st_nvtx_on;
-void st_nvtx_push(uint32_t stage);
+/* registered: stage < st_stage_limit, read by the caller (record.c), so
+ * that NVTX needs none of the recording side's state. */
+void st_nvtx_push(uint32_t stage, int registered);
 void st_nvtx_pop(void);
 void st_nvtx_step(uint64_t step, uint64_t tokens); /* after the step's records are written */
 
@@ -138,6 +140,7 @@ void st_unregistered_watch(st_trace *t);
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */
 void st_wake_writer(st_trace *t);
+/* record.c; set by trace.c. */
 extern st_trace *st_active_trace;
 /* Stage ids below this were registered (hot-path check, relaxed loads). */
 extern _Atomic uint32_t st_stage_limit;

@@ -1,28 +1,16 @@
 /* st_testing.h: the part of libstagetrace's internals that its tests and
- * benchmarks may use, and nothing more: the trace clock (bench_range.c
- * times its raw read) and the knobs st_open reads. None of it is exported
- * by libstagetrace.so or installed; a program reaches it by linking
- * libstagetrace.a. The library's own files get it through st_internal.h.
+ * benchmarks may use, and nothing more: the trace clock (st_clock.h;
+ * bench_range.c times its raw read) and the knobs st_open reads. None of
+ * it is exported by libstagetrace.so or installed; a program reaches it by
+ * linking libstagetrace.a. The library's own files get it through
+ * st_internal.h.
  */
 #ifndef ST_TESTING_H
 #define ST_TESTING_H
 
 #include <stdint.h>
 
-/* ---- clock ---- */
-int st_clock_init(int force_monotonic);
-extern int st_clock_use_tsc;
-int64_t st_clock_mono_ns(void);
-static inline int64_t st_clock_raw(void) /* the hot-path read */
-{
-#if defined(__x86_64__)
-    if (st_clock_use_tsc) return (int64_t)__builtin_ia32_rdtsc();
-#endif
-    return st_clock_mono_ns();
-}
-int64_t st_clock_to_ns(int64_t raw);   /* raw -> trace nanoseconds */
-const char *st_clock_name(void);       /* "tsc" or "monotonic" */
-double st_clock_tsc_hz(void);          /* 0 when monotonic */
+#include "st_clock.h" /* the trace clock */
 
 /* ---- knobs for tests and benchmarks (not exported by libstagetrace.so;
  * programs reach them through libstagetrace.a). Each is read by st_open:

@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,22 +18,6 @@
 
 #include "st_internal.h"
 #include "st_schema.h"
-
-st_trace *st_active_trace;
-_Atomic uint32_t st_stage_limit;
-
-void st_log(st_trace *t, int level, const char *fmt, ...)
-{
-    if (!t || !t->opt.log) return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&t->log_lock);
-    t->opt.log(level, msg, t->opt.log_arg);
-    pthread_mutex_unlock(&t->log_lock);
-}
 
 static _Atomic uint32_t test_writer_delay_us;
 static _Atomic int test_checkpoint_on_writer;
@@ -571,13 +554,6 @@ uint64_t st_dropped(const st_trace *t)
     pthread_mutex_unlock(&mt->lock);
     signals_restore(&saved);
     return total;
-}
-
-void st_wake_writer(st_trace *t)
-{
-    char c = 1;
-    ssize_t n = write(t->wake_pipe[1], &c, 1);
-    (void)n; /* a full pipe already means "wake up" */
 }
 
 /* Signals are blocked while a thread may hold t->lock. A SIGINT/SIGTERM

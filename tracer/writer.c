@@ -823,6 +823,14 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Any thread: the byte ends writer_main's poll (t->wake_pipe). */
+void st_wake_writer(st_trace *t)
+{
+    char c = 1;
+    ssize_t n = write(t->wake_pipe[1], &c, 1);
+    (void)n; /* a full pipe already means "wake up" */
+}
+
 static void *writer_main(void *arg)
 {
     st_trace *t = arg;
