@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tracer/st_palette.h" /* the stage colours NVTX uses too */
 #include "html.h"
 
 /* ---- escaping ------------------------------------------------------------------------------------ */
@@ -76,20 +75,23 @@ void an_html_esc_pre(FILE *f, const char *text)
 
 /* ---- colours --------------------------------------------------------------------------------------- */
 
-/* Stage colours: the shared palette (tracer/st_palette.h), as NVTX gives
- * them: the i-th stage of a kind, in id order, takes the kind's i-th colour. */
+/* Stage colours: the ones the tracer gave the stages' NVTX ranges
+ * (st_reader_stage_colours), so a stage looks the same in Nsight Systems. */
 int an_html_palette_init(an_html_palette *pal, const an_pipe *p)
 {
     pal->stage = calloc(p->n_cols, sizeof *pal->stage);
     pal->hex = calloc(p->n_stages ? p->n_stages : 1, sizeof *pal->hex);
-    if (!pal->stage || !pal->hex) return -1;
-    uint32_t used[ST_KIND_COUNT] = {0};
+    uint32_t *rgb = calloc(p->n_stages ? p->n_stages : 1, sizeof *rgb);
+    if (!pal->stage || !pal->hex || !rgb) {
+        free(rgb);
+        return -1;
+    }
+    st_reader_stage_colours(p->trace->r, rgb, p->n_stages);
     for (uint32_t s = 0; s < p->n_stages; s++) {
-        st_kind k = st_reader_stage(p->trace->r, s)->kind;
-        uint32_t ki = (unsigned)k < ST_KIND_COUNT ? (uint32_t)k : 0;
-        snprintf(pal->hex[s], sizeof pal->hex[s], "#%06x", (unsigned)st_palette_rgb((st_kind)ki, used[ki]++));
+        snprintf(pal->hex[s], sizeof pal->hex[s], "#%06x", (unsigned)rgb[s]);
         pal->stage[s] = pal->hex[s];
     }
+    free(rgb);
     pal->stage[p->n_stages] = AN_HTML_IDLE_COLOUR;
     return 0;
 }

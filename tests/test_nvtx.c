@@ -20,7 +20,9 @@
  * payload; threads named with their trace names and os_tid; the CUDA stream
  * named (CUDA builds); one colour per stage, the same in two runs. With
  * options.nvtx = 0 and with options.enabled = 0 the tool must see no call
- * from the tracer.
+ * from the tracer. A child with several stages of each kind ("colours")
+ * checks that the reader's st_reader_stage_colours gives back the colours
+ * NVTX saw.
  *
  * Without the NVTX headers (ST_HAVE_NVTX undefined) there is nothing to
  * test: the binary prints a "SKIP:" line and exits 0.
@@ -76,6 +78,15 @@ static const stage_spec stage_specs[] = {
     {'a', "allreduce", ST_COMM},      {'d', "d2h", ST_COPY},
 };
 #define N_STAGES (sizeof stage_specs / sizeof stage_specs[0])
+
+/* The "colours" child: several stages of a kind, interleaved, so that the
+ * i-th stage of a kind must take the kind's i-th colour. */
+static const stage_spec colour_specs[] = {
+    {0, "forward", ST_WORK},     {0, "queue_wait", ST_WAIT_INPUT}, {0, "backward", ST_WORK},
+    {0, "stream_sync", ST_SYNC}, {0, "batch_wait", ST_WAIT_INPUT}, {0, "loss", ST_WORK},
+    {0, "event_sync", ST_SYNC},  {0, "d2h", ST_COPY},
+};
+#define N_COLOUR_STAGES (sizeof colour_specs / sizeof colour_specs[0])
 
 /* A step mark: st_step(step, tokens). stored: whether the writer keeps it
  * (steps must increase; one that does not is counted in meta
@@ -236,7 +247,7 @@ static int child_main(const char *mode, const char *trace_path)
         opt.nvtx = 0;
     else if (strcmp(mode, "disabled") == 0)
         opt.enabled = 0;
-    else if (strcmp(mode, "step_max") != 0)
+    else if (strcmp(mode, "step_max") != 0 && strcmp(mode, "colours") != 0)
         CHILD_CHECK(strcmp(mode, "full") == 0);
 
     st_trace *trace = NULL;
@@ -244,6 +255,17 @@ static int child_main(const char *mode, const char *trace_path)
     if (strcmp(mode, "step_max") == 0) {
         CHILD_CHECK(st_thread_register(trace, main_spec.name, main_spec.role, main_spec.device, 0) >= 0);
         st_step(UINT64_MAX, UINT64_MAX);
+        CHILD_CHECK(st_close(trace) == ST_OK);
+        return child_end();
+    }
+    if (strcmp(mode, "colours") == 0) {
+        CHILD_CHECK(st_thread_register(trace, main_spec.name, main_spec.role, main_spec.device, 0) >= 0);
+        for (size_t i = 0; i < N_COLOUR_STAGES; i++) {
+            int id = st_stage_register(trace, colour_specs[i].name, colour_specs[i].kind);
+            CHILD_CHECK(id >= 0);
+            st_begin((st_stage)id);
+            st_end((st_stage)id);
+        }
         CHILD_CHECK(st_close(trace) == ST_OK);
         return child_end();
     }
@@ -885,6 +907,65 @@ static void test_step_max(void **state)
     unlink(log_path);
 }
 
+/* st_reader_stage_colours gives back the colours NVTX saw: each stage's
+ * pushes carry colour ff + the reader's 0xRRGGBB for it. The expected
+ * numbers come from the tool's log, not from the palette; the palette only
+ * confirms the per-kind numbering (the i-th stage of a kind, in id order,
+ * takes the kind's i-th colour) that makes stages of one kind differ. */
+static void test_reader_colours(void **state)
+{
+    (void)state;
+    char trace_path[PATH_MAX], log_path[PATH_MAX];
+    tmp_path(trace_path, sizeof trace_path, "colours.sqlite");
+    tmp_path(log_path, sizeof log_path, "colours.nvtx.log");
+    int rc = run_child("colours", trace_path, log_path);
+    if (rc != 0) fail_msg("the child (mode colours) exited with status %d", rc);
+    tool_log log;
+    tool_log_load(&log, log_path);
+    check_child_marks(&log);
+    st_reader *r = NULL;
+    assert_int_equal(st_reader_open(&r, trace_path), ST_OK);
+    assert_int_equal(st_reader_n_stages(r), N_COLOUR_STAGES);
+    /* NVTX's colour of each stage, by category (stage id + 1) */
+    char nvtx[N_COLOUR_STAGES][16];
+    memset(nvtx, 0, sizeof nvtx);
+    for (size_t i = 0; i < log.n; i++) {
+        const log_line *l = &log.lines[i];
+        if (!is_verb(l, "push")) continue;
+        assert_int_equal(l->n, 9);
+        long category = strtol(l->raw[4], NULL, 10);
+        assert_true(category >= 1 && category <= (long)N_COLOUR_STAGES);
+        assert_int_equal(strlen(l->raw[5]), 8);
+        assert_true(nvtx[category - 1][0] == 0); /* one push per stage */
+        snprintf(nvtx[category - 1], sizeof nvtx[0], "%s", l->raw[5]);
+    }
+    uint32_t rgb[N_COLOUR_STAGES + 2];
+    memset(rgb, 0, sizeof rgb);
+    assert_int_equal(st_reader_stage_colours(r, rgb, N_COLOUR_STAGES + 2), N_COLOUR_STAGES);
+    assert_int_equal(rgb[N_COLOUR_STAGES], 0); /* nothing written past the stages */
+    uint32_t used[ST_KIND_COUNT] = {0};
+    for (uint32_t id = 0; id < N_COLOUR_STAGES; id++) {
+        const st_stage_info *si = st_reader_stage(r, id);
+        assert_string_equal(si->name, colour_specs[id].name);
+        char want[16];
+        snprintf(want, sizeof want, "ff%06x", (unsigned)rgb[id]);
+        assert_string_equal(nvtx[id], want);
+        assert_int_equal(rgb[id], st_palette_rgb(si->kind, used[si->kind]++));
+        for (uint32_t b = 0; b < id; b++) assert_int_not_equal(rgb[id], rgb[b]);
+    }
+    /* fewer than the stages: the first n, the same; nothing for NULL */
+    uint32_t first[3] = {0};
+    assert_int_equal(st_reader_stage_colours(r, first, 3), 3);
+    assert_memory_equal(first, rgb, sizeof first);
+    assert_int_equal(st_reader_stage_colours(r, first, 0), 0);
+    assert_int_equal(st_reader_stage_colours(NULL, first, 3), 0);
+    assert_int_equal(st_reader_stage_colours(r, NULL, 3), 0);
+    st_reader_close(r);
+    tool_log_free(&log);
+    remove_trace_files(trace_path);
+    unlink(log_path);
+}
+
 /* options.enabled = 0: no trace file, and nothing reaches NVTX. */
 static void test_disabled(void **state)
 {
@@ -933,6 +1014,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_nvtx_matches_trace),
         cmocka_unit_test(test_nvtx_off),
         cmocka_unit_test(test_step_max),
+        cmocka_unit_test(test_reader_colours),
         cmocka_unit_test(test_disabled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

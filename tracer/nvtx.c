@@ -26,7 +26,8 @@ static nvtxDomainHandle_t domain;
 static nvtxEventAttributes_t attrs[ST_MAX_STAGES];
 
 /* Colours from the shared palette (st_palette.h): the i-th stage of a kind
- * takes the kind's i-th colour, as in the HTML report, so colours stay
+ * takes the kind's i-th colour, as st_reader_stage_colours (palette.c)
+ * gives them back to readers and the HTML report, so colours stay
  * stable across runs of one program. Stages register under the trace's
  * lock, so the per-kind counts need none of their own. */
 static uint32_t kind_count[ST_KIND_COUNT];

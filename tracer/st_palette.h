@@ -1,6 +1,7 @@
-/* st_palette.h: the stage colours, shared by the NVTX ranges (tracer/nvtx.c)
- * and the HTML report (analyze/cmd_report.c), so a stage looks the same in
- * Nsight Systems and in the report.
+/* st_palette.h: the stage colours of the NVTX ranges (tracer/nvtx.c), which
+ * readers get through st_reader_stage_colours (tracer/palette.c, public in
+ * stagetrace_reader.h): the HTML report (analyze/html.c) uses them, so a
+ * stage looks the same in Nsight Systems and in the report.
  *
  * One hue family per kind: `work` gets 16 strong colours; the waiting kinds
  * get light tints of one family each (wait_input blues, wait_output oranges,

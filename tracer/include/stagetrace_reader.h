@@ -199,6 +199,15 @@ ST_API const st_thread_info *st_reader_thread(const st_reader *r, uint32_t index
 ST_API const st_thread_info *st_reader_thread_by_id(const st_reader *r, uint32_t id);
 ST_API uint32_t st_reader_n_stages(const st_reader *r); /* ids are 0..n-1 */
 ST_API const st_stage_info *st_reader_stage(const st_reader *r, uint32_t id);
+/* The stages' colours as the tracer gave their NVTX ranges, so that a tool
+ * drawing a trace shows each stage as Nsight Systems does: rgb[id] =
+ * 0xRRGGBB for the stage ids 0..min(n, st_reader_n_stages(r)) - 1, and
+ * returns how many it wrote (0 for a NULL r or rgb). The i-th stage of a
+ * kind, in id order, takes the kind's i-th colour, cyclically: 16 strong
+ * colours for work, 4 light tints of one family for each waiting kind
+ * (wait_input blues, wait_output oranges, sync purples, comm greens, copy
+ * reds); a kind the header does not know is coloured as work. */
+ST_API uint32_t st_reader_stage_colours(const st_reader *r, uint32_t *rgb, uint32_t n);
 ST_API uint32_t st_reader_n_counters(const st_reader *r);
 ST_API const st_counter_info *st_reader_counter(const st_reader *r, uint32_t id);
 ST_API uint32_t st_reader_n_steps(const st_reader *r); /* sorted by step */
