@@ -495,10 +495,16 @@ int st_cpu_maps_parse(st_cpu_maps *m, const char *text)
     return 0;
 }
 
+static int maps_reload(st_cpu_maps *m);
+
 int st_cpu_maps_load(st_cpu_maps *m, const char *path)
 {
-    if (path) snprintf(m->path, sizeof m->path, "%s", path);
-    else if (!m->path[0]) snprintf(m->path, sizeof m->path, "/proc/self/maps");
+    snprintf(m->path, sizeof m->path, "%s", path ? path : "/proc/self/maps");
+    return maps_reload(m);
+}
+
+static int maps_reload(st_cpu_maps *m)
+{
     if (!m->min_refresh_ns) m->min_refresh_ns = 100000000;
     m->loaded_ns = mono_ns();
     m->n_loads++;
@@ -540,7 +546,7 @@ size_t st_cpu_chain_cut(st_cpu_maps *m, const uint64_t *frames, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (st_cpu_maps_contains(m, frames[i])) continue;
-        if (m->path[0] && mono_ns() - m->loaded_ns >= m->min_refresh_ns && st_cpu_maps_load(m, NULL) == 0 &&
+        if (m->path[0] && mono_ns() - m->loaded_ns >= m->min_refresh_ns && maps_reload(m) == 0 &&
             st_cpu_maps_contains(m, frames[i]))
             continue;
         return i;
