@@ -46,10 +46,15 @@ enum st_cpu_status {
     ST_CPU_ERROR = -5,       /* anything else (the reason names the errno) */
 };
 
-/* Default sample period: 4 ms of CPU time (250 Hz), chosen so that the
- * capture costs well under 1 % of a busy thread (bench/bench_cpu_perf.c,
- * bench/RESULTS.md). */
-#define ST_CPU_DEFAULT_PERIOD_NS 4000000ull
+/* Default sample period: 1/199 s of CPU time (199 Hz), so that the capture
+ * costs well under 1 % of a busy thread: a sample cost about 20-28 us of
+ * the thread's CPU on the 2-core Firecracker VM (1 kHz: 2.5-2.8 %, 10 kHz:
+ * 17-19 %), 16 us on the H200 host (1 kHz: 1.6 %); bench/bench_cpu_perf.c,
+ * bench/RESULTS.md. 199 rather than 200 Hz: a period that is no multiple
+ * of the 4 ms scheduler tick nor of a program's whole-millisecond loops,
+ * so that samples do not stay in step with them (as perf users take 99 or
+ * 999 Hz). */
+#define ST_CPU_DEFAULT_PERIOD_NS 5025126ull
 /* Default ring: 64 KiB of data (16 pages) plus the metadata page. */
 #define ST_CPU_DEFAULT_RING_BYTES (64u * 1024u)
 
