@@ -32,6 +32,11 @@ const char *st_gpu_kind_name(uint32_t kind)
     return kind <= ST_GPU_KIND_MAX ? n[kind] : "?";
 }
 
+int st_gpu_kind_is_device_work(uint32_t kind)
+{
+    return kind == ST_GPU_KERNEL || kind == ST_GPU_MEMCPY || kind == ST_GPU_MEMSET;
+}
+
 const char *st_gpu_copy_name(uint32_t copy)
 {
     static const char *const n[] = {"other", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"};
