@@ -1303,6 +1303,24 @@ static void make_db(const char *path, int wal, const char *sql)
     assert_int_equal(sqlite3_close(db), SQLITE_OK); /* the last close checkpoints and removes the -wal */
 }
 
+/* Every kind of docs/trace-format.md's GPU chunk, and kinds past them:
+ * device work is what runs on a stream; syncs and API calls are the host's. */
+static void test_gpu_kind_classes(void **state)
+{
+    (void)state;
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_KERNEL), 1);
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_MEMCPY), 1);
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_MEMSET), 1);
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_SYNC), 0);
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_API), 0);
+    assert_int_equal(st_gpu_kind_is_device_work(0), 0);
+    assert_int_equal(st_gpu_kind_is_device_work(ST_GPU_KIND_MAX + 1), 0);
+    assert_int_equal(st_gpu_kind_is_device_work(UINT32_MAX), 0);
+    /* each known kind has its name; an unknown one is "?" as for kind 0 */
+    assert_string_equal(st_gpu_kind_name(ST_GPU_KERNEL), "kernel");
+    assert_string_equal(st_gpu_kind_name(ST_GPU_KIND_MAX + 1), "?");
+}
+
 static void test_wal_missing(void **state)
 {
     (void)state;
@@ -1366,6 +1384,7 @@ int main(void)
         cmocka_unit_test(test_wal_missing),
         cmocka_unit_test(test_range_decoder_matches_events),
         cmocka_unit_test(test_gpu_launch_lookback),
+        cmocka_unit_test(test_gpu_kind_classes),
     };
     if (make_tmp_dir("test_reader")) return 1;
     int failed = cmocka_run_group_tests(tests, setup, teardown);

@@ -293,6 +293,46 @@ static void harden(sqlite3 *db)
     sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)0);
 }
 
+/* ---- one file's methods (a rank set's: reader_set.c) ---- */
+
+static void file_close(st_reader *r)
+{
+    if (r->owns_db) sqlite3_close(r->db);
+}
+
+static const char *file_meta(const st_reader *r, const char *key);
+
+static const st_reader_methods file_methods = {
+    .close = file_close,
+    .meta = file_meta,
+    .chunk_totals = st_rd_file_chunk_totals,
+    .range_chunks_per_thread = st_rd_file_range_chunks_per_thread,
+    .unended = st_rd_file_unended,
+    .range_open = st_rd_file_range_open,
+    .range_fill = st_rd_file_range_fill,
+    .range_close = st_rd_file_range_close,
+    .event_open = st_rd_file_event_open,
+    .event_next = st_rd_file_event_next,
+    .event_close = st_rd_file_event_close,
+    .sample_open = st_rd_file_sample_open,
+    .sample_next = st_rd_file_sample_next,
+    .sample_close = st_rd_file_sample_close,
+    .has_flows = st_rd_file_has_flows,
+    .flow_open = st_rd_file_flow_open,
+    .flow_next = st_rd_file_flow_next,
+    .flow_close = st_rd_file_flow_close,
+    .flow_pos = st_rd_file_flow_pos,
+    .has_gpu = st_rd_file_has_gpu,
+    .gpu_open = st_rd_file_gpu_open,
+    .gpu_next = st_rd_file_gpu_next,
+    .gpu_close = st_rd_file_gpu_close,
+    .gpu_pos = st_rd_file_gpu_pos,
+    .gpu_records_per_device = st_rd_file_gpu_records_per_device,
+    .gpu_devices = st_rd_file_gpu_devices,
+    .gpu_span = st_rd_file_gpu_span,
+    .gpu_headers = st_rd_file_gpu_headers,
+};
+
 int st_reader_open(st_reader **out, const char *path)
 {
     *out = NULL;
@@ -324,6 +364,7 @@ int st_reader_open(st_reader **out, const char *path)
     }
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
+    r->m = &file_methods;
     r->owns_db = 1;
     r->wal_absent = wal_absent;
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
@@ -348,6 +389,7 @@ int st_reader_open_db(st_reader **out, sqlite3 *db)
     *out = NULL;
     st_reader *r = calloc(1, sizeof *r);
     if (!r) return st_set_error(ST_ENOMEM, "out of memory");
+    r->m = &file_methods;
     r->db = db;
     int rc = load(r, NULL);
     if (rc) {
@@ -361,7 +403,7 @@ int st_reader_open_db(st_reader **out, sqlite3 *db)
 void st_reader_close(st_reader *r)
 {
     if (!r) return;
-    if (r->parts) st_rd_set_free(r);
+    r->m->close(r);
     for (uint32_t i = 0; i < r->n_meta; i++) {
         free(r->meta[i].key);
         free(r->meta[i].value);
@@ -381,15 +423,15 @@ void st_reader_close(st_reader *r)
     free(r->stages);
     free(r->counters);
     free(r->steps);
-    if (r->owns_db) sqlite3_close(r->db);
     free(r);
 }
 
 sqlite3 *st_reader_db(const st_reader *r) { return r->db; }
 
-const char *st_reader_meta(const st_reader *r, const char *key)
+const char *st_reader_meta(const st_reader *r, const char *key) { return st_rd_meta(r, key); }
+
+static const char *file_meta(const st_reader *r, const char *key)
 {
-    if (r->parts) return st_reader_meta(r->parts[0].r, key);
     for (uint32_t i = 0; i < r->n_meta; i++)
         if (strcmp(r->meta[i].key, key) == 0) return r->meta[i].value;
     return NULL;
@@ -402,11 +444,7 @@ const st_thread_info *st_reader_thread(const st_reader *r, uint32_t i)
     return i < r->n_threads ? &r->threads[i] : NULL;
 }
 
-const st_thread_info *st_reader_thread_by_id(const st_reader *r, uint32_t id)
-{
-    if (id >= r->thread_index_len || r->thread_index[id] < 0) return NULL;
-    return &r->threads[r->thread_index[id]];
-}
+const st_thread_info *st_reader_thread_by_id(const st_reader *r, uint32_t id) { return st_rd_thread_by_id(r, id); }
 
 uint32_t st_reader_n_stages(const st_reader *r) { return r->n_stages; }
 

@@ -273,7 +273,7 @@ static int check_rows(st_reader *r, const table_spec *t)
         }
         if (!err && t->thread_ref >= 0) {
             int64_t thread = sqlite3_column_int64(st, t->n_open + 1 + t->thread_ref);
-            if (thread < 0 || thread > UINT32_MAX || !st_reader_thread_by_id(r, (uint32_t)thread))
+            if (thread < 0 || thread > UINT32_MAX || !st_rd_thread_by_id(r, (uint32_t)thread))
                 err = st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld names unknown thread %lld", t->name,
                                    (long long)sqlite3_column_int64(st, t->n_open), (long long)thread);
         }

@@ -29,7 +29,7 @@ static int meta_i64(const char *s, int64_t *out)
  * keys or none), the close one only with the open one, uncertainties >= 0. */
 int st_rd_check_rank_meta(st_reader *r)
 {
-    const char *id = st_reader_meta(r, "run_id");
+    const char *id = st_rd_meta(r, "run_id");
     if (id) {
         size_t n = strlen(id);
         int ok = n >= 1 && n <= 64;
@@ -53,7 +53,7 @@ int st_rd_check_rank_meta(st_reader *r)
     int has[6];
     for (int i = 0; i < 9; i++) {
         const char *key = i < 6 ? clock_keys[i] : wide[i - 6];
-        const char *s = st_reader_meta(r, key);
+        const char *s = st_rd_meta(r, key);
         int64_t x = 0;
         if (s && meta_i64(s, &x))
             return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is '%.32s%s', past 64 bits", key, s,
@@ -84,7 +84,7 @@ void st_reader_rank_clock(const st_reader *r, st_rank_clock *out)
     int64_t v[6] = {0, 0, 0, 0, 0, 0};
     int has[6];
     for (int i = 0; i < 6; i++) {
-        const char *s = st_reader_meta(r, clock_keys[i]);
+        const char *s = st_rd_meta(r, clock_keys[i]);
         has[i] = s && meta_i64(s, &v[i]) == 0;
     }
     if (has[0] && has[1] && has[2]) {

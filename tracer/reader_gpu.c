@@ -32,6 +32,11 @@ const char *st_gpu_kind_name(uint32_t kind)
     return kind <= ST_GPU_KIND_MAX ? n[kind] : "?";
 }
 
+int st_gpu_kind_is_device_work(uint32_t kind)
+{
+    return kind == ST_GPU_KERNEL || kind == ST_GPU_MEMCPY || kind == ST_GPU_MEMSET;
+}
+
 const char *st_gpu_copy_name(uint32_t copy)
 {
     static const char *const n[] = {"other", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"};
@@ -44,9 +49,10 @@ const char *st_gpu_mem_name(uint32_t mem)
     return mem <= ST_MEM_OTHER ? n[mem] : "other";
 }
 
-int st_reader_has_gpu(st_reader *r)
+int st_reader_has_gpu(st_reader *r) { return r->m->has_gpu(r); }
+
+int st_rd_file_has_gpu(st_reader *r)
 {
-    if (r->parts) return st_rd_set_gpu_has(r);
     int ok = st_rd_is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? st_rd_bad("gpu_chunks", sqlite3_errmsg(r->db)) : 0;
     sqlite3_stmt *st;
@@ -326,16 +332,30 @@ static int64_t gpu_stage_at(const thread_ranges *tr, int64_t ts)
     return -1;
 }
 
-int st_rd_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
+static int gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
 {
     *out = NULL;
-    if (r->parts) return st_rd_set_gpu_open(out, r, device, t0, t1, api_mode);
     st_gpu_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->m = r->m;
     it->r = r;
     it->t0 = t0;
     it->t1 = t1;
     it->api_mode = api_mode;
+    int rc = r->m->gpu_open(it, device);
+    if (rc) {
+        st_gpu_iter_close(it);
+        return rc;
+    }
+    *out = it;
+    return ST_OK;
+}
+
+int st_rd_file_gpu_open(st_gpu_iter *it, int64_t device)
+{
+    st_reader *r = it->r;
+    const int api_mode = it->api_mode;
+    const int64_t t0 = it->t0, t1 = it->t1;
     int ok = st_rd_is_table(r->db, "gpu_chunks");
     int rc = ok < 0 ? st_rd_bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
     if (!rc && ok) {
@@ -359,22 +379,17 @@ int st_rd_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t
             sqlite3_bind_int64(it->st, 3, t1);
         }
     }
-    if (rc) {
-        st_gpu_iter_close(it);
-        return rc;
-    }
-    *out = it;
-    return ST_OK;
+    return rc;
 }
 
 int st_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1)
 {
-    return st_rd_gpu_iter_open(out, r, device, t0, t1, 0);
+    return gpu_iter_open(out, r, device, t0, t1, 0);
 }
 
 int st_gpu_api_iter_open(st_gpu_iter **out, st_reader *r, int64_t t0, int64_t t1)
 {
-    return st_rd_gpu_iter_open(out, r, -1, t0, t1, 1);
+    return gpu_iter_open(out, r, -1, t0, t1, 1);
 }
 
 /* The traced thread with this OS thread id, and its innermost stage at ts. */
@@ -393,9 +408,10 @@ static int gpu_thread_at(st_gpu_iter *it, int64_t os_tid, int64_t ts, st_gpu_row
     return ST_OK;
 }
 
-int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
+int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out) { return it->m->gpu_next(it, out); }
+
+int st_rd_file_gpu_next(st_gpu_iter *it, st_gpu_row *out)
 {
-    if (it->sub) return st_rd_set_gpu_next(it, out);
     if (!it->st) return 0;
     for (;;) {
         if (!it->in_chunk) {
@@ -458,9 +474,7 @@ int st_gpu_iter_next(st_gpu_iter *it, st_gpu_row *out)
 void st_gpu_iter_close(st_gpu_iter *it)
 {
     if (!it) return;
-    for (uint32_t i = 0; it->sub && i < it->r->n_parts; i++) st_gpu_iter_close(it->sub[i]);
-    free(it->sub);
-    sqlite3_finalize(it->st);
+    it->m->gpu_close(it);
     for (uint32_t i = 0; i < it->n_names; i++) free(it->names[i]);
     free(it->names);
     free(it->api);
@@ -473,6 +487,8 @@ void st_gpu_iter_close(st_gpu_iter *it)
     free(it->tr);
     free(it);
 }
+
+void st_rd_file_gpu_close(st_gpu_iter *it) { sqlite3_finalize(it->st); }
 
 int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns)
 {
@@ -488,14 +504,22 @@ int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_ns)
 
 void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
 {
-    if (it->sub && it->part < it->r->n_parts && it->sub[it->part]) it = it->sub[it->part]; /* the rank's file */
+    it->m->gpu_pos(it, chunk_id, index);
+}
+
+void st_rd_file_gpu_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
+{
     *chunk_id = it->row_id;
     *index = (uint32_t)it->n_items - it->cur.remaining - 1;
 }
 
 int st_reader_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
-    if (r->parts) return st_rd_set_gpu_records_per_device(r, out, n);
+    return r->m->gpu_records_per_device(r, out, n);
+}
+
+int st_rd_file_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
     return st_rd_chunk_counts(r, "gpu_chunks",
                         "SELECT device, sum(max(n_records, 0)) FROM main.gpu_chunks GROUP BY device ORDER BY device", 1,
                         out, n);
@@ -505,7 +529,11 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
-    if (r->parts) return st_rd_set_gpu_devices(r, out, n);
+    return r->m->gpu_devices(r, out, n);
+}
+
+int st_rd_file_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
+{
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(r->db, "SELECT DISTINCT device FROM main.gpu_chunks WHERE device >= 0 ORDER BY device", -1,
                            &st, NULL) != SQLITE_OK)
@@ -537,7 +565,11 @@ int st_reader_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->parts) return st_rd_set_gpu_span(r, out);
+    return r->m->gpu_span(r, out);
+}
+
+int st_rd_file_gpu_span(st_reader *r, st_gpu_headers *out)
+{
     int ok = st_rd_is_table(r->db, "gpu_chunks");
     if (ok <= 0) return ok < 0 ? st_rd_bad("gpu_chunks", sqlite3_errmsg(r->db)) : ST_OK;
     sqlite3_stmt *st;
@@ -563,7 +595,11 @@ int st_reader_gpu_span(st_reader *r, st_gpu_headers *out)
 int st_reader_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->parts) return st_rd_set_gpu_headers(r, device, t0_ns, t1_ns, out);
+    return r->m->gpu_headers(r, device, t0_ns, t1_ns, out);
+}
+
+int st_rd_file_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
+{
     sqlite3_stmt *st;
     /* ?1 is bound either way; "device < 0" leaves it unused */
     const char *sql = device < 0 ? "SELECT sum(max(n_records, 0)), min(t0_ns), max(t1_ns) FROM main.gpu_chunks WHERE "

@@ -19,7 +19,10 @@ typedef struct meta_kv {
     char *key, *value;
 } meta_kv;
 
+typedef struct st_reader_methods st_reader_methods;
+
 struct st_reader {
+    const st_reader_methods *m; /* a file's (reader.c) or a rank set's (reader_set.c) */
     sqlite3 *db;
     int owns_db;
     int wal_absent; /* st_reader_open: before SQLite opened the file, no PATH-wal beside it (1) or an empty one (2) */
@@ -79,6 +82,7 @@ typedef struct set_walk {
 
 struct st_range_iter {
     struct st_range_iter_head head; /* first: st_range_iter_next reads it */
+    const st_reader_methods *m;     /* its reader's */
     chunk_rows rows;
     int in_chunk;
     int pending;                    /* 0 or the error met after the batch */
@@ -90,6 +94,7 @@ struct st_range_iter {
 };
 
 struct st_event_iter {
+    const st_reader_methods *m; /* its reader's */
     chunk_rows rows;
     int in_chunk;
     st_event_cursor cur;
@@ -98,6 +103,7 @@ struct st_event_iter {
 };
 
 struct st_sample_iter {
+    const st_reader_methods *m; /* its reader's */
     chunk_rows rows;
     int in_chunk;
     int64_t t0, t1;
@@ -106,11 +112,12 @@ struct st_sample_iter {
 };
 
 struct st_flow_iter {
+    const st_reader_methods *m; /* its reader's */
     chunk_rows rows;
     int in_chunk, empty;
     int64_t t0, t1;
     st_flow_cursor cur;
-    set_walk walk; /* a rank set's (st_rd_set_flow_next) */
+    set_walk walk; /* a rank set's (set_flow_next) */
 };
 
 typedef struct api_slot {
@@ -127,6 +134,7 @@ typedef struct thread_ranges {
 } thread_ranges;
 
 struct st_gpu_iter {
+    const st_reader_methods *m; /* its reader's */
     st_reader *r;
     sqlite3_stmt *st;
     int64_t t0, t1;
@@ -167,25 +175,84 @@ int st_rd_push_count(st_chunk_count **v, uint32_t *n, uint32_t *cap, int64_t key
 int st_rd_chunk_counts(st_reader *r, const char *table, const char *sql, int strict, st_chunk_count **out,
                        uint32_t *n);
 
-/* ---- reader_gpu.c ---- */
-int st_rd_gpu_iter_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode);
+/* ---- the reader's methods ----
+ * What a single file and a rank set do differently, behind one table of
+ * operations each (as SQLite's sqlite3_io_methods): file_methods in
+ * reader.c, over the st_rd_file_ functions below; set_methods in
+ * reader_set.c. A public entry point does what both share (allocation,
+ * clearing *out) and calls its reader's method for the rest; an iterator
+ * keeps its reader's table, so that its next and close need no reader. */
+struct st_reader_methods {
+    void (*close)(st_reader *r); /* what it holds beyond the tables every reader has */
+    const char *(*meta)(const st_reader *r, const char *key);
+    int (*chunk_totals)(st_reader *r, st_chunk_totals *out);
+    int (*range_chunks_per_thread)(st_reader *r, st_chunk_count **out, uint32_t *n);
+    int (*unended)(st_reader *r, uint32_t thread, st_open_range *stack);
+    /* iterators: open fills in an iterator allocated with its window (and m);
+     * close frees what open made, never the iterator itself */
+    int (*range_open)(st_range_iter *it, st_reader *r, int64_t thread);
+    int (*range_fill)(st_range_iter *it, st_range *out);
+    void (*range_close)(st_range_iter *it);
+    int (*event_open)(st_event_iter *it, st_reader *r, uint32_t thread);
+    int (*event_next)(st_event_iter *it, st_event *out);
+    void (*event_close)(st_event_iter *it);
+    int (*sample_open)(st_sample_iter *it, st_reader *r, int64_t thread);
+    int (*sample_next)(st_sample_iter *it, st_sample_row *out);
+    void (*sample_close)(st_sample_iter *it);
+    int (*has_flows)(st_reader *r);
+    int (*flow_open)(st_flow_iter *it, st_reader *r, int64_t thread);
+    int (*flow_next)(st_flow_iter *it, st_flow_row *out);
+    void (*flow_close)(st_flow_iter *it);
+    void (*flow_pos)(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index);
+    int (*has_gpu)(st_reader *r);
+    int (*gpu_open)(st_gpu_iter *it, int64_t device); /* it->r, window and api_mode set */
+    int (*gpu_next)(st_gpu_iter *it, st_gpu_row *out);
+    void (*gpu_close)(st_gpu_iter *it);
+    void (*gpu_pos)(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
+    int (*gpu_records_per_device)(st_reader *r, st_chunk_count **out, uint32_t *n);
+    int (*gpu_devices)(st_reader *r, int32_t **out, uint32_t *n);
+    int (*gpu_span)(st_reader *r, st_gpu_headers *out);
+    int (*gpu_headers)(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+};
 
-/* ---- reader_set.c: a rank set's side of each reader call ---- */
-int st_rd_set_map(const set_part *p, int64_t t, int64_t *out);
-void st_rd_set_walk_init(set_walk *w, st_reader *set, int64_t thread);
-void st_rd_set_free(st_reader *r);
-int st_rd_set_chunk_totals(st_reader *r, st_chunk_totals *out);
-int st_rd_set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
-int st_rd_set_range_fill(st_range_iter *it, st_range *out);
-int st_rd_set_sample_next(st_sample_iter *it, st_sample_row *out);
-int st_rd_set_has_flows(st_reader *r);
-int st_rd_set_flow_next(st_flow_iter *it, st_flow_row *out);
-int st_rd_set_gpu_has(st_reader *r);
-int st_rd_set_gpu_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode);
-int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out);
-int st_rd_set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
-int st_rd_set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
-int st_rd_set_gpu_span(st_reader *r, st_gpu_headers *out);
-int st_rd_set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+/* st_reader_meta and st_reader_thread_by_id, inline: the files that
+ * reader.c calls (reader_check.c, reader_clock.c, reader_iter.c) read
+ * them without calling back into it. */
+static inline const char *st_rd_meta(const st_reader *r, const char *key) { return r->m->meta(r, key); }
+static inline const st_thread_info *st_rd_thread_by_id(const st_reader *r, uint32_t id)
+{
+    if (id >= r->thread_index_len || r->thread_index[id] < 0) return NULL;
+    return &r->threads[r->thread_index[id]];
+}
+
+/* ---- reader_iter.c: one file's chunk methods ---- */
+int st_rd_file_chunk_totals(st_reader *r, st_chunk_totals *out);
+int st_rd_file_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n);
+int st_rd_file_unended(st_reader *r, uint32_t thread, st_open_range *stack);
+int st_rd_file_range_open(st_range_iter *it, st_reader *r, int64_t thread);
+int st_rd_file_range_fill(st_range_iter *it, st_range *out);
+void st_rd_file_range_close(st_range_iter *it);
+int st_rd_file_event_open(st_event_iter *it, st_reader *r, uint32_t thread);
+int st_rd_file_event_next(st_event_iter *it, st_event *out);
+void st_rd_file_event_close(st_event_iter *it);
+int st_rd_file_sample_open(st_sample_iter *it, st_reader *r, int64_t thread);
+int st_rd_file_sample_next(st_sample_iter *it, st_sample_row *out);
+void st_rd_file_sample_close(st_sample_iter *it);
+int st_rd_file_has_flows(st_reader *r);
+int st_rd_file_flow_open(st_flow_iter *it, st_reader *r, int64_t thread);
+int st_rd_file_flow_next(st_flow_iter *it, st_flow_row *out);
+void st_rd_file_flow_close(st_flow_iter *it);
+void st_rd_file_flow_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index);
+
+/* ---- reader_gpu.c: one file's GPU methods ---- */
+int st_rd_file_has_gpu(st_reader *r);
+int st_rd_file_gpu_open(st_gpu_iter *it, int64_t device);
+int st_rd_file_gpu_next(st_gpu_iter *it, st_gpu_row *out);
+void st_rd_file_gpu_close(st_gpu_iter *it);
+void st_rd_file_gpu_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
+int st_rd_file_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n);
+int st_rd_file_gpu_devices(st_reader *r, int32_t **out, uint32_t *n);
+int st_rd_file_gpu_span(st_reader *r, st_gpu_headers *out);
+int st_rd_file_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
 
 #endif

@@ -70,7 +70,11 @@ static int chunk_headers(st_reader *r, const char *table, const char *count_col,
 int st_reader_chunk_totals(st_reader *r, st_chunk_totals *out)
 {
     memset(out, 0, sizeof *out);
-    if (r->parts) return st_rd_set_chunk_totals(r, out);
+    return r->m->chunk_totals(r, out);
+}
+
+int st_rd_file_chunk_totals(st_reader *r, st_chunk_totals *out)
+{
     int64_t unused0, unused1;
     int unused;
     int rc = chunk_headers(r, "range_chunks", "n_events", &out->first_ns, &out->last_ns, &out->has_ranges,
@@ -118,7 +122,7 @@ static int chunk_rows_next(chunk_rows *c)
     if (c->n_items < 0 || c->n_items > UINT32_MAX)
         return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld: column '%s' is out of range", c->table,
                             (long long)c->row_id, c->count_col);
-    if (c->thread < 0 || !st_reader_thread_by_id(c->r, (uint32_t)c->thread))
+    if (c->thread < 0 || !st_rd_thread_by_id(c->r, (uint32_t)c->thread))
         return st_set_error(ST_ECORRUPT, "trace table '%s': chunk %lld names unknown thread %lld",
                             c->table, (long long)c->row_id, (long long)c->thread);
     c->data = sqlite3_column_blob(c->st, 3);
@@ -140,20 +144,21 @@ int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
     memset(it, 0, offsetof(st_range_iter, batch));
     it->head.next = it->head.end = it->batch;
+    it->m = r->m;
     it->t0 = t0;
     it->t1 = t1;
-    if (r->parts) {
-        st_rd_set_walk_init(&it->walk, r, thread);
-        *out = it;
-        return ST_OK;
-    }
-    int rc = chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, t0, t1);
+    int rc = r->m->range_open(it, r, thread);
     if (rc) {
         st_range_iter_close(it);
         return rc;
     }
     *out = it;
     return ST_OK;
+}
+
+int st_rd_file_range_open(st_range_iter *it, st_reader *r, int64_t thread)
+{
+    return chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, it->t0, it->t1);
 }
 
 /* Decodes the current chunk's events into it->batch until it is full or the
@@ -238,9 +243,10 @@ static size_t decode_ranges(st_range_iter *it, int *status)
     return n;
 }
 
-int st_range_iter_fill(st_range_iter *it, st_range *out)
+int st_range_iter_fill(st_range_iter *it, st_range *out) { return it->m->range_fill(it, out); }
+
+int st_rd_file_range_fill(st_range_iter *it, st_range *out)
 {
-    if (it->walk.set) return st_rd_set_range_fill(it, out);
     it->head.next = it->head.end = it->batch;
     for (;;) {
         if (it->pending) {
@@ -272,27 +278,22 @@ int st_range_iter_fill(st_range_iter *it, st_range *out)
 void st_range_iter_close(st_range_iter *it)
 {
     if (!it) return;
-    st_range_iter_close(it->walk.sub);
-    sqlite3_finalize(it->rows.st);
+    it->m->range_close(it);
     free(it);
 }
+
+void st_rd_file_range_close(st_range_iter *it) { sqlite3_finalize(it->rows.st); }
 
 /* The ranges a thread left open: its last chunk decoded to the end. The
  * chunk's header repeats every range open at its start, so this one chunk
  * says what was open after the thread's last event. */
 int st_reader_unended(st_reader *r, uint32_t thread, st_open_range *stack)
 {
-    if (r->parts) {
-        if (thread >= r->n_threads) return 0;
-        const set_part *p = &r->parts[r->thread_part[thread]];
-        int n = st_reader_unended(p->r, r->thread_local[thread], stack);
-        for (int i = 0; i < n; i++) {
-            stack[i].stage = p->stage_map[stack[i].stage];
-            int rc = st_rd_set_map(p, stack[i].start_ns, &stack[i].start_ns);
-            if (rc) return rc;
-        }
-        return n;
-    }
+    return r->m->unended(r, thread, stack);
+}
+
+int st_rd_file_unended(st_reader *r, uint32_t thread, st_open_range *stack)
+{
     chunk_rows c;
     memset(&c, 0, sizeof c);
     c.r = r;
@@ -335,19 +336,8 @@ int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread)
 {
     st_event_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
-    if (r->parts) {
-        if (thread < r->n_threads) {
-            it->part = &r->parts[r->thread_part[thread]];
-            int rc = st_event_iter_open(&it->sub, it->part->r, r->thread_local[thread]);
-            if (rc) {
-                free(it);
-                return rc;
-            }
-        }
-        *out = it;
-        return ST_OK;
-    }
-    int rc = chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, INT64_MIN, INT64_MAX);
+    it->m = r->m;
+    int rc = r->m->event_open(it, r, thread);
     if (rc) {
         st_event_iter_close(it);
         return rc;
@@ -356,17 +346,15 @@ int st_event_iter_open(st_event_iter **out, st_reader *r, uint32_t thread)
     return ST_OK;
 }
 
-int st_event_iter_next(st_event_iter *it, st_event *out)
+int st_rd_file_event_open(st_event_iter *it, st_reader *r, uint32_t thread)
 {
-    if (it->part || !it->rows.st) {
-        if (!it->sub) return 0;
-        int rc = st_event_iter_next(it->sub, out);
-        if (rc != 1) return rc;
-        out->stage = it->part->stage_map[out->stage];
-        if ((rc = st_rd_set_map(it->part, out->ts_ns, &out->ts_ns))) return rc;
-        if (out->is_end && (rc = st_rd_set_map(it->part, out->start_ns, &out->start_ns))) return rc;
-        return 1;
-    }
+    return chunk_rows_open(&it->rows, r, "range_chunks", "n_events", thread, INT64_MIN, INT64_MAX);
+}
+
+int st_event_iter_next(st_event_iter *it, st_event *out) { return it->m->event_next(it, out); }
+
+int st_rd_file_event_next(st_event_iter *it, st_event *out)
+{
     for (;;) {
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
@@ -387,10 +375,11 @@ int st_event_iter_next(st_event_iter *it, st_event *out)
 void st_event_iter_close(st_event_iter *it)
 {
     if (!it) return;
-    st_event_iter_close(it->sub);
-    sqlite3_finalize(it->rows.st);
+    it->m->event_close(it);
     free(it);
 }
+
+void st_rd_file_event_close(st_event_iter *it) { sqlite3_finalize(it->rows.st); }
 
 /* ---- counter samples ---- */
 
@@ -398,14 +387,10 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int6
 {
     st_sample_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->m = r->m;
     it->t0 = t0;
     it->t1 = t1;
-    if (r->parts) {
-        st_rd_set_walk_init(&it->walk, r, thread);
-        *out = it;
-        return ST_OK;
-    }
-    int rc = chunk_rows_open(&it->rows, r, "counter_chunks", "n_samples", thread, t0, t1);
+    int rc = r->m->sample_open(it, r, thread);
     if (rc) {
         st_sample_iter_close(it);
         return rc;
@@ -414,9 +399,15 @@ int st_sample_iter_open(st_sample_iter **out, st_reader *r, int64_t thread, int6
     return ST_OK;
 }
 
-int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
+int st_rd_file_sample_open(st_sample_iter *it, st_reader *r, int64_t thread)
 {
-    if (it->walk.set) return st_rd_set_sample_next(it, out);
+    return chunk_rows_open(&it->rows, r, "counter_chunks", "n_samples", thread, it->t0, it->t1);
+}
+
+int st_sample_iter_next(st_sample_iter *it, st_sample_row *out) { return it->m->sample_next(it, out); }
+
+int st_rd_file_sample_next(st_sample_iter *it, st_sample_row *out)
+{
     for (;;) {
         if (!it->in_chunk) {
             int rc = chunk_rows_next(&it->rows);
@@ -445,16 +436,18 @@ int st_sample_iter_next(st_sample_iter *it, st_sample_row *out)
 void st_sample_iter_close(st_sample_iter *it)
 {
     if (!it) return;
-    st_sample_iter_close(it->walk.sub);
-    sqlite3_finalize(it->rows.st);
+    it->m->sample_close(it);
     free(it);
 }
 
+void st_rd_file_sample_close(st_sample_iter *it) { sqlite3_finalize(it->rows.st); }
+
 /* ---- flows ---- */
 
-int st_reader_has_flows(st_reader *r)
+int st_reader_has_flows(st_reader *r) { return r->m->has_flows(r); }
+
+int st_rd_file_has_flows(st_reader *r)
 {
-    if (r->parts) return st_rd_set_has_flows(r);
     if (!r->has_flow_chunks) return 0;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM main.flow_chunks LIMIT 1", -1, &st, NULL) != SQLITE_OK)
@@ -470,19 +463,10 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
     *out = NULL;
     st_flow_iter *it = calloc(1, sizeof *it);
     if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->m = r->m;
     it->t0 = t0;
     it->t1 = t1;
-    if (r->parts) {
-        st_rd_set_walk_init(&it->walk, r, thread);
-        *out = it;
-        return ST_OK;
-    }
-    if (!r->has_flow_chunks) {
-        it->empty = 1;
-        *out = it;
-        return ST_OK;
-    }
-    int rc = chunk_rows_open(&it->rows, r, "flow_chunks", "n_records", thread, t0, t1);
+    int rc = r->m->flow_open(it, r, thread);
     if (rc) {
         st_flow_iter_close(it);
         return rc;
@@ -491,9 +475,19 @@ int st_flow_iter_open(st_flow_iter **out, st_reader *r, int64_t thread, int64_t 
     return ST_OK;
 }
 
-int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
+int st_rd_file_flow_open(st_flow_iter *it, st_reader *r, int64_t thread)
 {
-    if (it->walk.set) return st_rd_set_flow_next(it, out);
+    if (!r->has_flow_chunks) {
+        it->empty = 1;
+        return ST_OK;
+    }
+    return chunk_rows_open(&it->rows, r, "flow_chunks", "n_records", thread, it->t0, it->t1);
+}
+
+int st_flow_iter_next(st_flow_iter *it, st_flow_row *out) { return it->m->flow_next(it, out); }
+
+int st_rd_file_flow_next(st_flow_iter *it, st_flow_row *out)
+{
     if (it->empty) return 0;
     for (;;) {
         if (!it->in_chunk) {
@@ -522,18 +516,19 @@ int st_flow_iter_next(st_flow_iter *it, st_flow_row *out)
 void st_flow_iter_close(st_flow_iter *it)
 {
     if (!it) return;
-    st_flow_iter_close(it->walk.sub);
-    sqlite3_finalize(it->rows.st);
+    it->m->flow_close(it);
     free(it);
 }
 
+void st_rd_file_flow_close(st_flow_iter *it) { sqlite3_finalize(it->rows.st); }
+
 void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
 {
-    if (it->walk.set) { /* the row's place in its rank's file */
-        if (it->walk.sub) st_flow_iter_pos(it->walk.sub, chunk_id, index);
-        else *chunk_id = 0, *index = 0;
-        return;
-    }
+    it->m->flow_pos(it, chunk_id, index);
+}
+
+void st_rd_file_flow_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
+{
     *chunk_id = it->rows.row_id;
     *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
 }
@@ -662,7 +657,11 @@ int st_rd_chunk_counts(st_reader *r, const char *table, const char *sql, int str
 
 int st_reader_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
-    if (r->parts) return st_rd_set_chunks_per_thread(r, out, n);
+    return r->m->range_chunks_per_thread(r, out, n);
+}
+
+int st_rd_file_range_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
+{
     return st_rd_chunk_counts(r, "range_chunks", "SELECT thread, count(*) FROM main.range_chunks GROUP BY thread", 0, out,
                         n);
 }

@@ -10,7 +10,7 @@
 
 /* A time of a part onto rank 0's clock, 0 to INT64_MAX (the analysis
  * needs times that are not negative). */
-int st_rd_set_map(const set_part *p, int64_t t, int64_t *out)
+static int set_map(const set_part *p, int64_t t, int64_t *out)
 {
     if (st_rank_clock_map(&p->clock, t, out) != ST_OK || *out < 0)
         return st_set_error(ST_ECORRUPT, "rank %d: time %lld does not map onto rank 0's clock within 0..%lld ns",
@@ -18,7 +18,7 @@ int st_rd_set_map(const set_part *p, int64_t t, int64_t *out)
     return ST_OK;
 }
 
-void st_rd_set_walk_init(set_walk *w, st_reader *set, int64_t thread)
+static void set_walk_init(set_walk *w, st_reader *set, int64_t thread)
 {
     w->set = set;
     w->want_thread = thread;
@@ -27,7 +27,8 @@ void st_rd_set_walk_init(set_walk *w, st_reader *set, int64_t thread)
 
 /* ---- rank sets (st_reader_open_set) ---- */
 
-void st_rd_set_free(st_reader *r)
+/* st_reader_close: the parts and the maps (then the tables every reader has). */
+static void set_close(st_reader *r)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         st_reader_close(r->parts[i].r);
@@ -157,7 +158,7 @@ static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *r
     if (!r->steps) return st_set_error(ST_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < first->n_steps; i++) {
         r->steps[i] = first->steps[i];
-        int rc = st_rd_set_map(&r->parts[0], first->steps[i].ts_ns, &r->steps[i].ts_ns);
+        int rc = set_map(&r->parts[0], first->steps[i].ts_ns, &r->steps[i].ts_ns);
         if (rc) return rc;
         if (i && r->steps[i].ts_ns <= r->steps[i - 1].ts_ns)
             return st_set_error(ST_ECORRUPT, "rank %d: step marks %llu and %llu are out of order on rank 0's clock",
@@ -197,6 +198,8 @@ static int set_order(st_reader **readers, const int *ranks, uint32_t n, st_reade
     return ST_OK;
 }
 
+static const st_reader_methods set_methods;
+
 int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, uint32_t n)
 {
     *out = NULL;
@@ -204,6 +207,7 @@ int st_reader_open_set(st_reader **out, st_reader **readers, const int *ranks, u
     st_reader *r = calloc(1, sizeof *r);
     st_reader **by_rank = malloc(n * sizeof *by_rank);
     int *rank_of = malloc(n * sizeof *rank_of);
+    if (r) r->m = &set_methods;
     if (!r || !by_rank || !rank_of) {
         for (uint32_t i = 0; i < n; i++) st_reader_close(readers[i]);
         free(r);
@@ -254,7 +258,7 @@ int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, u
     return 0;
 }
 
-int st_rd_set_chunk_totals(st_reader *r, st_chunk_totals *out)
+static int set_chunk_totals(st_reader *r, st_chunk_totals *out)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         st_chunk_totals t;
@@ -264,7 +268,7 @@ int st_rd_set_chunk_totals(st_reader *r, st_chunk_totals *out)
         out->n_samples += t.n_samples;
         if (!t.has_ranges) continue;
         int64_t a, b;
-        if ((rc = st_rd_set_map(&r->parts[i], t.first_ns, &a)) || (rc = st_rd_set_map(&r->parts[i], t.last_ns, &b))) return rc;
+        if ((rc = set_map(&r->parts[i], t.first_ns, &a)) || (rc = set_map(&r->parts[i], t.last_ns, &b))) return rc;
         if (!out->has_ranges || a < out->first_ns) out->first_ns = a;
         if (!out->has_ranges || b > out->last_ns) out->last_ns = b;
         out->has_ranges = 1;
@@ -272,7 +276,7 @@ int st_rd_set_chunk_totals(st_reader *r, st_chunk_totals *out)
     return ST_OK;
 }
 
-int st_rd_set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
+static int set_chunks_per_thread(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
     *out = calloc(r->n_threads ? r->n_threads : 1, sizeof **out);
     *n = 0;
@@ -379,7 +383,7 @@ static const set_walk_kind flow_walk = {walk_flow_open, walk_flow_next, walk_flo
 /* The next batch of a rank set's ranges: each thread's, one after another,
  * read on its rank and mapped, kept when they overlap [t0, t1) as a file's
  * iterator keeps them. */
-int st_rd_set_range_fill(st_range_iter *it, st_range *out)
+static int set_range_fill(st_range_iter *it, st_range *out)
 {
     it->head.next = it->head.end = it->batch;
     size_t n = 0;
@@ -391,7 +395,7 @@ int st_rd_set_range_fill(st_range_iter *it, st_range *out)
         uint32_t t = it->walk.cur_thread;
         const set_part *p = set_walk_part(&it->walk);
         int64_t start, end;
-        if ((rc = st_rd_set_map(p, g.start_ns, &start)) || (rc = st_rd_set_map(p, g.start_ns + g.dur_ns, &end))) return rc;
+        if ((rc = set_map(p, g.start_ns, &start)) || (rc = set_map(p, g.start_ns + g.dur_ns, &end))) return rc;
         if (start >= it->t1 || end < it->t0 || (end == it->t0 && end != start)) continue;
         it->batch[n].thread = t;
         it->batch[n].stage = p->stage_map[g.stage];
@@ -407,12 +411,12 @@ int st_rd_set_range_fill(st_range_iter *it, st_range *out)
     return 1;
 }
 
-int st_rd_set_sample_next(st_sample_iter *it, st_sample_row *out)
+static int set_sample_next(st_sample_iter *it, st_sample_row *out)
 {
     int rc;
     while ((rc = set_walk_next(&it->walk, &sample_walk, out)) == 1) {
         const set_part *p = set_walk_part(&it->walk);
-        if ((rc = st_rd_set_map(p, out->ts_ns, &out->ts_ns))) return rc;
+        if ((rc = set_map(p, out->ts_ns, &out->ts_ns))) return rc;
         if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
         out->thread = it->walk.cur_thread;
         out->counter = p->counter_map[out->counter];
@@ -421,13 +425,66 @@ int st_rd_set_sample_next(st_sample_iter *it, st_sample_row *out)
     return rc;
 }
 
+static int set_range_open(st_range_iter *it, st_reader *r, int64_t thread)
+{
+    set_walk_init(&it->walk, r, thread);
+    return ST_OK;
+}
+
+static void set_range_close(st_range_iter *it) { st_range_iter_close(it->walk.sub); }
+
+static int set_sample_open(st_sample_iter *it, st_reader *r, int64_t thread)
+{
+    set_walk_init(&it->walk, r, thread);
+    return ST_OK;
+}
+
+static void set_sample_close(st_sample_iter *it) { st_sample_iter_close(it->walk.sub); }
+
+/* ---- rank sets: raw events and the ranges left open, of one thread on its rank ---- */
+
+static int set_unended(st_reader *r, uint32_t thread, st_open_range *stack)
+{
+    if (thread >= r->n_threads) return 0;
+    const set_part *p = &r->parts[r->thread_part[thread]];
+    int n = st_reader_unended(p->r, r->thread_local[thread], stack);
+    for (int i = 0; i < n; i++) {
+        stack[i].stage = p->stage_map[stack[i].stage];
+        int rc = set_map(p, stack[i].start_ns, &stack[i].start_ns);
+        if (rc) return rc;
+    }
+    return n;
+}
+
+static int set_event_open(st_event_iter *it, st_reader *r, uint32_t thread)
+{
+    if (thread < r->n_threads) {
+        it->part = &r->parts[r->thread_part[thread]];
+        return st_event_iter_open(&it->sub, it->part->r, r->thread_local[thread]);
+    }
+    return ST_OK;
+}
+
+static int set_event_next(st_event_iter *it, st_event *out)
+{
+    if (!it->sub) return 0;
+    int rc = st_event_iter_next(it->sub, out);
+    if (rc != 1) return rc;
+    out->stage = it->part->stage_map[out->stage];
+    if ((rc = set_map(it->part, out->ts_ns, &out->ts_ns))) return rc;
+    if (out->is_end && (rc = set_map(it->part, out->start_ns, &out->start_ns))) return rc;
+    return 1;
+}
+
+static void set_event_close(st_event_iter *it) { st_event_iter_close(it->sub); }
+
 /* ---- rank sets: flows (set_flow_*) ----
  * Each rank's flow records, per merged thread in the set's thread order, on
  * the thread's rank with its times mapped onto rank 0's clock; ids are the
  * program's, shared by all ranks (an out on one rank pairs with the in on
  * another). */
 
-int st_rd_set_has_flows(st_reader *r)
+static int set_has_flows(st_reader *r)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         int has = st_reader_has_flows(r->parts[i].r);
@@ -436,16 +493,31 @@ int st_rd_set_has_flows(st_reader *r)
     return 0;
 }
 
-int st_rd_set_flow_next(st_flow_iter *it, st_flow_row *out)
+static int set_flow_next(st_flow_iter *it, st_flow_row *out)
 {
     int rc;
     while ((rc = set_walk_next(&it->walk, &flow_walk, out)) == 1) {
-        if ((rc = st_rd_set_map(set_walk_part(&it->walk), out->ts_ns, &out->ts_ns))) return rc;
+        if ((rc = set_map(set_walk_part(&it->walk), out->ts_ns, &out->ts_ns))) return rc;
         if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
         out->thread = it->walk.cur_thread;
         return 1;
     }
     return rc;
+}
+
+static int set_flow_open(st_flow_iter *it, st_reader *r, int64_t thread)
+{
+    set_walk_init(&it->walk, r, thread);
+    return ST_OK;
+}
+
+static void set_flow_close(st_flow_iter *it) { st_flow_iter_close(it->walk.sub); }
+
+/* The row's place in its rank's file. */
+static void set_flow_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    if (it->walk.sub) st_flow_iter_pos(it->walk.sub, chunk_id, index);
+    else *chunk_id = 0, *index = 0;
 }
 
 int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thread_b)
@@ -461,7 +533,7 @@ int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thr
 
 /* ---- a rank set's GPU records (docs/analyze.md, "Rank sets") ----
  * Each rank's records read by its own reader, times mapped as its ranges
- * are (st_rd_set_map), device d of rank r numbered r * ST_SET_DEVICE_STRIDE + d,
+ * are (set_map), device d of rank r numbered r * ST_SET_DEVICE_STRIDE + d,
  * launching threads and stages the set's; API calls keep device -1. */
 
 /* A device of part p as the set numbers it. */
@@ -497,7 +569,7 @@ static int64_t set_unmap(const set_part *p, int64_t m, int lower)
     return t <= INT64_MIN ? INT64_MIN : t >= INT64_MAX ? INT64_MAX : (int64_t)t;
 }
 
-int st_rd_set_gpu_has(st_reader *r)
+static int set_gpu_has(st_reader *r)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         int h = st_reader_has_gpu(r->parts[i].r);
@@ -506,23 +578,26 @@ int st_rd_set_gpu_has(st_reader *r)
     return 0;
 }
 
-int st_rd_set_gpu_open(st_gpu_iter **out, st_reader *r, int64_t device, int64_t t0, int64_t t1, int api_mode)
+static int set_gpu_open(st_gpu_iter *it, int64_t device)
 {
-    st_gpu_iter *it = calloc(1, sizeof *it);
-    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
-    it->r = r;
-    it->t0 = t0;
-    it->t1 = t1;
-    it->api_mode = api_mode;
+    st_reader *r = it->r;
     it->want_device = device;
     it->sub = calloc(r->n_parts ? r->n_parts : 1, sizeof *it->sub);
     it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
-    if (!it->sub || !it->tr) {
-        st_gpu_iter_close(it);
-        return st_set_error(ST_ENOMEM, "out of memory");
-    }
-    *out = it;
+    if (!it->sub || !it->tr) return st_set_error(ST_ENOMEM, "out of memory");
     return ST_OK;
+}
+
+static void set_gpu_close(st_gpu_iter *it)
+{
+    for (uint32_t i = 0; it->sub && i < it->r->n_parts; i++) st_gpu_iter_close(it->sub[i]);
+    free(it->sub);
+}
+
+static void set_gpu_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    if (it->part < it->r->n_parts && it->sub[it->part]) it = it->sub[it->part]; /* the rank's file */
+    st_rd_file_gpu_pos(it, chunk_id, index);
 }
 
 /* The part's device asked for: -1 all, -2 none of this part's. */
@@ -533,7 +608,7 @@ static int64_t set_gpu_local_device(const st_gpu_iter *it, const set_part *p)
     return it->want_device % ST_SET_DEVICE_STRIDE;
 }
 
-int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
+static int set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
 {
     st_reader *r = it->r;
     while (it->part < r->n_parts) {
@@ -547,7 +622,7 @@ int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
         int rc;
         if (!*sub) {
             int64_t a = set_unmap(p, it->t0, 1), b = set_unmap(p, it->t1, 0);
-            rc = st_rd_gpu_iter_open(sub, p->r, dev, a, b, it->api_mode);
+            rc = it->api_mode ? st_gpu_api_iter_open(sub, p->r, a, b) : st_gpu_iter_open(sub, p->r, dev, a, b);
             if (rc) return rc;
         }
         rc = st_gpu_iter_next(*sub, out);
@@ -557,8 +632,8 @@ int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
             continue;
         }
         int64_t start, end;
-        if ((rc = st_rd_set_map(p, out->rec.start_ns, &start)) ||
-            (rc = st_rd_set_map(p, out->rec.start_ns + (out->rec.dur_ns > 0 ? out->rec.dur_ns : 0), &end)))
+        if ((rc = set_map(p, out->rec.start_ns, &start)) ||
+            (rc = set_map(p, out->rec.start_ns + (out->rec.dur_ns > 0 ? out->rec.dur_ns : 0), &end)))
             return rc;
         int64_t dur = out->rec.dur_ns > 0 ? end - start : out->rec.dur_ns;
         if (start >= it->t1) continue;
@@ -569,7 +644,7 @@ int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
         int32_t d;
         if ((rc = set_gpu_device(p, out->device, &d))) return rc;
         out->device = d;
-        if (out->launch_ns != INT64_MIN && (rc = st_rd_set_map(p, out->launch_ns, &out->launch_ns))) return rc;
+        if (out->launch_ns != INT64_MIN && (rc = set_map(p, out->launch_ns, &out->launch_ns))) return rc;
         if (out->thread >= 0) {
             const st_thread_info *th =
                 out->thread <= UINT32_MAX ? st_reader_thread_by_id(p->r, (uint32_t)out->thread) : NULL;
@@ -581,7 +656,7 @@ int st_rd_set_gpu_next(st_gpu_iter *it, st_gpu_row *out)
     return 0;
 }
 
-int st_rd_set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
+static int set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -616,7 +691,7 @@ int st_rd_set_gpu_records_per_device(st_reader *r, st_chunk_count **out, uint32_
     return ST_OK;
 }
 
-int st_rd_set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
+static int set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
 {
     int32_t *v = NULL;
     uint32_t len = 0;
@@ -640,7 +715,7 @@ int st_rd_set_gpu_devices(st_reader *r, int32_t **out, uint32_t *n)
     return ST_OK;
 }
 
-int st_rd_set_gpu_span(st_reader *r, st_gpu_headers *out)
+static int set_gpu_span(st_reader *r, st_gpu_headers *out)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         st_gpu_headers h;
@@ -648,7 +723,7 @@ int st_rd_set_gpu_span(st_reader *r, st_gpu_headers *out)
         if (rc) return rc;
         if (!h.has) continue;
         int64_t a, b;
-        if ((rc = st_rd_set_map(&r->parts[i], h.t0_ns, &a)) || (rc = st_rd_set_map(&r->parts[i], h.t1_ns, &b))) return rc;
+        if ((rc = set_map(&r->parts[i], h.t0_ns, &a)) || (rc = set_map(&r->parts[i], h.t1_ns, &b))) return rc;
         out->n_records = h.n_records > INT64_MAX - out->n_records ? INT64_MAX : out->n_records + h.n_records;
         if (!out->has || a < out->t0_ns) out->t0_ns = a;
         if (!out->has || b > out->t1_ns) out->t1_ns = b;
@@ -657,7 +732,7 @@ int st_rd_set_gpu_span(st_reader *r, st_gpu_headers *out)
     return ST_OK;
 }
 
-int st_rd_set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
+static int set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out)
 {
     for (uint32_t i = 0; i < r->n_parts; i++) {
         const set_part *p = &r->parts[i];
@@ -671,7 +746,7 @@ int st_rd_set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t
         if (rc) return rc;
         if (!h.has) continue;
         int64_t a, b;
-        if ((rc = st_rd_set_map(p, h.t0_ns, &a)) || (rc = st_rd_set_map(p, h.t1_ns, &b))) return rc;
+        if ((rc = set_map(p, h.t0_ns, &a)) || (rc = set_map(p, h.t1_ns, &b))) return rc;
         out->n_records = h.n_records > INT64_MAX - out->n_records ? INT64_MAX : out->n_records + h.n_records;
         if (!out->has || a < out->t0_ns) out->t0_ns = a;
         if (!out->has || b > out->t1_ns) out->t1_ns = b;
@@ -679,3 +754,38 @@ int st_rd_set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t t
     }
     return ST_OK;
 }
+
+/* ---- the rank set's methods (a file's: reader.c) ---- */
+
+static const char *set_meta(const st_reader *r, const char *key) { return st_reader_meta(r->parts[0].r, key); }
+
+static const st_reader_methods set_methods = {
+    .close = set_close,
+    .meta = set_meta,
+    .chunk_totals = set_chunk_totals,
+    .range_chunks_per_thread = set_chunks_per_thread,
+    .unended = set_unended,
+    .range_open = set_range_open,
+    .range_fill = set_range_fill,
+    .range_close = set_range_close,
+    .event_open = set_event_open,
+    .event_next = set_event_next,
+    .event_close = set_event_close,
+    .sample_open = set_sample_open,
+    .sample_next = set_sample_next,
+    .sample_close = set_sample_close,
+    .has_flows = set_has_flows,
+    .flow_open = set_flow_open,
+    .flow_next = set_flow_next,
+    .flow_close = set_flow_close,
+    .flow_pos = set_flow_pos,
+    .has_gpu = set_gpu_has,
+    .gpu_open = set_gpu_open,
+    .gpu_next = set_gpu_next,
+    .gpu_close = set_gpu_close,
+    .gpu_pos = set_gpu_pos,
+    .gpu_records_per_device = set_gpu_records_per_device,
+    .gpu_devices = set_gpu_devices,
+    .gpu_span = set_gpu_span,
+    .gpu_headers = set_gpu_headers,
+};

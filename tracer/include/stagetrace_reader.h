@@ -351,6 +351,12 @@ ST_API int64_t st_gpu_iter_stage_at(st_gpu_iter *it, int64_t thread, int64_t ts_
 ST_API const char *st_gpu_kind_name(uint32_t kind);   /* "kernel", "memcpy", ... */
 ST_API const char *st_gpu_copy_name(uint32_t copy);   /* "HtoD", ... */
 ST_API const char *st_gpu_mem_name(uint32_t mem);     /* "pageable", "pinned", ... */
+/* 1 for a record of work the device does on its stream (ST_GPU_KERNEL,
+ * ST_GPU_MEMCPY, ST_GPU_MEMSET); 0 for the host's side of the activity
+ * (ST_GPU_SYNC, a host thread waiting; ST_GPU_API, a runtime or driver
+ * call) and for a kind this reader does not know. What GPU busy time and
+ * idle gaps are made of. */
+ST_API int st_gpu_kind_is_device_work(uint32_t kind);
 
 /* Flows (st_flow_out / st_flow_in), from the optional flow_chunks table:
  * per thread in recorded (time) order, threads by id. thread < 0: all
