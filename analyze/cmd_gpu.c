@@ -233,7 +233,7 @@ static int add_row(sums *s, const st_gpu_row *g)
         s->c[i].bytes += r->bytes;
         s->c[i].total_ns += r->dur_ns;
     }
-    if (r->kind == ST_GPU_SYNC) return 0; /* a host wait, not GPU work */
+    if (!st_gpu_kind_is_device_work(r->kind)) return 0; /* a host wait, not GPU work */
     size_t i = 0;
     for (; i < s->s_len; i++)
         if (s->s[i].thread == g->thread && s->s[i].stage == g->stage && s->s[i].device == g->device) break;

@@ -71,29 +71,6 @@ static const an_opt opts[] = {
 #define PLOT_W (CHART_W - PLOT_X - 20)
 #define MAX_WINDOWS 150
 
-int an_report_oom(void)
-{
-    an_error("out of memory");
-    return AN_EXIT_FAIL;
-}
-
-static const an_pipe *g_lane_pipe; /* qsort has no context argument */
-
-static int cmp_lane(const void *a, const void *b)
-{
-    const an_report_lane *x = a, *y = b;
-    if (x->role != y->role) return x->role < y->role ? -1 : 1;
-    int c = strcmp(st_reader_thread(g_lane_pipe->trace->r, x->thread)->name,
-                   st_reader_thread(g_lane_pipe->trace->r, y->thread)->name);
-    return c ? c : (x->thread < y->thread ? -1 : x->thread > y->thread);
-}
-
-void an_report_sort_lanes(an_report_lane *lanes, uint32_t n, const an_pipe *p)
-{
-    g_lane_pipe = p;
-    qsort(lanes, n, sizeof *lanes, cmp_lane);
-}
-
 /* ---- sections ---------------------------------------------------------------------------------------------- */
 
 static void put_meta_row(FILE *f, const char *key, const char *value)

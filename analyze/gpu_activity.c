@@ -88,7 +88,7 @@ static int gpu_slice(an_trace *t, int api, int32_t device, int64_t s, int64_t e,
     int got, rc = AN_EXIT_OK;
     st_gpu_row row;
     while ((got = st_gpu_iter_next(it, &row)) == 1) {
-        if (row.rec.kind == ST_GPU_SYNC || row.rec.start_ns < s || row.rec.start_ns >= e) continue;
+        if ((!api && !st_gpu_kind_is_device_work(row.rec.kind)) || row.rec.start_ns < s || row.rec.start_ns >= e) continue;
         if (n == *cap) {
             size_t nc = *cap ? *cap * 2 : 4096;
             st_gpu_row *nb = realloc(*buf, nc * sizeof *nb);

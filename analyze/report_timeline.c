@@ -12,6 +12,31 @@
 
 #include "report.h"
 
+/* ---- shared with the summary section: out of memory, the lane order --------------------------------------- */
+
+int an_report_oom(void)
+{
+    an_error("out of memory");
+    return AN_EXIT_FAIL;
+}
+
+static const an_pipe *g_lane_pipe; /* qsort has no context argument */
+
+static int cmp_lane(const void *a, const void *b)
+{
+    const an_report_lane *x = a, *y = b;
+    if (x->role != y->role) return x->role < y->role ? -1 : 1;
+    int c = strcmp(st_reader_thread(g_lane_pipe->trace->r, x->thread)->name,
+                   st_reader_thread(g_lane_pipe->trace->r, y->thread)->name);
+    return c ? c : (x->thread < y->thread ? -1 : x->thread > y->thread);
+}
+
+void an_report_sort_lanes(an_report_lane *lanes, uint32_t n, const an_pipe *p)
+{
+    g_lane_pipe = p;
+    qsort(lanes, n, sizeof *lanes, cmp_lane);
+}
+
 #define LANE_H 22
 #define MAX_DEPTH 8        /* timeline depths drawn; deeper ranges go to the last */
 #define LABEL_W 170        /* timeline: thread names */
@@ -174,7 +199,7 @@ static int gpu_lanes(an_trace *t, int64_t t0, int64_t t1, gpu_lane **out, uint32
     st_gpu_row g;
     int r;
     while ((r = st_gpu_iter_next(it, &g)) == 1) {
-        if (g.rec.kind < ST_GPU_KERNEL || g.rec.kind > ST_GPU_MEMSET) continue;
+        if (!st_gpu_kind_is_device_work(g.rec.kind)) continue;
         uint32_t i = 0;
         while (i < *n && !((*out)[i].device == g.device && (*out)[i].stream == g.stream)) i++;
         if (i == *n) {
@@ -351,7 +376,7 @@ int an_report_timeline(an_report *rp)
         st_gpu_row g;
         int n;
         while ((n = st_gpu_iter_next(it, &g)) == 1) {
-            if (g.stream != gl[li].stream || g.rec.kind < ST_GPU_KERNEL || g.rec.kind > ST_GPU_MEMSET) continue;
+            if (g.stream != gl[li].stream || !st_gpu_kind_is_device_work(g.rec.kind)) continue;
             int64_t e = g.rec.start_ns + g.rec.dur_ns;
             int64_t s0 = g.rec.start_ns < t0 ? t0 : g.rec.start_ns, s1 = e > t1 ? t1 : e;
             if (s1 < s0) continue;
