@@ -182,8 +182,10 @@ LIB_A := $(BUILD)/libstagetrace.a
 # The shared library: libstagetrace.so.$(ST_VERSION) with SONAME
 # libstagetrace.so.$(ST_SOVERSION) (the ABI: bumped when stagetrace.h's
 # ST_API functions or types change incompatibly), and the links
-# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it.
-ST_VERSION := 0.1.0
+# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it. The
+# version is written once, ST_VERSION_STRING in stagetrace.h (the trace's
+# tool_version, the pkg-config files and python/setup.py read it too).
+ST_VERSION := $(shell sed -n 's/^$(H)define ST_VERSION_STRING "\(.*\)"$$/\1/p' tracer/include/stagetrace.h)
 ST_SOVERSION := 0
 LIB_SO_REAL := $(BUILD)/libstagetrace.so.$(ST_VERSION)
 LIB_SO := $(BUILD)/libstagetrace.so
@@ -229,10 +231,10 @@ $(EXT_SO): $(EXT_OBJ)
 # pkg-config: stagetrace (the library; SQLite and the rest are private, for
 # static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
 # st_gpu_start in CUDA builds; it requires stagetrace).
-$(BUILD)/stagetrace.pc: Makefile
+$(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
-$(BUILD)/stagetrace-gpu.pc: Makefile
+$(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
 
@@ -240,7 +242,9 @@ $(BUILD)/stagetrace-gpu.pc: Makefile
 # build/python/stagetrace/: the package's Python files and the C extension on
 # the stable ABI (_stagetrace.abi3.so, Python 3.9+), with libstagetrace linked
 # in statically (and libstagetrace_gpu with CUPTI when this build has it).
-# PYTHONPATH=build/python imports it; `pip install ./python` builds the same.
+# PYTHONPATH=build/python imports it. This is the extension's one recipe:
+# `pip install ./python` (python/setup.py) runs `make python` in a build
+# directory of its own and packs what it built.
 PY_BUILD := $(BUILD)/python/stagetrace
 PY_FILES := $(patsubst python/stagetrace/%,$(PY_BUILD)/%,$(wildcard python/stagetrace/*.py))
 PY_EXT := $(PY_BUILD)/_stagetrace.abi3.so
