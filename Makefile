@@ -259,10 +259,16 @@ PY_CUPTI_OBJ := $(BUILD)/obj/python/gpu_cupti_dlopen.o
 $(PY_CUPTI_OBJ): tracer/gpu_cupti.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -DST_CUPTI_DLOPEN -DST_CUPTI_LIBDIR='"$(CUPTI_LIB)"' -Itracer -fvisibility=hidden -c $< -o $@
-$(PY_EXT): python/stagetrace/_stagetrace.c $(LIB_A) $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ))
+# The extension's own files (python/stagetrace/*.c: the module and recording,
+# the reader), against the public headers only.
+PY_EXT_OBJ := $(patsubst python/stagetrace/%.c,$(BUILD)/obj/python/%.o,$(wildcard python/stagetrace/*.c))
+$(BUILD)/obj/python/%.o: python/stagetrace/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(PUBLIC_INCLUDES) $(DEPFLAGS) -isystem $(PY_INC) -fvisibility=hidden -Wno-cast-function-type \
-		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -shared $< -o $@ $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(LIB_A) \
+		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -c $< -o $@
+$(PY_EXT): $(PY_EXT_OBJ) $(LIB_A) $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -shared $(PY_EXT_OBJ) -o $@ $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(LIB_A) \
 		-Wl,--exclude-libs,ALL $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
@@ -470,5 +476,5 @@ fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
 
 # The headers each target read at its last build (DEPFLAGS above).
 -include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/ext/*/*.d $(BUILD)/samples/*.d $(BUILD)/tests/*.d \
-	$(BUILD)/tests/gpu/*.d $(BUILD)/bench/*.d $(BUILD)/python/stagetrace/*.d \
+	$(BUILD)/tests/gpu/*.d $(BUILD)/bench/*.d \
 	$(FUZZ_DIR)/obj/*/*.d $(FUZZ_DIR)/seeds-obj/*/*.d)

@@ -50,8 +50,10 @@ class MakeBuildExt(build_ext):
 
 setup(
     version=library_version(),
-    ext_modules=[Extension("stagetrace._stagetrace", sources=["stagetrace/_stagetrace.c"],
-                           py_limited_api=True)],
+    # The sources are named for the record; MakeBuildExt compiles nothing itself.
+    ext_modules=[Extension("stagetrace._stagetrace", py_limited_api=True,
+                           sources=["stagetrace/_stagetrace.c", "stagetrace/_reader.c"],
+                           depends=["stagetrace/_stagetrace.h"])],
     cmdclass={"build_ext": MakeBuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )
