@@ -120,6 +120,11 @@ CFLAGS_BASE += -DST_HAVE_CUDA_HEADERS -isystem $(CUDA_HOME)/include
 endif
 CFLAGS ?=
 CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
+# Header dependencies: every compile (cc and nvcc) writes the headers it read
+# to <target>.d beside its target (-MP: a header that goes away breaks no
+# build), and the end of this file includes them. A target not built yet
+# has no .d and is built anyway.
+DEPFLAGS = -MMD -MP -MF $@.d
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
 ok = @printf '  %s %-14s %s\n'
@@ -180,8 +185,10 @@ LIB_A := $(BUILD)/libstagetrace.a
 # The shared library: libstagetrace.so.$(ST_VERSION) with SONAME
 # libstagetrace.so.$(ST_SOVERSION) (the ABI: bumped when stagetrace.h's
 # ST_API functions or types change incompatibly), and the links
-# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it.
-ST_VERSION := 0.1.0
+# libstagetrace.so.$(ST_SOVERSION) and libstagetrace.so beside it. The
+# version is written once, ST_VERSION_STRING in stagetrace.h (the trace's
+# tool_version, the pkg-config files and python/setup.py read it too).
+ST_VERSION := $(shell sed -n 's/^$(H)define ST_VERSION_STRING "\(.*\)"$$/\1/p' tracer/include/stagetrace.h)
 ST_SOVERSION := 0
 LIB_SO_REAL := $(BUILD)/libstagetrace.so.$(ST_VERSION)
 LIB_SO := $(BUILD)/libstagetrace.so
@@ -195,21 +202,21 @@ $(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
 
 lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc $(BUILD)/stagetrace-gpu.pc
 
-$(BUILD)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h kernels/*.h trainer/*.h analyze/*.h)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -c $< -o $@
 
 # The library's objects: only what stagetrace.h marks ST_API is exported by
 # libstagetrace.so; the archive still links every internal symbol (analyze,
 # the tests and the benchmarks use them).
-$(BUILD)/obj/tracer/%.o: tracer/%.c $(wildcard tracer/include/*.h tracer/*.h)
+$(BUILD)/obj/tracer/%.o: tracer/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fvisibility=hidden -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -fvisibility=hidden -c $< -o $@
 
 # The SQLite extension exports its entry points only (ST_API empty).
-$(BUILD)/obj/ext/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h)
+$(BUILD)/obj/ext/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
 
 $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
@@ -227,10 +234,10 @@ $(EXT_SO): $(EXT_OBJ)
 # pkg-config: stagetrace (the library; SQLite and the rest are private, for
 # static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
 # st_gpu_start in CUDA builds; it requires stagetrace).
-$(BUILD)/stagetrace.pc: Makefile
+$(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
-$(BUILD)/stagetrace-gpu.pc: Makefile
+$(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
 
@@ -238,7 +245,9 @@ $(BUILD)/stagetrace-gpu.pc: Makefile
 # build/python/stagetrace/: the package's Python files and the C extension on
 # the stable ABI (_stagetrace.abi3.so, Python 3.9+), with libstagetrace linked
 # in statically (and libstagetrace_gpu with CUPTI when this build has it).
-# PYTHONPATH=build/python imports it; `pip install ./python` builds the same.
+# PYTHONPATH=build/python imports it. This is the extension's one recipe:
+# `pip install ./python` (python/setup.py) runs `make python` in a build
+# directory of its own and packs what it built.
 PY_BUILD := $(BUILD)/python/stagetrace
 PY_FILES := $(patsubst python/stagetrace/%,$(PY_BUILD)/%,$(wildcard python/stagetrace/*.py))
 PY_EXT := $(PY_BUILD)/_stagetrace.abi3.so
@@ -250,13 +259,19 @@ $(PY_BUILD)/%.py: python/stagetrace/%.py
 # CUPTI is loaded lazily (dlopen at open(gpu=True)): the extension does not
 # link libcupti, so it imports where CUPTI is absent.
 PY_CUPTI_OBJ := $(BUILD)/obj/python/gpu_cupti_dlopen.o
-$(PY_CUPTI_OBJ): tracer/gpu_cupti.c $(wildcard tracer/include/*.h tracer/*.h)
+$(PY_CUPTI_OBJ): tracer/gpu_cupti.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -DST_CUPTI_DLOPEN -DST_CUPTI_LIBDIR='"$(CUPTI_LIB)"' -Itracer -fvisibility=hidden -c $< -o $@
-$(PY_EXT): python/stagetrace/_stagetrace.c $(LIB_A) $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(wildcard tracer/include/*.h)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -DST_CUPTI_DLOPEN -DST_CUPTI_LIBDIR='"$(CUPTI_LIB)"' -Itracer -fvisibility=hidden -c $< -o $@
+# The extension's own files (python/stagetrace/*.c: the module and recording,
+# the reader), against the public headers only.
+PY_EXT_OBJ := $(patsubst python/stagetrace/%.c,$(BUILD)/obj/python/%.o,$(wildcard python/stagetrace/*.c))
+$(BUILD)/obj/python/%.o: python/stagetrace/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(PUBLIC_INCLUDES) -isystem $(PY_INC) -fvisibility=hidden -Wno-cast-function-type \
-		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -shared $< -o $@ $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(LIB_A) \
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(PUBLIC_INCLUDES) $(DEPFLAGS) -isystem $(PY_INC) -fvisibility=hidden -Wno-cast-function-type \
+		$(if $(HAVE_CUPTI),-DSTP_HAVE_CUPTI) -c $< -o $@
+$(PY_EXT): $(PY_EXT_OBJ) $(LIB_A) $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -shared $(PY_EXT_OBJ) -o $@ $(if $(HAVE_CUPTI),$(PY_CUPTI_OBJ)) $(LIB_A) \
 		-Wl,--exclude-libs,ALL $(LDFLAGS) $(LDLIBS) -ldl
 
 # ---- kernels (CPU references; CUDA half when the toolkit exists) -----------
@@ -277,9 +292,9 @@ CUDA_LDLIBS := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUD
 ifneq ($(HAVE_CUDA),)
 CFLAGS_BASE += -DST_WITH_CUDA $(if $(HAVE_CUBLAS),-DST_WITH_CUBLAS) $(if $(HAVE_NCCL),-DST_WITH_NCCL) $(if $(HAVE_CUPTI),-DST_WITH_CUPTI -isystem $(CUPTI_INC))
 endif
-$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.h kernels/*.cuh tracer/include/*.h tracer/*.h trainer/*.h)
+$(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer $(DEPFLAGS) -c $< -o $@
 $(BUILD)/libkernels_cuda.a: $(KERNELS_CU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -291,7 +306,7 @@ SAMPLES_BIN := $(patsubst samples/%.c,$(BUILD)/samples/%,$(SAMPLES_SRC))
 PROGRAMS += $(SAMPLES_BIN)
 $(BUILD)/samples/%: samples/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $< -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) $< -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
 # libanalyze.a holds analyze/ but its main.c (the commands and the analysis
 # code), which `analyze`, the tests and the fuzz targets link; libtrainer.a
@@ -307,9 +322,9 @@ TRAINER_MPI_TAG := $(BUILD)/obj/trainer/mpi-$(if $(HAVE_MPI),on,off)
 $(TRAINER_MPI_TAG):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/trainer/mpi-on $(BUILD)/obj/trainer/mpi-off && touch $@
-$(BUILD)/obj/trainer/dist.o: trainer/dist.c $(TRAINER_MPI_TAG) $(wildcard tracer/include/*.h tracer/*.h trainer/*.h)
+$(BUILD)/obj/trainer/dist.o: trainer/dist.c $(TRAINER_MPI_TAG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(if $(HAVE_MPI),-DST_HAVE_MPI $(MPI_CFLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) $(if $(HAVE_MPI),-DST_HAVE_MPI $(MPI_CFLAGS)) -c $< -o $@
 $(LIB_TRAINER): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out trainer/main.c trainer/dist.c,$(TRAINER_SRC)))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -340,24 +355,26 @@ TESTS_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TESTS_SRC))
 TEST_HELPERS_SO := $(patsubst tests/%.c,$(BUILD)/tests/lib%.so,$(sort $(wildcard tests/nvtx_*.c)))
 # The trace writer (tests/tracegen.c) and the traces with exactly known
 # contents (tests/traces.c) go into every test; the tracegen program writes
-# those traces for the integration scripts and the benchmarks.
-TRACEGEN_SRC := tests/tracegen.c
-TEST_COMMON := $(wildcard tests/common.c) $(TRACEGEN_SRC) tests/traces.c
+# those traces for the integration scripts and the benchmarks. Compiled once
+# each (build/obj/tests/), linked into every test.
+TRACEGEN_OBJ := $(BUILD)/obj/tests/tracegen.o $(BUILD)/obj/tests/traces.o
+TEST_COMMON := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/common.c)) $(TRACEGEN_OBJ)
+.SECONDARY: $(TEST_COMMON) # named by pattern rules only: kept, not deleted as intermediate
 tests: $(if $(HAVE_CMOCKA),$(TESTS_BIN)) $(TEST_HELPERS_SO) $(BUILD)/tests/tracegen
 
-$(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_SRC) tests/traces.c $(LIB_A) $(wildcard tests/*.h tracer/include/*.h tracer/*.h)
+$(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< $(TRACEGEN_SRC) tests/traces.c -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TRACEGEN_OBJ) -o $@ $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 
 # Every test links the libraries (only what it uses is pulled in) and may
 # include their internal headers; none compiles their sources in.
-$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h tracer/include/*.h tracer/*.h)
+$(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -shared $< -o $@ $(LDFLAGS_ALL) -lpthread
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -shared $< -o $@ $(LDFLAGS_ALL) -lpthread
 
 test: all
 	@$(if $(HAVE_CMOCKA),true,echo "make test needs cmocka: apt-get install libcmocka-dev"; exit 1)
@@ -373,10 +390,10 @@ $(BUILD)/lib/libcmocka.so.0:
 	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $@
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) -lsqlite3 -lpthread -lm -ldl
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_COMMON) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0 $(wildcard tests/*.h)
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $(DEPFLAGS) $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) -lsqlite3 -lpthread -lm -ldl
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_COMMON) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itrainer -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itrainer -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
 # GPU tests link cmocka: without it `make` builds everything else.
 gpu-tests: $(if $(HAVE_CMOCKA),$(GPU_TESTS_BIN))
 
@@ -388,9 +405,9 @@ BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Benchmarks see the public headers (and tests/tracegen.h, which uses only
 # them); the trace writer is compiled on its own, with the internal headers.
-$(BUILD)/bench/%: bench/%.c $(BUILD)/obj/tests/tracegen.o $(LIB_A) $(LIB_KERNELS) $(wildcard tests/*.h tracer/include/*.h)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/obj/tests/tracegen.o $(LIB_A) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(PUBLIC_INCLUDES) -Itests $< $(BUILD)/obj/tests/tracegen.o -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(PUBLIC_INCLUDES) $(DEPFLAGS) -Itests $< $(BUILD)/obj/tests/tracegen.o -o $@ $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) $(LDLIBS)
 bench: all $(BENCH_BIN)
 	@ST_BUILD=$(BUILD) bash bench/run.sh $(BUILD)
 
@@ -431,24 +448,36 @@ FUZZ_READER_SRC := fuzz/fuzz_reader.c $(READER_SRC) tracer/encoding.c tracer/int
 # libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
 FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a
 FUZZ_ANALYZE_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out analyze/main.c,$(sort $(wildcard analyze/*.c))))
-$(FUZZ_DIR)/obj/%.o: %.c $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
+$(FUZZ_DIR)/obj/%.o: %.c
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_SAN)) -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_SAN)) $(DEPFLAGS) -c $< -o $@
+# make_seeds runs uninstrumented: its objects apart.
+$(FUZZ_DIR)/seeds-obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests $(DEPFLAGS) -c $< -o $@
 $(FUZZ_LIB_ANALYZE): $(FUZZ_ANALYZE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 FUZZ_PROBE := printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' | \
 	$(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null
-$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) $(wildcard tracer/include/*.h tracer/*.h analyze/*.h)
+FUZZ_READER_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_READER_SRC))
+FUZZ_CHUNKS_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c)
+FUZZ_SEEDS_OBJ := $(patsubst %.c,$(FUZZ_DIR)/seeds-obj/%.o,fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c)
+$(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_OBJ) $(FUZZ_LIB_ANALYZE)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@$(FUZZ_PROBE) || { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer: apt-get install libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_SRC) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
-$(FUZZ_DIR)/fuzz_chunks: fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_OBJ) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
+$(FUZZ_DIR)/fuzz_chunks: $(FUZZ_CHUNKS_OBJ)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) fuzz/fuzz_chunks.c tracer/encoding.c tracer/error.c -o $@
-$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c $(wildcard tracer/include/*.h tracer/*.h tests/tracegen.h)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $^ -o $@
+$(FUZZ_DIR)/make_seeds: $(FUZZ_SEEDS_OBJ)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests fuzz/make_seeds.c tests/tracegen.c tracer/encoding.c tracer/error.c -o $@ -lsqlite3
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $^ -o $@ -lsqlite3
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
 	@bash fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+# The headers each target read at its last build (DEPFLAGS above).
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/ext/*/*.d $(BUILD)/samples/*.d $(BUILD)/tests/*.d \
+	$(BUILD)/tests/gpu/*.d $(BUILD)/bench/*.d \
+	$(FUZZ_DIR)/obj/*/*.d $(FUZZ_DIR)/seeds-obj/*/*.d)

@@ -10,9 +10,7 @@
 #   bash tests/it_analyze.sh BUILD_DIR
 #   ST_UPDATE_GOLDEN=1 bash tests/it_analyze.sh build   # rewrite the golden files
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 GOLDEN="$ROOT/tests/golden/analyze"
@@ -20,12 +18,8 @@ GOLDEN="$ROOT/tests/golden/analyze"
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_analyze.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+it_enter_tmp # relative file names: outputs do not depend on where the test runs
 "$GEN" "$T" >/dev/null
-cd "$T" # relative file names: outputs do not depend on where the test runs
-
-. "$ROOT/tests/lib.sh"
 
 # ---- help, version, bad flags -----------------------------------------------------------
 expect_ok help "$A" --help

@@ -12,20 +12,14 @@
 #
 #   bash tests/it_export_gpu.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 S="$ROOT/samples/traces"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON"; exit 0; }
 ls "$S"/*.sqlite >/dev/null 2>&1 || { echo "SKIP: no sample traces in $S"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_export_gpu.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 # nest.py FILE.json: the JSON parses and, on every track (pid, tid), complete events nest
 cat >nest.py <<'PYEOF'

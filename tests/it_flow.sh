@@ -11,19 +11,14 @@
 #
 #   bash tests/it_flow.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 TRAINER="$BUILD/trainer"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$TRAINER" ] || { echo "SKIP: $TRAINER is not built"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the records"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_flow.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 SMALL=(--steps 40 --vocab 256 --dim 16 --heads 2 --ffn 32 --target-layers 2 --seq-len 16 --batch 1
        --block-size 4 --anchors 2 --overwrite)

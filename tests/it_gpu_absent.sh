@@ -10,9 +10,7 @@
 #
 #   bash tests/it_gpu_absent.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 TR="$BUILD/trainer"
 [ -x "$TR" ] || { echo "SKIP: $TR is not built"; exit 0; }
 "$TR" --version | grep -q 'backends: cpu, cuda' ||
@@ -21,11 +19,7 @@ if [ -e /dev/nvidia0 ] || nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP: this machine has a GPU"; exit 0
 fi
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_gpu_absent.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 run cuda "$TR" --device cuda --steps 1 --trace cuda.sqlite
 grep -q 'GPU tracing needs a CUDA build with CUPTI' cuda.err &&

@@ -20,18 +20,12 @@
 #
 #   bash tests/it_hotpath.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 [ -f "$BUILD/libstagetrace.a" ] && [ -f "$BUILD/libstagetrace.so" ] || { echo "SKIP: libraries not built"; exit 0; }
 command -v sqlite3 >/dev/null || { echo "SKIP: the sqlite3 CLI is needed"; exit 0; }
 case "$BUILD" in *san-*) echo "SKIP: sanitizer build (programs here are built without sanitizers)"; exit 0;; esac
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_hotpath.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 CC=${CC:-cc}
 CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -pthread -I$ROOT/tracer/include"

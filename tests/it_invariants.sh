@@ -12,21 +12,15 @@
 #
 #   bash tests/it_invariants.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and CSV"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_invariants.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+it_enter_tmp
 "$GEN" "$T" >/dev/null
-cd "$T"
-
-. "$ROOT/tests/lib.sh"
 
 # ---- self + idle = wall ---------------------------------------------------------------------
 check_summary() { # NAME FILE ARGS...: per thread, self times + idle = the wall time of the heading

@@ -26,9 +26,7 @@
 #
 #   bash tests/it_mpi.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 TR="$BUILD/trainer"
 for x in "$A" "$TR"; do
@@ -39,11 +37,7 @@ command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi
     { echo "SKIP: $TR was built without MPI (make printed ✗ MPI)"; exit 0; }
 command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 is needed to read meta"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_mpi.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 # Open MPI refuses root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -16,9 +16,7 @@
 #
 #   bash tests/it_mpi_flow.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 TR="$BUILD/trainer"
 for x in "$A" "$TR"; do
@@ -29,11 +27,7 @@ command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi
     { echo "SKIP: $TR was built without MPI (make printed ✗ MPI)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the records"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_mpi_flow.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 STEPS=20

@@ -9,17 +9,12 @@
 #
 #   bash tests/it_progress.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
-. "$ROOT/tests/lib.sh"
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_progress.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
+it_enter_tmp
 "$GEN" --big big.sqlite 24000000 >/dev/null
 
 # stderr not a terminal: no progress at all

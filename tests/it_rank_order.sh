@@ -11,19 +11,14 @@
 #
 #   bash tests/it_rank_order.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 TR="$BUILD/trainer"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_rank_order.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-source "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 # same_everywhere NAME SET CMD...: CMD with SET's files (SET/<prefix><r>.sqlite, ranks
 # 0..3 present) given five ways; OUT in CMD is replaced by a per-way output path whose

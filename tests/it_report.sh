@@ -14,9 +14,7 @@
 #
 #   bash tests/it_report.sh BUILD_DIR     (ST_REPORT_KEEP=DIR keeps the HTML and PNG files there)
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 TRAINER="$BUILD/trainer"
@@ -24,12 +22,8 @@ TRAINER="$BUILD/trainer"
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the HTML"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_report.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+it_enter_tmp
 "$GEN" "$T" >/dev/null
-cd "$T"
-
-. "$ROOT/tests/lib.sh"
 
 # A trace whose names need escaping: a role and a stage with markup in them.
 python3 - <<'EOF'

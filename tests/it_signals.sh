@@ -10,19 +10,13 @@
 #
 #   bash tests/it_signals.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_signals.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 # Job control: without it, bash starts background commands with SIGINT ignored,
 # and analyze leaves an ignored signal ignored.
 set -m

@@ -12,9 +12,7 @@
 #
 #   bash tests/it_stop.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 P="$BUILD/samples/pipeline"
 TR="$BUILD/trainer"
@@ -22,11 +20,7 @@ for x in "$A" "$P" "$TR"; do
     [ -x "$x" ] || { echo "SKIP: $x is not built"; exit 0; }
 done
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_stop.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 # wait_for_line FILE REGEX: waits (at most 30 s) until FILE has a line matching REGEX
 wait_for_line() {

@@ -14,9 +14,7 @@
 #
 #   bash tests/it_stragglers.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 TR="$BUILD/trainer"
@@ -24,11 +22,7 @@ TR="$BUILD/trainer"
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 is needed to edit the generated traces"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_stragglers.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-# shellcheck source=tests/lib.sh
-. "$ROOT/tests/lib.sh"
+it_enter_tmp
 
 # ---- no comm range anywhere in the set ---------------------------------------------------
 mkdir nocomm

@@ -11,9 +11,7 @@
 #
 #   bash tests/it_whatif.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 GEN="$BUILD/tests/tracegen"
 TRAINER="$BUILD/trainer"
@@ -22,11 +20,8 @@ TRAINER="$BUILD/trainer"
 [ -x "$GEN" ] || { echo "SKIP: $GEN is not built (make tests)"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_whatif.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+it_enter_tmp
 "$GEN" "$T" >/dev/null
-cd "$T"
-. "$ROOT/tests/lib.sh"
 
 # ---- a real run: queue of 2, one drafter, sync --------------------------------------------
 "$TRAINER" --steps 120 --queue-depth 2 --trace run.sqlite >trainer.out 2>&1 || fail "trainer: $(tail -3 trainer.out)"

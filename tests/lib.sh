@@ -1,5 +1,6 @@
 # tests/lib.sh: helpers shared by the integration scripts (tests/it_*.sh),
-# sourced after the script has made and entered its temp directory. Each
+# sourced after the script has made and entered its temp directory (most do
+# both through tests/preamble.sh's it_enter_tmp). Each
 # check that passes counts in $n_checks; the first that fails ends the script.
 n_checks=0
 fail() { echo "FAIL: $*"; exit 1; }

@@ -2,6 +2,9 @@
  * libstagetrace (compiled into this extension), on the stable ABI (abi3,
  * Python 3.9 and later). The Python half (stagetrace/__init__.py) adds the
  * argparse helper, the launcher environment, signals and the NumPy views.
+ * This file is the module and the recording side; reading a trace for the
+ * NumPy views (_read, _layouts) is _reader.c, and _stagetrace.h what the
+ * two share.
  *
  * The hot path is here: Stage.__enter__/__exit__ call st_begin/st_end
  * directly (inline, from stagetrace.h), after one thread-local compare that
@@ -23,17 +26,13 @@
  * release the GIL while they wait for the writer. No callback runs after
  * the package's atexit hook has closed the trace (it refuses new opens).
  */
-#define Py_LIMITED_API 0x03090000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_stagetrace.h" /* first: Python.h on the limited API */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sqlite3.h>
 
 #include "stagetrace.h"
-#include "stagetrace_reader.h"
 
 /* METH_FASTCALL has meant the same thing to every CPython since 3.7; the
  * limited API names it from 3.10 on. __exit__ and the hot methods use it so
@@ -46,7 +45,7 @@
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define GEN_CLOSED UINT64_MAX
 
-static PyObject *Error;
+PyObject *stp_error; /* stagetrace.Error */
 static PyTypeObject *TraceType, *StageType, *ThreadType, *NoOpType;
 
 /* The one trace open in this process (enabled or disabled), or none. */
@@ -99,9 +98,9 @@ static PyObject *utf8_bytes(PyObject *o, const char *what)
     return PyUnicode_AsUTF8String(o);
 }
 
-static PyObject *set_error(int rc, const char *what)
+PyObject *stp_set_error(int rc, const char *what)
 {
-    PyErr_Format(Error, "%s: %s", what, st_last_error());
+    PyErr_Format(stp_error, "%s: %s", what, st_last_error());
     (void)rc;
     return NULL;
 }
@@ -120,9 +119,9 @@ static void drop_stale_ring(void)
 static PyObject *closed_error(trace_object *t)
 {
     if (t->path && t->path != Py_None)
-        PyErr_Format(Error, "trace '%U' is closed", t->path);
+        PyErr_Format(stp_error, "trace '%U' is closed", t->path);
     else
-        PyErr_SetString(Error, "the (disabled) trace is closed");
+        PyErr_SetString(stp_error, "the (disabled) trace is closed");
     return NULL;
 }
 
@@ -277,18 +276,18 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
                                      &main_thread))
         return -1;
     if (self->gen) {
-        PyErr_SetString(Error, "Trace.__init__ called twice");
+        PyErr_SetString(stp_error, "Trace.__init__ called twice");
         return -1;
     }
     if (atomic_load(&shutting_down)) {
-        PyErr_SetString(Error, "cannot open a trace: the interpreter is shutting down");
+        PyErr_SetString(stp_error, "cannot open a trace: the interpreter is shutting down");
         return -1;
     }
     if (open_trace) {
         if (open_trace->path != Py_None)
-            PyErr_Format(Error, "a trace is already open ('%U'): close it first", open_trace->path);
+            PyErr_Format(stp_error, "a trace is already open ('%U'): close it first", open_trace->path);
         else
-            PyErr_SetString(Error, "a (disabled) trace is already open: close it first");
+            PyErr_SetString(stp_error, "a (disabled) trace is already open: close it first");
         return -1;
     }
     if (on_window != Py_None && !PyCallable_Check(on_window)) {
@@ -376,7 +375,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
         Py_END_ALLOW_THREADS
         Py_DECREF(path_bytes);
         if (rc != ST_OK) {
-            PyErr_Format(Error, "cannot open the trace: %s", st_last_error());
+            PyErr_Format(stp_error, "cannot open the trace: %s", st_last_error());
             return -1;
         }
         self->trace = tr;
@@ -400,7 +399,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
         if (self->trace) {
             int rc = st_thread_register(self->trace, main_thread, "main", -1, rank);
             if (rc < 0) {
-                set_error(rc, "cannot register the main thread");
+                stp_set_error(rc, "cannot register the main thread");
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
                 st_close(self->trace);
@@ -421,7 +420,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
 static int trace_do_close(trace_object *t)
 {
     if (tls_in_callback) {
-        PyErr_SetString(Error, "close() cannot be called from a window or log callback");
+        PyErr_SetString(stp_error, "close() cannot be called from a window or log callback");
         return -1;
     }
     if (t->closed) return 0;
@@ -456,7 +455,7 @@ static int trace_do_close(trace_object *t)
     Py_XDECREF(w);
     Py_XDECREF(l);
     if (rc != ST_OK) {
-        set_error(rc, "closing the trace failed");
+        stp_set_error(rc, "closing the trace failed");
         return -1;
     }
     return 0;
@@ -484,7 +483,7 @@ static PyObject *trace_exit(trace_object *self, PyObject *const *args, Py_ssize_
 static PyObject *trace_flush(trace_object *self, PyObject *unused)
 {
     if (tls_in_callback) {
-        PyErr_SetString(Error, "flush() cannot be called from a window or log callback");
+        PyErr_SetString(stp_error, "flush() cannot be called from a window or log callback");
         return NULL;
     }
     if (self->closed) return closed_error(self);
@@ -494,7 +493,7 @@ static PyObject *trace_flush(trace_object *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = st_flush(tr);
     Py_END_ALLOW_THREADS
-    if (rc != ST_OK) return set_error(rc, "flush failed");
+    if (rc != ST_OK) return stp_set_error(rc, "flush failed");
     Py_RETURN_NONE;
 }
 
@@ -529,7 +528,7 @@ static PyObject *trace_stage(trace_object *self, PyObject *args, PyObject *kwds)
         if (!b) return NULL;
         id = st_stage_register(self->trace, PyBytes_AsString(b), (st_kind)kind);
         Py_DECREF(b);
-        if (id < 0) return set_error(id, "cannot register the stage");
+        if (id < 0) return stp_set_error(id, "cannot register the stage");
     }
     stage_object *s = PyObject_New(stage_object, StageType);
     if (!s) return NULL;
@@ -601,7 +600,7 @@ static PyObject *trace_counter(trace_object *self, PyObject *const *args, Py_ssi
         int rc = st_counter_register(self->trace, PyBytes_AsString(name), unit ? PyBytes_AsString(unit) : "");
         Py_DECREF(name);
         Py_XDECREF(unit);
-        if (rc < 0) return set_error(rc, "cannot register the counter");
+        if (rc < 0) return stp_set_error(rc, "cannot register the counter");
         id = rc;
         PyObject *o = PyLong_FromLong(id);
         if (!o || PyDict_SetItem(self->counters, args[0], o)) {
@@ -647,10 +646,10 @@ static PyObject *trace_gpu_start(trace_object *self, PyObject *unused)
 #ifdef STP_HAVE_CUPTI
     if (!self->trace) Py_RETURN_NONE;
     int rc = st_gpu_start(self->trace);
-    if (rc != ST_OK) return set_error(rc, "cannot record GPU activity");
+    if (rc != ST_OK) return stp_set_error(rc, "cannot record GPU activity");
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(Error, "GPU recording is not available in this build: the extension was built "
+    PyErr_SetString(stp_error, "GPU recording is not available in this build: the extension was built "
                            "without CUPTI (build it with `make python` or `pip install ./python` on a "
                            "machine with the CUDA toolkit and CUPTI)");
     return NULL;
@@ -761,9 +760,9 @@ static PyObject *stage_enter_slow(stage_object *s)
     trace_object *t = s->trace;
     if (t->closed) {
         if (t->path != Py_None)
-            PyErr_Format(Error, "stage '%U': trace '%U' is closed", s->name, t->path);
+            PyErr_Format(stp_error, "stage '%U': trace '%U' is closed", s->name, t->path);
         else
-            PyErr_Format(Error, "stage '%U': the (disabled) trace is closed", s->name);
+            PyErr_Format(stp_error, "stage '%U': the (disabled) trace is closed", s->name);
         return NULL;
     }
     if (t->disabled) Py_RETURN_NONE;
@@ -802,7 +801,7 @@ static PyObject *stage_call(stage_object *s, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (!decorate_fn) {
-        PyErr_SetString(Error, "stagetrace is not initialised (import stagetrace, not _stagetrace)");
+        PyErr_SetString(stp_error, "stagetrace is not initialised (import stagetrace, not _stagetrace)");
         return NULL;
     }
     return PyObject_CallFunctionObjArgs(decorate_fn, (PyObject *)s, PyTuple_GetItem(args, 0), NULL);
@@ -887,15 +886,15 @@ static PyObject *thread_new_for(trace_object *t, const char *name, const char *r
     if (t->closed) return closed_error(t);
     drop_stale_ring();
     if (tls_gen == t->gen) {
-        PyErr_SetString(Error, "this thread is already registered with the trace");
+        PyErr_SetString(stp_error, "this thread is already registered with the trace");
         return NULL;
     }
     int id = 0;
     if (t->trace) {
         id = st_thread_register(t->trace, name, role, device, rank);
-        if (id < 0) return set_error(id, "cannot register the thread");
+        if (id < 0) return stp_set_error(id, "cannot register the thread");
     } else if (!name || !*name || strlen(name) > ST_NAME_MAX || strlen(role) > ST_NAME_MAX) {
-        PyErr_Format(Error, "cannot register the thread: empty name, or a name or role longer than %d bytes",
+        PyErr_Format(stp_error, "cannot register the thread: empty name, or a name or role longer than %d bytes",
                      ST_NAME_MAX);
         return NULL;
     }
@@ -918,7 +917,7 @@ static PyObject *thread_unregister(thread_object *o, PyObject *unused)
 {
     if (!o->active) Py_RETURN_NONE;
     if (PyThread_get_thread_ident() != o->ident) {
-        PyErr_SetString(Error, "a thread is unregistered on the thread that registered it");
+        PyErr_SetString(stp_error, "a thread is unregistered on the thread that registered it");
         return NULL;
     }
     o->active = 0;
@@ -1024,338 +1023,13 @@ static PyObject *mod_gpu_available(PyObject *m, PyObject *unused)
 #endif
 }
 
-/* ---- reading ------------------------------------------------------------------- */
-
-/* Row layouts, mirrored by the NumPy dtypes in __init__.py. */
-typedef struct {
-    int64_t start_ns, dur_ns;
-    uint32_t thread;
-    uint16_t stage, depth;
-} py_range;
-typedef struct {
-    int64_t ts_ns;
-    double value;
-    uint32_t thread, counter;
-} py_sample;
-typedef struct {
-    uint64_t step;
-    int64_t ts_ns;
-    uint64_t tokens;
-} py_step;
-typedef struct {
-    int64_t start_ns, dur_ns;
-    uint64_t bytes;
-    int64_t launch_ns, thread, stage;
-    int32_t device;
-    uint32_t stream, kind, name, copy_kind, src_mem, dst_mem, correlation;
-} py_gpu;
-
-/* A bytearray filled without the GIL (nobody else sees it yet); grown with it. */
-typedef struct {
-    PyObject *buf;
-    char *data;
-    size_t n, cap, item;
-} growbuf;
-
-static int growbuf_init(growbuf *g, size_t item, double hint)
-{
-    g->item = item;
-    g->n = 0;
-    g->cap = hint > 0 && hint < 4e9 ? (size_t)hint : 1024;
-    if (g->cap < 16) g->cap = 16;
-    g->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(g->cap * item));
-    if (!g->buf) return -1;
-    g->data = PyByteArray_AsString(g->buf);
-    return 0;
-}
-/* With the GIL held. */
-static int growbuf_grow(growbuf *g)
-{
-    size_t cap = g->cap + g->cap / 2 + 1024;
-    if (PyByteArray_Resize(g->buf, (Py_ssize_t)(cap * g->item))) return -1;
-    g->cap = cap;
-    g->data = PyByteArray_AsString(g->buf);
-    return 0;
-}
-static int growbuf_finish(growbuf *g)
-{
-    return PyByteArray_Resize(g->buf, (Py_ssize_t)(g->n * g->item));
-}
-
-static int read_ranges(st_reader *r, growbuf *g)
-{
-    st_chunk_totals tot;
-    double hint = st_reader_chunk_totals(r, &tot) == ST_OK ? tot.n_ranges : 0;
-    if (growbuf_init(g, sizeof(py_range), hint)) return -1;
-    st_range_iter *it;
-    if (st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK) return set_error(0, "cannot read ranges"), -1;
-    int rc = 1;
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        py_range *out = (py_range *)g->data + g->n, *end = (py_range *)g->data + g->cap;
-        st_range rg;
-        while (out < end && (rc = st_range_iter_next(it, &rg)) == 1) {
-            out->start_ns = rg.start_ns;
-            out->dur_ns = rg.dur_ns;
-            out->thread = rg.thread;
-            out->stage = (uint16_t)rg.stage;
-            out->depth = (uint16_t)rg.depth;
-            out++;
-        }
-        g->n = (size_t)(out - (py_range *)g->data);
-        Py_END_ALLOW_THREADS
-        if (rc != 1) break;
-        if (growbuf_grow(g)) {
-            st_range_iter_close(it);
-            return -1;
-        }
-    }
-    st_range_iter_close(it);
-    if (rc < 0) return set_error(rc, "cannot read ranges"), -1;
-    return growbuf_finish(g);
-}
-
-static int read_samples(st_reader *r, growbuf *g)
-{
-    st_chunk_totals tot;
-    double hint = st_reader_chunk_totals(r, &tot) == ST_OK ? tot.n_samples : 0;
-    if (growbuf_init(g, sizeof(py_sample), hint)) return -1;
-    st_sample_iter *it;
-    if (st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK)
-        return set_error(0, "cannot read counters"), -1;
-    int rc = 1;
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        py_sample *out = (py_sample *)g->data + g->n, *end = (py_sample *)g->data + g->cap;
-        st_sample_row s;
-        while (out < end && (rc = st_sample_iter_next(it, &s)) == 1) {
-            out->ts_ns = s.ts_ns;
-            out->value = s.value;
-            out->thread = s.thread;
-            out->counter = s.counter;
-            out++;
-        }
-        g->n = (size_t)(out - (py_sample *)g->data);
-        Py_END_ALLOW_THREADS
-        if (rc != 1) break;
-        if (growbuf_grow(g)) {
-            st_sample_iter_close(it);
-            return -1;
-        }
-    }
-    st_sample_iter_close(it);
-    if (rc < 0) return set_error(rc, "cannot read counters"), -1;
-    return growbuf_finish(g);
-}
-
-/* GPU records with the GIL held (they are few next to ranges); names go
- * into `names` (gpu_strings id + 1 -> str). */
-static int read_gpu(st_reader *r, growbuf *g, PyObject *names)
-{
-    st_gpu_headers span;
-    double hint = st_reader_gpu_span(r, &span) == ST_OK && span.has ? (double)span.n_records : 0;
-    if (growbuf_init(g, sizeof(py_gpu), hint)) return -1;
-    int has = st_reader_has_gpu(r);
-    if (has < 0) return set_error(has, "cannot read GPU records"), -1;
-    if (!has) return growbuf_finish(g);
-    st_gpu_iter *it;
-    if (st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK)
-        return set_error(0, "cannot read GPU records"), -1;
-    int rc;
-    st_gpu_row row;
-    while ((rc = st_gpu_iter_next(it, &row)) == 1) {
-        if (g->n == g->cap && growbuf_grow(g)) {
-            st_gpu_iter_close(it);
-            return -1;
-        }
-        py_gpu *o = (py_gpu *)g->data + g->n++;
-        o->start_ns = row.rec.start_ns;
-        o->dur_ns = row.rec.dur_ns;
-        o->bytes = row.rec.bytes;
-        o->launch_ns = row.launch_ns;
-        o->thread = row.thread;
-        o->stage = row.stage;
-        o->device = row.device;
-        o->stream = row.stream;
-        o->kind = row.rec.kind;
-        o->name = row.name ? row.rec.name : 0;
-        o->copy_kind = row.rec.copy_kind;
-        o->src_mem = row.rec.src_mem;
-        o->dst_mem = row.rec.dst_mem;
-        o->correlation = row.rec.correlation;
-        if (row.name) {
-            PyObject *key = PyLong_FromUnsignedLong(row.rec.name);
-            if (!key) break;
-            int have = PyDict_Contains(names, key);
-            if (have == 0) {
-                PyObject *v = PyUnicode_DecodeUTF8(row.name, (Py_ssize_t)strlen(row.name), "replace");
-                if (!v || PyDict_SetItem(names, key, v)) have = -1;
-                Py_XDECREF(v);
-            }
-            Py_DECREF(key);
-            if (have < 0) break;
-        }
-    }
-    st_gpu_iter_close(it);
-    if (PyErr_Occurred()) return -1;
-    if (rc < 0) return set_error(rc, "cannot read GPU records"), -1;
-    return growbuf_finish(g);
-}
-
-static PyObject *read_small(st_reader *r, PyObject *out)
-{
-    /* threads, stages, counter names, steps */
-    uint32_t n = st_reader_n_threads(r);
-    PyObject *l = PyList_New(n);
-    if (!l || PyDict_SetItemString(out, "threads", l)) return Py_XDECREF(l), NULL;
-    Py_DECREF(l);
-    for (uint32_t i = 0; i < n; i++) {
-        const st_thread_info *t = st_reader_thread(r, i);
-        PyObject *d = Py_BuildValue("{s:I,s:L,s:s,s:s,s:i,s:i,s:K}", "id", t->id, "os_tid",
-                                    (long long)t->os_tid, "name", t->name, "role", t->role, "device",
-                                    t->device, "rank", t->rank, "dropped",
-                                    (unsigned long long)t->dropped);
-        if (!d) return NULL;
-        PyList_SetItem(l, i, d);
-    }
-    n = st_reader_n_stages(r);
-    l = PyList_New(n);
-    if (!l || PyDict_SetItemString(out, "stages", l)) return Py_XDECREF(l), NULL;
-    Py_DECREF(l);
-    for (uint32_t i = 0; i < n; i++) {
-        const st_stage_info *s = st_reader_stage(r, i);
-        PyObject *d = Py_BuildValue("{s:I,s:s,s:s}", "id", s->id, "name", s->name ? s->name : "",
-                                    "kind", st_kind_name(s->kind));
-        if (!d) return NULL;
-        PyList_SetItem(l, i, d);
-    }
-    n = st_reader_n_counters(r);
-    l = PyList_New(n);
-    if (!l || PyDict_SetItemString(out, "counter_names", l)) return Py_XDECREF(l), NULL;
-    Py_DECREF(l);
-    for (uint32_t i = 0; i < n; i++) {
-        const st_counter_info *c = st_reader_counter(r, i);
-        PyObject *d = c ? Py_BuildValue("{s:I,s:s,s:s}", "id", c->id, "name", c->name, "unit",
-                                        c->unit ? c->unit : "")
-                        : Py_BuildValue("{s:I,s:s,s:s}", "id", i, "name", "", "unit", "");
-        if (!d) return NULL;
-        PyList_SetItem(l, i, d);
-    }
-    n = st_reader_n_steps(r);
-    PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(py_step)));
-    if (!b || PyDict_SetItemString(out, "steps", b)) return Py_XDECREF(b), NULL;
-    Py_DECREF(b);
-    py_step *st = (py_step *)PyByteArray_AsString(b);
-    for (uint32_t i = 0; i < n; i++) {
-        const st_step_info *s = st_reader_step(r, i);
-        st[i].step = s->step;
-        st[i].ts_ns = s->ts_ns;
-        st[i].tokens = s->tokens;
-    }
-    /* meta and marks: small plain tables, read with SQL on the reader's
-     * read-only connection. */
-    PyObject *meta = PyDict_New();
-    if (!meta || PyDict_SetItemString(out, "meta", meta)) return Py_XDECREF(meta), NULL;
-    Py_DECREF(meta);
-    sqlite3_stmt *stmt = NULL;
-    if (sqlite3_prepare_v2(st_reader_db(r), "SELECT key, value FROM meta", -1, &stmt, NULL) == SQLITE_OK) {
-        while (sqlite3_step(stmt) == SQLITE_ROW) {
-            const char *k = (const char *)sqlite3_column_text(stmt, 0);
-            const char *v = (const char *)sqlite3_column_text(stmt, 1);
-            if (!k || !v) continue;
-            PyObject *vs = PyUnicode_DecodeUTF8(v, (Py_ssize_t)strlen(v), "replace");
-            if (!vs || PyDict_SetItemString(meta, k, vs)) {
-                Py_XDECREF(vs);
-                sqlite3_finalize(stmt);
-                return NULL;
-            }
-            Py_DECREF(vs);
-        }
-    }
-    sqlite3_finalize(stmt);
-    PyObject *marks = PyList_New(0);
-    if (!marks || PyDict_SetItemString(out, "marks", marks)) return Py_XDECREF(marks), NULL;
-    Py_DECREF(marks);
-    stmt = NULL;
-    if (sqlite3_prepare_v2(st_reader_db(r),
-                           "SELECT m.thread, m.ts_ns, s.value FROM marks m LEFT JOIN strings s ON s.id = m.string "
-                           "ORDER BY m.ts_ns, m.thread",
-                           -1, &stmt, NULL) == SQLITE_OK) {
-        while (sqlite3_step(stmt) == SQLITE_ROW) {
-            const char *v = (const char *)sqlite3_column_text(stmt, 2);
-            PyObject *row = Py_BuildValue("(LLs)", (long long)sqlite3_column_int64(stmt, 0),
-                                          (long long)sqlite3_column_int64(stmt, 1), v ? v : "");
-            if (!row || PyList_Append(marks, row)) {
-                Py_XDECREF(row);
-                sqlite3_finalize(stmt);
-                return NULL;
-            }
-            Py_DECREF(row);
-        }
-    }
-    sqlite3_finalize(stmt);
-    return out;
-}
-
-static PyObject *mod_read(PyObject *m, PyObject *args)
-{
-    PyObject *path_obj, *path_bytes = NULL;
-    int want_ranges = 1, want_counters = 1, want_gpu = 1;
-    if (!PyArg_ParseTuple(args, "O|ppp", &path_obj, &want_ranges, &want_counters, &want_gpu)) return NULL;
-    if (!PyUnicode_FSConverter(path_obj, &path_bytes)) return NULL;
-    st_reader *r = NULL;
-    int rc;
-    const char *path = PyBytes_AsString(path_bytes);
-    Py_BEGIN_ALLOW_THREADS
-    rc = st_reader_open(&r, path);
-    Py_END_ALLOW_THREADS
-    if (rc != ST_OK) {
-        PyErr_Format(Error, "%s", st_last_error());
-        Py_DECREF(path_bytes);
-        return NULL;
-    }
-    Py_DECREF(path_bytes);
-    PyObject *out = PyDict_New();
-    growbuf gr = {0}, gc = {0}, gg = {0};
-    PyObject *names = PyDict_New();
-    if (!out || !names || !read_small(r, out)) goto fail;
-    if (want_ranges && read_ranges(r, &gr)) goto fail;
-    if (want_counters && read_samples(r, &gc)) goto fail;
-    if (want_gpu && read_gpu(r, &gg, names)) goto fail;
-    if (gr.buf && PyDict_SetItemString(out, "ranges", gr.buf)) goto fail;
-    if (gc.buf && PyDict_SetItemString(out, "counters", gc.buf)) goto fail;
-    if (gg.buf && PyDict_SetItemString(out, "gpu", gg.buf)) goto fail;
-    if (PyDict_SetItemString(out, "gpu_names", names)) goto fail;
-    st_reader_close(r);
-    Py_XDECREF(gr.buf);
-    Py_XDECREF(gc.buf);
-    Py_XDECREF(gg.buf);
-    Py_DECREF(names);
-    return out;
-fail:
-    st_reader_close(r);
-    Py_XDECREF(gr.buf);
-    Py_XDECREF(gc.buf);
-    Py_XDECREF(gg.buf);
-    Py_XDECREF(names);
-    Py_XDECREF(out);
-    return NULL;
-}
-
-static PyObject *mod_layouts(PyObject *m, PyObject *unused)
-{
-    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "ranges", (Py_ssize_t)sizeof(py_range), "counters",
-                         (Py_ssize_t)sizeof(py_sample), "steps", (Py_ssize_t)sizeof(py_step), "gpu",
-                         (Py_ssize_t)sizeof(py_gpu));
-}
-
 static PyMethodDef module_methods[] = {
     {"_current", mod_current, METH_NOARGS, "the open trace, or None"},
     {"_set_decorator", mod_set_decorator, METH_O, NULL},
     {"_shutdown", mod_shutdown, METH_NOARGS, "closes the open trace; no callback runs after it"},
     {"_signal_flush", mod_signal_flush, METH_O, "st_signal_flush(timeout_ms)"},
-    {"_read", mod_read, METH_VARARGS, "_read(path, ranges=True, counters=True, gpu=True)"},
-    {"_layouts", mod_layouts, METH_NOARGS, "row sizes of the arrays _read returns"},
+    {"_read", stp_read_trace, METH_VARARGS, "_read(path, ranges=True, counters=True, gpu=True)"},
+    {"_layouts", stp_read_layouts, METH_NOARGS, "row sizes of the arrays _read returns"},
     {"gpu_available", mod_gpu_available, METH_NOARGS,
      "True when this build can record GPU activity (CUPTI)"},
     {NULL}};
@@ -1368,15 +1042,15 @@ PyMODINIT_FUNC PyInit__stagetrace(void)
 {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    Error = PyErr_NewExceptionWithDoc("stagetrace.Error", "A stagetrace call failed; the message says why.",
+    stp_error = PyErr_NewExceptionWithDoc("stagetrace.Error", "A stagetrace call failed; the message says why.",
                                       PyExc_RuntimeError, NULL);
     TraceType = (PyTypeObject *)PyType_FromSpec(&trace_spec);
     StageType = (PyTypeObject *)PyType_FromSpec(&stage_spec);
     ThreadType = (PyTypeObject *)PyType_FromSpec(&thread_spec);
     NoOpType = (PyTypeObject *)PyType_FromSpec(&noop_spec);
-    if (!Error || !TraceType || !StageType || !ThreadType || !NoOpType) goto fail;
-    Py_INCREF(Error);
-    if (PyModule_AddObject(m, "Error", Error)) goto fail;
+    if (!stp_error || !TraceType || !StageType || !ThreadType || !NoOpType) goto fail;
+    Py_INCREF(stp_error);
+    if (PyModule_AddObject(m, "Error", stp_error)) goto fail;
     Py_INCREF(TraceType);
     if (PyModule_AddObject(m, "Trace", (PyObject *)TraceType)) goto fail;
     Py_INCREF(StageType);

@@ -1,0 +1,338 @@
+/* _reader.c: the reading half of the stagetrace extension: stagetrace._read
+ * opens a trace with libstagetrace's reader and returns its small tables as
+ * lists and dicts and its ranges, counter samples and GPU records as
+ * bytearrays of fixed rows (the layouts below), which __init__.py views as
+ * NumPy arrays; _layouts gives the row sizes it checks them against. The
+ * module and the recording side are in _stagetrace.c; _stagetrace.h is what
+ * the two share. */
+#include "_stagetrace.h" /* first: Python.h on the limited API */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+
+#include "stagetrace.h"
+#include "stagetrace_reader.h"
+
+/* Row layouts, mirrored by the NumPy dtypes in __init__.py. */
+typedef struct {
+    int64_t start_ns, dur_ns;
+    uint32_t thread;
+    uint16_t stage, depth;
+} py_range;
+typedef struct {
+    int64_t ts_ns;
+    double value;
+    uint32_t thread, counter;
+} py_sample;
+typedef struct {
+    uint64_t step;
+    int64_t ts_ns;
+    uint64_t tokens;
+} py_step;
+typedef struct {
+    int64_t start_ns, dur_ns;
+    uint64_t bytes;
+    int64_t launch_ns, thread, stage;
+    int32_t device;
+    uint32_t stream, kind, name, copy_kind, src_mem, dst_mem, correlation;
+} py_gpu;
+
+/* A bytearray filled without the GIL (nobody else sees it yet); grown with it. */
+typedef struct {
+    PyObject *buf;
+    char *data;
+    size_t n, cap, item;
+} growbuf;
+
+static int growbuf_init(growbuf *g, size_t item, double hint)
+{
+    g->item = item;
+    g->n = 0;
+    g->cap = hint > 0 && hint < 4e9 ? (size_t)hint : 1024;
+    if (g->cap < 16) g->cap = 16;
+    g->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(g->cap * item));
+    if (!g->buf) return -1;
+    g->data = PyByteArray_AsString(g->buf);
+    return 0;
+}
+/* With the GIL held. */
+static int growbuf_grow(growbuf *g)
+{
+    size_t cap = g->cap + g->cap / 2 + 1024;
+    if (PyByteArray_Resize(g->buf, (Py_ssize_t)(cap * g->item))) return -1;
+    g->cap = cap;
+    g->data = PyByteArray_AsString(g->buf);
+    return 0;
+}
+static int growbuf_finish(growbuf *g)
+{
+    return PyByteArray_Resize(g->buf, (Py_ssize_t)(g->n * g->item));
+}
+
+static int read_ranges(st_reader *r, growbuf *g)
+{
+    st_chunk_totals tot;
+    double hint = st_reader_chunk_totals(r, &tot) == ST_OK ? tot.n_ranges : 0;
+    if (growbuf_init(g, sizeof(py_range), hint)) return -1;
+    st_range_iter *it;
+    if (st_range_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK) return stp_set_error(0, "cannot read ranges"), -1;
+    int rc = 1;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        py_range *out = (py_range *)g->data + g->n, *end = (py_range *)g->data + g->cap;
+        st_range rg;
+        while (out < end && (rc = st_range_iter_next(it, &rg)) == 1) {
+            out->start_ns = rg.start_ns;
+            out->dur_ns = rg.dur_ns;
+            out->thread = rg.thread;
+            out->stage = (uint16_t)rg.stage;
+            out->depth = (uint16_t)rg.depth;
+            out++;
+        }
+        g->n = (size_t)(out - (py_range *)g->data);
+        Py_END_ALLOW_THREADS
+        if (rc != 1) break;
+        if (growbuf_grow(g)) {
+            st_range_iter_close(it);
+            return -1;
+        }
+    }
+    st_range_iter_close(it);
+    if (rc < 0) return stp_set_error(rc, "cannot read ranges"), -1;
+    return growbuf_finish(g);
+}
+
+static int read_samples(st_reader *r, growbuf *g)
+{
+    st_chunk_totals tot;
+    double hint = st_reader_chunk_totals(r, &tot) == ST_OK ? tot.n_samples : 0;
+    if (growbuf_init(g, sizeof(py_sample), hint)) return -1;
+    st_sample_iter *it;
+    if (st_sample_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK)
+        return stp_set_error(0, "cannot read counters"), -1;
+    int rc = 1;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        py_sample *out = (py_sample *)g->data + g->n, *end = (py_sample *)g->data + g->cap;
+        st_sample_row s;
+        while (out < end && (rc = st_sample_iter_next(it, &s)) == 1) {
+            out->ts_ns = s.ts_ns;
+            out->value = s.value;
+            out->thread = s.thread;
+            out->counter = s.counter;
+            out++;
+        }
+        g->n = (size_t)(out - (py_sample *)g->data);
+        Py_END_ALLOW_THREADS
+        if (rc != 1) break;
+        if (growbuf_grow(g)) {
+            st_sample_iter_close(it);
+            return -1;
+        }
+    }
+    st_sample_iter_close(it);
+    if (rc < 0) return stp_set_error(rc, "cannot read counters"), -1;
+    return growbuf_finish(g);
+}
+
+/* GPU records with the GIL held (they are few next to ranges); names go
+ * into `names` (gpu_strings id + 1 -> str). */
+static int read_gpu(st_reader *r, growbuf *g, PyObject *names)
+{
+    st_gpu_headers span;
+    double hint = st_reader_gpu_span(r, &span) == ST_OK && span.has ? (double)span.n_records : 0;
+    if (growbuf_init(g, sizeof(py_gpu), hint)) return -1;
+    int has = st_reader_has_gpu(r);
+    if (has < 0) return stp_set_error(has, "cannot read GPU records"), -1;
+    if (!has) return growbuf_finish(g);
+    st_gpu_iter *it;
+    if (st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK)
+        return stp_set_error(0, "cannot read GPU records"), -1;
+    int rc;
+    st_gpu_row row;
+    while ((rc = st_gpu_iter_next(it, &row)) == 1) {
+        if (g->n == g->cap && growbuf_grow(g)) {
+            st_gpu_iter_close(it);
+            return -1;
+        }
+        py_gpu *o = (py_gpu *)g->data + g->n++;
+        o->start_ns = row.rec.start_ns;
+        o->dur_ns = row.rec.dur_ns;
+        o->bytes = row.rec.bytes;
+        o->launch_ns = row.launch_ns;
+        o->thread = row.thread;
+        o->stage = row.stage;
+        o->device = row.device;
+        o->stream = row.stream;
+        o->kind = row.rec.kind;
+        o->name = row.name ? row.rec.name : 0;
+        o->copy_kind = row.rec.copy_kind;
+        o->src_mem = row.rec.src_mem;
+        o->dst_mem = row.rec.dst_mem;
+        o->correlation = row.rec.correlation;
+        if (row.name) {
+            PyObject *key = PyLong_FromUnsignedLong(row.rec.name);
+            if (!key) break;
+            int have = PyDict_Contains(names, key);
+            if (have == 0) {
+                PyObject *v = PyUnicode_DecodeUTF8(row.name, (Py_ssize_t)strlen(row.name), "replace");
+                if (!v || PyDict_SetItem(names, key, v)) have = -1;
+                Py_XDECREF(v);
+            }
+            Py_DECREF(key);
+            if (have < 0) break;
+        }
+    }
+    st_gpu_iter_close(it);
+    if (PyErr_Occurred()) return -1;
+    if (rc < 0) return stp_set_error(rc, "cannot read GPU records"), -1;
+    return growbuf_finish(g);
+}
+
+static PyObject *read_small(st_reader *r, PyObject *out)
+{
+    /* threads, stages, counter names, steps */
+    uint32_t n = st_reader_n_threads(r);
+    PyObject *l = PyList_New(n);
+    if (!l || PyDict_SetItemString(out, "threads", l)) return Py_XDECREF(l), NULL;
+    Py_DECREF(l);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_thread_info *t = st_reader_thread(r, i);
+        PyObject *d = Py_BuildValue("{s:I,s:L,s:s,s:s,s:i,s:i,s:K}", "id", t->id, "os_tid",
+                                    (long long)t->os_tid, "name", t->name, "role", t->role, "device",
+                                    t->device, "rank", t->rank, "dropped",
+                                    (unsigned long long)t->dropped);
+        if (!d) return NULL;
+        PyList_SetItem(l, i, d);
+    }
+    n = st_reader_n_stages(r);
+    l = PyList_New(n);
+    if (!l || PyDict_SetItemString(out, "stages", l)) return Py_XDECREF(l), NULL;
+    Py_DECREF(l);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_stage_info *s = st_reader_stage(r, i);
+        PyObject *d = Py_BuildValue("{s:I,s:s,s:s}", "id", s->id, "name", s->name ? s->name : "",
+                                    "kind", st_kind_name(s->kind));
+        if (!d) return NULL;
+        PyList_SetItem(l, i, d);
+    }
+    n = st_reader_n_counters(r);
+    l = PyList_New(n);
+    if (!l || PyDict_SetItemString(out, "counter_names", l)) return Py_XDECREF(l), NULL;
+    Py_DECREF(l);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_counter_info *c = st_reader_counter(r, i);
+        PyObject *d = c ? Py_BuildValue("{s:I,s:s,s:s}", "id", c->id, "name", c->name, "unit",
+                                        c->unit ? c->unit : "")
+                        : Py_BuildValue("{s:I,s:s,s:s}", "id", i, "name", "", "unit", "");
+        if (!d) return NULL;
+        PyList_SetItem(l, i, d);
+    }
+    n = st_reader_n_steps(r);
+    PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(py_step)));
+    if (!b || PyDict_SetItemString(out, "steps", b)) return Py_XDECREF(b), NULL;
+    Py_DECREF(b);
+    py_step *st = (py_step *)PyByteArray_AsString(b);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_step_info *s = st_reader_step(r, i);
+        st[i].step = s->step;
+        st[i].ts_ns = s->ts_ns;
+        st[i].tokens = s->tokens;
+    }
+    /* meta and marks: small plain tables, read with SQL on the reader's
+     * read-only connection. */
+    PyObject *meta = PyDict_New();
+    if (!meta || PyDict_SetItemString(out, "meta", meta)) return Py_XDECREF(meta), NULL;
+    Py_DECREF(meta);
+    sqlite3_stmt *stmt = NULL;
+    if (sqlite3_prepare_v2(st_reader_db(r), "SELECT key, value FROM meta", -1, &stmt, NULL) == SQLITE_OK) {
+        while (sqlite3_step(stmt) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(stmt, 0);
+            const char *v = (const char *)sqlite3_column_text(stmt, 1);
+            if (!k || !v) continue;
+            PyObject *vs = PyUnicode_DecodeUTF8(v, (Py_ssize_t)strlen(v), "replace");
+            if (!vs || PyDict_SetItemString(meta, k, vs)) {
+                Py_XDECREF(vs);
+                sqlite3_finalize(stmt);
+                return NULL;
+            }
+            Py_DECREF(vs);
+        }
+    }
+    sqlite3_finalize(stmt);
+    PyObject *marks = PyList_New(0);
+    if (!marks || PyDict_SetItemString(out, "marks", marks)) return Py_XDECREF(marks), NULL;
+    Py_DECREF(marks);
+    stmt = NULL;
+    if (sqlite3_prepare_v2(st_reader_db(r),
+                           "SELECT m.thread, m.ts_ns, s.value FROM marks m LEFT JOIN strings s ON s.id = m.string "
+                           "ORDER BY m.ts_ns, m.thread",
+                           -1, &stmt, NULL) == SQLITE_OK) {
+        while (sqlite3_step(stmt) == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(stmt, 2);
+            PyObject *row = Py_BuildValue("(LLs)", (long long)sqlite3_column_int64(stmt, 0),
+                                          (long long)sqlite3_column_int64(stmt, 1), v ? v : "");
+            if (!row || PyList_Append(marks, row)) {
+                Py_XDECREF(row);
+                sqlite3_finalize(stmt);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+    }
+    sqlite3_finalize(stmt);
+    return out;
+}
+
+PyObject *stp_read_trace(PyObject *m, PyObject *args)
+{
+    PyObject *path_obj, *path_bytes = NULL;
+    int want_ranges = 1, want_counters = 1, want_gpu = 1;
+    if (!PyArg_ParseTuple(args, "O|ppp", &path_obj, &want_ranges, &want_counters, &want_gpu)) return NULL;
+    if (!PyUnicode_FSConverter(path_obj, &path_bytes)) return NULL;
+    st_reader *r = NULL;
+    int rc;
+    const char *path = PyBytes_AsString(path_bytes);
+    Py_BEGIN_ALLOW_THREADS
+    rc = st_reader_open(&r, path);
+    Py_END_ALLOW_THREADS
+    if (rc != ST_OK) {
+        PyErr_Format(stp_error, "%s", st_last_error());
+        Py_DECREF(path_bytes);
+        return NULL;
+    }
+    Py_DECREF(path_bytes);
+    PyObject *out = PyDict_New();
+    growbuf gr = {0}, gc = {0}, gg = {0};
+    PyObject *names = PyDict_New();
+    if (!out || !names || !read_small(r, out)) goto fail;
+    if (want_ranges && read_ranges(r, &gr)) goto fail;
+    if (want_counters && read_samples(r, &gc)) goto fail;
+    if (want_gpu && read_gpu(r, &gg, names)) goto fail;
+    if (gr.buf && PyDict_SetItemString(out, "ranges", gr.buf)) goto fail;
+    if (gc.buf && PyDict_SetItemString(out, "counters", gc.buf)) goto fail;
+    if (gg.buf && PyDict_SetItemString(out, "gpu", gg.buf)) goto fail;
+    if (PyDict_SetItemString(out, "gpu_names", names)) goto fail;
+    st_reader_close(r);
+    Py_XDECREF(gr.buf);
+    Py_XDECREF(gc.buf);
+    Py_XDECREF(gg.buf);
+    Py_DECREF(names);
+    return out;
+fail:
+    st_reader_close(r);
+    Py_XDECREF(gr.buf);
+    Py_XDECREF(gc.buf);
+    Py_XDECREF(gg.buf);
+    Py_XDECREF(names);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+PyObject *stp_read_layouts(PyObject *m, PyObject *unused)
+{
+    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "ranges", (Py_ssize_t)sizeof(py_range), "counters",
+                         (Py_ssize_t)sizeof(py_sample), "steps", (Py_ssize_t)sizeof(py_step), "gpu",
+                         (Py_ssize_t)sizeof(py_gpu));
+}

@@ -1,0 +1,20 @@
+# tests/preamble.sh: the start that the integration scripts (tests/it_*.sh)
+# share. Sourced first, after `set -euo pipefail`, with the script's own
+# arguments ($1: the build directory, default build):
+#     . "$(dirname "$0")/preamble.sh"
+# It sets ROOT (the repository) and BUILD (made absolute against ROOT). The
+# script then names its programs and prints its own SKIP lines, and calls
+# it_enter_tmp: a fresh directory $T under $ST_TEST_TMP (default /tmp), named
+# after the script and removed at exit, becomes the current directory, and
+# tests/lib.sh's helpers are sourced.
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+
+it_enter_tmp() {
+    T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/$(basename "$0" .sh).XXXXXX")
+    trap 'rm -rf "$T"' EXIT
+    cd "$T"
+    # shellcheck source=tests/lib.sh
+    . "$ROOT/tests/lib.sh"
+}
