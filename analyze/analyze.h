@@ -459,33 +459,8 @@ void an_stats_free(an_stats *s);
  * worker's second open of a file must find the trace the first found. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b);
 
-/* ---- stragglers of a rank set, for the report (cmd_stragglers.c) ------------------ */
-/* Per collective stage: the rows of `stragglers`' collectives table. */
-typedef struct an_straggler {
-    const char *stage;          /* the set reader's */
-    uint64_t instances;
-    uint32_t ranks;             /* ranks with the stage */
-    int last_rank;              /* the rank last most often (ties: the lowest index) */
-    uint32_t times_last;
-    int every;                  /* last in every instance */
-    int64_t mean_wait_ns, max_wait_ns;
-} an_straggler;
-/* Per rank present: its threads' top-level ranges over the whole set. */
-typedef struct an_rank_load {
-    int rank;
-    uint32_t threads;
-    int64_t busy_ns;            /* work, sync and copy */
-    int64_t wait_ns;            /* wait_input, wait_output and comm (the wait inside a collective) */
-    int64_t total_ns;           /* threads x the set's span */
-} an_rank_load;
-typedef struct an_stragglers {
-    an_straggler *coll;
-    uint32_t n_coll;
-    an_rank_load *ranks;
-    uint32_t n_ranks;
-} an_stragglers;
-/* t a rank set. Errors printed; exit code. */
-int an_stragglers_compute(an_trace *t, an_stragglers *s);
-void an_stragglers_free(an_stragglers *s);
+/* ---- parts with headers of their own, for the commands that include this one ---- */
+
+#include "stragglers.h" /* an_stragglers_compute: bottleneck and report */
 
 #endif
