@@ -74,10 +74,14 @@ int an_signals_install(void);
 
 /* A subcommand: argv[0] is its name; returns an exit code. */
 typedef int (*an_command_fn)(int argc, char **argv);
+struct an_cmd_def;
+/* A row of main.c's command table: a command that does its own setup (run)
+ * or one that the harness sets up (def, command.c). */
 typedef struct an_command {
     const char *name;
     an_command_fn run;
     const char *help; /* one line for `analyze --help` */
+    const struct an_cmd_def *def;
 } an_command;
 
 int cmd_info(int argc, char **argv);
@@ -89,8 +93,6 @@ int cmd_bottleneck(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
-int cmd_flow(int argc, char **argv);
-int cmd_stragglers(int argc, char **argv);
 int cmd_whatif(int argc, char **argv);
 
 
@@ -458,6 +460,45 @@ void an_stats_free(an_stats *s);
 /* Whether reader b holds the same trace as a (run id, stages, threads): a
  * worker's second open of a file must find the trace the first found. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b);
+
+/* ---- the command harness (command.c) -------------------------------------------
+ * What every command did first and last, done once by its definition's
+ * flags (git's RUN_SETUP): */
+enum {
+    AN_RUN_FORMAT = 1 << 0, /* --format text|csv|json into an_cmd.format */
+    AN_RUN_WINDOW = 1 << 1, /* --steps A:B or --time T0:T1 into an_cmd.window */
+    AN_RUN_TRACE = 1 << 2,  /* the positionals opened as an_cmd.trace (a file or a rank set) */
+    AN_RUN_SET = 1 << 3,    /* ... and refused unless a rank set */
+    AN_RUN_WARN = 1 << 4,   /* the trace's warnings after the work, when it succeeded */
+};
+
+typedef struct an_cmd {
+    const struct an_cmd_def *def;
+    an_args args;            /* positionals in args.pos; the current option's value in args.value */
+    an_format format;
+    an_window_spec window;
+    an_trace trace;
+    void *own;               /* the command's own options: own_size bytes, zeroed, then init */
+} an_cmd;
+
+typedef struct an_cmd_def {
+    const char *name;
+    const char *usage;       /* the --help text */
+    unsigned flags;          /* AN_RUN_* */
+    const an_opt *opts;
+    size_t own_size;
+    void (*init)(an_cmd *c);             /* defaults of the own options (NULL: zeros) */
+    int (*option)(an_cmd *c, int id);    /* one own option; an exit code (errors printed) */
+    int (*check)(an_cmd *c);             /* after the options, before the trace: an exit code */
+    int (*work)(an_cmd *c);              /* the command itself: an exit code */
+    void (*done)(an_cmd *c);             /* frees what the options hold (NULL: nothing) */
+} an_cmd_def;
+
+/* Runs a command from its definition: argv[0] is its name; an exit code. */
+int an_command_run(const an_cmd_def *d, int argc, char **argv);
+
+/* The commands under the harness (cmd_<name>.c). */
+extern const an_cmd_def an_cmd_flow, an_cmd_stragglers;
 
 /* ---- parts with headers of their own, for the commands that include this one ---- */
 

@@ -2,9 +2,9 @@
  * from the trace's flow records (flow.h): how long items wait in each queue
  * (residence), how long each role holds them, end-to-end latency, where an
  * item's time goes per role and stage, and each step's critical path.
- * docs/analyze.md, "flow", defines every number. This file reads the
- * options and the window; the tables are flow_tables.c's (report prints
- * them too).
+ * docs/analyze.md, "flow", defines every number. This file checks the
+ * trace and resolves the window (command.c reads the options and opens the
+ * trace); the tables are flow_tables.c's (report prints them too).
  */
 #include "flow.h"
 
@@ -32,40 +32,28 @@ static const an_opt opts[] = {
     {"help", 0, AN_OPT_HELP},   {NULL, 0, 0},
 };
 
-int cmd_flow(int argc, char **argv)
+static int work(an_cmd *c)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    an_window_spec window = {0};
-    int id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, &window, 0, 0};
-    if (an_args_init(&a, "flow", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0)
-        if (id == -1) rc = AN_EXIT_USAGE;
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos == 0) rc = an_usage_error("flow", "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
+    an_trace *t = &c->trace;
     int64_t t0 = INT64_MIN, t1 = INT64_MAX;
-    if (!rc && window.kind != AN_WIN_ALL) rc = an_window_resolve(&window, &t, &t0, &t1);
+    int rc = AN_EXIT_OK;
+    if (c->window.kind != AN_WIN_ALL) rc = an_window_resolve(&c->window, t, &t0, &t1);
     if (!rc) {
-        int has = st_reader_has_flows(t.r);
-        if (has < 0) rc = an_trace_fail(&t);
+        int has = st_reader_has_flows(t->r);
+        if (has < 0) rc = an_trace_fail(t);
         else if (!has) {
-            an_error("flow: %s has no flow records (the program did not call st_flow_out/st_flow_in)", t.path);
+            an_error("flow: %s has no flow records (the program did not call st_flow_out/st_flow_in)", t->path);
             rc = AN_EXIT_USAGE;
         }
     }
-    if (!rc) rc = an_flow_tables(&t, t0, t1, fmt, stdout);
-    if (!rc) an_trace_warn(&t);
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
+    if (!rc) rc = an_flow_tables(t, t0, t1, c->format, stdout);
     return rc;
 }
+
+const an_cmd_def an_cmd_flow = {
+    .name = "flow",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_WINDOW | AN_RUN_TRACE | AN_RUN_WARN,
+    .opts = opts,
+    .work = work,
+};

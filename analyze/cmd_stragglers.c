@@ -192,36 +192,12 @@ done:
     return rc;
 }
 
-int cmd_stragglers(int argc, char **argv)
-{
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "stragglers", argc, argv)) return AN_EXIT_FAIL;
-    int id, rc = AN_EXIT_OK;
-    while ((id = an_args_next_own(&a, opts, &common)) > 0) {
-    }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (id < 0) rc = AN_EXIT_USAGE;
-    if (!rc && a.n_pos == 0) rc = an_usage_error("stragglers", "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
-    if (!rc && !t.is_set) {
-        an_error("stragglers: %s is one trace, not a rank set (give the rank files of one run)", t.path);
-        rc = AN_EXIT_USAGE;
-    }
-    if (!rc) {
-        rc = run(&t, fmt);
-        if (!rc) an_trace_warn(&t);
-    }
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
-    return rc;
-}
+static int work(an_cmd *c) { return run(&c->trace, c->format); }
+
+const an_cmd_def an_cmd_stragglers = {
+    .name = "stragglers",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_TRACE | AN_RUN_SET | AN_RUN_WARN,
+    .opts = opts,
+    .work = work,
+};

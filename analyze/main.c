@@ -14,20 +14,25 @@
 #include "gpu_activity.h"
 
 static const an_command commands[] = {
-    {"info", cmd_info, "metadata, status, counts, duration and throughput of traces"},
-    {"summary", cmd_summary, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share"},
-    {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)"},
-    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu/flows row tables"},
-    {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy"},
-    {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound"},
-    {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage"},
-    {"flow", cmd_flow, "each item followed through the pipeline: queue residence, latency, per-step critical path"},
-    {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step"},
-    {"stragglers", cmd_stragglers, "rank sets: who arrives last at each collective, and the slowest rank per stage"},
-    {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary"},
-    {"whatif", cmd_whatif, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)"},
+    {"info", cmd_info, "metadata, status, counts, duration and throughput of traces", NULL},
+    {"summary", cmd_summary, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share", NULL},
+    {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)", NULL},
+    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu/flows row tables", NULL},
+    {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy", NULL},
+    {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound", NULL},
+    {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", NULL},
+    {"flow", NULL, "each item followed through the pipeline: queue residence, latency, per-step critical path", &an_cmd_flow},
+    {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step", NULL},
+    {"stragglers", NULL, "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},
+    {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary", NULL},
+    {"whatif", cmd_whatif, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)", NULL},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static int run_command(const an_command *c, int argc, char **argv)
+{
+    return c->def ? an_command_run(c->def, argc, argv) : c->run(argc, argv);
+}
 
 static void usage(FILE *f)
 {
@@ -85,12 +90,12 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < N_COMMANDS; i++) {
             if (strcmp(argv[2], commands[i].name) != 0) continue;
             char *help_argv[] = {argv[2], "--help", NULL};
-            return commands[i].run(2, help_argv);
+            return run_command(&commands[i], 2, help_argv);
         }
         cmd = argv[2];
     } else {
         for (size_t i = 0; i < N_COMMANDS; i++)
-            if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+            if (strcmp(cmd, commands[i].name) == 0) return run_command(&commands[i], argc - 1, argv + 1);
     }
     if (cmd[0] == '-') an_error("unknown option '%s' (see: analyze --help)", cmd);
     else an_error("unknown command '%s' (see: analyze --help)", cmd);
