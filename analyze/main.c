@@ -1,10 +1,13 @@
 /* main.c: the `analyze` program, a git-style CLI over finished traces.
  *
- * `analyze CMD [options] FILE...` runs one subcommand from the table below;
- * each is a function in its own file (cmd_<name>.c) that parses its own
- * options and returns an exit code: 0 done, 2 bad flags or an input that
- * cannot be analyzed (one line on stderr), 1 anything else. New commands
- * (bottleneck, diff, report, ...) add a row here and a file.
+ * `analyze CMD [options] FILE...` runs one subcommand from the table below,
+ * each in its own file (cmd_<name>.c), which returns an exit code: 0 done,
+ * 2 bad flags or an input that cannot be analyzed (one line on stderr), 1
+ * anything else. Most are definitions (an_cmd_def: help, options, flags,
+ * work) that the harness runs (command.c: it parses the shared options and
+ * opens the trace by the flags, as git's RUN_SETUP does); a few that read
+ * their inputs their own way (info, summary, diff, whatif, export, report)
+ * are functions that do their own setup. A new command is a file and a row.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +19,11 @@
 static const an_command commands[] = {
     {"info", cmd_info, "metadata, status, counts, duration and throughput of traces", NULL},
     {"summary", cmd_summary, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share", NULL},
-    {"intervals", cmd_intervals, "where each thread's time went per window of N steps (the profile lines)", NULL},
-    {"sql", cmd_sql, "run a read-only SQL query with the ranges/counters/gpu/flows row tables", NULL},
+    {"intervals", NULL, "where each thread's time went per window of N steps (the profile lines)", &an_cmd_intervals},
+    {"sql", NULL, "run a read-only SQL query with the ranges/counters/gpu/flows row tables", &an_cmd_sql},
     {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy", NULL},
-    {"bottleneck", cmd_bottleneck, "the role and stage that limit the pipeline, with evidence and a what-if bound", NULL},
-    {"gpu", cmd_gpu, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", NULL},
+    {"bottleneck", NULL, "the role and stage that limit the pipeline, with evidence and a what-if bound", &an_cmd_bottleneck},
+    {"gpu", NULL, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", &an_cmd_gpu},
     {"flow", NULL, "each item followed through the pipeline: queue residence, latency, per-step critical path", &an_cmd_flow},
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step", NULL},
     {"stragglers", NULL, "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},
