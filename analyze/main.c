@@ -6,7 +6,7 @@
  * anything else. Most are definitions (an_cmd_def: help, options, flags,
  * work) that the harness runs (command.c: it parses the shared options and
  * opens the trace by the flags, as git's RUN_SETUP does); a few that read
- * their inputs their own way (info, summary, diff, whatif, export, report)
+ * their inputs their own way (info, summary, diff, export, report)
  * are functions that do their own setup. A new command is a file and a row.
  */
 #include <stdio.h>
@@ -28,7 +28,7 @@ static const an_command commands[] = {
     {"diff", cmd_diff, "what changed between two traces, role by role and stage by stage, per step", NULL},
     {"stragglers", NULL, "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},
     {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary", NULL},
-    {"whatif", cmd_whatif, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)", NULL},
+    {"whatif", NULL, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)", &an_cmd_whatif},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
