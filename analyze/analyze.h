@@ -84,10 +84,7 @@ typedef struct an_command {
     const struct an_cmd_def *def;
 } an_command;
 
-int cmd_info(int argc, char **argv);
-int cmd_summary(int argc, char **argv);
 int cmd_export(int argc, char **argv);
-int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 
 
@@ -493,7 +490,7 @@ typedef struct an_cmd_def {
 int an_command_run(const an_cmd_def *d, int argc, char **argv);
 
 /* The commands under the harness (cmd_<name>.c). */
-extern const an_cmd_def an_cmd_bottleneck, an_cmd_flow, an_cmd_gpu, an_cmd_intervals, an_cmd_sql, an_cmd_stragglers, an_cmd_whatif;
+extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals, an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif;
 
 /* ---- parts with headers of their own, for the commands that include this one ---- */
 
