@@ -1,8 +1,9 @@
 /* analyze.h: what the parts of the `analyze` program share.
  *
  * `analyze` is a git-style CLI: main.c dispatches `analyze CMD ...` through a
- * table of commands, each a function in its own file (cmd_info.c,
- * cmd_summary.c, ...). They share:
+ * table of commands, each in its own file (cmd_info.c, cmd_summary.c, ...),
+ * most of them a definition that the harness runs (command.c: the shared
+ * options and the opening of the trace, by flags). They share:
  *   - messages and exit codes (messages.c), the option parser and the options
  *     every command shares (args.c), numbers and name hashes (values.c);
  *   - the trace, one file or a rank set, opened with one-line errors and
@@ -490,7 +491,8 @@ typedef struct an_cmd_def {
 int an_command_run(const an_cmd_def *d, int argc, char **argv);
 
 /* The commands under the harness (cmd_<name>.c). */
-extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals, an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif;
+extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
+    an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif;
 
 /* ---- parts with headers of their own, for the commands that include this one ---- */
 
