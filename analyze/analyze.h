@@ -1,8 +1,9 @@
 /* analyze.h: what the parts of the `analyze` program share.
  *
  * `analyze` is a git-style CLI: main.c dispatches `analyze CMD ...` through a
- * table of commands, each a function in its own file (cmd_info.c,
- * cmd_summary.c, ...). They share:
+ * table of commands, each in its own file (cmd_info.c, cmd_summary.c, ...),
+ * most of them a definition that the harness runs (command.c: the shared
+ * options and the opening of the trace, by flags). They share:
  *   - messages and exit codes (messages.c), the option parser and the options
  *     every command shares (args.c), numbers and name hashes (values.c);
  *   - the trace, one file or a rank set, opened with one-line errors and
@@ -74,24 +75,18 @@ int an_signals_install(void);
 
 /* A subcommand: argv[0] is its name; returns an exit code. */
 typedef int (*an_command_fn)(int argc, char **argv);
+struct an_cmd_def;
+/* A row of main.c's command table: a command that does its own setup (run)
+ * or one that the harness sets up (def, command.c). */
 typedef struct an_command {
     const char *name;
     an_command_fn run;
     const char *help; /* one line for `analyze --help` */
+    const struct an_cmd_def *def;
 } an_command;
 
-int cmd_info(int argc, char **argv);
-int cmd_summary(int argc, char **argv);
-int cmd_intervals(int argc, char **argv);
-int cmd_sql(int argc, char **argv);
 int cmd_export(int argc, char **argv);
-int cmd_bottleneck(int argc, char **argv);
-int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
-int cmd_gpu(int argc, char **argv);
-int cmd_flow(int argc, char **argv);
-int cmd_stragglers(int argc, char **argv);
-int cmd_whatif(int argc, char **argv);
 
 
 /* ---- command-line options (args.c) -------------------------------------------
@@ -459,33 +454,48 @@ void an_stats_free(an_stats *s);
  * worker's second open of a file must find the trace the first found. */
 int an_stats_same_trace(const st_reader *a, const st_reader *b);
 
-/* ---- stragglers of a rank set, for the report (cmd_stragglers.c) ------------------ */
-/* Per collective stage: the rows of `stragglers`' collectives table. */
-typedef struct an_straggler {
-    const char *stage;          /* the set reader's */
-    uint64_t instances;
-    uint32_t ranks;             /* ranks with the stage */
-    int last_rank;              /* the rank last most often (ties: the lowest index) */
-    uint32_t times_last;
-    int every;                  /* last in every instance */
-    int64_t mean_wait_ns, max_wait_ns;
-} an_straggler;
-/* Per rank present: its threads' top-level ranges over the whole set. */
-typedef struct an_rank_load {
-    int rank;
-    uint32_t threads;
-    int64_t busy_ns;            /* work, sync and copy */
-    int64_t wait_ns;            /* wait_input, wait_output and comm (the wait inside a collective) */
-    int64_t total_ns;           /* threads x the set's span */
-} an_rank_load;
-typedef struct an_stragglers {
-    an_straggler *coll;
-    uint32_t n_coll;
-    an_rank_load *ranks;
-    uint32_t n_ranks;
-} an_stragglers;
-/* t a rank set. Errors printed; exit code. */
-int an_stragglers_compute(an_trace *t, an_stragglers *s);
-void an_stragglers_free(an_stragglers *s);
+/* ---- the command harness (command.c) -------------------------------------------
+ * What every command did first and last, done once by its definition's
+ * flags (git's RUN_SETUP): */
+enum {
+    AN_RUN_FORMAT = 1 << 0, /* --format text|csv|json into an_cmd.format */
+    AN_RUN_WINDOW = 1 << 1, /* --steps A:B or --time T0:T1 into an_cmd.window */
+    AN_RUN_TRACE = 1 << 2,  /* the positionals opened as an_cmd.trace (a file or a rank set) */
+    AN_RUN_SET = 1 << 3,    /* ... and refused unless a rank set */
+    AN_RUN_WARN = 1 << 4,   /* the trace's warnings after the work, when it succeeded */
+};
+
+typedef struct an_cmd {
+    const struct an_cmd_def *def;
+    an_args args;            /* positionals in args.pos; the current option's value in args.value */
+    an_format format;
+    an_window_spec window;
+    an_trace trace;
+    void *own;               /* the command's own options: own_size bytes, zeroed, then init */
+} an_cmd;
+
+typedef struct an_cmd_def {
+    const char *name;
+    const char *usage;       /* the --help text */
+    unsigned flags;          /* AN_RUN_* */
+    const an_opt *opts;
+    size_t own_size;
+    void (*init)(an_cmd *c);             /* defaults of the own options (NULL: zeros) */
+    int (*option)(an_cmd *c, int id);    /* one own option; an exit code (errors printed) */
+    int (*check)(an_cmd *c);             /* after the options, before the trace: an exit code */
+    int (*work)(an_cmd *c);              /* the command itself: an exit code */
+    void (*done)(an_cmd *c);             /* frees what the options hold (NULL: nothing) */
+} an_cmd_def;
+
+/* Runs a command from its definition: argv[0] is its name; an exit code. */
+int an_command_run(const an_cmd_def *d, int argc, char **argv);
+
+/* The commands under the harness (cmd_<name>.c). */
+extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
+    an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif;
+
+/* ---- parts with headers of their own, for the commands that include this one ---- */
+
+#include "stragglers.h" /* an_stragglers_compute: bottleneck and report */
 
 #endif

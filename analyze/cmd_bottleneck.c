@@ -556,51 +556,51 @@ static int put_ranks(an_out *out, const an_pipe *p, const an_trace *t, int32_t r
     return rc;
 }
 
-int cmd_bottleneck(int argc, char **argv)
+typedef struct own_opts {
+    uint64_t every, skip;
+    double speedup;
+    int have_every;
+} own_opts;
+
+static void init(an_cmd *c)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    uint64_t every = 0, skip = 0;
-    double speedup = 2.0;
-    int have_every = 0, id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "bottleneck", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_SPEEDUP: {
-            char *end;
-            speedup = strtod(a.value, &end);
-            if (end == a.value || *end || !isfinite(speedup) || speedup < 1.0 || speedup > 1e6)
-                rc = an_usage_error("bottleneck", "--speedup needs a factor >= 1, not '%s'", a.value);
-            break;
-        }
-        case OPT_EVERY:
-            if (an_parse_u64(a.value, &every) || every < 1 || every > UINT32_MAX)
-                rc = an_usage_error("bottleneck", "--every needs a number of steps >= 1, not '%s'", a.value);
-            have_every = 1;
-            break;
-        case OPT_SKIP:
-            if (an_parse_u64(a.value, &skip) || skip > UINT32_MAX)
-                rc = an_usage_error("bottleneck", "--skip-steps needs a number of steps, not '%s'", a.value);
-            break;
-        }
+    own_opts *o = c->own;
+    o->speedup = 2.0;
+}
+
+static int option(an_cmd *c, int id)
+{
+    own_opts *o = c->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_SPEEDUP: {
+        char *end;
+        o->speedup = strtod(c->args.value, &end);
+        if (end == c->args.value || *end || !isfinite(o->speedup) || o->speedup < 1.0 || o->speedup > 1e6)
+            rc = an_usage_error("bottleneck", "--speedup needs a factor >= 1, not '%s'", c->args.value);
+        break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
+    case OPT_EVERY:
+        if (an_parse_u64(c->args.value, &o->every) || o->every < 1 || o->every > UINT32_MAX)
+            rc = an_usage_error("bottleneck", "--every needs a number of steps >= 1, not '%s'", c->args.value);
+        o->have_every = 1;
+        break;
+    case OPT_SKIP:
+        if (an_parse_u64(c->args.value, &o->skip) || o->skip > UINT32_MAX)
+            rc = an_usage_error("bottleneck", "--skip-steps needs a number of steps, not '%s'", c->args.value);
+        break;
     }
-    if (!rc && a.n_pos == 0)
-        rc = an_usage_error("bottleneck", "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
-    if (!rc && !have_every) {
+    return rc;
+}
+
+static int work(an_cmd *c)
+{
+    own_opts *o = c->own;
+    an_trace *t = &c->trace;
+    int rc = AN_EXIT_OK;
+    if (!rc && !o->have_every) {
         int64_t pi;
-        every = an_trace_meta_i64(&t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
+        o->every = an_trace_meta_i64(t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
     }
     an_pipe p;
     memset(&p, 0, sizeof p);
@@ -611,12 +611,12 @@ int cmd_bottleneck(int argc, char **argv)
     if (!rc) {
         an_pipe_opts po;
         memset(&po, 0, sizeof po);
-        po.skip_steps = (uint32_t)skip;
+        po.skip_steps = (uint32_t)o->skip;
         po.gpu_idle = 1;
-        rc = an_pipe_compute(&p, &t, &po);
+        rc = an_pipe_compute(&p, t, &po);
     }
-    if (!rc && skip && !p.has_steps) {
-        an_error("bottleneck: --skip-steps %llu leaves fewer than one step window in %s", (unsigned long long)skip, t.path);
+    if (!rc && o->skip && !p.has_steps) {
+        an_error("bottleneck: --skip-steps %llu leaves fewer than one step window in %s", (unsigned long long)o->skip, t->path);
         rc = AN_EXIT_USAGE;
     }
     an_verdict v;
@@ -626,24 +626,24 @@ int cmd_bottleneck(int argc, char **argv)
     }
     if (!rc) {
         an_pipe_loads(&p, 0, p.n_bins, loads);
-        an_pipe_verdict(&p, 0, p.n_bins, loads, speedup, &v);
-        n_windows = an_pipe_window_verdicts(&p, every, &w);
+        an_pipe_verdict(&p, 0, p.n_bins, loads, o->speedup, &v);
+        n_windows = an_pipe_window_verdicts(&p, o->every, &w);
         if (!w) rc = AN_EXIT_FAIL;
     }
     /* read with the model (po.gpu_idle): the verdict's period is all bins */
     const char *gpu_note = p.gpu_idle_text;
-    if (!rc && fmt == AN_FMT_TEXT) {
-        story = an_pipe_story(&p, loads, &v, w, n_windows, every);
+    if (!rc && c->format == AN_FMT_TEXT) {
+        story = an_pipe_story(&p, loads, &v, w, n_windows, o->every);
         if (!story) rc = oom();
     }
     if (!rc) {
-        an_out *out = an_out_new(stdout, fmt);
+        an_out *out = an_out_new(stdout, c->format);
         if (!out) {
             rc = oom();
         } else {
             int moved = 0;
             for (uint32_t i = 1; i < n_windows; i++) moved |= w[i].moved;
-            if (fmt == AN_FMT_TEXT) {
+            if (c->format == AN_FMT_TEXT) {
                 heading(out, &p, &v);
                 an_out_text(out, "%s", story);
                 an_out_text(out, "GPU idle: %s.\n\n", gpu_note);
@@ -652,28 +652,37 @@ int cmd_bottleneck(int argc, char **argv)
             }
             if (put_roles(out, &p, loads, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc) {
-                int rrc = put_ranks(out, &p, &t, v.role);
+                int rrc = put_ranks(out, &p, t, v.role);
                 if (rrc == -1) rc = oom();
-                else if (rrc == -2) rc = an_trace_fail(&t);
+                else if (rrc == -2) rc = an_trace_fail(t);
                 else if (rrc == -3) rc = AN_EXIT_USAGE;
                 else if (rrc == -4) rc = AN_EXIT_FAIL;
             }
             if (!rc && put_devices(out, &p, &v)) rc = AN_EXIT_FAIL; /* printed */
             if (!rc && put_queues(out, &p, loads, &v)) rc = oom();
             put_depths(out, &p);
-            if (!rc && put_windows(out, &p, w, n_windows, every)) rc = oom();
+            if (!rc && put_windows(out, &p, w, n_windows, o->every)) rc = oom();
             if (an_out_finish(out) && !rc) {
                 an_error("bottleneck: cannot write the output");
                 rc = AN_EXIT_FAIL;
             }
         }
     }
-    if (!rc) an_trace_warn(&t);
+    if (!rc) an_trace_warn(t);
     free(story);
     free(w);
     free(loads);
     an_pipe_free(&p);
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_bottleneck = {
+    .name = "bottleneck",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_TRACE,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .work = work,
+};

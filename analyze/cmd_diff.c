@@ -537,49 +537,62 @@ static void put_change_cells(an_table *t, const change *c, int with_stats)
     put_median_cells(t, c->median_a, c->median_b, with_stats, c->p, c->tested, c->significant);
 }
 
-int cmd_diff(int argc, char **argv)
+typedef struct own_opts {
+    uint64_t top, skip;
+    double alpha;
+} own_opts;
+
+static void init(an_cmd *cmd)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    uint64_t top = 10, skip = 0;
-    double alpha = 0.01;
-    int id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "diff", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_ALPHA: {
-            char *end;
-            alpha = strtod(a.value, &end);
-            if (end == a.value || *end || !(alpha > 0 && alpha < 1))
-                rc = an_usage_error("diff", "--alpha needs a level between 0 and 1, not '%s'", a.value);
-            break;
-        }
-        case OPT_TOP:
-            if (an_parse_u64(a.value, &top) || top > 100000)
-                rc = an_usage_error("diff", "--top needs a number of rows, not '%s'", a.value);
-            break;
-        case OPT_SKIP:
-            if (an_parse_u64(a.value, &skip) || skip > UINT32_MAX)
-                rc = an_usage_error("diff", "--skip-steps needs a number of steps, not '%s'", a.value);
-            break;
-        }
+    own_opts *o = cmd->own;
+    o->top = 10;
+    o->alpha = 0.01;
+}
+
+static int option(an_cmd *cmd, int id)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_ALPHA: {
+        char *end;
+        o->alpha = strtod(cmd->args.value, &end);
+        if (end == cmd->args.value || *end || !(o->alpha > 0 && o->alpha < 1))
+            rc = an_usage_error("diff", "--alpha needs a level between 0 and 1, not '%s'", cmd->args.value);
+        break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
+    case OPT_TOP:
+        if (an_parse_u64(cmd->args.value, &o->top) || o->top > 100000)
+            rc = an_usage_error("diff", "--top needs a number of rows, not '%s'", cmd->args.value);
+        break;
+    case OPT_SKIP:
+        if (an_parse_u64(cmd->args.value, &o->skip) || o->skip > UINT32_MAX)
+            rc = an_usage_error("diff", "--skip-steps needs a number of steps, not '%s'", cmd->args.value);
+        break;
     }
-    if (!rc && a.n_pos != 2) rc = an_usage_error("diff", "give two trace files, A and B");
+    return rc;
+}
+
+static int check(an_cmd *cmd)
+{
+    int rc = AN_EXIT_OK;
+    if (!rc && cmd->args.n_pos != 2) rc = an_usage_error("diff", "give two trace files, A and B");
+    return rc;
+}
+
+static int work(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
     side s[2];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 2 && !rc; i++) {
-        rc = an_trace_open_inputs(&s[i].trace, (const char *const *)&a.pos[i], 1);
+        rc = an_trace_open_inputs(&s[i].trace, (const char *const *)&cmd->args.pos[i], 1);
         s[i].opened = rc == AN_EXIT_OK;
     }
     an_pipe_opts po;
     memset(&po, 0, sizeof po);
-    po.skip_steps = (uint32_t)skip;
+    po.skip_steps = (uint32_t)o->skip;
     kernel_set kset;
     memset(&kset, 0, sizeof kset);
     kernel_pass kp[2] = {{&kset, 0}, {&kset, 1}};
@@ -589,7 +602,7 @@ int cmd_diff(int argc, char **argv)
         rc = an_pipe_compute(&s[i].pipe, &s[i].trace, &po);
         if (!rc && !s[i].pipe.has_steps) {
             an_error("diff: %s has fewer than two step marks%s, so no per-step times to compare", s[i].trace.path,
-                     skip ? " after --skip-steps" : "");
+                     o->skip ? " after --skip-steps" : "");
             rc = AN_EXIT_USAGE;
         }
         if (rc) break;
@@ -616,7 +629,7 @@ int cmd_diff(int argc, char **argv)
         buf_b = malloc(((size_t)s[1].pipe.n_bins + 1) * sizeof *buf_b);
         if (!buf_a || !buf_b) rc = oom();
     }
-    for (uint32_t i = 0; i < n && !rc; i++) rc = compare_one(&cs[i], &s[0], &s[1], alpha, buf_a, buf_b);
+    for (uint32_t i = 0; i < n && !rc; i++) rc = compare_one(&cs[i], &s[0], &s[1], o->alpha, buf_a, buf_b);
     double step_p = NAN;
     if (!rc) {
         step_p = an_mann_whitney(s[0].step_ns, s[0].pipe.n_bins, s[1].step_ns, s[1].pipe.n_bins, NULL);
@@ -631,7 +644,7 @@ int cmd_diff(int argc, char **argv)
         for (uint32_t i = 0; i < n && ranked; i++)
             if (cs[i].stage && cs[i].tested) ranked[n_ranked++] = &cs[i];
         if (ranked) qsort(ranked, n_ranked, sizeof *ranked, cmp_impact);
-        if (n_ranked > top) n_ranked = (uint32_t)top;
+        if (n_ranked > o->top) n_ranked = (uint32_t)o->top;
     }
     /* GPU activity: only when both traces hold it */
     int with_gpu = !rc && s[0].pipe.n_devices && s[1].pipe.n_devices;
@@ -639,18 +652,18 @@ int cmd_diff(int argc, char **argv)
     uint32_t n_gc = 0;
     kernel_change *kc = NULL;
     size_t n_kc = 0;
-    if (with_gpu) rc = gpu_collect(&s[0], &s[1], alpha, buf_a, buf_b, &gc, &n_gc);
+    if (with_gpu) rc = gpu_collect(&s[0], &s[1], o->alpha, buf_a, buf_b, &gc, &n_gc);
     if (with_gpu && !rc) rc = kernel_changes(s, &kset, &kc, &n_kc);
     if (!rc) {
-        an_out *out = an_out_new(stdout, fmt);
+        an_out *out = an_out_new(stdout, cmd->format);
         if (!out) {
             rc = oom();
             goto done;
         }
         double step_median[2] = {NAN, NAN};
-        int step_sig = s[0].pipe.n_bins >= MIN_STEPS_FOR_TEST && s[1].pipe.n_bins >= MIN_STEPS_FOR_TEST && step_p < alpha;
+        int step_sig = s[0].pipe.n_bins >= MIN_STEPS_FOR_TEST && s[1].pipe.n_bins >= MIN_STEPS_FOR_TEST && step_p < o->alpha;
         char na[512], nb[512], p1[40], p2[40];
-        if (fmt == AN_FMT_TEXT) {
+        if (cmd->format == AN_FMT_TEXT) {
             an_out_text(out, "== diff: A = %s, B = %s\n", an_clean(s[0].trace.path, na, sizeof na),
                         an_clean(s[1].trace.path, nb, sizeof nb));
         }
@@ -664,7 +677,7 @@ int cmd_diff(int argc, char **argv)
             step_median[i] = an_median(v, s[i].pipe.n_bins);
             free(v);
         }
-        if (!rc && fmt == AN_FMT_TEXT) {
+        if (!rc && cmd->format == AN_FMT_TEXT) {
             double ratio = s[1].tokens_per_s / s[0].tokens_per_s;
             if (isfinite(ratio))
                 an_out_text(out, "Throughput: A %.1f tokens/s, B %.1f tokens/s: B/A = %.3f (%s).\n", s[0].tokens_per_s,
@@ -690,7 +703,7 @@ int cmd_diff(int argc, char **argv)
                                  "is marked significant.\n",
                             MIN_STEPS_FOR_TEST);
             else if (!shown)
-                an_out_text(out, "No stage changed beyond run-to-run noise (alpha %g).\n", alpha);
+                an_out_text(out, "No stage changed beyond run-to-run noise (alpha %g).\n", o->alpha);
             for (uint32_t i = 0; i < n; i++) {
                 const change *c = &cs[i];
                 if (!c->stage || !(c->count_a > 0) || !(c->count_b > 0)) continue;
@@ -824,7 +837,7 @@ int cmd_diff(int argc, char **argv)
                 an_out_text(out, "kernels: launches and GPU time per step over the analysed steps, by kernel name (all "
                                  "devices), largest change of the time first\n");
                 t = an_table_new(out, "kernels", kernel_cols, N_OF(kernel_cols));
-                for (size_t i = 0; i < n_kc && i < top; i++) {
+                for (size_t i = 0; i < n_kc && i < o->top; i++) {
                     const kernel_change *k = &kc[i];
                     double la = per_step(k->count[0], s[0].steps), lb = per_step(k->count[1], s[1].steps);
                     an_put_int(t, (int64_t)i + 1);
@@ -860,6 +873,17 @@ done:
         an_pipe_free(&s[i].pipe);
         if (s[i].opened) an_trace_close(&s[i].trace);
     }
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_diff = {
+    .name = "diff",
+    .usage = help,
+    .flags = AN_RUN_FORMAT,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .check = check,
+    .work = work,
+};

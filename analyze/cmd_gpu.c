@@ -504,55 +504,52 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
     an_table_end(tb);
 }
 
-int cmd_gpu(int argc, char **argv)
+typedef struct own_opts {
+    uint64_t top;
+} own_opts;
+
+static void init(an_cmd *c)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    uint64_t top = 20;
-    an_window_spec win;
-    memset(&win, 0, sizeof win);
-    win.kind = AN_WIN_ALL;
-    int id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, &win, 0, 0};
-    if (an_args_init(&a, "gpu", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_TOP:
-            if (an_parse_u64(a.value, &top))
-                rc = an_usage_error("gpu", "--top needs a number of kernels (0 = all), not '%s'", a.value);
-            break;
-        }
+    own_opts *o = c->own;
+    o->top = 20;
+}
+
+static int option(an_cmd *c, int id)
+{
+    own_opts *o = c->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_TOP:
+        if (an_parse_u64(c->args.value, &o->top))
+            rc = an_usage_error("gpu", "--top needs a number of kernels (0 = all), not '%s'", c->args.value);
+        break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos == 0) rc = an_usage_error("gpu", "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
+    return rc;
+}
+
+static int work(an_cmd *c)
+{
+    own_opts *o = c->own;
+    an_trace *t = &c->trace;
+    int rc = AN_EXIT_OK;
     sums s;
     memset(&s, 0, sizeof s);
     an_gpu_idle *dev = NULL;
     uint32_t n_dev = 0;
     if (!rc) {
-        int has = st_reader_has_gpu(t.r);
-        if (has < 0) rc = an_trace_fail(&t);
+        int has = st_reader_has_gpu(t->r);
+        if (has < 0) rc = an_trace_fail(t);
         else if (!has) {
             an_error("gpu: %s holds no GPU activity (record with GPU tracing on: trainer --trace-gpu on "
-                     "in a CUDA build with CUPTI)", t.path);
+                     "in a CUDA build with CUPTI)", t->path);
             rc = AN_EXIT_USAGE;
         }
     }
     /* The span: the ranges' and steps', widened to the GPU records'. */
-    gpu_pass pass = {&s, t.has_span ? t.span_t0_ns : INT64_MAX, t.has_span ? t.span_t1_ns : INT64_MIN};
+    gpu_pass pass = {&s, t->has_span ? t->span_t0_ns : INT64_MAX, t->has_span ? t->span_t1_ns : INT64_MIN};
     int32_t *devices = NULL;
     uint32_t n_devices = 0;
-    if (!rc) rc = an_gpu_devices(&t, &devices, &n_devices);
+    if (!rc) rc = an_gpu_devices(t, &devices, &n_devices);
     /* One pass over the records for the whole-trace tables and the idle
      * split. When the split's window is the records' span (fewer than two
      * step marks and no --steps/--time), the span is taken beforehand from
@@ -564,18 +561,18 @@ int cmd_gpu(int argc, char **argv)
     char wdesc[160] = "";
     an_gpu_tap taps[2] = {{INT64_MIN, INT64_MAX, NULL, add_record, NULL, &pass}};
     an_gpu_split *split = NULL;
-    int needs_span = !rc && an_gpu_window_needs_span(&t, &win);
+    int needs_span = !rc && an_gpu_window_needs_span(t, &c->window);
     int64_t h0 = pass.t0, h1 = pass.t1; /* the span the headers give */
     if (needs_span) {
         st_gpu_headers h;
-        if (st_reader_gpu_span(t.r, &h) == ST_OK && h.has) {
+        if (st_reader_gpu_span(t->r, &h) == ST_OK && h.has) {
             if (h.t0_ns < h0) h0 = h.t0_ns;
             if (h.t1_ns > h1) h1 = h.t1_ns;
         }
     }
-    if (!rc) rc = an_gpu_window(&t, &win, h0, h1, &w0, &w1, wdesc, sizeof wdesc);
-    if (!rc) split = an_gpu_split_open(&t, w0, w1, &taps[1], &rc);
-    if (!rc) rc = an_gpu_read(&t, devices, n_devices, taps, split ? 2 : 1);
+    if (!rc) rc = an_gpu_window(t, &c->window, h0, h1, &w0, &w1, wdesc, sizeof wdesc);
+    if (!rc) split = an_gpu_split_open(t, w0, w1, &taps[1], &rc);
+    if (!rc) rc = an_gpu_read(t, devices, n_devices, taps, split ? 2 : 1);
     free(devices);
     an_gpu_split_close(split, !rc, &dev, &n_dev, &note);
     int64_t t0 = pass.t0, t1 = pass.t1;
@@ -585,41 +582,50 @@ int cmd_gpu(int argc, char **argv)
         n_dev = 0;
         w0 = t0;
         w1 = t1;
-        rc = an_gpu_window(&t, &win, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
-        if (!rc) rc = an_gpu_idle_split(&t, w0, w1, &dev, &n_dev, &note);
+        rc = an_gpu_window(t, &c->window, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
+        if (!rc) rc = an_gpu_idle_split(t, w0, w1, &dev, &n_dev, &note);
     }
     api_acc api = {&s, w0, w1, NULL, 0, 0, 0, NULL, 0};
     if (!rc) {
         /* from ST_GPU_LAUNCH_LOOKBACK_NS before the window: a call may run into it */
         int64_t from = w0 < INT64_MIN + ST_GPU_LAUNCH_LOOKBACK_NS ? INT64_MIN : w0 - ST_GPU_LAUNCH_LOOKBACK_NS;
-        rc = an_gpu_api_each(&t, from, w1, api_add, &api);
+        rc = an_gpu_api_each(t, from, w1, api_add, &api);
         if (!rc && api.n) qsort(api.rows, api.n, sizeof *api.rows, cmp_api_sum);
     }
     if (!rc) {
-        an_out *out = an_out_new(stdout, fmt);
+        an_out *out = an_out_new(stdout, c->format);
         if (!out) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
         } else {
-            const char *dropped = an_trace_meta(&t, "gpu_dropped_records");
-            an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n", t.path,
+            const char *dropped = an_trace_meta(t, "gpu_dropped_records");
+            an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n", t->path,
                         (double)(t1 - t0) / 1e6, dropped ? dropped : "unknown");
             an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n\n", wdesc, (double)(w1 - w0) / 1e6,
                         n_dev ? "" : ": no GPU activity in the window");
-            put_tables(out, &t, &s, dev, n_dev, top);
-            put_api(out, &t, api.rows, api.n, w1 - w0, top);
+            put_tables(out, t, &s, dev, n_dev, o->top);
+            put_api(out, t, api.rows, api.n, w1 - w0, o->top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
                 rc = AN_EXIT_FAIL;
             }
         }
-        if (!rc) an_trace_warn(&t);
+        if (!rc) an_trace_warn(t);
     }
     free(api.rows);
     free(api.threads);
     an_gpu_idle_free(dev, n_dev);
     sums_free(&s);
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_gpu = {
+    .name = "gpu",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_WINDOW | AN_RUN_TRACE,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .work = work,
+};

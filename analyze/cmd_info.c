@@ -550,41 +550,47 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
     an_table_end(tb);
 }
 
-int cmd_info(int argc, char **argv)
+typedef struct own_opts {
+    int want_verify;
+} own_opts;
+
+static int option(an_cmd *cmd, int id)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    int want_verify = 0;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "info", argc, argv)) return AN_EXIT_FAIL;
-    int id, rc = AN_EXIT_OK;
-    while ((id = an_args_next_own(&a, opts, &common)) > 0)
-        if (id == OPT_VERIFY) want_verify = 1;
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_VERIFY: o->want_verify = 1; break;
     }
-    if (id < 0 || a.n_pos == 0) {
-        if (id == 0) an_usage_error("info", "no trace file given");
-        an_args_free(&a);
-        return AN_EXIT_USAGE;
-    }
-    an_out *out = an_out_new(stdout, fmt);
-    an_table *tb = fmt == AN_FMT_TEXT || !out ? NULL : an_table_new(out, "info", cols, N_COLS);
+    return rc;
+}
+
+static int check(an_cmd *cmd)
+{
+    int rc = AN_EXIT_OK;
+    if (cmd->args.n_pos == 0) rc = an_usage_error("info", "no trace file given");
+    return rc;
+}
+
+static int work(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    an_out *out = an_out_new(stdout, cmd->format);
+    an_table *tb = cmd->format == AN_FMT_TEXT || !out ? NULL : an_table_new(out, "info", cols, N_COLS);
     int shown = 0;
     char **paths = NULL;
     uint32_t n_paths = 0;
     /* each argument on its own, so that one that cannot be expanded leaves the others shown */
     int expanded = 0;
-    for (int i = 0; i < a.n_pos; i++) {
+    for (int i = 0; i < cmd->args.n_pos; i++) {
         char **p1;
         uint32_t n1;
-        int erc = an_inputs_expand((const char *const *)&a.pos[i], 1, &p1, &n1);
+        int erc = an_inputs_expand((const char *const *)&cmd->args.pos[i], 1, &p1, &n1);
         if (erc) {
             rc = erc;
             continue;
         }
-        if (n1 != 1 || strcmp(p1[0], a.pos[i]) != 0) expanded = 1;
+        if (n1 != 1 || strcmp(p1[0], cmd->args.pos[i]) != 0) expanded = 1;
         char **np = realloc(paths, (n_paths + n1) * sizeof *np);
         if (!np) {
             an_paths_free(p1, n1);
@@ -631,9 +637,9 @@ int cmd_info(int argc, char **argv)
             rc = AN_EXIT_FAIL;
         } else if (grc) {
             rc = AN_EXIT_USAGE;
-        } else if (want_verify && verify(&t, &in) != ST_OK) {
+        } else if (o->want_verify && verify(&t, &in) != ST_OK) {
             rc = an_trace_fail(&t);
-        } else if (fmt == AN_FMT_TEXT) {
+        } else if (cmd->format == AN_FMT_TEXT) {
             if (shown++) putc('\n', stdout);
             print_text(stdout, &t, &in);
         } else {
@@ -653,6 +659,16 @@ int cmd_info(int argc, char **argv)
         an_error("info: cannot write the output");
         rc = AN_EXIT_FAIL;
     }
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_info = {
+    .name = "info",
+    .usage = help,
+    .flags = AN_RUN_FORMAT,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .option = option,
+    .check = check,
+    .work = work,
+};

@@ -130,64 +130,58 @@ static void on_window(const st_window *w, void *arg)
     }
 }
 
-int cmd_intervals(int argc, char **argv)
+typedef struct own_opts {
+    uint64_t every;
+    int have_every;
+} own_opts;
+
+static int option(an_cmd *c, int id)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    uint64_t every = 0;
-    int have_every = 0, id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "intervals", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_EVERY:
-            if (an_parse_u64(a.value, &every) || every < 1 || every > UINT32_MAX)
-                rc = an_usage_error("intervals", "--every needs a number of steps >= 1, not '%s'", a.value);
-            have_every = 1;
-            break;
-        }
+    own_opts *o = c->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_EVERY:
+        if (an_parse_u64(c->args.value, &o->every) || o->every < 1 || o->every > UINT32_MAX)
+            rc = an_usage_error("intervals", "--every needs a number of steps >= 1, not '%s'", c->args.value);
+        o->have_every = 1;
+        break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos == 0)
-        rc = an_usage_error("intervals", "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
-    if (!rc && !have_every) {
+    return rc;
+}
+
+static int work(an_cmd *c)
+{
+    own_opts *o = c->own;
+    an_trace *t = &c->trace;
+    int rc = AN_EXIT_OK;
+    if (!rc && !o->have_every) {
         int64_t pi;
-        if (an_trace_meta_i64(&t, "profile_interval", &pi) || pi < 1 || pi > UINT32_MAX) {
+        if (an_trace_meta_i64(t, "profile_interval", &pi) || pi < 1 || pi > UINT32_MAX) {
             an_error("intervals: %s has no profile interval (meta profile_interval is 0 or absent); "
-                     "pass --every N", t.path);
+                     "pass --every N", t->path);
             rc = AN_EXIT_USAGE;
         }
-        every = (uint64_t)pi;
+        o->every = (uint64_t)pi;
     }
     if (!rc) {
-        an_out *out = an_out_new(stdout, fmt);
-        emit e = {.trace = &t};
+        an_out *out = an_out_new(stdout, c->format);
+        emit e = {.trace = t};
         /* progress: the share of the time from the first step mark to the last
          * that the windows have covered */
-        uint32_t n_marks = st_reader_n_steps(t.r);
+        uint32_t n_marks = st_reader_n_steps(t->r);
         uint64_t span = 0;
         if (n_marks >= 2) {
-            e.progress_t0_ns = st_reader_step(t.r, 0)->ts_ns;
-            int64_t last = st_reader_step(t.r, n_marks - 1)->ts_ns;
+            e.progress_t0_ns = st_reader_step(t->r, 0)->ts_ns;
+            int64_t last = st_reader_step(t->r, n_marks - 1)->ts_ns;
             span = last > e.progress_t0_ns ? (uint64_t)(last - e.progress_t0_ns) : 0;
         }
         an_progress_start(&e.progress, "intervals", span);
-        if (fmt != AN_FMT_TEXT) e.table = an_table_new(out, "intervals", cols, N_COLS);
-        if (!out || (fmt != AN_FMT_TEXT && !e.table)) {
+        if (c->format != AN_FMT_TEXT) e.table = an_table_new(out, "intervals", cols, N_COLS);
+        if (!out || (c->format != AN_FMT_TEXT && !e.table)) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
-        } else if (st_reader_windows(t.r, (uint32_t)every, on_window, &e) != ST_OK) {
-            rc = an_trace_fail(&t);
+        } else if (st_reader_windows(t->r, (uint32_t)o->every, on_window, &e) != ST_OK) {
+            rc = an_trace_fail(t);
         } else if (e.failed) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
@@ -199,18 +193,26 @@ int cmd_intervals(int argc, char **argv)
             rc = AN_EXIT_FAIL;
         }
         free(e.text);
-        if (!rc) an_trace_warn(&t); /* after the work: a failure stays one line */
+        if (!rc) an_trace_warn(t); /* after the work: a failure stays one line */
         if (!rc && e.windows == 0) {
-            uint32_t n = st_reader_n_steps(t.r);
+            uint32_t n = st_reader_n_steps(t->r);
             if (n)
-                an_warn("%s: no complete window of %llu steps (step marks %llu-%llu)", t.path,
-                        (unsigned long long)every, (unsigned long long)st_reader_step(t.r, 0)->step,
-                        (unsigned long long)st_reader_step(t.r, n - 1)->step);
+                an_warn("%s: no complete window of %llu steps (step marks %llu-%llu)", t->path,
+                        (unsigned long long)o->every, (unsigned long long)st_reader_step(t->r, 0)->step,
+                        (unsigned long long)st_reader_step(t->r, n - 1)->step);
             else
-                an_warn("%s has no step marks, so no windows", t.path);
+                an_warn("%s has no step marks, so no windows", t->path);
         }
     }
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_intervals = {
+    .name = "intervals",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_TRACE,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .option = option,
+    .work = work,
+};

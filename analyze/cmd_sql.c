@@ -185,26 +185,27 @@ static int run_query(an_trace *t, const char *query, an_format fmt)
     return status;
 }
 
-int cmd_sql(int argc, char **argv)
+static int check(an_cmd *c)
 {
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    int id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    if (an_args_init(&a, "sql", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0)
-        if (id < 0) rc = AN_EXIT_USAGE;
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos != 2) rc = an_usage_error("sql", "give a trace file and one query");
+    return c->args.n_pos != 2 ? an_usage_error("sql", "give a trace file and one query") : AN_EXIT_OK;
+}
+
+static int work(an_cmd *c)
+{
     an_trace t;
-    if (!rc) rc = an_trace_open(&t, a.pos[0]);
+    int rc = an_trace_open(&t, c->args.pos[0]);
     if (!rc) {
-        rc = run_query(&t, a.pos[1], fmt);
+        rc = run_query(&t, c->args.pos[1], c->format);
         an_trace_close(&t);
     }
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_sql = {
+    .name = "sql",
+    .usage = help,
+    .flags = AN_RUN_FORMAT,
+    .opts = opts,
+    .check = check,
+    .work = work,
+};

@@ -319,52 +319,71 @@ static int print_ranks(an_out *out, const an_stats *s)
     return AN_EXIT_OK;
 }
 
-int cmd_summary(int argc, char **argv)
-{
-    an_args a;
+typedef struct own_opts {
     an_select sel;
-    memset(&sel, 0, sizeof sel);
-    an_format fmt = AN_FMT_TEXT;
-    enum sort_key sort = SORT_TOTAL;
-    int merge = -1, id, rc = AN_EXIT_OK, jobs = 0;
-    an_common_opts common = {help, &fmt, &sel.window, 0, 0};
-    if (an_args_init(&a, "summary", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_ROLE: rc = an_filter_add(&sel.filter.roles, &sel.filter.n_roles, a.value) ? AN_EXIT_FAIL : 0; break;
-        case OPT_THREAD: rc = an_filter_add(&sel.filter.threads, &sel.filter.n_threads, a.value) ? AN_EXIT_FAIL : 0; break;
-        case OPT_STAGE: rc = an_filter_add(&sel.filter.stages, &sel.filter.n_stages, a.value) ? AN_EXIT_FAIL : 0; break;
-        case OPT_SORT: {
-            static const char *const keys[] = {"total", "count", "mean", "p99", "name"};
-            int found = -1;
-            for (int k = 0; k < 5; k++)
-                if (strcmp(a.value, keys[k]) == 0) found = k;
-            if (found < 0) rc = an_usage_error("summary", "--sort must be total, count, mean, p99 or name, not '%s'", a.value);
-            else sort = (enum sort_key)found;
-            break;
-        }
-        case OPT_MERGE: merge = 1; break;
-        case OPT_SEPARATE: merge = 0; break;
-        case OPT_JOBS: {
-            uint64_t v;
-            if (an_parse_u64(a.value, &v) || v < 1 || v > JOBS_MAX)
-                rc = an_usage_error("summary", "--jobs needs a number of threads from 1 to %d, not '%s'", JOBS_MAX,
-                                    a.value);
-            else jobs = (int)v;
-            break;
-        }
-        }
+    enum sort_key sort;
+    int merge, jobs;
+} own_opts;
+
+static void init(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    o->sort = SORT_TOTAL;
+    o->merge = -1;
+}
+
+static int option(an_cmd *cmd, int id)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_ROLE: rc = an_filter_add(&o->sel.filter.roles, &o->sel.filter.n_roles, cmd->args.value) ? AN_EXIT_FAIL : 0; break;
+    case OPT_THREAD: rc = an_filter_add(&o->sel.filter.threads, &o->sel.filter.n_threads, cmd->args.value) ? AN_EXIT_FAIL : 0; break;
+    case OPT_STAGE: rc = an_filter_add(&o->sel.filter.stages, &o->sel.filter.n_stages, cmd->args.value) ? AN_EXIT_FAIL : 0; break;
+    case OPT_SORT: {
+        static const char *const keys[] = {"total", "count", "mean", "p99", "name"};
+        int found = -1;
+        for (int k = 0; k < 5; k++)
+            if (strcmp(cmd->args.value, keys[k]) == 0) found = k;
+        if (found < 0) rc = an_usage_error("summary", "--sort must be total, count, mean, p99 or name, not '%s'", cmd->args.value);
+        else o->sort = (enum sort_key)found;
+        break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-            an_filter_free(&sel.filter);
-        return AN_EXIT_OK;
+    case OPT_MERGE: o->merge = 1; break;
+    case OPT_SEPARATE: o->merge = 0; break;
+    case OPT_JOBS: {
+        uint64_t v;
+        if (an_parse_u64(cmd->args.value, &v) || v < 1 || v > JOBS_MAX)
+            rc = an_usage_error("summary", "--jobs needs a number of threads from 1 to %d, not '%s'", JOBS_MAX,
+                                cmd->args.value);
+        else o->jobs = (int)v;
+        break;
     }
-    if (!rc && a.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
+    }
+    return rc;
+}
+
+static int check(an_cmd *cmd)
+{
+    int rc = AN_EXIT_OK;
+    if (!rc && cmd->args.n_pos == 0) rc = an_usage_error("summary", "no trace file given");
+    return rc;
+}
+
+static void done(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    an_filter_free(&o->sel.filter);
+}
+
+static int work(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    o->sel.window = cmd->window; /* --steps/--time, read by the harness */
     char **paths = NULL;
     uint32_t n_paths = 0;
-    if (!rc) rc = an_inputs_expand(a.pos, a.n_pos, &paths, &n_paths);
+    if (!rc) rc = an_inputs_expand(cmd->args.pos, cmd->args.n_pos, &paths, &n_paths);
     an_trace *traces = rc ? NULL : calloc((size_t)n_paths, sizeof *traces);
     int n_open = 0;
     if (!rc && !traces) rc = AN_EXIT_FAIL;
@@ -374,25 +393,25 @@ int cmd_summary(int argc, char **argv)
         /* One file: open while it is read. */
         rc = an_trace_open(&traces[0], paths[0]);
         if (!rc) n_open = 1;
-        if (!rc) rc = an_stats_compute_jobs(&s, traces, 1, &sel, 0, jobs ? jobs : an_stats_default_jobs(traces[0].n_ranges_hint));
+        if (!rc) rc = an_stats_compute_jobs(&s, traces, 1, &o->sel, 0, o->jobs ? o->jobs : an_stats_default_jobs(traces[0].n_ranges_hint));
     } else if (!rc) {
         /* Many files (the ranks of a run): one open at a time per job, so
          * that memory does not grow with the files (stats.c). */
         n_open = (int)n_paths;
-        rc = an_stats_compute_paths(&s, traces, paths, n_paths, &sel, merge, jobs);
+        rc = an_stats_compute_paths(&s, traces, paths, n_paths, &o->sel, o->merge, o->jobs);
     }
     if (!rc) {
-        g_sort = sort;
-        an_out *out = an_out_new(stdout, fmt);
+        g_sort = o->sort;
+        an_out *out = an_out_new(stdout, cmd->format);
         if (!out) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
             goto done;
         }
-        an_table *shared = fmt == AN_FMT_TEXT ? NULL : an_table_new(out, "summary", cols, N_COLS);
+        an_table *shared = cmd->format == AN_FMT_TEXT ? NULL : an_table_new(out, "summary", cols, N_COLS);
         uint64_t n_ranges = 0;
         for (uint32_t f = 0; f < s.n_files; f++) {
-            print_file(out, &shared, &s.files[f], &sel, sel.filter.n_stages == 0);
+            print_file(out, &shared, &s.files[f], &o->sel, o->sel.filter.n_stages == 0);
             n_ranges += s.files[f].n_ranges;
         }
         an_table_end(shared);
@@ -404,7 +423,7 @@ int cmd_summary(int argc, char **argv)
         /* Warnings after the work: a failure stays one line. A rank set's
          * are every command's (an_set_warn): its missing ranks, then each
          * rank's own, ranks ascending. */
-        int as_set = (n_paths > 1 || a.n_pos != 1 || strcmp(paths[0], a.pos[0]) != 0) && an_stats_rank_set(&s);
+        int as_set = (n_paths > 1 || cmd->args.n_pos != 1 || strcmp(paths[0], cmd->args.pos[0]) != 0) && an_stats_rank_set(&s);
         if (!rc && as_set) {
             int64_t *present = malloc(s.n_files * sizeof *present);
             if (present) {
@@ -425,7 +444,18 @@ done:
     for (int i = 0; i < n_open; i++) an_trace_close(&traces[i]);
     free(traces);
     an_paths_free(paths, n_paths);
-    an_filter_free(&sel.filter);
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_summary = {
+    .name = "summary",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_WINDOW,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .check = check,
+    .work = work,
+    .done = done,
+};

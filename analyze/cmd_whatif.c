@@ -372,115 +372,130 @@ static int print(FILE *f, an_format fmt, const an_trace *t, const an_whatif_inpu
     return an_out_finish(o) ? AN_EXIT_FAIL : AN_EXIT_OK;
 }
 
-int cmd_whatif(int argc, char **argv)
-{
-    an_args a;
-    an_format fmt = AN_FMT_TEXT;
-    an_common_opts common = {help, &fmt, NULL, 0, 0};
-    an_whatif_cfg change = {0, 0, -1, 0, 0, NULL, NULL};
-    int target_devs[AN_WHATIF_MAX_THREADS], drafter_devs[AN_WHATIF_MAX_THREADS], n_tdev = 0, n_ddev = 0;
+typedef struct own_opts {
+    an_whatif_cfg change;
+    int target_devs[AN_WHATIF_MAX_THREADS], drafter_devs[AN_WHATIF_MAX_THREADS], n_tdev, n_ddev;
     stage_arg stages[MAX_SCALES];
-    int n_stages = 0, runs = 50, id, rc = AN_EXIT_OK;
-    uint64_t seed = 1, skip = UINT32_MAX;
-    double cores = 0, allreduce_ms = -1, others = -1;
-    int gpu_share_off = 0;
-    if (an_args_init(&a, "whatif", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_QUEUE: rc = parse_int("--queue-depth", a.value, 1, 100000, &change.queue_depth) ? AN_EXIT_USAGE : 0; break;
-        case OPT_DRAFTERS: rc = parse_int("--drafters", a.value, 1, AN_WHATIF_MAX_THREADS, &change.drafters) ? AN_EXIT_USAGE : 0; break;
-        case OPT_TARGETS: rc = parse_int("--targets", a.value, 1, AN_WHATIF_MAX_THREADS, &change.targets) ? AN_EXIT_USAGE : 0; break;
-        case OPT_POST:
-            if (strcmp(a.value, "sync") == 0) change.async = 0;
-            else if (strcmp(a.value, "async") == 0) change.async = 1;
-            else rc = an_usage_error("whatif", "--postprocess must be sync or async, not '%s'", a.value);
+    int n_stages, runs;
+    uint64_t seed, skip;
+    double cores, allreduce_ms, others;
+    int gpu_share_off;
+} own_opts;
+
+static void init(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    o->change = (an_whatif_cfg){0, 0, -1, 0, 0, NULL, NULL};
+    o->runs = 50;
+    o->seed = 1;
+    o->skip = UINT32_MAX;
+    o->allreduce_ms = -1;
+    o->others = -1;
+}
+
+static int option(an_cmd *cmd, int id)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    switch (id) {
+    case OPT_QUEUE: rc = parse_int("--queue-depth", cmd->args.value, 1, 100000, &o->change.queue_depth) ? AN_EXIT_USAGE : 0; break;
+    case OPT_DRAFTERS: rc = parse_int("--drafters", cmd->args.value, 1, AN_WHATIF_MAX_THREADS, &o->change.drafters) ? AN_EXIT_USAGE : 0; break;
+    case OPT_TARGETS: rc = parse_int("--targets", cmd->args.value, 1, AN_WHATIF_MAX_THREADS, &o->change.targets) ? AN_EXIT_USAGE : 0; break;
+    case OPT_POST:
+        if (strcmp(cmd->args.value, "sync") == 0) o->change.async = 0;
+        else if (strcmp(cmd->args.value, "async") == 0) o->change.async = 1;
+        else rc = an_usage_error("whatif", "--postprocess must be sync or async, not '%s'", cmd->args.value);
+        break;
+    case OPT_STAGE:
+        if (o->n_stages == MAX_SCALES) {
+            rc = an_usage_error("whatif", "at most %d --stage options", MAX_SCALES);
             break;
-        case OPT_STAGE:
-            if (n_stages == MAX_SCALES) {
-                rc = an_usage_error("whatif", "at most %d --stage options", MAX_SCALES);
-                break;
-            }
-            if (parse_stage(a.value, &stages[n_stages])) {
-                rc = AN_EXIT_USAGE;
-                break;
-            }
-            for (int i = 0; i < n_stages; i++)
-                if (strcmp(stages[i].name, stages[n_stages].name) == 0)
-                    rc = an_usage_error("whatif", "--stage %s is given twice", stages[i].name);
-            n_stages++;
-            break;
-        case OPT_CORES: rc = parse_real("--cores", a.value, 0, 1, 4096, &cores) ? AN_EXIT_USAGE : 0; break;
-        case OPT_GPU_SHARE:
-            if (strcmp(a.value, "on") == 0) gpu_share_off = 0;
-            else if (strcmp(a.value, "off") == 0) gpu_share_off = 1;
-            else rc = an_usage_error("whatif", "--gpu-share must be on or off, not '%s'", a.value);
-            break;
-        case OPT_OTHERS: rc = parse_real("--other-load", a.value, 0, 0, 65536, &others) ? AN_EXIT_USAGE : 0; break;
-        case OPT_ALLREDUCE: rc = parse_real("--allreduce-ms", a.value, 0, 0, 1e6, &allreduce_ms) ? AN_EXIT_USAGE : 0; break;
-        case OPT_RUNS: rc = parse_int("--runs", a.value, 1, 10000, &runs) ? AN_EXIT_USAGE : 0; break;
-        case OPT_SEED:
-            if (an_parse_u64(a.value, &seed)) rc = an_usage_error("whatif", "--seed needs a whole number, not '%s'", a.value);
-            break;
-        case OPT_SKIP:
-            if (an_parse_u64(a.value, &skip) || skip >= UINT32_MAX)
-                rc = an_usage_error("whatif", "--skip-steps needs a number of steps, not '%s'", a.value);
-            break;
-        case OPT_JSON: fmt = AN_FMT_JSON; break;
-        case OPT_DRAFTER_GPUS: rc = parse_devices("--drafter-gpus", a.value, drafter_devs, &n_ddev) ? AN_EXIT_USAGE : 0; break;
-        case OPT_TARGET_GPUS: rc = parse_devices("--target-gpus", a.value, target_devs, &n_tdev) ? AN_EXIT_USAGE : 0; break;
         }
+        if (parse_stage(cmd->args.value, &o->stages[o->n_stages])) {
+            rc = AN_EXIT_USAGE;
+            break;
+        }
+        for (int i = 0; i < o->n_stages; i++)
+            if (strcmp(o->stages[i].name, o->stages[o->n_stages].name) == 0)
+                rc = an_usage_error("whatif", "--stage %s is given twice", o->stages[i].name);
+        o->n_stages++;
+        break;
+    case OPT_CORES: rc = parse_real("--cores", cmd->args.value, 0, 1, 4096, &o->cores) ? AN_EXIT_USAGE : 0; break;
+    case OPT_GPU_SHARE:
+        if (strcmp(cmd->args.value, "on") == 0) o->gpu_share_off = 0;
+        else if (strcmp(cmd->args.value, "off") == 0) o->gpu_share_off = 1;
+        else rc = an_usage_error("whatif", "--gpu-share must be on or off, not '%s'", cmd->args.value);
+        break;
+    case OPT_OTHERS: rc = parse_real("--other-load", cmd->args.value, 0, 0, 65536, &o->others) ? AN_EXIT_USAGE : 0; break;
+    case OPT_ALLREDUCE: rc = parse_real("--allreduce-ms", cmd->args.value, 0, 0, 1e6, &o->allreduce_ms) ? AN_EXIT_USAGE : 0; break;
+    case OPT_RUNS: rc = parse_int("--runs", cmd->args.value, 1, 10000, &o->runs) ? AN_EXIT_USAGE : 0; break;
+    case OPT_SEED:
+        if (an_parse_u64(cmd->args.value, &o->seed)) rc = an_usage_error("whatif", "--seed needs a whole number, not '%s'", cmd->args.value);
+        break;
+    case OPT_SKIP:
+        if (an_parse_u64(cmd->args.value, &o->skip) || o->skip >= UINT32_MAX)
+            rc = an_usage_error("whatif", "--skip-steps needs a number of steps, not '%s'", cmd->args.value);
+        break;
+    case OPT_JSON: cmd->format = AN_FMT_JSON; break;
+    case OPT_DRAFTER_GPUS: rc = parse_devices("--drafter-gpus", cmd->args.value, o->drafter_devs, &o->n_ddev) ? AN_EXIT_USAGE : 0; break;
+    case OPT_TARGET_GPUS: rc = parse_devices("--target-gpus", cmd->args.value, o->target_devs, &o->n_tdev) ? AN_EXIT_USAGE : 0; break;
     }
-    if (!rc && n_ddev) {
-        if (change.drafters && change.drafters != n_ddev)
-            rc = an_usage_error("whatif", "--drafters %d and --drafter-gpus (%d devices) disagree", change.drafters, n_ddev);
-        change.drafters = n_ddev;
-        change.drafter_devices = drafter_devs;
+    return rc;
+}
+
+static int check(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    int rc = AN_EXIT_OK;
+    if (!rc && o->n_ddev) {
+        if (o->change.drafters && o->change.drafters != o->n_ddev)
+            rc = an_usage_error("whatif", "--drafters %d and --drafter-gpus (%d devices) disagree", o->change.drafters, o->n_ddev);
+        o->change.drafters = o->n_ddev;
+        o->change.drafter_devices = o->drafter_devs;
     }
-    if (!rc && n_tdev) {
-        if (change.targets && change.targets != n_tdev)
-            rc = an_usage_error("whatif", "--targets %d and --target-gpus (%d devices) disagree", change.targets, n_tdev);
-        change.targets = n_tdev;
-        change.target_devices = target_devs;
+    if (!rc && o->n_tdev) {
+        if (o->change.targets && o->change.targets != o->n_tdev)
+            rc = an_usage_error("whatif", "--targets %d and --target-gpus (%d devices) disagree", o->change.targets, o->n_tdev);
+        o->change.targets = o->n_tdev;
+        o->change.target_devices = o->target_devs;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && fmt == AN_FMT_CSV) rc = an_usage_error("whatif", "--format must be text or json, not 'csv'");
-    if (!rc && a.n_pos != 1) rc = an_usage_error("whatif", a.n_pos ? "give one trace file" : "no trace file given");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open(&t, a.pos[0]);
-        opened = rc == AN_EXIT_OK;
-    }
+    if (!rc && cmd->format == AN_FMT_CSV) rc = an_usage_error("whatif", "--format must be text or json, not 'csv'");
+    if (!rc && cmd->args.n_pos != 1) rc = an_usage_error("whatif", cmd->args.n_pos ? "give one trace file" : "no trace file given");
+    return rc;
+}
+
+static int work(an_cmd *cmd)
+{
+    own_opts *o = cmd->own;
+    an_trace trace, *t = &trace;
+    int rc = an_trace_open(t, cmd->args.pos[0]);
+    int opened = rc == AN_EXIT_OK;
     an_whatif_scale scales[MAX_SCALES];
-    for (int i = 0; !rc && i < n_stages; i++) {
-        uint32_t ns = st_reader_n_stages(t.r), s;
+    for (int i = 0; !rc && i < o->n_stages; i++) {
+        uint32_t ns = st_reader_n_stages(t->r), s;
         for (s = 0; s < ns; s++)
-            if (strcmp(st_reader_stage(t.r, s)->name, stages[i].name) == 0) break;
+            if (strcmp(st_reader_stage(t->r, s)->name, o->stages[i].name) == 0) break;
         char clean[ST_NAME_MAX + 1];
         if (s == ns) {
-            an_error("whatif: --stage %s: %s has no stage of that name", an_clean(stages[i].name, clean, sizeof clean),
-                     t.path);
+            an_error("whatif: --stage %s: %s has no stage of that name", an_clean(o->stages[i].name, clean, sizeof clean),
+                     t->path);
             rc = AN_EXIT_USAGE;
-        } else if (!an_kind_is_busy(st_reader_stage(t.r, s)->kind)) {
+        } else if (!an_kind_is_busy(st_reader_stage(t->r, s)->kind)) {
             an_error("whatif: --stage %s is a wait (%s); scale the work that the wait waits for", 
-                     an_clean(stages[i].name, clean, sizeof clean), st_kind_name(st_reader_stage(t.r, s)->kind));
+                     an_clean(o->stages[i].name, clean, sizeof clean), st_kind_name(st_reader_stage(t->r, s)->kind));
             rc = AN_EXIT_USAGE;
         } else {
-            scales[i] = (an_whatif_scale){s, stages[i].factor};
+            scales[i] = (an_whatif_scale){s, o->stages[i].factor};
         }
     }
     an_whatif_input in;
     memset(&in, 0, sizeof in);
     int have_input = 0;
     if (!rc) {
-        an_trace_warn(&t);
-        an_whatif_opts wo = {(uint32_t)skip, cores, others, gpu_share_off, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1,
-                             scales, (uint32_t)n_stages};
-        rc = an_whatif_read(&t, &wo, &in);
+        an_trace_warn(t);
+        an_whatif_opts wo = {(uint32_t)o->skip, o->cores, o->others, o->gpu_share_off, o->allreduce_ms >= 0 ? o->allreduce_ms * 1e6 : -1,
+                             scales, (uint32_t)o->n_stages};
+        rc = an_whatif_read(t, &wo, &in);
         have_input = rc == AN_EXIT_OK;
     }
     prediction pr[2];
@@ -491,43 +506,43 @@ int cmd_whatif(int argc, char **argv)
         pr[0].name = "replay";
         pr[0].cfg = in.rec;
         an_whatif_cfg c = in.rec;
-        int changed = n_stages > 0;
+        int changed = o->n_stages > 0;
         size_t off = 0;
 #define NOTE(...) off += (size_t)snprintf(change_text + (off < sizeof change_text ? off : sizeof change_text - 1), off < sizeof change_text ? sizeof change_text - off : 1, __VA_ARGS__)
-        if (change.queue_depth && change.queue_depth != c.queue_depth) {
-            NOTE("%squeue depth %d -> %d", off ? ", " : "", c.queue_depth, change.queue_depth);
-            c.queue_depth = change.queue_depth;
+        if (o->change.queue_depth && o->change.queue_depth != c.queue_depth) {
+            NOTE("%squeue depth %d -> %d", off ? ", " : "", c.queue_depth, o->change.queue_depth);
+            c.queue_depth = o->change.queue_depth;
         }
-        if (change.queue_depth) changed = 1;
-        if (change.drafters) {
-            if (change.drafters != c.drafters) NOTE("%sdrafters %d -> %d", off ? ", " : "", c.drafters, change.drafters);
-            c.drafters = change.drafters;
+        if (o->change.queue_depth) changed = 1;
+        if (o->change.drafters) {
+            if (o->change.drafters != c.drafters) NOTE("%sdrafters %d -> %d", off ? ", " : "", c.drafters, o->change.drafters);
+            c.drafters = o->change.drafters;
             changed = 1;
         }
-        if (change.drafter_devices) {
+        if (o->change.drafter_devices) {
             NOTE("%sdrafters on devices ", off ? ", " : "");
-            for (int i = 0; i < n_ddev; i++) NOTE("%s%d", i ? "," : "", drafter_devs[i]);
-            c.drafter_devices = drafter_devs;
+            for (int i = 0; i < o->n_ddev; i++) NOTE("%s%d", i ? "," : "", o->drafter_devs[i]);
+            c.drafter_devices = o->drafter_devs;
         }
-        if (change.targets) {
-            if (change.targets != c.targets) NOTE("%stargets %d -> %d", off ? ", " : "", c.targets, change.targets);
-            c.targets = change.targets;
+        if (o->change.targets) {
+            if (o->change.targets != c.targets) NOTE("%stargets %d -> %d", off ? ", " : "", c.targets, o->change.targets);
+            c.targets = o->change.targets;
             changed = 1;
         }
-        if (change.target_devices) {
+        if (o->change.target_devices) {
             NOTE("%stargets on devices ", off ? ", " : "");
-            for (int i = 0; i < n_tdev; i++) NOTE("%s%d", i ? "," : "", target_devs[i]);
-            c.target_devices = target_devs;
+            for (int i = 0; i < o->n_tdev; i++) NOTE("%s%d", i ? "," : "", o->target_devs[i]);
+            c.target_devices = o->target_devs;
         }
-        if (change.async >= 0) {
-            if (change.async != c.async)
-                NOTE("%spostprocess %s -> %s", off ? ", " : "", yes_no_post(c.async), yes_no_post(change.async));
-            c.async = change.async;
+        if (o->change.async >= 0) {
+            if (o->change.async != c.async)
+                NOTE("%spostprocess %s -> %s", off ? ", " : "", yes_no_post(c.async), yes_no_post(o->change.async));
+            c.async = o->change.async;
             changed = 1;
         }
-        for (int i = 0; i < n_stages; i++) {
+        for (int i = 0; i < o->n_stages; i++) {
             char clean[ST_NAME_MAX + 1];
-            NOTE("%sstage %s x%g", off ? ", " : "", an_clean(stages[i].name, clean, sizeof clean), stages[i].factor);
+            NOTE("%sstage %s x%g", off ? ", " : "", an_clean(o->stages[i].name, clean, sizeof clean), o->stages[i].factor);
         }
         if (!off) NOTE("none (the recorded configuration)");
 #undef NOTE
@@ -538,22 +553,33 @@ int cmd_whatif(int argc, char **argv)
             n_pr = 2;
         }
         /* the replay never takes the stage factors: read the trace again without them */
-        if (n_stages) {
+        if (o->n_stages) {
             an_whatif_input plain;
-            an_whatif_opts wo = {(uint32_t)skip, cores, others, gpu_share_off, allreduce_ms >= 0 ? allreduce_ms * 1e6 : -1,
+            an_whatif_opts wo = {(uint32_t)o->skip, o->cores, o->others, o->gpu_share_off, o->allreduce_ms >= 0 ? o->allreduce_ms * 1e6 : -1,
                                  NULL, 0};
-            rc = an_whatif_read(&t, &wo, &plain);
-            if (!rc && predict(&plain, &pr[0], runs, seed)) rc = AN_EXIT_FAIL;
+            rc = an_whatif_read(t, &wo, &plain);
+            if (!rc && predict(&plain, &pr[0], o->runs, o->seed)) rc = AN_EXIT_FAIL;
             if (!rc) an_whatif_free(&plain);
-        } else if (predict(&in, &pr[0], runs, seed)) {
+        } else if (predict(&in, &pr[0], o->runs, o->seed)) {
             rc = AN_EXIT_FAIL;
         }
-        if (!rc && n_pr == 2 && predict(&in, &pr[1], runs, seed)) rc = AN_EXIT_FAIL;
+        if (!rc && n_pr == 2 && predict(&in, &pr[1], o->runs, o->seed)) rc = AN_EXIT_FAIL;
         if (rc == AN_EXIT_FAIL) an_error("out of memory");
     }
-    if (!rc) rc = print(stdout, fmt, &t, &in, pr, n_pr, change_text);
+    if (!rc) rc = print(stdout, cmd->format, t, &in, pr, n_pr, change_text);
     if (have_input) an_whatif_free(&in);
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
+    if (opened) an_trace_close(t);
     return rc;
 }
+
+const an_cmd_def an_cmd_whatif = {
+    .name = "whatif",
+    .usage = help,
+    .flags = AN_RUN_FORMAT,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .check = check,
+    .work = work,
+};

@@ -5,7 +5,8 @@
  * every thread, pairs each id's out with its in (a handoff), chains
  * handoffs into items (an in on a thread is continued by that thread's next
  * out), and an_flow_critical_path walks one step's critical path back from
- * its end. `analyze flow`, `export --chrome` (arrows) and `report` use it.
+ * its end. `analyze flow`, `export --chrome` (arrows) and `report` use it;
+ * flow_tables.c prints `flow`'s tables over it.
  */
 #ifndef AN_FLOW_H
 #define AN_FLOW_H
@@ -74,11 +75,15 @@ typedef struct an_path_seg {
  * frees it); *n 0 when there is nothing to walk. AN_EXIT_OK or AN_EXIT_FAIL. */
 int an_flow_critical_path(const an_flow *f, uint32_t mark, an_path_seg **segs, uint64_t *n);
 
-/* `analyze flow`'s text over the whole trace (counts, end-to-end latency,
- * queue residence, time in each role, the latency breakdown by stage,
- * critical paths) written to `to`; nothing when the trace has no flow
- * records. AN_EXIT_OK, or an exit code with the message printed. The
- * report's "Item flow" section. */
+/* ---- the tables of `analyze flow` (flow_tables.c) ---- */
+
+/* Its tables (counts, end-to-end latency, queue residence, time in each
+ * role, the latency breakdown by stage, critical paths) over the items
+ * whose first out is in [t0_ns, t1_ns) and the steps inside it, in format
+ * fmt on `to`. AN_EXIT_OK, or an exit code with the message printed. */
+int an_flow_tables(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_format fmt, FILE *to);
+/* The same as text over the whole trace; nothing when the trace has no flow
+ * records. The report's "Item flow" section. */
 int an_flow_text(an_trace *t, FILE *to);
 
 #endif

@@ -45,7 +45,7 @@ static gpu_run run_gpu(const char *name, const char *format)
     close(fd);
     unsigned long before = an_gpu_read_count;
     gpu_run r;
-    r.status = cmd_gpu(4, argv);
+    r.status = an_command_run(&an_cmd_gpu, 4, argv);
     r.reads = an_gpu_read_count - before;
     fflush(stdout);
     dup2(saved, 1);
@@ -168,7 +168,7 @@ static void test_gpu_time_from_trace_start(void **state)
     assert_true(saved >= 0 && fd >= 0);
     dup2(fd, 1);
     close(fd);
-    int status = cmd_gpu(6, argv);
+    int status = an_command_run(&an_cmd_gpu, 6, argv);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -185,7 +185,7 @@ static void test_gpu_time_from_trace_start(void **state)
     saved = dup(1);
     dup2(fd, 1);
     close(fd);
-    status = cmd_gpu(4, text_argv);
+    status = an_command_run(&an_cmd_gpu, 4, text_argv);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);

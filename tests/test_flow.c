@@ -294,7 +294,7 @@ static void test_rank_set_pairs_across_clocks(void **state)
 }
 
 
-/* Runs cmd_flow in this process with stdout to a file; its output. */
+/* Runs `flow` in this process with stdout to a file; its output. */
 static char *flow_json(const char *path)
 {
     char *argv[] = {"flow", "--format", "json", (char *)path, NULL};
@@ -304,7 +304,7 @@ static char *flow_json(const char *path)
     assert_true(saved >= 0 && fd >= 0);
     dup2(fd, 1);
     close(fd);
-    int status = cmd_flow(4, argv);
+    int status = an_command_run(&an_cmd_flow, 4, argv);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);

@@ -79,8 +79,8 @@ static void write_set(const char *dir, const char *ar_kind)
     }
 }
 
-/* Runs a command function in this process with stdout to a file; its text. */
-static char *run_cmd(int (*cmd)(int, char **), char **argv, int *status)
+/* Runs a command in this process with stdout to a file; its text. */
+static char *run_cmd(const an_cmd_def *cmd, char **argv, int *status)
 {
     int argc = 0;
     while (argv[argc]) argc++;
@@ -90,7 +90,7 @@ static char *run_cmd(int (*cmd)(int, char **), char **argv, int *status)
     assert_true(saved >= 0 && fd >= 0);
     dup2(fd, 1);
     close(fd);
-    *status = cmd(argc, argv);
+    *status = an_command_run(cmd, argc, argv);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -106,7 +106,7 @@ static void test_targets_ahead(void **state)
     snprintf(dir, sizeof dir, "%s/ahead", tmp_dir);
     int status;
     char *argv[] = {"stragglers", "--format", "csv", dir, NULL};
-    char *out = run_cmd(cmd_stragglers, argv, &status);
+    char *out = run_cmd(&an_cmd_stragglers, argv, &status);
     assert_int_equal(status, AN_EXIT_OK);
     /* collectives: 12 instances on 2 ranks, rank 2 last every time, rank 1 waits 2 ms */
     assert_non_null(strstr(out, "stage,instances,ranks,last_rank,times_last,last_pct,every_time,mean_wait_ms,max_wait_ms\n"
@@ -144,7 +144,7 @@ static void test_no_collective(void **state)
     snprintf(dir, sizeof dir, "%s/nocomm", tmp_dir);
     int status;
     char *argv[] = {"stragglers", dir, NULL};
-    char *out = run_cmd(cmd_stragglers, argv, &status);
+    char *out = run_cmd(&an_cmd_stragglers, argv, &status);
     assert_int_equal(status, AN_EXIT_OK);
     assert_non_null(strstr(out, "\nNo collective (comm stage) is shared by two ranks.\n"));
     /* the collectives and instances tables: headers only */
@@ -152,7 +152,7 @@ static void test_no_collective(void **state)
     assert_non_null(strstr(out, "wait_ms  max_wait_ms\n\nrole"));
     free(out);
     char *csv[] = {"stragglers", "--format", "csv", dir, NULL};
-    out = run_cmd(cmd_stragglers, csv, &status);
+    out = run_cmd(&an_cmd_stragglers, csv, &status);
     assert_int_equal(status, AN_EXIT_OK);
     assert_non_null(strstr(out, "stage,instances,ranks,last_rank,times_last,last_pct,every_time,mean_wait_ms,max_wait_ms\n\n"
                                 "stage,instance,step,ranks,last_rank,late_vs_median_ms,wait_ms,max_wait_ms\n\n"));
