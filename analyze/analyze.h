@@ -73,21 +73,14 @@ int an_tmp_add_dir(const char *dir, const char *const *names, uint32_t n);
 void an_tmp_forget(const char *path);
 int an_signals_install(void);
 
-/* A subcommand: argv[0] is its name; returns an exit code. */
-typedef int (*an_command_fn)(int argc, char **argv);
 struct an_cmd_def;
-/* A row of main.c's command table: a command that does its own setup (run)
- * or one that the harness sets up (def, command.c). */
+/* A row of main.c's command table: the command's name, its line in
+ * `analyze --help`, and its definition, which the harness runs (command.c). */
 typedef struct an_command {
     const char *name;
-    an_command_fn run;
-    const char *help; /* one line for `analyze --help` */
+    const char *help;
     const struct an_cmd_def *def;
 } an_command;
-
-int cmd_export(int argc, char **argv);
-int cmd_report(int argc, char **argv);
-
 
 /* ---- command-line options (args.c) -------------------------------------------
  * `--name value`, `--name=value`, flags, positionals in any order; `--`
@@ -463,6 +456,7 @@ enum {
     AN_RUN_TRACE = 1 << 2,  /* the positionals opened as an_cmd.trace (a file or a rank set) */
     AN_RUN_SET = 1 << 3,    /* ... and refused unless a rank set */
     AN_RUN_WARN = 1 << 4,   /* the trace's warnings after the work, when it succeeded */
+    AN_RUN_WINDOW_LAST = 1 << 5, /* with AN_RUN_WINDOW: a later --steps/--time replaces an earlier one */
 };
 
 typedef struct an_cmd {
@@ -492,7 +486,7 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv);
 
 /* The commands under the harness (cmd_<name>.c). */
 extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
-    an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif;
+    an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif, an_cmd_export, an_cmd_report;
 
 /* ---- parts with headers of their own, for the commands that include this one ---- */
 

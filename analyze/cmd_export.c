@@ -61,38 +61,49 @@ static const an_opt opts[] = {
 
 /* ---- the command ---------------------------------------------------------------------- */
 
-int cmd_export(int argc, char **argv)
+typedef struct export_opts {
+    const char *chrome_out, *csv_dir, *rows_out;
+    int overwrite;
+} export_opts;
+
+static int option(an_cmd *c, int id)
 {
-    an_args a;
-    const char *chrome_out = NULL, *csv_dir = NULL, *rows_out = NULL;
-    int overwrite = 0, id, rc = AN_EXIT_OK;
-    an_common_opts common = {help, NULL, NULL, 0, 0};
-    if (an_args_init(&a, "export", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_CHROME: chrome_out = a.value; break;
-        case OPT_CSV: csv_dir = a.value; break;
-        case OPT_ROWS: rows_out = a.value; break;
-        case OPT_OVERWRITE: overwrite = 1; break;
-        }
+    export_opts *o = c->own;
+    switch (id) {
+    case OPT_CHROME: o->chrome_out = c->args.value; break;
+    case OPT_CSV: o->csv_dir = c->args.value; break;
+    case OPT_ROWS: o->rows_out = c->args.value; break;
+    case OPT_OVERWRITE: o->overwrite = 1; break;
     }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos == 0) rc = an_usage_error("export", "no trace file given");
-    if (!rc && !chrome_out && !csv_dir && !rows_out)
-        rc = an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
-    an_trace t;
-    if (!rc) rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-    if (!rc) {
-        if (chrome_out) rc = an_export_chrome(&t, chrome_out, overwrite);
-        if (!rc && csv_dir) rc = an_export_csv(&t, csv_dir, overwrite);
-        if (!rc && rows_out) rc = an_export_rows(&t, rows_out, overwrite);
-        if (!rc) an_trace_warn(&t); /* after the work: a failure stays one line */
-        an_trace_close(&t);
-    }
-    an_args_free(&a);
+    return AN_EXIT_OK;
+}
+
+static int check(an_cmd *c)
+{
+    const export_opts *o = c->own;
+    if (c->args.n_pos == 0) return an_usage_error("export", "no trace file given");
+    if (!o->chrome_out && !o->csv_dir && !o->rows_out)
+        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
+    return AN_EXIT_OK;
+}
+
+static int work(an_cmd *c)
+{
+    const export_opts *o = c->own;
+    int rc = AN_EXIT_OK;
+    if (o->chrome_out) rc = an_export_chrome(&c->trace, o->chrome_out, o->overwrite);
+    if (!rc && o->csv_dir) rc = an_export_csv(&c->trace, o->csv_dir, o->overwrite);
+    if (!rc && o->rows_out) rc = an_export_rows(&c->trace, o->rows_out, o->overwrite);
     return rc;
 }
+
+const an_cmd_def an_cmd_export = {
+    .name = "export",
+    .usage = help,
+    .flags = AN_RUN_TRACE | AN_RUN_WARN,
+    .opts = opts,
+    .own_size = sizeof(export_opts),
+    .option = option,
+    .check = check,
+    .work = work,
+};

@@ -814,66 +814,77 @@ static int write_report(an_report *rp)
     return rc;
 }
 
-int cmd_report(int argc, char **argv)
+typedef struct report_opts {
+    const char *html;
+    int overwrite, have_every;
+    uint64_t every; /* chart windows, steps */
+    double speedup; /* the what-if bound's factor */
+} report_opts;
+
+static void init(an_cmd *c)
 {
-    an_args a;
-    const char *html = NULL;
-    int overwrite = 0, have_every = 0, id, rc = AN_EXIT_OK;
+    report_opts *o = c->own;
+    o->speedup = 2.0;
+}
+
+static int option(an_cmd *c, int id)
+{
+    report_opts *o = c->own;
+    const char *v = c->args.value;
+    switch (id) {
+    case OPT_HTML: o->html = v; break;
+    case OPT_OVERWRITE: o->overwrite = 1; break;
+    case OPT_EVERY:
+        o->have_every = 1;
+        if (an_parse_u64(v, &o->every) || o->every < 1 || o->every > UINT32_MAX)
+            return an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", v);
+        break;
+    case OPT_SPEEDUP: {
+        char *end;
+        o->speedup = strtod(v, &end);
+        if (end == v || *end || !isfinite(o->speedup) || o->speedup < 1.0 || o->speedup > 1e6)
+            return an_usage_error("report", "--speedup needs a factor >= 1, not '%s'", v);
+        break;
+    }
+    }
+    return AN_EXIT_OK;
+}
+
+static int check(an_cmd *c)
+{
+    const report_opts *o = c->own;
+    if (c->args.n_pos == 0) return an_usage_error("report", "no trace file given");
+    if (!o->html) return an_usage_error("report", "--html OUT.html is needed");
+    return AN_EXIT_OK;
+}
+
+static int work(an_cmd *c)
+{
+    report_opts *o = c->own;
     an_report rp;
     memset(&rp, 0, sizeof rp);
-    rp.speedup = 2.0;
-    an_common_opts common = {help, NULL, &rp.steps, 1, 0};
-    if (an_args_init(&a, "report", argc, argv)) return AN_EXIT_FAIL;
-    while (!rc && (id = an_args_next_own(&a, opts, &common)) != 0) {
-        switch (id) {
-        case -1: rc = AN_EXIT_USAGE; break;
-        case OPT_HTML: html = a.value; break;
-        case OPT_OVERWRITE: overwrite = 1; break;
-        case OPT_EVERY:
-            if (an_parse_u64(a.value, &rp.every) || rp.every < 1 || rp.every > UINT32_MAX)
-                rc = an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", a.value);
-            have_every = 1;
-            break;
-        case OPT_SPEEDUP: {
-            char *end;
-            rp.speedup = strtod(a.value, &end);
-            if (end == a.value || *end || !isfinite(rp.speedup) || rp.speedup < 1.0 || rp.speedup > 1e6)
-                rc = an_usage_error("report", "--speedup needs a factor >= 1, not '%s'", a.value);
-            break;
-        }
-        }
-    }
-    if (common.help_shown) {
-        an_args_free(&a);
-        return AN_EXIT_OK;
-    }
-    if (!rc && a.n_pos == 0) rc = an_usage_error("report", "no trace file given");
-    if (!rc && !html) rc = an_usage_error("report", "--html OUT.html is needed");
-    an_trace t;
-    int opened = 0;
-    if (!rc) {
-        rc = an_trace_open_inputs(&t, a.pos, a.n_pos);
-        opened = rc == AN_EXIT_OK;
-    }
+    rp.every = o->every;
+    rp.speedup = o->speedup;
+    an_trace *t = &c->trace;
+    int rc = AN_EXIT_OK;
+    rp.steps = c->window;
     an_pipe p;
     memset(&p, 0, sizeof p);
-    if (!rc) {
-        rp.t = &t;
-        rp.p = &p;
-        if (!have_every) {
-            int64_t pi;
-            rp.every = an_trace_meta_i64(&t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
-        }
-        if (rp.steps.kind != AN_WIN_ALL) {
-            int64_t t0, t1;
-            rc = an_window_resolve(&rp.steps, &t, &t0, &t1); /* a bad --steps fails before anything is written */
-        }
+    rp.t = t;
+    rp.p = &p;
+    if (!o->have_every) {
+        int64_t pi;
+        rp.every = an_trace_meta_i64(t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
+    }
+    if (rp.steps.kind != AN_WIN_ALL) {
+        int64_t t0, t1;
+        rc = an_window_resolve(&rp.steps, t, &t0, &t1); /* a bad --steps fails before anything is written */
     }
     if (!rc) {
         an_pipe_opts po;
         memset(&po, 0, sizeof po);
         po.gpu_idle = 1;
-        rc = an_pipe_compute(&p, &t, &po);
+        rc = an_pipe_compute(&p, t, &po);
     }
     if (!rc) {
         rp.loads = calloc(p.n_roles ? p.n_roles : 1, sizeof *rp.loads);
@@ -889,22 +900,31 @@ int cmd_report(int argc, char **argv)
             rp.n_windows = an_pipe_windows(&p, rp.every, rp.first);
         }
     }
-    an_file o;
-    memset(&o, 0, sizeof o);
-    if (!rc) rc = an_file_open(&o, "report", html, overwrite);
+    an_file f;
+    memset(&f, 0, sizeof f);
+    if (!rc) rc = an_file_open(&f, "report", o->html, o->overwrite);
     if (!rc) {
-        rp.f = o.f;
+        rp.f = f.f;
         rc = write_report(&rp);
-        int crc = an_file_close(&o, rc == AN_EXIT_OK);
+        int crc = an_file_close(&f, rc == AN_EXIT_OK);
         if (!rc) rc = crc;
     }
-    if (!rc) an_trace_warn(&t);
     free(rp.pal.stage);
     free(rp.pal.hex);
     free(rp.loads);
     free(rp.first);
     an_pipe_free(&p);
-    if (opened) an_trace_close(&t);
-    an_args_free(&a);
     return rc;
 }
+
+const an_cmd_def an_cmd_report = {
+    .name = "report",
+    .usage = help,
+    .flags = AN_RUN_WINDOW | AN_RUN_WINDOW_LAST | AN_RUN_TRACE | AN_RUN_WARN,
+    .opts = opts,
+    .own_size = sizeof(report_opts),
+    .init = init,
+    .option = option,
+    .check = check,
+    .work = work,
+};

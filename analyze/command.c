@@ -26,7 +26,8 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
     }
     if (d->init) d->init(&c);
     an_common_opts common = {d->usage, d->flags & AN_RUN_FORMAT ? &c.format : NULL,
-                             d->flags & AN_RUN_WINDOW ? &c.window : NULL, 0, 0};
+                             d->flags & AN_RUN_WINDOW ? &c.window : NULL,
+                             (d->flags & AN_RUN_WINDOW_LAST) != 0, 0};
     if (an_args_init(&c.args, d->name, argc, argv)) {
         free(c.own);
         return AN_EXIT_FAIL;

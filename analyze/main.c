@@ -3,11 +3,10 @@
  * `analyze CMD [options] FILE...` runs one subcommand from the table below,
  * each in its own file (cmd_<name>.c), which returns an exit code: 0 done,
  * 2 bad flags or an input that cannot be analyzed (one line on stderr), 1
- * anything else. Most are definitions (an_cmd_def: help, options, flags,
+ * anything else. Each is a definition (an_cmd_def: help, options, flags,
  * work) that the harness runs (command.c: it parses the shared options and
- * opens the trace by the flags, as git's RUN_SETUP does); export and report
- * are still functions that do their own setup. A new command is a file and
- * a row.
+ * opens the trace by the flags, as git's RUN_SETUP does). A new command is
+ * a file and a row.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,24 +16,24 @@
 #include "gpu_activity.h"
 
 static const an_command commands[] = {
-    {"info", NULL, "metadata, status, counts, duration and throughput of traces", &an_cmd_info},
-    {"summary", NULL, "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share", &an_cmd_summary},
-    {"intervals", NULL, "where each thread's time went per window of N steps (the profile lines)", &an_cmd_intervals},
-    {"sql", NULL, "run a read-only SQL query with the ranges/counters/gpu/flows row tables", &an_cmd_sql},
-    {"export", cmd_export, "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy", NULL},
-    {"bottleneck", NULL, "the role and stage that limit the pipeline, with evidence and a what-if bound", &an_cmd_bottleneck},
-    {"gpu", NULL, "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", &an_cmd_gpu},
-    {"flow", NULL, "each item followed through the pipeline: queue residence, latency, per-step critical path", &an_cmd_flow},
-    {"diff", NULL, "what changed between two traces, role by role and stage by stage, per step", &an_cmd_diff},
-    {"stragglers", NULL, "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},
-    {"report", cmd_report, "one self-contained HTML file with the verdict, charts, a timeline and the summary", NULL},
-    {"whatif", NULL, "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)", &an_cmd_whatif},
+    {"info", "metadata, status, counts, duration and throughput of traces", &an_cmd_info},
+    {"summary", "per thread, role and stage: total, self, count, mean, p50/p95/p99, max, share", &an_cmd_summary},
+    {"intervals", "where each thread's time went per window of N steps (the profile lines)", &an_cmd_intervals},
+    {"sql", "run a read-only SQL query with the ranges/counters/gpu/flows row tables", &an_cmd_sql},
+    {"export", "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy", &an_cmd_export},
+    {"bottleneck", "the role and stage that limit the pipeline, with evidence and a what-if bound", &an_cmd_bottleneck},
+    {"gpu", "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", &an_cmd_gpu},
+    {"flow", "each item followed through the pipeline: queue residence, latency, per-step critical path", &an_cmd_flow},
+    {"diff", "what changed between two traces, role by role and stage by stage, per step", &an_cmd_diff},
+    {"stragglers", "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},
+    {"report", "one self-contained HTML file with the verdict, charts, a timeline and the summary", &an_cmd_report},
+    {"whatif", "simulate the pipeline from the trace: replay it, then predict a change (queue, drafters, ...)", &an_cmd_whatif},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static int run_command(const an_command *c, int argc, char **argv)
 {
-    return c->def ? an_command_run(c->def, argc, argv) : c->run(argc, argv);
+    return an_command_run(c->def, argc, argv);
 }
 
 static void usage(FILE *f)
