@@ -488,8 +488,4 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv);
 extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
     an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif, an_cmd_export, an_cmd_report;
 
-/* ---- parts with headers of their own, for the commands that include this one ---- */
-
-#include "stragglers.h" /* an_stragglers_compute: bottleneck and report */
-
 #endif

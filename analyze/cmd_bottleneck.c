@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stragglers.h"
 #include "verdict.h"
 
 static const char help[] =

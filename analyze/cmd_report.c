@@ -30,6 +30,7 @@
 #include "flow.h"
 #include "queues.h"
 #include "report.h"
+#include "stragglers.h"
 #include "verdict.h"
 
 static const char help[] =

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../analyze/analyze.h"
+#include "../analyze/stragglers.h"
 #include "common.h"
 #include "traces.h"
 
