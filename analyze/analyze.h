@@ -110,6 +110,11 @@ void an_args_free(an_args *a);
 int an_args_next(an_args *a, const an_opt *opts);
 /* "analyze CMD: unknown ..." style error; returns AN_EXIT_USAGE. */
 int an_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Values of options that several commands take, with one message each:
+ * --every N (steps per window, 1..UINT32_MAX) and --speedup K (a factor
+ * from 1 to 1e6). 0, or AN_EXIT_USAGE after the message. */
+int an_opt_every(const char *cmd, const char *value, uint64_t *out);
+int an_opt_speedup(const char *cmd, const char *value, double *out);
 
 /* ---- numbers and names (values.c) ---- */
 /* FNV-1a of a name, for the analyzer's hash tables keyed by kernel or function name. */
@@ -294,6 +299,9 @@ void an_trace_warn_rank(const an_trace *t);
 uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records);
 const char *an_trace_meta(const an_trace *t, const char *key); /* NULL if absent */
 int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out); /* 0 or -1 */
+/* The steps per chart or verdict window when --every is not given: meta
+ * profile_interval when it is 1..UINT32_MAX, else 10. */
+uint64_t an_trace_every(const an_trace *t);
 /* The first step whose mark is after ts (0 and *has = 0 when none). */
 uint64_t an_step_of(const an_trace *t, int64_t ts_ns, int *has);
 

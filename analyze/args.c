@@ -4,6 +4,7 @@
  * --steps, --time), which it reads through table.c (formats) and select.c
  * (windows). Errors print one line naming the command.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,4 +101,20 @@ int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c)
         return id;
     }
     return id;
+}
+
+int an_opt_every(const char *cmd, const char *value, uint64_t *out)
+{
+    if (an_parse_u64(value, out) || *out < 1 || *out > UINT32_MAX)
+        return an_usage_error(cmd, "--every needs a number of steps >= 1, not '%s'", value);
+    return AN_EXIT_OK;
+}
+
+int an_opt_speedup(const char *cmd, const char *value, double *out)
+{
+    char *end;
+    *out = strtod(value, &end);
+    if (end == value || *end || !isfinite(*out) || *out < 1.0 || *out > 1e6)
+        return an_usage_error(cmd, "--speedup needs a factor >= 1, not '%s'", value);
+    return AN_EXIT_OK;
 }

@@ -574,16 +574,9 @@ static int option(an_cmd *c, int id)
     own_opts *o = c->own;
     int rc = AN_EXIT_OK;
     switch (id) {
-    case OPT_SPEEDUP: {
-        char *end;
-        o->speedup = strtod(c->args.value, &end);
-        if (end == c->args.value || *end || !isfinite(o->speedup) || o->speedup < 1.0 || o->speedup > 1e6)
-            rc = an_usage_error("bottleneck", "--speedup needs a factor >= 1, not '%s'", c->args.value);
-        break;
-    }
+    case OPT_SPEEDUP: rc = an_opt_speedup("bottleneck", c->args.value, &o->speedup); break;
     case OPT_EVERY:
-        if (an_parse_u64(c->args.value, &o->every) || o->every < 1 || o->every > UINT32_MAX)
-            rc = an_usage_error("bottleneck", "--every needs a number of steps >= 1, not '%s'", c->args.value);
+        rc = an_opt_every("bottleneck", c->args.value, &o->every);
         o->have_every = 1;
         break;
     case OPT_SKIP:
@@ -599,10 +592,7 @@ static int work(an_cmd *c)
     own_opts *o = c->own;
     an_trace *t = &c->trace;
     int rc = AN_EXIT_OK;
-    if (!rc && !o->have_every) {
-        int64_t pi;
-        o->every = an_trace_meta_i64(t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
-    }
+    if (!o->have_every) o->every = an_trace_every(t);
     an_pipe p;
     memset(&p, 0, sizeof p);
     an_role_load *loads = NULL;

@@ -141,8 +141,7 @@ static int option(an_cmd *c, int id)
     int rc = AN_EXIT_OK;
     switch (id) {
     case OPT_EVERY:
-        if (an_parse_u64(c->args.value, &o->every) || o->every < 1 || o->every > UINT32_MAX)
-            rc = an_usage_error("intervals", "--every needs a number of steps >= 1, not '%s'", c->args.value);
+        rc = an_opt_every("intervals", c->args.value, &o->every);
         o->have_every = 1;
         break;
     }

@@ -837,16 +837,8 @@ static int option(an_cmd *c, int id)
     case OPT_OVERWRITE: o->overwrite = 1; break;
     case OPT_EVERY:
         o->have_every = 1;
-        if (an_parse_u64(v, &o->every) || o->every < 1 || o->every > UINT32_MAX)
-            return an_usage_error("report", "--every needs a number of steps >= 1, not '%s'", v);
-        break;
-    case OPT_SPEEDUP: {
-        char *end;
-        o->speedup = strtod(v, &end);
-        if (end == v || *end || !isfinite(o->speedup) || o->speedup < 1.0 || o->speedup > 1e6)
-            return an_usage_error("report", "--speedup needs a factor >= 1, not '%s'", v);
-        break;
-    }
+        return an_opt_every("report", v, &o->every);
+    case OPT_SPEEDUP: return an_opt_speedup("report", v, &o->speedup);
     }
     return AN_EXIT_OK;
 }
@@ -873,10 +865,7 @@ static int work(an_cmd *c)
     memset(&p, 0, sizeof p);
     rp.t = t;
     rp.p = &p;
-    if (!o->have_every) {
-        int64_t pi;
-        rp.every = an_trace_meta_i64(t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
-    }
+    if (!o->have_every) rp.every = an_trace_every(t);
     if (rp.steps.kind != AN_WIN_ALL) {
         int64_t t0, t1;
         rc = an_window_resolve(&rp.steps, t, &t0, &t1); /* a bad --steps fails before anything is written */

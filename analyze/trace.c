@@ -25,6 +25,12 @@ int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out)
     return an_parse_i64(an_trace_meta(t, key), out);
 }
 
+uint64_t an_trace_every(const an_trace *t)
+{
+    int64_t pi;
+    return an_trace_meta_i64(t, "profile_interval", &pi) == 0 && pi >= 1 && pi <= UINT32_MAX ? (uint64_t)pi : 10;
+}
+
 /* First and last range event from the chunk headers, and totals for progress
  * and info (the reader's one pass over them, which also type-checks every
  * chunk row, so every command refuses a mistyped one). */
