@@ -293,3 +293,23 @@ n_launched = len({e["args"]["correlation"] for e in kept if e.get("cat") in ("ke
 assert 0.5 * n_launched < len(ls[0]) <= n_launched, (len(ls[0]), n_launched)
 print(f"HTA: {len(idle_df)} idle rows, kernel breakdown {kb_ms:.3f} ms, {len(ls[0])} launches of {n_launched}")
 PYEOF
+
+# HTA's rank of each file: a directory of one export per rank file reads as those ranks (its
+# create_rank_to_trace_dict takes the first line matching "rank":\s+(\d+), which only
+# distributedInfo has). Before, "rank":0 without a space never matched, and HTA filed every
+# file as rank 0, keeping one.
+[ -x "$BUILD/tests/tracegen" ] || { echo "SKIP: $BUILD/tests/tracegen is not built: HTA's ranks not checked"; exit 0; }
+"$BUILD/tests/tracegen" gen >/dev/null
+mkdir ranks
+for k in 0 1; do expect_ok rank$k "$A" export gen/rank$k.sqlite --chrome ranks/trace$k.json; done
+py "HTA's rank of each export" <<'PYEOF'
+import logging, re
+logging.disable(logging.CRITICAL)
+from hta.common.trace_file import create_rank_to_trace_dict_from_dir
+ok, ranks = create_rank_to_trace_dict_from_dir("ranks")
+assert ok and {k: v.split("/")[-1] for k, v in ranks.items()} == {0: "trace0.json", 1: "trace1.json"}, ranks
+for k in (0, 1):
+    lines = [l for l in open(f"ranks/trace{k}.json") if re.search(r'"rank":\s+(\d+)', l)]
+    assert len(lines) == 1 and lines[0].startswith('"distributedInfo": {"rank": %d, "world_size": 2}' % k), lines
+print("HTA ranks:", sorted(ranks))
+PYEOF
