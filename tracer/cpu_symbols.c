@@ -4,10 +4,11 @@
  * At close (and at an interrupted flush) the writer stores the process's
  * executable mappings from /proc/self/maps, each with the GNU build-id of
  * its file, and one row per distinct frame address with the function that
- * holds it, from the file's ELF symbol table (.symtab, else .dynsym). Only
- * the files that some frame points into are read, each once per process
- * (cached across calls), by mapping them read-only; plain <elf.h>, 64-bit
- * ELF only, every offset checked against the file's size. */
+ * holds it, from the file's ELF symbol table (.symtab, else .dynsym). Each
+ * mapped file is mapped read-only once per process (cached across calls)
+ * for its segments and build-id (its first pages); its symbol table is read
+ * only when some frame points into it. Plain <elf.h>, 64-bit ELF only,
+ * every offset checked against the file's size. */
 #include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ typedef struct load {
 
 typedef struct elf_file {
     char *path;
-    int tried;
+    int opened, tried;
     void *map;
     size_t size;
     char build_id[2 * 64 + 1];
@@ -124,9 +125,11 @@ static int load_syms(elf_file *f, const Elf64_Ehdr *eh, const Elf64_Shdr *sh, ui
     return -1;
 }
 
-static void elf_load(elf_file *f)
+/* Maps the file and reads its segments and build-id (the first pages
+ * only); the symbols wait for elf_load_syms. */
+static void elf_open(elf_file *f)
 {
-    f->tried = 1;
+    f->opened = 1;
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     struct stat sb;
@@ -153,6 +156,17 @@ static void elf_load(elf_file *f)
                 read_build_id(f, p, ph.p_offset, ph.p_filesz);
         }
     }
+}
+
+/* Reads the symbol table, for a file that some frame points into. */
+static void elf_load_syms(elf_file *f)
+{
+    f->tried = 1;
+    if (!f->map) return;
+    const unsigned char *p = f->map;
+    Elf64_Ehdr eh;
+    memcpy(&eh, p, sizeof eh);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) return;
     if (eh.e_shentsize != sizeof(Elf64_Shdr) || !in_file(f, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr)) ||
         eh.e_shoff % 8)
         return;
@@ -266,12 +280,15 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
         elf_file *f = m->path[0] == '/' ? file_of(c, m->path) : NULL;
         if (f) m->file = (long)(f - c->files);
     }
-    for (size_t i = 0; i < n_maps; i++) maps[i].f = maps[i].file >= 0 ? &c->files[maps[i].file] : NULL;
+    for (size_t i = 0; i < n_maps; i++) {
+        maps[i].f = maps[i].file >= 0 ? &c->files[maps[i].file] : NULL;
+        if (maps[i].f && !maps[i].f->opened) elf_open(maps[i].f);
+    }
     /* Files are read only when a frame points into them. */
     for (size_t i = 0; i < n_addrs; i++) {
         if (!addrs[i]) continue;
         const exec_map *m = map_of(maps, n_maps, addrs[i]);
-        if (m && m->f && !m->f->tried) elf_load(m->f);
+        if (m && m->f && !m->f->tried) elf_load_syms(m->f);
     }
     for (size_t i = 0; i < n_maps; i++) {
         const exec_map *m = &maps[i];
