@@ -25,15 +25,18 @@ TRAINER="$BUILD/trainer"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the records"; exit 0; }
 
 T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_cpu_trainer.XXXXXX")
-chmod 0777 "$T" # nobody writes there too
-trap 'rm -rf "$T"' EXIT
+# nobody's trace goes where nobody can reach (ST_TEST_TMP may be private)
+N=$(mktemp -d /tmp/it_cpu_trainer_nobody.XXXXXX)
+chmod 0777 "$N"
+trap 'rm -rf "$T" "$N"' EXIT
 cd "$T"
 . "$ROOT/tests/lib.sh"
 
-train() { # NAME [PREFIX...]: the trainer with --trace-cpu into NAME.sqlite
-    local name=$1; shift
-    "$@" "$TRAINER" --steps 200 --trace "$T/$name.sqlite" --trace-cpu --overwrite >"$name.log" 2>&1 ||
+train() { # NAME DIR [PREFIX...]: the trainer with --trace-cpu into DIR/NAME.sqlite, copied here
+    local name=$1 dir=$2; shift 2
+    "$@" "$TRAINER" --steps 200 --trace "$dir/$name.sqlite" --trace-cpu --overwrite >"$name.log" 2>&1 ||
         fail "trainer $name: $(tail -5 "$name.log")"
+    [ "$dir" = "$T" ] || cp "$dir/$name.sqlite" "$T/$name.sqlite"
     ok
 }
 
@@ -111,7 +114,7 @@ assert own and all(len(b) >= 16 for (b,) in own), own
 EOF
 }
 
-train plain
+train plain "$T"
 check plain
 # The analyzer ignores the CPU tables: the same summary without them.
 cp plain.sqlite bare.sqlite
@@ -126,7 +129,7 @@ ok
 
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -le 2 ]; then
-    train nobody setpriv --reuid=nobody --regid=nogroup --clear-groups
+    train nobody "$N" setpriv --reuid=nobody --regid=nogroup --clear-groups
     check nobody
 fi
 echo "it_cpu_trainer: $n_checks checks passed"

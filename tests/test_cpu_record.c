@@ -26,7 +26,9 @@
  * exits 0, meta cpu_mode is "refused" with a cpu_reason naming seccomp,
  * cpu_threads says refused, and the ranges are all there. Where the kernel
  * refuses perf events to this test altogether, the measured cases print
- * why and skip. */
+ * why and skip. Pure cases: the CPU chunk and stack encodings give the
+ * bytes of docs/trace-format.md's examples, decode back, and every
+ * truncation, a bad tag, a bad kind and a wrong count are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,6 +434,101 @@ static void test_record_under_seccomp(void **state)
     sqlite3_close(db);
 }
 
+/* ---- the encodings, byte by byte ----------------------------------------- */
+
+static void test_chunk_bytes(void **state)
+{
+    (void)state;
+    /* docs/trace-format.md, "CPU chunk": a blocked switch-out at 1000 ns, a
+     * switch-in at 1500 ns, a sample of stack 7 in stage 2 at 2000 ns. */
+    st_cpu_encoder e = {0};
+    assert_int_equal(st_cpu_chunk_start(&e), 0);
+    st_cpu_rec recs[] = {
+        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0},
+    };
+    for (int i = 0; i < 3; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
+    static const uint8_t want[] = {0x50, 0x01, 0xd0, 0x0f, 0x00, 0xe8, 0x07, 0x03, 0xe8, 0x07, 0x07, 0x03};
+    assert_int_equal(e.buf.len, sizeof want);
+    assert_memory_equal(e.buf.data, want, sizeof want);
+    assert_int_equal(e.t0_ns, 1000);
+    assert_int_equal(e.t1_ns, 2000);
+    /* more kinds, and time going back (zigzag): decode it all back */
+    st_cpu_rec more[] = {
+        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99},
+    };
+    for (int i = 0; i < 4; i++) assert_int_equal(st_cpu_put(&e, &more[i]), 0);
+    st_cpu_rec bad = {6, 0, 0, 0, 0};
+    assert_int_equal(st_cpu_put(&e, &bad), -1);
+    st_cpu_cursor c;
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 7), 0);
+    st_cpu_rec r;
+    for (int i = 0; i < 7; i++) {
+        const st_cpu_rec *x = i < 3 ? &recs[i] : &more[i - 3];
+        assert_int_equal(st_cpu_next(&c, &r), 1);
+        assert_int_equal(r.kind, x->kind);
+        assert_int_equal(r.ts_ns, x->ts_ns);
+        if (x->kind == ST_CPU_REC_SAMPLE || x->kind == ST_CPU_REC_SAMPLE_UNKNOWN) assert_int_equal(r.stack, x->stack);
+        if (x->kind == ST_CPU_REC_SAMPLE) assert_int_equal(r.stage, x->stage);
+        if (x->kind == ST_CPU_REC_LOST) assert_int_equal(r.n, 99);
+    }
+    assert_int_equal(st_cpu_next(&c, &r), 0);
+    /* every truncation is refused; so are a bad tag, a bad kind, a wrong count */
+    for (size_t n = 1; n < e.buf.len; n++) {
+        int rc = st_cpu_cursor_open(&c, e.buf.data, n, 7);
+        if (rc == 0)
+            while ((rc = st_cpu_next(&c, &r)) == 1) {
+            }
+        assert_int_equal(rc, ST_ECORRUPT);
+    }
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 8), 0);
+    int rc;
+    while ((rc = st_cpu_next(&c, &r)) == 1) {
+    }
+    assert_int_equal(rc, ST_ECORRUPT);
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 6), 0);
+    while ((rc = st_cpu_next(&c, &r)) == 1) {
+    }
+    assert_int_equal(rc, ST_ECORRUPT); /* bytes left */
+    uint8_t copy[64];
+    memcpy(copy, e.buf.data, e.buf.len);
+    copy[0] = 0x51;
+    assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), ST_ECORRUPT);
+    copy[0] = 0x50;
+    copy[1] = 6; /* kind 6 */
+    assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), 0);
+    assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    st_buf_free(&e.buf);
+}
+
+static void test_stack_bytes(void **state)
+{
+    (void)state;
+    /* docs/trace-format.md, "cpu_stacks" */
+    uint64_t frames[] = {0x401000, 0x401234, 0x400f00}, back[3];
+    st_buf b = {0};
+    assert_int_equal(st_cpu_stack_put(&b, frames, 3), 0);
+    static const uint8_t want[] = {0x80, 0xc0, 0x80, 0x04, 0xe8, 0x08, 0xe7, 0x0c};
+    assert_int_equal(b.len, sizeof want);
+    assert_memory_equal(b.data, want, sizeof want);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 3, back), 0);
+    assert_memory_equal(back, frames, sizeof frames);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len - 1, 3, back), ST_ECORRUPT);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 2, back), ST_ECORRUPT);
+    /* high addresses wrap in 64 bits */
+    uint64_t high[] = {0xffffffffff600000ull, 0x10, 0x7fffffffe000ull};
+    b.len = 0;
+    assert_int_equal(st_cpu_stack_put(&b, high, 3), 0);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 3, back), 0);
+    assert_memory_equal(back, high, sizeof high);
+    assert_int_equal(st_cpu_stack_get(NULL, 0, 0, back), 0);
+    st_buf_free(&b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
@@ -445,6 +542,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_record_as_nobody),
         cmocka_unit_test(test_record_under_seccomp),
+        cmocka_unit_test(test_chunk_bytes),
+        cmocka_unit_test(test_stack_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
