@@ -16,7 +16,7 @@
  *   3. profiling disabled (a trace opened with enabled = 0): an empty loop,
  *      ranges, flows, two clock_gettime calls.
  * Recording blocks use the default ring (ST_BENCH_RING_RECORDS=N sets
- * another) and flush the
+ * another; ST_BENCH_CPU=1 records with the CPU capture on) and flush the
  * trace (untimed) before each block, so a block never finds the ring full
  * and the writer is idle when the block starts, as in a program whose
  * writer keeps up. The "NVTX with a recording tool" rows run in a child
@@ -218,6 +218,8 @@ static st_trace *open_trace(int enabled, int nvtx, const char *path)
     opt.block_when_full = 1; /* never taken: each block fits the ring after a flush */
     const char *ring = getenv("ST_BENCH_RING_RECORDS"); /* default: the library's */
     if (ring) opt.ring_records = (uint32_t)strtoul(ring, NULL, 10);
+    const char *cpu = getenv("ST_BENCH_CPU"); /* 1: CPU capture on (opt.cpu), at its default period */
+    if (cpu && enabled) opt.cpu = atoi(cpu);
     st_trace *t;
     if (st_open(&t, &opt)) {
         fprintf(stderr, "bench_range: %s\n", st_last_error());

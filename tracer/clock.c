@@ -98,6 +98,7 @@ int st_clock_init(int force_monotonic)
  * readings become nanoseconds (the writer), never on the hot path. */
 static int64_t shift_ns;
 void st_clock_set_shift(int64_t shift) { shift_ns = shift; }
+int64_t st_clock_mono_to_ns(int64_t mono_ns) { return mono_ns + shift_ns; }
 
 int64_t st_clock_to_ns(int64_t raw)
 {

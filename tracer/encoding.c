@@ -423,3 +423,118 @@ int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r)
     c->remaining--;
     return 1;
 }
+
+/* ---- CPU records ----
+ * header: 0x50
+ * record: byte kind, varint zigzag(ts - previous ts) (the first from 0),
+ *         then by kind: sample: varint stack, varint stage + 1 (0: none
+ *         open); unknown-stage sample: varint stack; lost: varint count;
+ *         switches: nothing. */
+
+int st_cpu_chunk_start(st_cpu_encoder *e)
+{
+    e->buf.len = 0;
+    e->n_records = 0;
+    if (st_buf_reserve(&e->buf, 1)) return -1;
+    e->buf.data[e->buf.len++] = ST_CHUNK_CPU_V1;
+    e->prev_ts = 0;
+    e->t0_ns = INT64_MAX;
+    e->t1_ns = INT64_MIN;
+    return 0;
+}
+
+int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r)
+{
+    if (r->kind > ST_CPU_REC_LOST) return -1;
+    if (st_buf_reserve(&e->buf, 1 + 10 + 10 + 10)) return -1;
+    uint8_t *p = e->buf.data + e->buf.len;
+    size_t n = 0;
+    p[n++] = (uint8_t)r->kind;
+    n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->ts_ns - (uint64_t)e->prev_ts)));
+    if (r->kind == ST_CPU_REC_SAMPLE) {
+        n += st_varint_put(p + n, r->stack);
+        n += st_varint_put(p + n, r->stage == ST_CPU_NO_STAGE ? 0 : (uint64_t)r->stage + 1);
+    } else if (r->kind == ST_CPU_REC_SAMPLE_UNKNOWN) {
+        n += st_varint_put(p + n, r->stack);
+    } else if (r->kind == ST_CPU_REC_LOST) {
+        n += st_varint_put(p + n, r->n);
+    }
+    e->buf.len += n;
+    e->prev_ts = r->ts_ns;
+    if (r->ts_ns < e->t0_ns) e->t0_ns = r->ts_ns;
+    if (r->ts_ns > e->t1_ns) e->t1_ns = r->ts_ns;
+    e->n_records++;
+    return 0;
+}
+
+int st_cpu_cursor_open(st_cpu_cursor *c, const void *data, size_t size, uint32_t n_records)
+{
+    c->p = data;
+    c->end = c->p + size;
+    c->remaining = n_records;
+    c->prev_ts = 0;
+    if (size < 1 || c->p[0] != ST_CHUNK_CPU_V1) return ST_ECORRUPT;
+    c->p++;
+    return 0;
+}
+
+static int get_u(st_cpu_cursor *c, uint64_t *v)
+{
+    size_t n = st_varint_get(c->p, c->end, v);
+    if (!n) return -1;
+    c->p += n;
+    return 0;
+}
+
+int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
+{
+    if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
+    if (c->p == c->end || c->p[0] > ST_CPU_REC_LOST) return ST_ECORRUPT;
+    memset(r, 0, sizeof *r);
+    r->kind = *c->p++;
+    r->stage = ST_CPU_NO_STAGE;
+    uint64_t z, v;
+    if (get_u(c, &z)) return ST_ECORRUPT;
+    int64_t d = st_unzigzag(z);
+    if ((d > 0 && c->prev_ts > INT64_MAX - d) || (d < 0 && c->prev_ts < INT64_MIN - d)) return ST_ECORRUPT;
+    r->ts_ns = c->prev_ts + d;
+    if (r->kind == ST_CPU_REC_SAMPLE || r->kind == ST_CPU_REC_SAMPLE_UNKNOWN) {
+        if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
+        r->stack = (uint32_t)v;
+    }
+    if (r->kind == ST_CPU_REC_SAMPLE) {
+        if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
+        r->stage = v == 0 ? ST_CPU_NO_STAGE : (uint32_t)(v - 1);
+    } else if (r->kind == ST_CPU_REC_LOST) {
+        if (get_u(c, &v)) return ST_ECORRUPT;
+        r->n = v;
+    }
+    c->prev_ts = r->ts_ns;
+    c->remaining--;
+    return 1;
+}
+
+int st_cpu_stack_put(st_buf *b, const uint64_t *frames, uint32_t n)
+{
+    if (st_buf_reserve(b, (size_t)n * 10)) return -1;
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        b->len += st_varint_put(b->data + b->len, st_zigzag((int64_t)(frames[i] - prev)));
+        prev = frames[i];
+    }
+    return 0;
+}
+
+int st_cpu_stack_get(const void *data, size_t size, uint32_t n, uint64_t *frames)
+{
+    const uint8_t *p = data, *end = p + size;
+    uint64_t prev = 0, z;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t k = st_varint_get(p, end, &z);
+        if (!k) return ST_ECORRUPT;
+        p += k;
+        prev += (uint64_t)st_unzigzag(z);
+        frames[i] = prev;
+    }
+    return p == end ? 0 : ST_ECORRUPT;
+}

@@ -17,6 +17,7 @@
 #define ST_CHUNK_GPU_V1 0x47      /* 'G': every field of every record (read only) */
 #define ST_CHUNK_GPU_V2 0x48      /* 'H': fields that repeat or are zero left out (written) */
 #define ST_CHUNK_FLOWS_V1 0x46    /* 'F' */
+#define ST_CHUNK_CPU_V1 0x50      /* 'P': a thread's switch, sample and lost records */
 /* ST_MAX_DEPTH (stagetrace.h): open ranges per thread, depth 0..255 */
 
 typedef struct st_buf {
@@ -224,5 +225,53 @@ typedef struct st_gpu_cursor {
 int st_gpu_cursor_open(st_gpu_cursor *c, const void *data, size_t size, uint32_t n_records);
 /* 1: *r filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
 int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r);
+
+
+/* ---- CPU records (docs/trace-format.md, "CPU chunk") ---- */
+
+enum st_cpu_rec_kind {
+    ST_CPU_REC_IN = 0,         /* switched in */
+    ST_CPU_REC_OUT = 1,        /* switched out, blocked */
+    ST_CPU_REC_PREEMPTED = 2,  /* switched out, still runnable */
+    ST_CPU_REC_SAMPLE = 3,     /* a sample, with the stage the writer saw open */
+    ST_CPU_REC_SAMPLE_UNKNOWN = 4, /* a sample whose stage the writer did not know */
+    ST_CPU_REC_LOST = 5,       /* the kernel lost `n` records here */
+};
+/* Stage of a ST_CPU_REC_SAMPLE: ST_CPU_NO_STAGE when no range was open. */
+#define ST_CPU_NO_STAGE UINT32_MAX
+
+typedef struct st_cpu_rec {
+    uint32_t kind;   /* st_cpu_rec_kind */
+    int64_t ts_ns;
+    uint32_t stack;  /* samples: an id in cpu_stacks */
+    uint32_t stage;  /* ST_CPU_REC_SAMPLE: the stage, or ST_CPU_NO_STAGE */
+    uint64_t n;      /* ST_CPU_REC_LOST: records lost */
+} st_cpu_rec;
+
+typedef struct st_cpu_encoder {
+    st_buf buf;
+    uint32_t n_records;
+    int64_t prev_ts, t0_ns, t1_ns;
+} st_cpu_encoder;
+
+int st_cpu_chunk_start(st_cpu_encoder *e);
+/* 0, or -1 (no memory, a bad kind). */
+int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r);
+
+typedef struct st_cpu_cursor {
+    const uint8_t *p, *end;
+    uint32_t remaining;
+    int64_t prev_ts;
+} st_cpu_cursor;
+
+int st_cpu_cursor_open(st_cpu_cursor *c, const void *data, size_t size, uint32_t n_records);
+/* 1: *r filled; 0: chunk done (every byte consumed); ST_ECORRUPT. */
+int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r);
+
+/* A stack's frames (cpu_stacks.data): n × varint zigzag(frame - previous
+ * frame), the first from 0. put: 0 or -1; get: 0 or ST_ECORRUPT (the count
+ * must match and every byte be used). */
+int st_cpu_stack_put(st_buf *b, const uint64_t *frames, uint32_t n);
+int st_cpu_stack_get(const void *data, size_t size, uint32_t n, uint64_t *frames);
 
 #endif

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #define ST__OUT_OF_LINE 1 /* this file defines the exported st_begin & co. */
+#include "st_cpurec.h"
 #include "st_internal.h"
 
 __thread struct st__ring_hot *st__thread_hot __attribute__((tls_model("initial-exec")));
@@ -383,6 +384,11 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     ring->w.open = ST_OPEN_GENERAL; /* no TSC read on the fast path */
 #endif
     ring->w_block = trace->opt.block_when_full != 0;
+    /* The perf event (opt.cpu) is opened here, on the thread it watches,
+     * before the thread is visible to the writer. */
+    int cpu_status = 0;
+    int64_t cpu_start_ns = 0;
+    struct st_cpu_thread *cpu = trace->opt.cpu ? st_cpurec_open(&trace->opt, &cpu_status, &cpu_start_ns) : NULL;
 
     pthread_mutex_lock(&trace->lock);
     uint32_t id = atomic_load(&trace->n_threads);
@@ -390,6 +396,8 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
         pthread_mutex_unlock(&trace->lock);
         free(ring);
         free(buf);
+        if (cpu) st_cpu_thread_close(cpu);
+        free(cpu);
         return st_set_error(ST_ELIMIT, "st_thread_register: more than %d threads", ST_MAX_THREADS);
     }
     st_thread_def *def = &trace->threads[id];
@@ -399,6 +407,9 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
     def->rank = rank;
     def->os_tid = (int64_t)syscall(SYS_gettid);
     def->ring = ring;
+    def->cpu = cpu;
+    def->cpu_status = cpu_status;
+    def->cpu_start_ns = cpu_start_ns;
     ring->thread_id = id;
     atomic_store(&trace->n_threads, id + 1);
     pthread_mutex_unlock(&trace->lock);

@@ -23,5 +23,8 @@ double st_clock_tsc_hz(void);          /* 0 when monotonic */
 /* Applies ST_TEST_CLOCK_SHIFT_NS (st_clock_shift_from_env, ranks.c) to
  * every conversion to trace nanoseconds. */
 void st_clock_set_shift(int64_t shift_ns);
+/* A CLOCK_MONOTONIC time taken elsewhere (a perf record's) on the trace's
+ * time line: the same shift. */
+int64_t st_clock_mono_to_ns(int64_t mono_ns);
 
 #endif

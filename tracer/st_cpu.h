@@ -2,9 +2,9 @@
  * thread gives the kernel's context-switch records (on-CPU / off-CPU, with
  * the preempted flag) and CPU-clock samples with frame-pointer callchains,
  * all stamped on CLOCK_MONOTONIC, in a ring the kernel fills and one
- * consumer (the writer thread, later) drains. Nothing here runs on a range's
- * hot path. Private to the tracer; the trace tables and `analyze cpu` come
- * with the integration into the writer (docs/tracer.md, "CPU capture").
+ * consumer (the writer thread, through cpu_record.c) drains. Nothing here
+ * runs on a range's hot path. Private to the tracer (docs/cpu.md; what
+ * reaches a trace: docs/tracer.md and docs/trace-format.md, "CPU capture").
  *
  * The API:
  *   st_cpu_thread_open(t, tid, cfg)  opens the event of thread `tid` (the

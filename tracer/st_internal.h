@@ -60,6 +60,11 @@ typedef struct st_thread_def {
     int device, rank;
     int64_t os_tid;
     st_ring *ring;
+    /* opt.cpu: the thread's perf event, opened at registration (st_cpu.h),
+     * handed to the writer with the thread (st_cpurec.h). */
+    struct st_cpu_thread *cpu;
+    int cpu_status;
+    int64_t cpu_start_ns;
 } st_thread_def;
 
 struct st_trace {

@@ -40,4 +40,24 @@ static const char st_flow_schema_sql[] =
     "  data BLOB NOT NULL);\n"
     "CREATE INDEX IF NOT EXISTS flow_chunks_by_thread ON flow_chunks(thread, id);\n";
 
+/* The CPU capture's tables (opt.cpu), created when the trace opens with it
+ * on (a trace recorded without it has none). */
+static const char st_cpu_schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS cpu_threads(thread INTEGER PRIMARY KEY, os_tid INTEGER NOT NULL,\n"
+    "  status TEXT NOT NULL, reason TEXT NOT NULL, period_ns INTEGER NOT NULL,\n"
+    "  ring_bytes INTEGER NOT NULL, refused_bytes INTEGER NOT NULL, start_ns INTEGER NOT NULL,\n"
+    "  cpu_ns INTEGER NOT NULL, switches INTEGER NOT NULL, samples INTEGER NOT NULL,\n"
+    "  lost INTEGER NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_chunks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL,\n"
+    "  t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, n_records INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS cpu_chunks_by_thread ON cpu_chunks(thread, id);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_stacks(id INTEGER PRIMARY KEY, n_frames INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_maps(id INTEGER PRIMARY KEY, start INTEGER NOT NULL,\n"
+    "  end INTEGER NOT NULL, file_offset INTEGER NOT NULL, path TEXT NOT NULL,\n"
+    "  build_id TEXT NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_symbols(addr INTEGER PRIMARY KEY, map INTEGER NOT NULL,\n"
+    "  file_offset INTEGER NOT NULL, name TEXT NOT NULL, sym_offset INTEGER NOT NULL);\n";
+
 #endif

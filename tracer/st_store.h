@@ -34,6 +34,11 @@ enum st_store_stmt {
     ST_S_GPU_STRING,
     ST_S_LOST_SPAN,
     ST_S_FLOW_CHUNK,    /* thread, t0_ns, t1_ns, n_records, data */
+    ST_S_CPU_CHUNK,     /* thread, t0_ns, t1_ns, n_records, data */
+    ST_S_CPU_STACK,     /* id, n_frames, data */
+    ST_S_CPU_THREAD,    /* the 12 columns of cpu_threads */
+    ST_S_CPU_MAP,       /* id, start, end, file_offset, path, build_id */
+    ST_S_CPU_SYMBOL,    /* addr, map, file_offset, name, sym_offset */
     ST_S_EXEC,          /* one text value: SQL run with sqlite3_exec (DDL) */
     ST_S_COUNT
 };

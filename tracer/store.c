@@ -19,7 +19,8 @@
 
 typedef struct held_row {
     uint8_t stmt, n;
-    st_val v[6]; /* text and blob values point to copies owned by the row */
+    st_val v[12]; /* text and blob values point to copies owned by the row
+                     (12: cpu_threads, the widest row) */
 } held_row;
 
 struct st_store {
@@ -61,6 +62,16 @@ static const struct {
                         "VALUES (?, ?, ?, ?, ?, ?)", "lost_spans"},
     [ST_S_FLOW_CHUNK] = {"INSERT INTO flow_chunks(thread, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?)",
                          "flow_chunks"},
+    [ST_S_CPU_CHUNK] = {"INSERT INTO cpu_chunks(thread, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?)",
+                        "cpu_chunks"},
+    [ST_S_CPU_STACK] = {"INSERT INTO cpu_stacks(id, n_frames, data) VALUES (?, ?, ?)", "cpu_stacks"},
+    [ST_S_CPU_THREAD] = {"INSERT OR REPLACE INTO cpu_threads(thread, os_tid, status, reason, period_ns, "
+                         "ring_bytes, refused_bytes, start_ns, cpu_ns, switches, samples, lost) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "cpu_threads"},
+    [ST_S_CPU_MAP] = {"INSERT OR REPLACE INTO cpu_maps(id, start, end, file_offset, path, build_id) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", "cpu_maps"},
+    [ST_S_CPU_SYMBOL] = {"INSERT OR REPLACE INTO cpu_symbols(addr, map, file_offset, name, sym_offset) "
+                         "VALUES (?, ?, ?, ?, ?)", "cpu_symbols"},
     [ST_S_EXEC] = {NULL, "schema"},
 };
 
@@ -116,7 +127,9 @@ int st_store_open(st_store **out, st_trace *t, size_t retry_max_bytes)
     s->healthy = 1;
     /* The optional tables' statements are prepared when first used. */
     for (int i = 0; i < ST_S_COUNT; i++) {
-        if (i == ST_S_GPU_CHUNK || i == ST_S_GPU_STRING || i == ST_S_LOST_SPAN || i == ST_S_FLOW_CHUNK) continue;
+        if (i == ST_S_GPU_CHUNK || i == ST_S_GPU_STRING || i == ST_S_LOST_SPAN || i == ST_S_FLOW_CHUNK ||
+            i >= ST_S_CPU_CHUNK)
+            continue;
         if (prepare(s, i) != SQLITE_OK) {
             snprintf(t->writer_msg, sizeof t->writer_msg, "trace '%s': prepare %s: %s", t->path,
                      stmt_defs[i].what, sqlite3_errmsg(t->db));

@@ -72,6 +72,7 @@ static int validate(const st_options *o)
     }
     if (o->nvtx < -1 || o->nvtx > 1) return st_set_error(ST_EINVAL, "nvtx option must be -1, 0 or 1");
     if (o->clock < 0 || o->clock > 1) return st_set_error(ST_EINVAL, "clock option must be 0 or 1");
+    if (o->cpu < 0 || o->cpu > 1) return st_set_error(ST_EINVAL, "cpu option must be 0 (off) or 1 (on)");
     if (o->profile_interval > 100000000)
         return st_set_error(ST_EINVAL, "profile interval %u is too large", o->profile_interval);
     return ST_OK;

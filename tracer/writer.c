@@ -7,7 +7,10 @@
  * open until then, and checkpoints the WAL into the file. It also feeds the interval
  * aggregator: per-thread event queues fed in st_agg_order up to a
  * horizon that lags the clock by ST_AGG_GRACE_NS, because a thread may read
- * the clock and publish its record a little later. */
+ * the clock and publish its record a little later. With opt.cpu it drains
+ * each thread's perf ring on the same pass, just before its event ring,
+ * and tells the CPU side (cpu_record.c) each event's time and stage, by
+ * which it gives each sample its stage. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "st_cpurec.h"
 #include "st_internal.h"
 #include "st_schema.h"
 #include "st_store.h"
@@ -53,6 +57,7 @@ struct st_thread_state {
     int64_t last_ns;          /* clamps the thread's time line to monotone */
     uint64_t final_dropped;
     agg_queue q;
+    st_cpurec_thread *cpu;    /* opt.cpu: the thread's CPU capture (owned by w->cpu) */
 };
 
 typedef struct mark_string {
@@ -81,6 +86,7 @@ typedef struct writer {
     uint64_t last_step;
     int have_step;
     uint64_t clock_clamped, bad_ends, bad_steps, bad_counters;
+    st_cpurec *cpu;           /* opt.cpu: the CPU capture's writer side, else NULL */
 } writer;
 
 static void meta_int(writer *w, const char *key, long long value)
@@ -293,6 +299,12 @@ static void write_registrations(st_trace *t, writer *w)
         st_event_chunk_start(&s->ev);
         st_counter_chunk_start(&s->ctr);
         st_flow_chunk_start(&s->flow);
+        if (w->cpu) s->cpu = st_cpurec_thread_add(w->cpu, i, d->os_tid, d->cpu, d->cpu_status, d->cpu_start_ns);
+        else if (d->cpu) { /* the CPU side had no memory at open */
+            st_cpu_thread_close(d->cpu);
+            free(d->cpu);
+        }
+        d->cpu = NULL;
         t->tstate[i] = s;
         if (t->agg) st_agg_thread(t->agg, i, d->name, d->role);
     }
@@ -300,6 +312,12 @@ static void write_registrations(st_trace *t, writer *w)
 }
 
 /* ---- chunks ---- */
+
+/* The thread's innermost open stage, as the chunk encoder knows it. */
+static uint32_t open_stage(const st_thread_state *s)
+{
+    return s->ev.depth ? s->ev.stack[s->ev.depth - 1].stage : ST_CPU_NO_STAGE;
+}
 
 /* Stores the thread's current chunk when it holds an event. At an
  * interrupted flush (st_signal_flush) open_until_ns is the time the writer
@@ -515,23 +533,29 @@ static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_rin
     }
     s->last_ns = ns;
     switch (r->type) {
-    case ST_REC_BEGIN:
+    case ST_REC_BEGIN: {
+        uint32_t before = open_stage(s);
         if (st_event_put_begin(&s->ev, r->id, ns) == 0) {
             if (t->agg) queue_push(&s->q, ns, r->id, 0);
         }
+        if (s->cpu) st_cpurec_event(w->cpu, s->cpu, ns, before, open_stage(s));
         if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(w, s, 0);
         break;
-    case ST_REC_END:
+    }
+    case ST_REC_END: {
         if (s->ev.depth == 0) {
             w->bad_ends++;
             break;
         }
         if (s->ev.stack[s->ev.depth - 1].stage != r->id) w->bad_ends++;
+        uint32_t before = open_stage(s);
         st_event_put_end(&s->ev, ns);
+        if (s->cpu) st_cpurec_event(w->cpu, s->cpu, ns, before, open_stage(s));
         s->chunk_ranges++;
         if (t->agg) queue_push(&s->q, ns, 0, 1);
         if (s->ev.buf.len >= ST_CHUNK_BYTES) flush_event_chunk(w, s, 0);
         break;
+    }
     case ST_REC_COUNTER: {
         double v;
         memcpy(&v, &p->arg, sizeof v);
@@ -610,18 +634,43 @@ static size_t drain_ring(st_trace *t, writer *w, st_thread_state *s)
     return pending;
 }
 
-/* Returns 1 when a ring was at least a quarter full: drain again at once. */
+/* Returns 1 when a ring was at least a quarter full: drain again at once.
+ * A thread's perf ring is drained just before its event ring, so that the
+ * events which place its samples are there when they are encoded
+ * (st_cpurec.h). */
 static int drain_all(st_trace *t, writer *w)
 {
     int busy = 0;
     uint32_t n = atomic_load(&t->n_threads);
+    int64_t horizon = w->cpu ? st_now_ns() - ST_CPUREC_GRACE_NS : 0;
     for (uint32_t i = 0; i < n && i < t->threads_written; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s || !s->ring) continue;
+        if (s->cpu) st_cpurec_drain(w->cpu, s->cpu);
         size_t cap = (size_t)s->ring->mask + 1;
         if (drain_ring(t, w, s) >= cap / 4) busy = 1;
+        if (s->cpu) {
+            if (!s->ring) st_cpurec_retire(w->cpu, s->cpu, open_stage(s)); /* unregistered */
+            else st_cpurec_emit(w->cpu, s->cpu, horizon, open_stage(s));
+        }
     }
     return busy;
+}
+
+/* At close (final) and at an interrupted flush: every CPU record drained
+ * and encoded, the events closed at close. */
+static void cpu_drain_rest(st_trace *t, writer *w, int final)
+{
+    for (uint32_t i = 0; i < t->threads_written; i++) {
+        st_thread_state *s = t->tstate[i];
+        if (!s || !s->cpu) continue;
+        if (final) {
+            st_cpurec_retire(w->cpu, s->cpu, open_stage(s));
+        } else {
+            st_cpurec_drain(w->cpu, s->cpu);
+            st_cpurec_emit(w->cpu, s->cpu, INT64_MAX, open_stage(s));
+        }
+    }
 }
 
 /* Dropped counts: a live ring's counter, or the final count of a freed ring. */
@@ -689,13 +738,16 @@ static int commit_rows(st_trace *t, writer *w, int final, int64_t seen_ns)
      * (a reader rejects such a chunk, and the process may die before the
      * next commit). */
     write_registrations(t, w);
+    if (w->cpu && (final || seen_ns)) cpu_drain_rest(t, w, final);
     for (uint32_t i = 0; i < t->threads_written; i++) {
         st_thread_state *s = t->tstate[i];
         if (!s) continue;
         flush_event_chunk(w, s, seen_ns);
         flush_counter_chunk(t, w, s);
         flush_flow_chunk(w, s);
+        if (s->cpu) st_cpurec_flush(w->cpu, s->cpu);
     }
+    st_cpurec_commit(w->cpu, final, seen_ns != 0);
     store_gpu(t, w, final);
     write_dropped(t, w);
     write_clock_sync(t, w);
@@ -790,6 +842,7 @@ static void final_commit(st_trace *t, writer *w)
 
 static void writer_free(st_trace *t, writer *w)
 {
+    st_cpurec_free(w->cpu); /* closes events still open (a writer that never ran) */
     st_store_close(w->store);
     for (size_t i = 0; i < w->n_gpu; i++) st_buf_free(&w->gpu[i].enc.buf);
     free(w->gpu);
@@ -842,6 +895,7 @@ static void *writer_main(void *arg)
     checkpointer ckpt;
     checkpointer_start(t, &ckpt);
     st_store_begin(w->store);
+    if (t->opt.cpu) w->cpu = st_cpurec_create(t, w->store);
     int64_t last_commit = now_ms();
     for (;;) {
         int stop = atomic_load(&t->stop);

@@ -324,7 +324,7 @@ enum {
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
     F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL, F_LAYOUT, F_TARGET_RANKS,
-    F_DRAFTER_RANKS, F_TEST_DIE_AT,
+    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU,
 };
 
 static const struct option long_options[] = {
@@ -359,6 +359,7 @@ static const struct option long_options[] = {
     {"log-every", required_argument, 0, F_LOG_EVERY},
     {"trace", required_argument, 0, F_TRACE},
     {"trace-gpu", required_argument, 0, F_TRACE_GPU},
+    {"trace-cpu", no_argument, 0, F_TRACE_CPU},
     {"overwrite", no_argument, 0, F_OVERWRITE},
     {"ring-records", required_argument, 0, F_RING_RECORDS},
     {"block-when-full", no_argument, 0, F_BLOCK_WHEN_FULL},
@@ -404,6 +405,10 @@ static void usage(FILE *f)
         "  --queue-depth N            hidden-state queue capacity (default 60)\n"
         "  --trace-gpu on|off         record kernels, copies and syncs (CUPTI) into the trace\n"
         "                             (default on when tracing with the cuda backend)\n"
+        "  --trace-cpu                record each thread's context switches and sampled call\n"
+        "                             stacks (Linux perf events, 199 Hz of CPU time) into the\n"
+        "                             trace (when tracing; refused perf events leave the\n"
+        "                             reason in the trace)\n"
         "  --postprocess sync|async   pack and copy taps on the target thread, or on a post\n"
         "                             thread per target (default sync)\n"
         "  --data PATH                train on a text file (byte tokens, paragraphs are\n"
@@ -526,6 +531,7 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         return 0;
     case F_TRACE_GPU: return parse_choice("--trace-gpu", arg, "on", "off", &cfg->trace_gpu_off, err, n);
     case F_OVERWRITE: cfg->overwrite = 1; return 0;
+    case F_TRACE_CPU: cfg->trace_cpu = 1; return 0;
     case F_RING_RECORDS:
         if (parse_long("--ring-records", arg, 64, 1L << 28, &v, err, n)) return -1;
         if (v & (v - 1)) {

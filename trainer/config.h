@@ -56,6 +56,7 @@ typedef struct tr_config {
     int topk;
     const char *trace_path;   /* NULL: default when profiling is on */
     int trace_gpu_off;        /* --trace-gpu off: no CUPTI activity in the trace */
+    int trace_cpu;            /* --trace-cpu: perf events per thread (st_options.cpu) */
     int overwrite;
     long ring_records;        /* --ring-records; 0: the tracer's default */
     int block_when_full;      /* --block-when-full */

@@ -1007,6 +1007,7 @@ static int open_trace(rank_state *r, int argc, char **argv)
     if (cfg->ring_records)
         opt.ring_records = (uint32_t)cfg->ring_records;
     opt.block_when_full = cfg->block_when_full;
+    opt.cpu = cfg->trace_cpu;
     opt.program = "trainer";
     opt.argc = argc;
     opt.argv = argv;

@@ -165,6 +165,7 @@ int main(int argc, char **argv)
     opt.overwrite = cfg.overwrite;
     if (cfg.ring_records) opt.ring_records = (uint32_t)cfg.ring_records;
     opt.block_when_full = cfg.block_when_full;
+    opt.cpu = cfg.trace_cpu;
     opt.program = "trainer";
     opt.argc = argc;
     opt.argv = argv;

@@ -221,6 +221,17 @@ typedef struct st_options {
                                 of [A-Za-z0-9._-]; NULL: "<unix seconds>-<pid>" */
     int local_rank;          /* the process's rank on its host; default 0 */
     int device;              /* the process's GPU, or -1 (default) */
+    /* CPU capture (docs/tracer.md, "CPU capture"): 0 off (default); 1 on:
+     * st_thread_register opens a Linux perf event for the calling thread
+     * (context switches, and CPU-clock samples with call stacks), which the
+     * writer thread drains into the trace's cpu_* tables. Nothing is added
+     * to a range's cost. Where the kernel refuses perf events (a seccomp
+     * filter, perf_event_paranoid 3) the trace says why in meta cpu_mode
+     * and cpu_reason, and everything else is recorded as usual. */
+    int cpu;
+    uint64_t cpu_period_ns;  /* sample period in ns of a thread's CPU time;
+                                0: the default, 1/199 s; UINT64_MAX: switch
+                                records only, no samples */
 } st_options;
 
 ST_API void st_options_init(st_options *opt);

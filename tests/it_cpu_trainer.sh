@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# it_cpu_trainer.sh: the trainer with --trace-cpu on the CPU backend (issue
+# 24; docs/trace-format.md, "CPU capture"). Its trace must hold: meta
+# cpu_mode perf with the default period, cpu_lost_records, cpu_samples equal
+# to cpu_threads' sum and to the samples decoded; one cpu_threads row per
+# registered thread; cpu_chunks that decode (the 'P' encoding, read here in
+# Python) with switch records on every thread and samples on the target and
+# drafter threads, at least 80 % of the target thread's samples in its
+# forward stage (the tiny model's target thread does little else); the
+# stacks of those samples naming the CPU kernels (k_matmul ...) through
+# cpu_symbols; cpu_maps with the trainer's own file and its build-id. The
+# analyzer ignores the new tables (analyze summary prints the same with and
+# without them, the tables dropped from a copy). As root, the same run as
+# nobody (setpriv) records perf events too where perf_event_paranoid <= 2.
+#
+#   bash tests/it_cpu_trainer.sh BUILD_DIR
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+A="$BUILD/analyze"
+TRAINER="$BUILD/trainer"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$TRAINER" ] || { echo "SKIP: $TRAINER is not built"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the records"; exit 0; }
+
+T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_cpu_trainer.XXXXXX")
+# nobody's trace goes where nobody can reach (ST_TEST_TMP may be private)
+N=$(mktemp -d /tmp/it_cpu_trainer_nobody.XXXXXX)
+chmod 0777 "$N"
+trap 'rm -rf "$T" "$N"' EXIT
+cd "$T"
+. "$ROOT/tests/lib.sh"
+
+train() { # NAME DIR [PREFIX...]: the trainer with --trace-cpu into DIR/NAME.sqlite, copied here
+    local name=$1 dir=$2; shift 2
+    "$@" "$TRAINER" --steps 200 --trace "$dir/$name.sqlite" --trace-cpu --overwrite >"$name.log" 2>&1 ||
+        fail "trainer $name: $(tail -5 "$name.log")"
+    [ "$dir" = "$T" ] || cp "$dir/$name.sqlite" "$T/$name.sqlite"
+    ok
+}
+
+check() { # NAME: the checks of the top on NAME.sqlite
+    ST_TRACE="$1.sqlite" py "check $1" <<'EOF'
+import os, sqlite3
+db = sqlite3.connect(os.environ["ST_TRACE"])
+meta = dict(db.execute("select key, value from meta"))
+if meta.get("cpu_mode") != "perf":
+    raise SystemExit("cpu_mode %r (%s)" % (meta.get("cpu_mode"), meta.get("cpu_reason")))
+assert meta["status"] == "complete", meta["status"]
+assert meta["cpu_period_ns"] == "5025126", meta["cpu_period_ns"]
+assert "cpu_lost_records" in meta and float(meta["cpu_sample_hz"]) > 0
+
+def varint(b, i):
+    v = s = 0
+    while True:
+        x = b[i]; i += 1; v |= (x & 0x7F) << s; s += 7
+        if not x & 0x80: return v, i
+def unzig(z): return (z >> 1) ^ -(z & 1)
+
+threads = {i: n for i, n in db.execute("select id, name from threads")}
+cpu_threads = {r[0]: r for r in db.execute("select thread, status, samples, switches, lost from cpu_threads")}
+assert set(cpu_threads) == set(threads), (cpu_threads, threads)
+assert all(r[1] == "perf" for r in cpu_threads.values())
+stages = dict(db.execute("select id, name from stages"))
+syms = dict(db.execute("select addr, name from cpu_symbols"))
+stacks = {}
+for sid, n, data in db.execute("select id, n_frames, data from cpu_stacks"):
+    frames, prev, i = [], 0, 0
+    for _ in range(n):
+        z, i = varint(data, i); prev = (prev + unzig(z)) & (2**64 - 1); frames.append(prev)
+    assert i == len(data)
+    stacks[sid] = frames
+    assert all(f in syms for f in frames), "a frame without a cpu_symbols row"
+samples, switches = {}, {}
+in_stage = {}
+kernel_named = 0
+for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1_ns from cpu_chunks order by id"):
+    assert data[0] == 0x50
+    i, ts = 1, 0
+    for _ in range(n):
+        kind = data[i]; i += 1
+        z, i = varint(data, i); ts += unzig(z)
+        assert t0 <= ts <= t1
+        if kind in (0, 1, 2):
+            switches[th] = switches.get(th, 0) + 1
+        elif kind in (3, 4):
+            sid, i = varint(data, i)
+            stage = None
+            if kind == 3:
+                st, i = varint(data, i)
+                stage = stages[st - 1] if st else ""
+            samples[th] = samples.get(th, 0) + 1
+            in_stage[(threads[th], stage)] = in_stage.get((threads[th], stage), 0) + 1
+            if any(syms[f].startswith("k_") for f in stacks[sid]): kernel_named += 1
+        elif kind == 5:
+            _, i = varint(data, i)
+        else:
+            raise SystemExit("bad kind %d" % kind)
+    assert i == len(data), "bytes left in a chunk"
+assert sum(samples.values()) == int(meta["cpu_samples"]) == sum(r[2] for r in cpu_threads.values())
+for th, r in cpu_threads.items():
+    assert samples.get(th, 0) == r[2] and switches.get(th, 0) == r[3], (th, r, samples, switches)
+    assert r[3] > 0, "no switch records on thread %s" % threads[th]
+target = sum(v for (t, s), v in in_stage.items() if t == "target0")
+forward = in_stage.get(("target0", "forward"), 0)
+drafter = sum(v for (t, s), v in in_stage.items() if t == "drafter0")
+print("samples per thread and stage:", sorted(in_stage.items()), "kernels named in", kernel_named)
+assert target >= 20 and drafter >= 10, (target, drafter)
+assert forward >= 0.8 * target, (forward, target)
+assert kernel_named >= 0.5 * sum(samples.values()), kernel_named
+own = db.execute("select build_id from cpu_maps where path like '%/trainer'").fetchall()
+assert own and all(len(b) >= 16 for (b,) in own), own
+EOF
+}
+
+train plain "$T"
+check plain
+# The analyzer ignores the CPU tables: the same summary without them.
+cp plain.sqlite bare.sqlite
+sqlite3 bare.sqlite "drop table cpu_threads; drop table cpu_chunks; drop table cpu_stacks; drop table cpu_maps;
+                     drop table cpu_symbols; delete from meta where key like 'cpu%';"
+expect_ok sum_plain "$A" summary plain.sqlite
+expect_ok sum_bare "$A" summary bare.sqlite
+sed 's/plain\.sqlite/X/' sum_plain.out >a.txt
+sed 's/bare\.sqlite/X/' sum_bare.out >b.txt
+diff a.txt b.txt >/dev/null || fail "analyze summary differs with the CPU tables: $(diff a.txt b.txt | head)"
+ok
+
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
+    [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -le 2 ]; then
+    train nobody "$N" setpriv --reuid=nobody --regid=nogroup --clear-groups
+    check nobody
+fi
+echo "it_cpu_trainer: $n_checks checks passed"

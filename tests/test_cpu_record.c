@@ -1,0 +1,553 @@
+/* test_cpu_record.c: what the CPU capture puts in a trace (opt.cpu:
+ * tracer/cpu_record.c, cpu_symbols.c; docs/trace-format.md, "CPU capture").
+ *
+ * A recorder (this program run as `test_cpu_record --record PATH`, so that
+ * it can be run under setpriv or a seccomp filter) opens a trace with
+ * opt.cpu = 1 and a 1 ms sample period, and runs three rounds of three
+ * stages on its registered thread: `spin` (a 60 ms spin loop), `sleep`
+ * (usleep 60 ms) and `burn` (100 ms in burn(), which calls burn_step, which
+ * calls the leaf burn_leaf: frame pointers kept in burn and burn_step, as
+ * in tests/test_cpu_perf.c). The tests read the trace back with SQLite and
+ * the chunk decoders of tracer/encoding.c, and check:
+ *  - meta: cpu_mode perf, cpu_period_ns 1000000, cpu_lost_records,
+ *    cpu_samples equal to the samples decoded, cpu_sample_hz;
+ *  - cpu_threads: one row, status perf, switches and samples as decoded;
+ *  - switch records: every usleep blocks, so at least one blocked
+ *    switch-out and one switch-in per sleep range;
+ *  - samples: of those whose time lies inside a burn range (from the
+ *    range chunks), >= 90 % attributed to stage burn by the writer, and of
+ *    those, >= 90 % with a frame that cpu_symbols names "burn"; the sleep
+ *    ranges get few samples (at most 5 % of the burn ranges' count);
+ *  - cpu_maps holds this program's file, cpu_symbols resolves its frames.
+ * The same recorder as nobody (setpriv --reuid=nobody --regid=nogroup
+ * --clear-groups, when the test runs as root): the same checks where
+ * perf_event_paranoid <= 2. Under a seccomp filter that refuses
+ * perf_event_open (EPERM, as Docker's default profile): the recorder
+ * exits 0, meta cpu_mode is "refused" with a cpu_reason naming seccomp,
+ * cpu_threads says refused, and the ranges are all there. Where the kernel
+ * refuses perf events to this test altogether, the measured cases print
+ * why and skip. Pure cases: the CPU chunk and stack encodings give the
+ * bytes of docs/trace-format.md's examples, decode back, and every
+ * truncation, a bad tag, a bad kind and a wrong count are refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "encoding.h"
+#include "stagetrace.h"
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static long paranoid(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    long v = -99;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -99;
+        fclose(f);
+    }
+    return v;
+}
+
+/* ---- the recorder ------------------------------------------------------- */
+
+__attribute__((noinline, noclone)) static uint64_t burn_leaf(uint64_t x)
+{
+    for (int i = 0; i < 100; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    __asm__ volatile("" : "+r"(x));
+    return x;
+}
+
+__attribute__((noinline, noclone, optimize("no-omit-frame-pointer"))) static uint64_t burn_step(uint64_t x)
+{
+    for (int i = 0; i < 20; i++) {
+        x = burn_leaf(x);
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x;
+}
+
+__attribute__((noinline, noclone, used, optimize("no-omit-frame-pointer"))) static uint64_t burn(int64_t until_ns)
+{
+    uint64_t x = 1;
+    while (mono_ns() < until_ns) {
+        x = burn_step(x);
+        __asm__ volatile("" : "+r"(x)); /* no tail call: burn stays on the stack */
+    }
+    return x;
+}
+
+enum { SPIN, SLEEP, BURN };
+#define ROUNDS 3
+
+static int record(const char *path)
+{
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cpu_record";
+    opt.cpu = 1;
+    opt.cpu_period_ns = 1000000;
+    st_trace *t;
+    if (st_open(&t, &opt) != ST_OK) {
+        fprintf(stderr, "st_open: %s\n", st_last_error());
+        return 10;
+    }
+    int spin = st_stage_register(t, "spin", ST_WORK);
+    int sleep_ = st_stage_register(t, "sleep", ST_WAIT_INPUT);
+    int burn_ = st_stage_register(t, "burn", ST_WORK);
+    if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN) return 11;
+    if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        st_begin(SPIN);
+        int64_t until = mono_ns() + 60000000;
+        while (mono_ns() < until) sink = sink + 1;
+        st_end(SPIN);
+        st_begin(SLEEP);
+        usleep(60000);
+        st_end(SLEEP);
+        st_begin(BURN);
+        sink = sink + burn(mono_ns() + 100000000);
+        st_end(BURN);
+    }
+    int rc = st_close(t);
+    if (rc != ST_OK) {
+        fprintf(stderr, "st_close: %s\n", st_last_error());
+        return 13;
+    }
+    return 0;
+}
+
+/* ---- running it ---------------------------------------------------------- */
+
+static char dir[64], self[4096];
+
+static int refuse_perf(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_perf_event_open, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+enum { AS_IS, AS_NOBODY, UNDER_SECCOMP };
+
+/* Runs the recorder into dir/name; its exit status. */
+static int run_recorder(int how, const char *name, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    fflush(stdout);
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        if (how == UNDER_SECCOMP && refuse_perf() != 0) _exit(20);
+        if (how == AS_NOBODY)
+            execlp("setpriv", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", self,
+                   "--record", path, (char *)NULL);
+        else
+            execl(self, self, "--record", path, (char *)NULL);
+        _exit(21);
+    }
+    int st;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* ---- reading it back ------------------------------------------------------ */
+
+typedef struct range {
+    uint32_t stage;
+    int64_t t0, t1;
+} range;
+
+typedef struct sample {
+    int64_t ts;
+    uint32_t stack, stage;
+    int known, has_burn;
+} sample;
+
+typedef struct trace_read {
+    sqlite3 *db;
+    range ranges[64];
+    int n_ranges;
+    sample samples[4096];
+    int n_samples;
+    long n_in, n_out, n_preempted, n_lost_recs;
+    int64_t sleep_outs[ROUNDS], sleep_ins[ROUNDS];
+} trace_read;
+
+static char *meta(sqlite3 *db, const char *key)
+{
+    static char buf[1024];
+    sqlite3_stmt *st;
+    buf[0] = 0;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int found = sqlite3_step(st) == SQLITE_ROW;
+    if (found) snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return found ? buf : NULL;
+}
+
+static long long one_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Whether cpu_symbols names one of the stack's frames `name`. */
+static int stack_has(sqlite3 *db, uint32_t stack, const char *name)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT n_frames, data FROM cpu_stacks WHERE id = ?", -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, stack);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    uint32_t n = (uint32_t)sqlite3_column_int64(st, 0);
+    uint64_t frames[512];
+    assert_true(n <= 512);
+    assert_int_equal(st_cpu_stack_get(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), n, frames), 0);
+    sqlite3_finalize(st);
+    int found = 0;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT name FROM cpu_symbols WHERE addr = ?", -1, &st, NULL), SQLITE_OK);
+    for (uint32_t i = 0; i < n && !found; i++) {
+        sqlite3_bind_int64(st, 1, (int64_t)frames[i]);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW); /* every frame has a row */
+        found = strcmp((const char *)sqlite3_column_text(st, 0), name) == 0;
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+static void read_trace(const char *path, trace_read *r)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    /* ranges, through the event chunk decoder */
+    assert_int_equal(sqlite3_prepare_v2(r->db, "SELECT n_events, data FROM range_chunks WHERE thread = 0 ORDER BY id",
+                                        -1, &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        st_event_cursor c;
+        assert_int_equal(st_event_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                                              (uint32_t)sqlite3_column_int64(st, 0), 3), 0);
+        st_event ev;
+        int rc;
+        while ((rc = st_event_next(&c, &ev)) == 1)
+            if (ev.is_end && r->n_ranges < 64) r->ranges[r->n_ranges++] = (range){ev.stage, ev.start_ns, ev.ts_ns};
+        assert_int_equal(rc, 0);
+    }
+    sqlite3_finalize(st);
+    /* CPU records */
+    assert_int_equal(sqlite3_prepare_v2(r->db, "SELECT n_records, data, t0_ns, t1_ns FROM cpu_chunks WHERE thread = 0 "
+                                        "ORDER BY id", -1, &st, NULL), SQLITE_OK);
+    int sleeps_seen = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        st_cpu_cursor c;
+        assert_int_equal(st_cpu_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                                            (uint32_t)sqlite3_column_int64(st, 0)), 0);
+        int64_t t0 = sqlite3_column_int64(st, 2), t1 = sqlite3_column_int64(st, 3);
+        st_cpu_rec rec;
+        int rc;
+        while ((rc = st_cpu_next(&c, &rec)) == 1) {
+            assert_true(rec.ts_ns >= t0 && rec.ts_ns <= t1);
+            if (rec.kind == ST_CPU_REC_IN) r->n_in++;
+            if (rec.kind == ST_CPU_REC_OUT) r->n_out++;
+            if (rec.kind == ST_CPU_REC_PREEMPTED) r->n_preempted++;
+            if (rec.kind == ST_CPU_REC_LOST) r->n_lost_recs++;
+            if (rec.kind == ST_CPU_REC_OUT || rec.kind == ST_CPU_REC_IN) {
+                for (int i = 0; i < r->n_ranges; i++) {
+                    if (r->ranges[i].stage != SLEEP || rec.ts_ns < r->ranges[i].t0 || rec.ts_ns >= r->ranges[i].t1)
+                        continue;
+                    int k = 0;
+                    for (int j = 0; j < i; j++) k += r->ranges[j].stage == SLEEP;
+                    if (k < ROUNDS) {
+                        if (rec.kind == ST_CPU_REC_OUT) r->sleep_outs[k]++;
+                        else r->sleep_ins[k]++;
+                    }
+                    sleeps_seen = 1;
+                }
+            }
+            if ((rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN) && r->n_samples < 4096)
+                r->samples[r->n_samples++] =
+                    (sample){rec.ts_ns, rec.stack, rec.stage, rec.kind == ST_CPU_REC_SAMPLE, 0};
+        }
+        assert_int_equal(rc, 0);
+    }
+    sqlite3_finalize(st);
+    (void)sleeps_seen;
+    for (int i = 0; i < r->n_samples; i++) r->samples[i].has_burn = stack_has(r->db, r->samples[i].stack, "burn");
+}
+
+static uint32_t range_stage_at(const trace_read *r, int64_t ts)
+{
+    for (int i = 0; i < r->n_ranges; i++)
+        if (ts >= r->ranges[i].t0 && ts < r->ranges[i].t1) return r->ranges[i].stage;
+    return ST_CPU_NO_STAGE;
+}
+
+/* The checks of a trace recorded with perf events (see the top). */
+static void check_perf_trace(const char *path)
+{
+    static trace_read r;
+    read_trace(path, &r);
+    sqlite3 *db = r.db;
+    assert_string_equal(meta(db, "status"), "complete");
+    assert_string_equal(meta(db, "cpu_mode"), "perf");
+    assert_string_equal(meta(db, "cpu_period_ns"), "1000000");
+    assert_non_null(meta(db, "cpu_lost_records"));
+    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    long long lost = atoll(meta(db, "cpu_lost_records"));
+    assert_int_equal(atoll(meta(db, "cpu_samples")), r.n_samples);
+    assert_non_null(meta(db, "cpu_sample_hz"));
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads"), 1);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'perf' AND ring_bytes > 0"), 1);
+    assert_int_equal(one_int(db, "SELECT samples FROM cpu_threads"), r.n_samples);
+    assert_int_equal(one_int(db, "SELECT switches FROM cpu_threads"), r.n_in + r.n_out + r.n_preempted);
+    assert_int_equal(one_int(db, "SELECT lost FROM cpu_threads"), lost);
+    /* every sleep blocked: out and in inside each sleep range */
+    for (int k = 0; k < ROUNDS; k++) {
+        printf("sleep %d: %lld blocked switch-outs, %lld switch-ins\n", k, (long long)r.sleep_outs[k],
+               (long long)r.sleep_ins[k]);
+        assert_true(r.sleep_outs[k] >= 1);
+        assert_true(r.sleep_ins[k] >= 1);
+    }
+    long in_burn = 0, burn_attr = 0, burn_named = 0, in_sleep = 0, unknown = 0;
+    for (int i = 0; i < r.n_samples; i++) {
+        const sample *s = &r.samples[i];
+        uint32_t at = range_stage_at(&r, s->ts);
+        if (!s->known) unknown++;
+        if (at == SLEEP) in_sleep++;
+        if (at != BURN) continue;
+        in_burn++;
+        if (s->known && s->stage == BURN) {
+            burn_attr++;
+            burn_named += s->has_burn;
+        }
+    }
+    double hz = atof(meta(db, "cpu_sample_hz"));
+    printf("%d samples (%.1f per CPU second, %lld lost, %ld of unknown stage); in the burn ranges %ld, "
+           "%ld attributed to burn, %ld of them with burn named in the stack; in the sleep ranges %ld; "
+           "switches in %ld out %ld preempted %ld\n",
+           r.n_samples, hz, lost, unknown, in_burn, burn_attr, burn_named, in_sleep, r.n_in, r.n_out, r.n_preempted);
+    assert_true(in_burn >= 50);
+    assert_true(burn_attr >= 0.90 * in_burn);
+    assert_true(burn_named >= 0.90 * burn_attr);
+    assert_true(in_sleep <= 0.05 * in_burn + 1);
+    /* the mappings: this program's file, with its symbols */
+    assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
+    assert_true(one_int(db, "SELECT count(*) FROM cpu_symbols WHERE name = 'burn_leaf'") >= 1);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_symbols WHERE map < 0 OR map >= (SELECT count(*) FROM cpu_maps)"), 0);
+    sqlite3_close(db);
+}
+
+static void test_record(void **state)
+{
+    (void)state;
+    char path[256];
+    assert_int_equal(run_recorder(AS_IS, "plain.sqlite", path, sizeof path), 0);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *mode = meta(db, "cpu_mode");
+    if (!mode || strcmp(mode, "perf") != 0) {
+        printf("skipped: perf events refused here: %s\n", meta(db, "cpu_reason"));
+        sqlite3_close(db);
+        skip();
+    }
+    sqlite3_close(db);
+    check_perf_trace(path);
+}
+
+static void test_record_as_nobody(void **state)
+{
+    (void)state;
+    if (getuid() != 0) {
+        printf("skipped: not root, cannot become nobody\n");
+        skip();
+    }
+    if (system("setpriv --version > /dev/null 2>&1") != 0) {
+        printf("skipped: no setpriv\n");
+        skip();
+    }
+    char path[256];
+    assert_int_equal(run_recorder(AS_NOBODY, "nobody.sqlite", path, sizeof path), 0);
+    if (paranoid() > 2) {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        assert_string_equal(meta(db, "cpu_mode"), "refused");
+        sqlite3_close(db);
+        return;
+    }
+    check_perf_trace(path);
+}
+
+static void test_record_under_seccomp(void **state)
+{
+    (void)state;
+    char path[256];
+    assert_int_equal(run_recorder(UNDER_SECCOMP, "seccomp.sqlite", path, sizeof path), 0);
+    static trace_read r;
+    read_trace(path, &r);
+    sqlite3 *db = r.db;
+    assert_string_equal(meta(db, "status"), "complete");
+    assert_string_equal(meta(db, "cpu_mode"), "refused");
+    const char *why = meta(db, "cpu_reason");
+    printf("under seccomp: cpu_mode refused, cpu_reason \"%s\"\n", why);
+    assert_non_null(strstr(why, "seccomp"));
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
+    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    sqlite3_close(db);
+}
+
+/* ---- the encodings, byte by byte ----------------------------------------- */
+
+static void test_chunk_bytes(void **state)
+{
+    (void)state;
+    /* docs/trace-format.md, "CPU chunk": a blocked switch-out at 1000 ns, a
+     * switch-in at 1500 ns, a sample of stack 7 in stage 2 at 2000 ns. */
+    st_cpu_encoder e = {0};
+    assert_int_equal(st_cpu_chunk_start(&e), 0);
+    st_cpu_rec recs[] = {
+        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0},
+    };
+    for (int i = 0; i < 3; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
+    static const uint8_t want[] = {0x50, 0x01, 0xd0, 0x0f, 0x00, 0xe8, 0x07, 0x03, 0xe8, 0x07, 0x07, 0x03};
+    assert_int_equal(e.buf.len, sizeof want);
+    assert_memory_equal(e.buf.data, want, sizeof want);
+    assert_int_equal(e.t0_ns, 1000);
+    assert_int_equal(e.t1_ns, 2000);
+    /* more kinds, and time going back (zigzag): decode it all back */
+    st_cpu_rec more[] = {
+        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0},
+        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99},
+    };
+    for (int i = 0; i < 4; i++) assert_int_equal(st_cpu_put(&e, &more[i]), 0);
+    st_cpu_rec bad = {6, 0, 0, 0, 0};
+    assert_int_equal(st_cpu_put(&e, &bad), -1);
+    st_cpu_cursor c;
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 7), 0);
+    st_cpu_rec r;
+    for (int i = 0; i < 7; i++) {
+        const st_cpu_rec *x = i < 3 ? &recs[i] : &more[i - 3];
+        assert_int_equal(st_cpu_next(&c, &r), 1);
+        assert_int_equal(r.kind, x->kind);
+        assert_int_equal(r.ts_ns, x->ts_ns);
+        if (x->kind == ST_CPU_REC_SAMPLE || x->kind == ST_CPU_REC_SAMPLE_UNKNOWN) assert_int_equal(r.stack, x->stack);
+        if (x->kind == ST_CPU_REC_SAMPLE) assert_int_equal(r.stage, x->stage);
+        if (x->kind == ST_CPU_REC_LOST) assert_int_equal(r.n, 99);
+    }
+    assert_int_equal(st_cpu_next(&c, &r), 0);
+    /* every truncation is refused; so are a bad tag, a bad kind, a wrong count */
+    for (size_t n = 1; n < e.buf.len; n++) {
+        int rc = st_cpu_cursor_open(&c, e.buf.data, n, 7);
+        if (rc == 0)
+            while ((rc = st_cpu_next(&c, &r)) == 1) {
+            }
+        assert_int_equal(rc, ST_ECORRUPT);
+    }
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 8), 0);
+    int rc;
+    while ((rc = st_cpu_next(&c, &r)) == 1) {
+    }
+    assert_int_equal(rc, ST_ECORRUPT);
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 6), 0);
+    while ((rc = st_cpu_next(&c, &r)) == 1) {
+    }
+    assert_int_equal(rc, ST_ECORRUPT); /* bytes left */
+    uint8_t copy[64];
+    memcpy(copy, e.buf.data, e.buf.len);
+    copy[0] = 0x51;
+    assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), ST_ECORRUPT);
+    copy[0] = 0x50;
+    copy[1] = 6; /* kind 6 */
+    assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), 0);
+    assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    st_buf_free(&e.buf);
+}
+
+static void test_stack_bytes(void **state)
+{
+    (void)state;
+    /* docs/trace-format.md, "cpu_stacks" */
+    uint64_t frames[] = {0x401000, 0x401234, 0x400f00}, back[3];
+    st_buf b = {0};
+    assert_int_equal(st_cpu_stack_put(&b, frames, 3), 0);
+    static const uint8_t want[] = {0x80, 0xc0, 0x80, 0x04, 0xe8, 0x08, 0xe7, 0x0c};
+    assert_int_equal(b.len, sizeof want);
+    assert_memory_equal(b.data, want, sizeof want);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 3, back), 0);
+    assert_memory_equal(back, frames, sizeof frames);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len - 1, 3, back), ST_ECORRUPT);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 2, back), ST_ECORRUPT);
+    /* high addresses wrap in 64 bits */
+    uint64_t high[] = {0xffffffffff600000ull, 0x10, 0x7fffffffe000ull};
+    b.len = 0;
+    assert_int_equal(st_cpu_stack_put(&b, high, 3), 0);
+    assert_int_equal(st_cpu_stack_get(b.data, b.len, 3, back), 0);
+    assert_memory_equal(back, high, sizeof high);
+    assert_int_equal(st_cpu_stack_get(NULL, 0, 0, back), 0);
+    st_buf_free(&b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    snprintf(dir, sizeof dir, "/tmp/st_cpu_record.XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    chmod(dir, 0777); /* nobody writes there too */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record),
+        cmocka_unit_test(test_record_as_nobody),
+        cmocka_unit_test(test_record_under_seccomp),
+        cmocka_unit_test(test_chunk_bytes),
+        cmocka_unit_test(test_stack_bytes),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    return rc;
+}

@@ -1,0 +1,501 @@
+/* cpu_record.c: the CPU capture on its way into the trace (st_cpurec.h).
+ * The writer calls it on each pass: every registered thread's perf ring
+ * (cpu_perf.c) is drained into a queue, each record waits there until the
+ * thread's range events say which stage was open at its time, and is then
+ * encoded into the thread's cpu_chunks chunk; callchains are cut at their
+ * first frame outside the executable mappings and interned into
+ * cpu_stacks. At each commit the chunks are stored with the thread's
+ * figures (cpu_threads) and the meta keys; at close the events are closed
+ * and the mappings and symbols stored (cpu_symbols.c). Nothing here runs on
+ * a range's path: the registering thread only opens its event. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_cpurec.h"
+#include "st_internal.h"
+#include "st_schema.h"
+
+#define CPU_CHUNK_BYTES 32768
+#define HISTORY 64 /* stage changes kept per thread for samples that arrive late */
+
+typedef struct stage_change {
+    int64_t ts_ns;
+    uint32_t top; /* innermost open stage from ts_ns on */
+} stage_change;
+
+struct st_cpurec_thread {
+    uint32_t id;
+    int64_t os_tid;
+    st_cpu_thread *ct;        /* NULL once closed (or without memory) */
+    int status;               /* st_cpu_status of the open */
+    int64_t start_ns;
+    int64_t ring_bytes;       /* the ring's data size (0: none mapped) */
+    uint64_t cpu_ns;          /* the event's count: the thread's CPU time since the open */
+    st_cpu_encoder enc;
+    st_cpu_rec *q;            /* records waiting for their stage, in arrival order */
+    size_t q_head, q_len, q_cap;
+    stage_change hist[HISTORY];
+    uint64_t n_hist;          /* changes pushed (hist is a ring of the last HISTORY) */
+    int64_t last_event_ns;    /* the last encoded event's time (valid when n_hist) */
+    int64_t last_rec_ns;      /* the last record's time, for a lost record without one */
+    uint64_t switches, samples, unknown, lost;
+    int dirty;                /* the cpu_threads row changed */
+};
+
+typedef struct stack_slot {
+    uint64_t hash;
+    uint32_t id, n;
+    size_t off;               /* frames at pool[off .. off + n) */
+} stack_slot;
+
+struct st_cpurec {
+    st_trace *t;
+    st_store *store;
+    st_cpu_sink *sink;
+    st_cpu_maps maps;
+    st_cpurec_thread *cur;    /* the thread being drained (the sink's callbacks) */
+    st_cpurec_thread *threads[ST_MAX_THREADS];
+    uint32_t n_threads;
+    /* interned stacks: open addressing on the frames' hash */
+    stack_slot *stacks;
+    size_t stacks_cap;
+    uint32_t n_stacks;
+    uint64_t *pool;
+    size_t pool_len, pool_cap;
+    /* every frame address seen, for the symbols at close (0: empty slot) */
+    uint64_t *addrs;
+    size_t addrs_cap, n_addrs;
+    st_buf scratch;
+    st_cpusym *sym;
+    uint64_t period_ns;
+    /* meta as last written */
+    uint64_t w_samples, w_switches, w_lost, w_unknown, w_cpu_ns;
+    char w_mode[32];
+    int reason_written;
+};
+
+static void meta_text(st_cpurec *r, const char *key, const char *value)
+{
+    st_val v[2] = {ST_VTEXT(key), ST_VTEXT(value)};
+    st_store_row(r->store, ST_S_META, 2, v);
+}
+
+static void meta_u64(st_cpurec *r, const char *key, uint64_t value)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)value);
+    meta_text(r, key, buf);
+}
+
+static const char *status_name(int status)
+{
+    switch (status) {
+    case ST_CPU_OK: return "perf";
+    case ST_CPU_REFUSED: return "refused";
+    case ST_CPU_UNSUPPORTED: return "unsupported";
+    case ST_CPU_NOMEM: return "nomem";
+    default: return "error";
+    }
+}
+
+/* ---- opening, on the registering thread ---- */
+
+st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns)
+{
+    st_cpu_thread *ct = calloc(1, sizeof *ct);
+    *start_ns = st_now_ns();
+    if (!ct) {
+        *status = ST_CPU_ERROR;
+        return NULL;
+    }
+    /* 16 threads assumed: a program with more gets smaller rings from the
+     * open's own halving, which says so in ct->reason. */
+    st_cpu_config cfg = {opt->cpu_period_ns, st_cpu_ring_bytes_for(0), 0};
+    *status = st_cpu_thread_open(ct, 0, &cfg);
+    return ct;
+}
+
+/* ---- stacks ---- */
+
+static uint64_t frames_hash(const uint64_t *f, uint32_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    for (uint32_t i = 0; i < n; i++) {
+        h ^= f[i];
+        h *= 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int addr_note(st_cpurec *r, uint64_t a)
+{
+    if (a == 0) return 0;
+    if ((r->n_addrs + 1) * 2 > r->addrs_cap) {
+        size_t cap = r->addrs_cap ? r->addrs_cap * 2 : 1024;
+        uint64_t *tab = calloc(cap, sizeof *tab);
+        if (!tab) return -1;
+        for (size_t i = 0; i < r->addrs_cap; i++) {
+            uint64_t v = r->addrs[i];
+            if (!v) continue;
+            size_t h = (size_t)((v * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+            while (tab[h]) h = (h + 1) & (cap - 1);
+            tab[h] = v;
+        }
+        free(r->addrs);
+        r->addrs = tab;
+        r->addrs_cap = cap;
+    }
+    size_t h = (size_t)((a * 0x9e3779b97f4a7c15ull) >> 20) & (r->addrs_cap - 1);
+    while (r->addrs[h]) {
+        if (r->addrs[h] == a) return 0;
+        h = (h + 1) & (r->addrs_cap - 1);
+    }
+    r->addrs[h] = a;
+    r->n_addrs++;
+    return 0;
+}
+
+/* The id of the stack f[0..n), stored in cpu_stacks when new; UINT32_MAX
+ * without memory. */
+static uint32_t stack_id(st_cpurec *r, const uint64_t *f, uint32_t n)
+{
+    if ((r->n_stacks + 1) * 2 > r->stacks_cap) {
+        size_t cap = r->stacks_cap ? r->stacks_cap * 2 : 1024;
+        stack_slot *tab = calloc(cap, sizeof *tab);
+        if (!tab) return UINT32_MAX;
+        for (size_t i = 0; i < r->stacks_cap; i++) {
+            if (!r->stacks[i].hash) continue;
+            size_t h = (size_t)r->stacks[i].hash & (cap - 1);
+            while (tab[h].hash) h = (h + 1) & (cap - 1);
+            tab[h] = r->stacks[i];
+        }
+        free(r->stacks);
+        r->stacks = tab;
+        r->stacks_cap = cap;
+    }
+    uint64_t hash = frames_hash(f, n) | 1; /* 0 marks an empty slot */
+    size_t h = (size_t)hash & (r->stacks_cap - 1);
+    while (r->stacks[h].hash) {
+        stack_slot *s = &r->stacks[h];
+        if (s->hash == hash && s->n == n && memcmp(r->pool + s->off, f, n * sizeof *f) == 0) return s->id;
+        h = (h + 1) & (r->stacks_cap - 1);
+    }
+    if (r->pool_len + n > r->pool_cap) {
+        size_t cap = r->pool_cap ? r->pool_cap : 4096;
+        while (cap < r->pool_len + n) cap *= 2;
+        uint64_t *p = realloc(r->pool, cap * sizeof *p);
+        if (!p) return UINT32_MAX;
+        r->pool = p;
+        r->pool_cap = cap;
+    }
+    memcpy(r->pool + r->pool_len, f, n * sizeof *f);
+    uint32_t id = r->n_stacks++;
+    r->stacks[h] = (stack_slot){hash, id, n, r->pool_len};
+    r->pool_len += n;
+    for (uint32_t i = 0; i < n; i++) addr_note(r, f[i]);
+    r->scratch.len = 0;
+    if (st_cpu_stack_put(&r->scratch, f, n) == 0) {
+        st_val v[3] = {ST_VINT(id), ST_VINT(n), ST_VBLOB(r->scratch.data, r->scratch.len)};
+        st_store_row(r->store, ST_S_CPU_STACK, 3, v);
+    }
+    return id;
+}
+
+/* ---- the queue ---- */
+
+static void queue_push(st_cpurec_thread *c, const st_cpu_rec *rec)
+{
+    if (c->q_head + c->q_len == c->q_cap) {
+        if (c->q_head > c->q_cap / 2) {
+            memmove(c->q, c->q + c->q_head, c->q_len * sizeof *c->q);
+            c->q_head = 0;
+        } else {
+            size_t cap = c->q_cap ? c->q_cap * 2 : 256;
+            st_cpu_rec *q = realloc(c->q, cap * sizeof *q);
+            if (!q) return; /* the record is left out; the counts still say it came */
+            c->q = q;
+            c->q_cap = cap;
+        }
+    }
+    c->q[c->q_head + c->q_len++] = *rec;
+}
+
+static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
+{
+    (void)t;
+    st_cpurec *r = ctx;
+    st_cpurec_thread *c = r->cur;
+    st_cpu_rec rec = {0};
+    rec.kind = !s->out ? ST_CPU_REC_IN : s->preempted ? ST_CPU_REC_PREEMPTED : ST_CPU_REC_OUT;
+    rec.ts_ns = st_clock_mono_to_ns(s->t_ns);
+    c->last_rec_ns = rec.ts_ns;
+    c->switches++;
+    queue_push(c, &rec);
+}
+
+static void on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
+{
+    (void)t;
+    st_cpurec *r = ctx;
+    st_cpurec_thread *c = r->cur;
+    size_t n = st_cpu_chain_cut(&r->maps, s->frames, s->n_frames);
+    st_cpu_rec rec = {0};
+    rec.kind = ST_CPU_REC_SAMPLE;
+    rec.ts_ns = st_clock_mono_to_ns(s->t_ns);
+    rec.stack = stack_id(r, s->frames, (uint32_t)n);
+    c->last_rec_ns = rec.ts_ns;
+    if (rec.stack == UINT32_MAX) return; /* no memory: left out, counted as lost below */
+    c->samples++;
+    queue_push(c, &rec);
+}
+
+static void on_lost(void *ctx, const st_cpu_thread *t, uint64_t n_lost, int64_t t_ns)
+{
+    (void)t;
+    st_cpurec *r = ctx;
+    st_cpurec_thread *c = r->cur;
+    st_cpu_rec rec = {0};
+    rec.kind = ST_CPU_REC_LOST;
+    rec.ts_ns = t_ns > 0 ? st_clock_mono_to_ns(t_ns) : c->last_rec_ns;
+    rec.n = n_lost;
+    c->lost += n_lost;
+    queue_push(c, &rec);
+}
+
+/* ---- the writer's calls ---- */
+
+st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
+{
+    st_cpurec *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->sink = calloc(1, sizeof *r->sink);
+    if (!r->sink) {
+        free(r);
+        return NULL;
+    }
+    r->t = t;
+    r->store = store;
+    r->sink->ctx = r;
+    r->sink->on_switch = on_switch;
+    r->sink->on_sample = on_sample;
+    r->sink->on_lost = on_lost;
+    st_cpu_maps_load(&r->maps, NULL);
+    r->period_ns = t->opt.cpu_period_ns ? t->opt.cpu_period_ns : ST_CPU_DEFAULT_PERIOD_NS;
+    st_store_exec(store, st_cpu_schema_sql);
+    meta_u64(r, "cpu_period_ns", r->period_ns == UINT64_MAX ? 0 : r->period_ns);
+    meta_u64(r, "cpu_ring_bytes", st_cpu_ring_bytes_for(0));
+    meta_text(r, "cpu_lost_records", "0");
+    return r;
+}
+
+st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid, st_cpu_thread *ct,
+                                       int status, int64_t start_ns)
+{
+    st_cpurec_thread *c = calloc(1, sizeof *c);
+    if (!c || st_cpu_chunk_start(&c->enc)) {
+        free(c);
+        if (ct) st_cpu_thread_close(ct);
+        free(ct);
+        return NULL;
+    }
+    c->id = id;
+    c->os_tid = os_tid;
+    c->status = ct ? status : ST_CPU_ERROR;
+    c->start_ns = start_ns;
+    c->last_rec_ns = start_ns;
+    if (ct && status == ST_CPU_OK) {
+        c->ct = ct;
+        c->ring_bytes = (int64_t)ct->data_bytes;
+    } else if (ct) {
+        st_cpu_thread_close(ct); /* keeps reason and err */
+        c->ct = ct;
+    }
+    c->dirty = 1;
+    if (r->n_threads < ST_MAX_THREADS) r->threads[r->n_threads++] = c;
+    return c;
+}
+
+void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c)
+{
+    if (!c->ct || c->ct->fd < 0) return;
+    r->cur = c;
+    if (st_cpu_thread_drain(c->ct, r->sink) > 0) c->dirty = 1;
+    r->cur = NULL;
+}
+
+/* The stage open at ts_ns, for a record older than the last encoded event. */
+static uint32_t stage_at(const st_cpurec_thread *c, int64_t ts_ns, int *known)
+{
+    uint64_t kept = c->n_hist < HISTORY ? c->n_hist : HISTORY;
+    for (uint64_t k = 0; k < kept; k++) {
+        const stage_change *h = &c->hist[(c->n_hist - 1 - k) % HISTORY];
+        if (h->ts_ns <= ts_ns) {
+            *known = 1;
+            return h->top;
+        }
+    }
+    /* Before every change kept: before the thread's first event no range was
+     * open; past a wrapped history nothing is known. */
+    *known = c->n_hist <= HISTORY;
+    return ST_CPU_NO_STAGE;
+}
+
+static void put(st_cpurec *r, st_cpurec_thread *c, st_cpu_rec *rec)
+{
+    (void)r;
+    if (st_cpu_put(&c->enc, rec) == 0 && c->enc.buf.len >= CPU_CHUNK_BYTES) st_cpurec_flush(r, c);
+}
+
+void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint32_t top)
+{
+    while (c->q_len && c->q[c->q_head].ts_ns < horizon_ns) {
+        st_cpu_rec rec = c->q[c->q_head++];
+        c->q_len--;
+        if (rec.kind == ST_CPU_REC_SAMPLE) {
+            if (c->n_hist && rec.ts_ns < c->last_event_ns) {
+                int known;
+                rec.stage = stage_at(c, rec.ts_ns, &known);
+                if (!known) {
+                    rec.kind = ST_CPU_REC_SAMPLE_UNKNOWN;
+                    c->unknown++;
+                }
+            } else {
+                rec.stage = top;
+            }
+        }
+        put(r, c, &rec);
+    }
+    if (!c->q_len) c->q_head = 0;
+}
+
+void st_cpurec_event(st_cpurec *r, st_cpurec_thread *c, int64_t ts_ns, uint32_t top_before,
+                     uint32_t top_after)
+{
+    if (c->q_len) st_cpurec_emit(r, c, ts_ns, top_before);
+    c->hist[c->n_hist % HISTORY] = (stage_change){ts_ns, top_after};
+    c->n_hist++;
+    c->last_event_ns = ts_ns;
+}
+
+static void read_cpu_ns(st_cpurec_thread *c)
+{
+    uint64_t v;
+    if (c->ct && c->ct->fd >= 0 && read(c->ct->fd, &v, sizeof v) == (ssize_t)sizeof v && v != c->cpu_ns) {
+        c->cpu_ns = v;
+        c->dirty = 1;
+    }
+}
+
+static void thread_close(st_cpurec *r, st_cpurec_thread *c, uint32_t top)
+{
+    st_cpurec_drain(r, c);
+    st_cpurec_emit(r, c, INT64_MAX, top);
+    read_cpu_ns(c);
+    if (c->ct && c->ct->fd >= 0) {
+        st_cpu_thread_close(c->ct);
+        c->dirty = 1;
+    }
+}
+
+void st_cpurec_retire(st_cpurec *r, st_cpurec_thread *c, uint32_t top) { thread_close(r, c, top); }
+
+void st_cpurec_flush(st_cpurec *r, st_cpurec_thread *c)
+{
+    if (c->enc.n_records == 0) return;
+    st_val v[5] = {ST_VINT(c->id), ST_VINT(c->enc.t0_ns), ST_VINT(c->enc.t1_ns), ST_VINT(c->enc.n_records),
+                   ST_VBLOB(c->enc.buf.data, c->enc.buf.len)};
+    st_store_row(r->store, ST_S_CPU_CHUNK, 5, v);
+    st_cpu_chunk_start(&c->enc);
+}
+
+static void thread_row(st_cpurec *r, st_cpurec_thread *c)
+{
+    const st_cpu_thread *ct = c->ct;
+    const char *reason = ct ? ct->reason : "out of memory at registration";
+    st_val v[12] = {ST_VINT(c->id),
+                    ST_VINT(c->os_tid),
+                    ST_VTEXT(status_name(c->status)),
+                    ST_VTEXT(reason),
+                    ST_VINT(ct && ct->period_ns != UINT64_MAX ? ct->period_ns : 0),
+                    ST_VINT(c->ring_bytes),
+                    ST_VINT(ct ? (int64_t)ct->refused_bytes : 0),
+                    ST_VINT(c->start_ns),
+                    ST_VINT(c->cpu_ns),
+                    ST_VINT(c->switches),
+                    ST_VINT(c->samples),
+                    ST_VINT(c->lost)};
+    st_store_row(r->store, ST_S_CPU_THREAD, 12, v);
+    c->dirty = 0;
+}
+
+void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
+{
+    if (!r) return;
+    uint64_t samples = 0, switches = 0, lost = 0, unknown = 0, cpu_ns = 0;
+    int n_ok = 0;
+    const st_cpurec_thread *first_bad = NULL, *first_note = NULL;
+    for (uint32_t i = 0; i < r->n_threads; i++) {
+        st_cpurec_thread *c = r->threads[i];
+        read_cpu_ns(c);
+        if (c->dirty) thread_row(r, c);
+        samples += c->samples;
+        switches += c->switches;
+        lost += c->lost;
+        unknown += c->unknown;
+        cpu_ns += c->cpu_ns;
+        if (c->status == ST_CPU_OK) {
+            n_ok++;
+            if (!first_note && c->ct && c->ct->reason[0]) first_note = c;
+        } else if (!first_bad) {
+            first_bad = c;
+        }
+    }
+    if (r->n_threads) {
+        const char *mode = n_ok ? "perf" : status_name(first_bad->status);
+        if (strcmp(mode, r->w_mode) != 0) {
+            meta_text(r, "cpu_mode", mode);
+            snprintf(r->w_mode, sizeof r->w_mode, "%s", mode);
+        }
+        const st_cpurec_thread *why = first_bad ? first_bad : first_note;
+        if (why && !r->reason_written) {
+            meta_text(r, "cpu_reason", why->ct ? why->ct->reason : "out of memory at registration");
+            r->reason_written = 1;
+        }
+    }
+    if (samples != r->w_samples || cpu_ns != r->w_cpu_ns) {
+        meta_u64(r, "cpu_samples", samples);
+        char buf[32];
+        snprintf(buf, sizeof buf, "%.1f", cpu_ns ? (double)samples * 1e9 / (double)cpu_ns : 0.0);
+        meta_text(r, "cpu_sample_hz", buf);
+        r->w_samples = samples;
+        r->w_cpu_ns = cpu_ns;
+    }
+    if (switches != r->w_switches) meta_u64(r, "cpu_switches", r->w_switches = switches);
+    if (lost != r->w_lost) meta_u64(r, "cpu_lost_records", r->w_lost = lost);
+    if (unknown != r->w_unknown) meta_u64(r, "cpu_samples_unknown_stage", r->w_unknown = unknown);
+    if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
+}
+
+void st_cpurec_free(st_cpurec *r)
+{
+    if (!r) return;
+    for (uint32_t i = 0; i < r->n_threads; i++) {
+        st_cpurec_thread *c = r->threads[i];
+        if (c->ct) st_cpu_thread_close(c->ct);
+        free(c->ct);
+        st_buf_free(&c->enc.buf);
+        free(c->q);
+        free(c);
+    }
+    st_cpu_maps_free(&r->maps);
+    st_cpusym_free(r->sym);
+    st_buf_free(&r->scratch);
+    free(r->stacks);
+    free(r->pool);
+    free(r->addrs);
+    free(r->sink);
+    free(r);
+}

@@ -1,0 +1,74 @@
+/* st_cpurec.h: what the writer does with the CPU capture (cpu_record.c):
+ * the per-thread perf events opened at st_thread_register (opt.cpu), their
+ * rings drained on each writer pass, the records encoded into cpu_chunks
+ * with each sample's stage, the stacks interned into cpu_stacks, and the
+ * cpu_threads rows and cpu_* meta keys (docs/trace-format.md, "CPU
+ * capture"). Private to the tracer; everything here runs on the writer
+ * thread except st_cpurec_open, which runs on the registering thread.
+ *
+ * A sample's stage: the writer knows each thread's open ranges as it
+ * encodes its events, but a sample and the events around it come through
+ * two rings. Records wait in a per-thread queue until an event later than
+ * them is encoded (they are then attributed to the stage open just before
+ * that event) or until they are ST_CPUREC_GRACE_NS old (attributed to the
+ * stage open now: no event can still be on its way). A sample that arrives
+ * after events later than it were encoded is looked up in a short history
+ * of the thread's last stage changes, and stored as "unknown" when that
+ * history no longer reaches back to it. */
+#ifndef ST_CPUREC_H
+#define ST_CPUREC_H
+
+#include <stdint.h>
+
+#include "stagetrace.h"
+#include "st_cpu.h"
+#include "st_store.h"
+
+/* Records wait this long for the events around them (the same lag as the
+ * interval aggregator's, writer.c). */
+#define ST_CPUREC_GRACE_NS 100000000LL
+
+typedef struct st_cpurec st_cpurec;
+typedef struct st_cpurec_thread st_cpurec_thread;
+
+/* On the registering thread: opens its event (period opt->cpu_period_ns,
+ * ring st_cpu_ring_bytes_for(0)). Never fails: the status and the reason
+ * stay in the returned object (NULL only without memory). *start_ns: the
+ * trace time of the open. */
+st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns);
+
+/* Creates the cpu tables and the first meta keys in the open transaction. */
+st_cpurec *st_cpurec_create(st_trace *t, st_store *store);
+/* Takes ownership of ct (may be NULL: no memory at registration). */
+st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid, st_cpu_thread *ct,
+                                       int status, int64_t start_ns);
+/* Moves what the kernel wrote since the last drain into the thread's queue. */
+void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c);
+/* The thread's event at ts_ns was encoded: top_before and top_after are its
+ * innermost open stage before and after it (ST_CPU_NO_STAGE: none). */
+void st_cpurec_event(st_cpurec *r, st_cpurec_thread *c, int64_t ts_ns, uint32_t top_before,
+                     uint32_t top_after);
+/* Encodes the queued records older than horizon_ns (INT64_MAX: all), top
+ * being the stage open now. */
+void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint32_t top);
+/* The thread unregistered (its ring was drained to the end): last drain,
+ * everything encoded, the event closed. */
+void st_cpurec_retire(st_cpurec *r, st_cpurec_thread *c, uint32_t top);
+/* Stores the thread's current chunk (at every commit). */
+void st_cpurec_flush(st_cpurec *r, st_cpurec_thread *c);
+/* cpu_threads rows and meta keys that changed. final: the events are closed
+ * first, and the mappings and symbols stored (cpu_symbols.c); also at an
+ * interrupted flush (mappings and symbols, events left open). */
+void st_cpurec_commit(st_cpurec *r, int final, int interrupted);
+void st_cpurec_free(st_cpurec *r);
+
+/* ---- mappings and symbols (cpu_symbols.c) ----
+ * Stores cpu_maps (the process's executable mappings, with build-ids) and
+ * cpu_symbols (one row per distinct frame address, its name from the ELF
+ * symbol tables) in the open transaction, replacing earlier rows. addrs
+ * may hold zeros (an open-addressed set), which are skipped. */
+typedef struct st_cpusym st_cpusym; /* caches each file's symbol table */
+void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, size_t n_addrs);
+void st_cpusym_free(st_cpusym *cache);
+
+#endif
