@@ -15,22 +15,18 @@
 #
 #   bash tests/it_cpu_trainer.sh BUILD_DIR
 set -euo pipefail
-BUILD=${1:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
 A="$BUILD/analyze"
 TRAINER="$BUILD/trainer"
 [ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
 [ -x "$TRAINER" ] || { echo "SKIP: $TRAINER is not built"; exit 0; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the records"; exit 0; }
 
-T=$(mktemp -d "${ST_TEST_TMP:-/tmp}/it_cpu_trainer.XXXXXX")
+it_enter_tmp
 # nobody's trace goes where nobody can reach (ST_TEST_TMP may be private)
 N=$(mktemp -d /tmp/it_cpu_trainer_nobody.XXXXXX)
 chmod 0777 "$N"
 trap 'rm -rf "$T" "$N"' EXIT
-cd "$T"
-. "$ROOT/tests/lib.sh"
 
 train() { # NAME DIR [PREFIX...]: the trainer with --trace-cpu into DIR/NAME.sqlite, copied here
     local name=$1 dir=$2; shift 2
