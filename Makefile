@@ -123,7 +123,10 @@ CFLAGS_ALL = $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS) $(INCLUDES)
 # Header dependencies: every compile (cc and nvcc) writes the headers it read
 # to <target>.d beside its target (-MP: a header that goes away breaks no
 # build), and the end of this file includes them. A target not built yet
-# has no .d and is built anyway.
+# has no .d and is built anyway. An object is also built again when its .d
+# is missing (each object names its .d as a prerequisite, and the empty
+# rule of the .d files at the end makes a missing one count as new), so an
+# object left by a build that wrote no .d never outlives a header change.
 DEPFLAGS = -MMD -MP -MF $@.d
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
@@ -202,19 +205,19 @@ $(LIB_GPU): $(BUILD)/obj/tracer/gpu_cupti.o
 
 lib: $(LIB_A) $(LIB_GPU) $(LIB_SO) $(if $(wildcard tracer/vtab.c),$(EXT_SO)) $(BUILD)/stagetrace.pc $(BUILD)/stagetrace-gpu.pc
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(BUILD)/obj/%.o.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -c $< -o $@
 
 # The library's objects: only what stagetrace.h marks ST_API is exported by
 # libstagetrace.so; the archive still links every internal symbol (analyze,
 # the tests and the benchmarks use them).
-$(BUILD)/obj/tracer/%.o: tracer/%.c
+$(BUILD)/obj/tracer/%.o: tracer/%.c $(BUILD)/obj/tracer/%.o.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -fvisibility=hidden -c $< -o $@
 
 # The SQLite extension exports its entry points only (ST_API empty).
-$(BUILD)/obj/ext/%.o: %.c
+$(BUILD)/obj/ext/%.o: %.c $(BUILD)/obj/ext/%.o.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
 
@@ -292,7 +295,7 @@ CUDA_LDLIBS := $(if $(HAVE_CUDA),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUD
 ifneq ($(HAVE_CUDA),)
 CFLAGS_BASE += -DST_WITH_CUDA $(if $(HAVE_CUBLAS),-DST_WITH_CUBLAS) $(if $(HAVE_NCCL),-DST_WITH_NCCL) $(if $(HAVE_CUPTI),-DST_WITH_CUPTI -isystem $(CUPTI_INC))
 endif
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(BUILD)/obj/%.cu.o.d
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer $(DEPFLAGS) -c $< -o $@
 $(BUILD)/libkernels_cuda.a: $(KERNELS_CU_OBJ)
@@ -322,7 +325,7 @@ TRAINER_MPI_TAG := $(BUILD)/obj/trainer/mpi-$(if $(HAVE_MPI),on,off)
 $(TRAINER_MPI_TAG):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/trainer/mpi-on $(BUILD)/obj/trainer/mpi-off && touch $@
-$(BUILD)/obj/trainer/dist.o: trainer/dist.c $(TRAINER_MPI_TAG)
+$(BUILD)/obj/trainer/dist.o: trainer/dist.c $(BUILD)/obj/trainer/dist.o.d $(TRAINER_MPI_TAG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) $(if $(HAVE_MPI),-DST_HAVE_MPI $(MPI_CFLAGS)) -c $< -o $@
 $(LIB_TRAINER): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out trainer/main.c trainer/dist.c,$(TRAINER_SRC)))
@@ -477,7 +480,12 @@ $(FUZZ_DIR)/make_seeds: $(FUZZ_SEEDS_OBJ)
 fuzz: $(FUZZ_DIR)/fuzz_reader $(FUZZ_DIR)/fuzz_chunks $(FUZZ_DIR)/make_seeds
 	@bash fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
-# The headers each target read at its last build (DEPFLAGS above).
+# The headers each target read at its last build (DEPFLAGS above), and an
+# empty rule for the .d of every object built in $(BUILD)/obj.
+OBJ_DEPS := $(patsubst %.c,$(BUILD)/obj/%.o.d,$(wildcard */*.c */*/*.c)) \
+	$(patsubst %.c,$(BUILD)/obj/ext/%.o.d,$(EXT_SRC)) \
+	$(patsubst %.cu,$(BUILD)/obj/%.cu.o.d,$(wildcard */*.cu */*/*.cu))
+$(OBJ_DEPS):
 -include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/ext/*/*.d $(BUILD)/samples/*.d $(BUILD)/tests/*.d \
 	$(BUILD)/tests/gpu/*.d $(BUILD)/bench/*.d \
 	$(FUZZ_DIR)/obj/*/*.d $(FUZZ_DIR)/seeds-obj/*/*.d)
