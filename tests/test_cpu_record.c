@@ -18,7 +18,13 @@
  *    range chunks), >= 90 % attributed to stage burn by the writer, and of
  *    those, >= 90 % with a frame that cpu_symbols names "burn"; the sleep
  *    ranges get few samples (at most 5 % of the burn ranges' count);
- *  - cpu_maps holds this program's file, cpu_symbols resolves its frames.
+ *  - cpu_maps holds this program's file, cpu_symbols resolves its frames;
+ *  - cpu_blocks: after the rounds the recorder blocks 20 ms in each of a
+ *    condition-variable wait (stage `cond`), a pipe read fed 20 ms later by
+ *    the unregistered thread "feeder" (`pipe`) and a usleep (`nap`): exactly
+ *    one reason per sleep, cond, pipe and nap range, named nanosleep or
+ *    clock_nanosleep, futex (with an address), read (with the pipe's fd),
+ *    and none in the spin and burn ranges.
  * The same recorder as nobody (setpriv --reuid=nobody --regid=nogroup
  * --clear-groups, when the test runs as root): the same checks where
  * perf_event_paranoid <= 2. Under a seccomp filter that refuses
@@ -36,6 +42,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sqlite3.h>
@@ -99,8 +106,25 @@ __attribute__((noinline, noclone, used, optimize("no-omit-frame-pointer"))) stat
     return x;
 }
 
-enum { SPIN, SLEEP, BURN };
+enum { SPIN, SLEEP, BURN, COND, PIPE, NAP };
 #define ROUNDS 3
+#define N_RANGES (3 * ROUNDS + 3)
+
+/* The unregistered thread "feeder": for each byte read from its first pipe,
+ * 20 ms later a byte on its second, so that the recorder blocks 20 ms in
+ * read(). */
+static int feed_in[2], feed_out[2];
+
+static void *feeder(void *arg)
+{
+    (void)arg;
+    char c;
+    while (read(feed_in[0], &c, 1) == 1) {
+        usleep(20000);
+        if (write(feed_out[1], &c, 1) != 1) break;
+    }
+    return NULL;
+}
 
 static int record(const char *path)
 {
@@ -119,7 +143,14 @@ static int record(const char *path)
     int spin = st_stage_register(t, "spin", ST_WORK);
     int sleep_ = st_stage_register(t, "sleep", ST_WAIT_INPUT);
     int burn_ = st_stage_register(t, "burn", ST_WORK);
-    if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN) return 11;
+    int cond_ = st_stage_register(t, "cond", ST_WAIT_INPUT);
+    int pipe_ = st_stage_register(t, "pipe", ST_WAIT_INPUT);
+    int nap = st_stage_register(t, "nap", ST_WAIT_INPUT);
+    if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN || cond_ != COND || pipe_ != PIPE || nap != NAP) return 11;
+    if (pipe(feed_in) || pipe(feed_out)) return 14;
+    pthread_t feed;
+    if (pthread_create(&feed, NULL, feeder, NULL)) return 15;
+    pthread_setname_np(feed, "feeder");
     if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
     volatile uint64_t sink = 0;
     for (int r = 0; r < ROUNDS; r++) {
@@ -134,6 +165,32 @@ static int record(const char *path)
         sink = sink + burn(mono_ns() + 100000000);
         st_end(BURN);
     }
+    /* 20 ms blocked in each of: a condition-variable wait (futex), a pipe
+     * read, usleep (clock_nanosleep or nanosleep) */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 20000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    st_begin(COND);
+    pthread_mutex_lock(&mu);
+    while (pthread_cond_timedwait(&cv, &mu, &until) == 0) {
+    }
+    pthread_mutex_unlock(&mu);
+    st_end(COND);
+    char c = 'x';
+    st_begin(PIPE);
+    if (write(feed_in[1], &c, 1) != 1 || read(feed_out[0], &c, 1) != 1) return 16;
+    st_end(PIPE);
+    st_begin(NAP);
+    usleep(20000);
+    st_end(NAP);
+    close(feed_in[1]);
+    pthread_join(feed, NULL);
     int rc = st_close(t);
     if (rc != ST_OK) {
         fprintf(stderr, "st_close: %s\n", st_last_error());
@@ -264,7 +321,7 @@ static void read_trace(const char *path, trace_read *r)
     while (sqlite3_step(st) == SQLITE_ROW) {
         st_event_cursor c;
         assert_int_equal(st_event_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-                                              (uint32_t)sqlite3_column_int64(st, 0), 3), 0);
+                                              (uint32_t)sqlite3_column_int64(st, 0), NAP + 1), 0);
         st_event ev;
         int rc;
         while ((rc = st_event_next(&c, &ev)) == 1)
@@ -320,6 +377,51 @@ static uint32_t range_stage_at(const trace_read *r, int64_t ts)
     return ST_CPU_NO_STAGE;
 }
 
+/* cpu_blocks: one reason for each 20 ms or 60 ms block, inside its range,
+ * with the system call the recorder sleeps in there; none in the spin and
+ * burn ranges (preempted there, never blocked). */
+static void check_blocks(const trace_read *r)
+{
+    sqlite3 *db = r->db;
+    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
+    assert_string_equal(meta(db, "cpu_block_min_ns"), "1000000");
+    assert_int_equal(atoll(meta(db, "cpu_blocks")), one_int(db, "SELECT count(*) FROM cpu_blocks"));
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT t_ns, seen_ns, syscall, name, arg0, wchan FROM cpu_blocks "
+                                        "WHERE thread = 0 ORDER BY t_ns", -1, &st, NULL), SQLITE_OK);
+    int per_stage[NAP + 1] = {0};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t t = sqlite3_column_int64(st, 0), seen = sqlite3_column_int64(st, 1);
+        const char *name = (const char *)sqlite3_column_text(st, 3);
+        const char *wchan = (const char *)sqlite3_column_text(st, 5);
+        long long arg0 = sqlite3_column_int64(st, 4);
+        uint32_t at = range_stage_at(r, t);
+        printf("block at %lld (seen %.2f ms later): %s (%lld, arg0 %#llx), wchan %s, in stage %d\n", (long long)t,
+               (seen - t) / 1e6, name, sqlite3_column_int64(st, 2), arg0, wchan, (int)at);
+        assert_true(seen - t >= 1000000);
+        if (at == ST_CPU_NO_STAGE) continue; /* st_thread_register, st_close */
+        assert_true(at <= NAP);
+        per_stage[at]++;
+        if (at == SLEEP || at == NAP)
+            assert_true(strcmp(name, "clock_nanosleep") == 0 || strcmp(name, "nanosleep") == 0);
+        if (at == COND) {
+            assert_string_equal(name, "futex");
+            assert_true(arg0 != 0); /* the futex word's address */
+        }
+        if (at == PIPE) {
+            assert_string_equal(name, "read");
+            assert_true(arg0 > 2); /* the pipe's fd */
+        }
+    }
+    sqlite3_finalize(st);
+    assert_int_equal(per_stage[SPIN], 0);
+    assert_int_equal(per_stage[BURN], 0);
+    assert_int_equal(per_stage[SLEEP], ROUNDS);
+    assert_int_equal(per_stage[COND], 1);
+    assert_int_equal(per_stage[PIPE], 1);
+    assert_int_equal(per_stage[NAP], 1);
+}
+
 /* The checks of a trace recorded with perf events (see the top). */
 static void check_perf_trace(const char *path)
 {
@@ -330,7 +432,7 @@ static void check_perf_trace(const char *path)
     assert_string_equal(meta(db, "cpu_mode"), "perf");
     assert_string_equal(meta(db, "cpu_period_ns"), "1000000");
     assert_non_null(meta(db, "cpu_lost_records"));
-    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    assert_int_equal(r.n_ranges, N_RANGES);
     long long lost = atoll(meta(db, "cpu_lost_records"));
     assert_int_equal(atoll(meta(db, "cpu_samples")), r.n_samples);
     assert_non_null(meta(db, "cpu_sample_hz"));
@@ -368,6 +470,7 @@ static void check_perf_trace(const char *path)
     assert_true(burn_attr >= 0.90 * in_burn);
     assert_true(burn_named >= 0.90 * burn_attr);
     assert_true(in_sleep <= 0.05 * in_burn + 1);
+    check_blocks(&r);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
     assert_true(one_int(db, "SELECT count(*) FROM cpu_symbols WHERE name = 'burn_leaf'") >= 1);
@@ -430,7 +533,7 @@ static void test_record_under_seccomp(void **state)
     assert_non_null(strstr(why, "seccomp"));
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
-    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    assert_int_equal(r.n_ranges, N_RANGES);
     sqlite3_close(db);
 }
 

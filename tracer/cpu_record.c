@@ -41,6 +41,9 @@ struct st_cpurec_thread {
     int64_t last_event_ns;    /* the last encoded event's time (valid when n_hist) */
     int64_t last_rec_ns;      /* the last record's time, for a lost record without one */
     uint64_t switches, samples, unknown, lost;
+    int64_t out_ns;           /* the last switch record's time when it is a blocked switch-out, else -1 */
+    int out_examined;         /* that block's reason was looked for (block_reason) */
+    uint64_t blocks;          /* cpu_blocks rows stored */
     int dirty;                /* the cpu_threads row changed */
 };
 
@@ -74,6 +77,7 @@ struct st_cpurec {
     uint64_t w_samples, w_switches, w_lost, w_unknown, w_cpu_ns;
     char w_mode[32];
     int reason_written;
+    uint64_t n_blocks, w_blocks; /* cpu_blocks rows stored; as last written to meta */
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -232,6 +236,8 @@ static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
     rec.kind = !s->out ? ST_CPU_REC_IN : s->preempted ? ST_CPU_REC_PREEMPTED : ST_CPU_REC_OUT;
     rec.ts_ns = st_clock_mono_to_ns(s->t_ns);
     c->last_rec_ns = rec.ts_ns;
+    c->out_ns = rec.kind == ST_CPU_REC_OUT ? rec.ts_ns : -1;
+    c->out_examined = 0;
     c->switches++;
     queue_push(c, &rec);
 }
@@ -288,6 +294,11 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     meta_u64(r, "cpu_period_ns", r->period_ns == UINT64_MAX ? 0 : r->period_ns);
     meta_u64(r, "cpu_ring_bytes", st_cpu_ring_bytes_for(0));
     meta_text(r, "cpu_lost_records", "0");
+    /* why threads block: from /proc only (no wait stacks, no sched_switch
+     * tracepoint: docs/cpu.md) */
+    meta_text(r, "cpu_block_reasons", "proc");
+    meta_u64(r, "cpu_block_min_ns", ST_CPUREC_BLOCK_MIN_NS);
+    meta_text(r, "cpu_blocks", "0");
     return r;
 }
 
@@ -306,6 +317,7 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
     c->status = ct ? status : ST_CPU_ERROR;
     c->start_ns = start_ns;
     c->last_rec_ns = start_ns;
+    c->out_ns = -1;
     if (ct && status == ST_CPU_OK) {
         c->ct = ct;
         c->ring_bytes = (int64_t)ct->data_bytes;
@@ -318,11 +330,41 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
     return c;
 }
 
+/* The thread's last switch record is a blocked switch-out at least
+ * ST_CPUREC_BLOCK_MIN_NS old, not yet examined: what /proc says it sleeps
+ * in, stored with the block's time. The ring is drained again after the
+ * read: a switch record that arrived meanwhile means the thread woke (and
+ * may sleep elsewhere now), and the reason is left out rather than given
+ * to the wrong block. */
+static void block_reason(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
+{
+    if (c->out_ns < 0 || c->out_examined || now_ns - c->out_ns < ST_CPUREC_BLOCK_MIN_NS) return;
+    c->out_examined = 1;
+    int64_t out_ns = c->out_ns;
+    uint64_t switches = c->switches;
+    st_cpu_block b;
+    int rc = st_cpuproc_block(c->os_tid, &b);
+    st_cpu_thread_drain(c->ct, r->sink);
+    if (rc <= 0 || c->switches != switches) return;
+    st_val v[8] = {ST_VINT(c->id),
+                   ST_VINT(out_ns),
+                   ST_VINT(now_ns),
+                   ST_VINT(b.nr),
+                   ST_VTEXT(st_cpuproc_syscall_name(b.nr)),
+                   ST_VINT((int64_t)b.arg[0]),
+                   ST_VINT((int64_t)b.arg[1]),
+                   ST_VTEXT(b.wchan)};
+    st_store_row(r->store, ST_S_CPU_BLOCK, 8, v);
+    c->blocks++;
+    r->n_blocks++;
+}
+
 void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c)
 {
     if (!c->ct || c->ct->fd < 0) return;
     r->cur = c;
     if (st_cpu_thread_drain(c->ct, r->sink) > 0) c->dirty = 1;
+    block_reason(r, c, st_now_ns());
     r->cur = NULL;
 }
 
@@ -475,6 +517,7 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     }
     if (switches != r->w_switches) meta_u64(r, "cpu_switches", r->w_switches = switches);
     if (lost != r->w_lost) meta_u64(r, "cpu_lost_records", r->w_lost = lost);
+    if (r->n_blocks != r->w_blocks) meta_u64(r, "cpu_blocks", r->w_blocks = r->n_blocks);
     if (unknown != r->w_unknown) meta_u64(r, "cpu_samples_unknown_stage", r->w_unknown = unknown);
     if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
 }

@@ -71,4 +71,27 @@ typedef struct st_cpusym st_cpusym; /* caches each file's symbol table */
 void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, size_t n_addrs);
 void st_cpusym_free(st_cpusym *cache);
 
+/* ---- /proc readers (cpu_proc.c) ----
+ * Why a thread is blocked: a block still open this long when the writer
+ * drains the thread's ring (its last switch record a blocked switch-out)
+ * has /proc/self/task/TID/syscall and wchan read once (1.3-30 us a read);
+ * the reason is stored in cpu_blocks with the block's switch-out time. */
+#define ST_CPUREC_BLOCK_MIN_NS 1000000LL
+
+typedef struct st_cpu_block {
+    long nr;            /* the system call it sleeps in; -1: none (in the kernel outside one) */
+    uint64_t arg[2];    /* its first two arguments (futex: the address and the op; ioctl: fd, request) */
+    char wchan[64];     /* the kernel function it sleeps in; "" when the kernel does not say */
+} st_cpu_block;
+
+/* The name of a system call number of this architecture ("other" when not
+ * among the blocking ones it knows; "" for -1). */
+const char *st_cpuproc_syscall_name(long nr);
+/* Parses a /proc/.../syscall text: 1 and *b filled, 0 when it says the
+ * thread is running, -1 when malformed. */
+int st_cpuproc_parse_syscall(const char *text, st_cpu_block *b);
+/* Reads the thread's syscall and wchan files: 1 with *b, 0 when it is
+ * running, -1 when they cannot be read (the thread is gone). */
+int st_cpuproc_block(int64_t os_tid, st_cpu_block *b);
+
 #endif
