@@ -24,7 +24,12 @@
  *    the unregistered thread "feeder" (`pipe`) and a usleep (`nap`): exactly
  *    one reason per sleep, cond, pipe and nap range, named nanosleep or
  *    clock_nanosleep, futex (with an address), read (with the pipe's fd),
- *    and none in the spin and burn ranges.
+ *    and none in the spin and burn ranges;
+ *  - cpu_windows (profile_interval 1, a step mark before each sleep, while
+ *    the thread's CPU clock stands still): its on-CPU time in each window
+ *    between two marks within 2 % of what CLOCK_THREAD_CPUTIME_ID said at
+ *    the marks (written beside the trace), and "feeder" there as an
+ *    unregistered thread; under the seccomp filter too.
  * The same recorder as nobody (setpriv --reuid=nobody --regid=nogroup
  * --clear-groups, when the test runs as root): the same checks where
  * perf_event_paranoid <= 2. Under a seccomp filter that refuses
@@ -64,6 +69,13 @@ static int64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -135,6 +147,7 @@ static int record(const char *path)
     opt.program = "test_cpu_record";
     opt.cpu = 1;
     opt.cpu_period_ns = 1000000;
+    opt.profile_interval = 1; /* a schedstat window at each step mark */
     st_trace *t;
     if (st_open(&t, &opt) != ST_OK) {
         fprintf(stderr, "st_open: %s\n", st_last_error());
@@ -152,6 +165,10 @@ static int record(const char *path)
     if (pthread_create(&feed, NULL, feeder, NULL)) return 15;
     pthread_setname_np(feed, "feeder");
     if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
+    /* The thread's CPU time at each step mark, written beside the trace: the
+     * marks come just before a sleep, during which the writer reads the
+     * schedstat of each window's end, the thread's CPU clock standing still. */
+    int64_t cpu_at[ROUNDS + 1];
     volatile uint64_t sink = 0;
     for (int r = 0; r < ROUNDS; r++) {
         st_begin(SPIN);
@@ -159,6 +176,8 @@ static int record(const char *path)
         while (mono_ns() < until) sink = sink + 1;
         st_end(SPIN);
         st_begin(SLEEP);
+        st_step((uint64_t)r, 0);
+        cpu_at[r] = thread_cpu_ns();
         usleep(60000);
         st_end(SLEEP);
         st_begin(BURN);
@@ -187,6 +206,8 @@ static int record(const char *path)
     if (write(feed_in[1], &c, 1) != 1 || read(feed_out[0], &c, 1) != 1) return 16;
     st_end(PIPE);
     st_begin(NAP);
+    st_step(ROUNDS, 0);
+    cpu_at[ROUNDS] = thread_cpu_ns();
     usleep(20000);
     st_end(NAP);
     close(feed_in[1]);
@@ -196,7 +217,12 @@ static int record(const char *path)
         fprintf(stderr, "st_close: %s\n", st_last_error());
         return 13;
     }
-    return 0;
+    char side[4200];
+    snprintf(side, sizeof side, "%s.cpu", path);
+    FILE *f = fopen(side, "w");
+    if (!f) return 17;
+    for (int k = 0; k <= ROUNDS; k++) fprintf(f, "%lld\n", (long long)cpu_at[k]);
+    return fclose(f) ? 18 : 0;
 }
 
 /* ---- running it ---------------------------------------------------------- */
@@ -422,6 +448,36 @@ static void check_blocks(const trace_read *r)
     assert_int_equal(per_stage[NAP], 1);
 }
 
+/* cpu_windows (with or without perf events): the main thread's on-CPU time
+ * in each window between two step marks within 2 % of what its CPU clock
+ * said at the marks; the unregistered thread "feeder" there by name. */
+static void check_windows(sqlite3 *db, const char *path)
+{
+    assert_string_equal(meta(db, "cpu_window_source"), "schedstat");
+    char side[4200];
+    snprintf(side, sizeof side, "%s.cpu", path);
+    FILE *f = fopen(side, "r");
+    assert_non_null(f);
+    long long cpu_at[ROUNDS + 1];
+    for (int k = 0; k <= ROUNDS; k++) assert_int_equal(fscanf(f, "%lld", &cpu_at[k]), 1);
+    fclose(f);
+    long long tid = one_int(db, "SELECT os_tid FROM cpu_threads WHERE thread = 0");
+    for (int k = 1; k <= ROUNDS; k++) {
+        char sql[256];
+        snprintf(sql, sizeof sql, "SELECT oncpu_ns FROM cpu_windows WHERE step = %d AND os_tid = %lld AND thread = 0",
+                 k, tid);
+        long long on = one_int(db, sql);
+        snprintf(sql, sizeof sql, "SELECT runq_ns FROM cpu_windows WHERE step = %d AND os_tid = %lld", k, tid);
+        long long rq = one_int(db, sql);
+        long long want = cpu_at[k] - cpu_at[k - 1];
+        printf("window to step %d: on-CPU %.3f ms (schedstat) vs %.3f ms (CPU clock), run queue %.3f ms\n", k,
+               on / 1e6, want / 1e6, rq / 1e6);
+        assert_true(on >= 0.98 * want && on <= 1.02 * want);
+    }
+    assert_true(one_int(db, "SELECT count(*) FROM cpu_windows WHERE name = 'feeder' AND thread = -1") >= 1);
+    assert_true(one_int(db, "SELECT count(DISTINCT window) FROM cpu_windows") >= ROUNDS + 1);
+}
+
 /* The checks of a trace recorded with perf events (see the top). */
 static void check_perf_trace(const char *path)
 {
@@ -471,6 +527,7 @@ static void check_perf_trace(const char *path)
     assert_true(burn_named >= 0.90 * burn_attr);
     assert_true(in_sleep <= 0.05 * in_burn + 1);
     check_blocks(&r);
+    check_windows(db, path);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
     assert_true(one_int(db, "SELECT count(*) FROM cpu_symbols WHERE name = 'burn_leaf'") >= 1);
@@ -534,6 +591,10 @@ static void test_record_under_seccomp(void **state)
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
     assert_int_equal(r.n_ranges, N_RANGES);
+    /* without perf events: no block reasons (no switch records), and the
+     * schedstat windows all the same */
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_blocks"), 0);
+    check_windows(db, path);
     sqlite3_close(db);
 }
 

@@ -193,3 +193,60 @@ int st_cpuproc_block(int64_t os_tid, st_cpu_block *b)
     if (cpuproc_read(path, b->wchan, sizeof b->wchan) < 0 || strcmp(b->wchan, "0") == 0) b->wchan[0] = 0;
     return 1;
 }
+
+int st_cpuproc_parse_schedstat(const char *text, uint64_t v[3])
+{
+    /* "ON_CPU_NS RUNQ_NS TIMESLICES" */
+    const char *p = text;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(p, &end, 10);
+        if (end == p || errno) return -1;
+        v[i] = x;
+        p = end;
+    }
+    return 0;
+}
+
+int st_cpuproc_schedstat(int64_t os_tid, uint64_t v[3])
+{
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", (long long)os_tid);
+    if (cpuproc_read(path, buf, sizeof buf) < 0) return -1;
+    return st_cpuproc_parse_schedstat(buf, v);
+}
+
+int st_cpuproc_comm(int64_t os_tid, char *name, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%lld/comm", (long long)os_tid);
+    if (cpuproc_read(path, name, size) < 0) {
+        name[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+long st_cpuproc_tasks(int64_t **tids, size_t *cap)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long long tid = strtoll(e->d_name, &end, 10);
+        if (end == e->d_name || *end || tid <= 0) continue;
+        if ((size_t)n == *cap) {
+            size_t c = *cap ? *cap * 2 : 64;
+            int64_t *p = realloc(*tids, c * sizeof *p);
+            if (!p) break; /* the threads listed so far */
+            *tids = p;
+            *cap = c;
+        }
+        (*tids)[n++] = tid;
+    }
+    closedir(d);
+    return n;
+}

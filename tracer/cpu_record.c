@@ -6,8 +6,11 @@
  * first frame outside the executable mappings and interned into
  * cpu_stacks. At each commit the chunks are stored with the thread's
  * figures (cpu_threads) and the meta keys; at close the events are closed
- * and the mappings and symbols stored (cpu_symbols.c). Nothing here runs on
- * a range's path: the registering thread only opens its event. */
+ * and the mappings and symbols stored (cpu_symbols.c). A block still open
+ * after 1 ms gets its reason from /proc (cpu_blocks), and every thread's
+ * schedstat is read at each window's end (cpu_windows; cpu_proc.c reads
+ * both). Nothing here runs on a range's path: the registering thread only
+ * opens its event. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,14 @@ struct st_cpurec_thread {
     int dirty;                /* the cpu_threads row changed */
 };
 
+/* A thread of the process as the last schedstat scan saw it. */
+typedef struct win_task {
+    int64_t tid;
+    uint64_t v[3];            /* on-CPU ns, run-queue ns, timeslices at the last scan */
+    uint32_t gen;             /* the scan that last saw it */
+    char name[20];            /* comm, read when first seen */
+} win_task;
+
 typedef struct stack_slot {
     uint64_t hash;
     uint32_t id, n;
@@ -78,6 +89,15 @@ struct st_cpurec {
     char w_mode[32];
     int reason_written;
     uint64_t n_blocks, w_blocks; /* cpu_blocks rows stored; as last written to meta */
+    /* schedstat windows */
+    win_task *tasks;
+    size_t n_tasks, tasks_cap;
+    int64_t *tids;
+    size_t tids_cap;
+    uint32_t gen;
+    int64_t win_t0_ns;        /* the last scan's time: the current window's start */
+    int64_t n_windows;        /* windows stored */
+    int schedstat;            /* 1: readable, 0: not (meta cpu_window_source) */
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -271,6 +291,72 @@ static void on_lost(void *ctx, const st_cpu_thread *t, uint64_t n_lost, int64_t 
     queue_push(c, &rec);
 }
 
+/* ---- schedstat windows ---- */
+
+static win_task *task_find(st_cpurec *r, int64_t tid)
+{
+    for (size_t i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].tid == tid) return &r->tasks[i];
+    if (r->n_tasks == r->tasks_cap) {
+        size_t cap = r->tasks_cap ? r->tasks_cap * 2 : 64;
+        win_task *p = realloc(r->tasks, cap * sizeof *p);
+        if (!p) return NULL;
+        r->tasks = p;
+        r->tasks_cap = cap;
+    }
+    win_task *k = &r->tasks[r->n_tasks++];
+    memset(k, 0, sizeof *k); /* born since the last scan: its whole use is in this window */
+    k->tid = tid;
+    st_cpuproc_comm(tid, k->name, sizeof k->name);
+    return k;
+}
+
+static int64_t registered_id(const st_cpurec *r, int64_t tid)
+{
+    for (uint32_t i = 0; i < r->n_threads; i++)
+        if (r->threads[i]->os_tid == tid) return r->threads[i]->id;
+    return -1;
+}
+
+/* Reads every thread's schedstat; store: one cpu_windows row per thread
+ * that ran or waited since the last scan (the window [win_t0_ns, now]).
+ * A thread that ended since the last scan loses its use in this window. */
+static void window_scan(st_cpurec *r, int64_t step, int store)
+{
+    int64_t now = st_now_ns();
+    long n = st_cpuproc_tasks(&r->tids, &r->tids_cap);
+    uint32_t gen = ++r->gen;
+    int any = 0;
+    for (long i = 0; i < n; i++) {
+        uint64_t v[3];
+        if (st_cpuproc_schedstat(r->tids[i], v) != 0) continue; /* gone, or no schedstat */
+        any = 1;
+        win_task *k = task_find(r, r->tids[i]);
+        if (!k) continue;
+        k->gen = gen;
+        uint64_t d[3] = {v[0] - k->v[0], v[1] - k->v[1], v[2] - k->v[2]};
+        memcpy(k->v, v, sizeof v);
+        if (!store || (d[0] == 0 && d[1] == 0)) continue;
+        st_val row[10] = {ST_VINT(r->n_windows), ST_VINT(step), ST_VINT(r->win_t0_ns), ST_VINT(now),
+                          ST_VINT(k->tid), ST_VINT(registered_id(r, k->tid)), ST_VTEXT(k->name),
+                          ST_VINT(d[0]), ST_VINT(d[1]), ST_VINT(d[2])};
+        st_store_row(r->store, ST_S_CPU_WINDOW, 10, row);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].gen == gen) r->tasks[kept++] = r->tasks[i];
+    r->n_tasks = kept;
+    if (!store) r->schedstat = any;
+    if (store) r->n_windows++;
+    r->win_t0_ns = now;
+}
+
+void st_cpurec_step(st_cpurec *r, uint64_t step)
+{
+    uint32_t every = r->t->opt.profile_interval;
+    if (r->schedstat && every && step % every == 0) window_scan(r, (int64_t)step, 1);
+}
+
 /* ---- the writer's calls ---- */
 
 st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
@@ -299,6 +385,8 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     meta_text(r, "cpu_block_reasons", "proc");
     meta_u64(r, "cpu_block_min_ns", ST_CPUREC_BLOCK_MIN_NS);
     meta_text(r, "cpu_blocks", "0");
+    window_scan(r, -1, 0); /* the first window's start */
+    meta_text(r, "cpu_window_source", r->schedstat ? "schedstat" : "none");
     return r;
 }
 
@@ -519,6 +607,7 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     if (lost != r->w_lost) meta_u64(r, "cpu_lost_records", r->w_lost = lost);
     if (r->n_blocks != r->w_blocks) meta_u64(r, "cpu_blocks", r->w_blocks = r->n_blocks);
     if (unknown != r->w_unknown) meta_u64(r, "cpu_samples_unknown_stage", r->w_unknown = unknown);
+    if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
     if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
 }
 
@@ -536,6 +625,8 @@ void st_cpurec_free(st_cpurec *r)
     st_cpu_maps_free(&r->maps);
     st_cpusym_free(r->sym);
     st_buf_free(&r->scratch);
+    free(r->tasks);
+    free(r->tids);
     free(r->stacks);
     free(r->pool);
     free(r->addrs);

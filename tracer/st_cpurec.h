@@ -54,6 +54,11 @@ void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint3
 /* The thread unregistered (its ring was drained to the end): last drain,
  * everything encoded, the event closed. */
 void st_cpurec_retire(st_cpurec *r, st_cpurec_thread *c, uint32_t top);
+/* The writer stored the step mark `step`: with profile_interval N > 0, a
+ * step that is a multiple of N ends a window, and every thread's schedstat
+ * is read into cpu_windows (st_cpurec_commit reads them at each commit
+ * when N is 0, and at close in both cases). */
+void st_cpurec_step(st_cpurec *r, uint64_t step);
 /* Stores the thread's current chunk (at every commit). */
 void st_cpurec_flush(st_cpurec *r, st_cpurec_thread *c);
 /* cpu_threads rows and meta keys that changed. final: the events are closed
@@ -93,5 +98,18 @@ int st_cpuproc_parse_syscall(const char *text, st_cpu_block *b);
 /* Reads the thread's syscall and wchan files: 1 with *b, 0 when it is
  * running, -1 when they cannot be read (the thread is gone). */
 int st_cpuproc_block(int64_t os_tid, st_cpu_block *b);
+
+/* Each thread's CPU use per window: /proc/self/task/TID/schedstat, the
+ * scheduler's own exact sums (on-CPU ns, run-queue wait ns, timeslices),
+ * read for every thread of the process at each window's end. 0 and v
+ * filled, or -1. */
+int st_cpuproc_parse_schedstat(const char *text, uint64_t v[3]);
+int st_cpuproc_schedstat(int64_t os_tid, uint64_t v[3]);
+/* The thread's name (/proc/self/task/TID/comm, at most 15 bytes); 0, or -1
+ * with name "". */
+int st_cpuproc_comm(int64_t os_tid, char *name, size_t size);
+/* The process's threads now (/proc/self/task) into *tids (grown as
+ * needed); their number, or -1 when the directory cannot be read. */
+long st_cpuproc_tasks(int64_t **tids, size_t *cap);
 
 #endif
