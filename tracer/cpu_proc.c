@@ -209,11 +209,24 @@ int st_cpuproc_parse_schedstat(const char *text, uint64_t v[3])
     return 0;
 }
 
-int st_cpuproc_schedstat(int64_t os_tid, uint64_t v[3])
+int st_cpuproc_schedstat_open(int64_t os_tid)
 {
-    char path[64], buf[128];
+    char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", (long long)os_tid);
-    if (cpuproc_read(path, buf, sizeof buf) < 0) return -1;
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+int st_cpuproc_schedstat_read(int fd, uint64_t v[3])
+{
+    /* a read at offset 0 makes the kernel write the file anew: 0.8 us here,
+     * against 5.7 us for an open, a read and a close */
+    char buf[128];
+    ssize_t n;
+    do {
+        n = pread(fd, buf, sizeof buf - 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) return -1; /* the thread ended (ESRCH) */
+    buf[n] = 0;
     return st_cpuproc_parse_schedstat(buf, v);
 }
 

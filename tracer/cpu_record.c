@@ -55,6 +55,7 @@ typedef struct win_task {
     int64_t tid;
     uint64_t v[3];            /* on-CPU ns, run-queue ns, timeslices at the last scan */
     uint32_t gen;             /* the scan that last saw it */
+    int fd;                   /* its schedstat, kept open; -1: none */
     char name[20];            /* comm, read when first seen */
 } win_task;
 
@@ -305,10 +306,24 @@ static win_task *task_find(st_cpurec *r, int64_t tid)
         r->tasks_cap = cap;
     }
     win_task *k = &r->tasks[r->n_tasks++];
-    memset(k, 0, sizeof *k); /* born since the last scan: its whole use is in this window */
+    memset(k, 0, sizeof *k);
     k->tid = tid;
-    st_cpuproc_comm(tid, k->name, sizeof k->name);
+    k->fd = -1;
     return k;
+}
+
+/* Reads the thread's schedstat into v: 0, or -1 when it is gone. A thread
+ * first seen, or whose descriptor says its thread ended while the id is
+ * listed again (a new thread given the same id), starts from zero: born
+ * since the last scan, its whole use is in this window. */
+static int task_read(win_task *k, uint64_t v[3])
+{
+    if (k->fd >= 0 && st_cpuproc_schedstat_read(k->fd, v) == 0) return 0;
+    if (k->fd >= 0) close(k->fd);
+    memset(k->v, 0, sizeof k->v);
+    st_cpuproc_comm(k->tid, k->name, sizeof k->name);
+    k->fd = st_cpuproc_schedstat_open(k->tid);
+    return k->fd >= 0 ? st_cpuproc_schedstat_read(k->fd, v) : -1;
 }
 
 static int64_t registered_id(const st_cpurec *r, int64_t tid)
@@ -329,10 +344,9 @@ static void window_scan(st_cpurec *r, int64_t step, int store)
     int any = 0;
     for (long i = 0; i < n; i++) {
         uint64_t v[3];
-        if (st_cpuproc_schedstat(r->tids[i], v) != 0) continue; /* gone, or no schedstat */
-        any = 1;
         win_task *k = task_find(r, r->tids[i]);
-        if (!k) continue;
+        if (!k || task_read(k, v) != 0) continue; /* gone, or no schedstat */
+        any = 1;
         k->gen = gen;
         uint64_t d[3] = {v[0] - k->v[0], v[1] - k->v[1], v[2] - k->v[2]};
         memcpy(k->v, v, sizeof v);
@@ -343,8 +357,10 @@ static void window_scan(st_cpurec *r, int64_t step, int store)
         st_store_row(r->store, ST_S_CPU_WINDOW, 10, row);
     }
     size_t kept = 0;
-    for (size_t i = 0; i < r->n_tasks; i++)
+    for (size_t i = 0; i < r->n_tasks; i++) {
         if (r->tasks[i].gen == gen) r->tasks[kept++] = r->tasks[i];
+        else if (r->tasks[i].fd >= 0) close(r->tasks[i].fd);
+    }
     r->n_tasks = kept;
     if (!store) r->schedstat = any;
     if (store) r->n_windows++;
@@ -625,6 +641,8 @@ void st_cpurec_free(st_cpurec *r)
     st_cpu_maps_free(&r->maps);
     st_cpusym_free(r->sym);
     st_buf_free(&r->scratch);
+    for (size_t i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].fd >= 0) close(r->tasks[i].fd);
     free(r->tasks);
     free(r->tids);
     free(r->stacks);

@@ -101,10 +101,13 @@ int st_cpuproc_block(int64_t os_tid, st_cpu_block *b);
 
 /* Each thread's CPU use per window: /proc/self/task/TID/schedstat, the
  * scheduler's own exact sums (on-CPU ns, run-queue wait ns, timeslices),
- * read for every thread of the process at each window's end. 0 and v
- * filled, or -1. */
+ * read for every thread of the process at each window's end, through a
+ * descriptor kept open per thread (the file refers to that thread, not to
+ * a later one given the same id). open: the fd, or -1; parse and read: 0
+ * and v filled, or -1 (read: the thread ended). */
 int st_cpuproc_parse_schedstat(const char *text, uint64_t v[3]);
-int st_cpuproc_schedstat(int64_t os_tid, uint64_t v[3]);
+int st_cpuproc_schedstat_open(int64_t os_tid);
+int st_cpuproc_schedstat_read(int fd, uint64_t v[3]);
 /* The thread's name (/proc/self/task/TID/comm, at most 15 bytes); 0, or -1
  * with name "". */
 int st_cpuproc_comm(int64_t os_tid, char *name, size_t size);
