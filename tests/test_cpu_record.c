@@ -42,7 +42,9 @@
  * refuses perf events to this test altogether, the measured cases print
  * why and skip. Pure cases: the CPU chunk and stack encodings give the
  * bytes of docs/trace-format.md's examples, decode back, and every
- * truncation, a bad tag, a bad kind and a wrong count are refused. */
+ * truncation, a bad tag, a bad kind and a wrong count are refused; the
+ * /proc parsers of cpu_proc.c read the kernel's syscall and schedstat
+ * texts, and refuse short ones. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,6 +68,7 @@
 
 #include "common.h"
 #include "encoding.h"
+#include "st_cpurec.h"
 #include "stagetrace.h"
 
 static int64_t mono_ns(void)
@@ -747,6 +750,49 @@ static void test_stack_bytes(void **state)
     st_buf_free(&b);
 }
 
+/* The /proc parsers (cpu_proc.c) on the texts the kernel writes. */
+static void test_proc_parsers(void **state)
+{
+    (void)state;
+    st_cpu_block b;
+    assert_int_equal(st_cpuproc_parse_syscall("202 0x7ffc9ef16ba8 0x189 0x0 0x0 0x7ffc9ef16b10 0xffffffff "
+                                              "0x7ffc9ef16aa0 0x7f04e9c98d61", &b), 1);
+    assert_int_equal(b.nr, 202);
+    assert_true(b.arg[0] == 0x7ffc9ef16ba8ull && b.arg[1] == 0x189);
+    assert_int_equal(st_cpuproc_parse_syscall("-1 0x7ffc9ef16aa0 0x7f04e9c98d61", &b), 1);
+    assert_int_equal(b.nr, -1);
+    assert_true(b.arg[0] == 0 && b.arg[1] == 0);
+    assert_int_equal(st_cpuproc_parse_syscall("running", &b), 0);
+    assert_int_equal(st_cpuproc_parse_syscall("", &b), -1);
+    assert_int_equal(st_cpuproc_parse_syscall("x", &b), -1);
+    assert_int_equal(st_cpuproc_parse_syscall("0", &b), -1); /* no arguments */
+    assert_string_equal(st_cpuproc_syscall_name(SYS_futex), "futex");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_read), "read");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_ioctl), "ioctl");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_clock_nanosleep), "clock_nanosleep");
+    assert_string_equal(st_cpuproc_syscall_name(-1), "");
+    assert_string_equal(st_cpuproc_syscall_name(100000), "other");
+    uint64_t v[3];
+    assert_int_equal(st_cpuproc_parse_schedstat("37227946 22454259 108", v), 0);
+    assert_true(v[0] == 37227946 && v[1] == 22454259 && v[2] == 108);
+    assert_int_equal(st_cpuproc_parse_schedstat("37227946 22454259", v), -1);
+    assert_int_equal(st_cpuproc_parse_schedstat("", v), -1);
+    /* this thread, read through the descriptor */
+    int fd = st_cpuproc_schedstat_open(syscall(SYS_gettid));
+    assert_true(fd >= 0);
+    assert_int_equal(st_cpuproc_schedstat_read(fd, v), 0);
+    uint64_t before = v[0];
+    int64_t until = mono_ns() + 20000000;
+    while (mono_ns() < until) {
+    }
+    assert_int_equal(st_cpuproc_schedstat_read(fd, v), 0);
+    assert_true(v[0] > before);
+    close(fd);
+    char name[20];
+    assert_int_equal(st_cpuproc_comm(syscall(SYS_gettid), name, sizeof name), 0);
+    assert_true(name[0] != 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
@@ -760,6 +806,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_record_as_nobody),
         cmocka_unit_test(test_record_under_seccomp),
+        cmocka_unit_test(test_proc_parsers),
         cmocka_unit_test(test_chunk_bytes),
         cmocka_unit_test(test_stack_bytes),
     };
