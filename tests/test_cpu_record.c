@@ -18,7 +18,21 @@
  *    range chunks), >= 90 % attributed to stage burn by the writer, and of
  *    those, >= 90 % with a frame that cpu_symbols names "burn"; the sleep
  *    ranges get few samples (at most 5 % of the burn ranges' count);
- *  - cpu_maps holds this program's file, cpu_symbols resolves its frames.
+ *  - cpu_maps holds this program's file, cpu_symbols resolves its frames;
+ *  - cpu_blocks: after the rounds the recorder blocks 20 ms in each of a
+ *    condition-variable wait (stage `cond`), a pipe read fed 20 ms later by
+ *    the unregistered thread "feeder" (`pipe`) and a usleep (`nap`), three
+ *    times: at most one reason per sleep, cond, pipe and nap range (one
+ *    each when the writer ran during it), named nanosleep or
+ *    clock_nanosleep, futex (with an address), read (with the pipe's fd),
+ *    at least one per kind, and none in the spin and burn ranges;
+ *  - cpu_windows (profile_interval 1, a step mark before each sleep, while
+ *    the thread's CPU clock stands still): its on-CPU time over all
+ *    windows within 2 % of CLOCK_THREAD_CPUTIME_ID from st_open to
+ *    st_close, in each
+ *    window between two marks (read during the sleeps) within 2 % of what
+ *    it said at the marks (written beside the trace), and "feeder" there
+ *    as an unregistered thread; under the seccomp filter too.
  * The same recorder as nobody (setpriv --reuid=nobody --regid=nogroup
  * --clear-groups, when the test runs as root): the same checks where
  * perf_event_paranoid <= 2. Under a seccomp filter that refuses
@@ -28,7 +42,9 @@
  * refuses perf events to this test altogether, the measured cases print
  * why and skip. Pure cases: the CPU chunk and stack encodings give the
  * bytes of docs/trace-format.md's examples, decode back, and every
- * truncation, a bad tag, a bad kind and a wrong count are refused. */
+ * truncation, a bad tag, a bad kind and a wrong count are refused; the
+ * /proc parsers of cpu_proc.c read the kernel's syscall and schedstat
+ * texts, and refuse short ones. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +52,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sqlite3.h>
@@ -51,12 +68,20 @@
 
 #include "common.h"
 #include "encoding.h"
+#include "st_cpurec.h"
 #include "stagetrace.h"
 
 static int64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -99,8 +124,25 @@ __attribute__((noinline, noclone, used, optimize("no-omit-frame-pointer"))) stat
     return x;
 }
 
-enum { SPIN, SLEEP, BURN };
+enum { SPIN, SLEEP, BURN, COND, PIPE, NAP };
 #define ROUNDS 3
+#define N_RANGES (6 * ROUNDS)
+
+/* The unregistered thread "feeder": for each byte read from its first pipe,
+ * 20 ms later a byte on its second, so that the recorder blocks 20 ms in
+ * read(). */
+static int feed_in[2], feed_out[2];
+
+static void *feeder(void *arg)
+{
+    (void)arg;
+    char c;
+    while (read(feed_in[0], &c, 1) == 1) {
+        usleep(20000);
+        if (write(feed_out[1], &c, 1) != 1) break;
+    }
+    return NULL;
+}
 
 static int record(const char *path)
 {
@@ -111,16 +153,30 @@ static int record(const char *path)
     opt.program = "test_cpu_record";
     opt.cpu = 1;
     opt.cpu_period_ns = 1000000;
+    opt.profile_interval = 1; /* a schedstat window at each step mark */
     st_trace *t;
+    int64_t cpu_before = thread_cpu_ns();
     if (st_open(&t, &opt) != ST_OK) {
         fprintf(stderr, "st_open: %s\n", st_last_error());
         return 10;
     }
+    int64_t cpu_opened = thread_cpu_ns(); /* the writer's first schedstat read lies between the two */
     int spin = st_stage_register(t, "spin", ST_WORK);
     int sleep_ = st_stage_register(t, "sleep", ST_WAIT_INPUT);
     int burn_ = st_stage_register(t, "burn", ST_WORK);
-    if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN) return 11;
+    int cond_ = st_stage_register(t, "cond", ST_WAIT_INPUT);
+    int pipe_ = st_stage_register(t, "pipe", ST_WAIT_INPUT);
+    int nap = st_stage_register(t, "nap", ST_WAIT_INPUT);
+    if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN || cond_ != COND || pipe_ != PIPE || nap != NAP) return 11;
+    if (pipe(feed_in) || pipe(feed_out)) return 14;
+    pthread_t feed;
+    if (pthread_create(&feed, NULL, feeder, NULL)) return 15;
+    pthread_setname_np(feed, "feeder");
     if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
+    /* The thread's CPU time at each step mark, written beside the trace: the
+     * marks come just before a sleep, during which the writer reads the
+     * schedstat of each window's end, the thread's CPU clock standing still. */
+    int64_t cpu_at[ROUNDS + 1];
     volatile uint64_t sink = 0;
     for (int r = 0; r < ROUNDS; r++) {
         st_begin(SPIN);
@@ -128,18 +184,59 @@ static int record(const char *path)
         while (mono_ns() < until) sink = sink + 1;
         st_end(SPIN);
         st_begin(SLEEP);
+        st_step((uint64_t)r, 0);
+        cpu_at[r] = thread_cpu_ns();
         usleep(60000);
         st_end(SLEEP);
         st_begin(BURN);
         sink = sink + burn(mono_ns() + 100000000);
         st_end(BURN);
     }
+    /* 20 ms blocked in each of: a condition-variable wait (futex), a pipe
+     * read, usleep (clock_nanosleep or nanosleep), ROUNDS times */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    for (int r = 0; r < ROUNDS; r++) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        st_begin(COND);
+        pthread_mutex_lock(&mu);
+        while (pthread_cond_timedwait(&cv, &mu, &until) == 0) {
+        }
+        pthread_mutex_unlock(&mu);
+        st_end(COND);
+        char c = 'x';
+        st_begin(PIPE);
+        if (write(feed_in[1], &c, 1) != 1 || read(feed_out[0], &c, 1) != 1) return 16;
+        st_end(PIPE);
+        st_begin(NAP);
+        if (r == 0) {
+            st_step(ROUNDS, 0);
+            cpu_at[ROUNDS] = thread_cpu_ns();
+        }
+        usleep(20000);
+        st_end(NAP);
+    }
+    close(feed_in[1]);
+    pthread_join(feed, NULL);
+    int64_t cpu_end = thread_cpu_ns();
     int rc = st_close(t);
     if (rc != ST_OK) {
         fprintf(stderr, "st_close: %s\n", st_last_error());
         return 13;
     }
-    return 0;
+    char side[4200];
+    snprintf(side, sizeof side, "%s.cpu", path);
+    FILE *f = fopen(side, "w");
+    if (!f) return 17;
+    for (int k = 0; k <= ROUNDS; k++) fprintf(f, "%lld\n", (long long)cpu_at[k]);
+    fprintf(f, "%lld\n%lld\n%lld\n", (long long)cpu_end, (long long)cpu_before, (long long)cpu_opened);
+    return fclose(f) ? 18 : 0;
 }
 
 /* ---- running it ---------------------------------------------------------- */
@@ -264,7 +361,7 @@ static void read_trace(const char *path, trace_read *r)
     while (sqlite3_step(st) == SQLITE_ROW) {
         st_event_cursor c;
         assert_int_equal(st_event_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-                                              (uint32_t)sqlite3_column_int64(st, 0), 3), 0);
+                                              (uint32_t)sqlite3_column_int64(st, 0), NAP + 1), 0);
         st_event ev;
         int rc;
         while ((rc = st_event_next(&c, &ev)) == 1)
@@ -320,6 +417,124 @@ static uint32_t range_stage_at(const trace_read *r, int64_t ts)
     return ST_CPU_NO_STAGE;
 }
 
+/* cpu_blocks: at most one reason for each 20 ms or 60 ms block, inside
+ * its range, naming the system call the recorder sleeps in there, and none
+ * in the spin and burn ranges (preempted there, never blocked). Each sleep
+ * gets one when the writer passes during it: on a loaded machine the writer
+ * can be held off the CPU for longer than a sleep (200 ms has been seen),
+ * so each kind of wait must have a reason in at least one of its ROUNDS
+ * ranges, and the misses are printed. */
+static int range_index_at(const trace_read *r, int64_t ts)
+{
+    for (int i = 0; i < r->n_ranges; i++)
+        if (ts >= r->ranges[i].t0 && ts < r->ranges[i].t1) return i;
+    return -1;
+}
+
+static void check_blocks(const trace_read *r)
+{
+    sqlite3 *db = r->db;
+    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
+    assert_string_equal(meta(db, "cpu_block_min_ns"), "1000000");
+    assert_int_equal(atoll(meta(db, "cpu_blocks")), one_int(db, "SELECT count(*) FROM cpu_blocks"));
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT t_ns, seen_ns, syscall, name, arg0, wchan FROM cpu_blocks "
+                                        "WHERE thread = 0 ORDER BY t_ns", -1, &st, NULL), SQLITE_OK);
+    int per_stage[NAP + 1] = {0}, per_range[64] = {0};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t t = sqlite3_column_int64(st, 0), seen = sqlite3_column_int64(st, 1);
+        const char *name = (const char *)sqlite3_column_text(st, 3);
+        const char *wchan = (const char *)sqlite3_column_text(st, 5);
+        long long arg0 = sqlite3_column_int64(st, 4);
+        int i = range_index_at(r, t);
+        uint32_t at = i < 0 ? ST_CPU_NO_STAGE : r->ranges[i].stage;
+        printf("block at %lld (seen %.2f ms later): %s (%lld, arg0 %#llx), wchan %s, in stage %d\n", (long long)t,
+               (seen - t) / 1e6, name, sqlite3_column_int64(st, 2), arg0, wchan, (int)at);
+        assert_true(seen - t >= 1000000);
+        if (i < 0) continue; /* st_thread_register, st_close */
+        assert_true(at <= NAP);
+        per_stage[at]++;
+        per_range[i]++;
+        assert_true(per_range[i] == 1);
+        if (at == SLEEP || at == NAP)
+            assert_true(strcmp(name, "clock_nanosleep") == 0 || strcmp(name, "nanosleep") == 0);
+        if (at == COND) {
+            assert_string_equal(name, "futex");
+            assert_true(arg0 != 0); /* the futex word's address */
+        }
+        if (at == PIPE) {
+            assert_string_equal(name, "read");
+            assert_true(arg0 > 2); /* the pipe's fd */
+        }
+    }
+    sqlite3_finalize(st);
+    printf("block reasons: sleep %d, cond %d, pipe %d, nap %d of %d each\n", per_stage[SLEEP], per_stage[COND],
+           per_stage[PIPE], per_stage[NAP], ROUNDS);
+    assert_int_equal(per_stage[SPIN], 0);
+    assert_int_equal(per_stage[BURN], 0);
+    for (int k = SLEEP; k <= NAP; k++) {
+        if (k == BURN) continue;
+        assert_true(per_stage[k] >= 1 && per_stage[k] <= ROUNDS);
+    }
+}
+
+/* cpu_windows (with or without perf events): the main thread's on-CPU time
+ * over all windows within 2 % of its CPU clock from st_open to st_close, and in each
+ * window between two step marks within 2 % of what its CPU clock said at
+ * the marks, where the writer read schedstat during the sleeps that follow
+ * both marks (a loaded machine can hold the writer off the CPU for longer
+ * than a sleep: such a window is said and skipped); the unregistered
+ * thread "feeder" there by name. */
+static void check_windows(const trace_read *r, const char *path)
+{
+    sqlite3 *db = r->db;
+    assert_string_equal(meta(db, "cpu_window_source"), "schedstat");
+    char side[4200];
+    snprintf(side, sizeof side, "%s.cpu", path);
+    FILE *f = fopen(side, "r");
+    assert_non_null(f);
+    long long cpu_at[ROUNDS + 1], cpu_end, cpu_before, cpu_opened;
+    for (int k = 0; k <= ROUNDS; k++) assert_int_equal(fscanf(f, "%lld", &cpu_at[k]), 1);
+    assert_int_equal(fscanf(f, "%lld %lld %lld", &cpu_end, &cpu_before, &cpu_opened), 3);
+    fclose(f);
+    long long tid = one_int(db, "SELECT os_tid FROM cpu_threads WHERE thread = 0");
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT sum(oncpu_ns) FROM cpu_windows WHERE os_tid = %lld AND thread = 0", tid);
+    long long total = one_int(db, sql);
+    /* from the writer's first read to its last (during st_close): the first
+     * comes when the writer thread starts, after st_open returned when the
+     * machine is loaded, so the lower bound counts from mark 1 only */
+    printf("all windows: on-CPU %.3f ms (schedstat) vs %.3f-%.3f ms (CPU clock from st_open to st_close)\n",
+           total / 1e6, (cpu_end - cpu_opened) / 1e6, (cpu_end - cpu_before) / 1e6);
+    assert_true(total >= 0.98 * (cpu_end - cpu_at[1]) && total <= 1.02 * (cpu_end - cpu_before));
+    /* the sleep after mark k: SLEEP of round k, or the first NAP */
+    const range *after[ROUNDS + 1];
+    for (int k = 0; k < ROUNDS; k++) after[k] = &r->ranges[3 * k + 1];
+    after[ROUNDS] = &r->ranges[3 * ROUNDS + 2];
+    for (int k = 0; k <= ROUNDS; k++) assert_int_equal(after[k]->stage, k < ROUNDS ? SLEEP : NAP);
+    int checked = 0;
+    for (int k = 1; k <= ROUNDS; k++) {
+        sqlite3_stmt *st;
+        snprintf(sql, sizeof sql, "SELECT t0_ns, t1_ns, oncpu_ns, runq_ns FROM cpu_windows WHERE step = %d AND "
+                 "os_tid = %lld AND thread = 0", k, tid);
+        assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        int64_t t0 = sqlite3_column_int64(st, 0), t1 = sqlite3_column_int64(st, 1);
+        long long on = sqlite3_column_int64(st, 2), rq = sqlite3_column_int64(st, 3);
+        sqlite3_finalize(st);
+        long long want = cpu_at[k] - cpu_at[k - 1];
+        int in_sleeps = t0 >= after[k - 1]->t0 && t0 < after[k - 1]->t1 && t1 >= after[k]->t0 && t1 < after[k]->t1;
+        printf("window to step %d: on-CPU %.3f ms (schedstat) vs %.3f ms (CPU clock), run queue %.3f ms%s\n", k,
+               on / 1e6, want / 1e6, rq / 1e6, in_sleeps ? "" : " (the writer read it after the sleep: skipped)");
+        if (!in_sleeps) continue;
+        checked++;
+        assert_true(on >= 0.98 * want && on <= 1.02 * want);
+    }
+    (void)checked;
+    assert_true(one_int(db, "SELECT count(*) FROM cpu_windows WHERE name = 'feeder' AND thread = -1") >= 1);
+    assert_true(one_int(db, "SELECT count(DISTINCT window) FROM cpu_windows") >= ROUNDS + 1);
+}
+
 /* The checks of a trace recorded with perf events (see the top). */
 static void check_perf_trace(const char *path)
 {
@@ -330,7 +545,7 @@ static void check_perf_trace(const char *path)
     assert_string_equal(meta(db, "cpu_mode"), "perf");
     assert_string_equal(meta(db, "cpu_period_ns"), "1000000");
     assert_non_null(meta(db, "cpu_lost_records"));
-    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    assert_int_equal(r.n_ranges, N_RANGES);
     long long lost = atoll(meta(db, "cpu_lost_records"));
     assert_int_equal(atoll(meta(db, "cpu_samples")), r.n_samples);
     assert_non_null(meta(db, "cpu_sample_hz"));
@@ -368,6 +583,8 @@ static void check_perf_trace(const char *path)
     assert_true(burn_attr >= 0.90 * in_burn);
     assert_true(burn_named >= 0.90 * burn_attr);
     assert_true(in_sleep <= 0.05 * in_burn + 1);
+    check_blocks(&r);
+    check_windows(&r, path);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
     assert_true(one_int(db, "SELECT count(*) FROM cpu_symbols WHERE name = 'burn_leaf'") >= 1);
@@ -430,7 +647,11 @@ static void test_record_under_seccomp(void **state)
     assert_non_null(strstr(why, "seccomp"));
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
-    assert_int_equal(r.n_ranges, 3 * ROUNDS);
+    assert_int_equal(r.n_ranges, N_RANGES);
+    /* without perf events: no block reasons (no switch records), and the
+     * schedstat windows all the same */
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_blocks"), 0);
+    check_windows(&r, path);
     sqlite3_close(db);
 }
 
@@ -529,6 +750,49 @@ static void test_stack_bytes(void **state)
     st_buf_free(&b);
 }
 
+/* The /proc parsers (cpu_proc.c) on the texts the kernel writes. */
+static void test_proc_parsers(void **state)
+{
+    (void)state;
+    st_cpu_block b;
+    assert_int_equal(st_cpuproc_parse_syscall("202 0x7ffc9ef16ba8 0x189 0x0 0x0 0x7ffc9ef16b10 0xffffffff "
+                                              "0x7ffc9ef16aa0 0x7f04e9c98d61", &b), 1);
+    assert_int_equal(b.nr, 202);
+    assert_true(b.arg[0] == 0x7ffc9ef16ba8ull && b.arg[1] == 0x189);
+    assert_int_equal(st_cpuproc_parse_syscall("-1 0x7ffc9ef16aa0 0x7f04e9c98d61", &b), 1);
+    assert_int_equal(b.nr, -1);
+    assert_true(b.arg[0] == 0 && b.arg[1] == 0);
+    assert_int_equal(st_cpuproc_parse_syscall("running", &b), 0);
+    assert_int_equal(st_cpuproc_parse_syscall("", &b), -1);
+    assert_int_equal(st_cpuproc_parse_syscall("x", &b), -1);
+    assert_int_equal(st_cpuproc_parse_syscall("0", &b), -1); /* no arguments */
+    assert_string_equal(st_cpuproc_syscall_name(SYS_futex), "futex");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_read), "read");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_ioctl), "ioctl");
+    assert_string_equal(st_cpuproc_syscall_name(SYS_clock_nanosleep), "clock_nanosleep");
+    assert_string_equal(st_cpuproc_syscall_name(-1), "");
+    assert_string_equal(st_cpuproc_syscall_name(100000), "other");
+    uint64_t v[3];
+    assert_int_equal(st_cpuproc_parse_schedstat("37227946 22454259 108", v), 0);
+    assert_true(v[0] == 37227946 && v[1] == 22454259 && v[2] == 108);
+    assert_int_equal(st_cpuproc_parse_schedstat("37227946 22454259", v), -1);
+    assert_int_equal(st_cpuproc_parse_schedstat("", v), -1);
+    /* this thread, read through the descriptor */
+    int fd = st_cpuproc_schedstat_open(syscall(SYS_gettid));
+    assert_true(fd >= 0);
+    assert_int_equal(st_cpuproc_schedstat_read(fd, v), 0);
+    uint64_t before = v[0];
+    int64_t until = mono_ns() + 20000000;
+    while (mono_ns() < until) {
+    }
+    assert_int_equal(st_cpuproc_schedstat_read(fd, v), 0);
+    assert_true(v[0] > before);
+    close(fd);
+    char name[20];
+    assert_int_equal(st_cpuproc_comm(syscall(SYS_gettid), name, sizeof name), 0);
+    assert_true(name[0] != 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
@@ -542,6 +806,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_record_as_nobody),
         cmocka_unit_test(test_record_under_seccomp),
+        cmocka_unit_test(test_proc_parsers),
         cmocka_unit_test(test_chunk_bytes),
         cmocka_unit_test(test_stack_bytes),
     };

@@ -6,8 +6,11 @@
  * first frame outside the executable mappings and interned into
  * cpu_stacks. At each commit the chunks are stored with the thread's
  * figures (cpu_threads) and the meta keys; at close the events are closed
- * and the mappings and symbols stored (cpu_symbols.c). Nothing here runs on
- * a range's path: the registering thread only opens its event. */
+ * and the mappings and symbols stored (cpu_symbols.c). A block still open
+ * after 1 ms gets its reason from /proc (cpu_blocks), and every thread's
+ * schedstat is read at each window's end (cpu_windows; cpu_proc.c reads
+ * both). Nothing here runs on a range's path: the registering thread only
+ * opens its event. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +44,20 @@ struct st_cpurec_thread {
     int64_t last_event_ns;    /* the last encoded event's time (valid when n_hist) */
     int64_t last_rec_ns;      /* the last record's time, for a lost record without one */
     uint64_t switches, samples, unknown, lost;
+    int64_t out_ns;           /* the last switch record's time when it is a blocked switch-out, else -1 */
+    int out_examined;         /* that block's reason was looked for (block_reason) */
+    uint64_t blocks;          /* cpu_blocks rows stored */
     int dirty;                /* the cpu_threads row changed */
 };
+
+/* A thread of the process as the last schedstat scan saw it. */
+typedef struct win_task {
+    int64_t tid;
+    uint64_t v[3];            /* on-CPU ns, run-queue ns, timeslices at the last scan */
+    uint32_t gen;             /* the scan that last saw it */
+    int fd;                   /* its schedstat, kept open; -1: none */
+    char name[20];            /* comm, read when first seen */
+} win_task;
 
 typedef struct stack_slot {
     uint64_t hash;
@@ -74,6 +89,16 @@ struct st_cpurec {
     uint64_t w_samples, w_switches, w_lost, w_unknown, w_cpu_ns;
     char w_mode[32];
     int reason_written;
+    uint64_t n_blocks, w_blocks; /* cpu_blocks rows stored; as last written to meta */
+    /* schedstat windows */
+    win_task *tasks;
+    size_t n_tasks, tasks_cap;
+    int64_t *tids;
+    size_t tids_cap;
+    uint32_t gen;
+    int64_t win_t0_ns;        /* the last scan's time: the current window's start */
+    int64_t n_windows;        /* windows stored */
+    int schedstat;            /* 1: readable, 0: not (meta cpu_window_source) */
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -232,6 +257,8 @@ static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
     rec.kind = !s->out ? ST_CPU_REC_IN : s->preempted ? ST_CPU_REC_PREEMPTED : ST_CPU_REC_OUT;
     rec.ts_ns = st_clock_mono_to_ns(s->t_ns);
     c->last_rec_ns = rec.ts_ns;
+    c->out_ns = rec.kind == ST_CPU_REC_OUT ? rec.ts_ns : -1;
+    c->out_examined = 0;
     c->switches++;
     queue_push(c, &rec);
 }
@@ -265,6 +292,87 @@ static void on_lost(void *ctx, const st_cpu_thread *t, uint64_t n_lost, int64_t 
     queue_push(c, &rec);
 }
 
+/* ---- schedstat windows ---- */
+
+static win_task *task_find(st_cpurec *r, int64_t tid)
+{
+    for (size_t i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].tid == tid) return &r->tasks[i];
+    if (r->n_tasks == r->tasks_cap) {
+        size_t cap = r->tasks_cap ? r->tasks_cap * 2 : 64;
+        win_task *p = realloc(r->tasks, cap * sizeof *p);
+        if (!p) return NULL;
+        r->tasks = p;
+        r->tasks_cap = cap;
+    }
+    win_task *k = &r->tasks[r->n_tasks++];
+    memset(k, 0, sizeof *k);
+    k->tid = tid;
+    k->fd = -1;
+    return k;
+}
+
+/* Reads the thread's schedstat into v: 0, or -1 when it is gone. A thread
+ * first seen, or whose descriptor says its thread ended while the id is
+ * listed again (a new thread given the same id), starts from zero: born
+ * since the last scan, its whole use is in this window. */
+static int task_read(win_task *k, uint64_t v[3])
+{
+    if (k->fd >= 0 && st_cpuproc_schedstat_read(k->fd, v) == 0) return 0;
+    if (k->fd >= 0) close(k->fd);
+    memset(k->v, 0, sizeof k->v);
+    st_cpuproc_comm(k->tid, k->name, sizeof k->name);
+    k->fd = st_cpuproc_schedstat_open(k->tid);
+    return k->fd >= 0 ? st_cpuproc_schedstat_read(k->fd, v) : -1;
+}
+
+static int64_t registered_id(const st_cpurec *r, int64_t tid)
+{
+    for (uint32_t i = 0; i < r->n_threads; i++)
+        if (r->threads[i]->os_tid == tid) return r->threads[i]->id;
+    return -1;
+}
+
+/* Reads every thread's schedstat; store: one cpu_windows row per thread
+ * that ran or waited since the last scan (the window [win_t0_ns, now]).
+ * A thread that ended since the last scan loses its use in this window. */
+static void window_scan(st_cpurec *r, int64_t step, int store)
+{
+    int64_t now = st_now_ns();
+    long n = st_cpuproc_tasks(&r->tids, &r->tids_cap);
+    uint32_t gen = ++r->gen;
+    int any = 0;
+    for (long i = 0; i < n; i++) {
+        uint64_t v[3];
+        win_task *k = task_find(r, r->tids[i]);
+        if (!k || task_read(k, v) != 0) continue; /* gone, or no schedstat */
+        any = 1;
+        k->gen = gen;
+        uint64_t d[3] = {v[0] - k->v[0], v[1] - k->v[1], v[2] - k->v[2]};
+        memcpy(k->v, v, sizeof v);
+        if (!store || (d[0] == 0 && d[1] == 0)) continue;
+        st_val row[10] = {ST_VINT(r->n_windows), ST_VINT(step), ST_VINT(r->win_t0_ns), ST_VINT(now),
+                          ST_VINT(k->tid), ST_VINT(registered_id(r, k->tid)), ST_VTEXT(k->name),
+                          ST_VINT(d[0]), ST_VINT(d[1]), ST_VINT(d[2])};
+        st_store_row(r->store, ST_S_CPU_WINDOW, 10, row);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_tasks; i++) {
+        if (r->tasks[i].gen == gen) r->tasks[kept++] = r->tasks[i];
+        else if (r->tasks[i].fd >= 0) close(r->tasks[i].fd);
+    }
+    r->n_tasks = kept;
+    if (!store) r->schedstat = any;
+    if (store) r->n_windows++;
+    r->win_t0_ns = now;
+}
+
+void st_cpurec_step(st_cpurec *r, uint64_t step)
+{
+    uint32_t every = r->t->opt.profile_interval;
+    if (r->schedstat && every && step % every == 0) window_scan(r, (int64_t)step, 1);
+}
+
 /* ---- the writer's calls ---- */
 
 st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
@@ -288,6 +396,13 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     meta_u64(r, "cpu_period_ns", r->period_ns == UINT64_MAX ? 0 : r->period_ns);
     meta_u64(r, "cpu_ring_bytes", st_cpu_ring_bytes_for(0));
     meta_text(r, "cpu_lost_records", "0");
+    /* why threads block: from /proc only (no wait stacks, no sched_switch
+     * tracepoint: docs/cpu.md) */
+    meta_text(r, "cpu_block_reasons", "proc");
+    meta_u64(r, "cpu_block_min_ns", ST_CPUREC_BLOCK_MIN_NS);
+    meta_text(r, "cpu_blocks", "0");
+    window_scan(r, -1, 0); /* the first window's start */
+    meta_text(r, "cpu_window_source", r->schedstat ? "schedstat" : "none");
     return r;
 }
 
@@ -306,6 +421,7 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
     c->status = ct ? status : ST_CPU_ERROR;
     c->start_ns = start_ns;
     c->last_rec_ns = start_ns;
+    c->out_ns = -1;
     if (ct && status == ST_CPU_OK) {
         c->ct = ct;
         c->ring_bytes = (int64_t)ct->data_bytes;
@@ -318,11 +434,41 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
     return c;
 }
 
+/* The thread's last switch record is a blocked switch-out at least
+ * ST_CPUREC_BLOCK_MIN_NS old, not yet examined: what /proc says it sleeps
+ * in, stored with the block's time. The ring is drained again after the
+ * read: a switch record that arrived meanwhile means the thread woke (and
+ * may sleep elsewhere now), and the reason is left out rather than given
+ * to the wrong block. */
+static void block_reason(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
+{
+    if (c->out_ns < 0 || c->out_examined || now_ns - c->out_ns < ST_CPUREC_BLOCK_MIN_NS) return;
+    c->out_examined = 1;
+    int64_t out_ns = c->out_ns;
+    uint64_t switches = c->switches;
+    st_cpu_block b;
+    int rc = st_cpuproc_block(c->os_tid, &b);
+    st_cpu_thread_drain(c->ct, r->sink);
+    if (rc <= 0 || c->switches != switches) return;
+    st_val v[8] = {ST_VINT(c->id),
+                   ST_VINT(out_ns),
+                   ST_VINT(now_ns),
+                   ST_VINT(b.nr),
+                   ST_VTEXT(st_cpuproc_syscall_name(b.nr)),
+                   ST_VINT((int64_t)b.arg[0]),
+                   ST_VINT((int64_t)b.arg[1]),
+                   ST_VTEXT(b.wchan)};
+    st_store_row(r->store, ST_S_CPU_BLOCK, 8, v);
+    c->blocks++;
+    r->n_blocks++;
+}
+
 void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c)
 {
     if (!c->ct || c->ct->fd < 0) return;
     r->cur = c;
     if (st_cpu_thread_drain(c->ct, r->sink) > 0) c->dirty = 1;
+    block_reason(r, c, st_now_ns());
     r->cur = NULL;
 }
 
@@ -475,7 +621,9 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     }
     if (switches != r->w_switches) meta_u64(r, "cpu_switches", r->w_switches = switches);
     if (lost != r->w_lost) meta_u64(r, "cpu_lost_records", r->w_lost = lost);
+    if (r->n_blocks != r->w_blocks) meta_u64(r, "cpu_blocks", r->w_blocks = r->n_blocks);
     if (unknown != r->w_unknown) meta_u64(r, "cpu_samples_unknown_stage", r->w_unknown = unknown);
+    if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
     if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
 }
 
@@ -493,6 +641,10 @@ void st_cpurec_free(st_cpurec *r)
     st_cpu_maps_free(&r->maps);
     st_cpusym_free(r->sym);
     st_buf_free(&r->scratch);
+    for (size_t i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].fd >= 0) close(r->tasks[i].fd);
+    free(r->tasks);
+    free(r->tids);
     free(r->stacks);
     free(r->pool);
     free(r->addrs);

@@ -54,6 +54,11 @@ void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint3
 /* The thread unregistered (its ring was drained to the end): last drain,
  * everything encoded, the event closed. */
 void st_cpurec_retire(st_cpurec *r, st_cpurec_thread *c, uint32_t top);
+/* The writer stored the step mark `step`: with profile_interval N > 0, a
+ * step that is a multiple of N ends a window, and every thread's schedstat
+ * is read into cpu_windows (st_cpurec_commit reads them at each commit
+ * when N is 0, and at close in both cases). */
+void st_cpurec_step(st_cpurec *r, uint64_t step);
 /* Stores the thread's current chunk (at every commit). */
 void st_cpurec_flush(st_cpurec *r, st_cpurec_thread *c);
 /* cpu_threads rows and meta keys that changed. final: the events are closed
@@ -70,5 +75,44 @@ void st_cpurec_free(st_cpurec *r);
 typedef struct st_cpusym st_cpusym; /* caches each file's symbol table */
 void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, size_t n_addrs);
 void st_cpusym_free(st_cpusym *cache);
+
+/* ---- /proc readers (cpu_proc.c) ----
+ * Why a thread is blocked: a block still open this long when the writer
+ * drains the thread's ring (its last switch record a blocked switch-out)
+ * has /proc/self/task/TID/syscall and wchan read once (1.3-30 us a read);
+ * the reason is stored in cpu_blocks with the block's switch-out time. */
+#define ST_CPUREC_BLOCK_MIN_NS 1000000LL
+
+typedef struct st_cpu_block {
+    long nr;            /* the system call it sleeps in; -1: none (in the kernel outside one) */
+    uint64_t arg[2];    /* its first two arguments (futex: the address and the op; ioctl: fd, request) */
+    char wchan[64];     /* the kernel function it sleeps in; "" when the kernel does not say */
+} st_cpu_block;
+
+/* The name of a system call number of this architecture ("other" when not
+ * among the blocking ones it knows; "" for -1). */
+const char *st_cpuproc_syscall_name(long nr);
+/* Parses a /proc/.../syscall text: 1 and *b filled, 0 when it says the
+ * thread is running, -1 when malformed. */
+int st_cpuproc_parse_syscall(const char *text, st_cpu_block *b);
+/* Reads the thread's syscall and wchan files: 1 with *b, 0 when it is
+ * running, -1 when they cannot be read (the thread is gone). */
+int st_cpuproc_block(int64_t os_tid, st_cpu_block *b);
+
+/* Each thread's CPU use per window: /proc/self/task/TID/schedstat, the
+ * scheduler's own exact sums (on-CPU ns, run-queue wait ns, timeslices),
+ * read for every thread of the process at each window's end, through a
+ * descriptor kept open per thread (the file refers to that thread, not to
+ * a later one given the same id). open: the fd, or -1; parse and read: 0
+ * and v filled, or -1 (read: the thread ended). */
+int st_cpuproc_parse_schedstat(const char *text, uint64_t v[3]);
+int st_cpuproc_schedstat_open(int64_t os_tid);
+int st_cpuproc_schedstat_read(int fd, uint64_t v[3]);
+/* The thread's name (/proc/self/task/TID/comm, at most 15 bytes); 0, or -1
+ * with name "". */
+int st_cpuproc_comm(int64_t os_tid, char *name, size_t size);
+/* The process's threads now (/proc/self/task) into *tids (grown as
+ * needed); their number, or -1 when the directory cannot be read. */
+long st_cpuproc_tasks(int64_t **tids, size_t *cap);
 
 #endif

@@ -58,6 +58,14 @@ static const char st_cpu_schema_sql[] =
     "  end INTEGER NOT NULL, file_offset INTEGER NOT NULL, path TEXT NOT NULL,\n"
     "  build_id TEXT NOT NULL);\n"
     "CREATE TABLE IF NOT EXISTS cpu_symbols(addr INTEGER PRIMARY KEY, map INTEGER NOT NULL,\n"
-    "  file_offset INTEGER NOT NULL, name TEXT NOT NULL, sym_offset INTEGER NOT NULL);\n";
+    "  file_offset INTEGER NOT NULL, name TEXT NOT NULL, sym_offset INTEGER NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_blocks(id INTEGER PRIMARY KEY, thread INTEGER NOT NULL,\n"
+    "  t_ns INTEGER NOT NULL, seen_ns INTEGER NOT NULL, syscall INTEGER NOT NULL,\n"
+    "  name TEXT NOT NULL, arg0 INTEGER NOT NULL, arg1 INTEGER NOT NULL, wchan TEXT NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS cpu_blocks_by_thread ON cpu_blocks(thread, t_ns);\n"
+    "CREATE TABLE IF NOT EXISTS cpu_windows(window INTEGER NOT NULL, step INTEGER NOT NULL,\n"
+    "  t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL, os_tid INTEGER NOT NULL,\n"
+    "  thread INTEGER NOT NULL, name TEXT NOT NULL, oncpu_ns INTEGER NOT NULL,\n"
+    "  runq_ns INTEGER NOT NULL, slices INTEGER NOT NULL, PRIMARY KEY(window, os_tid));\n";
 
 #endif

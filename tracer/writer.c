@@ -593,6 +593,7 @@ static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_rin
         st_val v[4] = {ST_VINT(step), ST_VINT(ns), ST_VINT(tokens), ST_VINT(s->id)};
         st_store_row(w->store, ST_S_STEP, 4, v);
         if (t->agg) steps_push(w, (step_item){step, tokens, ns, s->id});
+        if (w->cpu) st_cpurec_step(w->cpu, step);
         break;
     }
     default:

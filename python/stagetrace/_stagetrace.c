@@ -263,17 +263,19 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"path", "program", "profile_interval", "on_window", "on_log",
                              "overwrite", "enabled", "rank", "world_size", "local_rank",
                              "device", "run_id", "ring_records", "block_when_full",
-                             "commit_ms", "nvtx", "argv", "main_thread", NULL};
+                             "commit_ms", "nvtx", "argv", "main_thread", "cpu", "cpu_period_ns",
+                             NULL};
     PyObject *path = Py_None, *on_window = Py_None, *on_log = Py_None, *argv = Py_None;
     const char *program = "python", *run_id = NULL, *main_thread = "main";
     unsigned int profile_interval = 0, ring_records = 0, commit_ms = 0;
     int overwrite = 0, enabled = 1, rank = 0, world_size = 1, local_rank = 0, device = -1;
-    int block_when_full = 0, nvtx = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OsIOOppiiiizIpIiOz", kwlist, &path, &program,
+    int block_when_full = 0, nvtx = -1, cpu = 0;
+    unsigned long long cpu_period_ns = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OsIOOppiiiizIpIiOzpK", kwlist, &path, &program,
                                      &profile_interval, &on_window, &on_log, &overwrite, &enabled,
                                      &rank, &world_size, &local_rank, &device, &run_id,
                                      &ring_records, &block_when_full, &commit_ms, &nvtx, &argv,
-                                     &main_thread))
+                                     &main_thread, &cpu, &cpu_period_ns))
         return -1;
     if (self->gen) {
         PyErr_SetString(stp_error, "Trace.__init__ called twice");
@@ -359,6 +361,8 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
         opt.block_when_full = block_when_full;
         if (commit_ms) opt.commit_ms = commit_ms;
         opt.nvtx = nvtx;
+        opt.cpu = cpu;
+        opt.cpu_period_ns = cpu_period_ns;
         opt.profile_interval = profile_interval;
         if (self->on_window && profile_interval > 0) {
             opt.on_window = on_window_cb;
