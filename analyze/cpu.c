@@ -394,11 +394,16 @@ void an_cpu_free(an_cpu_result *res)
 
 /* ---- the top functions ---- */
 
-static const an_cpu_result *sort_res;
-static int sort_incl;
+typedef struct sort_ctx {
+    const an_cpu_result *res;
+    int incl;
+} sort_ctx;
 
-static int cmp_fn(const void *pa, const void *pb)
+static int cmp_fn(const void *pa, const void *pb, void *arg)
 {
+    const sort_ctx *x = arg;
+    const an_cpu_result *sort_res = x->res;
+    int sort_incl = x->incl;
     const an_cpu_fn *a = *(const an_cpu_fn *const *)pa, *b = *(const an_cpu_fn *const *)pb;
     uint64_t a1 = sort_incl ? a->incl : a->self, b1 = sort_incl ? b->incl : b->self;
     uint64_t a2 = sort_incl ? a->self : a->incl, b2 = sort_incl ? b->self : b->incl;
@@ -417,9 +422,8 @@ uint32_t an_cpu_top(const an_cpu_result *res, const an_cpu_cell *c, int by_inclu
     uint32_t k = 0;
     for (uint32_t i = 0; i < c->n_fns; i++)
         if (by_inclusive ? c->fns[i].incl : c->fns[i].self) all[k++] = &c->fns[i];
-    sort_res = res;
-    sort_incl = by_inclusive;
-    qsort(all, k, sizeof *all, cmp_fn);
+    sort_ctx x = {res, by_inclusive};
+    qsort_r(all, k, sizeof *all, cmp_fn, &x);
     if (k > n) k = n;
     memcpy(out, all, k * sizeof *out);
     free(all);
