@@ -9,7 +9,11 @@
 #    drafter's queue_wait, main's step_wait) at least 80 % blocked; the target
 #    thread's forward samples name the CPU kernels (k_matmul) as self
 #    functions; --stage forward keeps forward only; text, csv and json all
-#    print; the trace without its CPU tables: one line, exit 2;
+#    print; the trace without its CPU tables: one line, exit 2; hostile CPU
+#    tables (a chunk that does not decode or miscounts, a stack that does
+#    not, samples naming stacks that are gone, an unknown thread or map, a
+#    mistyped status, a view, a table missing beside the others): exit 2 and
+#    the one line naming the table;
 #  - under mpirun (2 processes, skipped without mpirun or an MPI trainer):
 #    the rank set's threads r0/... and r1/..., each rank's compute mostly
 #    unblocked, its frames named.
@@ -90,6 +94,33 @@ sqlite3 nocpu.sqlite "drop table cpu_threads; drop table cpu_chunks; drop table 
 expect_usage nocpu "$A" cpu nocpu.sqlite
 grep -q 'has no CPU capture (record with --trace-cpu / st_options.cpu)' nocpu.err || fail "nocpu: $(cat nocpu.err)"
 ok
+
+# ---- hostile CPU tables: exit 2 and the one line naming the table ------------------------
+python3 - <<'PYEOF'
+import shutil, sqlite3
+def make(name, sql):
+    shutil.copy("run.sqlite", name)
+    db = sqlite3.connect(name)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+make("h_chunk.sqlite", "UPDATE cpu_chunks SET data = x'5003' WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_count.sqlite", "UPDATE cpu_chunks SET n_records = n_records + 1 WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_stack.sqlite", "UPDATE cpu_stacks SET n_frames = n_frames + 1 WHERE id = 0")
+make("h_nostack.sqlite", "DELETE FROM cpu_stacks")
+make("h_thread.sqlite", "UPDATE cpu_chunks SET thread = 99 WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_status.sqlite", "UPDATE cpu_threads SET status = x'00' WHERE thread = 0")
+make("h_map.sqlite", "UPDATE cpu_symbols SET map = 9999 WHERE addr = (SELECT min(addr) FROM cpu_symbols WHERE map >= 0)")
+make("h_view.sqlite", "DROP TABLE cpu_maps; CREATE VIEW cpu_maps AS SELECT 0 AS id, 0 AS start, 0 AS end, 0 AS file_offset, '' AS path, '' AS build_id")
+make("h_missing.sqlite", "DROP TABLE cpu_symbols")
+PYEOF
+for h in chunk:cpu_chunks count:cpu_chunks stack:cpu_stacks nostack:cpu_chunks thread:cpu_chunks status:cpu_threads \
+    map:cpu_symbols view:cpu_maps missing:cpu_symbols; do
+    name=${h%%:*} table=${h#*:}
+    expect_usage "h_$name" timeout 60 "$A" cpu "h_$name.sqlite"
+    grep -q "trace table '$table'" "h_$name.err" || fail "h_$name: $(cat "h_$name.err")"
+    ok
+done
 
 # ---- a rank set under mpirun -------------------------------------------------------------
 if command -v mpirun >/dev/null && "$TRAINER" --version | grep -q 'multi-process: mpi'; then
