@@ -180,7 +180,7 @@ endif
 TRACER_SRC := $(filter-out tracer/gpu_cupti.c,$(sort $(wildcard tracer/*.c)))
 TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
 # the reader's files (reader_int.h says which job each does)
-READER_SRC := tracer/reader.c tracer/reader_check.c tracer/reader_clock.c tracer/reader_iter.c tracer/reader_gpu.c \
+READER_SRC := tracer/reader.c tracer/reader_check.c tracer/reader_clock.c tracer/reader_iter.c tracer/reader_gpu.c tracer/reader_cpu.c \
 	tracer/reader_set.c
 EXT_SRC := tracer/vtab.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))

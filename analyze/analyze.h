@@ -493,7 +493,7 @@ typedef struct an_cmd_def {
 int an_command_run(const an_cmd_def *d, int argc, char **argv);
 
 /* The commands under the harness (cmd_<name>.c). */
-extern const an_cmd_def an_cmd_bottleneck, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
+extern const an_cmd_def an_cmd_bottleneck, an_cmd_cpu, an_cmd_diff, an_cmd_flow, an_cmd_gpu, an_cmd_info, an_cmd_intervals,
     an_cmd_sql, an_cmd_stragglers, an_cmd_summary, an_cmd_whatif, an_cmd_export, an_cmd_report;
 
 #endif

@@ -23,6 +23,7 @@ static const an_command commands[] = {
     {"export", "write Chrome trace JSON (Perfetto), CSV files, or a plain-rows SQLite copy", &an_cmd_export},
     {"bottleneck", "the role and stage that limit the pipeline, with evidence and a what-if bound", &an_cmd_bottleneck},
     {"gpu", "GPU kernels, copies, busy share, idle split (host wait, launch gaps) and GPU time per CPU stage", &an_cmd_gpu},
+    {"cpu", "per thread and stage: on-CPU, preempted and blocked time, samples and top functions", &an_cmd_cpu},
     {"flow", "each item followed through the pipeline: queue residence, latency, per-step critical path", &an_cmd_flow},
     {"diff", "what changed between two traces, role by role and stage by stage, per step", &an_cmd_diff},
     {"stragglers", "rank sets: who arrives last at each collective, and the slowest rank per stage", &an_cmd_stragglers},

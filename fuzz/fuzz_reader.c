@@ -3,7 +3,8 @@
  * private temporary directory and opened the way `analyze` opens traces
  * (st_reader_open: read-only, defensive), then everything that reads chunks
  * runs on it: every range (all threads and per thread), every raw event,
- * every counter sample, every GPU record and API call, the interval
+ * every counter sample, every GPU record and API call, every CPU record
+ * with its stack's frames and their names, the interval
  * windows, queries through the virtual tables, and the per-step model with
  * its GPU loads, the GPU idle split and the bottleneck verdict. The seed corpus
  * (make_seeds.c) holds small valid traces, so mutations explore corrupt
@@ -114,6 +115,28 @@ static void read_everything(void)
     if (st_gpu_api_iter_open(&gi, r, INT64_MIN, INT64_MAX) == ST_OK) {
         while (st_gpu_iter_next(gi, &g) == 1) sum += (uint64_t)g.thread + (g.name ? strlen(g.name) : 0);
         st_gpu_iter_close(gi);
+    }
+    if (st_reader_has_cpu(r) == 1) {
+        st_cpu_thread_info ti;
+        for (uint32_t i = 0; i < st_reader_n_threads(r); i++) {
+            uint32_t id = st_reader_thread(r, i)->id;
+            if (st_reader_cpu_thread(r, id, &ti) == 1) sum += (uint64_t)ti.samples + strlen(ti.status);
+            st_cpu_iter *ci;
+            st_cpu_row c;
+            if (st_cpu_iter_open(&ci, r, id, INT64_MIN, INT64_MAX) != ST_OK) continue;
+            while (st_cpu_iter_next(ci, &c) == 1) {
+                sum += (uint64_t)c.ts_ns + (uint64_t)c.stage + c.n_lost;
+                if (c.kind != ST_CPU_ROW_SAMPLE) continue;
+                const uint64_t *f;
+                uint32_t n;
+                if (st_reader_cpu_stack(r, c.stack, &f, &n) != ST_OK) continue;
+                for (uint32_t k = 0; k < n && k < 4; k++) {
+                    st_cpu_frame fr;
+                    if (st_reader_cpu_frame_name(r, c.stack, f[k], &fr) >= 0) sum += strlen(fr.name) + strlen(fr.path);
+                }
+            }
+            st_cpu_iter_close(ci);
+        }
     }
     size_t text = 0;
     st_reader_windows(r, 1, on_window, &text);

@@ -88,6 +88,29 @@ static void add_gpu(tg_trace *g)
     tg_gpu_chunk(g, -1, 1, drv, (size_t)n_drv);
 }
 
+/* The CPU capture's tables: thread 1's switches and samples (one stored
+ * "unknown", for the reader to resolve), two stacks, a mapping, symbols. */
+static void add_cpu(tg_trace *g)
+{
+    static const uint64_t f0[] = {0x401000, 0x401234, 0x400f00}, f1[] = {0x7f0000001000ull};
+    tg_cpu_thread(g, 1, "perf", 1000000, 500, 30000);
+    tg_cpu_stack(g, f0, 3);
+    tg_cpu_stack(g, f1, 1);
+    const st_cpu_rec c[] = {{.kind = ST_CPU_REC_OUT, .ts_ns = 2000},
+                            {.kind = ST_CPU_REC_IN, .ts_ns = 3000},
+                            {.kind = ST_CPU_REC_SAMPLE, .ts_ns = 3500, .stack = 0, .stage = 1},
+                            {.kind = ST_CPU_REC_SAMPLE_UNKNOWN, .ts_ns = 4000, .stack = 1},
+                            {.kind = ST_CPU_REC_PREEMPTED, .ts_ns = 7000},
+                            {.kind = ST_CPU_REC_IN, .ts_ns = 7500},
+                            {.kind = ST_CPU_REC_LOST, .ts_ns = 8000, .n = 3},
+                            {.kind = ST_CPU_REC_SAMPLE, .ts_ns = 12000, .stack = 0, .stage = ST_CPU_NO_STAGE}};
+    tg_cpu_chunk(g, 1, c, 4);
+    tg_cpu_chunk(g, 1, c + 4, 4);
+    tg_cpu_map(g, 0x400000, 0x402000, 0, "/bin/prog", "abcd");
+    tg_cpu_symbol(g, 0x401000, 0, "main", 0);
+    tg_cpu_symbol(g, 0x401234, 0, "burn", 0x34);
+}
+
 /* A small pipeline trace; with_data 0 writes only the schema and meta. */
 static void write_trace(const char *dir, const char *name, int with_data)
 {
@@ -150,6 +173,7 @@ static void write_trace(const char *dir, const char *name, int with_data)
             tg_sample(g, 1, 1, 1000 + k * 5000 + 1, 0.5 / (k + 1));
         }
         add_gpu(g);
+        add_cpu(g);
     }
     tg_write(g, path);
     tg_free(g);

@@ -38,6 +38,30 @@ typedef struct tg_gpu_row {
     st_buf data;
 } tg_gpu_row;
 
+typedef struct tg_cpu_chunk_row {
+    uint32_t thread; /* index */
+    int64_t t0_ns, t1_ns;
+    uint32_t n_records, switches, samples;
+    uint64_t lost;
+    st_buf data;
+} tg_cpu_chunk_row;
+
+typedef struct tg_cpu_stack_row {
+    st_buf data;
+    uint32_t n;
+} tg_cpu_stack_row;
+
+typedef struct tg_cpu_map_row {
+    uint64_t start, end, file_offset;
+    char *path, *build_id;
+} tg_cpu_map_row;
+
+typedef struct tg_cpu_sym_row {
+    uint64_t addr, sym_offset;
+    int64_t map;
+    char *name;
+} tg_cpu_sym_row;
+
 /* A growable array of n elements of size `size`. */
 #define TG_VEC(type, name) \
     type *name;            \
@@ -52,6 +76,12 @@ struct tg_trace {
     TG_VEC(tg_sample_row, samples);
     TG_VEC(char *, gpu_strings);
     TG_VEC(tg_gpu_row, gpu_chunks);
+    TG_VEC(tg_cpu_thread_row *, cpu_threads);
+    TG_VEC(tg_cpu_chunk_row, cpu_chunks);
+    TG_VEC(tg_cpu_stack_row, cpu_stacks);
+    TG_VEC(tg_cpu_map_row, cpu_maps);
+    TG_VEC(tg_cpu_sym_row, cpu_syms);
+    int cpu_tables;
     uint32_t chunk_events;
     int64_t os_tid_base, step_thread;
     int page_size, gpu_tables, interleave;
@@ -125,6 +155,20 @@ void tg_free(tg_trace *g)
     }
     for (size_t i = 0; i < g->n_gpu_strings; i++) free(g->gpu_strings[i]);
     for (size_t i = 0; i < g->n_gpu_chunks; i++) st_buf_free(&g->gpu_chunks[i].data);
+    for (size_t i = 0; i < g->n_cpu_threads; i++) {
+        free(g->cpu_threads[i]->status);
+        free(g->cpu_threads[i]->reason);
+        free(g->cpu_threads[i]);
+    }
+    for (size_t i = 0; i < g->n_cpu_chunks; i++) st_buf_free(&g->cpu_chunks[i].data);
+    for (size_t i = 0; i < g->n_cpu_stacks; i++) st_buf_free(&g->cpu_stacks[i].data);
+    for (size_t i = 0; i < g->n_cpu_maps; i++) free(g->cpu_maps[i].path), free(g->cpu_maps[i].build_id);
+    for (size_t i = 0; i < g->n_cpu_syms; i++) free(g->cpu_syms[i].name);
+    free(g->cpu_threads);
+    free(g->cpu_chunks);
+    free(g->cpu_stacks);
+    free(g->cpu_maps);
+    free(g->cpu_syms);
     free(g->stages);
     free(g->counters);
     free(g->threads);
@@ -299,6 +343,66 @@ void tg_gpu_chunk_v1(tg_trace *g, int64_t device, int64_t stream, const st_gpu_r
     *TG_PUSH(g->gpu_chunks, g->n_gpu_chunks, g->cap_gpu_chunks) = row;
 }
 
+void tg_set_cpu_tables(tg_trace *g, int on) { g->cpu_tables = on; }
+
+tg_cpu_thread_row *tg_cpu_thread(tg_trace *g, uint32_t thread, const char *status, int64_t period_ns, int64_t start_ns,
+                                 int64_t cpu_ns)
+{
+    if (thread >= g->n_threads) tg_fail("tg_cpu_thread: no thread %u", thread);
+    tg_cpu_thread_row *t = calloc(1, sizeof *t);
+    if (!t) tg_fail("no memory");
+    t->thread = g->threads[thread].id;
+    t->os_tid = g->threads[thread].os_tid;
+    t->status = copy(status);
+    t->reason = copy("");
+    t->period_ns = period_ns;
+    t->ring_bytes = 65536;
+    t->start_ns = start_ns;
+    t->cpu_ns = cpu_ns;
+    *TG_PUSH(g->cpu_threads, g->n_cpu_threads, g->cap_cpu_threads) = t;
+    return t;
+}
+
+void tg_cpu_chunk(tg_trace *g, uint32_t thread, const st_cpu_rec *r, size_t n)
+{
+    if (thread >= g->n_threads) tg_fail("tg_cpu_chunk: no thread %u", thread);
+    st_cpu_encoder e = {0};
+    if (st_cpu_chunk_start(&e)) tg_fail("no memory");
+    tg_cpu_chunk_row row = {.thread = thread};
+    for (size_t i = 0; i < n; i++) {
+        if (st_cpu_put(&e, &r[i])) tg_fail("CPU record %zu of a chunk does not encode", i);
+        if (r[i].kind <= ST_CPU_REC_PREEMPTED) row.switches++;
+        else if (r[i].kind <= ST_CPU_REC_SAMPLE_UNKNOWN) row.samples++;
+        else row.lost += r[i].n;
+    }
+    row.t0_ns = e.t0_ns;
+    row.t1_ns = e.t1_ns;
+    row.n_records = e.n_records;
+    row.data = e.buf;
+    *TG_PUSH(g->cpu_chunks, g->n_cpu_chunks, g->cap_cpu_chunks) = row;
+}
+
+uint32_t tg_cpu_stack(tg_trace *g, const uint64_t *frames, uint32_t n)
+{
+    tg_cpu_stack_row row = {.n = n};
+    if (st_cpu_stack_put(&row.data, frames, n)) tg_fail("no memory");
+    *TG_PUSH(g->cpu_stacks, g->n_cpu_stacks, g->cap_cpu_stacks) = row;
+    return (uint32_t)g->n_cpu_stacks - 1;
+}
+
+uint32_t tg_cpu_map(tg_trace *g, uint64_t start, uint64_t end, uint64_t file_offset, const char *path,
+                    const char *build_id)
+{
+    *TG_PUSH(g->cpu_maps, g->n_cpu_maps, g->cap_cpu_maps) =
+        (tg_cpu_map_row){start, end, file_offset, copy(path), copy(build_id)};
+    return (uint32_t)g->n_cpu_maps - 1;
+}
+
+void tg_cpu_symbol(tg_trace *g, uint64_t addr, int64_t map, const char *name, uint64_t sym_offset)
+{
+    *TG_PUSH(g->cpu_syms, g->n_cpu_syms, g->cap_cpu_syms) = (tg_cpu_sym_row){addr, sym_offset, map, copy(name)};
+}
+
 uint32_t tg_n_stages(const tg_trace *g) { return (uint32_t)g->n_stages; }
 const char *tg_stage_name(const tg_trace *g, uint32_t stage) { return g->stages[stage].name; }
 const char *tg_stage_kind(const tg_trace *g, uint32_t stage) { return g->stages[stage].kind; }
@@ -445,6 +549,82 @@ static void write_gpu(sqlite3 *db, const tg_trace *g)
     sqlite3_finalize(st);
 }
 
+static void write_cpu(sqlite3 *db, const tg_trace *g)
+{
+    if (!g->cpu_tables && !g->n_cpu_threads && !g->n_cpu_chunks && !g->n_cpu_stacks && !g->n_cpu_maps &&
+        !g->n_cpu_syms)
+        return;
+    exec(db, st_cpu_schema_sql);
+    sqlite3_stmt *st = prepare(db, "INSERT INTO cpu_threads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < g->n_cpu_threads; i++) {
+        tg_cpu_thread_row t = *g->cpu_threads[i];
+        if (!t.counts_given) {
+            t.switches = t.samples = t.lost = 0;
+            for (size_t k = 0; k < g->n_cpu_chunks; k++) {
+                const tg_cpu_chunk_row *c = &g->cpu_chunks[k];
+                if (g->threads[c->thread].id != t.thread) continue;
+                t.switches += c->switches;
+                t.samples += c->samples;
+                t.lost += (int64_t)c->lost;
+            }
+        }
+        sqlite3_bind_int64(st, 1, t.thread);
+        sqlite3_bind_int64(st, 2, t.os_tid);
+        sqlite3_bind_text(st, 3, t.status, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, t.reason, -1, SQLITE_STATIC);
+        const int64_t v[] = {t.period_ns, t.ring_bytes, t.refused_bytes, t.start_ns, t.cpu_ns, t.switches, t.samples, t.lost};
+        for (int k = 0; k < 8; k++) sqlite3_bind_int64(st, 5 + k, v[k]);
+        step_reset(db, st);
+    }
+    sqlite3_finalize(st);
+    st = prepare(db, "INSERT INTO cpu_stacks VALUES (?, ?, ?)");
+    for (size_t i = 0; i < g->n_cpu_stacks; i++) {
+        sqlite3_bind_int64(st, 1, (int64_t)i);
+        sqlite3_bind_int64(st, 2, g->cpu_stacks[i].n);
+        sqlite3_bind_blob(st, 3, g->cpu_stacks[i].data.data ? (const void *)g->cpu_stacks[i].data.data : "", (int)g->cpu_stacks[i].data.len,
+                          SQLITE_STATIC);
+        step_reset(db, st);
+    }
+    sqlite3_finalize(st);
+    st = prepare(db, "INSERT INTO cpu_chunks(thread, t0_ns, t1_ns, n_records, data) VALUES (?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < g->n_cpu_chunks; i++) {
+        const tg_cpu_chunk_row *c = &g->cpu_chunks[i];
+        sqlite3_bind_int64(st, 1, g->threads[c->thread].id);
+        sqlite3_bind_int64(st, 2, c->t0_ns);
+        sqlite3_bind_int64(st, 3, c->t1_ns);
+        sqlite3_bind_int64(st, 4, c->n_records);
+        sqlite3_bind_blob(st, 5, c->data.data, (int)c->data.len, SQLITE_STATIC);
+        step_reset(db, st);
+    }
+    sqlite3_finalize(st);
+    st = prepare(db, "INSERT INTO cpu_maps VALUES (?, ?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < g->n_cpu_maps; i++) {
+        const tg_cpu_map_row *m = &g->cpu_maps[i];
+        sqlite3_bind_int64(st, 1, (int64_t)i);
+        sqlite3_bind_int64(st, 2, (int64_t)m->start);
+        sqlite3_bind_int64(st, 3, (int64_t)m->end);
+        sqlite3_bind_int64(st, 4, (int64_t)m->file_offset);
+        sqlite3_bind_text(st, 5, m->path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, m->build_id, -1, SQLITE_STATIC);
+        step_reset(db, st);
+    }
+    sqlite3_finalize(st);
+    st = prepare(db, "INSERT INTO cpu_symbols VALUES (?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < g->n_cpu_syms; i++) {
+        const tg_cpu_sym_row *y = &g->cpu_syms[i];
+        uint64_t off = 0;
+        if (y->map >= 0 && (size_t)y->map < g->n_cpu_maps)
+            off = y->addr - g->cpu_maps[y->map].start + g->cpu_maps[y->map].file_offset;
+        sqlite3_bind_int64(st, 1, (int64_t)y->addr);
+        sqlite3_bind_int64(st, 2, y->map);
+        sqlite3_bind_int64(st, 3, (int64_t)off);
+        sqlite3_bind_text(st, 4, y->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, (int64_t)y->sym_offset);
+        step_reset(db, st);
+    }
+    sqlite3_finalize(st);
+}
+
 static void remove_files(const char *path)
 {
     static const char *const sides[] = {"", "-wal", "-shm", "-journal"};
@@ -516,6 +696,7 @@ void tg_write(const tg_trace *g, const char *path)
     write_ranges(db, g);
     write_counters(db, g);
     write_gpu(db, g);
+    write_cpu(db, g);
     exec(db, "COMMIT");
     if (g->page_size) exec(db, "VACUUM");
     if (sqlite3_close(db) != SQLITE_OK) tg_fail("cannot close %s", path);

@@ -37,7 +37,8 @@
 
 #include "stagetrace_reader.h"
 
-struct st_buf; /* encoding.h */
+struct st_buf;     /* encoding.h */
+struct st_cpu_rec; /* encoding.h */
 
 enum tg_event_kind { TG_BEGIN, TG_END, TG_CUT };
 
@@ -114,6 +115,31 @@ void tg_gpu_chunk_v1(tg_trace *g, int64_t device, int64_t stream, const st_gpu_r
 /* Chunk version 1 of records r[0..n) into b (replacing its contents); t0,
  * t1: the earliest start and latest end (either may be NULL). */
 void tg_encode_gpu_v1(struct st_buf *b, const st_gpu_rec *r, size_t n, int64_t *t0_ns, int64_t *t1_ns);
+
+/* CPU capture (docs/trace-format.md, "CPU capture"): the five cpu_* tables
+ * are written (after the GPU tables) when any of these was called or
+ * tg_set_cpu_tables is on. tg_cpu_thread: a cpu_threads row for a thread (by
+ * index): os_tid the thread's, reason "", ring_bytes 65536, refused_bytes 0,
+ * switches, samples and lost summed from its chunks at tg_write (edit the
+ * returned row to change any). tg_cpu_chunk: a cpu_chunks row of records
+ * r[0..n) of a thread (by index), through the tracer's encoder.
+ * tg_cpu_stack: a cpu_stacks row (ids 0, 1, ... in order). tg_cpu_map: a
+ * cpu_maps row (ids 0, 1, ...). tg_cpu_symbol: a cpu_symbols row, its
+ * file_offset from the map's (0 for map -1). */
+typedef struct tg_cpu_thread_row {
+    int64_t thread, os_tid;
+    char *status, *reason;
+    int64_t period_ns, ring_bytes, refused_bytes, start_ns, cpu_ns, switches, samples, lost;
+    int counts_given; /* 1: switches, samples and lost as set here, not summed */
+} tg_cpu_thread_row;
+void tg_set_cpu_tables(tg_trace *g, int on);
+tg_cpu_thread_row *tg_cpu_thread(tg_trace *g, uint32_t thread, const char *status, int64_t period_ns, int64_t start_ns,
+                                 int64_t cpu_ns);
+void tg_cpu_chunk(tg_trace *g, uint32_t thread, const struct st_cpu_rec *r, size_t n);
+uint32_t tg_cpu_stack(tg_trace *g, const uint64_t *frames, uint32_t n);
+uint32_t tg_cpu_map(tg_trace *g, uint64_t start, uint64_t end, uint64_t file_offset, const char *path,
+                    const char *build_id);
+void tg_cpu_symbol(tg_trace *g, uint64_t addr, int64_t map, const char *name, uint64_t sym_offset);
 
 /* ---- writing ---- */
 

@@ -331,6 +331,13 @@ static const st_reader_methods file_methods = {
     .gpu_devices = st_rd_file_gpu_devices,
     .gpu_span = st_rd_file_gpu_span,
     .gpu_headers = st_rd_file_gpu_headers,
+    .has_cpu = st_rd_file_has_cpu,
+    .cpu_thread = st_rd_file_cpu_thread,
+    .cpu_open = st_rd_file_cpu_open,
+    .cpu_next = st_rd_file_cpu_next,
+    .cpu_close = st_rd_file_cpu_close,
+    .cpu_stack = st_rd_file_cpu_stack,
+    .cpu_frame_name = st_rd_file_cpu_frame_name,
 };
 
 int st_reader_open(st_reader **out, const char *path)
@@ -404,6 +411,7 @@ void st_reader_close(st_reader *r)
 {
     if (!r) return;
     r->m->close(r);
+    st_rd_cpu_free(r);
     for (uint32_t i = 0; i < r->n_meta; i++) {
         free(r->meta[i].key);
         free(r->meta[i].value);

@@ -43,7 +43,7 @@ typedef struct table_spec {
     int key;              /* column whose values are unique; -1 none */
     int thread_ref;       /* column that must name a thread in `threads`; -1 none */
     int n_cols;
-    col_spec cols[8];
+    col_spec cols[12];
     int n_open;           /* cols[0..n_open-1] are checked at open; chunk tables' others as each chunk is read */
 } table_spec;
 
@@ -91,6 +91,30 @@ static const table_spec lost_spans_spec = {"lost_spans", "id", 0, -1, 7,
     {{"id", COL_INT}, {"source", COL_TEXT}, {"thread", COL_INT}, {"device", COL_INT}, {"t0_ns", COL_INT},
      {"t1_ns", COL_INT}, {"n_records", COL_INT}},
     0};
+
+/* Optional, the CPU capture's (st_options.cpu): checked the first time the
+ * CPU tables are read (reader_cpu.c), not at open. The small ones every row;
+ * cpu_chunks its id and thread, its other columns as each chunk is read;
+ * cpu_stacks its id, n_frames and data as the stacks are loaded. */
+static const table_spec cpu_specs[] = {
+    {"cpu_threads", "thread", 0, 0, 12,
+     {{"thread", COL_INT}, {"os_tid", COL_INT}, {"status", COL_NAME}, {"reason", COL_TEXT}, {"period_ns", COL_INT},
+      {"ring_bytes", COL_INT}, {"refused_bytes", COL_INT}, {"start_ns", COL_INT}, {"cpu_ns", COL_INT},
+      {"switches", COL_INT}, {"samples", COL_INT}, {"lost", COL_INT}},
+     12},
+    {"cpu_chunks", "id", 0, 1, 6,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"n_records", COL_INT},
+      {"data", COL_BLOB}},
+     2},
+    {"cpu_stacks", "id", 0, -1, 3, {{"id", COL_INT}, {"n_frames", COL_INT}, {"data", COL_BLOB}}, 1},
+    {"cpu_maps", "id", 0, -1, 6,
+     {{"id", COL_INT}, {"start", COL_INT}, {"end", COL_INT}, {"file_offset", COL_INT}, {"path", COL_TEXT},
+      {"build_id", COL_TEXT}},
+     6},
+    {"cpu_symbols", "addr", 0, -1, 5,
+     {{"addr", COL_INT}, {"map", COL_INT}, {"file_offset", COL_INT}, {"name", COL_TEXT}, {"sym_offset", COL_INT}},
+     5},
+};
 
 /* Meta keys whose value is a decimal integer. */
 static const char *const meta_int_keys[] = {
@@ -147,7 +171,7 @@ static int check_shape(sqlite3 *db, const table_spec *t)
     snprintf(sql, sizeof sql, "SELECT name, hidden FROM pragma_table_xinfo('%s', 'main')", t->name);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return st_rd_bad(t->name, sqlite3_errmsg(db));
-    int rc, found[8] = {0}, err = ST_OK;
+    int rc, found[12] = {0}, err = ST_OK;
     while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         int hidden = sqlite3_column_int(st, 1);
@@ -436,4 +460,26 @@ int st_rd_check_chunk_tables(st_reader *r)
     if (kind < 0) return st_rd_bad(lost_spans_spec.name, sqlite3_errmsg(r->db));
     if (kind && (rc = check_shape(r->db, &lost_spans_spec))) return rc;
     return ST_OK;
+}
+
+/* The CPU tables (reader_cpu.c, at their first read): 0 when the trace has
+ * none of them, 1 when it has all five and they pass, <0 the fault (one of
+ * them missing beside the others included). */
+int st_rd_check_cpu_tables(st_reader *r)
+{
+    int n_present = 0, rc;
+    for (size_t i = 0; i < sizeof cpu_specs / sizeof cpu_specs[0]; i++) {
+        int kind = st_rd_object_kind(r->db, cpu_specs[i].name);
+        if (kind < 0) return st_rd_bad(cpu_specs[i].name, sqlite3_errmsg(r->db));
+        n_present += kind != 0;
+    }
+    if (n_present == 0) return 0;
+    for (size_t i = 0; i < sizeof cpu_specs / sizeof cpu_specs[0]; i++) {
+        const table_spec *t = &cpu_specs[i];
+        if (st_rd_object_kind(r->db, t->name) == 0)
+            return st_rd_bad(t->name, "it is missing (the CPU capture's five tables come together)");
+        if ((rc = check_shape(r->db, t)) || (rc = t->n_open < t->n_cols ? check_chunk_rows(r, t) : check_rows(r, t)))
+            return rc;
+    }
+    return 1;
 }

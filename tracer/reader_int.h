@@ -44,6 +44,7 @@ struct st_reader {
     struct set_part *parts;
     uint32_t n_parts;
     uint32_t *thread_part, *thread_local;
+    struct cpu_data *cpu; /* reader_cpu.c: the CPU tables once read; NULL before */
 };
 
 typedef struct set_part {
@@ -165,6 +166,7 @@ int st_rd_check_blob(sqlite3_stmt *st, int col, const char *table, int64_t id);
 int st_rd_check_meta_table(st_reader *r);
 int st_rd_check_small_tables(st_reader *r);
 int st_rd_check_chunk_tables(st_reader *r);
+int st_rd_check_cpu_tables(st_reader *r);
 
 /* ---- reader_clock.c ---- */
 int st_rd_check_rank_meta(st_reader *r);
@@ -172,6 +174,10 @@ int st_rd_check_rank_meta(st_reader *r);
 /* ---- reader_iter.c: the chunk headers' counts ---- */
 int st_rd_unreadable(const char *table, sqlite3 *db);
 int st_rd_push_count(st_chunk_count **v, uint32_t *n, uint32_t *cap, int64_t key, int64_t count);
+int st_rd_chunk_rows_open(chunk_rows *c, st_reader *r, const char *table, const char *count_col, int64_t thread,
+                          int64_t t0, int64_t t1);
+int st_rd_chunk_rows_next(chunk_rows *c); /* 1: a row; 0: no more; <0 error */
+int st_rd_chunk_corrupt(chunk_rows *c);
 int st_rd_chunk_counts(st_reader *r, const char *table, const char *sql, int strict, st_chunk_count **out,
                        uint32_t *n);
 
@@ -213,6 +219,13 @@ struct st_reader_methods {
     int (*gpu_devices)(st_reader *r, int32_t **out, uint32_t *n);
     int (*gpu_span)(st_reader *r, st_gpu_headers *out);
     int (*gpu_headers)(st_reader *r, int64_t device, int64_t t0_ns, int64_t t1_ns, st_gpu_headers *out);
+    int (*has_cpu)(st_reader *r);
+    int (*cpu_thread)(st_reader *r, uint32_t thread, st_cpu_thread_info *out);
+    int (*cpu_open)(st_cpu_iter *it, st_reader *r, uint32_t thread); /* it->r, window set */
+    int (*cpu_next)(st_cpu_iter *it, st_cpu_row *out);
+    void (*cpu_close)(st_cpu_iter *it);
+    int (*cpu_stack)(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
+    int (*cpu_frame_name)(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
 };
 
 /* st_reader_meta and st_reader_thread_by_id, inline: the files that
@@ -224,6 +237,34 @@ static inline const st_thread_info *st_rd_thread_by_id(const st_reader *r, uint3
     if (id >= r->thread_index_len || r->thread_index[id] < 0) return NULL;
     return &r->threads[r->thread_index[id]];
 }
+
+/* ---- reader_cpu.c: the CPU capture ---- */
+struct st_cpu_iter {
+    const st_reader_methods *m; /* its reader's */
+    st_reader *r;
+    uint32_t thread;
+    int64_t t0, t1;
+    chunk_rows rows;
+    int in_chunk, empty;
+    st_cpu_cursor cur;
+    /* the thread's innermost stage after each of its events, built at the
+     * first sample stored as "unknown" */
+    int timeline_loaded;
+    uint32_t n_changes;
+    int64_t *change_ts;
+    int32_t *change_stage;
+    st_cpu_iter *sub; /* a rank set's: on the thread's rank */
+    const set_part *part;
+    uint32_t part_index;
+};
+void st_rd_cpu_free(st_reader *r);
+int st_rd_file_has_cpu(st_reader *r);
+int st_rd_file_cpu_thread(st_reader *r, uint32_t thread, st_cpu_thread_info *out);
+int st_rd_file_cpu_open(st_cpu_iter *it, st_reader *r, uint32_t thread);
+int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out);
+void st_rd_file_cpu_close(st_cpu_iter *it);
+int st_rd_file_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
+int st_rd_file_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
 
 /* ---- reader_iter.c: one file's chunk methods ---- */
 int st_rd_file_chunk_totals(st_reader *r, st_chunk_totals *out);

@@ -136,6 +136,17 @@ static int chunk_corrupt(chunk_rows *c)
                         c->table, (long long)c->row_id, (long long)c->thread);
 }
 
+/* The chunk walk for the reader's other files (reader_cpu.c). */
+int st_rd_chunk_rows_open(chunk_rows *c, st_reader *r, const char *table, const char *count_col, int64_t thread,
+                          int64_t t0, int64_t t1)
+{
+    return chunk_rows_open(c, r, table, count_col, thread, t0, t1);
+}
+
+int st_rd_chunk_rows_next(chunk_rows *c) { return chunk_rows_next(c); }
+
+int st_rd_chunk_corrupt(chunk_rows *c) { return chunk_corrupt(c); }
+
 /* ---- ranges ---- */
 
 int st_range_iter_open(st_range_iter **out, st_reader *r, int64_t thread, int64_t t0, int64_t t1)

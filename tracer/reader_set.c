@@ -755,6 +755,85 @@ static int set_gpu_headers(st_reader *r, int64_t device, int64_t t0_ns, int64_t 
     return ST_OK;
 }
 
+/* ---- rank sets: the CPU capture ----
+ * Each thread's records come from its rank's reader (which resolves an
+ * "unknown" sample's stage on its own clock), then the set maps the time,
+ * the stage and the stack: a stack id is the part's index << 32 | the
+ * rank's id, so that ids stay unique across the set and lead back to the
+ * rank whose process the frames belong to. */
+
+static int set_has_cpu(st_reader *r)
+{
+    int any = 0;
+    for (uint32_t i = 0; i < r->n_parts; i++) {
+        int h = st_reader_has_cpu(r->parts[i].r);
+        if (h < 0) return h;
+        any |= h;
+    }
+    return any;
+}
+
+static int set_cpu_thread(st_reader *r, uint32_t thread, st_cpu_thread_info *out)
+{
+    if (thread >= r->n_threads) return 0;
+    const set_part *p = &r->parts[r->thread_part[thread]];
+    int rc = st_reader_cpu_thread(p->r, r->thread_local[thread], out);
+    if (rc <= 0) return rc;
+    out->thread = thread;
+    int mrc = set_map(p, out->start_ns, &out->start_ns);
+    return mrc ? mrc : 1;
+}
+
+static int set_cpu_open(st_cpu_iter *it, st_reader *r, uint32_t thread)
+{
+    if (thread >= r->n_threads) return ST_OK;
+    it->part_index = r->thread_part[thread];
+    it->part = &r->parts[it->part_index];
+    return st_cpu_iter_open(&it->sub, it->part->r, r->thread_local[thread], set_unmap(it->part, it->t0, 1),
+                            set_unmap(it->part, it->t1, 0));
+}
+
+static int set_cpu_next(st_cpu_iter *it, st_cpu_row *out)
+{
+    if (!it->sub) return 0;
+    int rc;
+    while ((rc = st_cpu_iter_next(it->sub, out)) == 1) {
+        if ((rc = set_map(it->part, out->ts_ns, &out->ts_ns))) return rc;
+        if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
+        out->thread = it->thread;
+        if (out->kind == ST_CPU_ROW_SAMPLE) {
+            out->stack |= (uint64_t)it->part_index << 32;
+            if (out->stage >= 0) out->stage = (int32_t)it->part->stage_map[out->stage];
+        }
+        return 1;
+    }
+    return rc;
+}
+
+static void set_cpu_close(st_cpu_iter *it) { st_cpu_iter_close(it->sub); }
+
+static int set_cpu_part(st_reader *r, uint64_t stack, const set_part **p)
+{
+    uint64_t part = stack >> 32;
+    if (part >= r->n_parts) return st_set_error(ST_EINVAL, "the rank set has no CPU stack %llu", (unsigned long long)stack);
+    *p = &r->parts[part];
+    return ST_OK;
+}
+
+static int set_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n)
+{
+    const set_part *p = NULL;
+    int rc = set_cpu_part(r, stack, &p);
+    return rc ? rc : st_reader_cpu_stack(p->r, stack & 0xffffffffu, frames, n);
+}
+
+static int set_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out)
+{
+    const set_part *p = NULL;
+    int rc = set_cpu_part(r, stack, &p);
+    return rc ? rc : st_reader_cpu_frame_name(p->r, stack & 0xffffffffu, addr, out);
+}
+
 /* ---- the rank set's methods (a file's: reader.c) ---- */
 
 static const char *set_meta(const st_reader *r, const char *key) { return st_reader_meta(r->parts[0].r, key); }
@@ -788,4 +867,11 @@ static const st_reader_methods set_methods = {
     .gpu_devices = set_gpu_devices,
     .gpu_span = set_gpu_span,
     .gpu_headers = set_gpu_headers,
+    .has_cpu = set_has_cpu,
+    .cpu_thread = set_cpu_thread,
+    .cpu_open = set_cpu_open,
+    .cpu_next = set_cpu_next,
+    .cpu_close = set_cpu_close,
+    .cpu_stack = set_cpu_stack,
+    .cpu_frame_name = set_cpu_frame_name,
 };

@@ -381,6 +381,77 @@ ST_API void st_flow_iter_close(st_flow_iter *it);
  * uncertainties (st_rank_clock_uncertainty). */
 ST_API int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint32_t thread_b);
 
+/* CPU capture (docs/trace-format.md, "CPU capture"; st_options.cpu,
+ * trainer --trace-cpu), from the optional cpu_* tables, checked (shape,
+ * every row of cpu_threads, cpu_maps and cpu_symbols, the ids of the chunk
+ * and stack tables) the first time one of these functions reads them;
+ * a chunk's and a stack's data as each is read. */
+ST_API int st_reader_has_cpu(st_reader *r); /* 1: the trace has the CPU tables; 0 none; <0 error */
+
+/* A thread's cpu_threads row: status "perf" (its event opened), "refused",
+ * "unsupported", "nomem" or "error"; start_ns (mapped onto rank 0's clock
+ * in a rank set) when its records start; cpu_ns its CPU time as the event
+ * counted it; every sample stands for period_ns of CPU time. */
+typedef struct st_cpu_thread_info {
+    uint32_t thread;
+    int64_t os_tid;
+    const char *status, *reason; /* valid until st_reader_close */
+    int64_t period_ns, ring_bytes, refused_bytes, start_ns, cpu_ns, switches, samples, lost;
+} st_cpu_thread_info;
+/* 1: found; 0: the thread has no row (or the trace no CPU tables); <0 error. */
+ST_API int st_reader_cpu_thread(st_reader *r, uint32_t thread, st_cpu_thread_info *out);
+
+/* One thread's CPU records in time order, those with t0_ns <= ts_ns < t1_ns:
+ * switches in and out (blocked: it gave up the CPU; preempted: the kernel
+ * took it while it could run), samples and lost-record counts. A sample's
+ * stage is the innermost range open on the thread at ts_ns ([start, end)),
+ * as the writer stored it, or, where the writer stored "unknown" (a sample
+ * it could not place), looked up by the reader in the thread's ranges
+ * (stage_from_ranges 1). Stack ids: a file's are its cpu_stacks ids; a rank
+ * set's are part << 32 | the rank's id (part: the rank's index in the set,
+ * st_reader_thread_part), unique across the set; times are mapped onto rank
+ * 0's clock as ranges are. */
+enum st_cpu_row_kind {
+    ST_CPU_ROW_IN = 0,
+    ST_CPU_ROW_OUT_BLOCKED = 1,
+    ST_CPU_ROW_OUT_PREEMPTED = 2,
+    ST_CPU_ROW_SAMPLE = 3,
+    ST_CPU_ROW_LOST = 5,
+};
+typedef struct st_cpu_row {
+    uint32_t kind;   /* st_cpu_row_kind */
+    uint32_t thread;
+    int64_t ts_ns;
+    uint64_t stack;  /* a sample's stack id (st_reader_cpu_stack) */
+    int32_t stage;   /* a sample's stage, -1 when no range was open */
+    uint32_t stage_from_ranges; /* 1: resolved by the reader (the writer stored "unknown") */
+    uint64_t n_lost; /* ST_CPU_ROW_LOST: the records the kernel lost there */
+} st_cpu_row;
+typedef struct st_cpu_iter st_cpu_iter;
+ST_API int st_cpu_iter_open(st_cpu_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns, int64_t t1_ns);
+ST_API int st_cpu_iter_next(st_cpu_iter *it, st_cpu_row *out); /* 1, 0 = done, <0 error */
+ST_API void st_cpu_iter_close(st_cpu_iter *it);
+
+/* A stack's frames, innermost first (the sampled ip, then return
+ * addresses); *frames is the reader's, valid until st_reader_close.
+ * ST_EINVAL for an id the trace does not have. */
+ST_API int st_reader_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
+
+/* What a frame address of a stack is (cpu_symbols and cpu_maps, as the
+ * recording process resolved them): name "" and sym_offset 0 when no symbol
+ * holds it; map -1, path and build_id "" when no mapping does. Strings are
+ * the reader's, valid until st_reader_close. The stack id says whose
+ * process (a rank set's ranks each have theirs). 1: the address has a
+ * cpu_symbols row; 0: it has none (the mapping is still looked up); <0 error. */
+typedef struct st_cpu_frame {
+    const char *name;
+    uint64_t sym_offset;
+    int64_t map;
+    const char *path, *build_id;
+    uint64_t file_offset;
+} st_cpu_frame;
+ST_API int st_reader_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
+
 /* Where the row an iterator's last next() returned is stored: the id of its
  * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
  * index among the chunk's items (a range: the index of its end event among

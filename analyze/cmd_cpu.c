@@ -1,0 +1,227 @@
+/* cmd_cpu.c: `analyze cpu FILE|SET`: what the CPU did per thread and stage
+ * (docs/analyze.md, "cpu"): on-CPU, preempted and blocked shares of each
+ * stage's self time, the samples and top functions (self and inclusive),
+ * and a line for each sync stage that spins. The options and the tables;
+ * the figures are cpu.c's.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+static const char help[] =
+    "usage: analyze cpu [options] FILE|SET\n"
+    "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
+    "\n"
+    "What the CPU did per thread and stage, from the CPU capture (--trace-cpu,\n"
+    "st_options.cpu). A stage's wall time is its self time (nested ranges' time\n"
+    "belongs to the innermost); its on-CPU time is that minus its overlap with the\n"
+    "thread's off-CPU intervals (switch records), split into preempted (runnable,\n"
+    "no core) and blocked. Samples are attributed to the stage open at their time;\n"
+    "a function's self samples have it as the leaf frame, its inclusive samples\n"
+    "anywhere in the stack (once per sample). A sync stage mostly on-CPU is\n"
+    "spinning.\n"
+    "\n"
+    "options:\n"
+    "  --stage S        only stage S (by name)\n"
+    "  --top N          functions per thread and stage, by self and by inclusive\n"
+    "                   samples (default 5; 0 = none)\n"
+    "  --steps A:B      the time from step A's mark to step B's mark (A: or :B leave an end open)\n"
+    "  --time T0:T1     the same for seconds from the trace start\n"
+    "  --format F       text (default), csv or json: tables threads, stages, functions\n";
+
+enum { OPT_STAGE = 1, OPT_TOP };
+
+static const an_opt opts[] = {
+    {"stage", 1, OPT_STAGE}, {"top", 1, OPT_TOP},       {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
+    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+};
+
+static const an_col thread_cols[] = {
+    {"thread", AN_T_STR, 0},       {"role", AN_T_STR, 0},         {"status", AN_T_STR, 0},
+    {"wall_ms", AN_T_MS, 0},       {"on_cpu_ms", AN_T_MS, 0},     {"on_cpu_pct", AN_T_PCT, 0},
+    {"preempted_pct", AN_T_PCT, 0}, {"blocked_pct", AN_T_PCT, 0}, {"samples", AN_T_INT, 0},
+    {"lost", AN_T_INT, 0}};
+static const an_col stage_cols[] = {
+    {"thread", AN_T_STR, 0},       {"role", AN_T_STR, 0},         {"stage", AN_T_STR, 0},
+    {"kind", AN_T_STR, 0},         {"wall_ms", AN_T_MS, 0},       {"on_cpu_ms", AN_T_MS, 0},
+    {"on_cpu_pct", AN_T_PCT, 0},   {"preempted_pct", AN_T_PCT, 0}, {"blocked_pct", AN_T_PCT, 0},
+    {"samples", AN_T_INT, 0}};
+static const an_col fn_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},   {"by", AN_T_STR, 0},
+                                 {"rank", AN_T_INT, 0},     {"function", AN_T_STR, 0}, {"file", AN_T_STR, 0},
+                                 {"samples", AN_T_INT, 0},  {"pct", AN_T_PCT, 0}};
+
+typedef struct own_opts {
+    const char *stage;
+    uint64_t top;
+} own_opts;
+
+static void init(an_cmd *c)
+{
+    own_opts *o = c->own;
+    o->top = 5;
+}
+
+static int option(an_cmd *c, int id)
+{
+    own_opts *o = c->own;
+    switch (id) {
+    case OPT_STAGE:
+        o->stage = c->args.value;
+        break;
+    case OPT_TOP:
+        if (an_parse_u64(c->args.value, &o->top) || o->top > UINT32_MAX)
+            return an_usage_error("cpu", "--top needs a number of functions (0 = none), not '%s'", c->args.value);
+        break;
+    }
+    return AN_EXIT_OK;
+}
+
+static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
+
+static void put_shares(an_table *tb, const an_cpu_cell *c)
+{
+    an_put_ns(tb, c->wall_ns);
+    an_put_ns(tb, c->on_ns);
+    if (c->wall_ns > 0) {
+        an_put_pct(tb, pct(c->on_ns, c->wall_ns));
+        an_put_pct(tb, pct(c->preempted_ns, c->wall_ns));
+        an_put_pct(tb, pct(c->blocked_ns, c->wall_ns));
+    } else {
+        an_put_null(tb);
+        an_put_null(tb);
+        an_put_null(tb);
+    }
+    an_put_int(tb, (int64_t)c->samples);
+}
+
+static const char *stage_name(st_reader *r, int32_t s) { return s < 0 ? "(none)" : st_reader_stage(r, (uint32_t)s)->name; }
+
+static int work(an_cmd *c)
+{
+    own_opts *o = c->own;
+    an_trace *t = &c->trace;
+    st_reader *r = t->r;
+    int has = st_reader_has_cpu(r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) {
+        an_error("cpu: %s has no CPU capture (record with --trace-cpu / st_options.cpu)", t->path);
+        return AN_EXIT_USAGE;
+    }
+    int32_t want = -2; /* every stage */
+    if (o->stage) {
+        for (uint32_t s = 0; s < st_reader_n_stages(r) && want < -1; s++)
+            if (strcmp(st_reader_stage(r, s)->name, o->stage) == 0) want = (int32_t)s;
+        if (want < -1) {
+            char buf[128];
+            an_error("cpu: %s has no stage '%s'", t->path, an_clean(o->stage, buf, sizeof buf));
+            return AN_EXIT_USAGE;
+        }
+    }
+    int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
+    int rc = AN_EXIT_OK;
+    if (c->window.kind != AN_WIN_ALL && (rc = an_window_resolve(&c->window, t, &t0, &t1))) return rc;
+    an_cpu_result res;
+    if ((rc = an_cpu_compute(t, t0, t1, &res))) return rc;
+    const an_cpu_fn **top = malloc((o->top ? o->top : 1) * sizeof *top);
+    an_out *out = top ? an_out_new(stdout, c->format) : NULL;
+    if (!out) {
+        free(top);
+        an_cpu_free(&res);
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    const char *mode = an_trace_meta(t, "cpu_mode"), *hz = an_trace_meta(t, "cpu_sample_hz");
+    an_out_text(out, "== %s: CPU per thread and stage over %.3f ms (capture %s, %s samples/s of CPU time)\n", t->path,
+                (double)(t1 - t0) / 1e6, mode ? mode : "unknown", hz ? hz : "?");
+    an_table *tb = an_table_new(out, "threads", thread_cols, 10);
+    for (uint32_t i = 0; tb && i < res.n_threads; i++) {
+        const an_cpu_thread *th = &res.threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        an_put_str(tb, ti->name);
+        an_put_str(tb, ti->role);
+        an_put_str(tb, th->info.status);
+        put_shares(tb, &th->total);
+        an_put_int(tb, (int64_t)th->lost);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+    tb = an_table_new(out, "stages", stage_cols, 10);
+    char spin[2048] = "";
+    size_t slen = 0;
+    for (uint32_t i = 0; tb && i < res.n_threads; i++) {
+        const an_cpu_thread *th = &res.threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res.n_stages; s++) {
+            const an_cpu_cell *cell = &th->cells[s];
+            if ((want >= -1 && cell->stage != want) || (!cell->wall_ns && !cell->samples)) continue;
+            const st_stage_info *si = cell->stage >= 0 ? st_reader_stage(r, (uint32_t)cell->stage) : NULL;
+            an_put_str(tb, ti->name);
+            an_put_str(tb, ti->role);
+            an_put_str(tb, stage_name(r, cell->stage));
+            an_put_str(tb, si ? st_kind_name(si->kind) : "");
+            put_shares(tb, cell);
+            an_row_end(tb);
+            if (si && si->kind == ST_SYNC && cell->wall_ns > 0 && 2 * cell->on_ns > cell->wall_ns &&
+                slen < sizeof spin - 400) {
+                char p[32], n1[64], n2[64];
+                an_fmt_pct1(pct(cell->on_ns, cell->wall_ns), p, sizeof p);
+                slen += (size_t)snprintf(spin + slen, sizeof spin - slen,
+                                         "spinning: %s waits in %s (sync) %s on-CPU (cudaDeviceScheduleBlockingSync "
+                                         "or events would free the core)\n",
+                                         an_clean(ti->name, n1, sizeof n1), an_clean(si->name, n2, sizeof n2), p);
+            }
+        }
+    }
+    an_table_end(tb);
+    tb = an_table_new(out, "functions", fn_cols, 8);
+    for (uint32_t i = 0; tb && o->top && i < res.n_threads; i++) {
+        const an_cpu_thread *th = &res.threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res.n_stages; s++) {
+            const an_cpu_cell *cell = &th->cells[s];
+            if ((want >= -1 && cell->stage != want) || !cell->samples) continue;
+            for (int by = 0; by < 2; by++) {
+                uint32_t n = an_cpu_top(&res, cell, by, (uint32_t)o->top, top);
+                for (uint32_t k = 0; k < n; k++) {
+                    an_put_str(tb, ti->name);
+                    an_put_str(tb, stage_name(r, cell->stage));
+                    an_put_str(tb, by ? "inclusive" : "self");
+                    an_put_int(tb, k + 1);
+                    an_put_str(tb, res.names[top[k]->name].name);
+                    an_put_str(tb, res.names[top[k]->name].path);
+                    uint64_t v = by ? top[k]->incl : top[k]->self;
+                    an_put_int(tb, (int64_t)v);
+                    an_put_pct(tb, 100.0 * (double)v / (double)cell->samples);
+                    an_row_end(tb);
+                }
+            }
+        }
+    }
+    an_table_end(tb);
+    if (slen) an_out_text(out, "%s", spin);
+    for (uint32_t i = 0; i < res.n_threads; i++)
+        if (strcmp(res.threads[i].info.status, "perf") != 0) {
+            char n1[64], n2[256];
+            an_out_text(out, "no CPU records for %s: %s (%s)\n", an_clean(st_reader_thread(r, res.threads[i].thread)->name, n1, sizeof n1),
+                        res.threads[i].info.status, an_clean(res.threads[i].info.reason, n2, sizeof n2));
+        }
+    if (an_out_finish(out)) {
+        an_error("cpu: cannot write the output");
+        rc = AN_EXIT_FAIL;
+    }
+    free(top);
+    an_cpu_free(&res);
+    return rc;
+}
+
+const an_cmd_def an_cmd_cpu = {
+    .name = "cpu",
+    .usage = help,
+    .flags = AN_RUN_FORMAT | AN_RUN_WINDOW | AN_RUN_TRACE | AN_RUN_WARN,
+    .opts = opts,
+    .own_size = sizeof(own_opts),
+    .init = init,
+    .option = option,
+    .work = work,
+};

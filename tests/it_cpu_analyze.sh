@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# it_cpu_analyze.sh: `analyze cpu` on real --trace-cpu runs of the trainer
+# (CPU backend; docs/analyze.md, "cpu"):
+#  - one process, 200 steps: exit 0, nothing on stderr; every stages row has
+#    on + preempted + blocked = 100 %, and per thread the stages' wall adds
+#    up to the thread's (exact in CSV); the compute stages (work, 100 ms or
+#    more) are at most 10 % blocked (on-CPU, or preempted by the other work
+#    of this 2-core host); the queue waits (the loader's queue_put, the
+#    drafter's queue_wait, main's step_wait) at least 80 % blocked; the target
+#    thread's forward samples name the CPU kernels (k_matmul) as self
+#    functions; --stage forward keeps forward only; text, csv and json all
+#    print; the trace without its CPU tables: one line, exit 2; hostile CPU
+#    tables (a chunk that does not decode or miscounts, a stack that does
+#    not, samples naming stacks that are gone, an unknown thread or map, a
+#    mistyped status, a view, a table missing beside the others): exit 2 and
+#    the one line naming the table;
+#  - under mpirun (2 processes, skipped without mpirun or an MPI trainer):
+#    the rank set's threads r0/... and r1/..., each rank's compute mostly
+#    unblocked, its frames named.
+#
+#   bash tests/it_cpu_analyze.sh BUILD_DIR
+set -euo pipefail
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
+A="$BUILD/analyze"
+TRAINER="$BUILD/trainer"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$TRAINER" ] || { echo "SKIP: $TRAINER is not built"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the tables"; exit 0; }
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 is needed to drop the tables"; exit 0; }
+
+it_enter_tmp
+
+run tr "$TRAINER" --steps 200 --trace run.sqlite --trace-cpu --overwrite
+[ $rc -eq 0 ] || fail "trainer: exit $rc: $(tail -5 tr.err)"
+[ "$(sqlite3 run.sqlite "select value from meta where key = 'cpu_mode'")" = perf ] ||
+    { echo "SKIP: perf events refused here: $(sqlite3 run.sqlite "select value from meta where key = 'cpu_reason'")"; exit 0; }
+ok
+expect_ok text "$A" cpu run.sqlite
+grep -q '^== run.sqlite: CPU per thread and stage over ' text.out || fail "text: no heading: $(head -2 text.out)"
+ok
+expect_ok csv "$A" cpu --format csv --top 3 run.sqlite
+expect_ok json "$A" cpu --format json run.sqlite
+python3 -c 'import json,sys; d=json.load(open("json.out")); assert set(d) == {"threads","stages","functions"}, d.keys()' ||
+    fail "json: not the three tables"
+ok
+
+# check CSV [SET]: the invariants and the shares, on the tables of CSV
+check() {
+    ST_CSV="$1" ST_SET="${2:-}" py "check $1" <<'EOF'
+import csv, io, os
+text = open(os.environ["ST_CSV"]).read()
+blocks = [b for b in text.strip().split("\n\n")]
+threads, stages, functions = (list(csv.DictReader(io.StringIO(b))) for b in blocks)
+is_set = bool(os.environ["ST_SET"])
+assert threads and stages and functions
+wall = {}
+for s in stages:
+    w = float(s["wall_ms"])
+    wall[s["thread"]] = wall.get(s["thread"], 0) + w
+    if w > 0:
+        tot = float(s["on_cpu_pct"]) + float(s["preempted_pct"]) + float(s["blocked_pct"])
+        assert abs(tot - 100) < 1e-6, (s, tot)
+    name = s["thread"].split("/")[-1]
+    if s["kind"] == "work" and w >= 100:
+        assert float(s["blocked_pct"]) <= 10, ("a compute stage blocked", s)
+    if (name, s["stage"]) in {("loader", "queue_put"), ("drafter0", "queue_wait"), ("main", "step_wait")} and w >= 100:
+        assert float(s["blocked_pct"]) >= 80, ("a queue wait not blocked", s)
+for t in threads:
+    if t["status"] != "perf":
+        continue
+    assert abs(wall.get(t["thread"], 0) - float(t["wall_ms"])) < 1e-5, (t, wall.get(t["thread"]))
+fwd = [f for f in functions if f["thread"].split("/")[-1] == "target0" and f["stage"] == "forward" and f["by"] == "self"]
+assert fwd and any(f["function"].startswith("k_") for f in fwd), fwd
+assert len([f for f in fwd]) <= 3
+if is_set:
+    ranks = {t["thread"].split("/")[0] for t in threads}
+    assert ranks == {"r0", "r1"}, ranks
+EOF
+}
+check csv.out
+
+expect_ok stage "$A" cpu --format csv --stage forward run.sqlite
+python3 - <<'EOF' || fail "--stage forward: other stages shown"
+import csv, io
+blocks = open("stage.out").read().strip().split("\n\n")
+for b in blocks[1:]:
+    rows = list(csv.DictReader(io.StringIO(b)))
+    assert rows and all(r["stage"] == "forward" for r in rows), rows
+EOF
+ok
+
+cp run.sqlite nocpu.sqlite
+sqlite3 nocpu.sqlite "drop table cpu_threads; drop table cpu_chunks; drop table cpu_stacks; drop table cpu_maps; drop table cpu_symbols"
+expect_usage nocpu "$A" cpu nocpu.sqlite
+grep -q 'has no CPU capture (record with --trace-cpu / st_options.cpu)' nocpu.err || fail "nocpu: $(cat nocpu.err)"
+ok
+
+# ---- hostile CPU tables: exit 2 and the one line naming the table ------------------------
+python3 - <<'PYEOF'
+import shutil, sqlite3
+def make(name, sql):
+    shutil.copy("run.sqlite", name)
+    db = sqlite3.connect(name)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+make("h_chunk.sqlite", "UPDATE cpu_chunks SET data = x'5003' WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_count.sqlite", "UPDATE cpu_chunks SET n_records = n_records + 1 WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_stack.sqlite", "UPDATE cpu_stacks SET n_frames = n_frames + 1 WHERE id = 0")
+make("h_nostack.sqlite", "DELETE FROM cpu_stacks")
+make("h_thread.sqlite", "UPDATE cpu_chunks SET thread = 99 WHERE id = (SELECT min(id) FROM cpu_chunks)")
+make("h_status.sqlite", "UPDATE cpu_threads SET status = x'00' WHERE thread = 0")
+make("h_map.sqlite", "UPDATE cpu_symbols SET map = 9999 WHERE addr = (SELECT min(addr) FROM cpu_symbols WHERE map >= 0)")
+make("h_view.sqlite", "DROP TABLE cpu_maps; CREATE VIEW cpu_maps AS SELECT 0 AS id, 0 AS start, 0 AS end, 0 AS file_offset, '' AS path, '' AS build_id")
+make("h_missing.sqlite", "DROP TABLE cpu_symbols")
+PYEOF
+for h in chunk:cpu_chunks count:cpu_chunks stack:cpu_stacks nostack:cpu_chunks thread:cpu_chunks status:cpu_threads \
+    map:cpu_symbols view:cpu_maps missing:cpu_symbols; do
+    name=${h%%:*} table=${h#*:}
+    expect_usage "h_$name" timeout 60 "$A" cpu "h_$name.sqlite"
+    grep -q "trace table '$table'" "h_$name.err" || fail "h_$name: $(cat "h_$name.err")"
+    ok
+done
+
+# ---- a rank set under mpirun -------------------------------------------------------------
+if command -v mpirun >/dev/null && "$TRAINER" --version | grep -q 'multi-process: mpi'; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    run mpi timeout 120 mpirun --oversubscribe -np 2 "$TRAINER" --steps 100 --layout targets=1,drafters=1 \
+        --trace set/ --trace-cpu --overwrite
+    [ $rc -eq 0 ] || fail "mpirun: exit $rc: $(tail -5 mpi.err)"
+    ok
+    run setcsv "$A" cpu --format csv --top 3 set/
+    [ $rc -eq 0 ] || fail "analyze cpu set/: exit $rc: $(cat setcsv.err)"
+    ok
+    # the target rank's thread is r0/target0 (rank 0 holds the targets)
+    check setcsv.out set
+else
+    echo "it_cpu_analyze: mpirun or an MPI trainer missing: the rank set part skipped"
+fi
+echo "it_cpu_analyze: $n_checks checks passed"
