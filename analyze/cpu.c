@@ -3,14 +3,13 @@
  * thread with a cpu_threads row: its innermost-stage timeline from its
  * events cut into self-time pieces, each piece's on/off-CPU split by the
  * capture layer's own accounting (st_cpu_account over st_cpu_off_intervals,
- * tracer/st_cpu.h), the samples counted per stage and their frames named
+ * in the reader API), the samples counted per stage and their frames named
  * once per stack.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
-#include "../tracer/st_cpu.h" /* st_cpu_account, the capture layer's own accounting (docs/cpu.md) */
 
 typedef struct vec {
     void *v;

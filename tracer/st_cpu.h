@@ -37,6 +37,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "stagetrace_reader.h"
+
 enum st_cpu_status {
     ST_CPU_OK = 0,
     ST_CPU_REFUSED = -1,     /* permission: perf_event_paranoid, a seccomp filter, capabilities */
@@ -83,12 +85,9 @@ typedef struct st_cpu_thread {
     char reason[256];          /* why open failed, or what ring memory was refused */
 } st_cpu_thread;
 
-/* One PERF_RECORD_SWITCH of the monitored thread. */
-typedef struct st_cpu_switch {
-    int64_t t_ns;       /* CLOCK_MONOTONIC */
-    uint8_t out;        /* 1: switched out, 0: switched in */
-    uint8_t preempted;  /* out only: still runnable (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) */
-} st_cpu_switch;
+/* st_cpu_switch, and the accounting of a range's on-CPU, preempted and
+ * blocked time over a thread's switch records (st_cpu_off_intervals,
+ * st_cpu_account), are part of the reader API: stagetrace_reader.h. */
 
 /* One PERF_RECORD_SAMPLE. frames[0] is the sampled ip; frames[1..] are the
  * return addresses of the frame-pointer walk, PERF_CONTEXT_* markers
@@ -126,38 +125,6 @@ size_t st_cpu_ring_bytes_for(unsigned n_threads);
 int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg);
 long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink);
 void st_cpu_thread_close(st_cpu_thread *t);
-
-/* ---- accounting --------------------------------------------------------
- * A thread's off-CPU intervals from its switch records (in time order):
- * each switch-out opens an interval (preempted when its flag says so,
- * blocked otherwise) that the next switch-in closes. An interval still open
- * after the last record ends at now_ns. A switch-in before any switch-out
- * means the thread was off the CPU when the capture began: that interval
- * starts at start_ns (the time the event was opened; INT64_MIN: since
- * always) and counts as blocked, the kernel having said nothing of why. A
- * second switch-out with no switch-in between (a lost record) keeps the
- * first; a second switch-in is ignored. out receives at most n + 1
- * intervals, disjoint and in time order; returns their number. */
-typedef struct st_cpu_off {
-    int64_t t0_ns, t1_ns;
-    int preempted;
-} st_cpu_off;
-size_t st_cpu_off_intervals(const st_cpu_switch *sw, size_t n, int64_t start_ns,
-                            int64_t now_ns, st_cpu_off *out);
-
-/* For each range [t0, t1) (any order, nested or overlapping): its overlap
- * with the preempted and with the blocked intervals, and on = duration -
- * both, so that on + preempted + blocked = t1 - t0 exactly. Time outside
- * every interval is on-CPU, including time past now_ns: callers end an
- * unended range at now_ns. A range with t1 <= t0 gets zeros. */
-typedef struct st_cpu_range {
-    int64_t t0_ns, t1_ns;
-} st_cpu_range;
-typedef struct st_cpu_share {
-    int64_t on_ns, preempted_ns, blocked_ns;
-} st_cpu_share;
-void st_cpu_account(const st_cpu_off *off, size_t n_off, const st_cpu_range *r, size_t n_r,
-                    st_cpu_share *out);
 
 /* ---- frame validation --------------------------------------------------
  * The process's executable mappings, from a /proc/PID/maps text. A

@@ -386,6 +386,46 @@ ST_API int64_t st_reader_flow_slack(const st_reader *r, uint32_t thread_a, uint3
  * every row of cpu_threads, cpu_maps and cpu_symbols, the ids of the chunk
  * and stack tables) the first time one of these functions reads them;
  * a chunk's and a stack's data as each is read. */
+/* One context switch of a thread: a PERF_RECORD_SWITCH as the capture
+ * reads it, or a switch row of st_cpu_iter (ST_CPU_ROW_IN / _OUT_*). */
+typedef struct st_cpu_switch {
+    int64_t t_ns;       /* CLOCK_MONOTONIC */
+    uint8_t out;        /* 1: switched out, 0: switched in */
+    uint8_t preempted;  /* out only: still runnable (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) */
+} st_cpu_switch;
+
+/* ---- CPU time of ranges (cpu_account.c) ----------------------------------
+ * A thread's off-CPU intervals from its switch records (in time order):
+ * each switch-out opens an interval (preempted when its flag says so,
+ * blocked otherwise) that the next switch-in closes. An interval still open
+ * after the last record ends at now_ns. A switch-in before any switch-out
+ * means the thread was off the CPU when the capture began: that interval
+ * starts at start_ns (the time the event was opened; INT64_MIN: since
+ * always) and counts as blocked, the kernel having said nothing of why. A
+ * second switch-out with no switch-in between (a lost record) keeps the
+ * first; a second switch-in is ignored. out receives at most n + 1
+ * intervals, disjoint and in time order; returns their number. */
+typedef struct st_cpu_off {
+    int64_t t0_ns, t1_ns;
+    int preempted;
+} st_cpu_off;
+ST_API size_t st_cpu_off_intervals(const st_cpu_switch *sw, size_t n, int64_t start_ns,
+                            int64_t now_ns, st_cpu_off *out);
+
+/* For each range [t0, t1) (any order, nested or overlapping): its overlap
+ * with the preempted and with the blocked intervals, and on = duration -
+ * both, so that on + preempted + blocked = t1 - t0 exactly. Time outside
+ * every interval is on-CPU, including time past now_ns: callers end an
+ * unended range at now_ns. A range with t1 <= t0 gets zeros. */
+typedef struct st_cpu_range {
+    int64_t t0_ns, t1_ns;
+} st_cpu_range;
+typedef struct st_cpu_share {
+    int64_t on_ns, preempted_ns, blocked_ns;
+} st_cpu_share;
+ST_API void st_cpu_account(const st_cpu_off *off, size_t n_off, const st_cpu_range *r, size_t n_r,
+                    st_cpu_share *out);
+
 ST_API int st_reader_has_cpu(st_reader *r); /* 1: the trace has the CPU tables; 0 none; <0 error */
 
 /* A thread's cpu_threads row: status "perf" (its event opened), "refused",
