@@ -52,6 +52,10 @@ for t in "$BUILD"/tests/gpu/*; do
     if [ "$(basename "$t")" = test_trainer_gpu ]; then
         run_one "test_trainer_gpu 1gpu" "$t" 1gpu
         run_one "test_trainer_gpu 2gpu" "$t" 2gpu
+    elif [ "$(basename "$t")" = test_cupti_gpu ]; then
+        run_one "test_cupti_gpu" env -u STAGETRACE_GPU_RECORDS "$t"
+        run_one "test_cupti_gpu launch-api" env STAGETRACE_GPU_RECORDS=kernel,memcpy,memset,sync,runtime-launch,driver-launch "$t"
+        run_one "test_cupti_gpu no-api" env STAGETRACE_GPU_RECORDS=kernel,memcpy,buffer_kb=1024,flush_ms=0,zeroed "$t"
     else
         run_one "$(basename "$t")" "$t"
     fi

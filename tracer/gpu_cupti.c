@@ -51,6 +51,7 @@ ST_CUPTI_FUNCS(ST_CUPTI_POINTER)
 #define ST_CUPTI_LIBDIR ""
 #endif
 
+static void load_optional(void *self);
 static int load_cupti(void)
 {
     static void *lib;
@@ -75,6 +76,7 @@ static int load_cupti(void)
         return st_set_error(ST_EIO, "the CUPTI library found lacks %s: it is too old", #name); \
     }
     ST_CUPTI_FUNCS(ST_CUPTI_RESOLVE)
+    load_optional(handle);
     lib = handle;
     return ST_OK;
 }
@@ -90,9 +92,27 @@ static int load_cupti(void)
 #define cuptiGetResultString p_cuptiGetResultString
 #define cuptiGetTimestamp p_cuptiGetTimestamp
 #define cuptiSetThreadIdType p_cuptiSetThreadIdType
+/* Newer functions, needed only by the record sets that use them. */
+static __typeof__(cuptiActivityEnableRuntimeApi) *p_cuptiActivityEnableRuntimeApi;
+static __typeof__(cuptiActivityEnableDriverApi) *p_cuptiActivityEnableDriverApi;
+static __typeof__(cuptiActivitySetAttribute) *p_cuptiActivitySetAttribute;
+static void load_optional(void *self)
+{
+    p_cuptiActivityEnableRuntimeApi = (__typeof__(p_cuptiActivityEnableRuntimeApi))dlsym(self, "cuptiActivityEnableRuntimeApi");
+    p_cuptiActivityEnableDriverApi = (__typeof__(p_cuptiActivityEnableDriverApi))dlsym(self, "cuptiActivityEnableDriverApi");
+    p_cuptiActivitySetAttribute = (__typeof__(p_cuptiActivitySetAttribute))dlsym(self, "cuptiActivitySetAttribute");
+}
+#define cuptiActivityEnableRuntimeApi p_cuptiActivityEnableRuntimeApi
+#define cuptiActivityEnableDriverApi p_cuptiActivityEnableDriverApi
+#define cuptiActivitySetAttribute p_cuptiActivitySetAttribute
+#define HAVE_FN(p) ((p) != NULL)
+#else
+#define HAVE_FN(p) 1
 #endif
 
-#define BUFFER_BYTES (8u << 20)
+static size_t buffer_bytes = (size_t)ST_GPU_BUFFER_KB_DEFAULT << 10;
+static int buffer_zeroed;
+static st_gpu_config gpu_config;
 #define BATCH 1024
 #define MAX_CONTEXTS 256
 
@@ -365,8 +385,8 @@ static int convert(st_trace *t, const CUpti_Activity *a, st_gpu_item *it)
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
-    *buffer = aligned_alloc(8, BUFFER_BYTES);
-    *size = *buffer ? BUFFER_BYTES : 0;
+    *buffer = buffer_zeroed ? calloc(1, buffer_bytes) : aligned_alloc(8, buffer_bytes);
+    *size = *buffer ? buffer_bytes : 0;
     *max_records = 0;
 }
 
@@ -399,15 +419,41 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 
 static uint64_t trace_clock(void) { return (uint64_t)st_now_ns(); }
 
+/* The activity kinds of the record set's bits, in ST_GPU_REC_* order; the
+ * launch subsets enable single API functions instead (below). */
 static const CUpti_ActivityKind kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
 };
 
+/* The launch subset of one API domain: each function st_gpu_api_is_launch
+ * names gets its activity records, the others none. */
+static int enable_launch_api(int driver, uint8_t enable)
+{
+    if (!(driver ? HAVE_FN(cuptiActivityEnableDriverApi) : HAVE_FN(cuptiActivityEnableRuntimeApi)))
+        return st_set_error(ST_EIO, "GPU records '%s-launch' need CUPTI 12.6 or later "
+                                    "(cuptiActivityEnable%sApi); use '%s' instead",
+                            driver ? "driver" : "runtime", driver ? "Driver" : "Runtime", driver ? "driver" : "runtime");
+    uint32_t size = driver ? CUPTI_DRIVER_TRACE_CBID_SIZE : CUPTI_RUNTIME_TRACE_CBID_SIZE;
+    CUpti_CallbackDomain domain = driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
+    for (uint32_t cbid = 1; cbid < size; cbid++) {
+        const char *name = NULL;
+        if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !st_gpu_api_is_launch(name)) continue;
+        if (driver)
+            CUPTI_CHECK(cuptiActivityEnableDriverApi(cbid, enable));
+        else
+            CUPTI_CHECK(cuptiActivityEnableRuntimeApi(cbid, enable));
+    }
+    return ST_OK;
+}
+
 static void gpu_stop(st_trace *t)
 {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) cuptiActivityDisable(kinds[i]);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (gpu_config.kinds & (1u << i)) cuptiActivityDisable(kinds[i]);
+    if (gpu_config.kinds & ST_GPU_REC_RUNTIME_LAUNCH) enable_launch_api(0, 0);
+    if (gpu_config.kinds & ST_GPU_REC_DRIVER_LAUNCH) enable_launch_api(1, 0);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, dropped_total);
@@ -426,10 +472,26 @@ int st_gpu_start(st_trace *t)
 {
     if (!t || !t->opt.enabled) return st_set_error(ST_ESTATE, "st_gpu_start: no trace is being written");
     if (t->gpu_stop || gpu_trace) return st_set_error(ST_ESTATE, "st_gpu_start: GPU tracing is already on");
+    const char *spec = t->opt.gpu_records ? t->opt.gpu_records : getenv("STAGETRACE_GPU_RECORDS");
+    char err[400];
+    st_gpu_config config;
+    if (st_gpu_config_parse(spec && spec[0] ? spec : NULL, &config, err, sizeof err) != 0)
+        return st_set_error(ST_EINVAL, "%s%s", t->opt.gpu_records ? "" : "STAGETRACE_GPU_RECORDS: ", err);
 #ifdef ST_CUPTI_DLOPEN
     int loaded = load_cupti();
     if (loaded) return loaded;
 #endif
+    gpu_config = config;
+    buffer_bytes = (size_t)config.buffer_kb << 10;
+    buffer_zeroed = 0;
+    if (config.zeroed) {
+        uint8_t one = 1;
+        size_t one_size = sizeof one;
+        if (!HAVE_FN(cuptiActivitySetAttribute) ||
+            cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &one_size, &one) != CUPTI_SUCCESS)
+            return st_set_error(ST_EIO, "GPU records 'zeroed': this CUPTI does not take zeroed buffers");
+        buffer_zeroed = 1;
+    }
     CUPTI_CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
     if (cuptiActivityRegisterTimestampCallback(trace_clock) != CUPTI_SUCCESS) {
         /* Older CUPTI: measure the offset between the two clocks once,
@@ -448,8 +510,20 @@ int st_gpu_start(st_trace *t)
     pthread_mutex_unlock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, 0);
     CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
-    CUPTI_CHECK(cuptiActivityFlushPeriod(100));
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (config.kinds & (1u << i)) CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
+    if (config.kinds & ST_GPU_REC_RUNTIME_LAUNCH) {
+        int rc = enable_launch_api(0, 1);
+        if (rc) return rc;
+    }
+    if (config.kinds & ST_GPU_REC_DRIVER_LAUNCH) {
+        int rc = enable_launch_api(1, 1);
+        if (rc) return rc;
+    }
+    if (config.flush_ms) CUPTI_CHECK(cuptiActivityFlushPeriod(config.flush_ms));
+    pthread_mutex_lock(&t->gpu_lock);
+    st_gpu_config_format(&config, t->gpu_records, sizeof t->gpu_records);
+    pthread_mutex_unlock(&t->gpu_lock);
     t->gpu_stop = gpu_stop;
     return ST_OK;
 }

@@ -116,8 +116,12 @@ struct st_trace {
     size_t gpu_strings_len, gpu_strings_cap;
     _Atomic long long gpu_dropped;  /* CUPTI's dropped records; -1: GPU tracing off */
     void (*gpu_stop)(st_trace *t);  /* set by st_gpu_start; st_close calls it first */
+    char gpu_records[160];          /* under gpu_lock: meta gpu_records to write, "" none */
+    int gpu_records_written;        /* writer: meta gpu_records stored */
     void *gpu_priv;
 };
+
+#include "st_gpu_records.h"
 
 /* ---- GPU activity (docs/trace-format.md, gpu_chunks) ----
  * The collector (gpu.c) parses CUPTI's buffers on CUPTI's thread and hands

@@ -506,6 +506,14 @@ static void store_gpu(st_trace *t, writer *w, int final)
         /* Every commit ends the open chunks: a killed process keeps what
          * was committed, and chunks stay small enough for a window query. */
         for (size_t i = 0; i < w->n_gpu; i++) flush_gpu_chunk(t, w, &w->gpu[i]);
+        if (t->gpu_records[0] && !t->gpu_records_written) {
+            pthread_mutex_lock(&t->gpu_lock);
+            char records[sizeof t->gpu_records];
+            memcpy(records, t->gpu_records, sizeof records);
+            pthread_mutex_unlock(&t->gpu_lock);
+            meta_text(w, "gpu_records", records);
+            t->gpu_records_written = 1;
+        }
         if (dropped >= 0 && dropped != w->gpu_dropped_written) {
             meta_int(w, "gpu_dropped_records", dropped);
             w->gpu_dropped_written = dropped;

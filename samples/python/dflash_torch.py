@@ -65,6 +65,8 @@ def parse_args(argv=None):
                     help="intra-op threads per torch call on CPU (default 1: the roles run side by side)")
     ap.add_argument("--trace-gpu", action="store_true", help="also record GPU activity (CUPTI builds)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup-steps", type=int, default=20,
+                    help="steps left out of the steady rate printed at the end (default 20)")
     ap.add_argument("--torch-profiler", metavar="PATH",
                     help="instead of stagetrace, profile with torch.profiler (record_function per stage, "
                          "CPU and CUDA activity) and write its Chrome trace to PATH: for comparison")
@@ -299,7 +301,9 @@ class Pipeline:
         threads += [threading.Thread(target=self.run_thread, args=(self.drafter_loop, i), name="drafter%d" % i)
                     for i in range(a.drafters)]
         tokens_per_step = a.batch * a.seq_len
+        warmup = min(a.warmup_steps, a.steps - 1) if a.steps > 1 else 0
         t0 = time.perf_counter()
+        t_warm, cpu_warm = t0, time.process_time()
         self.trace.step(0)
         for t in threads:
             t.start()
@@ -317,6 +321,12 @@ class Pipeline:
                 if loss is not None:
                     last_loss = loss
                 self.trace.step(step, tokens_per_step)
+                if step == warmup:
+                    t_warm, cpu_warm = time.perf_counter(), time.process_time()
+            t_end, cpu_end = time.perf_counter(), time.process_time()
+            # The steady rate: the steps after the warm-up, between their step marks.
+            self.steady_tokens_per_s = (a.steps - warmup) * tokens_per_step / max(t_end - t_warm, 1e-9)
+            self.steady_cpu_s_per_step = (cpu_end - cpu_warm) / max(a.steps - warmup, 1)
         finally:
             self.stop.set()
             for t in threads:
@@ -399,6 +409,9 @@ def main(argv=None):
           "last loss %.3f%s" % (args.device, args.drafters, "s" if args.drafters > 1 else "", args.queue_depth,
                                 args.postprocess, args.steps, tokens_per_s, loss if loss is not None else float("nan"),
                                 ", trace %s" % trace.path if trace.path else ""))
+    print("dflash_torch: steady %.1f tokens/s after %d warm-up steps, %.3f ms CPU (process) per step"
+          % (pipe.steady_tokens_per_s, min(args.warmup_steps, max(args.steps - 1, 0)),
+             pipe.steady_cpu_s_per_step * 1e3))
     return 0
 
 

@@ -232,6 +232,12 @@ typedef struct st_options {
     uint64_t cpu_period_ns;  /* sample period in ns of a thread's CPU time;
                                 0: the default, 1/199 s; UINT64_MAX: switch
                                 records only, no samples */
+    /* GPU activity (st_gpu_start; docs/tracer.md, "GPU activity"): which
+     * records CUPTI is asked for, a comma list read at st_gpu_start, such as
+     * "kernel,memcpy,memset,runtime-launch" or "default,buffer_kb=32768".
+     * NULL: the environment variable STAGETRACE_GPU_RECORDS, else the
+     * default set. The set that ran is in meta gpu_records. */
+    const char *gpu_records;
 } st_options;
 
 ST_API void st_options_init(st_options *opt);
