@@ -54,7 +54,7 @@ for t in "$BUILD"/tests/gpu/*; do
         run_one "test_trainer_gpu 2gpu" "$t" 2gpu
     elif [ "$(basename "$t")" = test_cupti_gpu ]; then
         run_one "test_cupti_gpu" env -u STAGETRACE_GPU_RECORDS "$t"
-        run_one "test_cupti_gpu launch-api" env STAGETRACE_GPU_RECORDS=kernel,memcpy,memset,sync,runtime-launch,driver-launch "$t"
+        run_one "test_cupti_gpu all" env STAGETRACE_GPU_RECORDS=all "$t"
         run_one "test_cupti_gpu no-api" env STAGETRACE_GPU_RECORDS=kernel,memcpy,buffer_kb=1024,flush_ms=0,zeroed "$t"
     else
         run_one "$(basename "$t")" "$t"

@@ -2,8 +2,8 @@
  * docs/tracer.md, "GPU activity"): what each spec parses to, its canonical
  * form as meta gpu_records shows it, every rejection with its message, and
  * which API functions are in the launch subset. The expected values are the
- * documented ones: the default set is every kind, 8192 KiB buffers, a
- * 100 ms flush; the full API kinds hold their launch subsets. On a machine
+ * documented ones: the default set is kernels, copies, memsets and the
+ * API's launch subsets, 8192 KiB buffers, a 100 ms flush; the full API kinds hold their launch subsets. On a machine
  * without a GPU, st_gpu_start itself is covered by tests/gpu. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,13 +40,14 @@ static void test_default(void **state)
     st_gpu_config c;
     char err[64];
     assert_int_equal(st_gpu_config_parse(NULL, &c, err, sizeof err), 0);
-    assert_int_equal(c.kinds, ST_GPU_REC_KERNEL | ST_GPU_REC_MEMCPY | ST_GPU_REC_MEMSET | ST_GPU_REC_SYNC |
-                                  ST_GPU_REC_RUNTIME | ST_GPU_REC_DRIVER);
+    assert_int_equal(c.kinds, ST_GPU_REC_KERNEL | ST_GPU_REC_MEMCPY | ST_GPU_REC_MEMSET |
+                                  ST_GPU_REC_RUNTIME_LAUNCH | ST_GPU_REC_DRIVER_LAUNCH);
     assert_int_equal(c.buffer_kb, 8192);
     assert_int_equal(c.flush_ms, 100);
     assert_int_equal(c.zeroed, 0);
-    canonical(NULL, "kernel,memcpy,memset,sync,runtime,driver,buffer_kb=8192,flush_ms=100");
-    canonical("default", "kernel,memcpy,memset,sync,runtime,driver,buffer_kb=8192,flush_ms=100");
+    canonical(NULL, "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100");
+    canonical("default", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100");
+    canonical("default,sync", "kernel,memcpy,memset,sync,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100");
     canonical("all", "kernel,memcpy,memset,sync,runtime,driver,buffer_kb=8192,flush_ms=100");
 }
 
@@ -60,7 +61,7 @@ static void test_sets(void **state)
     canonical("runtime,runtime-launch,driver-launch", "runtime,driver-launch,buffer_kb=8192,flush_ms=100");
     canonical("none", "none,buffer_kb=8192,flush_ms=100");
     /* Options alone keep the default kinds. */
-    canonical("buffer_kb=32768", "kernel,memcpy,memset,sync,runtime,driver,buffer_kb=32768,flush_ms=100");
+    canonical("buffer_kb=32768", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=32768,flush_ms=100");
     canonical("kernel,flush_ms=0,zeroed,buffer_kb=64", "kernel,buffer_kb=64,flush_ms=0,zeroed");
     canonical("kernel,buffer_kb=262144,flush_ms=60000", "kernel,buffer_kb=262144,flush_ms=60000");
 }

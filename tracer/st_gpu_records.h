@@ -22,7 +22,11 @@ enum {
     ST_GPU_REC_RUNTIME_LAUNCH = 1u << 6, /* runtime calls that launch, copy, set or wait */
     ST_GPU_REC_DRIVER_LAUNCH = 1u << 7,
     ST_GPU_REC_ALL = 0x3fu,
-    ST_GPU_REC_DEFAULT = ST_GPU_REC_ALL,
+    /* Kernels, copies, memsets and the launch subsets of the API: measured
+     * on the H200 (bench/RESULTS.md) at about 1/6 of the CPU cost of every
+     * kind, with every kernel and copy still joined to its thread and stage. */
+    ST_GPU_REC_DEFAULT = ST_GPU_REC_KERNEL | ST_GPU_REC_MEMCPY | ST_GPU_REC_MEMSET | ST_GPU_REC_RUNTIME_LAUNCH |
+                         ST_GPU_REC_DRIVER_LAUNCH,
 };
 #define ST_GPU_BUFFER_KB_DEFAULT 8192u
 #define ST_GPU_BUFFER_KB_MIN 64u
