@@ -7,9 +7,14 @@
  * byte-identical to the program's own "profile" lines. CSV and JSON give one
  * row per (window, thread, stage), idle included, with nanoseconds,
  * milliseconds, share of the window and count, plus the window's tokens.
+ * With a CPU capture, each thread line ends in its on-CPU share from the
+ * trace's cpu_windows, matched to the windows as the writer matches them
+ * online (tracer/cpu_oncpu.c), so that the text stays the program's.
  */
 #include <stdlib.h>
 #include <string.h>
+
+#include <sqlite3.h>
 
 #include "analyze.h"
 
@@ -46,6 +51,24 @@ static const an_col cols[] = {
 };
 #define N_COLS ((int)(sizeof cols / sizeof cols[0]))
 
+/* The trace's cpu_windows rows (docs/trace-format.md), in window order:
+ * the schedstat reads, each with its step, its span and its rows. */
+typedef struct oncpu_read {
+    int64_t step, span_ns;
+    uint32_t first, n; /* rows[first .. first + n) */
+} oncpu_read;
+typedef struct oncpu_row {
+    int64_t thread, oncpu_ns; /* oncpu_ns -1: not a non-negative integer */
+} oncpu_row;
+typedef struct oncpu_table {
+    oncpu_read *reads;
+    uint32_t n_reads, next; /* next: the first read not yet passed */
+    oncpu_row *rows;
+    uint32_t n_rows;
+    int64_t *shares; /* a window's oncpu_ns */
+    uint32_t shares_cap;
+} oncpu_table;
+
 typedef struct emit {
     const an_trace *trace;
     an_table *table; /* CSV / JSON */
@@ -55,7 +78,127 @@ typedef struct emit {
     int failed;
     an_progress progress; /* in trace time: the windows' ends past the first step mark */
     int64_t progress_t0_ns;
+    oncpu_table *oncpu; /* text with a CPU capture, else NULL */
 } emit;
+
+static int64_t int_col(sqlite3_stmt *st, int col, int *ok)
+{
+    if (sqlite3_column_type(st, col) != SQLITE_INTEGER) *ok = 0;
+    return sqlite3_column_int64(st, col);
+}
+
+/* Reads cpu_windows when the windows are the trace's own (a single trace,
+ * N its profile_interval) and it has the table. 0, or an exit code. */
+static int oncpu_load(an_trace *t, uint64_t every, oncpu_table **out)
+{
+    *out = NULL;
+    int64_t pi;
+    if (t->is_set || an_trace_meta_i64(t, "profile_interval", &pi) || pi < 1 || (uint64_t)pi != every) return 0;
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = 'cpu_windows'", -1,
+                           &st, NULL) != SQLITE_OK)
+        goto bad;
+    int present = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (!present) return 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT window, step, t0_ns, t1_ns, thread, oncpu_ns FROM main.cpu_windows "
+                           "ORDER BY window, os_tid",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto bad;
+    oncpu_table *o = calloc(1, sizeof *o);
+    uint32_t cap_reads = 0, cap_rows = 0;
+    int rc, oom = !o, have = 0;
+    int64_t cur = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int ok = 1;
+        int64_t window = int_col(st, 0, &ok), step = int_col(st, 1, &ok), t0 = int_col(st, 2, &ok),
+                t1 = int_col(st, 3, &ok), thread = int_col(st, 4, &ok);
+        if (!ok) continue; /* not a row the writer stores */
+        int ok_ns = 1;
+        int64_t ns = int_col(st, 5, &ok_ns);
+        if (!have || window != cur) {
+            if (o->n_reads == cap_reads) {
+                cap_reads = cap_reads ? cap_reads * 2 : 64;
+                oncpu_read *v = realloc(o->reads, cap_reads * sizeof *v);
+                if (!v) {
+                    oom = 1;
+                    break;
+                }
+                o->reads = v;
+            }
+            int64_t span;
+            if (__builtin_sub_overflow(t1, t0, &span) || span < 0) span = 0;
+            o->reads[o->n_reads++] = (oncpu_read){step, span, o->n_rows, 0};
+            cur = window;
+            have = 1;
+        }
+        if (o->n_rows == cap_rows) {
+            cap_rows = cap_rows ? cap_rows * 2 : 256;
+            oncpu_row *v = realloc(o->rows, cap_rows * sizeof *v);
+            if (!v) {
+                oom = 1;
+                break;
+            }
+            o->rows = v;
+        }
+        o->rows[o->n_rows++] = (oncpu_row){thread, ok_ns && ns >= 0 ? ns : -1};
+        o->reads[o->n_reads - 1].n++;
+    }
+    sqlite3_finalize(st);
+    if (!oom && rc != SQLITE_DONE) {
+        if (o) free(o->reads), free(o->rows), free(o);
+        goto bad;
+    }
+    if (oom) {
+        if (o) free(o->reads), free(o->rows), free(o);
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    *out = o;
+    return 0;
+bad:
+    an_error("%s: trace table 'cpu_windows' cannot be read: %s", t->path, sqlite3_errmsg(db));
+    return AN_EXIT_USAGE;
+}
+
+static void oncpu_free(oncpu_table *o)
+{
+    if (!o) return;
+    free(o->reads);
+    free(o->rows);
+    free(o->shares);
+    free(o);
+}
+
+/* The window's on-CPU times into w (as the writer does online): the reads
+ * before the window's last step are passed; the next one, if its step is
+ * that step, gives each thread its row's on-CPU time (0 without a row). */
+static int oncpu_match(oncpu_table *o, st_window *w)
+{
+    while (o->next < o->n_reads && (o->reads[o->next].step < 0 || (uint64_t)o->reads[o->next].step < w->step_last))
+        o->next++;
+    if (o->next >= o->n_reads || (uint64_t)o->reads[o->next].step != w->step_last || !w->n_threads) return 0;
+    if (o->shares_cap < w->n_threads) {
+        int64_t *v = realloc(o->shares, w->n_threads * sizeof *v);
+        if (!v) return -1;
+        o->shares = v;
+        o->shares_cap = w->n_threads;
+    }
+    const oncpu_read *x = &o->reads[o->next++];
+    for (uint32_t i = 0; i < w->n_threads; i++) {
+        o->shares[i] = 0;
+        for (uint32_t k = x->first; k < x->first + x->n; k++)
+            if (o->rows[k].thread == (int64_t)w->threads[i].thread) {
+                o->shares[i] = o->rows[k].oncpu_ns;
+                break;
+            }
+    }
+    w->oncpu_ns = o->shares;
+    w->oncpu_span_ns = x->span_ns;
+    return 1;
+}
 
 static void put_row_head(an_table *tb, const emit *e, const st_window *w, const st_window_thread *th)
 {
@@ -88,6 +231,14 @@ static void on_window(const st_window *w, void *arg)
         an_progress_add(&e->progress, (uint64_t)(w->t1_ns - e->progress_t0_ns) - e->progress.done);
     if (e->failed) return;
     if (!e->table) {
+        st_window with_cpu = *w;
+        if (e->oncpu) {
+            if (oncpu_match(e->oncpu, &with_cpu) < 0) {
+                e->failed = 1;
+                return;
+            }
+            w = &with_cpu;
+        }
         size_t len = st_window_format(w, e->text, e->text_cap);
         if (len >= e->text_cap) {
             char *t = realloc(e->text, len + 1);
@@ -176,7 +327,10 @@ static int work(an_cmd *c)
         }
         an_progress_start(&e.progress, "intervals", span);
         if (c->format != AN_FMT_TEXT) e.table = an_table_new(out, "intervals", cols, N_COLS);
-        if (!out || (c->format != AN_FMT_TEXT && !e.table)) {
+        else rc = oncpu_load(t, o->every, &e.oncpu);
+        if (rc) {
+            /* cpu_windows unreadable: its line is out */
+        } else if (!out || (c->format != AN_FMT_TEXT && !e.table)) {
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
         } else if (st_reader_windows(t->r, (uint32_t)o->every, on_window, &e) != ST_OK) {
@@ -192,6 +346,7 @@ static int work(an_cmd *c)
             rc = AN_EXIT_FAIL;
         }
         free(e.text);
+        oncpu_free(e.oncpu);
         if (!rc) an_trace_warn(t); /* after the work: a failure stays one line */
         if (!rc && e.windows == 0) {
             uint32_t n = st_reader_n_steps(t->r);

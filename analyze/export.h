@@ -3,13 +3,16 @@
  *   export_chrome.c  --chrome: Chrome trace-event JSON (Perfetto, HTA)
  *   export_csv.c     --csv: a CSV file per table
  *   export_rows.c    --rows: a SQLite copy with plain row tables
- *   export_common.c  the gpu and gpu_api rows that CSV and --rows share.
+ *   export_common.c  the gpu and gpu_api rows that CSV and --rows share
+ *   export_cpu.c     the CPU capture's tables that CSV and --rows share.
  * Private to these files.
  */
 #ifndef ANALYZE_EXPORT_H
 #define ANALYZE_EXPORT_H
 
 #include <stddef.h>
+
+#include <sqlite3.h>
 
 #include "analyze.h"
 
@@ -28,5 +31,27 @@ const char *an_export_gpu_row_name(const st_gpu_row *g, char *buf, size_t size);
  * returns nonzero; an ST_ code, or fn's own return when negative. */
 typedef int (*an_export_gpu_row_fn)(const st_gpu_row *g, void *arg);
 int an_export_each_gpu_row(an_trace *t, int api, an_export_gpu_row_fn fn, void *arg);
+
+/* The CPU capture's tables (export_cpu.c), in the order they are written:
+ * name, columns, the query that reads them; optional ones only where the
+ * trace has them. */
+#define AN_EXPORT_CPU_TABLES 8
+typedef struct an_export_cpu_table {
+    const char *name;
+    const an_col *cols;
+    int n_cols;
+    const char *select;
+    int optional;
+} an_export_cpu_table;
+extern const an_export_cpu_table an_export_cpu_tables[AN_EXPORT_CPU_TABLES];
+/* A failure already printed as one line (not an ST_ code). */
+#define AN_EXPORT_PRINTED (-20000)
+/* The indices of the CPU tables to write into tables[AN_EXPORT_CPU_TABLES],
+ * their number in *n (0 without a CPU capture); 0 or AN_EXPORT_PRINTED. */
+int an_export_cpu_list(an_trace *t, int *tables, int *n);
+/* Each row of CPU table `table` to fn (its columns those of the table's
+ * an_col list) until fn returns nonzero; 0, fn's return or AN_EXPORT_PRINTED. */
+typedef int (*an_export_cpu_row_fn)(sqlite3_stmt *row, void *arg);
+int an_export_each_cpu_row(an_trace *t, int table, an_export_cpu_row_fn fn, void *arg);
 
 #endif

@@ -1,8 +1,9 @@
 /* export_csv.c: `analyze export --csv DIR`: each table as DIR/<table>.csv:
  * meta, threads, stages, steps, counter_names, and the decoded rows
  * ranges.csv, counters.csv, gpu.csv (the columns of the SQL row tables) and
- * gpu_api.csv (the CUDA API calls), written through an_table in its CSV
- * format. No file at all is left by a failed export (see an_export_csv).
+ * gpu_api.csv (the CUDA API calls), and with a CPU capture its tables
+ * (export_cpu.c: cpu_samples.csv, ...), written through an_table in its
+ * CSV format. No file at all is left by a failed export (see an_export_csv).
  * One of the converters under cmd_export.c (export.h).
  */
 #include <errno.h>
@@ -87,6 +88,29 @@ static int csv_api_row(const st_gpu_row *g, void *arg)
     an_row_end(tb);
     return 0;
 }
+
+/* A CPU table's row: each cell as SQLite typed it (NULL: empty). */
+static int csv_cpu_row(sqlite3_stmt *row, void *arg)
+{
+    an_table *tb = arg;
+    for (int i = 0; i < sqlite3_column_count(row); i++) {
+        switch (sqlite3_column_type(row, i)) {
+        case SQLITE_NULL: an_put_null(tb); break;
+        case SQLITE_INTEGER: an_put_int(tb, sqlite3_column_int64(row, i)); break;
+        default: an_put_str(tb, (const char *)sqlite3_column_text(row, i)); break;
+        }
+    }
+    an_row_end(tb);
+    return 0;
+}
+
+/* The files to write: the tables above, then the CPU tables present. */
+typedef struct csv_file {
+    const char *name;
+    const an_col *cols;
+    int n_cols;
+    int tab; /* TAB_*, or N_TABS + the an_export_cpu_tables index */
+} csv_file;
 
 /* Writes table `tab` as rows of an an_table (CSV); returns an ST_ code. */
 static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
@@ -187,6 +211,7 @@ static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
     case TAB_GPU: return an_export_each_gpu_row(t, 0, csv_gpu_row, tb);
     case TAB_GPU_API: return an_export_each_gpu_row(t, 1, csv_api_row, tb);
     }
+    if (tab >= N_TABS) return an_export_each_cpu_row(t, tab - N_TABS, csv_cpu_row, tb);
     return 0;
 }
 
@@ -196,10 +221,10 @@ static int write_rows(an_trace *t, int tab, an_table *tb, an_progress *p)
  * existing DIR gets a staging directory inside it (DIR/.csv.tmpPID, on
  * DIR's own file system), whose files are then renamed over DIR's. On
  * failure the staging directory and what it holds are removed. */
-static void remove_stage(const char *stage, char *path, size_t len)
+static void remove_stage(const char *stage, char *path, size_t len, const csv_file *files, int n_files)
 {
-    for (int i = 0; i < N_TABS; i++) {
-        snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
+    for (int i = 0; i < n_files; i++) {
+        snprintf(path, len, "%s/%s.csv", stage, files[i].name);
         unlink(path);
     }
     rmdir(stage);
@@ -213,6 +238,14 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
     char *dir = malloc(len), *stage = malloc(len), *path = malloc(len), *dest = malloc(len);
     int rc = dir && stage && path && dest ? AN_EXIT_OK : AN_EXIT_FAIL;
     if (rc) an_error("out of memory");
+    csv_file files[N_TABS + AN_EXPORT_CPU_TABLES];
+    int n_files = 0, cpu[AN_EXPORT_CPU_TABLES], n_cpu = 0;
+    for (int i = 0; i < N_TABS; i++) files[n_files++] = (csv_file){tabs[i].name, tabs[i].cols, tabs[i].n_cols, i};
+    if (!rc && an_export_cpu_list(t, cpu, &n_cpu)) rc = AN_EXIT_USAGE;
+    for (int i = 0; i < n_cpu; i++) {
+        const an_export_cpu_table *c = &an_export_cpu_tables[cpu[i]];
+        files[n_files++] = (csv_file){c->name, c->cols, c->n_cols, N_TABS + cpu[i]};
+    }
     struct stat sb;
     int existed = 0;
     if (!rc) {
@@ -228,8 +261,8 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
             rc = AN_EXIT_USAGE;
         }
     }
-    for (int i = 0; i < N_TABS && !rc && existed; i++) {
-        snprintf(path, len, "%s/%s.csv", dir, tabs[i].name);
+    for (int i = 0; i < n_files && !rc && existed; i++) {
+        snprintf(path, len, "%s/%s.csv", dir, files[i].name);
         rc = an_out_allowed("export", path, overwrite);
     }
     if (!rc) {
@@ -238,13 +271,13 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
         else
             snprintf(stage, len, "%s.tmp%ld", dir, (long)getpid());
         /* a signal removes the staging directory and the files it may hold by then */
-        const char *names[N_TABS];
-        char name_buf[N_TABS][64];
-        for (int i = 0; i < N_TABS; i++) {
-            snprintf(name_buf[i], sizeof name_buf[i], "%s.csv", tabs[i].name);
+        const char *names[N_TABS + AN_EXPORT_CPU_TABLES];
+        char name_buf[N_TABS + AN_EXPORT_CPU_TABLES][64];
+        for (int i = 0; i < n_files; i++) {
+            snprintf(name_buf[i], sizeof name_buf[i], "%s.csv", files[i].name);
             names[i] = name_buf[i];
         }
-        rc = an_tmp_add_dir(stage, names, N_TABS);
+        rc = an_tmp_add_dir(stage, names, (uint32_t)n_files);
         if (!rc && mkdir(stage, 0777) != 0) {
             an_error("export: cannot create directory %s: %s", dir, strerror(errno));
             an_tmp_forget(stage);
@@ -257,19 +290,19 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
     }
     an_progress p;
     an_progress_start(&p, "export --csv", t->n_ranges_hint + t->n_samples_hint);
-    for (int i = 0; i < N_TABS && !rc; i++) {
-        snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
-        snprintf(dest, len, "%s/%s.csv", dir, tabs[i].name);
+    for (int i = 0; i < n_files && !rc; i++) {
+        snprintf(path, len, "%s/%s.csv", stage, files[i].name);
+        snprintf(dest, len, "%s/%s.csv", dir, files[i].name);
         an_file o;
         rc = an_file_open(&o, "export", path, 1);
         if (rc) break;
         an_out *out = an_out_new(o.f, AN_FMT_CSV);
-        an_table *tb = out ? an_table_new(out, tabs[i].name, tabs[i].cols, tabs[i].n_cols) : NULL;
-        int st = tb ? write_rows(t, i, tb, &p) : ST_ENOMEM;
+        an_table *tb = out ? an_table_new(out, files[i].name, files[i].cols, files[i].n_cols) : NULL;
+        int st = tb ? write_rows(t, files[i].tab, tb, &p) : ST_ENOMEM;
         an_table_end(tb);
         int bad = an_out_finish(out) != 0;
         if (st == ST_ENOMEM || (bad && !st)) an_error("export: cannot write %s", dest);
-        else if (st) an_trace_fail(t);
+        else if (st && st != AN_EXPORT_PRINTED) an_trace_fail(t); /* AN_EXPORT_PRINTED: its line is out */
         rc = an_file_close(&o, st == 0 && !bad);
         if (st && st != ST_ENOMEM) rc = AN_EXIT_USAGE;
         else if (st || bad) rc = AN_EXIT_FAIL;
@@ -282,9 +315,9 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
                 rc = AN_EXIT_FAIL;
             }
         } else {
-            for (int i = 0; i < N_TABS && !rc; i++) {
-                snprintf(path, len, "%s/%s.csv", stage, tabs[i].name);
-                snprintf(dest, len, "%s/%s.csv", dir, tabs[i].name);
+            for (int i = 0; i < n_files && !rc; i++) {
+                snprintf(path, len, "%s/%s.csv", stage, files[i].name);
+                snprintf(dest, len, "%s/%s.csv", dir, files[i].name);
                 if (rename(path, dest) != 0) {
                     an_error("export: cannot write %s: %s", dest, strerror(errno));
                     rc = AN_EXIT_FAIL;
@@ -293,7 +326,7 @@ int an_export_csv(an_trace *t, const char *dir_arg, int overwrite)
             if (!rc) rmdir(stage);
         }
     }
-    if (rc) remove_stage(stage, path, len);
+    if (rc) remove_stage(stage, path, len, files, n_files);
     an_tmp_forget(stage);
     free(dir), free(stage), free(path), free(dest);
     return rc;

@@ -1,6 +1,6 @@
 /* export_rows.c: `analyze export --rows OUT.sqlite`: a new SQLite file with
  * the trace's tables as plain rows (plus the views ranges_v, counters_v,
- * gpu_v), for tools that cannot load the extension (pandas on a Python
+ * gpu_v; with a CPU capture its tables, export_cpu.c, and cpu_samples_v), for tools that cannot load the extension (pandas on a Python
  * without extension loading). Written to a temporary name and renamed when
  * complete. One of the converters under cmd_export.c (export.h).
  */
@@ -84,6 +84,55 @@ static int rows_api_row(const st_gpu_row *g, void *arg)
     int ok = sqlite3_step(ins) == SQLITE_DONE;
     sqlite3_reset(ins);
     return ok ? 0 : ROW_REFUSED;
+}
+
+/* The view of the extension (vtab.c), over the plain copies. */
+static const char cpu_view_sql[] =
+    "CREATE VIEW cpu_samples_v AS SELECT c.thread, c.ts_ns, c.stage, c.stack, c.stage_from_ranges,\n"
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS kind, x.leaf AS leaf, x.frames AS frames\n"
+    "  FROM cpu_samples AS c LEFT JOIN threads AS t ON t.id = c.thread LEFT JOIN stages AS s ON s.id = c.stage\n"
+    "  LEFT JOIN cpu_stack_text AS x ON x.stack = c.stack;\n";
+
+static int rows_cpu_row(sqlite3_stmt *row, void *arg)
+{
+    sqlite3_stmt *ins = arg;
+    for (int i = 0; i < sqlite3_column_count(row); i++) sqlite3_bind_value(ins, i + 1, sqlite3_column_value(row, i));
+    int ok = sqlite3_step(ins) == SQLITE_DONE;
+    sqlite3_reset(ins);
+    return ok ? 0 : ROW_REFUSED;
+}
+
+/* The CPU capture's tables (none without one): created, then filled. */
+static int insert_cpu(sqlite3 *out, an_trace *t)
+{
+    int tables[AN_EXPORT_CPU_TABLES], n;
+    int rc = an_export_cpu_list(t, tables, &n);
+    if (rc || !n) return rc;
+    sqlite3_stmt *ins = NULL;
+    for (int k = 0; k < n && !rc; k++) {
+        const an_export_cpu_table *c = &an_export_cpu_tables[tables[k]];
+        sqlite3_str *create = sqlite3_str_new(out), *insert = sqlite3_str_new(out);
+        sqlite3_str_appendf(create, "CREATE TABLE %s(", c->name);
+        sqlite3_str_appendf(insert, "INSERT INTO %s VALUES (", c->name);
+        for (int i = 0; i < c->n_cols; i++) {
+            sqlite3_str_appendf(create, "%s%s %s", i ? ", " : "", c->cols[i].name,
+                                c->cols[i].type == AN_T_STR ? "TEXT" : "INTEGER");
+            sqlite3_str_appendf(insert, "%s?", i ? ", " : "");
+        }
+        sqlite3_str_appendall(create, ")");
+        sqlite3_str_appendall(insert, ")");
+        char *create_sql = sqlite3_str_finish(create), *insert_sql = sqlite3_str_finish(insert);
+        if (!create_sql || !insert_sql || sqlite3_exec(out, create_sql, NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_prepare_v2(out, insert_sql, -1, &ins, NULL) != SQLITE_OK)
+            rc = ROW_REFUSED;
+        sqlite3_free(create_sql);
+        sqlite3_free(insert_sql);
+        if (!rc) rc = an_export_each_cpu_row(t, tables[k], rows_cpu_row, ins);
+        sqlite3_finalize(ins);
+        ins = NULL;
+    }
+    if (!rc && sqlite3_exec(out, cpu_view_sql, NULL, NULL, NULL) != SQLITE_OK) rc = ROW_REFUSED;
+    return rc;
 }
 
 /* The an_table interface is for text formats; rows go to SQLite through a
@@ -191,6 +240,9 @@ static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
     if (PREP("INSERT INTO gpu_api VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
     rc = an_export_each_gpu_row(t, 1, rows_api_row, ins);
     if (rc == ROW_REFUSED) goto fail;
+    if (rc < 0) goto done;
+    rc = insert_cpu(out, t);
+    if (rc == ROW_REFUSED) goto fail;
 done:
     sqlite3_finalize(ins);
     return rc < 0 ? rc : 0;
@@ -234,6 +286,7 @@ int an_export_rows(an_trace *t, const char *path, int overwrite)
         int st = insert_all(out, t, &p);
         an_progress_end(&p);
         if (st == ST_EIO) rc = AN_EXIT_FAIL;
+        else if (st == AN_EXPORT_PRINTED) rc = AN_EXIT_USAGE; /* its line is out */
         else if (st) rc = an_trace_fail(t);
         else if (sqlite3_exec(out, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
             an_error("export: cannot write %s: %s", path, sqlite3_errmsg(out));

@@ -99,6 +99,7 @@ struct st_cpurec {
     int64_t win_t0_ns;        /* the last scan's time: the current window's start */
     int64_t n_windows;        /* windows stored */
     int schedstat;            /* 1: readable, 0: not (meta cpu_window_source) */
+    st_oncpu_queue *oncpu;    /* the profile lines' on-CPU shares, or NULL (cpu_oncpu.c) */
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -342,6 +343,7 @@ static void window_scan(st_cpurec *r, int64_t step, int store)
     long n = st_cpuproc_tasks(&r->tids, &r->tids_cap);
     uint32_t gen = ++r->gen;
     int any = 0;
+    if (store) st_oncpu_begin(r->oncpu, step, now - r->win_t0_ns);
     for (long i = 0; i < n; i++) {
         uint64_t v[3];
         win_task *k = task_find(r, r->tids[i]);
@@ -355,7 +357,9 @@ static void window_scan(st_cpurec *r, int64_t step, int store)
                           ST_VINT(k->tid), ST_VINT(registered_id(r, k->tid)), ST_VTEXT(k->name),
                           ST_VINT(d[0]), ST_VINT(d[1]), ST_VINT(d[2])};
         st_store_row(r->store, ST_S_CPU_WINDOW, 10, row);
+        st_oncpu_row(r->oncpu, registered_id(r, k->tid), (int64_t)d[0]);
     }
+    if (store) st_oncpu_end(r->oncpu);
     size_t kept = 0;
     for (size_t i = 0; i < r->n_tasks; i++) {
         if (r->tasks[i].gen == gen) r->tasks[kept++] = r->tasks[i];
@@ -649,5 +653,13 @@ void st_cpurec_free(st_cpurec *r)
     free(r->pool);
     free(r->addrs);
     free(r->sink);
+    st_oncpu_free(r->oncpu);
     free(r);
+}
+
+void st_cpurec_attach_agg(st_cpurec *r, st_agg *agg)
+{
+    if (!r || !agg || r->oncpu) return;
+    r->oncpu = st_oncpu_create();
+    if (r->oncpu) st_agg_set_oncpu(agg, st_oncpu_window, r->oncpu);
 }

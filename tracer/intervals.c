@@ -62,6 +62,9 @@ struct st_agg {
     uint32_t n_threads, threads_cap;
     agg_thread *recent;     /* lookup cache: consecutive events share a thread */
     st_window_thread *out;  /* [threads_cap]: the emitted window's rows */
+    int64_t *oncpu;         /* [threads_cap]: their on-CPU times (st_agg_set_oncpu) */
+    st_agg_oncpu_fn oncpu_fn;
+    void *oncpu_arg;
 
     bool window_open;       /* a boundary mark has been seen */
     uint64_t window_step;   /* step of the mark that opened the window */
@@ -182,6 +185,9 @@ static agg_thread *thread_get(st_agg *agg, uint32_t id, bool create)
         st_window_thread *out = realloc(agg->out, cap * sizeof *out);
         if (!out) return NULL;
         agg->out = out;
+        int64_t *oncpu = realloc(agg->oncpu, cap * sizeof *oncpu);
+        if (!oncpu) return NULL;
+        agg->oncpu = oncpu;
         agg->threads_cap = cap;
     }
     agg_thread *th = calloc(1, sizeof *th);
@@ -260,9 +266,17 @@ void st_agg_free(st_agg *agg)
     for (uint32_t s = 0; s < agg->stage_cap; s++) free(agg->stage_names[s]);
     free(agg->threads);
     free(agg->out);
+    free(agg->oncpu);
     free(agg->stage_names);
     free(agg->stage_kinds);
     free(agg);
+}
+
+void st_agg_set_oncpu(st_agg *agg, st_agg_oncpu_fn fn, void *arg)
+{
+    if (!agg) return;
+    agg->oncpu_fn = fn;
+    agg->oncpu_arg = arg;
 }
 
 int st_agg_thread(st_agg *agg, uint32_t thread, const char *name, const char *role)
@@ -365,6 +379,11 @@ void st_agg_step(st_agg *agg, uint64_t step, int64_t ts_ns, uint64_t tokens)
     }
     w.n_threads = n;
     w.threads = agg->out;
+    int64_t span = 0;
+    if (agg->oncpu_fn && n && agg->oncpu_fn(agg->oncpu_arg, &w, agg->oncpu, &span)) {
+        w.oncpu_ns = agg->oncpu;
+        w.oncpu_span_ns = span;
+    }
     agg->cb(&w, agg->arg);
 
     reset_window(agg);
@@ -580,6 +599,11 @@ size_t st_window_format(const st_window *w, char *buf, size_t size)
         if (group_has_entries(&g)) {
             put_spaces(&t, role_w - strlen(role) + 2);
             put_entries(&t, &g, window_ns);
+        }
+        if (w->oncpu_ns && w->oncpu_ns[i] >= 0) {
+            /* the thread's share of the time between the two schedstat reads */
+            uint64_t permille = muldiv_round((uint64_t)w->oncpu_ns[i], 1000, nonneg(w->oncpu_span_ns), 1);
+            put(&t, "  oncpu %" PRIu64 ".%" PRIu64 "%%", permille / 10, permille % 10);
         }
         put(&t, "\n");
     }

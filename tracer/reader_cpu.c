@@ -556,3 +556,13 @@ void st_cpu_iter_close(st_cpu_iter *it)
 }
 
 void st_rd_file_cpu_close(st_cpu_iter *it) { sqlite3_finalize(it->rows.st); }
+
+/* Where the last returned record is stored, for the SQL tables' rowids
+ * (vtab.c): its cpu_chunks row and its index among the chunk's records (all
+ * kinds count). A rank set's iterator answers for the rank's file. */
+void st_cpu_iter_pos(const st_cpu_iter *it, int64_t *chunk_id, uint32_t *index)
+{
+    while (it->sub) it = it->sub;
+    *chunk_id = it->rows.row_id;
+    *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
+}

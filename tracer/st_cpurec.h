@@ -22,6 +22,7 @@
 
 #include "stagetrace.h"
 #include "st_cpu.h"
+#include "st_intervals.h"
 #include "st_store.h"
 
 /* Records wait this long for the events around them (the same lag as the
@@ -66,6 +67,23 @@ void st_cpurec_flush(st_cpurec *r, st_cpurec_thread *c);
  * interrupted flush (mappings and symbols, events left open). */
 void st_cpurec_commit(st_cpurec *r, int final, int interrupted);
 void st_cpurec_free(st_cpurec *r);
+/* The online profile lines get each thread's on-CPU share (st_window's
+ * oncpu_ns) from the schedstat reads stored at their closing step marks
+ * (cpu_oncpu.c). */
+void st_cpurec_attach_agg(st_cpurec *r, st_agg *agg);
+
+/* ---- on-CPU per profile window (cpu_oncpu.c) ----
+ * A queue of the schedstat reads stored at step marks: begin (a read at
+ * the mark of `step`, -1: not at a mark, not queued, span_ns the time since
+ * the read before), a row per cpu_windows row stored (thread -1: not
+ * registered), end; st_oncpu_window is the aggregator's st_agg_oncpu_fn. */
+typedef struct st_oncpu_queue st_oncpu_queue;
+st_oncpu_queue *st_oncpu_create(void);
+void st_oncpu_free(st_oncpu_queue *q);
+void st_oncpu_begin(st_oncpu_queue *q, int64_t step, int64_t span_ns);
+void st_oncpu_row(st_oncpu_queue *q, int64_t thread, int64_t oncpu_ns);
+void st_oncpu_end(st_oncpu_queue *q);
+int st_oncpu_window(void *q, const st_window *w, int64_t *oncpu_ns, int64_t *span_ns);
 
 /* ---- mappings and symbols (cpu_symbols.c) ----
  * Stores cpu_maps (the process's executable mappings, with build-ids) and

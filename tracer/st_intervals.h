@@ -40,6 +40,13 @@ typedef struct st_agg st_agg;
 st_agg *st_agg_create(uint32_t every_steps, st_window_fn cb, void *arg);
 void st_agg_free(st_agg *agg);
 
+/* With the CPU capture, online: fn fills in each emitted window's on-CPU
+ * times (st_window.oncpu_ns, [w->n_threads] into oncpu_ns, and *span_ns)
+ * before the callback sees it, and returns 1, or 0 when it has none for
+ * that window (the window then goes out without them). */
+typedef int (*st_agg_oncpu_fn)(void *arg, const st_window *w, int64_t *oncpu_ns, int64_t *span_ns);
+void st_agg_set_oncpu(st_agg *agg, st_agg_oncpu_fn fn, void *arg);
+
 /* Names: must be declared before a thread's or stage's first event. */
 int st_agg_thread(st_agg *agg, uint32_t thread, const char *name, const char *role);
 int st_agg_stage(st_agg *agg, uint32_t stage, const char *name, st_kind kind);

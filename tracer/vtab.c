@@ -7,8 +7,16 @@
  *   counters(thread, counter, ts_ns, value)
  *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
  *   flows(thread, ts_ns, dir, id)
+ *   cpu_samples(thread, ts_ns, stage, stack, stage_from_ranges)
+ *   cpu_switches(thread, ts_ns, kind)
+ *   cpu_lost(thread, ts_ns, n)
+ *   cpu_frames(stack, depth, addr, function, symbol, sym_offset, map, path)
+ *   cpu_stack_text(stack, n_frames, leaf, frames)
  *
- * plus the TEMP views ranges_v, counters_v and gpu_v, which join the names in.
+ * plus the TEMP views ranges_v, counters_v, gpu_v and cpu_samples_v, which
+ * join the names in. The cpu_ tables read the CPU capture (st_cpu_iter, one
+ * thread at a time in ascending id; the stacks and frame names of the
+ * reader) and are empty in a trace without it.
  * The tables are eponymous-only (`SELECT * FROM ranges` needs no CREATE
  * VIRTUAL TABLE), read-only, and innocuous, so views may use them with
  * trusted_schema off. Each table opens its own st_reader over the connection
@@ -47,11 +55,21 @@ SQLITE_EXTENSION_INIT1
 
 /* ---- the tables ---- */
 
-enum table_id { TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU, TABLE_FLOWS };
+enum table_id {
+    TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU, TABLE_FLOWS,
+    TABLE_CPU_SAMPLES, TABLE_CPU_SWITCHES, TABLE_CPU_LOST, TABLE_CPU_FRAMES, TABLE_CPU_STACK_TEXT
+};
 
 enum { R_THREAD, R_STAGE, R_START, R_DUR, R_END, R_DEPTH, R_STEP, R_NCOLS };
 enum { C_THREAD, C_COUNTER, C_TS, C_VALUE, C_NCOLS };
 enum { F_THREAD, F_TS, F_DIR, F_ID, F_NCOLS };
+/* The three tables of CPU records share thread and ts_ns as columns 0, 1. */
+enum { CR_THREAD, CR_TS };
+enum { CS_THREAD, CS_TS, CS_STAGE, CS_STACK, CS_FROM_RANGES };
+enum { CW_THREAD, CW_TS, CW_KIND };
+enum { CL_THREAD, CL_TS, CL_N };
+enum { CF_STACK, CF_DEPTH, CF_ADDR, CF_FUNCTION, CF_SYMBOL, CF_SYM_OFFSET, CF_MAP, CF_PATH };
+enum { CT_STACK, CT_N_FRAMES, CT_LEAF, CT_FRAMES };
 
 #define MAX_COLS 10
 #define MAX_PUSHED 16 /* constraints passed to xFilter; more are left to SQLite */
@@ -94,7 +112,37 @@ static const table_def table_defs[] = {
      * 'out' or 'in'; id the program's 64-bit id as a signed integer. */
     {TABLE_FLOWS, "flows", "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, dir TEXT, id INTEGER)",
      BIT(F_THREAD) | BIT(F_TS), BIT(F_THREAD) | BIT(F_TS), {[F_THREAD] = 0, [F_TS] = INT64_MIN}},
+    /* The CPU capture (cpu_chunks, cpu_stacks, cpu_symbols, cpu_maps);
+     * empty without it. A sample's stage is NULL when no range was open;
+     * stage_from_ranges 1 when the writer stored "unknown" and the reader
+     * placed it from the thread's ranges. */
+    {TABLE_CPU_SAMPLES, "cpu_samples",
+     "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, stage INTEGER, stack INTEGER, stage_from_ranges INTEGER)",
+     BIT(CS_THREAD) | BIT(CS_TS) | BIT(CS_STACK), BIT(CS_THREAD) | BIT(CS_TS),
+     {[CS_THREAD] = 0, [CS_TS] = INT64_MIN, [CS_STACK] = 0}},
+    /* kind: 'in', 'out_blocked' or 'out_preempted' */
+    {TABLE_CPU_SWITCHES, "cpu_switches", "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, kind TEXT)",
+     BIT(CW_THREAD) | BIT(CW_TS), BIT(CW_THREAD) | BIT(CW_TS), {[CW_THREAD] = 0, [CW_TS] = INT64_MIN}},
+    {TABLE_CPU_LOST, "cpu_lost", "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, n INTEGER)",
+     BIT(CL_THREAD) | BIT(CL_TS), BIT(CL_THREAD) | BIT(CL_TS), {[CL_THREAD] = 0, [CL_TS] = INT64_MIN}},
+    /* One row per frame of each interned stack, depth 0 the innermost (the
+     * sampled ip); function as `analyze cpu` names it (the symbol, else
+     * [file], else [unknown]); map and path NULL outside every mapping. */
+    {TABLE_CPU_FRAMES, "cpu_frames",
+     "CREATE TABLE x(stack INTEGER, depth INTEGER, addr INTEGER, function TEXT, symbol TEXT, sym_offset INTEGER, "
+     "map INTEGER, path TEXT)",
+     BIT(CF_STACK) | BIT(CF_DEPTH), BIT(CF_STACK), {[CF_STACK] = 0, [CF_DEPTH] = 0}},
+    /* One row per interned stack: its leaf function and its functions
+     * joined by ';', outermost first (the folded-stack order). */
+    {TABLE_CPU_STACK_TEXT, "cpu_stack_text",
+     "CREATE TABLE x(stack INTEGER, n_frames INTEGER, leaf TEXT, frames TEXT)", BIT(CT_STACK), BIT(CT_STACK),
+     {[CT_STACK] = 0}},
 };
+
+static int is_cpu_record_table(enum table_id id)
+{
+    return id == TABLE_CPU_SAMPLES || id == TABLE_CPU_SWITCHES || id == TABLE_CPU_LOST;
+}
 
 typedef struct st_vtab {
     sqlite3_vtab base;
@@ -112,6 +160,19 @@ typedef struct st_cursor {
     st_gpu_row gpu;
     st_flow_iter *flows;
     st_flow_row flow;
+    /* CPU records: one thread's iterator at a time (threads[ti]) */
+    st_cpu_iter *cpu;
+    st_cpu_row cpu_row;
+    /* CPU stacks: the ids to visit (stacks[si]), the current one's frames */
+    int cpu_stacks_on;
+    uint64_t *stacks;
+    uint32_t n_stacks, si, depth;
+    const uint64_t *frames;
+    uint32_t n_frames;
+    st_cpu_frame frame;   /* cpu_frames: the current frame */
+    const char *function; /* its function: frame.name or label */
+    char label[512];
+    char *text, *leaf;    /* cpu_stack_text: the current stack's functions joined, its leaf */
     st_range range;
     st_sample_row sample;
     int eof;
@@ -236,6 +297,14 @@ static int vt_best_index(sqlite3_vtab *vtab, sqlite3_index_info *info)
         cost *= (def->window_cols & BIT(c->iColumn)) ? keep : 0.9;
     }
     plan[2 * n] = 0;
+    if (def->id == TABLE_CPU_FRAMES || def->id == TABLE_CPU_STACK_TEXT) {
+        /* one stack: a lookup (the views join cpu_stack_text on it per sample) */
+        for (int k = 0; k < n; k++)
+            if (plan[2 * k] == 'a' && plan[2 * k + 1] == '=') {
+                cost = 10;
+                rows = def->id == TABLE_CPU_FRAMES ? 20 : 1;
+            }
+    }
     if (def->id == TABLE_RANGES && info->nOrderBy >= 1 && info->nOrderBy <= 2) {
         int c0 = info->aOrderBy[0].iColumn, d0 = info->aOrderBy[0].desc;
         int c1 = info->nOrderBy == 2 ? info->aOrderBy[1].iColumn : -1;
@@ -286,6 +355,15 @@ static void cursor_reset(st_cursor *c)
     st_gpu_iter_close(c->gpus);
     st_flow_iter_close(c->flows);
     c->flows = NULL;
+    st_cpu_iter_close(c->cpu);
+    c->cpu = NULL;
+    sqlite3_free(c->stacks);
+    c->stacks = NULL;
+    c->n_stacks = c->si = c->depth = 0;
+    c->cpu_stacks_on = 0;
+    sqlite3_free(c->text);
+    sqlite3_free(c->leaf);
+    c->text = c->leaf = NULL;
     c->gpus = NULL;
     c->ranges = NULL;
     c->samples = NULL;
@@ -535,6 +613,240 @@ static int gpu_filter(st_vtab *vt, st_cursor *c)
     return next_gpu(c);
 }
 
+
+/* ---- CPU records and stacks ---- */
+
+/* The ids of the threads whose id passes the filter on column col, in
+ * ascending order, into c->threads. */
+static int thread_list(st_cursor *c, int col)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    uint32_t n = st_reader_n_threads(vt->reader);
+    c->threads = sqlite3_malloc64((n ? n : 1) * sizeof *c->threads);
+    if (!c->threads) return SQLITE_NOMEM;
+    c->n_threads = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = st_reader_thread(vt->reader, i)->id;
+        if (!keep(c, col, id)) continue;
+        uint32_t j = c->n_threads++; /* insertion: thread lists are short */
+        while (j > 0 && c->threads[j - 1] > id) {
+            c->threads[j] = c->threads[j - 1];
+            j--;
+        }
+        c->threads[j] = id;
+    }
+    return SQLITE_OK;
+}
+
+/* 1: the trace has the CPU tables; 0: it has none (no rows), or they do
+ * not pass the reader's checks (*sql_rc then says so, the message set). */
+static int cpu_present(st_vtab *vt, int *sql_rc)
+{
+    int has = st_reader_has_cpu(vt->reader);
+    *sql_rc = has < 0 ? vt_error(vt, has) : SQLITE_OK;
+    return has > 0;
+}
+
+static int cpu_row_wanted(const st_cursor *c, enum table_id id, const st_cpu_row *row)
+{
+    switch (id) {
+    case TABLE_CPU_SAMPLES:
+        return row->kind == ST_CPU_ROW_SAMPLE && row->stack <= INT64_MAX && keep(c, CS_STACK, (int64_t)row->stack);
+    case TABLE_CPU_SWITCHES:
+        return row->kind == ST_CPU_ROW_IN || row->kind == ST_CPU_ROW_OUT_BLOCKED ||
+               row->kind == ST_CPU_ROW_OUT_PREEMPTED;
+    case TABLE_CPU_LOST: return row->kind == ST_CPU_ROW_LOST;
+    default: return 0;
+    }
+}
+
+static int next_cpu(st_cursor *c)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    for (;;) {
+        if (!c->cpu) {
+            if (c->ti >= c->n_threads) {
+                c->eof = 1;
+                return SQLITE_OK;
+            }
+            int rc = st_cpu_iter_open(&c->cpu, vt->reader, c->threads[c->ti++], c->t0, c->t1);
+            if (rc) {
+                c->eof = 1;
+                return vt_error(vt, rc);
+            }
+        }
+        int rc = st_cpu_iter_next(c->cpu, &c->cpu_row);
+        if (rc == 0) {
+            st_cpu_iter_close(c->cpu);
+            c->cpu = NULL;
+            continue;
+        }
+        if (rc < 0) {
+            c->eof = 1;
+            return vt_error(vt, rc);
+        }
+        if (!cpu_row_wanted(c, vt->def->id, &c->cpu_row) || !keep(c, CR_TS, c->cpu_row.ts_ns)) continue;
+        int64_t chunk_id;
+        uint32_t index;
+        st_cpu_iter_pos(c->cpu, &chunk_id, &index);
+        return chunk_rowid(c, "cpu_chunks", chunk_id, index);
+    }
+}
+
+static int cpu_records_filter(st_vtab *vt, st_cursor *c)
+{
+    int rc;
+    if (!cpu_present(vt, &rc)) return rc;
+    rc = thread_list(c, CR_THREAD);
+    if (rc) return rc;
+    c->t0 = c->lo[CR_TS];
+    c->t1 = c->hi[CR_TS] == INT64_MAX ? INT64_MAX : c->hi[CR_TS] + 1;
+    c->ti = 0;
+    c->eof = 0;
+    return next_cpu(c);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* A frame's function as `analyze cpu` names it: its symbol, else [file]
+ * (the mapping's file name), else [unknown]. */
+static int frame_function(st_vtab *vt, uint64_t stack, uint64_t addr, st_cpu_frame *fr, char *label, size_t size,
+                          const char **out)
+{
+    int rc = st_reader_cpu_frame_name(vt->reader, stack, addr, fr);
+    if (rc < 0) return vt_error(vt, rc);
+    if (fr->name[0]) {
+        *out = fr->name;
+    } else {
+        snprintf(label, size, "[%s]", fr->path[0] ? base_name(fr->path) : "unknown");
+        *out = label;
+    }
+    return SQLITE_OK;
+}
+
+/* cpu_stack_text: the current stack's leaf and functions joined by ';',
+ * outermost first. */
+static int stack_text(st_cursor *c, uint64_t stack)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    sqlite3_free(c->text);
+    sqlite3_free(c->leaf);
+    c->text = c->leaf = NULL;
+    sqlite3_str *str = sqlite3_str_new(NULL);
+    int rc = SQLITE_OK;
+    for (uint32_t i = c->n_frames; i-- > 0 && rc == SQLITE_OK;) {
+        st_cpu_frame fr;
+        const char *fn;
+        rc = frame_function(vt, stack, c->frames[i], &fr, c->label, sizeof c->label, &fn);
+        if (rc) break;
+        if (i + 1 < c->n_frames) sqlite3_str_appendchar(str, 1, ';');
+        sqlite3_str_appendall(str, fn);
+        if (i == 0 && !(c->leaf = sqlite3_mprintf("%s", fn))) rc = SQLITE_NOMEM;
+    }
+    if (rc == SQLITE_OK) rc = sqlite3_str_errcode(str);
+    c->text = sqlite3_str_finish(str);
+    if (rc == SQLITE_OK && !c->text) c->text = sqlite3_mprintf("%s", "");
+    if (rc == SQLITE_OK && !c->text) rc = SQLITE_NOMEM;
+    if (rc) c->eof = 1;
+    return rc;
+}
+
+/* Moves to the next stack to show (cpu_frames: the next frame, through the
+ * stacks). Rowids: cpu_frames stack * 2^16 + depth (a stack has at most
+ * 65535 frames), cpu_stack_text the stack id. */
+static int next_stack(st_cursor *c)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    int frames_table = vt->def->id == TABLE_CPU_FRAMES;
+    for (;;) {
+        if (frames_table && c->frames && c->depth + 1 < c->n_frames) {
+            c->depth++;
+        } else {
+            if (c->si >= c->n_stacks) {
+                c->eof = 1;
+                return SQLITE_OK;
+            }
+            uint64_t stack = c->stacks[c->si++];
+            int rc = st_reader_cpu_stack(vt->reader, stack, &c->frames, &c->n_frames);
+            if (rc) {
+                c->eof = 1;
+                return vt_error(vt, rc);
+            }
+            c->depth = 0;
+            if (!frames_table) {
+                rc = stack_text(c, stack);
+                if (rc) return rc;
+                c->rowid = (sqlite3_int64)stack;
+                return SQLITE_OK;
+            }
+            if (c->n_frames == 0) {
+                c->frames = NULL;
+                continue;
+            }
+        }
+        if (!keep(c, CF_DEPTH, c->depth)) continue;
+        uint64_t stack = c->stacks[c->si - 1];
+        int rc = frame_function(vt, stack, c->frames[c->depth], &c->frame, c->label, sizeof c->label, &c->function);
+        if (rc) {
+            c->eof = 1;
+            return rc;
+        }
+        c->rowid = (sqlite3_int64)((stack << 16) | c->depth);
+        return SQLITE_OK;
+    }
+}
+
+/* The stack ids in the filter's range, from cpu_stacks (a plain table), in
+ * ascending order; one id asked for is looked up by the reader, so an id
+ * the trace does not have gives no row. */
+static int cpu_stacks_filter(st_vtab *vt, st_cursor *c, int col)
+{
+    int sql_rc;
+    if (!cpu_present(vt, &sql_rc)) return sql_rc;
+    int64_t lo = c->lo[col], hi = c->hi[col];
+    if (lo == hi) {
+        c->stacks = sqlite3_malloc64(sizeof *c->stacks);
+        if (!c->stacks) return SQLITE_NOMEM;
+        int rc = st_reader_cpu_stack(vt->reader, (uint64_t)lo, &c->frames, &c->n_frames);
+        if (rc == ST_EINVAL) return SQLITE_OK; /* no such stack */
+        if (rc) return vt_error(vt, rc);
+        c->stacks[c->n_stacks++] = (uint64_t)lo;
+    } else {
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(vt->db, "SELECT id FROM main.cpu_stacks WHERE id BETWEEN ?1 AND ?2 ORDER BY id",
+                                    -1, &st, NULL);
+        if (rc != SQLITE_OK) return rc;
+        sqlite3_bind_int64(st, 1, lo);
+        sqlite3_bind_int64(st, 2, hi);
+        uint32_t cap = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (c->n_stacks == cap) {
+                uint32_t nc = cap ? cap * 2 : 256;
+                uint64_t *v = sqlite3_realloc64(c->stacks, (sqlite3_uint64)nc * sizeof *v);
+                if (!v) {
+                    rc = SQLITE_NOMEM;
+                    break;
+                }
+                c->stacks = v;
+                cap = nc;
+            }
+            c->stacks[c->n_stacks++] = (uint64_t)sqlite3_column_int64(st, 0);
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return rc == SQLITE_ROW ? SQLITE_ERROR : rc;
+    }
+    c->frames = NULL;
+    c->n_frames = 0;
+    c->si = 0;
+    c->cpu_stacks_on = 1;
+    c->eof = 0;
+    return next_stack(c);
+}
+
 static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
                      sqlite3_value **argv)
 {
@@ -566,19 +878,8 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
         c->t0 = t0;
         c->t1 = t1;
         if (idx_num > ORDER_NONE && idx_num <= ORDER_STAGE_THREAD) {
-            uint32_t n = st_reader_n_threads(vt->reader);
-            c->threads = sqlite3_malloc64((n ? n : 1) * sizeof *c->threads);
-            if (!c->threads) return SQLITE_NOMEM;
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t id = st_reader_thread(vt->reader, i)->id;
-                if (!keep(c, R_THREAD, id)) continue;
-                uint32_t j = c->n_threads++; /* insertion: thread lists are short */
-                while (j > 0 && c->threads[j - 1] > id) {
-                    c->threads[j] = c->threads[j - 1];
-                    j--;
-                }
-                c->threads[j] = id;
-            }
+            rc = thread_list(c, R_THREAD);
+            if (rc) return rc;
             c->order = idx_num;
             c->ti = 0;
             c->stage_cur = c->lo[R_STAGE] == c->hi[R_STAGE] ? c->lo[R_STAGE] : -1;
@@ -612,6 +913,14 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
         c->eof = 0;
         return next_flow(c);
     }
+    case TABLE_CPU_SAMPLES:
+    case TABLE_CPU_SWITCHES:
+    case TABLE_CPU_LOST:
+        return cpu_records_filter(vt, c);
+    case TABLE_CPU_FRAMES:
+        return cpu_stacks_filter(vt, c, CF_STACK);
+    case TABLE_CPU_STACK_TEXT:
+        return cpu_stacks_filter(vt, c, CT_STACK);
     }
     return SQLITE_OK;
 }
@@ -624,6 +933,8 @@ static int vt_next(sqlite3_vtab_cursor *cur)
     if (c->samples) return next_sample(c);
     if (c->gpus) return next_gpu(c);
     if (c->flows) return next_flow(c);
+    if (c->threads && is_cpu_record_table(((st_vtab *)cur->pVtab)->def->id)) return next_cpu(c);
+    if (c->cpu_stacks_on) return next_stack(c);
     c->eof = 1;
     return SQLITE_OK;
 }
@@ -717,6 +1028,42 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case 8: if (g->thread >= 0) sqlite3_result_int64(ctx, g->thread); else sqlite3_result_null(ctx); break;
         case 9: if (g->stage >= 0) sqlite3_result_int64(ctx, g->stage); else sqlite3_result_null(ctx); break;
         }
+    } else if (is_cpu_record_table(vt->def->id)) {
+        const st_cpu_row *x = &c->cpu_row;
+        if (col == CR_THREAD) sqlite3_result_int64(ctx, x->thread);
+        else if (col == CR_TS) sqlite3_result_int64(ctx, x->ts_ns);
+        else if (vt->def->id == TABLE_CPU_SAMPLES) {
+            switch (col) {
+            case CS_STAGE: if (x->stage >= 0) sqlite3_result_int64(ctx, x->stage); else sqlite3_result_null(ctx); break;
+            case CS_STACK: sqlite3_result_int64(ctx, (sqlite3_int64)x->stack); break;
+            case CS_FROM_RANGES: sqlite3_result_int64(ctx, x->stage_from_ranges); break;
+            }
+        } else if (vt->def->id == TABLE_CPU_SWITCHES && col == CW_KIND) {
+            const char *kind = x->kind == ST_CPU_ROW_IN ? "in"
+                               : x->kind == ST_CPU_ROW_OUT_BLOCKED ? "out_blocked" : "out_preempted";
+            sqlite3_result_text(ctx, kind, -1, SQLITE_STATIC);
+        } else if (vt->def->id == TABLE_CPU_LOST && col == CL_N) {
+            sqlite3_result_int64(ctx, (sqlite3_int64)x->n_lost);
+        }
+    } else if (vt->def->id == TABLE_CPU_FRAMES) {
+        const st_cpu_frame *f = &c->frame;
+        switch (col) {
+        case CF_STACK: sqlite3_result_int64(ctx, (sqlite3_int64)c->stacks[c->si - 1]); break;
+        case CF_DEPTH: sqlite3_result_int64(ctx, c->depth); break;
+        case CF_ADDR: sqlite3_result_int64(ctx, (sqlite3_int64)c->frames[c->depth]); break;
+        case CF_FUNCTION: sqlite3_result_text(ctx, c->function, -1, SQLITE_TRANSIENT); break;
+        case CF_SYMBOL: sqlite3_result_text(ctx, f->name, -1, SQLITE_TRANSIENT); break;
+        case CF_SYM_OFFSET: sqlite3_result_int64(ctx, (sqlite3_int64)f->sym_offset); break;
+        case CF_MAP: if (f->map >= 0) sqlite3_result_int64(ctx, f->map); else sqlite3_result_null(ctx); break;
+        case CF_PATH: if (f->map >= 0) sqlite3_result_text(ctx, f->path, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
+        }
+    } else if (vt->def->id == TABLE_CPU_STACK_TEXT) {
+        switch (col) {
+        case CT_STACK: sqlite3_result_int64(ctx, (sqlite3_int64)c->stacks[c->si - 1]); break;
+        case CT_N_FRAMES: sqlite3_result_int64(ctx, c->n_frames); break;
+        case CT_LEAF: if (c->leaf) sqlite3_result_text(ctx, c->leaf, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
+        case CT_FRAMES: sqlite3_result_text(ctx, c->text ? c->text : "", -1, SQLITE_TRANSIENT); break;
+        }
     } else if (c->flows) {
         const st_flow_row *f = &c->flow;
         switch (col) {
@@ -769,7 +1116,15 @@ static const char views_sql[] =
     "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
     "  FROM main.gpu AS g\n"
     "  LEFT JOIN main.threads AS t ON t.id = g.thread\n"
-    "  LEFT JOIN main.stages AS s ON s.id = g.stage;\n";
+    "  LEFT JOIN main.stages AS s ON s.id = g.stage;\n"
+    "CREATE TEMP VIEW IF NOT EXISTS cpu_samples_v AS\n"
+    "  SELECT c.thread, c.ts_ns, c.stage, c.stack, c.stage_from_ranges,\n"
+    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS kind,\n"
+    "         x.leaf AS leaf, x.frames AS frames\n"
+    "  FROM main.cpu_samples AS c\n"
+    "  LEFT JOIN main.threads AS t ON t.id = c.thread\n"
+    "  LEFT JOIN main.stages AS s ON s.id = c.stage\n"
+    "  LEFT JOIN main.cpu_stack_text AS x ON x.stack = c.stack;\n";
 
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -786,7 +1141,7 @@ int st_sql_register(sqlite3 *db)
     }
     char *err = NULL;
     if (sqlite3_exec(db, views_sql, NULL, NULL, &err) != SQLITE_OK) {
-        int rc = st_set_error(ST_EIO, "cannot create the SQL views ranges_v, counters_v, gpu_v: %s",
+        int rc = st_set_error(ST_EIO, "cannot create the SQL views ranges_v, counters_v, gpu_v, cpu_samples_v: %s",
                               err ? err : sqlite3_errmsg(db));
         sqlite3_free(err);
         return rc;

@@ -905,6 +905,7 @@ static void *writer_main(void *arg)
     checkpointer_start(t, &ckpt);
     st_store_begin(w->store);
     if (t->opt.cpu) w->cpu = st_cpurec_create(t, w->store);
+    if (w->cpu && t->agg) st_cpurec_attach_agg(w->cpu, t->agg); /* on-CPU shares in the profile lines */
     int64_t last_commit = now_ms();
     for (;;) {
         int stop = atomic_load(&t->stop);

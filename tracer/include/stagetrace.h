@@ -150,6 +150,13 @@ typedef struct st_window {
     const uint8_t *stage_kinds;     /* [n_stages] st_kind values */
     uint32_t n_threads;      /* threads active in the window, by id */
     const st_window_thread *threads; /* [n_threads] */
+    /* With the CPU capture (st_options.cpu) and the scheduler's schedstat:
+     * each thread's on-CPU time in the window ([n_threads], as threads;
+     * -1: unknown), read at the step mark that closes it (the trace's
+     * cpu_windows rows of that step), and the time between that read and
+     * the one before it, which the on-CPU share is of. NULL and 0 otherwise. */
+    const int64_t *oncpu_ns;
+    int64_t oncpu_span_ns;
 } st_window;
 
 typedef void (*st_window_fn)(const st_window *window, void *arg);

@@ -502,6 +502,7 @@ ST_API void st_range_iter_pos(const st_range_iter *it, int64_t *chunk_id, uint32
 ST_API void st_sample_iter_pos(const st_sample_iter *it, int64_t *chunk_id, uint32_t *index);
 ST_API void st_gpu_iter_pos(const st_gpu_iter *it, int64_t *chunk_id, uint32_t *index);
 ST_API void st_flow_iter_pos(const st_flow_iter *it, int64_t *chunk_id, uint32_t *index);
+ST_API void st_cpu_iter_pos(const st_cpu_iter *it, int64_t *chunk_id, uint32_t *index); /* cpu_chunks.id; index among its records */
 
 /* Recomputes the interval windows of every_steps steps from the stored
  * events and step marks, through the same aggregator as the online path. */
