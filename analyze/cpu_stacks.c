@@ -18,7 +18,10 @@ const char *an_cpu_frame_label(const st_cpu_frame *fr, int with_offset, char *bu
     }
     const char *base = strrchr(fr->path, '/');
     base = base ? base + 1 : fr->path;
-    if (with_offset) snprintf(buf, size, "[%s+0x%llx]", base, (unsigned long long)fr->file_offset);
+    size_t len = strlen(base);
+    if (with_offset && len >= 2 && base[0] == '[' && base[len - 1] == ']') /* [vdso]: [vdso+0xOFF] */
+        snprintf(buf, size, "[%.*s+0x%llx]", (int)(len - 2), base + 1, (unsigned long long)fr->file_offset);
+    else if (with_offset) snprintf(buf, size, "[%s+0x%llx]", base, (unsigned long long)fr->file_offset);
     else snprintf(buf, size, "[%s]", base);
     return buf;
 }

@@ -24,7 +24,8 @@
 /* A frame's name as the CPU views print it: fr->name when the address has
  * a symbol; else, with a mapping that has a path, "[base]" (with_offset 0,
  * `analyze cpu`'s libraries) or "[base+0xOFF]" (with_offset 1: OFF the
- * address's offset in the file, lower-case hex); else "[unknown]". Returns
+ * address's offset in the file, lower-case hex; a bracketed path such as
+ * [vdso] keeps one pair: "[vdso+0xOFF]"); else "[unknown]". Returns
  * fr->name or buf (which receives the bracketed form, cut to size). */
 const char *an_cpu_frame_label(const st_cpu_frame *fr, int with_offset, char *buf, size_t size);
 
