@@ -23,7 +23,9 @@
 #    CPU section;
 #  - errors: --folded/--pprof on a trace without the CPU tables: one line,
 #    exit 2, no file; an unwritable path: one line; a bad --folded-weight:
-#    exit 2.
+#    exit 2; hostile CPU tables (a stack that does not decode, a symbol of
+#    an unknown map): the reader's line naming the table, exit 2, no file,
+#    for --folded, --pprof and report.
 #
 #   bash tests/it_cpu_export.sh BUILD_DIR
 set -euo pipefail
@@ -57,7 +59,7 @@ import csv, io
 blocks = open("cpucsv.out").read().strip().split("\n\n")
 stages = list(csv.DictReader(io.StringIO(blocks[1])))
 want = {(s["thread"], s["stage"]): int(s["samples"]) for s in stages if int(s["samples"])}
-assert want.get(("main", "burn"), 0) >= 50, want
+assert want.get(("main", "burn"), 0) >= 10, want  # 300 ms of burn at 1 ms, fewer on a loaded host
 got, burn_total, burn_with = {}, 0, 0
 lines = open("folded.txt").read().splitlines()
 texts = [l.rsplit(" ", 1)[0] for l in lines]
@@ -244,4 +246,20 @@ grep -q '^analyze: export: cannot write /nonexistent/dir/f.txt' unwritable.err |
 ok
 expect_usage weight "$A" export cpu/run.sqlite --folded w.txt --folded-weight us
 expect_usage weight2 "$A" export cpu/run.sqlite --chrome w.json --folded-weight ns
+# hostile CPU tables: the reader's one line naming the table, exit 2, no file
+cp cpu/run.sqlite h_stack.sqlite
+sqlite3 h_stack.sqlite "update cpu_stacks set n_frames = n_frames + 1"
+cp cpu/run.sqlite h_map.sqlite
+sqlite3 h_map.sqlite "update cpu_symbols set map = 9999 where addr = (select min(addr) from cpu_symbols where map >= 0)"
+for h in stack:cpu_stacks map:cpu_symbols; do
+    name=${h%%:*} table=${h#*:}
+    for fmt in folded pprof; do
+        expect_usage "h_${name}_$fmt" "$A" export "h_$name.sqlite" --$fmt "h_$name.$fmt"
+        grep -q "trace table '$table'" "h_${name}_$fmt.err" || fail "h_${name}_$fmt: $(cat "h_${name}_$fmt.err")"
+        [ ! -e "h_$name.$fmt" ] || fail "h_${name}_$fmt: left a file"
+    done
+    expect_usage "h_${name}_report" "$A" report "h_$name.sqlite" --html "h_$name.html"
+    [ ! -e "h_$name.html" ] || fail "h_${name}_report: left a file"
+done
+ok
 echo "it_cpu_export: $n_checks checks passed"
