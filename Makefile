@@ -90,6 +90,8 @@ HAVE_SQLITE := $(shell printf '$(H)include <sqlite3.h>\nint main(void){return 0;
 PYTHON ?= python3
 PY_INC := $(if $(SAN),,$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null))
 HAVE_PYTHON_DEV := $(if $(PY_INC),$(shell test -e $(PY_INC)/Python.h && echo 1))
+# zlib (optional): `analyze export --pprof` gzips its profile with it.
+HAVE_ZLIB := $(shell printf '$(H)include <zlib.h>\nint main(void){return deflateInit2(0, 0, 0, 0, 0, 0);}' | $(CC) -x c - -o /dev/null -lz 2>/dev/null && echo 1)
 HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$(H)include <setjmp.h>\n$(H)include <stdint.h>\n$(H)include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
 
 # Asked for and missing: stop with a message.
@@ -174,6 +176,7 @@ else ifeq ($(SAN_NO_MPI),1)
 else
 	$(ok) "✗" "MPI" "not found: single-process trainer (apt-get install openmpi-bin libopenmpi-dev)"
 endif
+	$(ok) "$(if $(HAVE_ZLIB),✓,✗)" "zlib" "$(if $(HAVE_ZLIB),export --pprof gzipped,missing: export --pprof writes it uncompressed (apt-get install zlib1g-dev))"
 	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
 
 # ---- the library ------------------------------------------------------------
@@ -341,13 +344,16 @@ ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
 LIB_ANALYZE := $(BUILD)/libanalyze.a
 # analyze/ sees libstagetrace through its public headers only.
 $(BUILD)/obj/analyze/%.o: INCLUDES := $(PUBLIC_INCLUDES)
+# zlib for export --pprof only (the fuzz build's copy of analyze/ leaves it out).
+ANALYZE_LDLIBS := $(if $(HAVE_ZLIB),-lz)
+$(BUILD)/obj/analyze/export_pprof.o: CFLAGS_BASE += $(if $(HAVE_ZLIB),-DAN_HAVE_ZLIB)
 $(LIB_ANALYZE): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out analyze/main.c,$(ANALYZE_SRC)))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 ifneq ($(ANALYZE_SRC),)
 PROGRAMS += $(BUILD)/analyze
 $(BUILD)/analyze: $(BUILD)/obj/analyze/main.o $(LIB_ANALYZE) $(LIB_A)
-	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS)
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS) $(ANALYZE_LDLIBS)
 endif
 
 programs: $(PROGRAMS)
@@ -373,7 +379,7 @@ $(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_OBJ) $(LIB_A)
 # include their internal headers; none compiles their sources in.
 $(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS) $(ANALYZE_LDLIBS)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)

@@ -23,6 +23,8 @@
  *            views ranges_v, counters_v, gpu_v), for tools that cannot load
  *            the extension (pandas on a Python without extension loading).
  *            (export_rows.c)
+ *  --folded  the CPU capture's samples as folded stacks (export_folded.c)
+ *  --pprof   the same as a pprof profile (export_pprof.c)
  * Outputs are written to a temporary name and renamed when complete, so a
  * failed export leaves no partial file (--csv: no file at all, see
  * an_export_csv); existing outputs need --overwrite.
@@ -31,11 +33,14 @@
  * format.
  */
 #include <stddef.h>
+#include <string.h>
 
+#include "cpu_stacks.h"
 #include "export.h"
 
 static const char help[] =
     "usage: analyze export FILE [--chrome OUT.json] [--csv DIR] [--rows OUT.sqlite] [--overwrite]\n"
+    "                            [--folded OUT.txt [--folded-weight samples|ns]] [--pprof OUT.pb.gz]\n"
     "\n"
     "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
@@ -51,12 +56,22 @@ static const char help[] =
     "  --rows OUT.sqlite  a SQLite copy with plain tables ranges, counters, gpu and gpu_api (plus\n"
     "                     the small tables and the views ranges_v, counters_v, gpu_v) for any\n"
     "                     SQLite tool, or pandas on a Python that cannot load extensions\n"
+    "  --folded OUT.txt   the CPU capture's samples as folded stacks (flamegraph.pl, speedscope,\n"
+    "                     Perfetto): one line 'THREAD;STAGE;OUTERMOST;...;INNERMOST COUNT' per\n"
+    "                     distinct stack; in names ';' becomes ':', a space or tab '_'\n"
+    "  --folded-weight W  COUNT of --folded: samples (default) or ns (their CPU time: samples x\n"
+    "                     the thread's period)\n"
+    "  --pprof OUT        the CPU capture's samples as a pprof profile (go tool pprof, Pyroscope):\n"
+    "                     values samples/count and cpu/nanoseconds, labels thread, stage, role\n"
+    "                     (rank in a rank set); gzipped when built with zlib\n"
     "  --overwrite        replace existing output files\n";
 
-enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE };
+enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF };
 static const an_opt opts[] = {
     {"chrome", 1, OPT_CHROME}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
-    {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
+    {"folded", 1, OPT_FOLDED}, {"folded-weight", 1, OPT_FOLDED_WEIGHT}, {"pprof", 1, OPT_PPROF},
+    {NULL, 0, 0},
 };
 
 /* ---- the command ---------------------------------------------------------------------- */
@@ -64,6 +79,7 @@ static const an_opt opts[] = {
 typedef struct export_opts {
     const char *chrome_out, *csv_dir, *rows_out;
     int overwrite;
+    const char *folded_out, *pprof_out, *folded_weight;
 } export_opts;
 
 static int option(an_cmd *c, int id)
@@ -74,6 +90,13 @@ static int option(an_cmd *c, int id)
     case OPT_CSV: o->csv_dir = c->args.value; break;
     case OPT_ROWS: o->rows_out = c->args.value; break;
     case OPT_OVERWRITE: o->overwrite = 1; break;
+    case OPT_FOLDED: o->folded_out = c->args.value; break;
+    case OPT_PPROF: o->pprof_out = c->args.value; break;
+    case OPT_FOLDED_WEIGHT:
+        if (strcmp(c->args.value, "samples") != 0 && strcmp(c->args.value, "ns") != 0)
+            return an_usage_error("export", "--folded-weight is samples or ns, not '%s'", c->args.value);
+        o->folded_weight = c->args.value;
+        break;
     }
     return AN_EXIT_OK;
 }
@@ -82,8 +105,9 @@ static int check(an_cmd *c)
 {
     const export_opts *o = c->own;
     if (c->args.n_pos == 0) return an_usage_error("export", "no trace file given");
-    if (!o->chrome_out && !o->csv_dir && !o->rows_out)
+    if (!o->chrome_out && !o->csv_dir && !o->rows_out && !o->folded_out && !o->pprof_out)
         return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
+    if (o->folded_weight && !o->folded_out) return an_usage_error("export", "--folded-weight needs --folded OUT.txt");
     return AN_EXIT_OK;
 }
 
@@ -91,9 +115,15 @@ static int work(an_cmd *c)
 {
     const export_opts *o = c->own;
     int rc = AN_EXIT_OK;
-    if (o->chrome_out) rc = an_export_chrome(&c->trace, o->chrome_out, o->overwrite);
+    /* no CPU capture for --folded/--pprof: refused before any output is written */
+    if (o->folded_out || o->pprof_out)
+        rc = an_cpu_stacks_require(&c->trace, "export", o->folded_out ? "--folded needs one" : "--pprof needs one");
+    if (!rc && o->chrome_out) rc = an_export_chrome(&c->trace, o->chrome_out, o->overwrite);
     if (!rc && o->csv_dir) rc = an_export_csv(&c->trace, o->csv_dir, o->overwrite);
     if (!rc && o->rows_out) rc = an_export_rows(&c->trace, o->rows_out, o->overwrite);
+    if (!rc && o->folded_out)
+        rc = an_export_folded(&c->trace, o->folded_out, o->folded_weight && !strcmp(o->folded_weight, "ns"), o->overwrite);
+    if (!rc && o->pprof_out) rc = an_export_pprof(&c->trace, o->pprof_out, o->overwrite);
     return rc;
 }
 

@@ -34,7 +34,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze report FILE --html OUT.html [--steps A:B] [--every N] [--speedup K] [--overwrite]\n"
+    "usage: analyze report FILE --html OUT.html [--steps A:B] [--every N] [--speedup K] [--cpu-stage S]...\n"
+    "                      [--overwrite]\n"
     "\n"
     "Writes one self-contained HTML file (inline CSS and SVG, no scripts, no external\n"
     "fonts or links: it reads offline) with:\n"
@@ -51,7 +52,9 @@ static const char help[] =
     "    with the min-max band);\n"
     "  - tokens/s per window;\n"
     "  - with flow records, the item flow: `analyze flow`'s latency breakdown;\n"
-    "  - the summary table (per thread and stage, as `analyze summary`).\n"
+    "  - the summary table (per thread and stage, as `analyze summary`);\n"
+    "  - with the CPU capture, a CPU section: per thread and stage, on-CPU, preempted\n"
+    "    and blocked shares of its self time, and flame graphs of the samples.\n"
     "\n"
     "options:\n"
     "  --html OUT.html  the output file ('-' writes to stdout)\n"
@@ -59,18 +62,23 @@ static const char help[] =
     "  --every N        steps per window of the charts (default: meta profile_interval, else\n"
     "                   10; more when the run has over 150 windows)\n"
     "  --speedup K      the verdict's what-if factor (default 2)\n"
+    "  --cpu-stage S    flame graphs of stage S ('(none)': no range open) per thread, instead\n"
+    "                   of the three threads and stages with the most samples; repeatable or a\n"
+    "                   comma list\n"
     "  --overwrite      replace an existing output file\n";
 
-enum { OPT_HTML = 1, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE };
+enum { OPT_HTML = 1, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE, OPT_CPU_STAGE };
 static const an_opt opts[] = {
     {"html", 1, OPT_HTML},       {"steps", 1, AN_OPT_STEPS},         {"every", 1, OPT_EVERY},
     {"speedup", 1, OPT_SPEEDUP}, {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
+    {"cpu-stage", 1, OPT_CPU_STAGE},
     {NULL, 0, 0},
 };
 
 #define PLOT_X 60          /* left margin: axis labels */
 #define PLOT_W (CHART_W - PLOT_X - 20)
 #define MAX_WINDOWS 150
+#define MAX_CPU_STAGES 64 /* --cpu-stage options */
 
 /* ---- sections ---------------------------------------------------------------------------------------------- */
 
@@ -806,6 +814,7 @@ static int write_report(an_report *rp)
     if (!rc) rc = section_ranks(rp);
     if (!rc) rc = section_breakdown(rp);
     if (!rc) rc = an_report_timeline(rp);
+    if (!rc) rc = an_report_cpu(rp);
     if (!rc) rc = section_queues(rp);
     if (!rc) section_tokens(rp);
     if (!rc) rc = section_flow(rp);
@@ -820,6 +829,8 @@ typedef struct report_opts {
     int overwrite, have_every;
     uint64_t every; /* chart windows, steps */
     double speedup; /* the what-if bound's factor */
+    const char *cpu_stages[MAX_CPU_STAGES];
+    uint32_t n_cpu_stages;
 } report_opts;
 
 static void init(an_cmd *c)
@@ -839,6 +850,11 @@ static int option(an_cmd *c, int id)
         o->have_every = 1;
         return an_opt_every("report", v, &o->every);
     case OPT_SPEEDUP: return an_opt_speedup("report", v, &o->speedup);
+    case OPT_CPU_STAGE:
+        if (o->n_cpu_stages == MAX_CPU_STAGES)
+            return an_usage_error("report", "--cpu-stage is given more than %d times (use a comma list)", MAX_CPU_STAGES);
+        o->cpu_stages[o->n_cpu_stages++] = v;
+        break;
     }
     return AN_EXIT_OK;
 }
@@ -858,6 +874,8 @@ static int work(an_cmd *c)
     memset(&rp, 0, sizeof rp);
     rp.every = o->every;
     rp.speedup = o->speedup;
+    rp.cpu_stages = o->cpu_stages;
+    rp.n_cpu_stages = o->n_cpu_stages;
     an_trace *t = &c->trace;
     int rc = AN_EXIT_OK;
     rp.steps = c->window;
@@ -870,6 +888,7 @@ static int work(an_cmd *c)
         int64_t t0, t1;
         rc = an_window_resolve(&rp.steps, t, &t0, &t1); /* a bad --steps fails before anything is written */
     }
+    if (!rc) rc = an_report_cpu_check(t, o->cpu_stages, o->n_cpu_stages);
     if (!rc) {
         an_pipe_opts po;
         memset(&po, 0, sizeof po);

@@ -3,6 +3,8 @@
  *   export_chrome.c  --chrome: Chrome trace-event JSON (Perfetto, HTA)
  *   export_csv.c     --csv: a CSV file per table
  *   export_rows.c    --rows: a SQLite copy with plain row tables
+ *   export_folded.c  --folded: the CPU samples as folded stacks
+ *   export_pprof.c   --pprof: the CPU samples as a pprof profile
  *   export_common.c  the gpu and gpu_api rows that CSV and --rows share
  *   export_cpu.c     the CPU capture's tables that CSV and --rows share.
  * Private to these files.
@@ -22,6 +24,12 @@
 int an_export_chrome(an_trace *t, const char *path, int overwrite);
 int an_export_csv(an_trace *t, const char *dir, int overwrite);
 int an_export_rows(an_trace *t, const char *path, int overwrite);
+/* The CPU capture's stacks over the trace's span (cpu_stacks.h): folded
+ * stacks (export_folded.c; weight_ns 1: COUNT is CPU ns, else samples) and
+ * a pprof profile (export_pprof.c). A trace without the CPU tables: one
+ * line, AN_EXIT_USAGE, nothing written. */
+int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite);
+int an_export_pprof(an_trace *t, const char *path, int overwrite);
 
 /* The name column of the gpu table, as the SQL table gives it: the kernel,
  * "memcpy DtoH device->pinned", or the kind (in buf when built). */

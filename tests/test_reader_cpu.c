@@ -7,8 +7,8 @@
  *    stage of a sample stored as "unknown" resolved from the thread's ranges
  *    (at a begin's time inside the new range, at an end's time outside the
  *    ended one), lost counts, a time window;
- *  - st_reader_cpu_stack and st_reader_cpu_frame_name: frames, names,
- *    offsets, mappings;
+ *  - st_reader_cpu_stack, st_reader_cpu_frame_name and st_reader_cpu_map:
+ *    frames, names, offsets, mappings;
  *  - a rank set: thread ids, stages and times as the set numbers them, stack
  *    ids part << 32 | the rank's id, leading back to the rank's frames;
  *  - hostile traces: each fault refused with one line naming the table;
@@ -204,6 +204,17 @@ static void test_file(void **state)
     assert_int_equal(st_reader_cpu_frame_name(r, 0, 0x10, &fr), 0);
     assert_int_equal(fr.map, -1);
     assert_string_equal(fr.path, "");
+    st_cpu_map m;
+    assert_int_equal(st_reader_cpu_map(r, 0, 1, &m), 1);
+    assert_int_equal(m.id, 1);
+    assert_int_equal(m.start, 0x7f0000000000ull);
+    assert_int_equal(m.end, 0x7f0000010000ull);
+    assert_int_equal(m.file_offset, 0x1000);
+    assert_string_equal(m.path, "/lib/libx.so");
+    assert_int_equal(st_reader_cpu_map(r, 0, 0, &m), 1);
+    assert_string_equal(m.build_id, "abcd");
+    assert_int_equal(st_reader_cpu_map(r, 0, 7, &m), 0);
+    assert_int_equal(m.id, -1);
     st_reader_close(r);
 }
 
@@ -292,6 +303,12 @@ static void test_set(void **state)
     assert_string_equal(fr.name, "r1_fn");
     assert_string_equal(fr.path, "/lib/r1.so");
     assert_int_equal(st_reader_cpu_frame_name(set, 1, 0x7f0000001000ull, &fr), 0); /* rank 0's process */
+    st_cpu_map m;
+    assert_int_equal(st_reader_cpu_map(set, (1ull << 32) | 1, 0, &m), 1);
+    assert_string_equal(m.path, "/lib/r1.so");
+    assert_int_equal(m.start, 0x7f0000000000ull);
+    assert_int_equal(st_reader_cpu_map(set, 1, 0, &m), 0); /* rank 0 has no maps */
+    assert_int_equal(st_reader_cpu_map(set, 2ull << 32, 0, &m), ST_EINVAL);
     st_reader_close(set);
 }
 

@@ -338,6 +338,7 @@ static const st_reader_methods file_methods = {
     .cpu_close = st_rd_file_cpu_close,
     .cpu_stack = st_rd_file_cpu_stack,
     .cpu_frame_name = st_rd_file_cpu_frame_name,
+    .cpu_map = st_rd_file_cpu_map,
 };
 
 int st_reader_open(st_reader **out, const char *path)

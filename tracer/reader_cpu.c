@@ -403,6 +403,25 @@ int st_rd_file_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cp
     return s != NULL;
 }
 
+int st_reader_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out)
+{
+    *out = (st_cpu_map){.id = -1, .path = "", .build_id = ""};
+    return r->m->cpu_map(r, stack, map, out);
+}
+
+int st_rd_file_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out)
+{
+    (void)stack; /* a file is one process */
+    struct cpu_data *c;
+    int rc = cpu_load(r, &c);
+    if (!rc && c->has) rc = syms_load(r, c);
+    if (rc || !c->has) return rc;
+    const cpu_map_ent *m = map_find(c, map);
+    if (!m) return 0;
+    *out = (st_cpu_map){m->id, m->start, m->end, m->file_offset, m->path, m->build_id};
+    return 1;
+}
+
 /* ---- records ---- */
 
 int st_cpu_iter_open(st_cpu_iter **out, st_reader *r, uint32_t thread, int64_t t0, int64_t t1)

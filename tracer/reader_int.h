@@ -226,6 +226,7 @@ struct st_reader_methods {
     void (*cpu_close)(st_cpu_iter *it);
     int (*cpu_stack)(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
     int (*cpu_frame_name)(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
+    int (*cpu_map)(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
 };
 
 /* st_reader_meta and st_reader_thread_by_id, inline: the files that
@@ -265,6 +266,7 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out);
 void st_rd_file_cpu_close(st_cpu_iter *it);
 int st_rd_file_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
 int st_rd_file_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
+int st_rd_file_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
 
 /* ---- reader_iter.c: one file's chunk methods ---- */
 int st_rd_file_chunk_totals(st_reader *r, st_chunk_totals *out);

@@ -834,6 +834,13 @@ static int set_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cp
     return rc ? rc : st_reader_cpu_frame_name(p->r, stack & 0xffffffffu, addr, out);
 }
 
+static int set_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out)
+{
+    const set_part *p = NULL;
+    int rc = set_cpu_part(r, stack, &p);
+    return rc ? rc : st_reader_cpu_map(p->r, stack & 0xffffffffu, map, out);
+}
+
 /* ---- the rank set's methods (a file's: reader.c) ---- */
 
 static const char *set_meta(const st_reader *r, const char *key) { return st_reader_meta(r->parts[0].r, key); }
@@ -874,4 +881,5 @@ static const st_reader_methods set_methods = {
     .cpu_close = set_cpu_close,
     .cpu_stack = set_cpu_stack,
     .cpu_frame_name = set_cpu_frame_name,
+    .cpu_map = set_cpu_map,
 };

@@ -492,6 +492,18 @@ typedef struct st_cpu_frame {
 } st_cpu_frame;
 ST_API int st_reader_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
 
+/* A cpu_maps row: the mapping map (st_cpu_frame.map) of the process the
+ * stack id names, its addresses [start, end), its offset in its file, path
+ * and build_id (strings the reader's, valid until st_reader_close), for
+ * exports that carry the mappings (pprof). 1: found; 0: no such map (or no
+ * CPU tables); <0 error. */
+typedef struct st_cpu_map {
+    int64_t id;
+    uint64_t start, end, file_offset;
+    const char *path, *build_id;
+} st_cpu_map;
+ST_API int st_reader_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
+
 /* Where the row an iterator's last next() returned is stored: the id of its
  * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
  * index among the chunk's items (a range: the index of its end event among

@@ -1,0 +1,388 @@
+/* export_pprof.c: `analyze export --pprof OUT`: the CPU capture's samples
+ * as a pprof profile (profile.proto of github.com/google/pprof, read by
+ * `go tool pprof`, Pyroscope, speedscope; docs/analyze.md, "export"),
+ * gzipped when the build has zlib (pprof reads both), from the rows of
+ * cpu_stacks.c over the trace's span.
+ *
+ * The profile: sample types samples/count and cpu/nanoseconds; period type
+ * cpu/nanoseconds, period the first capturing thread's period_ns; one
+ * Sample per (thread, stage, stack) with values [samples, samples x the
+ * thread's period_ns] and string labels thread, stage, role (and rank in a
+ * rank set); one Location per (process, address), its Line naming one
+ * Function per (name, file); one Mapping per cpu_maps row used.
+ *
+ * The encoder is protobuf's wire format, written here (it is small): a
+ * varint for each integer, a length-delimited record for strings, nested
+ * messages and packed repeated integers. Each message is built in its own
+ * buffer and appended to its parent with its length.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef AN_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "cpu_stacks.h"
+#include "export.h"
+
+/* ---- protobuf wire format ---- */
+
+typedef struct pb {
+    uint8_t *v;
+    size_t n, cap;
+    int oom;
+} pb;
+
+static void pb_bytes(pb *b, const void *data, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n) cap *= 2;
+        uint8_t *v = realloc(b->v, cap);
+        if (!v) {
+            b->oom = 1;
+            return;
+        }
+        b->v = v;
+        b->cap = cap;
+    }
+    memcpy(b->v + b->n, data, n);
+    b->n += n;
+}
+
+static void pb_varint(pb *b, uint64_t v)
+{
+    uint8_t buf[10];
+    size_t n = 0;
+    do {
+        buf[n] = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v) buf[n] |= 0x80;
+        n++;
+    } while (v);
+    pb_bytes(b, buf, n);
+}
+
+/* wire types: 0 varint, 2 length-delimited */
+static void pb_uint(pb *b, uint32_t field, uint64_t v)
+{
+    if (!v) return; /* proto3: a zero is the default, left out */
+    pb_varint(b, (uint64_t)field << 3);
+    pb_varint(b, v);
+}
+
+static void pb_len(pb *b, uint32_t field, const void *data, size_t n)
+{
+    pb_varint(b, (uint64_t)field << 3 | 2);
+    pb_varint(b, n);
+    pb_bytes(b, data, n);
+}
+
+/* a nested message (sub, then emptied for reuse) */
+static void pb_msg(pb *b, uint32_t field, pb *sub)
+{
+    if (sub->oom) b->oom = 1;
+    pb_len(b, field, sub->v, sub->n);
+    sub->n = 0;
+}
+
+/* ---- the string table ---- */
+
+typedef struct strtab {
+    pb out;           /* the string_table fields, in index order */
+    char **keys;      /* hash slots: the strings, NULL empty */
+    int64_t *index;
+    size_t cap, n;
+} strtab;
+
+static int64_t str_id(strtab *s, const char *str)
+{
+    if (s->n * 2 >= s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        char **keys = calloc(cap, sizeof *keys);
+        int64_t *index = calloc(cap, sizeof *index);
+        if (!keys || !index) {
+            free(keys);
+            free(index);
+            s->out.oom = 1;
+            return 0;
+        }
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->keys[i]) {
+                size_t k = an_hash_name(s->keys[i]) & (cap - 1);
+                while (keys[k]) k = (k + 1) & (cap - 1);
+                keys[k] = s->keys[i];
+                index[k] = s->index[i];
+            }
+        free(s->keys);
+        free(s->index);
+        s->keys = keys;
+        s->index = index;
+        s->cap = cap;
+    }
+    size_t k = an_hash_name(str) & (s->cap - 1);
+    for (; s->keys[k]; k = (k + 1) & (s->cap - 1))
+        if (strcmp(s->keys[k], str) == 0) return s->index[k];
+    s->keys[k] = strdup(str);
+    if (!s->keys[k]) {
+        s->out.oom = 1;
+        return 0;
+    }
+    s->index[k] = (int64_t)s->n++;
+    pb_len(&s->out, 6, str, strlen(str)); /* Profile.string_table */
+    return s->index[k];
+}
+
+static void strtab_free(strtab *s)
+{
+    for (size_t i = 0; i < s->cap; i++) free(s->keys[i]);
+    free(s->keys);
+    free(s->index);
+    free(s->out.v);
+}
+
+/* ---- the profile ---- */
+
+static void value_type(pb *prof, pb *sub, uint32_t field, strtab *st, const char *type, const char *unit)
+{
+    pb_uint(sub, 1, (uint64_t)str_id(st, type));
+    pb_uint(sub, 2, (uint64_t)str_id(st, unit));
+    pb_msg(prof, field, sub);
+}
+
+static void label(pb *sample, pb *sub, strtab *st, const char *key, const char *value)
+{
+    pb_uint(sub, 1, (uint64_t)str_id(st, key));
+    pb_uint(sub, 2, (uint64_t)str_id(st, value));
+    pb_msg(sample, 3, sub);
+}
+
+/* A u32 id per (a, b), 1, 2, ... by first use: linear probing over pairs. */
+typedef struct idmap {
+    uint64_t *a, *b;
+    uint32_t *id;
+    size_t cap, n;
+} idmap;
+
+static uint32_t idmap_get(idmap *m, uint64_t a, uint64_t b, int *is_new)
+{
+    *is_new = 0;
+    if (m->n * 2 >= m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 256;
+        uint64_t *na = calloc(cap, sizeof *na), *nb = calloc(cap, sizeof *nb);
+        uint32_t *nid = calloc(cap, sizeof *nid);
+        if (!na || !nb || !nid) {
+            free(na);
+            free(nb);
+            free(nid);
+            return 0;
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->id[i]) {
+                size_t k = (m->a[i] * 0x9E3779B97F4A7C15ull ^ m->b[i] * 0xC2B2AE3D27D4EB4Full) & (cap - 1);
+                while (nid[k]) k = (k + 1) & (cap - 1);
+                na[k] = m->a[i];
+                nb[k] = m->b[i];
+                nid[k] = m->id[i];
+            }
+        free(m->a);
+        free(m->b);
+        free(m->id);
+        m->a = na;
+        m->b = nb;
+        m->id = nid;
+        m->cap = cap;
+    }
+    size_t k = (a * 0x9E3779B97F4A7C15ull ^ b * 0xC2B2AE3D27D4EB4Full) & (m->cap - 1);
+    for (; m->id[k]; k = (k + 1) & (m->cap - 1))
+        if (m->a[k] == a && m->b[k] == b) return m->id[k];
+    m->a[k] = a;
+    m->b[k] = b;
+    m->id[k] = (uint32_t)++m->n;
+    *is_new = 1;
+    return m->id[k];
+}
+
+static void idmap_free(idmap *m)
+{
+    free(m->a);
+    free(m->b);
+    free(m->id);
+}
+
+/* The whole profile into prof. 0, or an exit code after the message. */
+static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
+{
+    st_reader *r = t->r;
+    strtab st = {0};
+    str_id(&st, ""); /* string_table[0] must be "" */
+    pb sub = {0}, sub2 = {0}, locs = {0}, maps = {0}, fns = {0};
+    idmap map_ids = {0}, fn_ids = {0};
+    uint32_t *loc_of_frame = calloc(s->n_frames ? s->n_frames : 1, sizeof *loc_of_frame);
+    int rc = AN_EXIT_OK;
+    if (!loc_of_frame) goto oom;
+
+    value_type(prof, &sub, 1, &st, "samples", "count"); /* Profile.sample_type */
+    value_type(prof, &sub, 1, &st, "cpu", "nanoseconds");
+    /* Locations: one per frame (a process's address), with its mapping and function */
+    for (uint32_t i = 0; i < s->n_frames; i++) {
+        const an_cpu_sframe *f = &s->frames[i];
+        int is_new;
+        uint64_t mapping = 0;
+        if (f->map >= 0) {
+            st_cpu_map m;
+            int has = st_reader_cpu_map(r, f->stack, f->map, &m);
+            if (has < 0) {
+                rc = an_trace_fail(t);
+                goto done;
+            }
+            if (has) {
+                mapping = idmap_get(&map_ids, f->process, (uint64_t)f->map, &is_new);
+                if (!mapping) goto oom;
+                if (is_new) { /* Mapping */
+                    pb_uint(&sub, 1, mapping);
+                    pb_uint(&sub, 2, m.start);
+                    pb_uint(&sub, 3, m.end);
+                    pb_uint(&sub, 4, m.file_offset);
+                    pb_uint(&sub, 5, (uint64_t)str_id(&st, m.path));
+                    pb_uint(&sub, 6, (uint64_t)str_id(&st, m.build_id));
+                    pb_uint(&sub, 7, 1); /* has_functions */
+                    pb_msg(&maps, 3, &sub);
+                }
+            }
+        }
+        uint32_t fn = idmap_get(&fn_ids, f->name, f->path, &is_new);
+        if (!fn) goto oom;
+        if (is_new) { /* Function */
+            int64_t name = str_id(&st, s->names[f->name]);
+            pb_uint(&sub, 1, fn);
+            pb_uint(&sub, 2, (uint64_t)name);
+            pb_uint(&sub, 3, (uint64_t)name);
+            pb_uint(&sub, 4, (uint64_t)str_id(&st, s->names[f->path]));
+            pb_msg(&fns, 5, &sub);
+        }
+        loc_of_frame[i] = i + 1; /* Location */
+        pb_uint(&sub, 1, i + 1);
+        pb_uint(&sub, 2, mapping);
+        pb_uint(&sub, 3, f->addr);
+        pb_uint(&sub2, 1, fn); /* Line.function_id */
+        pb_msg(&sub, 4, &sub2);
+        pb_msg(&locs, 4, &sub);
+    }
+    /* Samples */
+    pb ids = {0}, vals = {0}, sample = {0};
+    for (size_t i = 0; i < s->n_rows; i++) {
+        const an_cpu_srow *row = &s->rows[i];
+        const st_thread_info *ti = st_reader_thread(r, row->thread);
+        for (uint32_t k = 0; k < row->n_frames; k++) pb_varint(&ids, loc_of_frame[s->stack_frames[row->frames_off + k]]);
+        pb_varint(&vals, row->samples);
+        pb_varint(&vals, (uint64_t)row->cpu_ns);
+        if (ids.n) pb_msg(&sample, 1, &ids); /* packed location_id, innermost first */
+        pb_msg(&sample, 2, &vals);
+        label(&sample, &sub, &st, "thread", ti->name);
+        label(&sample, &sub, &st, "stage", row->stage < 0 ? "(none)" : st_reader_stage(r, (uint32_t)row->stage)->name);
+        label(&sample, &sub, &st, "role", ti->role);
+        if (t->is_set) {
+            char rank[24];
+            snprintf(rank, sizeof rank, "%d", ti->rank);
+            label(&sample, &sub, &st, "rank", rank);
+        }
+        pb_msg(prof, 2, &sample);
+    }
+    int oom_rows = ids.oom || vals.oom || sample.oom;
+    free(ids.v);
+    free(vals.v);
+    free(sample.v);
+    if (oom_rows) goto oom;
+    pb_bytes(prof, maps.v, maps.n);
+    pb_bytes(prof, locs.v, locs.n);
+    pb_bytes(prof, fns.v, fns.n);
+    int64_t span = t->has_span ? t->span_t1_ns - t->span_t0_ns : 0;
+    pb_uint(prof, 10, (uint64_t)span); /* duration_nanos */
+    value_type(prof, &sub, 11, &st, "cpu", "nanoseconds"); /* period_type */
+    pb_uint(prof, 12, (uint64_t)s->period_ns); /* period */
+    if (st.out.oom || sub.oom || sub2.oom || maps.oom || locs.oom || fns.oom || prof->oom) goto oom;
+    pb_bytes(prof, st.out.v, st.out.n);
+    if (prof->oom) goto oom;
+    goto done;
+oom:
+    an_error("out of memory");
+    rc = AN_EXIT_FAIL;
+done:
+    strtab_free(&st);
+    free(sub.v);
+    free(sub2.v);
+    free(locs.v);
+    free(maps.v);
+    free(fns.v);
+    idmap_free(&map_ids);
+    idmap_free(&fn_ids);
+    free(loc_of_frame);
+    return rc;
+}
+
+/* data as written to the file: gzip with zlib, else as is. 0, or -1 out of memory. */
+static int compress_profile(const pb *prof, uint8_t **out, size_t *n)
+{
+#ifdef AN_HAVE_ZLIB
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
+    uLong bound = deflateBound(&z, (uLong)prof->n) + 32;
+    uint8_t *buf = malloc(bound);
+    if (!buf) {
+        deflateEnd(&z);
+        return -1;
+    }
+    z.next_in = prof->v;
+    z.avail_in = (uInt)prof->n;
+    z.next_out = buf;
+    z.avail_out = (uInt)bound;
+    int zr = prof->n > UINT32_MAX ? Z_BUF_ERROR : deflate(&z, Z_FINISH);
+    *n = z.total_out;
+    deflateEnd(&z);
+    if (zr != Z_STREAM_END) {
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    return 0;
+#else
+    *out = malloc(prof->n ? prof->n : 1);
+    if (!*out) return -1;
+    memcpy(*out, prof->v, prof->n);
+    *n = prof->n;
+    return 0;
+#endif
+}
+
+int an_export_pprof(an_trace *t, const char *path, int overwrite)
+{
+    int rc = an_cpu_stacks_require(t, "export", "--pprof needs one");
+    if (rc) return rc;
+    an_cpu_stacks s;
+    if ((rc = an_cpu_stacks_compute(t, t->has_span ? t->span_t0_ns : 0, t->has_span ? t->span_t1_ns : 0, &s)))
+        return rc;
+    pb prof = {0};
+    rc = build(t, &s, &prof);
+    an_cpu_stacks_free(&s);
+    uint8_t *data = NULL;
+    size_t n = 0;
+    if (!rc && compress_profile(&prof, &data, &n)) {
+        an_error("out of memory");
+        rc = AN_EXIT_FAIL;
+    }
+    free(prof.v);
+    if (!rc) {
+        an_file f;
+        rc = an_file_open(&f, "export", path, overwrite);
+        if (!rc) {
+            fwrite(data, 1, n, f.f);
+            rc = an_file_close(&f, 1);
+        }
+    }
+    free(data);
+    return rc;
+}
