@@ -19,6 +19,10 @@
  *            counter_names, and the decoded rows ranges.csv, counters.csv,
  *            gpu.csv (the columns of the SQL row tables) and gpu_api.csv
  *            (the CUDA API calls). (export_csv.c)
+ *  --firefox ranges and CPU samples on one timeline, as a Firefox
+ *            Profiler processed profile (profiler.firefox.com; Perfetto
+ *            imports it with both), over the trace's span or a window
+ *            (--steps/--time). (export_firefox.c)
  *  --rows    a new SQLite file with the same tables as plain rows (plus the
  *            views ranges_v, counters_v, gpu_v), for tools that cannot load
  *            the extension (pandas on a Python without extension loading).
@@ -36,6 +40,7 @@
 
 static const char help[] =
     "usage: analyze export FILE [--chrome OUT.json] [--csv DIR] [--rows OUT.sqlite] [--overwrite]\n"
+    "       analyze export FILE|SET --firefox OUT.json [--steps A:B | --time T0:T1] [--overwrite]\n"
     "\n"
     "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
@@ -51,18 +56,25 @@ static const char help[] =
     "  --rows OUT.sqlite  a SQLite copy with plain tables ranges, counters, gpu and gpu_api (plus\n"
     "                     the small tables and the views ranges_v, counters_v, gpu_v) for any\n"
     "                     SQLite tool, or pandas on a Python that cannot load extensions\n"
+    "  --firefox OUT.json ranges and CPU samples on one timeline, for the Firefox Profiler\n"
+    "                     (profiler.firefox.com) and Perfetto: a thread per trace thread, its\n"
+    "                     samples' stacks rooted in a frame stage:NAME, its ranges as markers\n"
+    "                     (category = stage kind), step marks as instant markers\n"
+    "  --steps A:B        (--firefox) the time from step A's mark to step B's mark\n"
+    "  --time T0:T1       (--firefox) the same for seconds from the trace start\n"
     "  --overwrite        replace existing output files\n";
 
-enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE };
+enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FIREFOX };
 static const an_opt opts[] = {
     {"chrome", 1, OPT_CHROME}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
-    {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP}, {"firefox", 1, OPT_FIREFOX},
+    {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME}, {NULL, 0, 0},
 };
 
 /* ---- the command ---------------------------------------------------------------------- */
 
 typedef struct export_opts {
-    const char *chrome_out, *csv_dir, *rows_out;
+    const char *chrome_out, *csv_dir, *rows_out, *firefox_out;
     int overwrite;
 } export_opts;
 
@@ -74,6 +86,7 @@ static int option(an_cmd *c, int id)
     case OPT_CSV: o->csv_dir = c->args.value; break;
     case OPT_ROWS: o->rows_out = c->args.value; break;
     case OPT_OVERWRITE: o->overwrite = 1; break;
+    case OPT_FIREFOX: o->firefox_out = c->args.value; break;
     }
     return AN_EXIT_OK;
 }
@@ -82,8 +95,10 @@ static int check(an_cmd *c)
 {
     const export_opts *o = c->own;
     if (c->args.n_pos == 0) return an_usage_error("export", "no trace file given");
-    if (!o->chrome_out && !o->csv_dir && !o->rows_out)
-        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
+    if (!o->chrome_out && !o->csv_dir && !o->rows_out && !o->firefox_out)
+        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR, --rows OUT.sqlite or --firefox OUT.json");
+    if (c->window.kind != AN_WIN_ALL && !o->firefox_out)
+        return an_usage_error("export", "--steps and --time select the time of --firefox only");
     return AN_EXIT_OK;
 }
 
@@ -94,13 +109,19 @@ static int work(an_cmd *c)
     if (o->chrome_out) rc = an_export_chrome(&c->trace, o->chrome_out, o->overwrite);
     if (!rc && o->csv_dir) rc = an_export_csv(&c->trace, o->csv_dir, o->overwrite);
     if (!rc && o->rows_out) rc = an_export_rows(&c->trace, o->rows_out, o->overwrite);
+    if (!rc && o->firefox_out) {
+        an_trace *t = &c->trace;
+        int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
+        if (c->window.kind != AN_WIN_ALL && (rc = an_window_resolve(&c->window, t, &t0, &t1))) return rc;
+        rc = an_export_firefox(t, o->firefox_out, o->overwrite, t0, t1, c->window.kind != AN_WIN_ALL);
+    }
     return rc;
 }
 
 const an_cmd_def an_cmd_export = {
     .name = "export",
     .usage = help,
-    .flags = AN_RUN_TRACE | AN_RUN_WARN,
+    .flags = AN_RUN_TRACE | AN_RUN_WARN | AN_RUN_WINDOW,
     .opts = opts,
     .own_size = sizeof(export_opts),
     .option = option,

@@ -102,6 +102,13 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+const char *an_cpu_frame_label(const st_cpu_frame *fr, char *buf, size_t size)
+{
+    if (fr->name[0]) return fr->name;
+    snprintf(buf, size, "[%s]", fr->path[0] ? base_name(fr->path) : "unknown");
+    return buf;
+}
+
 /* The name indices of a stack's frames, innermost first. 0, or an exit code. */
 static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_cache *sc, uint64_t id,
                        const uint32_t **names, uint32_t *n)
@@ -135,11 +142,7 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
         st_cpu_frame fr;
         if (st_reader_cpu_frame_name(t->r, id, frames[i], &fr) < 0) return an_trace_fail(t);
         char label[512];
-        const char *name = fr.name;
-        if (!name[0]) {
-            snprintf(label, sizeof label, "[%s]", fr.path[0] ? base_name(fr.path) : "unknown");
-            name = label;
-        }
+        const char *name = an_cpu_frame_label(&fr, label, sizeof label);
         uint32_t *slot = vec_push(&sc->names, sizeof *slot);
         if (!slot || name_intern(res, nt, name, fr.path, slot)) goto oom;
     }

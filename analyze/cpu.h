@@ -49,6 +49,11 @@ typedef struct an_cpu_result {
     uint32_t n_names, cap_names;
 } an_cpu_result;
 
+/* The name `analyze cpu` gives a frame: its symbol (cpu_symbols), else
+ * "[file]" (the base name of its mapping's path), else "[unknown]"; built
+ * in buf (size bytes) when it is not the symbol. */
+const char *an_cpu_frame_label(const st_cpu_frame *fr, char *buf, size_t size);
+
 /* Over [t0, t1) (the window; the trace's span for all of it). 0, or an exit
  * code after the message. */
 int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out);

@@ -3,7 +3,8 @@
  *   export_chrome.c  --chrome: Chrome trace-event JSON (Perfetto, HTA)
  *   export_csv.c     --csv: a CSV file per table
  *   export_rows.c    --rows: a SQLite copy with plain row tables
- *   export_common.c  the gpu and gpu_api rows that CSV and --rows share.
+ *   export_common.c  the gpu and gpu_api rows that CSV and --rows share;
+ *   export_firefox.c --firefox: ranges and CPU samples, Firefox Profiler JSON.
  * Private to these files.
  */
 #ifndef ANALYZE_EXPORT_H
@@ -19,6 +20,9 @@
 int an_export_chrome(an_trace *t, const char *path, int overwrite);
 int an_export_csv(an_trace *t, const char *dir, int overwrite);
 int an_export_rows(an_trace *t, const char *path, int overwrite);
+/* The analysed time [t0_ns, t1_ns) holds the samples written; windowed 0:
+ * every range (the whole trace), 1: the ranges overlapping it. */
+int an_export_firefox(an_trace *t, const char *path, int overwrite, int64_t t0_ns, int64_t t1_ns, int windowed);
 
 /* The name column of the gpu table, as the SQL table gives it: the kernel,
  * "memcpy DtoH device->pinned", or the kind (in buf when built). */
