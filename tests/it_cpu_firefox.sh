@@ -21,6 +21,9 @@
 #  - the recorder: >= 90 % of the samples rooted in stage:burn have a frame
 #    "burn", and their count equals `analyze cpu`'s samples of stage burn;
 #  - a window (--time 0.2:0.6, --steps 1:2) gives the counts of the window;
+#  - a rank set of the trainer under mpirun (2 ranks): a pid per rank, the
+#    samples per thread as `analyze cpu` counts them on the set, a range
+#    marker per range of each rank;
 #  - the trace without its CPU tables: markers as before, no samples, exit 0;
 #  - an unwritable path, --steps without --firefox: one line, exit 2.
 #
@@ -190,6 +193,40 @@ if [ -x "$TRAINER" ]; then
     [ $rc -eq 0 ] || fail "trainer: exit $rc: $(tail -5 tr.err)"
     expect_ok trainer "$A" export tr.sqlite --firefox tr.json
     check tr.sqlite tr.json
+fi
+
+# a rank set under mpirun (skipped without mpirun or an MPI trainer): a process per rank, the
+# samples per thread as analyze cpu counts them on the set, a range marker per range of each rank
+if [ -x "$TRAINER" ] && command -v mpirun >/dev/null && "$TRAINER" --version | grep -q 'multi-process: mpi'; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    run mpi timeout 120 mpirun --oversubscribe -np 2 "$TRAINER" --steps 40 --layout targets=1,drafters=1 \
+        --trace set/ --trace-cpu --overwrite
+    [ $rc -eq 0 ] || fail "mpirun: exit $rc: $(tail -5 mpi.err)"
+    expect_ok set "$A" export set/ --firefox set.json
+    "$A" cpu --format csv --top 0 set/ >set.cpu
+    ST_RANGES="$("$A" sql --format csv set/rank0.sqlite "select count(*) from ranges" | tail -1) $("$A" sql --format csv set/rank1.sqlite "select count(*) from ranges" | tail -1)" \
+        py "set" <<'EOF2'
+import csv, io, json, os
+d = json.load(open("set.json"))
+cpu = {r["thread"]: int(r["samples"]) for r in csv.DictReader(io.StringIO(open("set.cpu").read().split("\n\n")[0]))}
+threads = d["threads"]
+by_rank = {}
+for t in threads:
+    rank = t["name"].split("/")[0]
+    by_rank.setdefault(rank, set()).add(t["pid"])
+    assert t["processName"].startswith("trainer %s " % rank.replace("r", "rank ")), t["processName"]
+    assert t["samples"]["length"] == cpu[t["name"].split(" ")[0]], (t["name"], cpu)
+    assert all(0 <= x < d["shared"]["stackTable"]["length"] for x in t["samples"]["stack"])
+assert set(by_rank) == {"r0", "r1"} and all(len(p) == 1 for p in by_rank.values())
+assert by_rank["r0"] != by_rank["r1"], by_rank
+assert sum(1 for t in threads if t["isMainThread"]) == 2
+want = [int(x) for x in os.environ["ST_RANGES"].split()]
+for rank, n in zip(("r0", "r1"), want):
+    got = sum(t["markers"]["phase"].count(1) for t in threads if t["name"].startswith(rank + "/"))
+    assert got == n, (rank, got, n)
+EOF2
+else
+    echo "it_cpu_firefox: mpirun or an MPI trainer missing: the rank set part skipped"
 fi
 
 # without the CPU tables: the markers alone
