@@ -19,6 +19,10 @@
  *            counter_names, and the decoded rows ranges.csv, counters.csv,
  *            gpu.csv (the columns of the SQL row tables) and gpu_api.csv
  *            (the CUDA API calls). (export_csv.c)
+ *  --firefox ranges and CPU samples on one timeline, as a Firefox
+ *            Profiler processed profile (profiler.firefox.com; Perfetto
+ *            imports it with both), over the trace's span or a window
+ *            (--steps/--time). (export_firefox.c)
  *  --rows    a new SQLite file with the same tables as plain rows (plus the
  *            views ranges_v, counters_v, gpu_v), for tools that cannot load
  *            the extension (pandas on a Python without extension loading).
@@ -41,6 +45,7 @@
 static const char help[] =
     "usage: analyze export FILE [--chrome OUT.json] [--csv DIR] [--rows OUT.sqlite] [--overwrite]\n"
     "                            [--folded OUT.txt [--folded-weight samples|ns]] [--pprof OUT.pb.gz]\n"
+    "       analyze export FILE|SET --firefox OUT.json [--steps A:B | --time T0:T1] [--overwrite]\n"
     "\n"
     "  --chrome OUT.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or\n"
     "                     chrome://tracing: threads named and ordered by role, ranges as\n"
@@ -64,20 +69,27 @@ static const char help[] =
     "  --pprof OUT        the CPU capture's samples as a pprof profile (go tool pprof, Pyroscope):\n"
     "                     values samples/count and cpu/nanoseconds, labels thread, stage, role\n"
     "                     (rank in a rank set); gzipped when built with zlib\n"
+    "  --firefox OUT.json ranges and CPU samples on one timeline, for the Firefox Profiler\n"
+    "                     (profiler.firefox.com) and Perfetto: a thread per trace thread, its\n"
+    "                     samples' stacks rooted in a frame stage:NAME, its ranges as markers\n"
+    "                     (category = stage kind), step marks as instant markers\n"
+    "  --steps A:B        (--firefox) the time from step A's mark to step B's mark\n"
+    "  --time T0:T1       (--firefox) the same for seconds from the trace start\n"
     "  --overwrite        replace existing output files\n";
 
-enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF };
+enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF, OPT_FIREFOX };
 static const an_opt opts[] = {
     {"chrome", 1, OPT_CHROME}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
     {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {"folded", 1, OPT_FOLDED}, {"folded-weight", 1, OPT_FOLDED_WEIGHT}, {"pprof", 1, OPT_PPROF},
+    {"firefox", 1, OPT_FIREFOX}, {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
     {NULL, 0, 0},
 };
 
 /* ---- the command ---------------------------------------------------------------------- */
 
 typedef struct export_opts {
-    const char *chrome_out, *csv_dir, *rows_out;
+    const char *chrome_out, *csv_dir, *rows_out, *firefox_out;
     int overwrite;
     const char *folded_out, *pprof_out, *folded_weight;
 } export_opts;
@@ -97,6 +109,7 @@ static int option(an_cmd *c, int id)
             return an_usage_error("export", "--folded-weight is samples or ns, not '%s'", c->args.value);
         o->folded_weight = c->args.value;
         break;
+    case OPT_FIREFOX: o->firefox_out = c->args.value; break;
     }
     return AN_EXIT_OK;
 }
@@ -105,9 +118,12 @@ static int check(an_cmd *c)
 {
     const export_opts *o = c->own;
     if (c->args.n_pos == 0) return an_usage_error("export", "no trace file given");
-    if (!o->chrome_out && !o->csv_dir && !o->rows_out && !o->folded_out && !o->pprof_out)
-        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR or --rows OUT.sqlite");
+    if (!o->chrome_out && !o->csv_dir && !o->rows_out && !o->folded_out && !o->pprof_out && !o->firefox_out)
+        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR, --rows OUT.sqlite, "
+                                        "--folded OUT.txt, --pprof OUT or --firefox OUT.json");
     if (o->folded_weight && !o->folded_out) return an_usage_error("export", "--folded-weight needs --folded OUT.txt");
+    if (c->window.kind != AN_WIN_ALL && !o->firefox_out)
+        return an_usage_error("export", "--steps and --time select the time of --firefox only");
     return AN_EXIT_OK;
 }
 
@@ -124,13 +140,19 @@ static int work(an_cmd *c)
     if (!rc && o->folded_out)
         rc = an_export_folded(&c->trace, o->folded_out, o->folded_weight && !strcmp(o->folded_weight, "ns"), o->overwrite);
     if (!rc && o->pprof_out) rc = an_export_pprof(&c->trace, o->pprof_out, o->overwrite);
+    if (!rc && o->firefox_out) {
+        an_trace *t = &c->trace;
+        int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
+        if (c->window.kind != AN_WIN_ALL && (rc = an_window_resolve(&c->window, t, &t0, &t1))) return rc;
+        rc = an_export_firefox(t, o->firefox_out, o->overwrite, t0, t1, c->window.kind != AN_WIN_ALL);
+    }
     return rc;
 }
 
 const an_cmd_def an_cmd_export = {
     .name = "export",
     .usage = help,
-    .flags = AN_RUN_TRACE | AN_RUN_WARN,
+    .flags = AN_RUN_TRACE | AN_RUN_WARN | AN_RUN_WINDOW,
     .opts = opts,
     .own_size = sizeof(export_opts),
     .option = option,

@@ -5,6 +5,7 @@
  *   export_rows.c    --rows: a SQLite copy with plain row tables
  *   export_folded.c  --folded: the CPU samples as folded stacks
  *   export_pprof.c   --pprof: the CPU samples as a pprof profile
+ *   export_firefox.c --firefox: ranges and CPU samples, Firefox Profiler JSON
  *   export_common.c  the gpu and gpu_api rows that CSV and --rows share
  *   export_cpu.c     the CPU capture's tables that CSV and --rows share.
  * Private to these files.
@@ -30,6 +31,9 @@ int an_export_rows(an_trace *t, const char *path, int overwrite);
  * line, AN_EXIT_USAGE, nothing written. */
 int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite);
 int an_export_pprof(an_trace *t, const char *path, int overwrite);
+/* The analysed time [t0_ns, t1_ns) holds the samples written; windowed 0:
+ * every range (the whole trace), 1: the ranges overlapping it. */
+int an_export_firefox(an_trace *t, const char *path, int overwrite, int64_t t0_ns, int64_t t1_ns, int windowed);
 
 /* The name column of the gpu table, as the SQL table gives it: the kernel,
  * "memcpy DtoH device->pinned", or the kind (in buf when built). */
