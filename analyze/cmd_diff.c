@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diff_cpu.h"
 #include "diff_stats.h"
 #include "verdict.h"
 
@@ -654,6 +655,10 @@ static int work(an_cmd *cmd)
     size_t n_kc = 0;
     if (with_gpu) rc = gpu_collect(&s[0], &s[1], o->alpha, buf_a, buf_b, &gc, &n_gc);
     if (with_gpu && !rc) rc = kernel_changes(s, &kset, &kc, &n_kc);
+    /* the CPU capture: only when both traces have it (diff_cpu.c) */
+    an_diff_cpu dcpu;
+    memset(&dcpu, 0, sizeof dcpu);
+    if (!rc) rc = an_diff_cpu_compute(&dcpu, &s[0].trace, &s[0].pipe, &s[1].trace, &s[1].pipe, o->alpha, o->top);
     if (!rc) {
         an_out *out = an_out_new(stdout, cmd->format);
         if (!out) {
@@ -753,6 +758,7 @@ static int work(an_cmd *cmd)
                                 an_clean(c->stage, sn, sizeof sn), c->col_a < 0 ? "B" : "A");
                 }
             }
+            an_diff_cpu_lines(out, &dcpu);
             an_out_text(out, "\n");
         }
         if (!rc && put_runs(out, s, step_median)) rc = oom();
@@ -852,6 +858,7 @@ static int work(an_cmd *cmd)
                 }
                 an_table_end(t);
             }
+            an_diff_cpu_tables(out, &dcpu);
         }
         if (an_out_finish(out) && !rc) {
             an_error("diff: cannot write the output");
@@ -860,6 +867,7 @@ static int work(an_cmd *cmd)
         for (int i = 0; i < 2 && !rc; i++) an_trace_warn(&s[i].trace);
     }
 done:
+    an_diff_cpu_free(&dcpu);
     kernel_set_free(&kset);
     for (size_t i = 0; i < n_kc; i++) free(kc[i].name);
     free(kc);
