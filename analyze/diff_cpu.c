@@ -402,16 +402,16 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
     for (uint32_t i = 0; i < n && i < 5; i++) {
         const an_diff_cpu_fn *f = fs[i];
         if (!i)
-            an_out_text(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / %u functions):\n",
-                        d->n_tested);
+            an_out_text(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / %u function%s):\n",
+                        d->n_tested, d->n_tested == 1 ? "" : "s");
         an_out_text(out, "  %s/%s: %s (%s) %.3f -> %.3f ms per step (%llu -> %llu samples, p = %.3g)\n",
                     an_clean(f->role, rn, sizeof rn), f->stage ? an_clean(f->stage, sn, sizeof sn) : "idle",
                     an_clean(f->name, fn, sizeof fn), an_clean(f->file, fl, sizeof fl), f->ms_a, f->ms_b,
                     (unsigned long long)f->samples_a, (unsigned long long)f->samples_b, f->p);
     }
     if (!n)
-        an_out_text(out, "No function's CPU time grew beyond sampling noise (%u functions, binomial test at alpha / %u).\n",
-                    d->n_tested, d->n_tested);
+        an_out_text(out, "No function's CPU time grew beyond sampling noise (%u function%s, binomial test at alpha / %u).\n",
+                    d->n_tested, d->n_tested == 1 ? "" : "s", d->n_tested);
     free(st);
     free(fs);
 }

@@ -272,13 +272,13 @@ static void test_diff(void **state)
     HAS(out, "worker,compute,1,burn,prog,50,100,5.000,10.000,5.000,2.00,0.000054,yes\n");
     free(out);
     out = run_ok("diff %s %s", a, b);
-    HAS(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / 1 functions):\n"
+    HAS(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / 1 function):\n"
              "  worker/compute: burn (prog) 5.000 -> 10.000 ms per step (50 -> 100 samples, p = 5.45e-05)\n");
     HAS(out, "  worker/compute: +4.000 ms on-CPU per step on average (median 3.000 -> 7.000 ms, +133.3%, p = 1.59e-05)\n");
     free(out);
     out = run_ok("diff %s %s", a, c);
     HAS(out, "No stage's on-CPU time changed beyond run-to-run noise (alpha 0.01).\n");
-    HAS(out, "No function's CPU time grew beyond sampling noise (1 functions, binomial test at alpha / 1).\n");
+    HAS(out, "No function's CPU time grew beyond sampling noise (1 function, binomial test at alpha / 1).\n");
     free(out);
     out = run_ok("diff --format csv %s %s", a, c);
     assert_null(strstr(out, ",yes\n"));
