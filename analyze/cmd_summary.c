@@ -29,6 +29,8 @@ static const char help[] =
     "the role's threads; their shares are of the threads' wall time added up.\n"
     "Percentiles are exact (nearest rank: the smallest duration with at least p% of\n"
     "the ranges at or below it). In a window, ranges count with their part inside it.\n"
+    "With the CPU capture (--trace-cpu): on_cpu_ms and the on-CPU, preempted and blocked\n"
+    "shares of each stage's total time (docs/analyze.md, \"summary\").\n"
     "\n"
     "options:\n"
     "  --role R[,R]     only threads of these roles (repeatable)\n"
