@@ -6,7 +6,7 @@
 #    compute is at least 80 % blocked and its on + preempted + blocked is its
 #    total; bottleneck names worker, its work "blocked, not compute-bound",
 #    cpu_verdict blocked;
-#  - starved: three threads pinned to one core spin 8 ms each per step:
+#  - starved: four threads pinned to one core spin 10 ms of CPU each per step:
 #    their work is more than 50 % preempted: "CPU-starved, not
 #    compute-bound", cpu_verdict CPU-starved;
 #  - burn: burn() of 2000 rounds a step in two runs, 4000 in a third: diff
@@ -66,7 +66,7 @@ EOF
 
 # ---- starved ----
 expect_ok bn_starved "$A" bottleneck starved.sqlite
-grep -q "^CPU: worker's work is .* on 3 threads): CPU-starved, not compute-bound" bn_starved.out ||
+grep -q "^CPU: worker's work is .* on 4 threads): CPU-starved, not compute-bound" bn_starved.out ||
     fail "starved: $(grep '^CPU' bn_starved.out)"
 ok
 expect_ok bnc_starved "$A" bottleneck --format csv starved.sqlite
@@ -77,7 +77,7 @@ verdict = list(csv.DictReader(io.StringIO(blocks[0])))[0]
 assert verdict["cpu_verdict"] == "CPU-starved", verdict
 cpu = [b for b in blocks if b.startswith("role,threads,cpu_threads")][0]
 w = [r for r in csv.DictReader(io.StringIO(cpu)) if r["role"] == "worker"][0]
-assert w["cpu_threads"] == "3" and float(w["work_preempted_pct"]) > 50, w
+assert w["cpu_threads"] == "4" and float(w["work_preempted_pct"]) > 50, w
 assert float(w["work_preempted_pct"]) >= float(w["work_blocked_pct"]), w
 EOF
 

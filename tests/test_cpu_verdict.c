@@ -287,10 +287,10 @@ static void test_diff(void **state)
 
 /* ---- the recorder of tests/it_cpu_verdicts.sh ---- */
 
-static int64_t mono_ns(void)
+static int64_t thread_cpu_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -325,17 +325,20 @@ static void *spin_thread(void *arg)
     st_thread_register(s->t, name, "worker", -1, 0);
     volatile uint64_t sink = 0;
     for (int i = 0; i < s->steps; i++) {
+        /* 10 ms of this thread's CPU time: while the others share the core, its range lasts about
+         * four times as long, whatever the scheduler's slice */
         st_begin(COMPUTE_STAGE);
-        int64_t until = mono_ns() + 8000000;
-        while (mono_ns() < until) sink = sink + 1;
+        int64_t until = thread_cpu_ns() + 10000000;
+        while (thread_cpu_ns() < until) sink = sink + 1;
         st_end(COMPUTE_STAGE);
         pthread_barrier_wait(s->bar);
     }
     return NULL;
 }
 
-/* blocked: the worker's compute is a 5 ms usleep, 12 steps. starved: 3
- * threads pinned to one core spin 8 ms each per step, 12 steps, main waits.
+/* blocked: the worker's compute is a 5 ms usleep, 12 steps. starved: 4
+ * threads pinned to one core spin 10 ms of CPU time each per step, 12
+ * steps, main waits.
  * burn N: the worker's compute runs burn(N), 16 steps. */
 static int scene(const char *name, const char *path, uint64_t n)
 {
@@ -371,7 +374,7 @@ static int scene(const char *name, const char *path, uint64_t n)
         if (sched_getaffinity(0, sizeof set, &set) == 0)
             for (int c = 0; c < CPU_SETSIZE && cpu < 0; c++)
                 if (CPU_ISSET(c, &set)) cpu = c;
-        enum { N = 3, STEPS = 12 };
+        enum { N = 4, STEPS = 12 };
         pthread_barrier_t bar;
         pthread_barrier_init(&bar, NULL, N + 1);
         spinner sp[N];
