@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_verdict.h"
 #include "stragglers.h"
 #include "verdict.h"
 
@@ -64,6 +65,11 @@ static const char help[] =
     "other (see analyze gpu --help),\n"
     "naming the stage the launching thread was in while the device waited on the host.\n"
     "\n"
+    "With the CPU capture (--trace-cpu): each role's work time on and off the CPU (table\n"
+    "cpu, verdict column cpu_verdict): compute-bound (off-CPU at most 50%), else CPU-starved\n"
+    "(preempted >= blocked: runnable, no core) or blocked; sync stages on-CPU more than 50%\n"
+    "of their time spin.\n"
+    "\n"
     "options:\n"
     "  --speedup K     the what-if factor for the limiting stage (default 2)\n"
     "  --every N       steps per window (default: meta profile_interval, else 10)\n"
@@ -95,6 +101,7 @@ static const an_col verdict_cols[] = {
     {"whatif_factor", AN_T_REAL, 6},       {"whatif_tokens_per_s", AN_T_REAL, 3},
     {"moved", AN_T_INT, 0},                {"role_order", AN_T_STR, 0},
     {"gpu", AN_T_STR, 0},
+    {"cpu_verdict", AN_T_STR, 0}, /* the last: only with the CPU capture */
 };
 
 static const an_col role_cols[] = {
@@ -104,6 +111,16 @@ static const an_col role_cols[] = {
     {"idle_pct", AN_T_PCT, 0},       {"host_pct", AN_T_PCT, 0},        {"gpu_pct", AN_T_PCT, 0},
     {"busy_ms_per_step", AN_T_REAL, 3}, {"need_ms_per_step", AN_T_REAL, 3}, {"capacity_tokens_per_s", AN_T_REAL, 1},
     {"top_stage", AN_T_STR, 0},      {"top_stage_pct", AN_T_PCT, 0},   {"top_gpu_stage", AN_T_STR, 0},
+    {"bottleneck", AN_T_STR, 0},
+};
+
+/* With the CPU capture: per role, its work and sync stages' self time on
+ * and off the CPU (cpu_verdict.c). */
+static const an_col cpu_cols[] = {
+    {"role", AN_T_STR, 0},           {"threads", AN_T_INT, 0},            {"cpu_threads", AN_T_INT, 0},
+    {"work_ms", AN_T_MS, 0},         {"work_on_cpu_pct", AN_T_PCT, 0},    {"work_preempted_pct", AN_T_PCT, 0},
+    {"work_blocked_pct", AN_T_PCT, 0}, {"work_verdict", AN_T_STR, 0},     {"sync_ms", AN_T_MS, 0},
+    {"sync_on_cpu_pct", AN_T_PCT, 0}, {"spinning_stage", AN_T_STR, 0},    {"spinning_on_cpu_pct", AN_T_PCT, 0},
     {"bottleneck", AN_T_STR, 0},
 };
 
@@ -147,9 +164,9 @@ static const char *stage_name(const an_pipe *p, int32_t s)
 }
 
 static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads, const an_verdict *v, int moved,
-                        const char *gpu_note)
+                        const char *gpu_note, const an_cpu_role *cpu)
 {
-    an_table *t = an_table_new(out, "verdict", verdict_cols, N_OF(verdict_cols));
+    an_table *t = an_table_new(out, "verdict", verdict_cols, N_OF(verdict_cols) - (cpu ? 0 : 1));
     const char *program = an_trace_meta(p->trace, "program");
     int64_t rank;
     an_put_str(t, p->trace->path);
@@ -212,7 +229,84 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     an_put_int(t, moved);
     an_put_str(t, p->order_inferred ? "inferred" : "trainer");
     an_put_str(t, gpu_note);
+    if (cpu) an_put_str(t, v->role >= 0 ? an_cpu_verdict_name(cpu[v->role].verdict) : NULL);
     an_row_end(t);
+    an_table_end(t);
+}
+
+static double share_or_nan(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : NAN; }
+
+static void put_pct_or_null(an_table *t, double v)
+{
+    if (isfinite(v)) an_put_pct(t, v);
+    else an_put_null(t);
+}
+
+/* The CPU lines of the text: the bottleneck's work judged on and off the
+ * CPU, then each role's spinning sync stage. */
+static void put_cpu_lines(an_out *out, const an_pipe *p, const an_verdict *v, const an_cpu_role *cpu)
+{
+    char rn[128], sn[128], on[32], pre[32], blk[32], ms[40];
+    if (v->role >= 0) {
+        const an_cpu_role *c = &cpu[v->role];
+        const char *role = an_clean(p->role_names[v->role], rn, sizeof rn);
+        if (!c->threads_known) {
+            an_out_text(out, "CPU: no CPU records for %s's threads (their perf events did not open): its work is not "
+                             "judged.\n", role);
+        } else if (c->verdict == AN_CPU_NO_WORK) {
+            an_out_text(out, "CPU: %s has no work time in its threads with CPU records.\n", role);
+        } else {
+            an_fmt_pct1(pct_of(c->work_on_ns, c->work_wall_ns), on, sizeof on);
+            an_fmt_pct1(pct_of(c->work_preempted_ns, c->work_wall_ns), pre, sizeof pre);
+            an_fmt_pct1(pct_of(c->work_blocked_ns, c->work_wall_ns), blk, sizeof blk);
+            an_fmt_fixed(ms, c->work_wall_ns, 6, 3);
+            an_out_text(out, "CPU: %s's work is %s on-CPU, %s preempted, %s blocked (%s ms of work self time on %u "
+                             "thread%s): ",
+                        role, on, pre, blk, ms, c->threads_known, c->threads_known == 1 ? "" : "s");
+            if (c->verdict == AN_CPU_COMPUTE)
+                an_out_text(out, "compute-bound, on a core; faster code%s%s is the lever.\n", v->stage >= 0 ? " in " : "",
+                            v->stage >= 0 ? an_clean(stage_name(p, v->stage), sn, sizeof sn) : "");
+            else if (c->verdict == AN_CPU_STARVED)
+                an_out_text(out, "CPU-starved, not compute-bound: runnable but without a core for %s of it (fewer busy "
+                                 "threads on its cores, or more cores, would speed it more than faster code).\n", pre);
+            else
+                an_out_text(out, "blocked, not compute-bound: its threads gave up the CPU for %s of it inside work "
+                                 "stages (a lock, I/O, a sleep or a device wait; analyze cpu shows where).\n", blk);
+        }
+    }
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_cpu_role *c = &cpu[r];
+        if (c->spin_stage < 0) continue;
+        an_fmt_pct1(pct_of(c->spin_on_ns, c->spin_wall_ns), on, sizeof on);
+        an_out_text(out, "spinning: %s waits in %s (sync) %s on-CPU (cudaDeviceScheduleBlockingSync or events would "
+                         "free the core).\n",
+                    an_clean(p->role_names[r], rn, sizeof rn), an_clean(stage_name(p, c->spin_stage), sn, sizeof sn), on);
+    }
+}
+
+static void put_cpu_table(an_out *out, const an_pipe *p, const an_verdict *v, const an_cpu_role *cpu)
+{
+    an_out_text(out, "cpu: each role's work and sync stages (self time of its threads with CPU records) on and off "
+                     "the CPU; work_verdict: compute-bound (off-CPU at most 50%%), else CPU-starved (preempted >= "
+                     "blocked) or blocked\n");
+    an_table *t = an_table_new(out, "cpu", cpu_cols, N_OF(cpu_cols));
+    for (uint32_t r = 0; r < p->n_roles; r++) {
+        const an_cpu_role *c = &cpu[r];
+        an_put_str(t, p->role_names[r]);
+        an_put_int(t, c->threads);
+        an_put_int(t, c->threads_known);
+        an_put_ns(t, c->work_wall_ns);
+        put_pct_or_null(t, share_or_nan(c->work_on_ns, c->work_wall_ns));
+        put_pct_or_null(t, share_or_nan(c->work_preempted_ns, c->work_wall_ns));
+        put_pct_or_null(t, share_or_nan(c->work_blocked_ns, c->work_wall_ns));
+        an_put_str(t, an_cpu_verdict_name(c->verdict));
+        an_put_ns(t, c->sync_wall_ns);
+        put_pct_or_null(t, share_or_nan(c->sync_on_ns, c->sync_wall_ns));
+        an_put_str(t, stage_name(p, c->spin_stage));
+        put_pct_or_null(t, c->spin_stage >= 0 ? share_or_nan(c->spin_on_ns, c->spin_wall_ns) : NAN);
+        an_put_str(t, (int32_t)r == v->role ? "yes" : NULL);
+        an_row_end(t);
+    }
     an_table_end(t);
 }
 
@@ -621,6 +715,22 @@ static int work(an_cmd *c)
         n_windows = an_pipe_window_verdicts(&p, o->every, &w);
         if (!w) rc = AN_EXIT_FAIL;
     }
+    /* With the CPU capture: the period's self time on and off the CPU, per role */
+    an_cpu_role *cpu = NULL;
+    if (!rc) {
+        int has = st_reader_has_cpu(t->r);
+        if (has < 0) rc = an_trace_fail(t);
+        if (has > 0) {
+            an_cpu_result res;
+            cpu = calloc(p.n_roles ? p.n_roles : 1, sizeof *cpu);
+            if (!cpu) rc = oom();
+            if (!rc) rc = an_cpu_compute(t, p.bin_t[0], p.bin_t[p.n_bins], &res);
+            if (!rc) {
+                an_cpu_roles(&p, &res, cpu);
+                an_cpu_free(&res);
+            }
+        }
+    }
     /* read with the model (po.gpu_idle): the verdict's period is all bins */
     const char *gpu_note = p.gpu_idle_text;
     if (!rc && c->format == AN_FMT_TEXT) {
@@ -637,11 +747,13 @@ static int work(an_cmd *c)
             if (c->format == AN_FMT_TEXT) {
                 heading(out, &p, &v);
                 an_out_text(out, "%s", story);
+                if (cpu) put_cpu_lines(out, &p, &v, cpu);
                 an_out_text(out, "GPU idle: %s.\n\n", gpu_note);
             } else {
-                put_verdict(out, &p, loads, &v, moved, gpu_note);
+                put_verdict(out, &p, loads, &v, moved, gpu_note, cpu);
             }
             if (put_roles(out, &p, loads, &v)) rc = AN_EXIT_FAIL; /* printed */
+            if (!rc && cpu) put_cpu_table(out, &p, &v, cpu);
             if (!rc) {
                 int rrc = put_ranks(out, &p, t, v.role);
                 if (rrc == -1) rc = oom();
@@ -663,6 +775,7 @@ static int work(an_cmd *c)
     free(story);
     free(w);
     free(loads);
+    free(cpu);
     an_pipe_free(&p);
     return rc;
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diff_cpu.h"
 #include "diff_stats.h"
 #include "verdict.h"
 
@@ -48,6 +49,10 @@ static const char help[] =
     "over the analysed steps: launches and GPU ms per step in A and B, largest change of the\n"
     "time first. A kernel launched 1.5x as often or more (or as seldom) is named in the\n"
     "summary: the same work launched twice shows here.\n"
+    "With the CPU capture in both traces (--trace-cpu): cpu_stages compares each stage's\n"
+    "on-CPU time per step the same way; cpu_functions lists per stage the leaf functions\n"
+    "whose CPU time per step grew, grown when a binomial test of their sample counts gives\n"
+    "p < alpha / (functions tested) and B is at least 1.2x A.\n"
     "\n"
     "options:\n"
     "  --alpha P       significance level (default 0.01)\n"
@@ -654,6 +659,10 @@ static int work(an_cmd *cmd)
     size_t n_kc = 0;
     if (with_gpu) rc = gpu_collect(&s[0], &s[1], o->alpha, buf_a, buf_b, &gc, &n_gc);
     if (with_gpu && !rc) rc = kernel_changes(s, &kset, &kc, &n_kc);
+    /* the CPU capture: only when both traces have it (diff_cpu.c) */
+    an_diff_cpu dcpu;
+    memset(&dcpu, 0, sizeof dcpu);
+    if (!rc) rc = an_diff_cpu_compute(&dcpu, &s[0].trace, &s[0].pipe, &s[1].trace, &s[1].pipe, o->alpha, o->top);
     if (!rc) {
         an_out *out = an_out_new(stdout, cmd->format);
         if (!out) {
@@ -753,6 +762,7 @@ static int work(an_cmd *cmd)
                                 an_clean(c->stage, sn, sizeof sn), c->col_a < 0 ? "B" : "A");
                 }
             }
+            an_diff_cpu_lines(out, &dcpu);
             an_out_text(out, "\n");
         }
         if (!rc && put_runs(out, s, step_median)) rc = oom();
@@ -852,6 +862,7 @@ static int work(an_cmd *cmd)
                 }
                 an_table_end(t);
             }
+            an_diff_cpu_tables(out, &dcpu);
         }
         if (an_out_finish(out) && !rc) {
             an_error("diff: cannot write the output");
@@ -860,6 +871,7 @@ static int work(an_cmd *cmd)
         for (int i = 0; i < 2 && !rc; i++) an_trace_warn(&s[i].trace);
     }
 done:
+    an_diff_cpu_free(&dcpu);
     kernel_set_free(&kset);
     for (size_t i = 0; i < n_kc; i++) free(kc[i].name);
     free(kc);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "analyze.h"
+#include "cpu_share.h"
 
 #define JOBS_MAX 256 /* --jobs; the default: an_stats_default_jobs */
 
@@ -28,6 +29,8 @@ static const char help[] =
     "the role's threads; their shares are of the threads' wall time added up.\n"
     "Percentiles are exact (nearest rank: the smallest duration with at least p% of\n"
     "the ranges at or below it). In a window, ranges count with their part inside it.\n"
+    "With the CPU capture (--trace-cpu): on_cpu_ms and the on-CPU, preempted and blocked\n"
+    "shares of each stage's total time (docs/analyze.md, \"summary\").\n"
     "\n"
     "options:\n"
     "  --role R[,R]     only threads of these roles (repeatable)\n"
@@ -66,9 +69,23 @@ static const an_col cols[] = {
     {"self_ms", AN_T_MS, 0},   {"self_pct", AN_T_PCT, 0}, {"count", AN_T_INT, 0},
     {"mean_ms", AN_T_MS, 0},   {"p50_ms", AN_T_MS, 0},    {"p95_ms", AN_T_MS, 0},
     {"p99_ms", AN_T_MS, 0},    {"max_ms", AN_T_MS, 0},
+    /* the last four only for traces with the CPU capture (cpu_share.c) */
+    {"on_cpu_ms", AN_T_MS, 0}, {"on_cpu_pct", AN_T_PCT, 0}, {"preempted_pct", AN_T_PCT, 0},
+    {"blocked_pct", AN_T_PCT, 0},
 };
-#define N_COLS ((int)(sizeof cols / sizeof cols[0]))
+#define N_CPU_COLS 4
+#define N_COLS ((int)(sizeof cols / sizeof cols[0]) - N_CPU_COLS)
 #define TEXT_SKIP 3
+
+/* A file's CPU figures: per selected thread whether it has them, and the
+ * split of each (thread, stage)'s inclusive time (an_cpu_range_shares). */
+typedef struct file_cpu {
+    int has;          /* the file has the CPU tables */
+    uint8_t *known;   /* [n_threads] */
+    an_cpu_split *split; /* [n_threads * n_stages] */
+    an_cpu_split *role_split; /* [n_roles * n_stages], for roles whose selected threads all have figures */
+    uint8_t *role_known; /* [n_roles] */
+} file_cpu;
 
 typedef struct sort_item {
     const an_stage_stats *x;
@@ -121,6 +138,24 @@ static void put_stats(an_table *tb, const an_stage_stats *x, int64_t wall)
     an_put_ns(tb, x->max_ns);
 }
 
+/* on_cpu_ms and the shares of the stage's total (null without figures or
+ * time). */
+static void put_cpu(an_table *tb, const an_cpu_split *c, int64_t total_ns)
+{
+    if (!c) {
+        for (int i = 0; i < N_CPU_COLS; i++) an_put_null(tb);
+        return;
+    }
+    an_put_ns(tb, c->on_ns);
+    if (total_ns > 0) {
+        an_put_pct(tb, pct_of(c->on_ns, total_ns));
+        an_put_pct(tb, pct_of(c->preempted_ns, total_ns));
+        an_put_pct(tb, pct_of(c->blocked_ns, total_ns));
+    } else {
+        for (int i = 0; i < 3; i++) an_put_null(tb);
+    }
+}
+
 /* The leading cells of a row; text leaves out file, scope and threads. */
 static void put_lead(an_table *tb, an_format fmt, const char *file, const char *scope, uint32_t threads,
                      const char *thread, const char *role)
@@ -137,7 +172,8 @@ static void put_lead(an_table *tb, an_format fmt, const char *file, const char *
 /* One block of rows: the stages of a thread (or a role), sorted, then idle. */
 static int put_block(an_table *tb, an_format fmt, const an_file_stats *fs, const an_stage_stats *row,
                      const char *scope, uint32_t threads, const char *thread, const char *role,
-                     int64_t wall, int64_t busy, int with_idle, sort_item *items)
+                     int64_t wall, int64_t busy, int with_idle, sort_item *items, int with_cpu,
+                     const an_cpu_split *cpu_row)
 {
     uint32_t n = 0;
     for (uint32_t st = 0; st < fs->n_stages; st++) {
@@ -150,6 +186,7 @@ static int put_block(an_table *tb, an_format fmt, const an_file_stats *fs, const
         an_put_str(tb, items[i].name);
         an_put_str(tb, st_kind_name((st_kind)fs->stage_kinds[items[i].stage]));
         put_stats(tb, items[i].x, wall);
+        if (with_cpu) put_cpu(tb, cpu_row ? &cpu_row[items[i].stage] : NULL, items[i].x->total_ns);
         an_row_end(tb);
     }
     if (with_idle) {
@@ -161,7 +198,7 @@ static int put_block(an_table *tb, an_format fmt, const an_file_stats *fs, const
         an_put_pct(tb, pct_of(idle, wall));
         an_put_ns(tb, idle);
         an_put_pct(tb, pct_of(idle, wall));
-        for (int i = 0; i < 7; i++) an_put_null(tb);
+        for (int i = 0; i < 7 + (with_cpu ? N_CPU_COLS : 0); i++) an_put_null(tb);
         an_row_end(tb);
         n++;
     }
@@ -182,7 +219,7 @@ static void describe_window(char *buf, size_t size, const an_select *sel, const 
 }
 
 static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, const an_select *sel,
-                       int with_idle)
+                       int with_idle, const file_cpu *cpu, int shared_cpu)
 {
     an_format fmt = an_out_format(out);
     an_table *tb = *shared;
@@ -200,8 +237,9 @@ static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, 
         for (const unsigned char *p = (const unsigned char *)(program ? program : "?"); *p; p++)
             an_out_text(out, "%c", *p < 0x20 || *p == 0x7f ? '?' : *p);
         an_out_text(out, " rank %d; %s; wall time %s ms per thread\n", fs->rank, win, wall);
-        tb = an_table_new(out, "summary", cols + TEXT_SKIP, N_COLS - TEXT_SKIP);
+        tb = an_table_new(out, "summary", cols + TEXT_SKIP, N_COLS - TEXT_SKIP + (cpu->has ? N_CPU_COLS : 0));
     }
+    int with_cpu = fmt == AN_FMT_TEXT ? cpu->has : shared_cpu;
     sort_item *items = malloc((fs->n_stages + 1) * sizeof *items);
     if (!items || !tb) {
         free(items);
@@ -212,7 +250,8 @@ static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, 
     for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
         if (!fs->thread_on[ti]) continue;
         put_block(tb, fmt, fs, &fs->thread_stage[(size_t)ti * ns], "thread", 1, fs->thread_names[ti], fs->thread_roles[ti],
-                  fs->wall_ns, fs->thread_busy_ns[ti], with_idle, items);
+                  fs->wall_ns, fs->thread_busy_ns[ti], with_idle, items, with_cpu,
+                  cpu->has && cpu->known[ti] ? &cpu->split[(size_t)ti * ns] : NULL);
         an_table_gap(tb);
     }
     for (uint32_t role = 0; role < fs->n_roles; role++) {
@@ -223,7 +262,8 @@ static void print_file(an_out *out, an_table **shared, const an_file_stats *fs, 
         for (uint32_t ti = 0; ti < fs->n_threads; ti++)
             if (fs->thread_on[ti] && fs->thread_role[ti] == role) busy += fs->thread_busy_ns[ti];
         put_block(tb, fmt, fs, &fs->role_stage[(size_t)role * ns], "role", n, NULL, fs->role_names[role],
-                  fs->wall_ns * (int64_t)n, busy, with_idle, items);
+                  fs->wall_ns * (int64_t)n, busy, with_idle, items, with_cpu,
+                  cpu->has && cpu->role_known[role] ? &cpu->role_split[(size_t)role * ns] : NULL);
         an_table_gap(tb);
     }
     free(items);
@@ -319,6 +359,55 @@ static int print_ranks(an_out *out, const an_stats *s)
     return AN_EXIT_OK;
 }
 
+/* The CPU figures of file f (fs), read from t, open. 0, or an exit code
+ * after the message. */
+static int cpu_of_file(an_trace *t, const an_file_stats *fs, file_cpu *c)
+{
+    st_reader *r = t->r;
+    int has = st_reader_has_cpu(r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return 0;
+    if (st_reader_n_threads(r) != fs->n_threads || st_reader_n_stages(r) != fs->n_stages) {
+        an_error("summary: %s changed while it was read (other threads or stages)", t->path);
+        return AN_EXIT_USAGE;
+    }
+    size_t nt = fs->n_threads ? fs->n_threads : 1, ns = fs->n_stages, nr = fs->n_roles ? fs->n_roles : 1;
+    c->known = calloc(nt, 1);
+    c->split = calloc(nt * (ns ? ns : 1), sizeof *c->split);
+    c->role_split = calloc(nr * (ns ? ns : 1), sizeof *c->role_split);
+    c->role_known = calloc(nr, 1);
+    if (!c->known || !c->split || !c->role_split || !c->role_known) {
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    int rc = an_cpu_range_shares(t, fs->t0_ns, fs->t1_ns, fs->thread_on, c->known, c->split);
+    if (rc) return rc;
+    c->has = 1;
+    /* a role's figures: only when every selected thread of it has them */
+    memset(c->role_known, 1, nr);
+    for (uint32_t ti = 0; ti < fs->n_threads; ti++) {
+        if (!fs->thread_on[ti]) continue;
+        uint32_t role = fs->thread_role[ti];
+        if (!c->known[ti]) c->role_known[role] = 0;
+        for (size_t st = 0; st < ns; st++) {
+            an_cpu_split *d = &c->role_split[role * ns + st];
+            const an_cpu_split *x = &c->split[(size_t)ti * ns + st];
+            d->on_ns += x->on_ns;
+            d->preempted_ns += x->preempted_ns;
+            d->blocked_ns += x->blocked_ns;
+        }
+    }
+    return 0;
+}
+
+static void file_cpu_free(file_cpu *c)
+{
+    free(c->known);
+    free(c->split);
+    free(c->role_split);
+    free(c->role_known);
+}
+
 typedef struct own_opts {
     an_select sel;
     enum sort_key sort;
@@ -400,6 +489,30 @@ static int work(an_cmd *cmd)
         n_open = (int)n_paths;
         rc = an_stats_compute_paths(&s, traces, paths, n_paths, &o->sel, o->merge, o->jobs);
     }
+    /* The CPU capture's figures, per file: the one file is open; several are
+     * opened again, one at a time. */
+    file_cpu *cpu = NULL;
+    int any_cpu = 0;
+    if (!rc) {
+        cpu = calloc(s.n_files ? s.n_files : 1, sizeof *cpu);
+        if (!cpu) {
+            an_error("out of memory");
+            rc = AN_EXIT_FAIL;
+        }
+    }
+    for (uint32_t f = 0; !rc && f < s.n_files; f++) {
+        if (n_paths == 1) {
+            rc = cpu_of_file(&traces[0], &s.files[f], &cpu[f]);
+        } else {
+            an_trace again;
+            rc = an_trace_open(&again, s.files[f].trace->path);
+            if (!rc) {
+                rc = cpu_of_file(&again, &s.files[f], &cpu[f]);
+                an_trace_close(&again);
+            }
+        }
+        any_cpu |= cpu[f].has;
+    }
     if (!rc) {
         g_sort = o->sort;
         an_out *out = an_out_new(stdout, cmd->format);
@@ -408,10 +521,11 @@ static int work(an_cmd *cmd)
             rc = AN_EXIT_FAIL;
             goto done;
         }
-        an_table *shared = cmd->format == AN_FMT_TEXT ? NULL : an_table_new(out, "summary", cols, N_COLS);
+        an_table *shared =
+            cmd->format == AN_FMT_TEXT ? NULL : an_table_new(out, "summary", cols, N_COLS + (any_cpu ? N_CPU_COLS : 0));
         uint64_t n_ranges = 0;
         for (uint32_t f = 0; f < s.n_files; f++) {
-            print_file(out, &shared, &s.files[f], &o->sel, o->sel.filter.n_stages == 0);
+            print_file(out, &shared, &s.files[f], &o->sel, o->sel.filter.n_stages == 0, &cpu[f], any_cpu);
             n_ranges += s.files[f].n_ranges;
         }
         an_table_end(shared);
@@ -440,6 +554,8 @@ static int work(an_cmd *cmd)
         if (!rc && n_ranges == 0) an_warn("no ranges in the selection");
     }
 done:
+    for (uint32_t f = 0; cpu && f < s.n_files; f++) file_cpu_free(&cpu[f]);
+    free(cpu);
     an_stats_free(&s);
     for (int i = 0; i < n_open; i++) an_trace_close(&traces[i]);
     free(traces);

@@ -1,6 +1,6 @@
 /* diff_stats.c: the statistics `diff` compares per-step samples with (see
  * diff_stats.h): the median, and the two-sided Mann-Whitney U test by the
- * normal approximation.
+ * normal approximation; the two-sided binomial test of a count.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -59,4 +59,33 @@ double an_mann_whitney(const double *a, size_t n1, const double *b, size_t n2, d
     double d = fabs(u - mu) - 0.5; /* continuity correction */
     if (d < 0) d = 0;
     return erfc(d / sqrt(var) / sqrt(2.0));
+}
+
+/* log P(X = i) for X ~ Bin(n, p), 0 < p < 1 */
+static double log_pmf(uint64_t i, uint64_t n, double lp, double lq)
+{
+    return lgamma((double)n + 1) - lgamma((double)i + 1) - lgamma((double)(n - i) + 1) + (double)i * lp +
+           (double)(n - i) * lq;
+}
+
+double an_binomial_test(uint64_t k, uint64_t n, double p0)
+{
+    if (k > n || !(p0 >= 0 && p0 <= 1)) return NAN;
+    if (n == 0) return 1;
+    if (p0 == 0) return k == 0 ? 1 : 0;
+    if (p0 == 1) return k == n ? 1 : 0;
+    if (n > AN_BINOMIAL_EXACT_MAX) {
+        double mean = (double)n * p0, sd = sqrt((double)n * p0 * (1 - p0));
+        double z = (fabs((double)k - mean) - 0.5) / sd;
+        if (z <= 0) return 1;
+        return fmin(1.0, erfc(z / sqrt(2.0)));
+    }
+    double lp = log(p0), lq = log1p(-p0);
+    /* outcomes within a relative 1e-7 of k's probability count as equally likely (rounding) */
+    double lk = log_pmf(k, n, lp, lq) + 1e-7, sum = 0;
+    for (uint64_t i = 0; i <= n; i++) {
+        double li = log_pmf(i, n, lp, lq);
+        if (li <= lk) sum += exp(li);
+    }
+    return sum > 1 ? 1 : sum;
 }

@@ -9,8 +9,9 @@
 # forward stage (the tiny model's target thread does little else); the
 # stacks of those samples naming the CPU kernels (k_matmul ...) through
 # cpu_symbols; cpu_maps with the trainer's own file and its build-id. The
-# analyzer ignores the new tables (analyze summary prints the same with and
-# without them, the tables dropped from a copy). As root, the same run as
+# analyzer's other figures do not move with the new tables: analyze summary
+# prints the same with and without them (the tables dropped from a copy)
+# but for its four on-CPU columns, which only the trace with them has. As root, the same run as
 # nobody (setpriv) records perf events too where perf_event_paranoid <= 2.
 #
 #   bash tests/it_cpu_trainer.sh BUILD_DIR
@@ -120,13 +121,14 @@ EOF
 SANITIZED=$(ldd "$TRAINER" 2>/dev/null | grep -Eo 'lib(a|t|ub)san' | head -1 || true)
 train plain "$T"
 check plain
-# The analyzer ignores the CPU tables: the same summary without them.
+# The CPU tables add summary's on-CPU columns (the last four) and change nothing else.
 cp plain.sqlite bare.sqlite
 sqlite3 bare.sqlite "drop table cpu_threads; drop table cpu_chunks; drop table cpu_stacks; drop table cpu_maps;
                      drop table cpu_symbols; delete from meta where key like 'cpu%';"
-expect_ok sum_plain "$A" summary plain.sqlite
-expect_ok sum_bare "$A" summary bare.sqlite
-sed 's/plain\.sqlite/X/' sum_plain.out >a.txt
+expect_ok sum_plain "$A" summary --format csv plain.sqlite
+expect_ok sum_bare "$A" summary --format csv bare.sqlite
+head -1 sum_plain.out | grep -q ',on_cpu_ms,on_cpu_pct,preempted_pct,blocked_pct$' || fail "summary: no on-CPU columns: $(head -1 sum_plain.out)"
+sed 's/plain\.sqlite/X/' sum_plain.out | cut -d, -f1-17 >a.txt
 sed 's/bare\.sqlite/X/' sum_bare.out >b.txt
 diff a.txt b.txt >/dev/null || fail "analyze summary differs with the CPU tables: $(diff a.txt b.txt | head)"
 ok
