@@ -11,7 +11,7 @@
  * every offset checked against the file's size. Frames in executable
  * memory without a file (a JIT's code, CPython's perf trampolines) are
  * named from the process's perf map, /tmp/perf-PID.map (cpu_perfmap.c),
- * read once per store when some frame lies in such memory. */
+ * read once per store. */
 #include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -329,8 +329,10 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                        ST_VTEXT(m->f ? m->f->build_id : "")};
         st_store_row(store, ST_S_CPU_MAP, 6, v);
     }
+    /* Read even when no frame lies in such memory: meta then says that the
+     * map was there (a perf trampoline on) but no stack reached it. */
     st_perfmap pm = {0};
-    int pm_tried = 0;
+    perfmap_open(&pm, store);
     uint64_t pm_frames = 0;
     for (size_t i = 0; i < n_addrs; i++) {
         uint64_t a = addrs[i];
@@ -351,11 +353,7 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                 sym_off = (int64_t)(va - s->lo);
             }
         }
-        if (m && map_is_anonymous(m)) {
-            if (!pm_tried) {
-                perfmap_open(&pm, store);
-                pm_tried = 1;
-            }
+        if (m && map_is_anonymous(m) && pm.n) {
             /* a return address just past its entry belongs to it, as above */
             const st_perfmap_entry *e = st_perfmap_find(&pm, a);
             if (!e) e = st_perfmap_find(&pm, a - 1);
