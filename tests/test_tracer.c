@@ -19,7 +19,11 @@
  *  - one file, one writer: processes racing on one path (exactly one
  *    wins, its trace whole), overwrite against a live trace (refused, the
  *    trace survives) and against a finished or killed one (replaced);
- *  - unmatched ends and calls from unregistered threads.
+ *  - unmatched ends and calls from unregistered threads;
+ *  - st_meta_set: a key set twice keeps its last value, from another
+ *    thread too; the library's keys (status, cpu_*, clock_*, gpu_*), bad
+ *    characters, an empty or 65-byte key, a 4097-byte value and a 33rd key
+ *    are refused, and no refused key reaches meta.
  *
  * Files go to a fresh directory under $ST_TEST_TMP (else under /tmp).
  */
@@ -1687,6 +1691,68 @@ static void test_steps_beyond_int64(void **state)
     st_reader_close(r);
 }
 
+/* ---- st_meta_set ---- */
+
+static void *meta_from_thread(void *arg)
+{
+    return (void *)(intptr_t)st_meta_set(arg, "app_other_thread", "yes");
+}
+
+static void test_meta_set(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "meta-set.sqlite");
+    st_options o;
+    test_options(&o, path);
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &o), ST_OK);
+    assert_int_equal(st_meta_set(trace, "python_stacks", "none"), ST_OK);
+    assert_int_equal(st_meta_set(trace, "python_stacks", "perf-trampoline"), ST_OK); /* the last wins */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, meta_from_thread, trace), 0);
+    void *thread_rc;
+    pthread_join(th, &thread_rc);
+    assert_int_equal((intptr_t)thread_rc, ST_OK);
+    const char *refused[] = {"status", "end_ns", "cpu_mode", "cpu_python", "clock_offset_ns", "gpu_x",
+                             "Upper", "has-dash", "", "a234567890123456789012345678901234567890123456789012345678901234X"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        assert_int_equal(st_meta_set(trace, refused[i], "x"), ST_EINVAL);
+    assert_int_equal(st_meta_set(trace, NULL, "x"), ST_EINVAL);
+    assert_int_equal(st_meta_set(trace, "app_null", NULL), ST_EINVAL);
+    assert_int_equal(st_meta_set(NULL, "app_x", "x"), ST_ESTATE);
+    char big[4098];
+    memset(big, 'v', sizeof big);
+    big[4097] = '\0';
+    assert_int_equal(st_meta_set(trace, "app_big", big), ST_EINVAL);
+    big[4096] = '\0';
+    assert_int_equal(st_meta_set(trace, "app_big", big), ST_OK); /* 4096 bytes: the most */
+    for (int i = 3; i < 32; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "app_k%d", i);
+        assert_int_equal(st_meta_set(trace, key, "k"), ST_OK);
+    }
+    assert_int_equal(st_meta_set(trace, "app_one_too_many", "k"), ST_ELIMIT);
+    assert_int_equal(st_meta_set(trace, "app_k3", "again"), ST_OK); /* a known key still */
+    assert_int_equal(st_close(trace), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_meta(r, "python_stacks", "perf-trampoline");
+    assert_meta(r, "app_other_thread", "yes");
+    assert_meta(r, "app_k3", "again");
+    assert_meta(r, "app_k31", "k");
+    assert_meta(r, "status", "complete");
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(st_reader_db(r),
+                                        "SELECT count(*) FROM meta WHERE key LIKE 'app_%' OR key = 'cpu_python' "
+                                        "OR key = 'gpu_x' OR length(value) = 4096",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 31); /* app_other_thread, app_big, app_k3..app_k31 */
+    sqlite3_finalize(st);
+    st_reader_close(r);
+}
+
 /* ---- flows ---- */
 
 #define FLOW_N 12000 /* ~60 KB of records: more than one flow chunk per thread */
@@ -1872,6 +1938,7 @@ int main(void)
         cmocka_unit_test(test_unregistered_calls_reported),
         cmocka_unit_test(test_steps_beyond_int64),
         cmocka_unit_test(test_flows_recorded),
+        cmocka_unit_test(test_meta_set),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

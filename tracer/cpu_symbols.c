@@ -8,7 +8,10 @@
  * mapped file is mapped read-only once per process (cached across calls)
  * for its segments and build-id (its first pages); its symbol table is read
  * only when some frame points into it. Plain <elf.h>, 64-bit ELF only,
- * every offset checked against the file's size. */
+ * every offset checked against the file's size. Frames in executable
+ * memory without a file (a JIT's code, CPython's perf trampolines) are
+ * named from the process's perf map, /tmp/perf-PID.map (cpu_perfmap.c),
+ * read once per store. */
 #include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -242,6 +245,36 @@ static const exec_map *map_of(const exec_map *v, size_t n, uint64_t a)
     return lo < n && v[lo].lo <= a && a <= v[lo].hi ? &v[lo] : NULL;
 }
 
+/* Executable memory that no file backs: anonymous (''), named anonymous
+ * ("[anon:...]", Linux 5.17 and later) or a memfd ("/memfd:..."). */
+static int map_is_anonymous(const exec_map *m)
+{
+    return m->path[0] == '\0' || strncmp(m->path, "[anon:", 6) == 0 || strncmp(m->path, "/memfd:", 7) == 0;
+}
+
+/* Reads the perf map and says in meta what came of it: cpu_perf_map
+ * "used", or "ignored: <why>" (absent when there is no such file). */
+static void perfmap_open(st_perfmap *pm, st_store *store)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/perf-%ld.map", (long)getpid());
+    int rc = st_perfmap_load(pm, path);
+    char line[192];
+    if (rc == 1) snprintf(line, sizeof line, "ignored: %s", pm->refused);
+    else if (rc == 0 && pm->found) snprintf(line, sizeof line, "used");
+    else return;
+    st_val v[2] = {ST_VTEXT("cpu_perf_map"), ST_VTEXT(line)};
+    st_store_row(store, ST_S_META, 2, v);
+}
+
+static void meta_count(st_store *store, const char *key, uint64_t n)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)n);
+    st_val v[2] = {ST_VTEXT(key), ST_VTEXT(buf)};
+    st_store_row(store, ST_S_META, 2, v);
+}
+
 static const sym *sym_of(const elf_file *f, uint64_t vaddr)
 {
     size_t lo = 0, hi = f->n_syms;
@@ -296,6 +329,11 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                        ST_VTEXT(m->f ? m->f->build_id : "")};
         st_store_row(store, ST_S_CPU_MAP, 6, v);
     }
+    /* Read even when no frame lies in such memory: meta then says that the
+     * map was there (a perf trampoline on) but no stack reached it. */
+    st_perfmap pm = {0};
+    perfmap_open(&pm, store);
+    uint64_t pm_frames = 0;
     for (size_t i = 0; i < n_addrs; i++) {
         uint64_t a = addrs[i];
         if (!a) continue;
@@ -315,9 +353,25 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                 sym_off = (int64_t)(va - s->lo);
             }
         }
+        if (m && map_is_anonymous(m) && pm.n) {
+            /* a return address just past its entry belongs to it, as above */
+            const st_perfmap_entry *e = st_perfmap_find(&pm, a);
+            if (!e) e = st_perfmap_find(&pm, a - 1);
+            if (e) {
+                name = e->name;
+                sym_off = (int64_t)(a - e->start);
+                pm_frames++;
+            }
+        }
         st_val v[5] = {ST_VINT(a), ST_VINT(map_id), ST_VINT(file_off), ST_VTEXT(name), ST_VINT(sym_off)};
         st_store_row(store, ST_S_CPU_SYMBOL, 5, v);
     }
+    if (pm.found) {
+        meta_count(store, "cpu_perf_map_entries", pm.n);
+        meta_count(store, "cpu_perf_map_ignored_lines", pm.n_bad);
+        meta_count(store, "cpu_perf_map_frames", pm_frames);
+    }
+    st_perfmap_free(&pm);
     free(maps);
 }
 

@@ -94,6 +94,38 @@ typedef struct st_cpusym st_cpusym; /* caches each file's symbol table */
 void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, size_t n_addrs);
 void st_cpusym_free(st_cpusym *cache);
 
+/* ---- the perf map (cpu_perfmap.c) ----
+ * /tmp/perf-PID.map, "START SIZE NAME" per line (a JIT's, or CPython's perf
+ * trampoline's "py::func:file"), names for frames in memory that has no
+ * file. st_perfmap_load reads it only when it is a regular file owned by
+ * this user and not older than the process (else m->refused says why, and
+ * it returns 1); 0 when read or absent (m->found says which); -1 out of
+ * memory. At most ST_PERFMAP_MAX_BYTES are read, a line longer than
+ * ST_PERFMAP_LINE_MAX bytes and one that does not parse (hex start, hex
+ * size > 0 not wrapping, a name) is counted in n_bad and passed over;
+ * st_perfmap_parse does the same for a text in memory (appending). */
+#define ST_PERFMAP_LINE_MAX 4096
+#define ST_PERFMAP_MAX_BYTES (64u << 20) /* 64 MiB */
+#define ST_PERFMAP_LOOK_BACK 64
+typedef struct st_perfmap_entry {
+    uint64_t start, size;
+    uint32_t seq; /* the line's index: of overlapping entries the later wins */
+    char *name;   /* control bytes replaced by '?' */
+} st_perfmap_entry;
+typedef struct st_perfmap {
+    st_perfmap_entry *v; /* by start */
+    size_t n, cap;
+    uint64_t max_size;
+    size_t n_lines, n_bad;
+    int found;
+    char refused[128];
+} st_perfmap;
+int st_perfmap_load(st_perfmap *m, const char *path);
+int st_perfmap_parse(st_perfmap *m, const char *text, size_t len);
+/* The entry holding addr (start <= addr < start + size), or NULL. */
+const st_perfmap_entry *st_perfmap_find(const st_perfmap *m, uint64_t addr);
+void st_perfmap_free(st_perfmap *m);
+
 /* ---- /proc readers (cpu_proc.c) ----
  * Why a thread is blocked: a block still open this long when the writer
  * drains the thread's ring (its last switch record a blocked switch-out)

@@ -109,6 +109,8 @@ struct st_trace {
     char run_id[72];                /* st_options.run_id, or "" */
     st_clock_sync clock_sync[2];    /* under lock: st_clock_sync_record's */
     int clock_sync_state[2];        /* under lock: 0 none, 1 to write, 2 written */
+    struct st_meta_item *meta_items; /* under lock: st_meta_set's (meta.c) */
+    size_t n_meta_items;
     pthread_mutex_t gpu_lock;
     struct st_gpu_item *gpu_items;  /* under gpu_lock */
     size_t gpu_items_len, gpu_items_cap;
@@ -145,6 +147,12 @@ int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied
  * trace that reports them, st_close passes NULL before it stops the writer
  * (after which no report uses the trace). */
 void st_unregistered_watch(st_trace *t);
+
+/* meta.c: st_meta_set's pairs not yet written go into meta (the writer, at
+ * each commit); st_meta_free at the trace's end. */
+struct st_store;
+void st_meta_store(st_trace *t, struct st_store *store);
+void st_meta_free(st_trace *t);
 
 int st_writer_start(st_trace *t);
 void st_writer_stop(st_trace *t);   /* drains everything, final commit */

@@ -398,6 +398,7 @@ static void free_trace(st_trace *t)
         if (t->sig_resp_pipe[i] > 0) close(t->sig_resp_pipe[i]);
     }
     st_agg_free(t->agg);
+    st_meta_free(t);
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->log_lock);
     pthread_cond_destroy(&t->flushed);

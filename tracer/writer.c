@@ -760,6 +760,7 @@ static int commit_rows(st_trace *t, writer *w, int final, int64_t seen_ns)
     store_gpu(t, w, final);
     write_dropped(t, w);
     write_clock_sync(t, w);
+    st_meta_store(t, w->store);
     if (w->bad_ends || w->bad_steps || w->clock_clamped || w->bad_counters) {
         meta_int(w, "unmatched_ends", (long long)w->bad_ends);
         meta_int(w, "rejected_steps", (long long)w->bad_steps);

@@ -22,6 +22,7 @@ from . import _stagetrace
 __all__ = [
     "Error", "Trace", "Stage", "Thread", "TraceData", "open", "open_disabled", "open_from_args",
     "add_arguments", "thread", "current", "read", "rank_from_env", "gpu_available", "KINDS",
+    "PYTHON_STACKS", "frame_pointers",
 ]
 
 Error = _stagetrace.Error
@@ -172,10 +173,12 @@ _signals = _Signals()
 def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, overwrite=False,
          on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
          local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
-         commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0):
+         commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, python_stacks="auto"):
     """Opens the process's trace at `path` (see python/README.md for every argument)."""
     if path is None:
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
+    if python_stacks not in PYTHON_STACKS:
+        raise ValueError("python_stacks must be one of %s, not %r" % (", ".join(PYTHON_STACKS), python_stacks))
     env = rank_from_env()
     rank = env["rank"] if rank is None else rank
     world_size = env["world_size"] if world_size is None else world_size
@@ -197,6 +200,12 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
         main_thread=main_thread,
         cpu=bool(cpu), cpu_period_ns=int(cpu_period_ns),
     )
+    if cpu:
+        try:
+            _python_stacks_start(trace, python_stacks)
+        except BaseException:
+            trace.close()
+            raise
     if gpu:
         try:
             trace.gpu_start()
@@ -206,6 +215,106 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
     if handle_signals:
         _signals.install()
     return trace
+
+
+# ---- Python frames in the CPU capture's stacks (docs/cpu.md, "Python") -------
+
+PYTHON_STACKS = ("auto", "perf", "off")
+_FRAME_POINTER_FLAG = "-fno-omit-frame-pointer"
+# Functions of the interpreter that every Python call goes through, for the
+# prologue check below.
+_PROLOGUE_FUNCTIONS = ("_PyEval_EvalFrameDefault", "PyObject_Vectorcall", "PyObject_Call",
+                       "PyEval_EvalCode", "_PyObject_MakeTpCall", "_PyFunction_Vectorcall",
+                       "PyObject_GetAttr", "PyNumber_Add")
+
+
+def frame_pointers():
+    """Whether this interpreter keeps frame pointers, which the kernel's
+    frame-pointer walk needs to pass through the interpreter's C frames up
+    to the perf trampolines: ("yes" | "no" | "unknown", one line of evidence).
+
+    First the build flags (sysconfig: -fno-omit-frame-pointer in CFLAGS and
+    the like: yes); else, on x86-64, the first bytes of a few interpreter
+    functions: with frame pointers each begins with push %rbp; mov %rsp,%rbp
+    (after an endbr64), without them hardly any does.
+    """
+    import sysconfig
+    for var in ("CFLAGS", "CONFIGURE_CFLAGS", "PY_CFLAGS", "PY_CFLAGS_NODIST", "CFLAGS_NODIST", "OPT"):
+        value = sysconfig.get_config_var(var) or ""
+        if _FRAME_POINTER_FLAG in str(value).split():
+            return "yes", "sysconfig %s has %s" % (var, _FRAME_POINTER_FLAG)
+    import platform
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "unknown", "no %s in sysconfig's flags, and no prologue check on %s" % (
+            _FRAME_POINTER_FLAG, platform.machine())
+    try:
+        import ctypes
+    except ImportError:
+        return "unknown", "no %s in sysconfig's flags, and no ctypes for the prologue check" % _FRAME_POINTER_FLAG
+    seen = with_fp = 0
+    for name in _PROLOGUE_FUNCTIONS:
+        try:
+            fn = getattr(ctypes.pythonapi, name)
+        except AttributeError:
+            continue
+        code = ctypes.string_at(ctypes.cast(fn, ctypes.c_void_p).value, 32)
+        seen += 1
+        with_fp += b"\x55\x48\x89\xe5" in code[:16]
+    if seen == 0:
+        return "unknown", "no %s in sysconfig's flags, and no interpreter function found" % _FRAME_POINTER_FLAG
+    evidence = "no %s in sysconfig's flags; %d of %d interpreter functions begin with " \
+               "push %%rbp; mov %%rsp,%%rbp" % (_FRAME_POINTER_FLAG, with_fp, seen)
+    if 2 * with_fp >= seen:
+        return "yes", evidence
+    return ("no" if with_fp == 0 else "unknown"), evidence
+
+
+def _python_stacks_plan(mode):
+    """(turn the trampoline on?, meta python_stacks, its reason) for `mode`."""
+    version = "%s %d.%d" % ("Python" if _sys.implementation.name == "cpython" else _sys.implementation.name,
+                            _sys.version_info[0], _sys.version_info[1])
+    if mode == "off":
+        return False, "none", "python_stacks='off'"
+    if not hasattr(_sys, "activate_stack_trampoline"):
+        if _sys.implementation.name == "cpython" and _sys.version_info < (3, 12):
+            return False, "none", "%s has no perf trampoline (sys.activate_stack_trampoline is 3.12 and " \
+                                  "later): the stacks hold the interpreter's C frames only" % version
+        return False, "none", "%s has no perf trampoline on this platform: the stacks hold its C frames " \
+                              "only" % version
+    if _sys.is_stack_trampoline_active():
+        return False, "perf-trampoline", "the perf trampoline was already on (python -X perf, " \
+                                         "PYTHONPERFSUPPORT or the program); left on at close"
+    if mode == "auto" and _FRAME_POINTERS[0] == "no":
+        return False, "none", "libpython is built without frame pointers (%s): the kernel's walk of " \
+                              "the stack would not reach the trampolines; python_stacks='perf' turns " \
+                              "it on anyway" % _FRAME_POINTERS[1]
+    return True, "perf-trampoline", "turned on by stagetrace.open and off at close"
+
+
+_FRAME_POINTERS = None
+
+
+def _python_stacks_start(trace, mode):
+    """With cpu=True: turns CPython's perf trampoline on when it can (and
+    off again at close), and says in meta what the stacks' Python frames
+    came from: python_stacks, python_stacks_reason, python_frame_pointers
+    (and its evidence), python_version."""
+    global _FRAME_POINTERS
+    if _FRAME_POINTERS is None:
+        _FRAME_POINTERS = frame_pointers()
+    turn_on, method, reason = _python_stacks_plan(mode)
+    if turn_on:
+        try:
+            _sys.activate_stack_trampoline("perf")
+            trace._own_trampoline()
+        except (ValueError, OSError, RuntimeError) as e:
+            method, reason = "none", "sys.activate_stack_trampoline('perf') failed: %s" % e
+    trace._meta_set("python_stacks", method)
+    trace._meta_set("python_stacks_reason", reason)
+    trace._meta_set("python_frame_pointers", _FRAME_POINTERS[0])
+    trace._meta_set("python_frame_pointers_evidence", _FRAME_POINTERS[1])
+    import platform
+    trace._meta_set("python_version", "%s %s" % (platform.python_implementation(), platform.python_version()))
 
 
 def open_disabled(main_thread="main"):
@@ -305,7 +414,10 @@ def _dtypes():
                                 "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4"],
                     "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72, 76],
                     "itemsize": sizes["gpu"]})
-    return {"ranges": ranges, "counters": counters, "steps": steps, "gpu": gpu}
+    cpu = np.dtype({"names": ["ts_ns", "stack", "thread", "stage", "gil"],
+                    "formats": ["<i8", "<u8", "<u4", "<i4", "i1"],
+                    "offsets": [0, 8, 16, 20, 24], "itemsize": sizes["cpu"]})
+    return {"ranges": ranges, "counters": counters, "steps": steps, "gpu": gpu, "cpu": cpu}
 
 
 def _categorical(pd, ids, names):
@@ -333,8 +445,11 @@ class TraceData:
     steps     step, ts_ns, tokens
     gpu       start_ns, dur_ns, bytes, launch_ns, thread, stage, device, stream,
               kind, name, copy_kind, src_mem, dst_mem, correlation
+    cpu       ts_ns, stack, thread, stage, gil (the CPU capture's samples; stage
+              -1: none open; gil 1 held, 0 not, -1 unknown)
     threads, stages, counter_names: lists of dicts; meta: dict; marks: list of
-    (thread, ts_ns, text); gpu_names: {name id: kernel name}.
+    (thread, ts_ns, text); gpu_names: {name id: kernel name}; cpu_stacks:
+    {stack id: tuple of frame labels, innermost first}.
     """
 
     def __init__(self, path, raw):
@@ -347,11 +462,13 @@ class TraceData:
         self.counter_names = raw["counter_names"]
         self.marks = raw["marks"]
         self.gpu_names = raw["gpu_names"]
+        self.cpu_stacks = raw.get("cpu_stacks", {})
         self.steps = np.frombuffer(raw["steps"], dtype=dt["steps"])
         empty = bytearray()
         self.ranges = np.frombuffer(raw.get("ranges", empty), dtype=dt["ranges"])
         self.counters = np.frombuffer(raw.get("counters", empty), dtype=dt["counters"])
         self.gpu = np.frombuffer(raw.get("gpu", empty), dtype=dt["gpu"])
+        self.cpu = np.frombuffer(raw.get("cpu", empty), dtype=dt["cpu"])
 
     def __repr__(self):
         return "<stagetrace.TraceData '%s': %d threads, %d stages, %d ranges, %d counter samples, " \
@@ -404,7 +521,17 @@ class TraceData:
                 df[col] = df[col].where(df[col] >= 0).astype("Int64")
             df["launch_ns"] = df["launch_ns"].where(df["launch_ns"] != np.iinfo(np.int64).min).astype("Int64")
             return df
-        raise ValueError("unknown table '%s' (ranges, counters, steps, gpu)" % table)
+        if table == "cpu":
+            c = self.cpu
+            df = pd.DataFrame({"thread": c["thread"], "ts_ns": c["ts_ns"], "stage": c["stage"],
+                               "stack": c["stack"], "gil": c["gil"]})
+            self._join_threads(df, pd)
+            names = {s["id"]: s["name"] for s in self.stages}
+            df["stage_name"] = pd.Categorical([names.get(int(i)) for i in c["stage"]])
+            df["gil"] = df["gil"].where(df["gil"] >= 0).astype("Int64")
+            df["stage"] = df["stage"].where(df["stage"] >= 0).astype("Int64")
+            return df
+        raise ValueError("unknown table '%s' (ranges, counters, steps, gpu, cpu)" % table)
 
     def _join_threads(self, df, pd):
         ids = df["thread"].to_numpy()
@@ -412,10 +539,10 @@ class TraceData:
         df["role"] = _categorical(pd, ids, {t["id"]: t["role"] for t in self.threads})
 
     def as_pandas(self):
-        """Every table as a DataFrame: {"ranges", "counters", "steps", "gpu", "threads", "stages",
-        "counter_names"}."""
+        """Every table as a DataFrame: {"ranges", "counters", "steps", "gpu", "cpu", "threads",
+        "stages", "counter_names"}."""
         import pandas as pd
-        out = {t: self.to_dataframe(t) for t in ("ranges", "counters", "steps", "gpu")}
+        out = {t: self.to_dataframe(t) for t in ("ranges", "counters", "steps", "gpu", "cpu")}
         out["threads"] = pd.DataFrame(self.threads, columns=["id", "os_tid", "name", "role", "device",
                                                              "rank", "dropped"])
         out["stages"] = pd.DataFrame(self.stages, columns=["id", "name", "kind"])
@@ -423,7 +550,7 @@ class TraceData:
         return out
 
 
-def read(path, ranges=True, counters=True, gpu=True):
+def read(path, ranges=True, counters=True, gpu=True, cpu=True):
     """Reads a trace file through libstagetrace's C reader into a TraceData."""
-    raw = _stagetrace._read(_os.fspath(path), bool(ranges), bool(counters), bool(gpu))
+    raw = _stagetrace._read(_os.fspath(path), bool(ranges), bool(counters), bool(gpu), bool(cpu))
     return TraceData(_os.fspath(path), raw)

@@ -1,6 +1,7 @@
 /* _reader.c: the reading half of the stagetrace extension: stagetrace._read
  * opens a trace with libstagetrace's reader and returns its small tables as
- * lists and dicts and its ranges, counter samples and GPU records as
+ * lists and dicts and its ranges, counter samples, GPU records and CPU
+ * samples (with their stacks' frame names in a dict) as
  * bytearrays of fixed rows (the layouts below), which __init__.py views as
  * NumPy arrays; _layouts gives the row sizes it checks them against. The
  * module and the recording side are in _stagetrace.c; _stagetrace.h is what
@@ -37,6 +38,17 @@ typedef struct {
     int32_t device;
     uint32_t stream, kind, name, copy_kind, src_mem, dst_mem, correlation;
 } py_gpu;
+
+/* A CPU sample (st_cpu_iter's ST_CPU_ROW_SAMPLE rows): gil 1 the thread
+ * held the GIL, 0 not, -1 unknown (and always -1 where the library has no
+ * GIL probe, ST_HAVE_GIL_PROBE). */
+typedef struct {
+    int64_t ts_ns;
+    uint64_t stack;
+    uint32_t thread;
+    int32_t stage;
+    int8_t gil;
+} py_cpu_sample;
 
 /* A bytearray filled without the GIL (nobody else sees it yet); grown with it. */
 typedef struct {
@@ -190,6 +202,79 @@ static int read_gpu(st_reader *r, growbuf *g, PyObject *names)
     return growbuf_finish(g);
 }
 
+/* One frame's label: its symbol's name, else "<path>+0x<file offset>" in a
+ * mapped file, else "0x<address>". */
+static PyObject *frame_label(st_reader *r, uint64_t stack, uint64_t addr)
+{
+    st_cpu_frame fr;
+    int rc = st_reader_cpu_frame_name(r, stack, addr, &fr);
+    if (rc < 0) return stp_set_error(rc, "cannot read a frame's name");
+    if (rc == 1 && fr.name && fr.name[0])
+        return PyUnicode_DecodeUTF8(fr.name, (Py_ssize_t)strlen(fr.name), "replace");
+    if (fr.map >= 0 && fr.path && fr.path[0])
+        return PyUnicode_FromFormat("%s+0x%llx", fr.path, (unsigned long long)fr.file_offset);
+    return PyUnicode_FromFormat("0x%llx", (unsigned long long)addr);
+}
+
+/* The CPU samples of every thread, with the GIL held (samples are a few
+ * hundred a second), and each stack they name once in `stacks` (stack id
+ * -> tuple of frame labels, innermost first). */
+static int read_cpu(st_reader *r, growbuf *g, PyObject *stacks)
+{
+    if (growbuf_init(g, sizeof(py_cpu_sample), 0)) return -1;
+    int has = st_reader_has_cpu(r);
+    if (has < 0) return stp_set_error(has, "cannot read the CPU capture"), -1;
+    if (!has) return growbuf_finish(g);
+    uint32_t n_threads = st_reader_n_threads(r);
+    for (uint32_t i = 0; i < n_threads; i++) {
+        st_cpu_iter *it;
+        int rc = st_cpu_iter_open(&it, r, st_reader_thread(r, i)->id, INT64_MIN, INT64_MAX);
+        if (rc != ST_OK) return stp_set_error(rc, "cannot read the CPU capture"), -1;
+        st_cpu_row row;
+        while ((rc = st_cpu_iter_next(it, &row)) == 1) {
+            if (row.kind != ST_CPU_ROW_SAMPLE) continue;
+            if (g->n == g->cap && growbuf_grow(g)) break;
+            py_cpu_sample *o = (py_cpu_sample *)g->data + g->n++;
+            memset(o, 0, sizeof *o);
+            o->ts_ns = row.ts_ns;
+            o->stack = row.stack;
+            o->thread = row.thread;
+            o->stage = row.stage;
+#ifdef ST_HAVE_GIL_PROBE
+            o->gil = (int8_t)row.gil;
+#else
+            o->gil = -1;
+#endif
+            PyObject *key = PyLong_FromUnsignedLongLong(row.stack);
+            if (!key) break;
+            int have = PyDict_Contains(stacks, key);
+            if (have == 0) {
+                const uint64_t *frames;
+                uint32_t n;
+                int src = st_reader_cpu_stack(r, row.stack, &frames, &n);
+                PyObject *t = src == ST_OK ? PyTuple_New(n) : NULL;
+                if (src != ST_OK) stp_set_error(src, "cannot read a CPU stack");
+                for (uint32_t k = 0; t && k < n; k++) {
+                    PyObject *label = frame_label(r, row.stack, frames[k]);
+                    if (!label) {
+                        Py_CLEAR(t);
+                        break;
+                    }
+                    PyTuple_SetItem(t, k, label);
+                }
+                if (!t || PyDict_SetItem(stacks, key, t)) have = -1;
+                Py_XDECREF(t);
+            }
+            Py_DECREF(key);
+            if (have < 0) break;
+        }
+        st_cpu_iter_close(it);
+        if (PyErr_Occurred()) return -1;
+        if (rc < 0) return stp_set_error(rc, "cannot read the CPU capture"), -1;
+    }
+    return growbuf_finish(g);
+}
+
 static PyObject *read_small(st_reader *r, PyObject *out)
 {
     /* threads, stages, counter names, steps */
@@ -288,8 +373,9 @@ static PyObject *read_small(st_reader *r, PyObject *out)
 PyObject *stp_read_trace(PyObject *m, PyObject *args)
 {
     PyObject *path_obj, *path_bytes = NULL;
-    int want_ranges = 1, want_counters = 1, want_gpu = 1;
-    if (!PyArg_ParseTuple(args, "O|ppp", &path_obj, &want_ranges, &want_counters, &want_gpu)) return NULL;
+    int want_ranges = 1, want_counters = 1, want_gpu = 1, want_cpu = 1;
+    if (!PyArg_ParseTuple(args, "O|pppp", &path_obj, &want_ranges, &want_counters, &want_gpu, &want_cpu))
+        return NULL;
     if (!PyUnicode_FSConverter(path_obj, &path_bytes)) return NULL;
     st_reader *r = NULL;
     int rc;
@@ -304,35 +390,42 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     }
     Py_DECREF(path_bytes);
     PyObject *out = PyDict_New();
-    growbuf gr = {0}, gc = {0}, gg = {0};
-    PyObject *names = PyDict_New();
-    if (!out || !names || !read_small(r, out)) goto fail;
+    growbuf gr = {0}, gc = {0}, gg = {0}, gu = {0};
+    PyObject *names = PyDict_New(), *stacks = PyDict_New();
+    if (!out || !names || !stacks || !read_small(r, out)) goto fail;
     if (want_ranges && read_ranges(r, &gr)) goto fail;
     if (want_counters && read_samples(r, &gc)) goto fail;
     if (want_gpu && read_gpu(r, &gg, names)) goto fail;
+    if (want_cpu && read_cpu(r, &gu, stacks)) goto fail;
     if (gr.buf && PyDict_SetItemString(out, "ranges", gr.buf)) goto fail;
     if (gc.buf && PyDict_SetItemString(out, "counters", gc.buf)) goto fail;
     if (gg.buf && PyDict_SetItemString(out, "gpu", gg.buf)) goto fail;
+    if (gu.buf && PyDict_SetItemString(out, "cpu", gu.buf)) goto fail;
     if (PyDict_SetItemString(out, "gpu_names", names)) goto fail;
+    if (PyDict_SetItemString(out, "cpu_stacks", stacks)) goto fail;
     st_reader_close(r);
     Py_XDECREF(gr.buf);
     Py_XDECREF(gc.buf);
     Py_XDECREF(gg.buf);
+    Py_XDECREF(gu.buf);
     Py_DECREF(names);
+    Py_DECREF(stacks);
     return out;
 fail:
     st_reader_close(r);
     Py_XDECREF(gr.buf);
     Py_XDECREF(gc.buf);
     Py_XDECREF(gg.buf);
+    Py_XDECREF(gu.buf);
     Py_XDECREF(names);
+    Py_XDECREF(stacks);
     Py_XDECREF(out);
     return NULL;
 }
 
 PyObject *stp_read_layouts(PyObject *m, PyObject *unused)
 {
-    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "ranges", (Py_ssize_t)sizeof(py_range), "counters",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n}", "ranges", (Py_ssize_t)sizeof(py_range), "counters",
                          (Py_ssize_t)sizeof(py_sample), "steps", (Py_ssize_t)sizeof(py_step), "gpu",
-                         (Py_ssize_t)sizeof(py_gpu));
+                         (Py_ssize_t)sizeof(py_gpu), "cpu", (Py_ssize_t)sizeof(py_cpu_sample));
 }

@@ -27,6 +27,7 @@
  * the package's atexit hook has closed the trace (it refuses new opens).
  */
 #include "_stagetrace.h" /* first: Python.h on the limited API */
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -69,6 +70,8 @@ typedef struct trace_object {
     PyObject *marks;     /* text -> bytes: st_mark's names must outlive the trace */
     char **argv;
     int argc, rank;
+    int owns_trampoline; /* 1: open() turned the perf trampoline on; close turns it off */
+    int gil_probe;       /* 1: this trace registered the GIL probe */
 } trace_object;
 
 typedef struct {
@@ -256,6 +259,59 @@ static void on_log_cb(int level, const char *msg, void *arg)
     PyGILState_Release(g);
 }
 
+/* ---- the GIL probe of the CPU capture ---------------------------------------
+ * With cpu=True, the library's CPU sampler asks, on the sampled thread and
+ * from its signal handler, whether that thread holds the GIL: 1 yes, 0 no,
+ * -1 unknown (st_cpu_set_gil_probe, where this build of the library has
+ * it: ST_HAVE_GIL_PROBE). The probe is CPython's PyGILState_Check, which
+ * takes no lock and allocates nothing: on 3.8-3.11 it compares two thread
+ * states, the one holding the GIL (an atomic load of
+ * _PyRuntime.gilstate.tstate_current) and the calling thread's own (its
+ * pthread_getspecific slot, a plain read of the thread's descriptor in
+ * glibc); on 3.12 and 3.13 the calling thread's current thread state (a
+ * __thread variable of libpython, in the static TLS block that the
+ * interpreter got at startup, so reading it allocates nothing) against
+ * that same slot. A thread that released the GIL, waits for it, or never
+ * had a thread state gives 0. It answers 1 whenever the interpreter has
+ * turned its checks off (subinterpreters before 3.12, and check_enabled
+ * 0): docs/cpu.md says so. It is not in the limited API, so it is looked
+ * up once, with dlsym, when a trace opens; it is in every CPython since
+ * 3.4. */
+#ifdef ST_HAVE_GIL_PROBE
+typedef int (*gil_check_fn)(void);
+static gil_check_fn gil_check;
+static int gil_probe(void)
+{
+    return gil_check ? gil_check() : -1;
+}
+#endif
+
+/* Registers the probe for trace t when the CPU capture is on, and says in
+ * meta python_gil_probe what came of it. */
+static void gil_probe_start(trace_object *t)
+{
+#ifdef ST_HAVE_GIL_PROBE
+    if (!gil_check) gil_check = (gil_check_fn)dlsym(RTLD_DEFAULT, "PyGILState_Check");
+    if (gil_check) {
+        st_cpu_set_gil_probe(gil_probe);
+        t->gil_probe = 1;
+        st_meta_set(t->trace, "python_gil_probe", "PyGILState_Check");
+    } else {
+        st_meta_set(t->trace, "python_gil_probe", "none: PyGILState_Check not found in this process");
+    }
+#else
+    st_meta_set(t->trace, "python_gil_probe", "none: this build of libstagetrace has no GIL probe");
+#endif
+}
+
+static void gil_probe_stop(trace_object *t)
+{
+#ifdef ST_HAVE_GIL_PROBE
+    if (t->gil_probe) st_cpu_set_gil_probe(NULL);
+#endif
+    t->gil_probe = 0;
+}
+
 /* ---- Trace ---------------------------------------------------------------- */
 
 static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
@@ -383,6 +439,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
             return -1;
         }
         self->trace = tr;
+        if (cpu) gil_probe_start(self);
         /* st_rank_path may have chosen another file: report the real one. */
         const char *real = st_path(tr);
         if (real && *real) {
@@ -407,6 +464,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
                 st_close(self->trace);
+                gil_probe_stop(self);
                 self->trace = NULL;
                 self->closed = 1;
                 self->gen = GEN_CLOSED;
@@ -449,8 +507,23 @@ static int trace_do_close(trace_object *t)
         Py_BEGIN_ALLOW_THREADS
         rc = st_close(tr);
         Py_END_ALLOW_THREADS
+        gil_probe_stop(t);
     }
     if (registered_here) tls_gen = 0;
+    /* The perf map's names were read by st_close: the trampoline that
+     * open() turned on can go (its code stays mapped until the interpreter
+     * ends, so frames still running through it are safe). */
+    if (t->owns_trampoline) {
+        t->owns_trampoline = 0;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *sys = PyImport_ImportModule("sys");
+        PyObject *res = sys ? PyObject_CallMethod(sys, "deactivate_stack_trampoline", NULL) : NULL;
+        if (!res) PyErr_Clear();
+        Py_XDECREF(res);
+        Py_XDECREF(sys);
+        PyErr_Restore(et, ev, tb);
+    }
     /* No callback runs any more: let go of what may point back at us. */
     PyDict_Clear(t->marks);
     PyDict_Clear(t->stages);
@@ -498,6 +571,27 @@ static PyObject *trace_flush(trace_object *self, PyObject *unused)
     rc = st_flush(tr);
     Py_END_ALLOW_THREADS
     if (rc != ST_OK) return stp_set_error(rc, "flush failed");
+    Py_RETURN_NONE;
+}
+
+/* _meta_set(key, value): st_meta_set, for what the package knows of the
+ * run (python_stacks, ...). */
+static PyObject *trace_meta_set(trace_object *self, PyObject *args)
+{
+    const char *key, *value;
+    if (!PyArg_ParseTuple(args, "ss", &key, &value)) return NULL;
+    if (self->closed) return closed_error(self);
+    if (!self->trace) Py_RETURN_NONE;
+    int rc = st_meta_set(self->trace, key, value);
+    if (rc != ST_OK) return stp_set_error(rc, "cannot store the meta key");
+    Py_RETURN_NONE;
+}
+
+/* _own_trampoline(): open() turned the perf trampoline on for this trace,
+ * and close turns it off again. */
+static PyObject *trace_own_trampoline(trace_object *self, PyObject *unused)
+{
+    self->owns_trampoline = 1;
     Py_RETURN_NONE;
 }
 
@@ -735,6 +829,9 @@ static PyMethodDef trace_methods[] = {
     {"flush", (PyCFunction)trace_flush, METH_NOARGS, "waits until everything recorded is committed"},
     {"close", (PyCFunction)trace_close, METH_NOARGS, "closes the trace (again: nothing)"},
     {"gpu_start", (PyCFunction)trace_gpu_start, METH_NOARGS, "records GPU activity (CUPTI builds)"},
+    {"_meta_set", (PyCFunction)trace_meta_set, METH_VARARGS, "_meta_set(key, value): st_meta_set"},
+    {"_own_trampoline", (PyCFunction)trace_own_trampoline, METH_NOARGS,
+     "close() turns the perf trampoline off (open() turned it on)"},
     {"__enter__", (PyCFunction)trace_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))trace_exit, METH_FASTCALL, NULL},
     {NULL}};
@@ -1032,7 +1129,7 @@ static PyMethodDef module_methods[] = {
     {"_set_decorator", mod_set_decorator, METH_O, NULL},
     {"_shutdown", mod_shutdown, METH_NOARGS, "closes the open trace; no callback runs after it"},
     {"_signal_flush", mod_signal_flush, METH_O, "st_signal_flush(timeout_ms)"},
-    {"_read", stp_read_trace, METH_VARARGS, "_read(path, ranges=True, counters=True, gpu=True)"},
+    {"_read", stp_read_trace, METH_VARARGS, "_read(path, ranges=True, counters=True, gpu=True, cpu=True)"},
     {"_layouts", stp_read_layouts, METH_NOARGS, "row sizes of the arrays _read returns"},
     {"gpu_available", mod_gpu_available, METH_NOARGS,
      "True when this build can record GPU activity (CUPTI)"},

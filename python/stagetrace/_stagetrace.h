@@ -15,7 +15,7 @@ extern PyObject *stp_error;
 /* Raises stagetrace.Error "<what>: <st_last_error()>"; returns NULL. */
 PyObject *stp_set_error(int rc, const char *what);
 
-/* _reader.c: the module's _read(path, ranges=True, counters=True, gpu=True)
+/* _reader.c: the module's _read(path, ranges=True, counters=True, gpu=True, cpu=True)
  * and _layouts() (the row size of each array _read returns). */
 PyObject *stp_read_trace(PyObject *m, PyObject *args);
 PyObject *stp_read_layouts(PyObject *m, PyObject *unused);

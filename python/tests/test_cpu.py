@@ -1,10 +1,20 @@
 """The CPU capture from Python (stagetrace.open(..., cpu=True)): a spin
 stage recorded with it has the cpu_* tables of docs/trace-format.md, "CPU
-capture", read back with sqlite3 (the C library's readers do not decode
-them here). The perf records are checked where the kernel allows perf
+capture", read back with sqlite3 and with stagetrace.read (its cpu array
+and cpu_stacks). The perf records are checked where the kernel allows perf
 events (skipped with its reason otherwise); the schedstat windows in every
-case."""
+case. Python frames (docs/cpu.md, "Python"): the meta keys python_stacks,
+python_stacks_reason, python_frame_pointers, python_version and
+python_gil_probe on this Python (3.11: no trampoline, said so), with
+python_stacks="off", without cpu=True (none written) and with a bad value;
+on 3.12 and later the trampoline is on during the trace only (and one
+already on stays on); with a frame-pointer libpython, at least half of a
+busy Python loop's samples have a py:: frame, its function's among them
+(skipped elsewhere, with the reason). The perf map's parsing is tested in
+C (tests/test_cpu_symbols.c)."""
+import platform
 import sqlite3
+import sys
 import time
 
 import pytest
@@ -64,3 +74,128 @@ def test_cpu_perf_records(path):
     assert int(m["cpu_samples"]) >= 10  # 0.3 s of spinning at 1 kHz
     assert db.execute("SELECT count(*) FROM cpu_stacks").fetchone()[0] >= 1
     db.close()
+
+
+# ---- Python frames (docs/cpu.md, "Python") and the reader's CPU arrays -----
+
+HAS_TRAMPOLINE = hasattr(sys, "activate_stack_trampoline")
+
+
+def busy_python(seconds):
+    """A pure-Python loop: its samples are in the interpreter, with py::
+    frames where the trampoline is on and reachable."""
+    def inner(n):
+        x = 0
+        for i in range(n):
+            x += i * i
+        return x
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        inner(2000)
+
+
+def record_python(path, **kwargs):
+    with stagetrace.open(path, program="pytest_cpu", cpu=True, cpu_period_ns=1000000, **kwargs) as trace:
+        with trace.stage("busy"):
+            busy_python(0.3)
+    return meta(sqlite3.connect(path))
+
+
+def test_python_stacks_meta(path):
+    m = record_python(path)
+    assert m["python_version"] == "%s %s" % (platform.python_implementation(), platform.python_version())
+    assert m["python_frame_pointers"] in ("yes", "no", "unknown")
+    assert m["python_frame_pointers_evidence"]
+    assert m["python_stacks"] in ("perf-trampoline", "none")
+    if not HAS_TRAMPOLINE and sys.version_info < (3, 12):
+        assert m["python_stacks"] == "none"
+        assert m["python_stacks_reason"].startswith(
+            "Python %d.%d has no perf trampoline" % sys.version_info[:2])
+    elif m["python_frame_pointers"] == "no":
+        assert m["python_stacks"] == "none"  # auto: the walk would not reach the trampolines
+        assert m["python_stacks_reason"].startswith("libpython is built without frame pointers")
+    assert m["python_gil_probe"] == "PyGILState_Check" or m["python_gil_probe"].startswith("none: ")
+
+
+def test_python_stacks_off(path):
+    m = record_python(path, python_stacks="off")
+    assert m["python_stacks"] == "none"
+    assert m["python_stacks_reason"] == "python_stacks='off'"
+    if HAS_TRAMPOLINE:
+        assert not sys.is_stack_trampoline_active()
+
+
+def test_python_stacks_without_cpu_writes_nothing(path):
+    with stagetrace.open(path, program="pytest_cpu", python_stacks="perf"):
+        if HAS_TRAMPOLINE:
+            assert not sys.is_stack_trampoline_active()  # only with cpu=True
+    m = meta(sqlite3.connect(path))
+    assert not [k for k in m if k.startswith("python_")]
+
+
+def test_python_stacks_bad_value(path):
+    with pytest.raises(ValueError, match="python_stacks must be one of auto, perf, off"):
+        stagetrace.open(path, cpu=True, python_stacks="yes")
+    assert stagetrace.current() is None
+
+
+@pytest.mark.skipif(not HAS_TRAMPOLINE, reason="Python %d.%d has no perf trampoline "
+                    "(sys.activate_stack_trampoline is 3.12 and later)" % sys.version_info[:2])
+def test_trampoline_on_during_the_trace_only(path):
+    assert not sys.is_stack_trampoline_active()
+    with stagetrace.open(path, program="pytest_cpu", cpu=True, python_stacks="perf"):
+        assert sys.is_stack_trampoline_active()
+        busy_python(0.05)
+    assert not sys.is_stack_trampoline_active()
+    m = meta(sqlite3.connect(path))
+    assert m["python_stacks"] == "perf-trampoline"
+    assert m["python_stacks_reason"] == "turned on by stagetrace.open and off at close"
+    assert m["cpu_perf_map"] == "used"  # the trampoline wrote /tmp/perf-PID.map
+    assert int(m["cpu_perf_map_entries"]) >= 2
+    # one that was on already stays on
+    sys.activate_stack_trampoline("perf")
+    try:
+        with stagetrace.open(path, program="pytest_cpu", cpu=True, overwrite=True):
+            pass
+        assert sys.is_stack_trampoline_active()
+        assert meta(sqlite3.connect(path))["python_stacks_reason"].startswith("the perf trampoline was already on")
+    finally:
+        sys.deactivate_stack_trampoline()
+
+
+@pytest.mark.skipif(not HAS_TRAMPOLINE or stagetrace.frame_pointers()[0] != "yes",
+                    reason="needs Python 3.12+ with a frame-pointer libpython (Ubuntu 24.04's "
+                           "/usr/bin/python3.12): here %s, frame pointers %s"
+                           % (platform.python_version(), stagetrace.frame_pointers()[0]))
+def test_py_frames_in_stacks(path):
+    m = record_python(path)
+    if m.get("cpu_mode") != "perf":
+        pytest.skip("perf events refused: %s" % m.get("cpu_reason", m.get("cpu_mode")))
+    assert m["python_stacks"] == "perf-trampoline"
+    data = stagetrace.read(path, ranges=False, counters=False, gpu=False)
+    with_py = [any(f.startswith("py::") for f in data.cpu_stacks[int(s)]) for s in data.cpu["stack"]]
+    assert len(with_py) >= 50
+    assert sum(with_py) >= 0.5 * len(with_py)
+    names = {f for s in data.cpu["stack"] for f in data.cpu_stacks[int(s)] if f.startswith("py::")}
+    assert any(n.startswith("py::busy_python.<locals>.inner:") for n in names)
+
+
+def test_reader_cpu_arrays(path):
+    m = record_python(path)
+    data = stagetrace.read(path)
+    assert data.cpu.dtype.names == ("ts_ns", "stack", "thread", "stage", "gil")
+    if m.get("cpu_mode") != "perf":
+        assert len(data.cpu) == 0
+        return
+    busy = [s["id"] for s in data.stages if s["name"] == "busy"][0]
+    assert len(data.cpu) == int(m["cpu_samples"])
+    assert (data.cpu["stage"] == busy).sum() >= 0.9 * len(data.cpu)
+    assert set(int(s) for s in data.cpu["stack"]) <= set(data.cpu_stacks)
+    if m["python_gil_probe"] == "PyGILState_Check" and m.get("cpu_sampler") not in (None, "perf"):
+        # the signal sampler asks the probe on the sampled thread: a pure-Python loop holds the GIL
+        assert (data.cpu["gil"] == 1).sum() >= 0.9 * len(data.cpu)
+    else:
+        assert set(int(g) for g in data.cpu["gil"]) <= {-1, 0, 1}
+    df = data.to_dataframe("cpu")
+    assert list(df["stage_name"].dropna().unique()) == ["busy"]
+    assert len(stagetrace.read(path, cpu=False).cpu) == 0

@@ -18,6 +18,9 @@ instrumented with stagetrace (the Python twin of the C trainer's roles).
   python3 samples/python/dflash_torch.py --steps 40 --profile-interval 10 --trace run.sqlite
   build/analyze bottleneck run.sqlite
 
+--trace-cpu adds the CPU capture (cpu=True): `build/analyze cpu run.sqlite`, and
+samples/python/cpu_check.py's summary of its Python frames and GIL state.
+
 --slow-target-ms / --slow-drafter-ms add that much time to each target /
 drafter forward (a sleep inside the stage), so that `analyze bottleneck` has a
 known answer. Runs on CPU torch (--device cpu) and on CUDA (--device cuda).
@@ -64,6 +67,12 @@ def parse_args(argv=None):
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="intra-op threads per torch call on CPU (default 1: the roles run side by side)")
     ap.add_argument("--trace-gpu", action="store_true", help="also record GPU activity (CUPTI builds)")
+    ap.add_argument("--trace-cpu", action="store_true",
+                    help="also record the CPU capture (stagetrace.open(cpu=True): on/off-CPU time, sampled "
+                         "stacks with Python frames where the perf trampoline can be used; docs/cpu.md)")
+    ap.add_argument("--python-stacks", choices=stagetrace.PYTHON_STACKS, default="auto",
+                    help="with --trace-cpu: Python frames from CPython's perf trampoline (default auto: "
+                         "3.12+ with a frame-pointer libpython; perf: always on 3.12+; off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup-steps", type=int, default=20,
                     help="steps left out of the steady rate printed at the end (default 20)")
@@ -399,7 +408,8 @@ def main(argv=None):
         prof.export_chrome_trace(args.torch_profiler)
         trace.path = args.torch_profiler
     else:
-        trace = stagetrace.open_from_args(args, program="dflash_torch")
+        cpu = {"cpu": True, "python_stacks": args.python_stacks} if args.trace_cpu else {}
+        trace = stagetrace.open_from_args(args, program="dflash_torch", **cpu)
         if args.trace_gpu and trace.enabled:
             trace.gpu_start()
         with trace:

@@ -591,11 +591,22 @@ enum { ST_CLOCK_AT_OPEN = 0, ST_CLOCK_AT_CLOSE = 1 };
  * ST_ESTATE when the trace is not open. */
 ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync);
 
+/* Stores key = value in the trace's meta at the writer's next commit, for
+ * what the program knows of its run that the library cannot (the Python
+ * package's python_stacks, ...; docs/trace-format.md, "meta"); a later call
+ * with the same key replaces the value. key: 1..64 bytes of [a-z0-9_], not
+ * one the library writes (those of docs/trace-format.md's meta table, and
+ * every key beginning with cpu_, clock_ or gpu_); value: at most 4096 bytes
+ * of text. At most 32 distinct keys. Thread-safe; call it between st_open
+ * and st_close. ST_EINVAL for a refused key or value, ST_ELIMIT past 32
+ * keys, ST_ESTATE without a trace. */
+ST_API int st_meta_set(st_trace *trace, const char *key, const char *value);
+
 #if defined(ST_DISABLE)
 /* -DST_DISABLE: every call is a stub that records nothing and touches no
  * library symbol. What they return: st_open gives a NULL trace and ST_OK;
  * st_close, st_flush, st_signal_flush, st_install_signal_handlers and
- * st_gpu_start and st_clock_sync_record return ST_OK; st_rank_path and
+ * st_gpu_start, st_clock_sync_record and st_meta_set return ST_OK; st_rank_path and
  * st_clock_estimate return ST_EINVAL; st_stage_register, st_counter_register and
  * st_thread_register return 0 (every stage, counter and thread gets id 0);
  * st_enabled, st_interrupted, st_dropped and st_now_ns return 0; st_path
@@ -693,6 +704,11 @@ ST_API int st_clock_estimate(const st_clock_probe *probes, int n, st_clock_sync 
 ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync)
 {
     (void)trace; (void)at; (void)sync;
+    return ST_OK;
+}
+ST_API int st_meta_set(st_trace *trace, const char *key, const char *value)
+{
+    (void)trace; (void)key; (void)value;
     return ST_OK;
 }
 #endif

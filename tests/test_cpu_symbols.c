@@ -1,0 +1,283 @@
+/* test_cpu_symbols.c: the names of frames in memory without a file, from
+ * the process's perf map (tracer/cpu_perfmap.c, used by cpu_symbols.c;
+ * docs/trace-format.md, "cpu_symbols").
+ *
+ *  - the parser: a text with good lines (with and without 0x, tabs, CRLF),
+ *    hostile ones (not hex, 17 hex digits, size 0, a range that wraps, no
+ *    name, a NUL, a line of 5000 bytes) gives exactly the good entries,
+ *    sorted, the bad ones counted (8), control bytes of a name as '?'; a
+ *    lookup finds the entry holding an address, not one past its end, and
+ *    of two overlapping entries the later line;
+ *  - the loader: a missing file is no error and not found; a FIFO, a
+ *    symlink, a file older than the process and (as root) a file owned by
+ *    nobody are refused with their reason;
+ *  - the whole path (x86-64, where perf events are allowed): 14 bytes of
+ *    machine code (a counting loop with a frame pointer) copied into an
+ *    anonymous executable mapping, run for 200 ms inside stage "jit" of a
+ *    trace with the CPU capture on and a 1 ms period, with
+ *    /tmp/perf-PID.map naming it "py::jit_spin:/fake/x.py" (after a stale
+ *    overlapping line, a long line and three hostile ones): the frame
+ *    addresses in the code are stored with that name, the sym_offset
+ *    addr - start (the loop's 4..8 among them), the map of the anonymous mapping (path
+ *    ''), and meta cpu_perf_map "used", cpu_perf_map_entries 2,
+ *    cpu_perf_map_ignored_lines 4, cpu_perf_map_frames >= 1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include "common.h"
+#include "st_cpurec.h"
+#include "stagetrace.h"
+
+static char dir[64];
+
+static void test_parse(void **state)
+{
+    (void)state;
+    char longline[5200];
+    memset(longline, 'a', sizeof longline);
+    memcpy(longline, "5000 10 py::", 12);
+    longline[5000] = '\n';
+    longline[5001] = '\0';
+    char text[8192];
+    int n = snprintf(text, sizeof text,
+                     "7f3529fcf759 b py::bar:/run/t.py\n"
+                     "0x1000\t0x20\tpy::with space:/a b/c.py\r\n"
+                     "\n"
+                     "zzzz 10 not_hex\n"
+                     "12345678901234567 10 seventeen_digits\n"
+                     "2000 0 size_zero\n"
+                     "ffffffffffffff00 200 wraps\n"
+                     "3000 10\n"
+                     "3000x 10 bad_separator\n"
+                     "%s"
+                     "4000 100 ctl\x01" "name\x7f\n"
+                     "4080 10 later_overlap\n",
+                     longline);
+    assert_true(n > 0 && (size_t)n < sizeof text);
+    /* a NUL inside a line */
+    char with_nul[] = "6000 10 a\0b\n";
+    st_perfmap m = {0};
+    assert_int_equal(st_perfmap_parse(&m, text, (size_t)n), 0);
+    assert_int_equal(st_perfmap_parse(&m, with_nul, sizeof with_nul - 1), 0);
+    assert_int_equal(m.n, 4);
+    assert_int_equal(m.n_bad, 8); /* 6 hostile, the long line, the NUL */
+    assert_int_equal(m.v[0].start, 0x1000);
+    assert_int_equal(m.v[0].size, 0x20);
+    assert_string_equal(m.v[0].name, "py::with space:/a b/c.py");
+    assert_int_equal(m.v[1].start, 0x4000);
+    assert_string_equal(m.v[1].name, "ctl?name?");
+    assert_int_equal(m.v[2].start, 0x4080);
+    assert_int_equal(m.v[3].start, 0x7f3529fcf759ull);
+    assert_int_equal(m.v[3].size, 0xb);
+    assert_string_equal(m.v[3].name, "py::bar:/run/t.py");
+    assert_string_equal(st_perfmap_find(&m, 0x7f3529fcf759ull)->name, "py::bar:/run/t.py");
+    assert_string_equal(st_perfmap_find(&m, 0x7f3529fcf763ull)->name, "py::bar:/run/t.py");
+    assert_null(st_perfmap_find(&m, 0x7f3529fcf764ull)); /* start + size is outside */
+    assert_null(st_perfmap_find(&m, 0x0fff));
+    assert_string_equal(st_perfmap_find(&m, 0x101f)->name, "py::with space:/a b/c.py");
+    assert_null(st_perfmap_find(&m, 0x1020));
+    assert_string_equal(st_perfmap_find(&m, 0x4010)->name, "ctl?name?");
+    assert_string_equal(st_perfmap_find(&m, 0x4085)->name, "later_overlap"); /* the later line wins */
+    assert_string_equal(st_perfmap_find(&m, 0x40f0)->name, "ctl?name?");
+    assert_null(st_perfmap_find(&m, 0x6000));
+    st_perfmap_free(&m);
+    assert_int_equal(m.n, 0);
+}
+
+static void test_load_refusals(void **state)
+{
+    (void)state;
+    char path[128];
+    st_perfmap m;
+    snprintf(path, sizeof path, "%s/absent.map", dir);
+    assert_int_equal(st_perfmap_load(&m, path), 0);
+    assert_int_equal(m.found, 0);
+    assert_int_equal(m.n, 0);
+
+    snprintf(path, sizeof path, "%s/fifo.map", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(st_perfmap_load(&m, path), 1);
+    assert_string_equal(m.refused, "not a regular file");
+
+    char target[128];
+    snprintf(target, sizeof target, "%s/good.map", dir);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fputs("1000 10 py::f:/x.py\n2000 10 py::cut", f); /* the last line has no newline yet */
+    fclose(f);
+    assert_int_equal(st_perfmap_load(&m, target), 0);
+    assert_int_equal(m.found, 1);
+    assert_int_equal(m.n, 1);
+    assert_int_equal(m.n_bad, 1);
+    st_perfmap_free(&m);
+
+    snprintf(path, sizeof path, "%s/link.map", dir);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(st_perfmap_load(&m, path), 1);
+    assert_non_null(strstr(m.refused, "cannot be opened"));
+
+    struct utimbuf old = {time(NULL) - 86400 * 400, time(NULL) - 86400 * 400};
+    assert_int_equal(utime(target, &old), 0);
+    assert_int_equal(st_perfmap_load(&m, target), 1);
+    assert_non_null(strstr(m.refused, "older than the process"));
+
+    if (geteuid() == 0) {
+        assert_int_equal(utime(target, NULL), 0);
+        assert_int_equal(chown(target, 65534, 65534), 0);
+        assert_int_equal(st_perfmap_load(&m, target), 1);
+        assert_string_equal(m.refused, "owned by uid 65534, not by this process's user 0");
+    }
+}
+
+#if defined(__x86_64__)
+/* uint64_t f(uint64_t n): push rbp; mov rbp, rsp; 1: dec rdi; jnz 1b;
+ * mov rax, rdi; pop rbp; ret */
+static const unsigned char jit_code[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0xff, 0xcf, 0x75,
+                                         0xfb, 0x48, 0x89, 0xf8, 0x5d, 0xc3};
+
+static const char *meta(sqlite3 *db, const char *key)
+{
+    static char buf[256];
+    sqlite3_stmt *st;
+    buf[0] = '\0';
+    if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL) != SQLITE_OK) return NULL;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    const char *out = NULL;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+        out = buf;
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+#endif
+
+static void test_jit_frames_named(void **state)
+{
+    (void)state;
+#if !defined(__x86_64__)
+    printf("skipped: the generated code is x86-64\n");
+    skip();
+#else
+    unsigned char *region = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(region != MAP_FAILED);
+    unsigned char *code = region + 0x100;
+    memcpy(code, jit_code, sizeof jit_code);
+    if (mprotect(region, 4096, PROT_READ | PROT_EXEC) != 0) {
+        printf("skipped: no executable anonymous memory here (%s)\n", strerror(errno));
+        munmap(region, 4096);
+        skip();
+    }
+    uint64_t (*jit)(uint64_t) = (uint64_t(*)(uint64_t))(void *)code;
+    uint64_t start = (uint64_t)(uintptr_t)code;
+
+    char map_path[64];
+    snprintf(map_path, sizeof map_path, "/tmp/perf-%ld.map", (long)getpid());
+    FILE *f = fopen(map_path, "w");
+    assert_non_null(f);
+    fprintf(f, "%llx 40 py::stale:/old.py\n", (unsigned long long)start); /* overlapped by the next */
+    fprintf(f, "%llx e py::jit_spin:/fake/x.py\n", (unsigned long long)start);
+    fprintf(f, "nothex 10 bad\n%llx 0 size_zero\n%llx 10\n", (unsigned long long)start,
+            (unsigned long long)start);
+    for (int i = 0; i < 6000; i++) fputc('x', f); /* a line of 6000 bytes */
+    fputc('\n', f);
+    fclose(f);
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/jit.sqlite", dir);
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cpu_symbols";
+    opt.cpu = 1;
+    opt.cpu_period_ns = 1000000;
+    st_trace *t;
+    assert_int_equal(st_open(&t, &opt), ST_OK);
+    int jit_stage = st_stage_register(t, "jit", ST_WORK);
+    assert_true(jit_stage >= 0);
+    assert_true(st_thread_register(t, "main", "worker", -1, 0) >= 0);
+    volatile uint64_t sink = 0;
+    st_begin((st_stage)jit_stage);
+    int64_t until = mono_ns() + 200000000;
+    while (mono_ns() < until) sink = sink + jit(2000000);
+    st_end((st_stage)jit_stage);
+    assert_int_equal(st_close(t), ST_OK);
+    unlink(map_path);
+    munmap(region, 4096);
+
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *mode = meta(db, "cpu_mode");
+    if (!mode || strcmp(mode, "perf") != 0) {
+        printf("skipped: perf events refused here: %s\n", meta(db, "cpu_reason"));
+        sqlite3_close(db);
+        skip();
+    }
+    assert_string_equal(meta(db, "cpu_perf_map"), "used");
+    assert_string_equal(meta(db, "cpu_perf_map_entries"), "2");
+    assert_string_equal(meta(db, "cpu_perf_map_ignored_lines"), "4");
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT s.addr, s.name, s.sym_offset, m.path, m.start, m.end, s.file_offset "
+                                        "FROM cpu_symbols s JOIN cpu_maps m ON m.id = s.map "
+                                        "WHERE s.addr >= ? AND s.addr < ?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)start);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)(start + sizeof jit_code));
+    int rows = 0, in_loop = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 0);
+        assert_string_equal((const char *)sqlite3_column_text(st, 1), "py::jit_spin:/fake/x.py");
+        assert_int_equal(sqlite3_column_int64(st, 2), (int64_t)(addr - start));
+        in_loop += addr - start >= 4 && addr - start <= 8; /* the loop */
+        assert_string_equal((const char *)sqlite3_column_text(st, 3), "");
+        assert_true((uint64_t)sqlite3_column_int64(st, 4) <= addr && addr < (uint64_t)sqlite3_column_int64(st, 5));
+        assert_int_equal(sqlite3_column_int64(st, 6), (int64_t)(addr - (uint64_t)sqlite3_column_int64(st, 4)));
+        rows++;
+    }
+    sqlite3_finalize(st);
+    printf("%d frame addresses in the generated code, named from the perf map\n", rows);
+    assert_true(in_loop >= 1);
+    assert_true(atoi(meta(db, "cpu_perf_map_frames")) >= rows);
+    sqlite3_close(db);
+#endif
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/st_cpu_symbols.XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_load_refusals),
+        cmocka_unit_test(test_jit_frames_named),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    return rc;
+}
