@@ -17,8 +17,9 @@
 #    print; the trace without its CPU tables: one line, exit 2; hostile CPU
 #    tables (a chunk that does not decode or miscounts, a stack that does
 #    not, samples naming stacks that are gone, an unknown thread or map, a
-#    mistyped status, a view, a table missing beside the others): exit 2 and
-#    the one line naming the table;
+#    mistyped status, a view, a table missing beside the others, a block
+#    seen before it began, a window row naming an unknown thread): exit 2
+#    and the one line naming the table;
 #  - tests/test_cpu_record's recorder (usleep, a condition-variable wait, a
 #    pipe read fed by the unregistered thread "feeder", 20-60 ms blocks):
 #    >= 90 % of the sleep and nap stages' blocked time is
@@ -156,9 +157,12 @@ make("h_status.sqlite", "UPDATE cpu_threads SET status = x'00' WHERE thread = 0"
 make("h_map.sqlite", "UPDATE cpu_symbols SET map = 9999 WHERE addr = (SELECT min(addr) FROM cpu_symbols WHERE map >= 0)")
 make("h_view.sqlite", "DROP TABLE cpu_maps; CREATE VIEW cpu_maps AS SELECT 0 AS id, 0 AS start, 0 AS end, 0 AS file_offset, '' AS path, '' AS build_id")
 make("h_missing.sqlite", "DROP TABLE cpu_symbols")
+make("h_block.sqlite", "INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) "
+     "SELECT thread, 5000, 1000, 0, 'read', 0, 0, '' FROM cpu_threads WHERE status = 'perf' LIMIT 1")
+make("h_window.sqlite", "UPDATE cpu_windows SET thread = 99 WHERE rowid = (SELECT min(rowid) FROM cpu_windows)")
 PYEOF
 for h in chunk:cpu_chunks count:cpu_chunks stack:cpu_stacks nostack:cpu_chunks thread:cpu_chunks status:cpu_threads \
-    map:cpu_symbols view:cpu_maps missing:cpu_symbols; do
+    map:cpu_symbols view:cpu_maps missing:cpu_symbols block:cpu_blocks window:cpu_windows; do
     name=${h%%:*} table=${h#*:}
     expect_usage "h_$name" timeout 60 "$A" cpu "h_$name.sqlite"
     grep -q "trace table '$table'" "h_$name.err" || fail "h_$name: $(cat "h_$name.err")"
