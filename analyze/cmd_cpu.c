@@ -1,8 +1,9 @@
 /* cmd_cpu.c: `analyze cpu FILE|SET`: what the CPU did per thread and stage
  * (docs/analyze.md, "cpu"): on-CPU, preempted and blocked shares of each
  * stage's self time, the samples and top functions (self and inclusive),
- * and a line for each sync stage that spins. The options and the tables;
- * the figures are cpu.c's.
+ * the blocked time by reason, the top libraries, every OS thread's
+ * schedstat use (and per window with --windows), and a line for each sync
+ * stage that spins. The options and the tables; the figures are cpu.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +20,27 @@ static const char help[] =
     "thread's off-CPU intervals (switch records), split into preempted (runnable,\n"
     "no core) and blocked. Samples are attributed to the stage open at their time;\n"
     "a function's self samples have it as the leaf frame, its inclusive samples\n"
-    "anywhere in the stack (once per sample). A sync stage mostly on-CPU is\n"
-    "spinning.\n"
+    "anywhere in the stack (once per sample); a library's, its file's. Blocked\n"
+    "time is split by why the thread blocked (the system call and kernel wait\n"
+    "channel read for blocks of 1 ms and more). Every OS thread of the process,\n"
+    "registered or not, with its on-CPU and run-queue time from schedstat, as\n"
+    "pidstat and top -H show it. A sync stage mostly on-CPU is spinning.\n"
     "\n"
     "options:\n"
     "  --stage S        only stage S (by name)\n"
     "  --top N          functions per thread and stage, by self and by inclusive\n"
-    "                   samples (default 5; 0 = none)\n"
+    "                   samples, and libraries by self samples (default 5; 0 = none)\n"
+    "  --windows        also every OS thread per schedstat window (table windows)\n"
     "  --steps A:B      the time from step A's mark to step B's mark (A: or :B leave an end open)\n"
     "  --time T0:T1     the same for seconds from the trace start\n"
-    "  --format F       text (default), csv or json: tables threads, stages, functions\n";
+    "  --format F       text (default), csv or json: tables threads, stages, functions,\n"
+    "                   blocks, libraries, os_threads (and windows)\n";
 
-enum { OPT_STAGE = 1, OPT_TOP };
+enum { OPT_STAGE = 1, OPT_TOP, OPT_WINDOWS };
 
 static const an_opt opts[] = {
     {"stage", 1, OPT_STAGE}, {"top", 1, OPT_TOP},       {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
+    {"windows", 0, OPT_WINDOWS},
     {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
 };
 
@@ -50,10 +57,24 @@ static const an_col stage_cols[] = {
 static const an_col fn_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},   {"by", AN_T_STR, 0},
                                  {"rank", AN_T_INT, 0},     {"function", AN_T_STR, 0}, {"file", AN_T_STR, 0},
                                  {"samples", AN_T_INT, 0},  {"pct", AN_T_PCT, 0}};
+static const an_col block_cols[] = {{"thread", AN_T_STR, 0},     {"stage", AN_T_STR, 0}, {"reason", AN_T_STR, 0},
+                                    {"blocked_ms", AN_T_MS, 0}, {"count", AN_T_INT, 0}, {"pct", AN_T_PCT, 0}};
+static const an_col lib_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},     {"rank", AN_T_INT, 0},
+                                  {"library", AN_T_STR, 0},  {"self", AN_T_INT, 0},      {"self_pct", AN_T_PCT, 0},
+                                  {"inclusive", AN_T_INT, 0}, {"inclusive_pct", AN_T_PCT, 0}};
+static const an_col os_cols[] = {{"thread", AN_T_STR, 0},   {"registered", AN_T_STR, 0}, {"os_tid", AN_T_INT, 0},
+                                 {"wall_ms", AN_T_MS, 0},   {"on_cpu_ms", AN_T_MS, 0},   {"on_cpu_pct", AN_T_PCT, 0},
+                                 {"runq_ms", AN_T_MS, 0},   {"runq_pct", AN_T_PCT, 0},   {"slices", AN_T_INT, 0},
+                                 {"windows", AN_T_INT, 0}};
+static const an_col win_cols[] = {{"window", AN_T_INT, 0},   {"step", AN_T_INT, 0},       {"start_ms", AN_T_MS, 0},
+                                  {"dur_ms", AN_T_MS, 0},    {"thread", AN_T_STR, 0},     {"os_tid", AN_T_INT, 0},
+                                  {"on_cpu_ms", AN_T_MS, 0}, {"on_cpu_pct", AN_T_PCT, 0}, {"runq_ms", AN_T_MS, 0},
+                                  {"runq_pct", AN_T_PCT, 0}, {"slices", AN_T_INT, 0}};
 
 typedef struct own_opts {
     const char *stage;
     uint64_t top;
+    int windows;
 } own_opts;
 
 static void init(an_cmd *c)
@@ -72,6 +93,9 @@ static int option(an_cmd *c, int id)
     case OPT_TOP:
         if (an_parse_u64(c->args.value, &o->top) || o->top > UINT32_MAX)
             return an_usage_error("cpu", "--top needs a number of functions (0 = none), not '%s'", c->args.value);
+        break;
+    case OPT_WINDOWS:
+        o->windows = 1;
         break;
     }
     return AN_EXIT_OK;
@@ -123,10 +147,20 @@ static int work(an_cmd *c)
     if (c->window.kind != AN_WIN_ALL && (rc = an_window_resolve(&c->window, t, &t0, &t1))) return rc;
     an_cpu_result res;
     if ((rc = an_cpu_compute(t, t0, t1, &res))) return rc;
+    an_cpu_windows win;
+    if ((rc = an_cpu_windows_compute(t, c->window.kind == AN_WIN_ALL, t0, t1, &win))) {
+        an_cpu_free(&res);
+        return rc;
+    }
     const an_cpu_fn **top = malloc((o->top ? o->top : 1) * sizeof *top);
-    an_out *out = top ? an_out_new(stdout, c->format) : NULL;
+    const an_cpu_lib **top_libs = malloc((o->top ? o->top : 1) * sizeof *top_libs);
+    const an_cpu_reason_ns **reasons = malloc((res.n_reasons ? res.n_reasons : 1) * sizeof *reasons);
+    an_out *out = top && top_libs && reasons ? an_out_new(stdout, c->format) : NULL;
     if (!out) {
         free(top);
+        free(top_libs);
+        free(reasons);
+        an_cpu_windows_free(&win);
         an_cpu_free(&res);
         an_error("out of memory");
         return AN_EXIT_FAIL;
@@ -199,6 +233,88 @@ static int work(an_cmd *c)
         }
     }
     an_table_end(tb);
+    tb = an_table_new(out, "blocks", block_cols, 6);
+    for (uint32_t i = 0; tb && i < res.n_threads; i++) {
+        const an_cpu_thread *th = &res.threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res.n_stages; s++) {
+            const an_cpu_cell *cell = &th->cells[s];
+            if ((want >= -1 && cell->stage != want) || cell->blocked_ns <= 0) continue;
+            uint32_t n = an_cpu_reasons_sorted(&res, cell, reasons);
+            for (uint32_t k = 0; k < n; k++) {
+                an_put_str(tb, ti->name);
+                an_put_str(tb, stage_name(r, cell->stage));
+                an_put_str(tb, res.reasons[reasons[k]->reason]);
+                an_put_ns(tb, reasons[k]->ns);
+                an_put_int(tb, (int64_t)reasons[k]->count);
+                an_put_pct(tb, pct(reasons[k]->ns, cell->blocked_ns));
+                an_row_end(tb);
+            }
+        }
+    }
+    an_table_end(tb);
+    tb = an_table_new(out, "libraries", lib_cols, 8);
+    for (uint32_t i = 0; tb && o->top && i < res.n_threads; i++) {
+        const an_cpu_thread *th = &res.threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res.n_stages; s++) {
+            const an_cpu_cell *cell = &th->cells[s];
+            if ((want >= -1 && cell->stage != want) || !cell->samples) continue;
+            uint32_t n = an_cpu_top_libs(&res, cell, (uint32_t)o->top, top_libs);
+            for (uint32_t k = 0; k < n; k++) {
+                an_put_str(tb, ti->name);
+                an_put_str(tb, stage_name(r, cell->stage));
+                an_put_int(tb, k + 1);
+                an_put_str(tb, res.libs[top_libs[k]->lib]);
+                an_put_int(tb, (int64_t)top_libs[k]->self);
+                an_put_pct(tb, 100.0 * (double)top_libs[k]->self / (double)cell->samples);
+                an_put_int(tb, (int64_t)top_libs[k]->incl);
+                an_put_pct(tb, 100.0 * (double)top_libs[k]->incl / (double)cell->samples);
+                an_row_end(tb);
+            }
+        }
+    }
+    an_table_end(tb);
+    tb = an_table_new(out, "os_threads", os_cols, 10);
+    for (uint32_t i = 0; tb && i < win.n_threads; i++) {
+        const an_cpu_os_thread *ot = &win.threads[i];
+        an_put_str(tb, ot->name);
+        an_put_str(tb, ot->thread >= 0 ? "yes" : "no");
+        an_put_int(tb, ot->os_tid);
+        an_put_ns(tb, ot->wall_ns);
+        an_put_ns(tb, ot->oncpu_ns);
+        if (ot->wall_ns > 0) an_put_pct(tb, pct(ot->oncpu_ns, ot->wall_ns));
+        else an_put_null(tb);
+        an_put_ns(tb, ot->runq_ns);
+        if (ot->wall_ns > 0) an_put_pct(tb, pct(ot->runq_ns, ot->wall_ns));
+        else an_put_null(tb);
+        an_put_int(tb, ot->slices);
+        an_put_int(tb, ot->n_windows);
+        an_row_end(tb);
+    }
+    an_table_end(tb);
+    if (o->windows) {
+        tb = an_table_new(out, "windows", win_cols, 11);
+        for (size_t i = 0; tb && i < win.n_rows; i++) {
+            const an_cpu_window *w = &win.rows[i];
+            int64_t dur = w->t1_ns - w->t0_ns;
+            an_put_int(tb, w->window);
+            an_put_int(tb, w->step);
+            an_put_ns(tb, w->t0_ns - t->origin_ns);
+            an_put_ns(tb, dur);
+            an_put_str(tb, win.threads[w->os_thread].name);
+            an_put_int(tb, win.threads[w->os_thread].os_tid);
+            an_put_ns(tb, w->oncpu_ns);
+            if (dur > 0) an_put_pct(tb, pct(w->oncpu_ns, dur));
+            else an_put_null(tb);
+            an_put_ns(tb, w->runq_ns);
+            if (dur > 0) an_put_pct(tb, pct(w->runq_ns, dur));
+            else an_put_null(tb);
+            an_put_int(tb, w->slices);
+            an_row_end(tb);
+        }
+        an_table_end(tb);
+    }
     if (slen) an_out_text(out, "%s", spin);
     for (uint32_t i = 0; i < res.n_threads; i++)
         if (strcmp(res.threads[i].info.status, "perf") != 0) {
@@ -211,6 +327,9 @@ static int work(an_cmd *c)
         rc = AN_EXIT_FAIL;
     }
     free(top);
+    free(top_libs);
+    free(reasons);
+    an_cpu_windows_free(&win);
     an_cpu_free(&res);
     return rc;
 }

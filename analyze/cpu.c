@@ -4,7 +4,9 @@
  * events cut into self-time pieces, each piece's on/off-CPU split by the
  * capture layer's own accounting (st_cpu_account over st_cpu_off_intervals,
  * in the reader API), the samples counted per stage and their frames named
- * once per stack.
+ * once per stack, with their libraries (the frames' mapping files);
+ * each blocked off-CPU interval given the reason of the cpu_blocks row of
+ * its switch-out time. Apart, cpu_windows per OS thread and window.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -89,17 +91,64 @@ static int name_intern(an_cpu_result *res, name_table *h, const char *name, cons
 typedef struct stack_ent {
     uint64_t id;
     uint32_t off, n, used;
+    uint32_t loff, ln; /* its distinct libraries, the leaf's first */
 } stack_ent;
 
 typedef struct stack_cache {
     stack_ent *slot;
     uint32_t cap, n;
     vec names; /* uint32_t */
+    vec libs;  /* uint32_t */
 } stack_cache;
 
-/* The name indices of a stack's frames, innermost first. 0, or an exit code. */
+/* ---- strings interned by a linear search: reasons and libraries are few ---- */
+
+static int str_intern(char ***v, uint32_t *n, uint32_t *cap, const char *s, uint32_t *out)
+{
+    for (uint32_t i = 0; i < *n; i++)
+        if (strcmp((*v)[i], s) == 0) {
+            *out = i;
+            return 0;
+        }
+    if (*n == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 16;
+        char **x = realloc(*v, c * sizeof *x);
+        if (!x) return -1;
+        *v = x;
+        *cap = c;
+    }
+    if (!((*v)[*n] = strdup(s))) return -1;
+    *out = (*n)++;
+    return 0;
+}
+
+/* The library of a name (its file; "[unknown]" for none), once per name. */
+static int name_lib(an_cpu_result *res, uint32_t name, uint32_t *out)
+{
+    if (name >= res->cap_name_lib_) {
+        uint32_t cap = res->cap_name_lib_ ? res->cap_name_lib_ : 256;
+        while (cap <= name) cap *= 2;
+        uint32_t *v = realloc(res->name_lib, cap * sizeof *v);
+        if (!v) return -1;
+        memset(v + res->cap_name_lib_, 0, (cap - res->cap_name_lib_) * sizeof *v);
+        res->name_lib = v;
+        res->cap_name_lib_ = cap;
+    }
+    if (!res->name_lib[name]) {
+        const char *path = res->names[name].path;
+        uint32_t lib;
+        if (str_intern(&res->libs, &res->n_libs, &res->cap_libs_, path[0] ? path : "[unknown]", &lib)) return -1;
+        res->name_lib[name] = lib + 1;
+    }
+    *out = res->name_lib[name] - 1;
+    return 0;
+}
+
+/* The name indices of a stack's frames, innermost first, and its distinct
+ * libraries (the leaf's first; "[unknown]" alone for a stack of no frame).
+ * 0, or an exit code. */
 static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_cache *sc, uint64_t id,
-                       const uint32_t **names, uint32_t *n)
+                       const uint32_t **names, uint32_t *n, const uint32_t **libs, uint32_t *n_libs)
 {
     if (sc->n * 2 >= sc->cap) {
         uint32_t cap = sc->cap ? sc->cap * 2 : 1024;
@@ -120,12 +169,14 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
         if (sc->slot[k].id == id) {
             *names = (const uint32_t *)sc->names.v + sc->slot[k].off;
             *n = sc->slot[k].n;
+            *libs = (const uint32_t *)sc->libs.v + sc->slot[k].loff;
+            *n_libs = sc->slot[k].ln;
             return 0;
         }
     const uint64_t *frames;
     uint32_t nf;
     if (st_reader_cpu_stack(t->r, id, &frames, &nf)) return an_trace_fail(t);
-    stack_ent e = {id, (uint32_t)sc->names.n, nf, 1};
+    stack_ent e = {id, (uint32_t)sc->names.n, nf, 1, (uint32_t)sc->libs.n, 0};
     for (uint32_t i = 0; i < nf; i++) {
         st_cpu_frame fr;
         if (st_reader_cpu_frame_name(t->r, id, frames[i], &fr) < 0) return an_trace_fail(t);
@@ -133,11 +184,30 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
         const char *name = an_cpu_frame_label(&fr, 0, label, sizeof label);
         uint32_t *slot = vec_push(&sc->names, sizeof *slot);
         if (!slot || name_intern(res, nt, name, fr.path, slot)) goto oom;
+        uint32_t lib;
+        if (name_lib(res, *slot, &lib)) goto oom;
+        int seen = 0;
+        for (uint32_t j = 0; j < e.ln && !seen; j++) seen = ((uint32_t *)sc->libs.v)[e.loff + j] == lib;
+        if (seen) continue;
+        uint32_t *l = vec_push(&sc->libs, sizeof *l);
+        if (!l) goto oom;
+        *l = lib;
+        e.ln++;
+    }
+    if (!nf) {
+        uint32_t lib, *l;
+        if (str_intern(&res->libs, &res->n_libs, &res->cap_libs_, "[unknown]", &lib) ||
+            !(l = vec_push(&sc->libs, sizeof *l)))
+            goto oom;
+        *l = lib;
+        e.ln = 1;
     }
     sc->slot[k] = e;
     sc->n++;
     *names = (const uint32_t *)sc->names.v + e.off;
     *n = e.n;
+    *libs = (const uint32_t *)sc->libs.v + e.loff;
+    *n_libs = e.ln;
     return 0;
 oom:
     an_error("out of memory");
@@ -161,6 +231,38 @@ static an_cpu_fn *cell_fn(an_cpu_cell *c, uint32_t name)
     return f;
 }
 
+static an_cpu_lib *cell_lib(an_cpu_cell *c, uint32_t lib)
+{
+    for (uint32_t i = 0; i < c->n_libs; i++)
+        if (c->libs[i].lib == lib) return &c->libs[i];
+    if (c->n_libs == c->cap_libs) {
+        uint32_t cap = c->cap_libs ? c->cap_libs * 2 : 8;
+        an_cpu_lib *v = realloc(c->libs, cap * sizeof *v);
+        if (!v) return NULL;
+        c->libs = v;
+        c->cap_libs = cap;
+    }
+    an_cpu_lib *l = &c->libs[c->n_libs++];
+    *l = (an_cpu_lib){lib, 0, 0};
+    return l;
+}
+
+static an_cpu_reason_ns *cell_reason(an_cpu_cell *c, uint32_t reason)
+{
+    for (uint32_t i = 0; i < c->n_reasons; i++)
+        if (c->reasons[i].reason == reason) return &c->reasons[i];
+    if (c->n_reasons == c->cap_reasons) {
+        uint32_t cap = c->cap_reasons ? c->cap_reasons * 2 : 4;
+        an_cpu_reason_ns *v = realloc(c->reasons, cap * sizeof *v);
+        if (!v) return NULL;
+        c->reasons = v;
+        c->cap_reasons = cap;
+    }
+    an_cpu_reason_ns *x = &c->reasons[c->n_reasons++];
+    *x = (an_cpu_reason_ns){reason, 0, 0, 0};
+    return x;
+}
+
 /* ---- one thread ---- */
 
 typedef struct thread_ctx {
@@ -175,10 +277,16 @@ typedef struct thread_ctx {
 
 static int count_sample(thread_ctx *x, an_cpu_cell *c, uint64_t stack)
 {
-    const uint32_t *names = NULL;
-    uint32_t n = 0;
-    int rc = stack_names(x->t, x->res, x->nt, x->sc, stack, &names, &n);
+    const uint32_t *names = NULL, *libs = NULL;
+    uint32_t n = 0, n_libs = 0;
+    int rc = stack_names(x->t, x->res, x->nt, x->sc, stack, &names, &n, &libs, &n_libs);
     if (rc) return rc;
+    for (uint32_t i = 0; i < n_libs; i++) {
+        an_cpu_lib *l = cell_lib(c, libs[i]);
+        if (!l) goto oom;
+        l->self += i == 0;
+        l->incl++;
+    }
     if (x->seen_cap < x->res->n_names) {
         uint32_t cap = x->res->n_names * 2;
         uint32_t *s = realloc(x->seen, cap * sizeof *s);
@@ -204,6 +312,40 @@ oom:
     return AN_EXIT_FAIL;
 }
 
+static void reason_label(const st_cpu_block_row *b, char *buf, size_t size)
+{
+    const char *name = b->name[0] ? b->name : "(no syscall)";
+    if (b->wchan[0]) snprintf(buf, size, "%s:%s", name, b->wchan);
+    else snprintf(buf, size, "%s", name);
+}
+
+/* Each blocked interval's reason (an index of res->reasons; 0 unexamined):
+ * that of the cpu_blocks row whose t_ns is the interval's start (its
+ * switch-out); the first such row when several are. 0, or an exit code. */
+static int block_reasons(an_trace *t, an_cpu_result *res, uint32_t id, const st_cpu_off *off, size_t n_off,
+                         uint32_t *reason_of)
+{
+    memset(reason_of, 0, (n_off ? n_off : 1) * sizeof *reason_of);
+    st_cpu_block_iter *bi;
+    if (st_cpu_block_iter_open(&bi, t->r, id, INT64_MIN, INT64_MAX)) return an_trace_fail(t);
+    size_t j = 0;
+    st_cpu_block_row b;
+    int n;
+    while ((n = st_cpu_block_iter_next(bi, &b)) == 1) {
+        while (j < n_off && off[j].t0_ns < b.t_ns) j++;
+        if (j == n_off || off[j].t0_ns != b.t_ns || off[j].preempted || reason_of[j]) continue;
+        char label[2 * ST_NAME_MAX + 32];
+        reason_label(&b, label, sizeof label);
+        if (str_intern(&res->reasons, &res->n_reasons, &res->cap_reasons_, label, &reason_of[j])) {
+            st_cpu_block_iter_close(bi);
+            an_error("out of memory");
+            return AN_EXIT_FAIL;
+        }
+    }
+    st_cpu_block_iter_close(bi);
+    return n < 0 ? an_trace_fail(t) : 0;
+}
+
 static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
 {
     an_trace *t = x->t;
@@ -215,6 +357,7 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
     vec sw = {0}, pieces = {0}, piece_stage = {0};
     st_cpu_off *off = NULL;
     st_cpu_share *share = NULL;
+    uint32_t *reason_of = NULL;
     int rc = 0;
     /* the switches of all time (an interval may open before the window), the samples of the window */
     st_cpu_iter *it;
@@ -303,6 +446,28 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
         c->preempted_ns += share[i].preempted_ns;
         c->blocked_ns += share[i].blocked_ns;
     }
+    /* the blocked time by reason: the same overlaps as st_cpu_account's, interval by interval */
+    reason_of = malloc((n_off ? n_off : 1) * sizeof *reason_of);
+    if (!reason_of) goto oom;
+    if ((rc = block_reasons(t, x->res, id, off, n_off, reason_of))) goto done;
+    for (size_t i = 0, j = 0; i < pieces.n; i++) {
+        int32_t s = ((int32_t *)piece_stage.v)[i];
+        an_cpu_cell *c = &th->cells[s < 0 || (uint32_t)s >= ns ? 0 : s + 1];
+        const st_cpu_range *p = &((st_cpu_range *)pieces.v)[i];
+        while (j < n_off && off[j].t1_ns <= p->t0_ns) j++;
+        for (size_t k = j; k < n_off && off[k].t0_ns < p->t1_ns; k++) {
+            int64_t a = off[k].t0_ns > p->t0_ns ? off[k].t0_ns : p->t0_ns;
+            int64_t b = off[k].t1_ns < p->t1_ns ? off[k].t1_ns : p->t1_ns;
+            if (off[k].preempted || b <= a) continue;
+            an_cpu_reason_ns *rn = cell_reason(c, reason_of[k]);
+            if (!rn) goto oom;
+            rn->ns += b - a;
+            if (rn->last_interval != k + 1) {
+                rn->last_interval = k + 1;
+                rn->count++;
+            }
+        }
+    }
     for (uint32_t s = 0; s <= ns; s++) {
         th->total.wall_ns += th->cells[s].wall_ns;
         th->total.on_ns += th->cells[s].on_ns;
@@ -320,6 +485,7 @@ done:
     free(piece_stage.v);
     free(off);
     free(share);
+    free(reason_of);
     return rc;
 }
 
@@ -334,7 +500,12 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
     name_table names = {0};
     stack_cache sc = {0};
     thread_ctx x = {t, out, &names, &sc, NULL, 0, 0};
+    uint32_t unexamined;
     int rc = 0;
+    if (str_intern(&out->reasons, &out->n_reasons, &out->cap_reasons_, AN_CPU_REASON_UNEXAMINED, &unexamined)) {
+        an_cpu_free(out);
+        goto oom;
+    }
     for (uint32_t i = 0; i < nt_ && !rc; i++) {
         an_cpu_thread *th = &out->threads[out->n_threads];
         int has = st_reader_cpu_thread(r, st_reader_thread(r, i)->id, &th->info);
@@ -359,6 +530,7 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
     free(names.slot);
     free(sc.slot);
     free(sc.names.v);
+    free(sc.libs.v);
     free(x.seen);
     if (rc) an_cpu_free(out);
     return rc;
@@ -371,7 +543,11 @@ void an_cpu_free(an_cpu_result *res)
 {
     for (uint32_t i = 0; i < res->n_threads; i++) {
         an_cpu_thread *th = &res->threads[i];
-        for (uint32_t s = 0; th->cells && s <= res->n_stages; s++) free(th->cells[s].fns);
+        for (uint32_t s = 0; th->cells && s <= res->n_stages; s++) {
+            free(th->cells[s].fns);
+            free(th->cells[s].reasons);
+            free(th->cells[s].libs);
+        }
         free(th->cells);
     }
     free(res->threads);
@@ -380,6 +556,11 @@ void an_cpu_free(an_cpu_result *res)
         free(res->names[i].path);
     }
     free(res->names);
+    for (uint32_t i = 0; i < res->n_reasons; i++) free(res->reasons[i]);
+    free(res->reasons);
+    for (uint32_t i = 0; i < res->n_libs; i++) free(res->libs[i]);
+    free(res->libs);
+    free(res->name_lib);
     memset(res, 0, sizeof *res);
 }
 
@@ -419,4 +600,173 @@ uint32_t an_cpu_top(const an_cpu_result *res, const an_cpu_cell *c, int by_inclu
     memcpy(out, all, k * sizeof *out);
     free(all);
     return k;
+}
+
+/* ---- block reasons and libraries, sorted ---- */
+
+static int cmp_reason(const void *pa, const void *pb, void *arg)
+{
+    const an_cpu_result *res = arg;
+    const an_cpu_reason_ns *a = *(const an_cpu_reason_ns *const *)pa, *b = *(const an_cpu_reason_ns *const *)pb;
+    if (a->ns != b->ns) return a->ns > b->ns ? -1 : 1;
+    return strcmp(res->reasons[a->reason], res->reasons[b->reason]);
+}
+
+uint32_t an_cpu_reasons_sorted(const an_cpu_result *res, const an_cpu_cell *c, const an_cpu_reason_ns **out)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->n_reasons; i++)
+        if (c->reasons[i].ns > 0) out[k++] = &c->reasons[i];
+    qsort_r(out, k, sizeof *out, cmp_reason, (void *)res);
+    return k;
+}
+
+static int cmp_lib(const void *pa, const void *pb, void *arg)
+{
+    const an_cpu_result *res = arg;
+    const an_cpu_lib *a = *(const an_cpu_lib *const *)pa, *b = *(const an_cpu_lib *const *)pb;
+    if (a->self != b->self) return a->self > b->self ? -1 : 1;
+    if (a->incl != b->incl) return a->incl > b->incl ? -1 : 1;
+    return strcmp(res->libs[a->lib], res->libs[b->lib]);
+}
+
+uint32_t an_cpu_top_libs(const an_cpu_result *res, const an_cpu_cell *c, uint32_t n, const an_cpu_lib **out)
+{
+    if (!c->n_libs || !n) return 0;
+    const an_cpu_lib **all = malloc(c->n_libs * sizeof *all);
+    if (!all) return 0;
+    for (uint32_t i = 0; i < c->n_libs; i++) all[i] = &c->libs[i];
+    qsort_r(all, c->n_libs, sizeof *all, cmp_lib, (void *)res);
+    uint32_t k = c->n_libs < n ? c->n_libs : n;
+    memcpy(out, all, k * sizeof *out);
+    free(all);
+    return k;
+}
+
+/* ---- every OS thread per window (cpu_windows) ---- */
+
+void an_cpu_windows_free(an_cpu_windows *w)
+{
+    for (uint32_t i = 0; i < w->n_threads; i++) free(w->threads[i].name);
+    free(w->threads);
+    free(w->rows);
+    memset(w, 0, sizeof *w);
+}
+
+static int cmp_os_thread(const void *pa, const void *pb)
+{
+    const an_cpu_os_thread *a = pa, *b = pb;
+    if (a->oncpu_ns != b->oncpu_ns) return a->oncpu_ns > b->oncpu_ns ? -1 : 1;
+    int c = strcmp(a->name, b->name);
+    if (c) return c;
+    if (a->part != b->part) return a->part < b->part ? -1 : 1;
+    return (a->os_tid > b->os_tid) - (a->os_tid < b->os_tid);
+}
+
+static int cmp_window_row(const void *pa, const void *pb, void *arg)
+{
+    const an_cpu_os_thread *th = arg;
+    const an_cpu_window *a = pa, *b = pb;
+    if (a->part != b->part) return a->part < b->part ? -1 : 1;
+    if (a->window != b->window) return a->window < b->window ? -1 : 1;
+    if (a->oncpu_ns != b->oncpu_ns) return a->oncpu_ns > b->oncpu_ns ? -1 : 1;
+    return (th[a->os_thread].os_tid > th[b->os_thread].os_tid) - (th[a->os_thread].os_tid < th[b->os_thread].os_tid);
+}
+
+int an_cpu_windows_compute(an_trace *t, int whole, int64_t t0, int64_t t1, an_cpu_windows *out)
+{
+    memset(out, 0, sizeof *out);
+    st_reader *r = t->r;
+    st_cpu_window_iter *it;
+    if (st_cpu_window_iter_open(&it, r)) return an_trace_fail(t);
+    size_t cap_rows = 0;
+    uint32_t cap_threads = 0, n_parts = st_reader_n_parts(r) ? st_reader_n_parts(r) : 1;
+    int64_t *part_wall = calloc(n_parts, sizeof *part_wall);
+    int64_t last_window = -1;
+    uint32_t last_part = UINT32_MAX;
+    st_cpu_window_row w;
+    int n, rc = 0;
+    if (!part_wall) goto oom;
+    while ((n = st_cpu_window_iter_next(it, &w)) == 1) {
+        if (w.part >= n_parts) continue;
+        int64_t mid = w.t0_ns + (w.t1_ns - w.t0_ns) / 2;
+        if (!whole && (mid < t0 || mid >= t1)) continue;
+        if (w.part != last_part || w.window != last_window) {
+            /* a window's rows share its two reads (t0, t1 of its first row) */
+            part_wall[w.part] += w.t1_ns - w.t0_ns;
+            out->n_windows++;
+            last_part = w.part;
+            last_window = w.window;
+        }
+        uint32_t k = 0;
+        while (k < out->n_threads && !(out->threads[k].part == w.part && out->threads[k].os_tid == w.os_tid)) k++;
+        if (k == out->n_threads) {
+            if (out->n_threads == cap_threads) {
+                cap_threads = cap_threads ? cap_threads * 2 : 32;
+                an_cpu_os_thread *v = realloc(out->threads, cap_threads * sizeof *v);
+                if (!v) goto oom;
+                out->threads = v;
+            }
+            an_cpu_os_thread *th = &out->threads[out->n_threads];
+            memset(th, 0, sizeof *th);
+            const st_thread_info *ti = w.thread >= 0 ? st_reader_thread_by_id(r, (uint32_t)w.thread) : NULL;
+            char name[2 * ST_NAME_MAX + 32];
+            if (ti) snprintf(name, sizeof name, "%s", ti->name);
+            else if (w.rank >= 0) snprintf(name, sizeof name, "r%d/%s", w.rank, w.name);
+            else snprintf(name, sizeof name, "%s", w.name);
+            if (!(th->name = strdup(name))) goto oom;
+            th->os_tid = w.os_tid;
+            th->thread = ti ? w.thread : -1;
+            th->part = w.part;
+            out->n_threads++;
+        }
+        an_cpu_os_thread *th = &out->threads[k];
+        th->oncpu_ns += w.oncpu_ns;
+        th->runq_ns += w.runq_ns;
+        th->slices += w.slices;
+        th->n_windows++;
+        if (out->n_rows == cap_rows) {
+            cap_rows = cap_rows ? cap_rows * 2 : 256;
+            an_cpu_window *v = realloc(out->rows, cap_rows * sizeof *v);
+            if (!v) goto oom;
+            out->rows = v;
+        }
+        out->rows[out->n_rows++] = (an_cpu_window){w.window, w.step, w.t0_ns, w.t1_ns, w.part, k,
+                                                   w.oncpu_ns, w.runq_ns, w.slices};
+    }
+    if (n < 0) {
+        rc = an_trace_fail(t);
+        goto fail;
+    }
+    st_cpu_window_iter_close(it);
+    it = NULL;
+    for (uint32_t k = 0; k < out->n_threads; k++) out->threads[k].wall_ns = part_wall[out->threads[k].part];
+    /* sort the rows by thread index first, then renumber after sorting the threads */
+    qsort_r(out->rows, out->n_rows, sizeof *out->rows, cmp_window_row, out->threads);
+    uint32_t *order = malloc((out->n_threads ? out->n_threads : 1) * sizeof *order);
+    an_cpu_os_thread *sorted = malloc((out->n_threads ? out->n_threads : 1) * sizeof *sorted);
+    if (!order || !sorted) {
+        free(order);
+        free(sorted);
+        goto oom;
+    }
+    memcpy(sorted, out->threads, out->n_threads * sizeof *sorted);
+    qsort(sorted, out->n_threads, sizeof *sorted, cmp_os_thread);
+    for (uint32_t k = 0; k < out->n_threads; k++)
+        for (uint32_t j = 0; j < out->n_threads; j++)
+            if (out->threads[j].part == sorted[k].part && out->threads[j].os_tid == sorted[k].os_tid) order[j] = k;
+    for (size_t i = 0; i < out->n_rows; i++) out->rows[i].os_thread = order[out->rows[i].os_thread];
+    free(out->threads);
+    out->threads = sorted;
+    free(order);
+    free(part_wall);
+    return 0;
+oom:
+    an_error("out of memory");
+    rc = AN_EXIT_FAIL;
+fail:
+    st_cpu_window_iter_close(it);
+    free(part_wall);
+    an_cpu_windows_free(out);
+    return rc;
 }

@@ -4,7 +4,11 @@
  * preempted and blocked time from the thread's switch records
  * (st_cpu_account), the samples attributed to each stage and their
  * functions (self: the leaf frame; inclusive: anywhere in the stack, once
- * per sample). `analyze cpu` prints it (cmd_cpu.c).
+ * per sample), the libraries of those samples (the functions' mapping
+ * files, self and inclusive), and the blocked time split by why the thread
+ * was blocked (cpu_blocks). Apart, every OS thread's schedstat use per
+ * window (cpu_windows: an_cpu_windows_compute). `analyze cpu` prints them
+ * (cmd_cpu.c).
  */
 #ifndef AN_CPU_H
 #define AN_CPU_H
@@ -22,6 +26,27 @@ typedef struct an_cpu_fn {
     uint64_t self, incl;
 } an_cpu_fn;
 
+/* Blocked time of a cell with one reason: its overlap with the thread's
+ * blocked off-CPU intervals that have that reason, and how many of those
+ * intervals overlap the cell's self time. */
+typedef struct an_cpu_reason_ns {
+    uint32_t reason; /* an index of an_cpu_result.reasons */
+    int64_t ns;
+    uint64_t count;
+    size_t last_interval; /* the interval last counted, + 1 (internal) */
+} an_cpu_reason_ns;
+
+/* A library (a mapping file) of a cell's samples: self, the samples whose
+ * leaf frame is in it; incl, those with a frame anywhere in it (once per
+ * sample). */
+typedef struct an_cpu_lib {
+    uint32_t lib; /* an index of an_cpu_result.libs */
+    uint64_t self, incl;
+} an_cpu_lib;
+
+/* The reason of a blocked interval without a cpu_blocks row: reasons[0]. */
+#define AN_CPU_REASON_UNEXAMINED "(short/unexamined)"
+
 /* A thread and stage: the stage's self time on the thread in the analysed
  * time, split on + preempted + blocked = wall exactly; the samples of the
  * stage; its functions (unsorted). stage -1: no range open. */
@@ -31,6 +56,10 @@ typedef struct an_cpu_cell {
     uint64_t samples;
     an_cpu_fn *fns;
     uint32_t n_fns, cap_fns;
+    an_cpu_reason_ns *reasons; /* unsorted; their ns add up to blocked_ns */
+    uint32_t n_reasons, cap_reasons;
+    an_cpu_lib *libs; /* unsorted */
+    uint32_t n_libs, cap_libs;
 } an_cpu_cell;
 
 typedef struct an_cpu_thread {
@@ -47,6 +76,13 @@ typedef struct an_cpu_result {
     uint32_t n_threads, n_stages;
     an_cpu_name *names;
     uint32_t n_names, cap_names;
+    /* block reasons, "SYSCALL:WCHAN" (docs/analyze.md, "cpu"); [0] AN_CPU_REASON_UNEXAMINED */
+    char **reasons;
+    uint32_t n_reasons, cap_reasons_;
+    char **libs; /* mapping files ("[unknown]" outside every mapping) */
+    uint32_t n_libs, cap_libs_;
+    uint32_t *name_lib; /* per name: its lib + 1, 0 not yet (internal) */
+    uint32_t cap_name_lib_;
 } an_cpu_result;
 
 /* Over [t0, t1) (the window; the trace's span for all of it). 0, or an exit
@@ -59,5 +95,45 @@ void an_cpu_free(an_cpu_result *res);
  * returns how many. */
 uint32_t an_cpu_top(const an_cpu_result *res, const an_cpu_cell *c, int by_inclusive, uint32_t n,
                     const an_cpu_fn **out);
+
+/* A cell's block reasons by time (then name), into out (room for
+ * c->n_reasons); returns how many. */
+uint32_t an_cpu_reasons_sorted(const an_cpu_result *res, const an_cpu_cell *c, const an_cpu_reason_ns **out);
+/* A cell's libraries, the top n by self samples (then inclusive, then
+ * name), into out (room for n); returns how many. */
+uint32_t an_cpu_top_libs(const an_cpu_result *res, const an_cpu_cell *c, uint32_t n, const an_cpu_lib **out);
+
+/* ---- every OS thread per window (cpu_windows) ---- */
+
+/* A thread of the process (of a rank's, in a set), registered or not, over
+ * the selected windows: name the reader's thread name for a registered one,
+ * else its comm ("r<rank>/comm" in a set); wall_ns the length of its
+ * process's selected windows (the time its shares are of). */
+typedef struct an_cpu_os_thread {
+    char *name;
+    int64_t os_tid, thread; /* thread: the reader's id, -1 unregistered */
+    uint32_t part;
+    int64_t wall_ns, oncpu_ns, runq_ns, slices;
+    uint32_t n_windows; /* the selected windows it has a row in */
+} an_cpu_os_thread;
+
+typedef struct an_cpu_window {
+    int64_t window, step, t0_ns, t1_ns;
+    uint32_t part, os_thread; /* an index of an_cpu_windows.threads */
+    int64_t oncpu_ns, runq_ns, slices;
+} an_cpu_window;
+
+typedef struct an_cpu_windows {
+    an_cpu_os_thread *threads; /* by oncpu_ns, descending, then name */
+    uint32_t n_threads;
+    an_cpu_window *rows; /* by part, window, then oncpu_ns descending, os_tid */
+    size_t n_rows;
+    uint32_t n_windows; /* selected windows, all parts */
+} an_cpu_windows;
+
+/* The rows of the windows whose midpoint lies in [t0, t1) (all of them
+ * when whole). 0, or an exit code after the message. */
+int an_cpu_windows_compute(an_trace *t, int whole, int64_t t0, int64_t t1, an_cpu_windows *out);
+void an_cpu_windows_free(an_cpu_windows *w);
 
 #endif

@@ -136,6 +136,17 @@ static void read_everything(void)
                 }
             }
             st_cpu_iter_close(ci);
+            st_cpu_block_iter *bi;
+            st_cpu_block_row b;
+            if (st_cpu_block_iter_open(&bi, r, id, INT64_MIN, INT64_MAX) != ST_OK) continue;
+            while (st_cpu_block_iter_next(bi, &b) == 1) sum += (uint64_t)b.t_ns + strlen(b.name) + strlen(b.wchan);
+            st_cpu_block_iter_close(bi);
+        }
+        st_cpu_window_iter *wi;
+        st_cpu_window_row w;
+        if (st_cpu_window_iter_open(&wi, r) == ST_OK) {
+            while (st_cpu_window_iter_next(wi, &w) == 1) sum += (uint64_t)w.oncpu_ns + strlen(w.name);
+            st_cpu_window_iter_close(wi);
         }
     }
     size_t text = 0;

@@ -177,6 +177,11 @@ static void write_trace(const char *dir, const char *name, int with_data)
     }
     tg_write(g, path);
     tg_free(g);
+    if (with_data) /* why thread 1 blocked, every thread's schedstat per window */
+        tg_exec(path, "INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) VALUES "
+                      "(1, 2000, 2900, 202, 'futex', 4096, 393, 'futex_do_wait');"
+                      "INSERT INTO cpu_windows VALUES (0, 2, 1000, 9000, 101, 1, 'w', 5000, 10, 3),"
+                      "(0, 2, 1000, 9000, 555, -1, 'helper', 20, 0, 1)");
     if (with_data) {
         seed_from_trace(dir, path, "events_last", 0, 8,
                         "SELECT n_events, data FROM range_chunks WHERE thread = 2 ORDER BY id DESC LIMIT 1");

@@ -19,6 +19,20 @@
  * 12 ms, 9 on (75 %). w1: compute 10 ms, 70 % on, 10 % preempted, 20 %
  * blocked; (none) 2 ms on. With --steps 0:1 the same; a window --time
  * 0.004:0.010 cuts w1's compute to [4, 10) ms: 4 ms on, 1 preempted, 1 blocked.
+ *
+ * Block reasons, libraries, windows (rows added with SQL): cpu_blocks has
+ * w0's block at 2 ms (futex, futex_do_wait), a row at 9 ms (w0's
+ * preempted switch-out: not a block, ignored) and one at 4.5 ms (no
+ * switch-out there: ignored); w1's block at 3 ms has none. So w0's compute
+ * blocked 2 ms is all "futex:futex_do_wait" (1 interval), w1's 2 ms
+ * "(short/unexamined)" (1 ms in [4, 10)). spin_fn is put in a second
+ * mapping, /lib/libspin.so: w0's sync samples (2) have it as their leaf's
+ * library (self 2, inclusive 2) and /bin/prog above (self 0, inclusive 2);
+ * compute's 3 samples are all /bin/prog. cpu_windows: window 0 [0, 6] ms
+ * (step 0): w0 3 ms on-CPU, 1 ms runnable, 5 slices, "helper"
+ * (unregistered) 1.5 ms on; window 1 [6, 12] ms (step 1): w0 6 ms on. Over
+ * all: w0 9 of 12 ms (75 %), 1 ms run queue, 2 windows; helper 12.5 %.
+ * With --time 0:0.006 only window 0 (its midpoint, 3 ms, inside): w0 50 %.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -221,10 +235,131 @@ static void test_command(void **state)
     free(out);
 }
 
+static const char extra_sql[] =
+    "INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) VALUES "
+    "(0, 2000000, 3100000, 202, 'futex', 4096, 393, 'futex_do_wait'),"
+    "(0, 9000000, 9500000, 0, 'read', 3, 1, 'anon_pipe_read'),"
+    "(0, 4500000, 5600000, 0, 'read', 3, 1, 'anon_pipe_read');"
+    "INSERT INTO cpu_maps VALUES (1, 4198912, 4199168, 0, '/lib/libspin.so', '');"
+    "UPDATE cpu_symbols SET map = 1 WHERE addr = 4198912;"
+    "INSERT INTO cpu_windows SELECT 0, 0, 0, 6000000, os_tid, id, name, 3000000, 1000000, 5 FROM threads WHERE name = 'w0';"
+    "INSERT INTO cpu_windows VALUES (0, 0, 0, 6000000, 99999, -1, 'helper', 1500000, 0, 2);"
+    "INSERT INTO cpu_windows SELECT 1, 1, 6000000, 12000000, os_tid, id, name, 6000000, 0, 4 FROM threads WHERE name = 'w0';";
+
+static const an_cpu_reason_ns *reason_of(const an_cpu_result *res, const an_cpu_cell *c, const char *name)
+{
+    for (uint32_t i = 0; i < c->n_reasons; i++)
+        if (strcmp(res->reasons[c->reasons[i].reason], name) == 0) return &c->reasons[i];
+    return NULL;
+}
+
+static void test_reasons_libs_windows(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], args[PATH_MAX + 64];
+    tmp_path(path, sizeof path, "extra.sqlite");
+    write_trace(path, 1);
+    tg_exec(path, extra_sql);
+    an_trace t;
+    assert_int_equal(an_trace_open(&t, path), AN_EXIT_OK);
+    an_cpu_result res;
+    assert_int_equal(an_cpu_compute(&t, t.span_t0_ns, t.span_t1_ns, &res), 0);
+    const an_cpu_cell *c0 = &res.threads[0].cells[1], *c1 = &res.threads[1].cells[1];
+    assert_string_equal(res.reasons[0], AN_CPU_REASON_UNEXAMINED);
+    assert_int_equal(c0->n_reasons, 1);
+    const an_cpu_reason_ns *x = reason_of(&res, c0, "futex:futex_do_wait");
+    assert_non_null(x);
+    assert_int_equal(x->ns, 2 * MS);
+    assert_int_equal(x->count, 1);
+    assert_null(reason_of(&res, c0, "read:anon_pipe_read"));
+    assert_int_equal(c1->n_reasons, 1);
+    x = reason_of(&res, c1, AN_CPU_REASON_UNEXAMINED);
+    assert_non_null(x);
+    assert_int_equal(x->ns, 2 * MS);
+    assert_int_equal(x->count, 1);
+    const an_cpu_cell *sync = &res.threads[0].cells[2];
+    const an_cpu_lib *libs[4];
+    assert_int_equal(an_cpu_top_libs(&res, sync, 4, libs), 2);
+    assert_string_equal(res.libs[libs[0]->lib], "/lib/libspin.so");
+    assert_int_equal(libs[0]->self, 2);
+    assert_int_equal(libs[0]->incl, 2);
+    assert_string_equal(res.libs[libs[1]->lib], "/bin/prog");
+    assert_int_equal(libs[1]->self, 0);
+    assert_int_equal(libs[1]->incl, 2);
+    assert_int_equal(an_cpu_top_libs(&res, sync, 1, libs), 1);
+    assert_int_equal(an_cpu_top_libs(&res, c0, 4, libs), 1);
+    assert_string_equal(res.libs[libs[0]->lib], "/bin/prog");
+    assert_int_equal(libs[0]->self, 3);
+    an_cpu_free(&res);
+    assert_int_equal(an_cpu_compute(&t, 4 * MS, 10 * MS, &res), 0);
+    x = reason_of(&res, &res.threads[1].cells[1], AN_CPU_REASON_UNEXAMINED);
+    assert_non_null(x);
+    assert_int_equal(x->ns, 1 * MS);
+    assert_int_equal(res.threads[0].cells[1].n_reasons, 0); /* w0 is not blocked in [4, 10) */
+    an_cpu_free(&res);
+    an_cpu_windows w;
+    assert_int_equal(an_cpu_windows_compute(&t, 1, 0, 0, &w), 0);
+    assert_int_equal(w.n_windows, 2);
+    assert_int_equal(w.n_threads, 2);
+    assert_string_equal(w.threads[0].name, "w0");
+    assert_int_equal(w.threads[0].thread, 0);
+    assert_int_equal(w.threads[0].wall_ns, 12 * MS);
+    assert_int_equal(w.threads[0].oncpu_ns, 9 * MS);
+    assert_int_equal(w.threads[0].runq_ns, 1 * MS);
+    assert_int_equal(w.threads[0].slices, 9);
+    assert_int_equal(w.threads[0].n_windows, 2);
+    assert_string_equal(w.threads[1].name, "helper");
+    assert_int_equal(w.threads[1].thread, -1);
+    assert_int_equal(w.threads[1].wall_ns, 12 * MS);
+    assert_int_equal(w.threads[1].oncpu_ns, 1500000);
+    assert_int_equal(w.n_rows, 3);
+    assert_int_equal(w.rows[0].window, 0); /* window 0: w0 (3 ms) before helper (1.5 ms) */
+    assert_int_equal(w.rows[0].os_thread, 0);
+    assert_int_equal(w.rows[1].os_thread, 1);
+    assert_int_equal(w.rows[2].window, 1);
+    assert_int_equal(w.rows[2].step, 1);
+    an_cpu_windows_free(&w);
+    assert_int_equal(an_cpu_windows_compute(&t, 0, 0, 6 * MS, &w), 0);
+    assert_int_equal(w.n_windows, 1);
+    assert_int_equal(w.threads[0].wall_ns, 6 * MS);
+    assert_int_equal(w.threads[0].oncpu_ns, 3 * MS);
+    an_cpu_windows_free(&w);
+    an_trace_close(&t);
+    /* the command's tables */
+    int st;
+    snprintf(args, sizeof args, "--format csv --windows %s", path);
+    char *out = run(args, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "\nthread,stage,reason,blocked_ms,count,pct\n"
+                                "w0,compute,futex:futex_do_wait,2.000000,1,100\n"
+                                "w1,compute,(short/unexamined),2.000000,1,100\n\n"));
+    assert_non_null(strstr(out, "\nthread,stage,rank,library,self,self_pct,inclusive,inclusive_pct\n"
+                                "w0,(none),1,/bin/prog,1,100,1,100\n"
+                                "w0,compute,1,/bin/prog,3,100,3,100\n"
+                                "w0,sync,1,/lib/libspin.so,2,100,2,100\n"
+                                "w0,sync,2,/bin/prog,0,0,2,100\n\n"));
+    assert_non_null(strstr(out, "\nthread,registered,os_tid,wall_ms,on_cpu_ms,on_cpu_pct,runq_ms,runq_pct,slices,windows\n"
+                                "w0,yes,"));
+    assert_non_null(strstr(out, ",12.000000,9.000000,75,1.000000,8.333333333333334,9,2\n"
+                                "helper,no,99999,12.000000,1.500000,12.5,0.000000,0,2,1\n\n"));
+    assert_non_null(strstr(out, "\nwindow,step,start_ms,dur_ms,thread,os_tid,on_cpu_ms,on_cpu_pct,runq_ms,runq_pct,slices\n"
+                                "0,0,0.000000,6.000000,w0,"));
+    assert_non_null(strstr(out, "\n0,0,0.000000,6.000000,helper,99999,1.500000,25,0.000000,0,2\n"
+                                "1,1,6.000000,6.000000,w0,"));
+    free(out);
+    snprintf(args, sizeof args, "--format csv --time 0:0.006 %s", path);
+    out = run(args, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, ",6.000000,3.000000,50,1.000000,16.666666666666668,5,1\n"));
+    assert_null(strstr(out, "window,step")); /* --windows not given */
+    free(out);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_cpu")) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_figures), cmocka_unit_test(test_command)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_figures), cmocka_unit_test(test_command),
+                                       cmocka_unit_test(test_reasons_libs_windows)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);
     return failed;

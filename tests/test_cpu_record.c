@@ -154,6 +154,13 @@ static int record(const char *path)
     opt.cpu = 1;
     opt.cpu_period_ns = 1000000;
     opt.profile_interval = 1; /* a schedstat window at each step mark */
+    /* the feeder named before the trace opens: the writer's first scan of
+     * /proc/self/task, which keeps each thread's name as first seen, may
+     * come at any time after st_open */
+    if (pipe(feed_in) || pipe(feed_out)) return 14;
+    pthread_t feed;
+    if (pthread_create(&feed, NULL, feeder, NULL)) return 15;
+    pthread_setname_np(feed, "feeder");
     st_trace *t;
     int64_t cpu_before = thread_cpu_ns();
     if (st_open(&t, &opt) != ST_OK) {
@@ -168,10 +175,6 @@ static int record(const char *path)
     int pipe_ = st_stage_register(t, "pipe", ST_WAIT_INPUT);
     int nap = st_stage_register(t, "nap", ST_WAIT_INPUT);
     if (spin != SPIN || sleep_ != SLEEP || burn_ != BURN || cond_ != COND || pipe_ != PIPE || nap != NAP) return 11;
-    if (pipe(feed_in) || pipe(feed_out)) return 14;
-    pthread_t feed;
-    if (pthread_create(&feed, NULL, feeder, NULL)) return 15;
-    pthread_setname_np(feed, "feeder");
     if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
     /* The thread's CPU time at each step mark, written beside the trace: the
      * marks come just before a sleep, during which the writer reads the

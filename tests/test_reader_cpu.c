@@ -12,6 +12,14 @@
  *  - a rank set: thread ids, stages and times as the set numbers them, stack
  *    ids part << 32 | the rank's id, leading back to the rank's frames;
  *  - hostile traces: each fault refused with one line naming the table;
+ *  - cpu_blocks and cpu_windows (rows inserted after tracegen wrote the
+ *    trace): a thread's blocks in time order with every column, a window
+ *    of them, none for an unknown thread; every window row with its thread
+ *    (-1 unregistered); a trace of the five older tables only: no rows; in
+ *    a rank set whose rank 1 runs 2 ms ahead: that rank's rows, times on
+ *    rank 0's clock (2 ms earlier), threads the set's, part and rank;
+ *    hostile rows (wrong types, negative or reversed times, unknown
+ *    threads, a view) refused with one line, never a crash;
  *  - a recording with st_options.cpu (skipped where perf events are refused):
  *    samples in a spinning stage whose stacks name the spinning function, a
  *    blocked switch-out inside a sleeping one.
@@ -383,6 +391,258 @@ static void test_hostile(void **state)
     st_reader_close(r);
 }
 
+/* ---- cpu_blocks and cpu_windows ---- */
+
+static const char blocks_sql[] =
+    "INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) VALUES "
+    "(0, 7000, 9000, 0, 'read', 5, 4096, 'anon_pipe_read'),"
+    "(0, 2000, 3500, 202, 'futex', 140737488350000, 393, 'futex_do_wait'),"
+    "(1, 2500, 4000, -1, '', 0, 0, '');"
+    "INSERT INTO cpu_windows VALUES "
+    "(0, -1, 0, 5000, 1000, 0, 'w0', 3000, 100, 4),"
+    "(0, -1, 0, 5000, 1500, -1, 'helper', 200, 0, 1),"
+    "(1, 3, 5000, 12000, 1000, 0, 'w0', 6000, 500, 9);";
+
+static void assert_block(const st_cpu_block_row *b, uint32_t thread, int64_t t, int64_t seen, int64_t nr,
+                         const char *name, int64_t a0, int64_t a1, const char *wchan)
+{
+    assert_int_equal(b->thread, thread);
+    assert_int_equal(b->t_ns, t);
+    assert_int_equal(b->seen_ns, seen);
+    assert_int_equal(b->syscall, nr);
+    assert_string_equal(b->name, name);
+    assert_int_equal(b->arg0, a0);
+    assert_int_equal(b->arg1, a1);
+    assert_string_equal(b->wchan, wchan);
+}
+
+/* The blocks of thread over [t0, t1): their count, the first two kept. */
+static int read_blocks(st_reader *r, uint32_t thread, int64_t t0, int64_t t1, st_cpu_block_row *first, char *names)
+{
+    st_cpu_block_iter *it;
+    int rc = st_cpu_block_iter_open(&it, r, thread, t0, t1);
+    if (rc) return rc;
+    st_cpu_block_row b;
+    int n = 0;
+    while ((rc = st_cpu_block_iter_next(it, &b)) == 1) {
+        if (n < 2 && first) {
+            first[n] = b;
+            strcpy(names + 64 * n, b.name); /* valid until the next call */
+            first[n].name = names + 64 * n;
+            strcpy(names + 128 + 64 * n, b.wchan);
+            first[n].wchan = names + 128 + 64 * n;
+        }
+        n++;
+    }
+    st_cpu_block_iter_close(it);
+    return rc < 0 ? rc : n;
+}
+
+static int read_windows(st_reader *r, st_cpu_window_row *out, char *names, int max)
+{
+    st_cpu_window_iter *it;
+    int rc = st_cpu_window_iter_open(&it, r);
+    if (rc) return rc;
+    st_cpu_window_row w;
+    int n = 0;
+    while ((rc = st_cpu_window_iter_next(it, &w)) == 1) {
+        if (n < max && out) {
+            out[n] = w;
+            snprintf(names + 32 * n, 32, "%s", w.name);
+            out[n].name = names + 32 * n;
+        }
+        n++;
+    }
+    st_cpu_window_iter_close(it);
+    return rc < 0 ? rc : n;
+}
+
+static void test_blocks_windows(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "blocks.sqlite");
+    write_cpu_trace(path);
+    tg_exec(path, blocks_sql);
+    st_reader *r = open_ok(path);
+    st_cpu_block_row b[2];
+    char names[256];
+    assert_int_equal(read_blocks(r, 0, INT64_MIN, INT64_MAX, b, names), 2);
+    assert_block(&b[0], 0, 2000, 3500, 202, "futex", 140737488350000, 393, "futex_do_wait");
+    assert_block(&b[1], 0, 7000, 9000, 0, "read", 5, 4096, "anon_pipe_read");
+    assert_int_equal(read_blocks(r, 0, 2001, 7001, b, names), 1); /* [t0, t1) of t_ns */
+    assert_int_equal(b[0].t_ns, 7000);
+    assert_int_equal(read_blocks(r, 0, 0, 2000, NULL, NULL), 0);
+    assert_int_equal(read_blocks(r, 1, INT64_MIN, INT64_MAX, b, names), 1);
+    assert_block(&b[0], 1, 2500, 4000, -1, "", 0, 0, "");
+    assert_int_equal(read_blocks(r, 9, INT64_MIN, INT64_MAX, NULL, NULL), 0);
+    st_cpu_window_row w[3];
+    char wn[96];
+    assert_int_equal(read_windows(r, w, wn, 3), 3);
+    assert_int_equal(w[0].window, 0);
+    assert_int_equal(w[0].step, -1);
+    assert_int_equal(w[0].t0_ns, 0);
+    assert_int_equal(w[0].t1_ns, 5000);
+    assert_int_equal(w[0].os_tid, 1000);
+    assert_int_equal(w[0].thread, 0);
+    assert_string_equal(w[0].name, "w0");
+    assert_int_equal(w[0].oncpu_ns, 3000);
+    assert_int_equal(w[0].runq_ns, 100);
+    assert_int_equal(w[0].slices, 4);
+    assert_int_equal(w[0].part, 0);
+    assert_int_equal(w[0].rank, -1);
+    assert_int_equal(w[1].os_tid, 1500);
+    assert_int_equal(w[1].thread, -1);
+    assert_string_equal(w[1].name, "helper");
+    assert_int_equal(w[2].window, 1);
+    assert_int_equal(w[2].step, 3);
+    assert_int_equal(w[2].oncpu_ns, 6000);
+    st_reader_close(r);
+    /* the five older tables only; no CPU tables at all */
+    write_cpu_trace(path);
+    tg_exec(path, "DROP TABLE cpu_blocks; DROP TABLE cpu_windows");
+    r = open_ok(path);
+    assert_int_equal(read_blocks(r, 0, INT64_MIN, INT64_MAX, NULL, NULL), 0);
+    assert_int_equal(read_windows(r, NULL, NULL, 0), 0);
+    assert_int_equal(read_all(r), ST_OK);
+    st_reader_close(r);
+    tg_trace *g = trace_rank(0);
+    tg_write(g, path);
+    tg_free(g);
+    r = open_ok(path);
+    assert_int_equal(read_blocks(r, 0, INT64_MIN, INT64_MAX, NULL, NULL), 0);
+    assert_int_equal(read_windows(r, NULL, NULL, 0), 0);
+    st_reader_close(r);
+}
+
+/* Rank 1 two milliseconds ahead of rank 0 (its clock_offset_ns): its
+ * worker0 (the set's thread 5) has a block and a window row. */
+static void test_blocks_windows_set(void **state)
+{
+    (void)state;
+    char p0[PATH_MAX], p1[PATH_MAX];
+    tmp_path(p0, sizeof p0, "brank0.sqlite");
+    tmp_path(p1, sizeof p1, "brank1.sqlite");
+    tg_trace *g = trace_rank(0);
+    tg_write(g, p0);
+    tg_free(g);
+    g = trace_rank(1);
+    tg_meta_int(g, "clock_sync_ns", BASE_NS);
+    tg_meta_int(g, "clock_offset_ns", -2 * MS);
+    tg_meta_int(g, "clock_uncertainty_ns", 1000);
+    tg_cpu_thread(g, 2, "perf", 1000000, BASE_NS, 5 * MS);
+    tg_write(g, p1);
+    tg_free(g);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) VALUES "
+             "(2, %lld, %lld, 202, 'futex', 1, 2, 'futex_do_wait');"
+             "INSERT INTO cpu_windows VALUES (0, 1, %lld, %lld, 4242, 2, 'worker0', 7, 8, 9),"
+             "(0, 1, %lld, %lld, 4343, -1, 'cuda-evt', 1, 0, 1);",
+             (long long)(BASE_NS + 50 * MS), (long long)(BASE_NS + 52 * MS), (long long)BASE_NS,
+             (long long)(BASE_NS + 100 * MS), (long long)BASE_NS, (long long)(BASE_NS + 100 * MS));
+    tg_exec(p1, sql);
+    st_reader *in[2] = {open_ok(p0), open_ok(p1)};
+    int ranks[2] = {0, 1};
+    st_reader *set = NULL;
+    assert_int_equal(st_reader_open_set(&set, in, ranks, 2), ST_OK);
+    st_rank_clock c;
+    st_reader_rank_clock(st_reader_part(set, 1), &c);
+    int64_t t, seen, w0, w1;
+    assert_int_equal(st_rank_clock_map(&c, BASE_NS + 50 * MS, &t), ST_OK);
+    assert_int_equal(st_rank_clock_map(&c, BASE_NS + 52 * MS, &seen), ST_OK);
+    assert_int_equal(st_rank_clock_map(&c, BASE_NS, &w0), ST_OK);
+    assert_int_equal(st_rank_clock_map(&c, BASE_NS + 100 * MS, &w1), ST_OK);
+    assert_true(t != BASE_NS + 50 * MS); /* the mapping moves it */
+    st_cpu_block_row b[2];
+    char names[256];
+    assert_int_equal(read_blocks(set, 5, INT64_MIN, INT64_MAX, b, names), 1);
+    assert_block(&b[0], 5, t, seen, 202, "futex", 1, 2, "futex_do_wait");
+    assert_int_equal(read_blocks(set, 5, t + 1, INT64_MAX, NULL, NULL), 0);
+    assert_int_equal(read_blocks(set, 5, t, t + 1, NULL, NULL), 1);
+    assert_int_equal(read_blocks(set, 2, INT64_MIN, INT64_MAX, NULL, NULL), 0); /* rank 0's worker0 */
+    assert_int_equal(read_blocks(set, 99, INT64_MIN, INT64_MAX, NULL, NULL), 0);
+    st_cpu_window_row w[2];
+    char wn[64];
+    assert_int_equal(read_windows(set, w, wn, 2), 2);
+    assert_int_equal(w[0].os_tid, 4242);
+    assert_int_equal(w[0].thread, 5);
+    assert_int_equal(w[0].t0_ns, w0);
+    assert_int_equal(w[0].t1_ns, w1);
+    assert_int_equal(w[0].part, 1);
+    assert_int_equal(w[0].rank, 1);
+    assert_string_equal(w[0].name, "worker0");
+    assert_int_equal(w[1].thread, -1);
+    assert_string_equal(w[1].name, "cuda-evt");
+    st_reader_close(set);
+}
+
+static void test_blocks_windows_hostile(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sql, *error;
+    } cases[] = {
+        {"UPDATE cpu_blocks SET t_ns = 'x' WHERE thread = 0 AND t_ns = 2000",
+         "trace table 'cpu_blocks': row id 2: column 't_ns' is text, not an integer"},
+        {"UPDATE cpu_blocks SET name = x'41' WHERE t_ns = 7000", "trace table 'cpu_blocks': row id 1: column 'name' is a blob, not text"},
+        {"CREATE TABLE x AS SELECT * FROM cpu_blocks; UPDATE x SET wchan = NULL WHERE t_ns = 7000; DROP TABLE cpu_blocks; "
+         "ALTER TABLE x RENAME TO cpu_blocks",
+         "trace table 'cpu_blocks': row id 1: column 'wchan' is null, not text"},
+        {"UPDATE cpu_blocks SET arg1 = 1.5 WHERE t_ns = 7000",
+         "trace table 'cpu_blocks': row id 1: column 'arg1' is a real, not an integer"},
+        {"UPDATE cpu_blocks SET t_ns = -5, seen_ns = 0 WHERE t_ns = 2000",
+         "trace table 'cpu_blocks': row id 2: t_ns is negative"},
+        {"UPDATE cpu_blocks SET seen_ns = 1999 WHERE t_ns = 2000",
+         "trace table 'cpu_blocks': row id 2: seen_ns is before t_ns"},
+        {"UPDATE cpu_blocks SET syscall = -2 WHERE t_ns = 2000", "trace table 'cpu_blocks': row id 2: syscall is below -1"},
+        {"UPDATE cpu_blocks SET name = printf('%.300c', 'a') WHERE t_ns = 2000",
+         "trace table 'cpu_blocks': row id 2: name is too long"},
+        {"UPDATE cpu_blocks SET thread = 9 WHERE t_ns = 2500", "trace table 'cpu_blocks': chunk 3 names unknown thread 9"},
+        {"UPDATE cpu_blocks SET thread = 'w0' WHERE t_ns = 2500",
+         "trace table 'cpu_blocks': row 3 (id 3): column 'thread' is text, not an integer"},
+        {"DROP TABLE cpu_blocks; CREATE VIEW cpu_blocks AS SELECT 1 AS id, 0 AS thread, 0 AS t_ns, 0 AS seen_ns, "
+         "0 AS syscall, '' AS name, 0 AS arg0, 0 AS arg1, '' AS wchan",
+         "trace table 'cpu_blocks': it is a view, not a plain table"},
+        {"ALTER TABLE cpu_blocks DROP COLUMN wchan", "trace table 'cpu_blocks': it has no column 'wchan'"},
+        {"UPDATE cpu_windows SET oncpu_ns = 'lots' WHERE os_tid = 1500",
+         "trace table 'cpu_windows': row (window 0, os_tid 1500): column 'oncpu_ns' is text, not an integer"},
+        {"UPDATE cpu_windows SET window = 'a' WHERE os_tid = 1500",
+         "trace table 'cpu_windows': a row: column 'window' is text, not an integer"},
+        {"UPDATE cpu_windows SET window = -1 WHERE os_tid = 1500",
+         "trace table 'cpu_windows': row (window -1, os_tid 1500): window is negative"},
+        {"UPDATE cpu_windows SET t1_ns = 10 WHERE window = 1",
+         "trace table 'cpu_windows': row (window 1, os_tid 1000): t1_ns is before t0_ns"},
+        {"UPDATE cpu_windows SET t0_ns = -10 WHERE window = 1",
+         "trace table 'cpu_windows': row (window 1, os_tid 1000): t0_ns is negative"},
+        {"UPDATE cpu_windows SET runq_ns = -1 WHERE window = 1",
+         "trace table 'cpu_windows': row (window 1, os_tid 1000): runq_ns is negative"},
+        {"UPDATE cpu_windows SET step = -7 WHERE window = 1",
+         "trace table 'cpu_windows': row (window 1, os_tid 1000): step is below -1"},
+        {"UPDATE cpu_windows SET os_tid = 0 WHERE os_tid = 1500",
+         "trace table 'cpu_windows': row (window 0, os_tid 0): os_tid is not positive"},
+        {"UPDATE cpu_windows SET thread = 4 WHERE os_tid = 1500",
+         "trace table 'cpu_windows': row (window 0, os_tid 1500) names unknown thread 4"},
+        {"UPDATE cpu_windows SET thread = -2 WHERE os_tid = 1500",
+         "trace table 'cpu_windows': row (window 0, os_tid 1500) names unknown thread -2"},
+        {"ALTER TABLE cpu_windows RENAME COLUMN slices TO s2", "trace table 'cpu_windows': it has no column 'slices'"},
+    };
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "bhostile.sqlite");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_cpu_trace(path);
+        tg_exec(path, blocks_sql);
+        tg_exec(path, cases[i].sql);
+        st_reader *r = open_ok(path);
+        int rc = read_blocks(r, 0, INT64_MIN, INT64_MAX, NULL, NULL);
+        if (rc >= 0) rc = read_blocks(r, 1, INT64_MIN, INT64_MAX, NULL, NULL);
+        if (rc >= 0) rc = read_windows(r, NULL, NULL, 0);
+        if (rc != ST_ECORRUPT || strcmp(st_last_error(), cases[i].error) != 0)
+            fail_msg("case %zu (%s): rc %d, '%s'", i, cases[i].sql, rc, st_last_error());
+        st_reader_close(r);
+    }
+}
+
 /* ---- a real recording ---- */
 
 static int64_t now_ns(void)
@@ -492,7 +752,8 @@ int main(void)
     if (make_tmp_dir("test_reader_cpu")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file),   cmocka_unit_test(test_no_cpu),   cmocka_unit_test(test_set),
-        cmocka_unit_test(test_hostile), cmocka_unit_test(test_recording),
+        cmocka_unit_test(test_hostile), cmocka_unit_test(test_blocks_windows), cmocka_unit_test(test_blocks_windows_set),
+        cmocka_unit_test(test_blocks_windows_hostile), cmocka_unit_test(test_recording),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

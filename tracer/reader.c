@@ -339,6 +339,12 @@ static const st_reader_methods file_methods = {
     .cpu_stack = st_rd_file_cpu_stack,
     .cpu_frame_name = st_rd_file_cpu_frame_name,
     .cpu_map = st_rd_file_cpu_map,
+    .cpu_block_open = st_rd_file_cpu_block_open,
+    .cpu_block_next = st_rd_file_cpu_block_next,
+    .cpu_block_close = st_rd_file_cpu_block_close,
+    .cpu_window_open = st_rd_file_cpu_window_open,
+    .cpu_window_next = st_rd_file_cpu_window_next,
+    .cpu_window_close = st_rd_file_cpu_window_close,
 };
 
 int st_reader_open(st_reader **out, const char *path)

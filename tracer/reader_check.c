@@ -116,6 +116,21 @@ static const table_spec cpu_specs[] = {
      5},
 };
 
+/* Optional beside those five (a trace recorded before they existed lacks
+ * them): their shape, and cpu_blocks' ids and threads, checked the first
+ * time each is read; their other columns as each row is read
+ * (reader_cpu.c). */
+static const table_spec cpu_extra_specs[] = {
+    {"cpu_blocks", "id", 0, 1, 9,
+     {{"id", COL_INT}, {"thread", COL_INT}, {"t_ns", COL_INT}, {"seen_ns", COL_INT}, {"syscall", COL_INT},
+      {"name", COL_TEXT}, {"arg0", COL_INT}, {"arg1", COL_INT}, {"wchan", COL_TEXT}},
+     2},
+    {"cpu_windows", "window", -1, -1, 10,
+     {{"window", COL_INT}, {"step", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"os_tid", COL_INT},
+      {"thread", COL_INT}, {"name", COL_TEXT}, {"oncpu_ns", COL_INT}, {"runq_ns", COL_INT}, {"slices", COL_INT}},
+     0},
+};
+
 /* Meta keys whose value is a decimal integer. */
 static const char *const meta_int_keys[] = {
     "schema_version", "start_ns",       "end_ns",         "tsc_hz",        "pid",
@@ -482,4 +497,21 @@ int st_rd_check_cpu_tables(st_reader *r)
             return rc;
     }
     return 1;
+}
+
+/* cpu_blocks or cpu_windows (reader_cpu.c, at its first read): 0 when the
+ * trace has no such table, 1 when its shape passes (and, cpu_blocks, every
+ * row's id and thread), <0 the fault. */
+int st_rd_check_cpu_extra(st_reader *r, const char *table)
+{
+    for (size_t i = 0; i < sizeof cpu_extra_specs / sizeof cpu_extra_specs[0]; i++) {
+        const table_spec *t = &cpu_extra_specs[i];
+        if (strcmp(t->name, table) != 0) continue;
+        int kind = st_rd_object_kind(r->db, t->name), rc;
+        if (kind < 0) return st_rd_bad(t->name, sqlite3_errmsg(r->db));
+        if (!kind) return 0;
+        if ((rc = check_shape(r->db, t)) || (t->n_open && (rc = check_chunk_rows(r, t)))) return rc;
+        return 1;
+    }
+    return st_set_error(ST_EINVAL, "no CPU table '%s'", table);
 }

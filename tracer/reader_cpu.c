@@ -1,7 +1,9 @@
 /* reader_cpu.c: the reader's CPU capture (docs/trace-format.md, "CPU
  * capture"): a file's cpu_threads rows, its per-thread CPU records
  * (switches, samples with their stage, losses), its interned stacks and
- * what each frame address is (cpu_symbols, cpu_maps). The tables are
+ * what each frame address is (cpu_symbols, cpu_maps), why a thread was
+ * blocked (cpu_blocks) and every thread's schedstat per window
+ * (cpu_windows), those two read row by row with SQL and checked as read. The tables are
  * checked the first time one is read (st_rd_check_cpu_tables), then the
  * small ones are held in memory (struct cpu_data, freed with the reader);
  * chunks are decoded one at a time, as the other chunk tables. A rank set
@@ -46,6 +48,7 @@ struct cpu_data {
     uint32_t n_maps;
     cpu_sym_ent *syms; /* by addr */
     uint32_t n_syms;
+    int blocks_state, windows_state; /* 0 not checked yet; 1 the table is there and passed; 2 it is absent */
 };
 
 void st_rd_cpu_free(st_reader *r)
@@ -585,3 +588,224 @@ void st_cpu_iter_pos(const st_cpu_iter *it, int64_t *chunk_id, uint32_t *index)
     *chunk_id = it->rows.row_id;
     *index = (uint32_t)it->rows.n_items - it->cur.remaining - 1;
 }
+/* ---- cpu_blocks and cpu_windows ---- */
+
+/* Whether the optional table is there (1) or not (0), checked once. */
+static int extra_table(st_reader *r, int *state, const char *table)
+{
+    struct cpu_data *c;
+    int rc = cpu_load(r, &c);
+    if (rc) return rc;
+    if (!c->has) return 0;
+    if (!*state) {
+        int has = st_rd_check_cpu_extra(r, table);
+        if (has < 0) return has;
+        *state = has ? 1 : 2;
+    }
+    return *state == 1;
+}
+
+/* Columns first .. first + n - 1 of st are typeof() of the named columns;
+ * want[i] 'i' an integer, 't' text. */
+static int row_types(sqlite3_stmt *st, int first, const char *const *names, const char *want, int n, const char *table,
+                     const char *label)
+{
+    for (int i = 0; i < n; i++) {
+        const char *ty = (const char *)sqlite3_column_text(st, first + i);
+        int ok = ty && ty[0] == want[i];
+        if (!ok) {
+            int got = !ty ? SQLITE_NULL : ty[0] == 'i' ? SQLITE_INTEGER : ty[0] == 'r' ? SQLITE_FLOAT
+                      : ty[0] == 't' ? SQLITE_TEXT : ty[0] == 'b' ? SQLITE_BLOB : SQLITE_NULL;
+            return st_set_error(ST_ECORRUPT, "trace table '%s': %s: column '%s' is %s, not %s", table, label, names[i],
+                                st_rd_type_name(got), st_rd_type_name(want[i] == 'i' ? SQLITE_INTEGER : SQLITE_TEXT));
+        }
+    }
+    return ST_OK;
+}
+
+static const char *text_col(sqlite3_stmt *st, int col)
+{
+    const char *s = (const char *)sqlite3_column_text(st, col);
+    return s ? s : "";
+}
+
+int st_cpu_block_iter_open(st_cpu_block_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns, int64_t t1_ns)
+{
+    *out = NULL;
+    st_cpu_block_iter *it = calloc(1, sizeof *it);
+    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->m = r->m;
+    it->r = r;
+    it->thread = thread;
+    it->t0 = t0_ns;
+    it->t1 = t1_ns;
+    int rc = r->m->cpu_block_open(it, r, thread);
+    if (rc) {
+        st_cpu_block_iter_close(it);
+        return rc;
+    }
+    *out = it;
+    return ST_OK;
+}
+
+int st_cpu_block_iter_next(st_cpu_block_iter *it, st_cpu_block_row *out)
+{
+    memset(out, 0, sizeof *out);
+    out->name = out->wchan = "";
+    return it->m->cpu_block_next(it, out);
+}
+
+void st_cpu_block_iter_close(st_cpu_block_iter *it)
+{
+    if (!it) return;
+    it->m->cpu_block_close(it);
+    free(it);
+}
+
+int st_rd_file_cpu_block_open(st_cpu_block_iter *it, st_reader *r, uint32_t thread)
+{
+    struct cpu_data *c;
+    int rc = cpu_load(r, &c);
+    if (rc) return rc;
+    int has = extra_table(r, &c->blocks_state, "cpu_blocks");
+    if (has <= 0) return has;
+    if (!st_rd_thread_by_id(r, thread)) return ST_OK;
+    /* a row whose time is not an integer is read (and refused) whatever the window */
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT id, typeof(t_ns), typeof(seen_ns), typeof(syscall), typeof(name), typeof(arg0), "
+                           "typeof(arg1), typeof(wchan), t_ns, seen_ns, syscall, name, arg0, arg1, wchan "
+                           "FROM main.cpu_blocks WHERE thread = ?1 AND (typeof(t_ns) <> 'integer' OR "
+                           "(t_ns >= ?2 AND t_ns < ?3)) ORDER BY t_ns, id",
+                           -1, &it->st, NULL) != SQLITE_OK)
+        return st_rd_bad("cpu_blocks", sqlite3_errmsg(r->db));
+    sqlite3_bind_int64(it->st, 1, thread);
+    sqlite3_bind_int64(it->st, 2, it->t0);
+    sqlite3_bind_int64(it->st, 3, it->t1);
+    return ST_OK;
+}
+
+int st_rd_file_cpu_block_next(st_cpu_block_iter *it, st_cpu_block_row *out)
+{
+    if (!it->st) return 0;
+    int rc = sqlite3_step(it->st);
+    if (rc == SQLITE_DONE) return 0;
+    if (rc != SQLITE_ROW) return st_rd_bad("cpu_blocks", sqlite3_errmsg(it->r->db));
+    sqlite3_stmt *st = it->st;
+    char label[64];
+    snprintf(label, sizeof label, "row id %lld", (long long)sqlite3_column_int64(st, 0));
+    static const char *const names[] = {"t_ns", "seen_ns", "syscall", "name", "arg0", "arg1", "wchan"};
+    if ((rc = row_types(st, 1, names, "iiitiit", 7, "cpu_blocks", label))) return rc;
+    out->thread = it->thread;
+    out->t_ns = sqlite3_column_int64(st, 8);
+    out->seen_ns = sqlite3_column_int64(st, 9);
+    out->syscall = sqlite3_column_int64(st, 10);
+    out->name = text_col(st, 11);
+    out->arg0 = sqlite3_column_int64(st, 12);
+    out->arg1 = sqlite3_column_int64(st, 13);
+    out->wchan = text_col(st, 14);
+    const char *bad = out->t_ns < 0 ? "t_ns is negative"
+                      : out->seen_ns < out->t_ns ? "seen_ns is before t_ns"
+                      : out->syscall < -1 ? "syscall is below -1"
+                      : sqlite3_column_bytes(st, 11) > ST_NAME_MAX ? "name is too long"
+                      : sqlite3_column_bytes(st, 14) > ST_NAME_MAX ? "wchan is too long"
+                                                                   : NULL;
+    if (bad) return st_set_error(ST_ECORRUPT, "trace table 'cpu_blocks': %s: %s", label, bad);
+    return 1;
+}
+
+void st_rd_file_cpu_block_close(st_cpu_block_iter *it) { sqlite3_finalize(it->st); }
+
+int st_cpu_window_iter_open(st_cpu_window_iter **out, st_reader *r)
+{
+    *out = NULL;
+    st_cpu_window_iter *it = calloc(1, sizeof *it);
+    if (!it) return st_set_error(ST_ENOMEM, "out of memory");
+    it->m = r->m;
+    it->r = r;
+    int rc = r->m->cpu_window_open(it, r);
+    if (rc) {
+        st_cpu_window_iter_close(it);
+        return rc;
+    }
+    *out = it;
+    return ST_OK;
+}
+
+int st_cpu_window_iter_next(st_cpu_window_iter *it, st_cpu_window_row *out)
+{
+    memset(out, 0, sizeof *out);
+    out->name = "";
+    out->rank = -1;
+    return it->m->cpu_window_next(it, out);
+}
+
+void st_cpu_window_iter_close(st_cpu_window_iter *it)
+{
+    if (!it) return;
+    it->m->cpu_window_close(it);
+    free(it);
+}
+
+int st_rd_file_cpu_window_open(st_cpu_window_iter *it, st_reader *r)
+{
+    struct cpu_data *c;
+    int rc = cpu_load(r, &c);
+    if (rc) return rc;
+    int has = extra_table(r, &c->windows_state, "cpu_windows");
+    if (has <= 0) return has;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT typeof(window), typeof(step), typeof(t0_ns), typeof(t1_ns), typeof(os_tid), "
+                           "typeof(thread), typeof(name), typeof(oncpu_ns), typeof(runq_ns), typeof(slices), "
+                           "window, step, t0_ns, t1_ns, os_tid, thread, name, oncpu_ns, runq_ns, slices "
+                           "FROM main.cpu_windows ORDER BY window, os_tid",
+                           -1, &it->st, NULL) != SQLITE_OK)
+        return st_rd_bad("cpu_windows", sqlite3_errmsg(r->db));
+    return ST_OK;
+}
+
+int st_rd_file_cpu_window_next(st_cpu_window_iter *it, st_cpu_window_row *out)
+{
+    if (!it->st) return 0;
+    int rc = sqlite3_step(it->st);
+    if (rc == SQLITE_DONE) return 0;
+    if (rc != SQLITE_ROW) return st_rd_bad("cpu_windows", sqlite3_errmsg(it->r->db));
+    sqlite3_stmt *st = it->st;
+    char label[96];
+    const char *ty0 = (const char *)sqlite3_column_text(st, 0), *ty4 = (const char *)sqlite3_column_text(st, 4);
+    if (ty0 && ty0[0] == 'i' && ty4 && ty4[0] == 'i')
+        snprintf(label, sizeof label, "row (window %lld, os_tid %lld)", (long long)sqlite3_column_int64(st, 10),
+                 (long long)sqlite3_column_int64(st, 14));
+    else
+        snprintf(label, sizeof label, "a row");
+    static const char *const names[] = {"window", "step",   "t0_ns",  "t1_ns",   "os_tid",
+                                        "thread", "name",   "oncpu_ns", "runq_ns", "slices"};
+    if ((rc = row_types(st, 0, names, "iiiiiitiii", 10, "cpu_windows", label))) return rc;
+    out->window = sqlite3_column_int64(st, 10);
+    out->step = sqlite3_column_int64(st, 11);
+    out->t0_ns = sqlite3_column_int64(st, 12);
+    out->t1_ns = sqlite3_column_int64(st, 13);
+    out->os_tid = sqlite3_column_int64(st, 14);
+    out->thread = sqlite3_column_int64(st, 15);
+    out->name = text_col(st, 16);
+    out->oncpu_ns = sqlite3_column_int64(st, 17);
+    out->runq_ns = sqlite3_column_int64(st, 18);
+    out->slices = sqlite3_column_int64(st, 19);
+    const char *bad = out->window < 0 ? "window is negative"
+                      : out->step < -1 ? "step is below -1"
+                      : out->t0_ns < 0 ? "t0_ns is negative"
+                      : out->t1_ns < out->t0_ns ? "t1_ns is before t0_ns"
+                      : out->os_tid <= 0 ? "os_tid is not positive"
+                      : out->oncpu_ns < 0 ? "oncpu_ns is negative"
+                      : out->runq_ns < 0 ? "runq_ns is negative"
+                      : out->slices < 0 ? "slices is negative"
+                      : sqlite3_column_bytes(st, 16) > ST_NAME_MAX ? "name is too long"
+                                                                   : NULL;
+    if (bad) return st_set_error(ST_ECORRUPT, "trace table 'cpu_windows': %s: %s", label, bad);
+    if (out->thread != -1 && (out->thread < 0 || out->thread > UINT32_MAX ||
+                              !st_rd_thread_by_id(it->r, (uint32_t)out->thread)))
+        return st_set_error(ST_ECORRUPT, "trace table 'cpu_windows': %s names unknown thread %lld", label,
+                            (long long)out->thread);
+    return 1;
+}
+
+void st_rd_file_cpu_window_close(st_cpu_window_iter *it) { sqlite3_finalize(it->st); }

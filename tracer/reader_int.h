@@ -167,6 +167,7 @@ int st_rd_check_meta_table(st_reader *r);
 int st_rd_check_small_tables(st_reader *r);
 int st_rd_check_chunk_tables(st_reader *r);
 int st_rd_check_cpu_tables(st_reader *r);
+int st_rd_check_cpu_extra(st_reader *r, const char *table);
 
 /* ---- reader_clock.c ---- */
 int st_rd_check_rank_meta(st_reader *r);
@@ -227,6 +228,12 @@ struct st_reader_methods {
     int (*cpu_stack)(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
     int (*cpu_frame_name)(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
     int (*cpu_map)(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
+    int (*cpu_block_open)(st_cpu_block_iter *it, st_reader *r, uint32_t thread); /* it->r, window set */
+    int (*cpu_block_next)(st_cpu_block_iter *it, st_cpu_block_row *out);
+    void (*cpu_block_close)(st_cpu_block_iter *it);
+    int (*cpu_window_open)(st_cpu_window_iter *it, st_reader *r);
+    int (*cpu_window_next)(st_cpu_window_iter *it, st_cpu_window_row *out);
+    void (*cpu_window_close)(st_cpu_window_iter *it);
 };
 
 /* st_reader_meta and st_reader_thread_by_id, inline: the files that
@@ -258,7 +265,31 @@ struct st_cpu_iter {
     const set_part *part;
     uint32_t part_index;
 };
+/* cpu_blocks and cpu_windows rows, read with SQL (a file's), or through
+ * the rank's iterator (a set's: sub, part). */
+struct st_cpu_block_iter {
+    const st_reader_methods *m;
+    st_reader *r;
+    uint32_t thread;
+    int64_t t0, t1;
+    sqlite3_stmt *st; /* NULL: no rows */
+    st_cpu_block_iter *sub;
+    const set_part *part;
+};
+struct st_cpu_window_iter {
+    const st_reader_methods *m;
+    st_reader *r;
+    sqlite3_stmt *st; /* NULL: no rows */
+    st_cpu_window_iter *sub;
+    uint32_t part; /* a set's: the part sub reads */
+};
 void st_rd_cpu_free(st_reader *r);
+int st_rd_file_cpu_block_open(st_cpu_block_iter *it, st_reader *r, uint32_t thread);
+int st_rd_file_cpu_block_next(st_cpu_block_iter *it, st_cpu_block_row *out);
+void st_rd_file_cpu_block_close(st_cpu_block_iter *it);
+int st_rd_file_cpu_window_open(st_cpu_window_iter *it, st_reader *r);
+int st_rd_file_cpu_window_next(st_cpu_window_iter *it, st_cpu_window_row *out);
+void st_rd_file_cpu_window_close(st_cpu_window_iter *it);
 int st_rd_file_has_cpu(st_reader *r);
 int st_rd_file_cpu_thread(st_reader *r, uint32_t thread, st_cpu_thread_info *out);
 int st_rd_file_cpu_open(st_cpu_iter *it, st_reader *r, uint32_t thread);

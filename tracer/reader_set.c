@@ -841,6 +841,65 @@ static int set_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *ou
     return rc ? rc : st_reader_cpu_map(p->r, stack & 0xffffffffu, map, out);
 }
 
+/* cpu_blocks: the thread's rank's rows, times mapped. cpu_windows: rank by
+ * rank, times mapped, a registered thread's id the set's. */
+static int set_cpu_block_open(st_cpu_block_iter *it, st_reader *r, uint32_t thread)
+{
+    if (thread >= r->n_threads) return ST_OK;
+    it->part = &r->parts[r->thread_part[thread]];
+    return st_cpu_block_iter_open(&it->sub, it->part->r, r->thread_local[thread], set_unmap(it->part, it->t0, 1),
+                                  set_unmap(it->part, it->t1, 0));
+}
+
+static int set_cpu_block_next(st_cpu_block_iter *it, st_cpu_block_row *out)
+{
+    if (!it->sub) return 0;
+    int rc;
+    while ((rc = st_cpu_block_iter_next(it->sub, out)) == 1) {
+        if ((rc = set_map(it->part, out->t_ns, &out->t_ns)) || (rc = set_map(it->part, out->seen_ns, &out->seen_ns)))
+            return rc;
+        if (out->t_ns < it->t0 || out->t_ns >= it->t1) continue;
+        out->thread = it->thread;
+        return 1;
+    }
+    return rc;
+}
+
+static void set_cpu_block_close(st_cpu_block_iter *it) { st_cpu_block_iter_close(it->sub); }
+
+static int set_cpu_window_open(st_cpu_window_iter *it, st_reader *r)
+{
+    it->part = 0;
+    return r->n_parts ? st_cpu_window_iter_open(&it->sub, r->parts[0].r) : ST_OK;
+}
+
+static int set_cpu_window_next(st_cpu_window_iter *it, st_cpu_window_row *out)
+{
+    st_reader *r = it->r;
+    while (it->sub) {
+        int rc = st_cpu_window_iter_next(it->sub, out);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            st_cpu_window_iter_close(it->sub);
+            it->sub = NULL;
+            if (++it->part < r->n_parts && (rc = st_cpu_window_iter_open(&it->sub, r->parts[it->part].r))) return rc;
+            continue;
+        }
+        const set_part *p = &r->parts[it->part];
+        if ((rc = set_map(p, out->t0_ns, &out->t0_ns)) || (rc = set_map(p, out->t1_ns, &out->t1_ns))) return rc;
+        if (out->thread >= 0) {
+            const st_thread_info *th = st_rd_thread_by_id(p->r, (uint32_t)out->thread); /* checked by the rank's reader */
+            out->thread = th ? (int64_t)p->thread_of[th - p->r->threads] : -1;
+        }
+        out->part = it->part;
+        out->rank = p->rank;
+        return 1;
+    }
+    return 0;
+}
+
+static void set_cpu_window_close(st_cpu_window_iter *it) { st_cpu_window_iter_close(it->sub); }
+
 /* ---- the rank set's methods (a file's: reader.c) ---- */
 
 static const char *set_meta(const st_reader *r, const char *key) { return st_reader_meta(r->parts[0].r, key); }
@@ -882,4 +941,10 @@ static const st_reader_methods set_methods = {
     .cpu_stack = set_cpu_stack,
     .cpu_frame_name = set_cpu_frame_name,
     .cpu_map = set_cpu_map,
+    .cpu_block_open = set_cpu_block_open,
+    .cpu_block_next = set_cpu_block_next,
+    .cpu_block_close = set_cpu_block_close,
+    .cpu_window_open = set_cpu_window_open,
+    .cpu_window_next = set_cpu_window_next,
+    .cpu_window_close = set_cpu_window_close,
 };

@@ -503,6 +503,52 @@ typedef struct st_cpu_map {
     const char *path, *build_id;
 } st_cpu_map;
 ST_API int st_reader_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
+/* Why a thread was blocked: its cpu_blocks rows (docs/trace-format.md), the
+ * blocks the writer examined, with t0_ns <= t_ns < t1_ns, in t_ns order
+ * (then id). t_ns is the block's blocked switch-out (the ST_CPU_ROW_OUT_BLOCKED
+ * row of that time); seen_ns when /proc was read. A trace without the table
+ * (the five other CPU tables only) has no rows. Each row is checked as it is
+ * read (types; 0 <= t_ns <= seen_ns; syscall >= -1; names of at most
+ * ST_NAME_MAX bytes), every row's thread at the first open: a fault is
+ * ST_ECORRUPT with one line naming the table. A rank set's: the thread's
+ * rank's rows, the times mapped onto rank 0's clock. Strings are valid
+ * until the next call on the iterator. */
+typedef struct st_cpu_block_row {
+    uint32_t thread;
+    int64_t t_ns, seen_ns;
+    int64_t syscall;           /* this architecture's number; -1 outside a system call */
+    const char *name, *wchan;  /* "futex", "read", ...; "" when none */
+    int64_t arg0, arg1;
+} st_cpu_block_row;
+typedef struct st_cpu_block_iter st_cpu_block_iter;
+ST_API int st_cpu_block_iter_open(st_cpu_block_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns,
+                                  int64_t t1_ns);
+ST_API int st_cpu_block_iter_next(st_cpu_block_iter *it, st_cpu_block_row *out); /* 1, 0 = done, <0 error */
+ST_API void st_cpu_block_iter_close(st_cpu_block_iter *it);
+
+/* Every thread's CPU use per window: the cpu_windows rows (the process's
+ * threads, registered or not, from /proc schedstat), in window order, then
+ * os_tid. thread: the reader's thread id of a registered thread, -1 for
+ * one the program did not register. Each row is checked as it is read
+ * (types; window >= 0, step >= -1, 0 <= t0_ns <= t1_ns, os_tid > 0,
+ * oncpu_ns, runq_ns, slices >= 0, a thread -1 or known, a name of at most
+ * ST_NAME_MAX bytes): a fault is ST_ECORRUPT naming the table. A trace
+ * without the table has no rows. A rank set's: rank by rank (ascending),
+ * part its index in the set and rank its rank, times on rank 0's clock,
+ * threads the set's; a file's: part 0, rank -1. name is valid until the
+ * next call. */
+typedef struct st_cpu_window_row {
+    int64_t window, step, t0_ns, t1_ns, os_tid;
+    int64_t thread;
+    const char *name; /* the thread's comm */
+    int64_t oncpu_ns, runq_ns, slices;
+    uint32_t part;
+    int rank;
+} st_cpu_window_row;
+typedef struct st_cpu_window_iter st_cpu_window_iter;
+ST_API int st_cpu_window_iter_open(st_cpu_window_iter **out, st_reader *r);
+ST_API int st_cpu_window_iter_next(st_cpu_window_iter *it, st_cpu_window_row *out); /* 1, 0 = done, <0 error */
+ST_API void st_cpu_window_iter_close(st_cpu_window_iter *it);
 
 /* Where the row an iterator's last next() returned is stored: the id of its
  * chunk row (range_chunks.id, counter_chunks.id, gpu_chunks.id) and its
