@@ -269,7 +269,13 @@ static void put_cpu_lines(an_out *out, const an_pipe *p, const an_verdict *v, co
             else if (c->verdict == AN_CPU_STARVED)
                 an_out_text(out, "CPU-starved, not compute-bound: runnable but without a core for %s of it (fewer busy "
                                  "threads on its cores, or more cores, would speed it more than faster code).\n", pre);
-            else
+            else if (c->verdict == AN_CPU_LOCK_BOUND) {
+                char fx[16];
+                an_fmt_pct1(pct_of(c->work_futex_ns, c->work_blocked_ns), fx, sizeof fx);
+                an_out_text(out, "lock-bound, not compute-bound: its threads gave up the CPU for %s of it inside work "
+                                 "stages, %s of that in futex waits (a mutex, a condition variable; analyze cpu shows "
+                                 "which).\n", blk, fx);
+            } else
                 an_out_text(out, "blocked, not compute-bound: its threads gave up the CPU for %s of it inside work "
                                  "stages (a lock, I/O, a sleep or a device wait; analyze cpu shows where).\n", blk);
         }

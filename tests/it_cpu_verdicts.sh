@@ -28,7 +28,7 @@ command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 is needed to read meta"; 
 
 it_enter_tmp
 
-for s in blocked starved; do
+for s in blocked starved locked; do
     expect_ok "rec_$s" "$REC" --scene "$s" "$s.sqlite"
 done
 [ "$(sqlite3 blocked.sqlite "select value from meta where key = 'cpu_mode'")" = perf ] ||
@@ -63,6 +63,22 @@ cpu = [b for b in blocks if b.startswith("role,threads,cpu_threads")][0]
 w = [r for r in csv.DictReader(io.StringIO(cpu)) if r["role"] == "worker"][0]
 assert float(w["work_blocked_pct"]) >= 80 and w["bottleneck"] == "yes", w
 EOF
+
+# ---- locked: compute waits on a mutex another thread holds ----
+expect_ok bn_locked "$A" bottleneck locked.sqlite
+grep -q "^CPU: worker's work is .* lock-bound, not compute-bound: .* in futex waits" bn_locked.out ||
+    fail "locked: $(grep '^CPU' bn_locked.out)"
+ok
+expect_ok bnc_locked "$A" bottleneck --format csv locked.sqlite
+py "bottleneck csv locked" <<'EOF'
+import csv, io
+blocks = open("bnc_locked.out").read().strip().split("\n\n")
+verdict = list(csv.DictReader(io.StringIO(blocks[0])))[0]
+assert verdict["cpu_verdict"] == "lock-bound", verdict
+EOF
+expect_ok cpu_locked "$A" cpu --format csv locked.sqlite
+grep -q "futex" cpu_locked.out || fail "locked: no futex reason in analyze cpu"
+ok
 
 # ---- starved ----
 expect_ok bn_starved "$A" bottleneck starved.sqlite

@@ -36,6 +36,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,13 @@ static void test_judge(void **state)
     assert_int_equal(an_cpu_judge_work(100, 40, 30, 30), AN_CPU_STARVED); /* a tie: preempted */
     assert_int_equal(an_cpu_judge_work(100, 0, 0, 100), AN_CPU_BLOCKED);
     assert_int_equal(an_cpu_judge_work(INT64_MAX, 0, INT64_MAX / 2, INT64_MAX / 2 + 1), AN_CPU_BLOCKED);
+    /* futex waits above half the blocked time: lock-bound; at half or with preemption dominating: not */
+    assert_int_equal(an_cpu_judge_work_locks(100, 0, 0, 100, 51), AN_CPU_LOCK_BOUND);
+    assert_int_equal(an_cpu_judge_work_locks(100, 0, 0, 100, 50), AN_CPU_BLOCKED);
+    assert_int_equal(an_cpu_judge_work_locks(100, 40, 35, 25, 25), AN_CPU_STARVED);
+    assert_int_equal(an_cpu_judge_work_locks(100, 60, 0, 40, 40), AN_CPU_COMPUTE);
+    assert_int_equal(an_cpu_judge_work_locks(0, 0, 0, 0, 0), AN_CPU_NO_WORK);
+    assert_string_equal(an_cpu_verdict_name(AN_CPU_LOCK_BOUND), "lock-bound");
     assert_string_equal(an_cpu_verdict_name(AN_CPU_COMPUTE), "compute-bound");
     assert_string_equal(an_cpu_verdict_name(AN_CPU_STARVED), "CPU-starved");
     assert_string_equal(an_cpu_verdict_name(AN_CPU_BLOCKED), "blocked");
@@ -336,6 +344,28 @@ static void *spin_thread(void *arg)
     return NULL;
 }
 
+/* locked: a holder thread (not registered) takes a mutex, posts a
+ * semaphore and keeps the mutex 5 ms; the worker, once posted, locks it
+ * inside compute, so compute waits about 5 ms in futex per step, 12 steps. */
+typedef struct holder {
+    pthread_mutex_t mu;
+    sem_t held, done;
+    int steps;
+} holder;
+
+static void *hold_thread(void *arg)
+{
+    holder *h = arg;
+    for (int i = 0; i < h->steps; i++) {
+        pthread_mutex_lock(&h->mu);
+        sem_post(&h->held);
+        usleep(5000);
+        pthread_mutex_unlock(&h->mu);
+        sem_wait(&h->done);
+    }
+    return NULL;
+}
+
 /* blocked: the worker's compute is a 5 ms usleep, 12 steps. starved: 4
  * threads pinned to one core spin 10 ms of CPU time each per step, 12
  * steps, main waits.
@@ -368,6 +398,26 @@ static int scene(const char *name, const char *path, uint64_t n)
             st_end(COMPUTE_STAGE);
             st_step((uint64_t)s, 100);
         }
+    } else if (strcmp(name, "locked") == 0) {
+        if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
+        enum { STEPS = 12 };
+        holder h = {.steps = STEPS};
+        pthread_mutex_init(&h.mu, NULL);
+        sem_init(&h.held, 0, 0);
+        sem_init(&h.done, 0, 0);
+        pthread_t th;
+        if (pthread_create(&th, NULL, hold_thread, &h)) return 13;
+        st_step(0, 0);
+        for (int s = 1; s <= STEPS; s++) {
+            sem_wait(&h.held);
+            st_begin(COMPUTE_STAGE);
+            pthread_mutex_lock(&h.mu);
+            pthread_mutex_unlock(&h.mu);
+            st_end(COMPUTE_STAGE);
+            sem_post(&h.done);
+            st_step((uint64_t)s, 100);
+        }
+        pthread_join(th, NULL);
     } else if (strcmp(name, "starved") == 0) {
         cpu_set_t set;
         int cpu = -1;
