@@ -11,6 +11,8 @@ NVCC_ARCH ?= -arch=sm_90
 PREFIX ?= /usr/local
 DESTDIR ?=
 comma := ,
+empty :=
+space := $(empty) $(empty)
 H := \#
 
 ifneq ($(SAN),)
@@ -25,7 +27,12 @@ SANFLAGS :=
 endif
 
 OPT ?= -O2
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC
+# Frame pointers in every function, leaves included, so that the CPU capture's call stacks (the
+# kernel's frame-pointer walk, and the signal sampler's) reach through this project's own code;
+# FRAME_POINTERS=0 leaves them out (bench/RESULTS.md has what they cost a range).
+FRAME_POINTERS ?= 1
+FPFLAGS := $(if $(filter 1,$(FRAME_POINTERS)),-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer)
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -fPIC $(FPFLAGS)
 # tracer/include is the public API (installed): stagetrace.h (recording) and
 # stagetrace_reader.h (reading). tracer/ holds the library's internal headers
 # (st_*.h, encoding.h, ring.h), for its own files, the tests and the trainer.
@@ -290,7 +297,7 @@ $(LIB_KERNELS): $(KERNELS_OBJ)
 
 # CUDA half: kernels/*.cu (and trainer/*.cu) with nvcc, when the toolkit exists.
 NVCC := $(CUDA_HOME)/bin/nvcc
-NVCCFLAGS ?= -O3 $(NVCC_ARCH) -std=c++17 -Xcompiler -fPIC,-Wall -lineinfo
+NVCCFLAGS ?= -O3 $(NVCC_ARCH) -std=c++17 -Xcompiler -fPIC,-Wall$(if $(FPFLAGS),$(comma)$(subst $(space),$(comma),$(FPFLAGS))) -lineinfo
 KERNELS_CU := $(if $(HAVE_CUDA),$(sort $(wildcard kernels/*.cu)))
 KERNELS_CU_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(KERNELS_CU))
 LIB_KERNELS_CUDA := $(if $(KERNELS_CU),$(BUILD)/libkernels_cuda.a)
