@@ -290,7 +290,14 @@ typedef struct sample {
     int64_t ts;
     uint32_t stack, stage;
     int known, has_burn;
+    int flagged;      /* kind 6 or 7 */
+    uint32_t flags;
 } sample;
+
+typedef struct wait_stack {
+    int64_t ts;
+    uint32_t stack;
+} wait_stack;
 
 typedef struct trace_read {
     sqlite3 *db;
@@ -300,6 +307,8 @@ typedef struct trace_read {
     int n_samples;
     long n_in, n_out, n_preempted, n_lost_recs;
     int64_t sleep_outs[ROUNDS], sleep_ins[ROUNDS];
+    wait_stack waits[256]; /* the blocked switch-outs stored with a wait stack (kind 8) */
+    int n_waits;
 } trace_read;
 
 static char *meta(sqlite3 *db, const char *key)
@@ -383,6 +392,8 @@ static void read_trace(const char *path, trace_read *r)
         while ((rc = st_cpu_next(&c, &rec)) == 1) {
             assert_true(rec.ts_ns >= t0 && rec.ts_ns <= t1);
             if (rec.kind == ST_CPU_REC_IN) r->n_in++;
+            if (rec.kind == ST_CPU_REC_OUT_STACK && r->n_waits < 256) r->waits[r->n_waits++] = (wait_stack){rec.ts_ns, rec.stack};
+            if (rec.kind == ST_CPU_REC_OUT_STACK) rec.kind = ST_CPU_REC_OUT; /* a blocked switch-out too */
             if (rec.kind == ST_CPU_REC_OUT) r->n_out++;
             if (rec.kind == ST_CPU_REC_PREEMPTED) r->n_preempted++;
             if (rec.kind == ST_CPU_REC_LOST) r->n_lost_recs++;
@@ -399,9 +410,11 @@ static void read_trace(const char *path, trace_read *r)
                     sleeps_seen = 1;
                 }
             }
-            if ((rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN) && r->n_samples < 4096)
+            int flagged = rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
+            if ((rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged) && r->n_samples < 4096)
                 r->samples[r->n_samples++] =
-                    (sample){rec.ts_ns, rec.stack, rec.stage, rec.kind == ST_CPU_REC_SAMPLE, 0};
+                    (sample){rec.ts_ns, rec.stack, rec.stage,
+                             rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS, 0, flagged, rec.flags};
         }
         assert_int_equal(rc, 0);
     }
@@ -434,7 +447,8 @@ static int range_index_at(const trace_read *r, int64_t ts)
 static void check_blocks(const trace_read *r)
 {
     sqlite3 *db = r->db;
-    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
+    const char *level = meta(db, "cpu_block_reasons");
+    assert_true(strcmp(level, "proc") == 0 || strcmp(level, "proc+stacks") == 0);
     assert_string_equal(meta(db, "cpu_block_min_ns"), "1000000");
     assert_int_equal(atoll(meta(db, "cpu_blocks")), one_int(db, "SELECT count(*) FROM cpu_blocks"));
     sqlite3_stmt *st;
@@ -535,6 +549,93 @@ static void check_windows(const trace_read *r, const char *path)
     assert_true(one_int(db, "SELECT count(DISTINCT window) FROM cpu_windows") >= ROUNDS + 1);
 }
 
+/* The samples: of those inside the burn ranges (at least min_in_burn),
+ * >= 90 % attributed to stage burn by the writer and >= 90 % of those with
+ * burn named in the stack; the sleep ranges get at most 5 % as many. */
+static void check_burn_samples(const trace_read *r, long long lost, long min_in_burn)
+{
+    long in_burn = 0, burn_attr = 0, burn_named = 0, in_sleep = 0, unknown = 0;
+    for (int i = 0; i < r->n_samples; i++) {
+        const sample *s = &r->samples[i];
+        uint32_t at = range_stage_at(r, s->ts);
+        if (!s->known) unknown++;
+        if (at == SLEEP) in_sleep++;
+        if (at != BURN) continue;
+        in_burn++;
+        if (s->known && s->stage == BURN) {
+            burn_attr++;
+            burn_named += s->has_burn;
+        }
+    }
+    double hz = atof(meta(r->db, "cpu_sample_hz"));
+    printf("%d samples (%.1f per CPU second, %lld lost, %ld of unknown stage); in the burn ranges %ld, "
+           "%ld attributed to burn, %ld of them with burn named in the stack; in the sleep ranges %ld; "
+           "switches in %ld out %ld preempted %ld\n",
+           r->n_samples, hz, lost, unknown, in_burn, burn_attr, burn_named, in_sleep, r->n_in, r->n_out,
+           r->n_preempted);
+    assert_true(in_burn >= min_in_burn);
+    assert_true(burn_attr >= 0.90 * in_burn);
+    assert_true(burn_named >= 0.90 * burn_attr);
+    assert_true(in_sleep <= 0.05 * in_burn + 1);
+}
+
+/* Wait stacks (meta cpu_block_reasons 'proc+stacks' where the kernel
+ * allows the context-switch event: root, CAP_PERFMON, paranoid <= 1):
+ * every blocked switch-out of the sleep, cond, pipe and nap ranges has its
+ * stack (kind 8), but for one in each kind of wait at most (a wait-stack
+ * sample the kernel lost, or a switch-out drained more than 100 ms after
+ * it); their stacks start in the system call's libc wrapper, named
+ * clock_nanosleep for the sleeps and read for the pipe; the count is
+ * meta cpu_wait_stacks. Elsewhere 'proc', with the refusal in
+ * cpu_wait_stacks_reason and no kind 8. */
+static void check_wait_stacks(const trace_read *r)
+{
+    sqlite3 *db = r->db;
+    char level[32];
+    snprintf(level, sizeof level, "%s", meta(db, "cpu_block_reasons"));
+    assert_int_equal(atoll(meta(db, "cpu_wait_stacks")), r->n_waits);
+    if (strcmp(level, "proc+stacks") != 0) {
+        assert_string_equal(level, "proc");
+        const char *why = meta(db, "cpu_wait_stacks_reason");
+        printf("no wait stacks: %s\n", why ? why : "(no reason)");
+        assert_non_null(why);
+        assert_int_equal(r->n_waits, 0);
+        return;
+    }
+    int blocked[NAP + 1] = {0}, stacked[NAP + 1] = {0}, named[NAP + 1] = {0};
+    /* the blocked switch-outs per stage, from the chunks again */
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT n_records, data FROM cpu_chunks WHERE thread = 0 ORDER BY id", -1,
+                                        &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        st_cpu_cursor c;
+        assert_int_equal(st_cpu_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                                            (uint32_t)sqlite3_column_int64(st, 0)), 0);
+        st_cpu_rec rec;
+        while (st_cpu_next(&c, &rec) == 1) {
+            if (rec.kind != ST_CPU_REC_OUT && rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            uint32_t at = range_stage_at(r, rec.ts_ns);
+            if (at == ST_CPU_NO_STAGE || at == SPIN || at == BURN) continue;
+            blocked[at]++;
+            if (rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            stacked[at]++;
+            const char *want = at == PIPE ? "read" : at == COND ? NULL : "clock_nanosleep";
+            named[at] += want ? stack_has(db, rec.stack, want) || (at == PIPE && stack_has(db, rec.stack, "__read"))
+                              : 1;
+        }
+    }
+    sqlite3_finalize(st);
+    printf("wait stacks: %d stored; sleep %d/%d (named %d), cond %d/%d, pipe %d/%d (named %d), nap %d/%d (named %d)\n",
+           r->n_waits, stacked[SLEEP], blocked[SLEEP], named[SLEEP], stacked[COND], blocked[COND], stacked[PIPE],
+           blocked[PIPE], named[PIPE], stacked[NAP], blocked[NAP], named[NAP]);
+    for (int k = SLEEP; k <= NAP; k++) {
+        if (k == BURN) continue;
+        assert_true(blocked[k] >= ROUNDS);
+        assert_true(stacked[k] >= blocked[k] - 1);
+        assert_true(named[k] >= stacked[k] - 1);
+    }
+}
+
 /* The checks of a trace recorded with perf events (see the top). */
 static void check_perf_trace(const char *path)
 {
@@ -561,29 +662,9 @@ static void check_perf_trace(const char *path)
         assert_true(r.sleep_outs[k] >= 1);
         assert_true(r.sleep_ins[k] >= 1);
     }
-    long in_burn = 0, burn_attr = 0, burn_named = 0, in_sleep = 0, unknown = 0;
-    for (int i = 0; i < r.n_samples; i++) {
-        const sample *s = &r.samples[i];
-        uint32_t at = range_stage_at(&r, s->ts);
-        if (!s->known) unknown++;
-        if (at == SLEEP) in_sleep++;
-        if (at != BURN) continue;
-        in_burn++;
-        if (s->known && s->stage == BURN) {
-            burn_attr++;
-            burn_named += s->has_burn;
-        }
-    }
-    double hz = atof(meta(db, "cpu_sample_hz"));
-    printf("%d samples (%.1f per CPU second, %lld lost, %ld of unknown stage); in the burn ranges %ld, "
-           "%ld attributed to burn, %ld of them with burn named in the stack; in the sleep ranges %ld; "
-           "switches in %ld out %ld preempted %ld\n",
-           r.n_samples, hz, lost, unknown, in_burn, burn_attr, burn_named, in_sleep, r.n_in, r.n_out, r.n_preempted);
-    assert_true(in_burn >= 50);
-    assert_true(burn_attr >= 0.90 * in_burn);
-    assert_true(burn_named >= 0.90 * burn_attr);
-    assert_true(in_sleep <= 0.05 * in_burn + 1);
+    check_burn_samples(&r, lost, 50);
     check_blocks(&r);
+    check_wait_stacks(&r);
     check_windows(&r, path);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
@@ -632,6 +713,11 @@ static void test_record_as_nobody(void **state)
     check_perf_trace(path);
 }
 
+/* Under the seccomp filter the signal sampler takes the samples: cpu_mode
+ * timer, the refusal in cpu_reason and cpu_threads.reason, the period the
+ * asked 1 ms or the tick's if longer, an achieved rate within a factor 2
+ * of it, the burn checks as with perf events (fewer samples: at the tick
+ * rate), no switch records, no blocks, the windows all the same. */
 static void test_record_under_seccomp(void **state)
 {
     (void)state;
@@ -641,16 +727,32 @@ static void test_record_under_seccomp(void **state)
     read_trace(path, &r);
     sqlite3 *db = r.db;
     assert_string_equal(meta(db, "status"), "complete");
-    assert_string_equal(meta(db, "cpu_mode"), "refused");
+    assert_string_equal(meta(db, "cpu_mode"), "timer");
+    assert_string_equal(meta(db, "cpu_sampler"), "timer");
     const char *why = meta(db, "cpu_reason");
-    printf("under seccomp: cpu_mode refused, cpu_reason \"%s\"\n", why);
+    printf("under seccomp: cpu_mode timer, cpu_reason \"%s\"\n", why);
     assert_non_null(strstr(why, "seccomp"));
-    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
-    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'timer' AND reason LIKE '%seccomp%'"), 1);
     assert_int_equal(r.n_ranges, N_RANGES);
-    /* without perf events: no block reasons (no switch records), and the
-     * schedstat windows all the same */
+    long long tick_hz = atoll(meta(db, "cpu_timer_tick_hz"));
+    long long period = atoll(meta(db, "cpu_timer_period_ns"));
+    long long want = 1000000000ll / tick_hz > 1000000 ? 1000000000ll / tick_hz : 1000000;
+    double hz = atof(meta(db, "cpu_sample_hz"));
+    printf("signal sampler: signal %lld, tick %lld Hz", atoll(meta(db, "cpu_timer_signal")), tick_hz);
+    printf(" (%s), period %lld ns, %.1f samples per CPU second", meta(db, "cpu_timer_tick_source"), period, hz);
+    printf(", %s timer overruns\n", meta(db, "cpu_timer_overruns") ? meta(db, "cpu_timer_overruns") : "0");
+    assert_int_equal(period, want);
+    assert_int_equal(one_int(db, "SELECT period_ns FROM cpu_threads"), period);
+    assert_true(hz >= 0.5e9 / period && hz <= 2e9 / period);
+    assert_int_equal(atoll(meta(db, "cpu_samples")), r.n_samples);
+    assert_int_equal(one_int(db, "SELECT samples FROM cpu_threads"), r.n_samples);
+    assert_true(one_int(db, "SELECT cpu_ns FROM cpu_threads") > 200000000); /* the spins and burns */
+    check_burn_samples(&r, atoll(meta(db, "cpu_lost_records")), 15);
+    assert_int_equal(r.n_in + r.n_out + r.n_preempted, 0);
+    assert_null(meta(db, "cpu_switches")); /* written once non-zero */
+    assert_int_equal(one_int(db, "SELECT switches FROM cpu_threads"), 0);
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_blocks"), 0);
+    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
     check_windows(&r, path);
     sqlite3_close(db);
 }
@@ -665,9 +767,9 @@ static void test_chunk_bytes(void **state)
     st_cpu_encoder e = {0};
     assert_int_equal(st_cpu_chunk_start(&e), 0);
     st_cpu_rec recs[] = {
-        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0},
+        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0, 0},
     };
     for (int i = 0; i < 3; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
     static const uint8_t want[] = {0x50, 0x01, 0xd0, 0x0f, 0x00, 0xe8, 0x07, 0x03, 0xe8, 0x07, 0x07, 0x03};
@@ -677,13 +779,13 @@ static void test_chunk_bytes(void **state)
     assert_int_equal(e.t1_ns, 2000);
     /* more kinds, and time going back (zigzag): decode it all back */
     st_cpu_rec more[] = {
-        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99},
+        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99, 0},
     };
     for (int i = 0; i < 4; i++) assert_int_equal(st_cpu_put(&e, &more[i]), 0);
-    st_cpu_rec bad = {6, 0, 0, 0, 0};
+    st_cpu_rec bad = {9, 0, 0, 0, 0, 0};
     assert_int_equal(st_cpu_put(&e, &bad), -1);
     st_cpu_cursor c;
     assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 7), 0);
@@ -720,7 +822,7 @@ static void test_chunk_bytes(void **state)
     copy[0] = 0x51;
     assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), ST_ECORRUPT);
     copy[0] = 0x50;
-    copy[1] = 6; /* kind 6 */
+    copy[1] = 9; /* kind 9 */
     assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), 0);
     assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
     st_buf_free(&e.buf);
