@@ -174,7 +174,7 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
     st_cpu_timer *tm = NULL;
     if (samples && (hybrid || *status != ST_CPU_OK)) {
         char why[256];
-        if (st_cpu_timer_open(&tm, period, why, sizeof why) != ST_CPU_OK) {
+        if (st_cpu_timer_open(&tm, period, 0, why, sizeof why) != ST_CPU_OK) {
             tm = NULL;
             if (*status == ST_CPU_OK) {
                 /* no signal sampler: perf samples, without the GIL state */

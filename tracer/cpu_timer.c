@@ -140,10 +140,10 @@ static void on_signal(int signo, siginfo_t *si, void *ucv)
         if (si->si_overrun > 0) __atomic_add_fetch(&tm->overruns, (uint64_t)si->si_overrun, __ATOMIC_RELAXED);
         uint64_t head = __atomic_load_n(&tm->head, __ATOMIC_RELAXED);
         uint64_t tail = __atomic_load_n(&tm->tail, __ATOMIC_ACQUIRE);
-        if (head - tail >= ST_CPU_TIMER_RING) {
+        if (head - tail >= tm->ring_n) {
             __atomic_add_fetch(&tm->lost, 1, __ATOMIC_RELAXED);
         } else {
-            st_cpu_timer_sample *s = &tm->ring[head % ST_CPU_TIMER_RING];
+            st_cpu_timer_sample *s = &tm->ring[head % tm->ring_n];
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             s->t_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -201,7 +201,7 @@ static int install_handler(char *reason, size_t n)
     return -1;
 }
 
-int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, char *reason, size_t reason_size)
+int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, uint32_t ring_samples, char *reason, size_t reason_size)
 {
     *out = NULL;
     reason[0] = 0;
@@ -232,7 +232,8 @@ int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, char *reason, size
     tm->stack_lo = (uintptr_t)addr;
     tm->stack_hi = (uintptr_t)addr + size;
     /* anonymous memory: pages are touched only as samples fill them */
-    tm->ring_bytes = sizeof(st_cpu_timer_sample) * ST_CPU_TIMER_RING;
+    tm->ring_n = ring_samples ? ring_samples : ST_CPU_TIMER_RING;
+    tm->ring_bytes = sizeof(st_cpu_timer_sample) * tm->ring_n;
     void *ring = mmap(NULL, tm->ring_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ring == MAP_FAILED) {
         snprintf(reason, reason_size, "signal sampler: mmap of the sample buffer: %s", strerror(errno));
@@ -299,7 +300,7 @@ long st_cpu_timer_drain(st_cpu_timer *tm, st_cpu_sink *sink, const st_cpu_thread
     long n = 0;
     pid_t pid = getpid();
     for (; tail < head; tail++, n++) {
-        const st_cpu_timer_sample *s = &tm->ring[tail % ST_CPU_TIMER_RING];
+        const st_cpu_timer_sample *s = &tm->ring[tail % tm->ring_n];
         uint32_t nf = s->n_frames <= ST_CPU_TIMER_MAX_FRAMES ? s->n_frames : ST_CPU_TIMER_MAX_FRAMES;
         memcpy(sink->frames, s->frames, nf * sizeof *s->frames);
         st_cpu_sample out = {s->t_ns, (uint32_t)pid, (uint32_t)tm->tid, nf, sink->frames, s->gil};

@@ -213,6 +213,7 @@ typedef struct st_cpu_timer {
     uintptr_t stack_lo, stack_hi;
     uint64_t period_ns;        /* the timer's period (the asked one, at least a tick) */
     st_cpu_timer_sample *ring;
+    uint32_t ring_n;           /* samples it holds */
     size_t ring_bytes;
     uint64_t head;             /* written by the handler */
     uint64_t tail;             /* written by the consumer */
@@ -221,8 +222,10 @@ typedef struct st_cpu_timer {
     uint64_t n_samples;        /* drained */
 } st_cpu_timer;
 
-/* On the thread to sample: ST_CPU_OK and *out, or a status with reason. */
-int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, char *reason, size_t reason_size);
+/* On the thread to sample: ST_CPU_OK and *out, or a status with reason.
+ * period_ns 0: the default; ring_samples 0: ST_CPU_TIMER_RING. */
+int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, uint32_t ring_samples, char *reason,
+                      size_t reason_size);
 /* Passes each sample written since the last drain to sink->on_sample with
  * t as its thread; one consumer at a time. Returns the samples passed. */
 long st_cpu_timer_drain(st_cpu_timer *tm, st_cpu_sink *sink, const st_cpu_thread *t);
