@@ -147,10 +147,11 @@ static void on_signal(int signo, siginfo_t *si, void *ucv)
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             s->t_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-            int (*probe)(void) = tm->gil ? __atomic_load_n(&gil_probe, __ATOMIC_ACQUIRE) : NULL;
+            /* a thread opened with a probe keeps flagged samples: -1 once the probe is removed */
             int g = ST_CPU_GIL_NO_PROBE;
-            if (probe) {
-                g = probe();
+            if (tm->gil) {
+                int (*probe)(void) = __atomic_load_n(&gil_probe, __ATOMIC_ACQUIRE);
+                g = probe ? probe() : -1;
                 if (g != 0 && g != 1) g = -1;
             }
             s->gil = g;
