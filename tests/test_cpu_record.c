@@ -37,8 +37,15 @@
  * --clear-groups, when the test runs as root): the same checks where
  * perf_event_paranoid <= 2. Under a seccomp filter that refuses
  * perf_event_open (EPERM, as Docker's default profile): the recorder
- * exits 0, meta cpu_mode is "refused" with a cpu_reason naming seccomp,
- * cpu_threads says refused, and the ranges are all there. Where the kernel
+ * exits 0, the signal sampler takes the samples (meta cpu_mode "timer",
+ * a cpu_reason naming seccomp, cpu_threads status timer, the burn checks
+ * above, the period bounded by the tick, samples + overruns covering the
+ * thread's CPU time), no switch records, and the ranges are all there.
+ * Where the kernel allows the context-switch event (root here), every
+ * blocked switch-out of the waits carries its wait stack (kind 8; the
+ * reader's wait_stack rows); as nobody, the refusal is in meta. The GIL
+ * recorder (below) checks the fake probe's flags through the reader in
+ * the timer and hybrid modes, beside a program's own signals. Where the kernel
  * refuses perf events to this test altogether, the measured cases print
  * why and skip. Pure cases: the CPU chunk and stack encodings give the
  * bytes of docs/trace-format.md's examples, decode back, and every
@@ -733,6 +740,25 @@ static void check_wait_stacks(const trace_read *r)
         }
     }
     sqlite3_finalize(st);
+    /* the reader gives them as blocked switch-outs with wait_stack 1 */
+    st_reader *rd;
+    if (st_reader_open(&rd, sqlite3_db_filename(db, "main")) != ST_OK) fail_msg("%s", st_last_error());
+    st_cpu_iter *it;
+    assert_int_equal(st_cpu_iter_open(&it, rd, 0, INT64_MIN, INT64_MAX), ST_OK);
+    st_cpu_row row;
+    int rows_with = 0, k_rc;
+    while ((k_rc = st_cpu_iter_next(it, &row)) == 1) {
+        if (!row.wait_stack) continue;
+        assert_int_equal(row.kind, ST_CPU_ROW_OUT_BLOCKED);
+        const uint64_t *fr;
+        uint32_t nf;
+        assert_int_equal(st_reader_cpu_stack(rd, row.stack, &fr, &nf), ST_OK);
+        rows_with++;
+    }
+    assert_int_equal(k_rc, 0);
+    st_cpu_iter_close(it);
+    st_reader_close(rd);
+    assert_int_equal(rows_with, r->n_waits);
     printf("wait stacks: %d stored; sleep %d/%d (named %d), cond %d/%d, pipe %d/%d (named %d), nap %d/%d (named %d)\n",
            r->n_waits, stacked[SLEEP], blocked[SLEEP], named[SLEEP], stacked[COND], blocked[COND], stacked[PIPE],
            blocked[PIPE], named[PIPE], stacked[NAP], blocked[NAP], named[NAP]);
