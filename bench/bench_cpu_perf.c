@@ -16,6 +16,12 @@
  * CONFIG_IRQ_TIME_ACCOUNTING is off, so the sampling interrupt shows), and
  * work per second of wall time (what other load on the host also moves).
  *
+ * The signal sampler (tracer/cpu_timer.c), the fallback where perf
+ * events are refused: the same blocks with the thread's CPU-clock timer at
+ * the default period and at 1 kHz asked (the tick's period where that is
+ * longer), its buffer drained every millisecond; these run where perf
+ * events are refused too (the perf variants are then left out).
+ *
  * Drain: ns per record as the consumer saw it in the 1 ms drains (parse
  * and callbacks that count), and in one drain of a full 1 MiB ring filled
  * at 10 kHz with nothing draining (records cold in cache), both with and
@@ -54,15 +60,19 @@ __attribute__((noinline)) static uint64_t work_unit(uint64_t x)
     return x;
 }
 
-enum { V_OFF, V_SWITCHES, V_DEFAULT, V_1K, V_10K, N_VARIANTS };
-static const char *variant_name[N_VARIANTS] = {"off", "switches", "default", "1 kHz", "10 kHz"};
+enum { V_OFF, V_SWITCHES, V_DEFAULT, V_1K, V_10K, V_TIMER, V_TIMER_1K, N_VARIANTS };
+static const char *variant_name[N_VARIANTS] = {"off", "switches", "default", "1 kHz", "10 kHz", "timer", "timer 1k"};
 static uint64_t variant_period(int v)
 {
-    return v == V_SWITCHES ? UINT64_MAX : v == V_1K ? 1000000 : v == V_10K ? 100000 : 0;
+    return v == V_SWITCHES ? UINT64_MAX : v == V_1K || v == V_TIMER_1K ? 1000000 : v == V_10K ? 100000 : 0;
 }
+static int is_timer(int v) { return v == V_TIMER || v == V_TIMER_1K; }
+static int perf_ok; /* the perf variants run */
+static int variant_runs(int v) { return v == V_OFF || is_timer(v) || perf_ok; }
 
 typedef struct counts {
     uint64_t switches, samples, lost, frames, kept_frames, sum;
+    uint64_t overruns, timer_period_ns; /* the signal sampler's */
     int cut; /* cut each chain against the mappings */
 } counts;
 
@@ -94,6 +104,8 @@ typedef struct block {
     int variant;
     int64_t dur_ns;
     st_cpu_thread ev;
+    st_cpu_timer *tm;
+    char why[256];
     int open_rc;
     atomic_int state; /* 0 starting, 1 open (drain), 2 done */
     uint64_t units;
@@ -104,9 +116,13 @@ typedef struct block {
 static void *busy_thread(void *arg)
 {
     block *b = arg;
-    if (b->variant != V_OFF) {
+    if (is_timer(b->variant)) {
+        b->ev.fd = -1;
+        b->open_rc = st_cpu_timer_open(&b->tm, variant_period(b->variant), 0, b->why, sizeof b->why);
+    } else if (b->variant != V_OFF) {
         st_cpu_config cfg = {.period_ns = variant_period(b->variant)}; /* 0: the library's default */
         b->open_rc = st_cpu_thread_open(&b->ev, 0, &cfg);
+        snprintf(b->why, sizeof b->why, "%s", b->ev.reason);
     } else {
         b->ev.fd = -1;
     }
@@ -121,6 +137,7 @@ static void *busy_thread(void *arg)
     b->cpu_ns = thread_cpu_ns() - c0;
     b->units = units;
     b->sink_value = x;
+    st_cpu_timer_stop(b->tm);
     atomic_store(&b->state, 2);
     return NULL;
 }
@@ -137,7 +154,7 @@ static void run_block(block *b, counts *c)
     sink.ctx = c;
     while (atomic_load(&b->state) != 2) {
         int64_t t0 = mono_ns();
-        long n = st_cpu_thread_drain(&b->ev, &sink);
+        long n = st_cpu_thread_drain(&b->ev, &sink) + st_cpu_timer_drain(b->tm, &sink, &b->ev);
         if (n > 0) {
             drain_ns_total += mono_ns() - t0;
             drain_records_total += (uint64_t)n;
@@ -148,6 +165,14 @@ static void run_block(block *b, counts *c)
     pthread_join(th, NULL);
     st_cpu_thread_drain(&b->ev, &sink);
     st_cpu_thread_close(&b->ev);
+    if (b->tm) {
+        st_cpu_timer_drain(b->tm, &sink, &b->ev);
+        c->lost += b->tm->lost;
+        c->overruns += b->tm->overruns;
+        c->timer_period_ns = b->tm->period_ns;
+        st_cpu_timer_close(b->tm);
+        b->tm = NULL;
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -216,10 +241,12 @@ int main(int argc, char **argv)
     printf("perf_event_paranoid %ld, uid %d, %ld cores: %s; default period %.3f ms (%.0f Hz)\n", par, (int)getuid(),
            sysconf(_SC_NPROCESSORS_ONLN), rc == ST_CPU_OK ? "perf events open" : probe.reason, probe.period_ns / 1e6,
            probe.period_ns ? 1e9 / probe.period_ns : 0.0);
-    if (rc != ST_CPU_OK) {
-        printf("capture refused: nothing to measure\n");
-        return 0;
-    }
+    perf_ok = rc == ST_CPU_OK;
+    const char *tick_src;
+    long tick_hz = st_cpu_timer_tick_hz(&tick_src);
+    printf("signal sampler: tick %ld Hz (%s); default period %.3f ms, 1 kHz asked: %.3f ms\n", tick_hz, tick_src,
+           st_cpu_timer_period_for(0) / 1e6, st_cpu_timer_period_for(1000000) / 1e6);
+    if (!perf_ok) printf("perf events refused: the signal sampler's variants only\n");
 
     double *cpu_ratio[N_VARIANTS], *wall_ratio[N_VARIANTS];
     counts c[N_VARIANTS];
@@ -233,18 +260,20 @@ int main(int argc, char **argv)
         block b[N_VARIANTS];
         for (int k = 0; k < N_VARIANTS; k++) {
             int v = (k + r) % N_VARIANTS;
+            if (!variant_runs(v)) continue;
             memset(&b[v], 0, sizeof b[v]);
             b[v].variant = v;
             b[v].dur_ns = block_ns;
             run_block(&b[v], &c[v]);
             if (b[v].open_rc != ST_CPU_OK) {
-                printf("%s: %s\n", variant_name[v], b[v].ev.reason);
+                printf("%s: %s\n", variant_name[v], b[v].why);
                 return 1;
             }
             cpu_total[v] += b[v].cpu_ns;
         }
         double off_cpu = (double)b[V_OFF].units / b[V_OFF].cpu_ns, off_wall = (double)b[V_OFF].units / b[V_OFF].wall_ns;
         for (int v = 0; v < N_VARIANTS; v++) {
+            if (!variant_runs(v)) continue;
             cpu_ratio[v][r] = ((double)b[v].units / b[v].cpu_ns) / off_cpu;
             wall_ratio[v][r] = ((double)b[v].units / b[v].wall_ns) / off_wall;
         }
@@ -252,22 +281,28 @@ int main(int argc, char **argv)
     printf("\nbusy thread's work rate against capture off (%d interleaved rounds of %lld ms blocks; median [IQR]):\n",
            rounds, (long long)(block_ns / 1000000));
     printf("  %-8s %-24s %-24s %-12s %-10s %s\n", "capture", "per CPU second", "per wall second", "samples/s",
-           "switches", "lost");
+           "switches", "lost (timer: overruns, period)");
     for (int v = 0; v < N_VARIANTS; v++) {
+        if (!variant_runs(v)) continue;
         double q1, m, q3, w1, wm, w3;
         quartiles(cpu_ratio[v], rounds, &q1, &m, &q3);
         quartiles(wall_ratio[v], rounds, &w1, &wm, &w3);
         printf("  %-8s %.4f [%.4f-%.4f]   %.4f [%.4f-%.4f]   %-12.0f %-10llu %llu\n", variant_name[v], m, q1, q3, wm,
                w1, w3, cpu_total[v] ? c[v].samples / (cpu_total[v] / 1e9) : 0.0, (unsigned long long)c[v].switches,
                (unsigned long long)c[v].lost);
+        if (is_timer(v))
+            printf("           (overruns %llu, period %.3f ms)\n", (unsigned long long)c[v].overruns,
+                   c[v].timer_period_ns / 1e6);
     }
     printf("\ndrain, every 1 ms during the blocks: %llu records in %llu drains that found some: %.0f ns per record, "
            "%.2f µs per drain (with its two clock reads)\n",
            (unsigned long long)drain_records_total, (unsigned long long)drains_with_records,
            drain_records_total ? (double)drain_ns_total / drain_records_total : 0.0,
            drains_with_records ? drain_ns_total / 1e3 / drains_with_records : 0.0);
-    full_ring_drain(0);
-    full_ring_drain(1);
+    if (perf_ok) {
+        full_ring_drain(0);
+        full_ring_drain(1);
+    }
     st_cpu_maps_free(&maps);
     return 0;
 }

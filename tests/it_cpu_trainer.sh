@@ -72,6 +72,7 @@ for sid, n, data in db.execute("select id, n_frames, data from cpu_stacks"):
 samples, switches = {}, {}
 in_stage = {}
 kernel_named = 0
+wait_stacks = 0
 for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1_ns from cpu_chunks order by id"):
     assert data[0] == 0x50
     i, ts = 1, 0
@@ -81,12 +82,20 @@ for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1
         assert t0 <= ts <= t1
         if kind in (0, 1, 2):
             switches[th] = switches.get(th, 0) + 1
-        elif kind in (3, 4):
+        elif kind == 8:  # a blocked switch-out with its wait stack (proc+stacks)
+            sid, i = varint(data, i)
+            assert sid in stacks
+            switches[th] = switches.get(th, 0) + 1
+            wait_stacks += 1
+        elif kind in (3, 4, 6, 7):
             sid, i = varint(data, i)
             stage = None
-            if kind == 3:
+            if kind in (3, 6):
                 st, i = varint(data, i)
                 stage = stages[st - 1] if st else ""
+            if kind in (6, 7):
+                fl, i = varint(data, i)
+                assert fl in (0, 1, 3), fl
             samples[th] = samples.get(th, 0) + 1
             in_stage[(threads[th], stage)] = in_stage.get((threads[th], stage), 0) + 1
             if any(syms[f].startswith("k_") for f in stacks[sid]): kernel_named += 1
@@ -96,6 +105,8 @@ for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1
             raise SystemExit("bad kind %d" % kind)
     assert i == len(data), "bytes left in a chunk"
 assert sum(samples.values()) == int(meta["cpu_samples"]) == sum(r[2] for r in cpu_threads.values())
+assert wait_stacks == int(meta["cpu_wait_stacks"]), (wait_stacks, meta["cpu_wait_stacks"])
+assert (wait_stacks > 0) == (meta["cpu_block_reasons"] == "proc+stacks"), (wait_stacks, meta["cpu_block_reasons"])
 for th, r in cpu_threads.items():
     assert samples.get(th, 0) == r[2] and switches.get(th, 0) == r[3], (th, r, samples, switches)
     assert r[3] > 0, "no switch records on thread %s" % threads[th]

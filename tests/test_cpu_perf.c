@@ -453,6 +453,126 @@ static void test_burn_in_chain(void **state)
     st_cpu_maps_free(&proc_maps);
 }
 
+/* ---- the signal sampler (cpu_timer.c) -------------------------------------
+ * No perf event needed: these run under ST_TEST_REFUSE_PERF=1 too. A
+ * thread opens its timer (1 ms asked: the tick's period where that is
+ * longer) and burns 200 ms of its CPU time in burn(); the samples drained
+ * afterwards are this thread's, inside the burn, with no GIL probe, and
+ * >= 90 % have burn in their cut chain; signals taken + overruns cover
+ * the CPU time burnt (each signal stands for 1 + its overruns periods). A
+ * buffer of 8 samples not drained while 100 ms are burnt keeps 8 and
+ * counts the rest as lost. */
+typedef struct timer_job {
+    uint32_t ring;
+    int64_t burn_cpu_ns;
+    st_cpu_timer *tm;
+    int rc;
+    char why[256];
+    int64_t t0, t1, cpu0, cpu1;
+    pid_t tid;
+} timer_job;
+
+static void *timer_thread(void *arg)
+{
+    timer_job *j = arg;
+    j->tid = (pid_t)syscall(SYS_gettid);
+    j->rc = st_cpu_timer_open(&j->tm, 1000000, j->ring, j->why, sizeof j->why);
+    if (j->rc != ST_CPU_OK) return NULL;
+    j->t0 = mono_ns();
+    j->cpu0 = thread_cpu_ns();
+    volatile uint64_t x = 0;
+    while (thread_cpu_ns() - j->cpu0 < j->burn_cpu_ns) x = x + burn(mono_ns() + 5000000);
+    j->cpu1 = thread_cpu_ns();
+    j->t1 = mono_ns();
+    st_cpu_timer_stop(j->tm);
+    return NULL;
+}
+
+typedef struct timer_seen {
+    const timer_job *j;
+    long n, in_range, with_burn, own_tid, no_probe, deep;
+} timer_seen;
+
+static void timer_on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
+{
+    (void)t;
+    timer_seen *x = ctx;
+    x->n++;
+    x->own_tid += (pid_t)s->tid == x->j->tid;
+    x->no_probe += s->gil == ST_CPU_GIL_NO_PROBE;
+    x->deep += s->n_frames >= 2;
+    if (s->t_ns < x->j->t0 || s->t_ns > x->j->t1) return;
+    x->in_range++;
+    size_t n = st_cpu_chain_cut(&proc_maps, s->frames, s->n_frames);
+    int has = 0;
+    for (size_t i = 0; i < n && !has; i++)
+        has = s->frames[i] >= (uint64_t)(uintptr_t)__start_st_burn_text &&
+              s->frames[i] <= (uint64_t)(uintptr_t)__stop_st_burn_text;
+    x->with_burn += has;
+}
+
+static void test_timer_burn_in_chain(void **state)
+{
+    (void)state;
+    assert_int_equal(st_cpu_maps_load(&proc_maps, NULL), 0);
+    timer_job j = {.burn_cpu_ns = 200000000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, timer_thread, &j), 0);
+    pthread_join(th, NULL);
+    if (j.rc != ST_CPU_OK) fail_msg("st_cpu_timer_open: %s", j.why);
+    timer_seen x = {.j = &j};
+    st_cpu_sink *sk = calloc(1, sizeof *sk);
+    assert_non_null(sk);
+    sk->ctx = &x;
+    sk->on_sample = timer_on_sample;
+    long drained = st_cpu_timer_drain(j.tm, sk, NULL);
+    const char *src;
+    long hz = st_cpu_timer_tick_hz(&src);
+    printf("signal sampler: signal %d, tick %ld Hz (%s), period %llu ns; %ld samples (%ld in the burn, %ld with burn "
+           "in the chain, %.1f %%), %llu overruns, %llu lost, %.1f ms of CPU\n",
+           j.tm->signo, hz, src, (unsigned long long)j.tm->period_ns, drained, x.in_range, x.with_burn,
+           x.in_range ? 100.0 * x.with_burn / x.in_range : 0.0, (unsigned long long)j.tm->overruns,
+           (unsigned long long)j.tm->lost, (j.cpu1 - j.cpu0) / 1e6);
+    assert_int_equal(j.tm->period_ns, 1000000000 / hz > 1000000 ? 1000000000 / hz : 1000000);
+    assert_int_equal(drained, x.n);
+    assert_int_equal(x.own_tid, x.n);
+    assert_int_equal(x.no_probe, x.n);
+    assert_true(x.deep >= 0.9 * x.n);
+    assert_int_equal(j.tm->lost, 0);
+    assert_int_equal(j.tm->signals, (uint64_t)drained);
+    double covered = (double)(j.tm->signals + j.tm->overruns) * (double)j.tm->period_ns;
+    assert_true(covered >= 0.8 * (j.cpu1 - j.cpu0) && covered <= 1.2 * (j.cpu1 - j.cpu0) + j.tm->period_ns);
+    assert_true(x.in_range >= 20);
+    assert_true(x.with_burn >= 0.90 * x.in_range);
+    assert_int_equal(st_cpu_timer_drain(j.tm, sk, NULL), 0);
+    st_cpu_timer_close(j.tm);
+    free(sk);
+    st_cpu_maps_free(&proc_maps);
+}
+
+static void test_timer_full_buffer(void **state)
+{
+    (void)state;
+    timer_job j = {.ring = 8, .burn_cpu_ns = 100000000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, timer_thread, &j), 0);
+    pthread_join(th, NULL);
+    if (j.rc != ST_CPU_OK) fail_msg("st_cpu_timer_open: %s", j.why);
+    timer_seen x = {.j = &j};
+    st_cpu_sink *sk = calloc(1, sizeof *sk);
+    assert_non_null(sk);
+    sk->ctx = &x;
+    sk->on_sample = timer_on_sample;
+    long drained = st_cpu_timer_drain(j.tm, sk, NULL);
+    printf("a buffer of 8 undrained: %ld samples kept, %llu lost, %llu signals\n", drained,
+           (unsigned long long)j.tm->lost, (unsigned long long)j.tm->signals);
+    assert_int_equal(drained, 8);
+    assert_true(j.tm->lost >= 1);
+    assert_int_equal(j.tm->signals, 8 + j.tm->lost);
+    st_cpu_timer_close(j.tm);
+    free(sk);
+}
+
 /* The event opened by another thread on a thread that waits: its first
  * record is a switch-in, and the time before it counts as blocked from the
  * open on (st_cpu_off_intervals' start_ns). */
@@ -1065,6 +1185,8 @@ int main(void)
         cmocka_unit_test(test_pinned_pair_preempted),
         cmocka_unit_test(test_burn_in_chain),
         cmocka_unit_test(test_open_other_thread),
+        cmocka_unit_test(test_timer_burn_in_chain),
+        cmocka_unit_test(test_timer_full_buffer),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);

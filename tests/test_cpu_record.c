@@ -37,8 +37,15 @@
  * --clear-groups, when the test runs as root): the same checks where
  * perf_event_paranoid <= 2. Under a seccomp filter that refuses
  * perf_event_open (EPERM, as Docker's default profile): the recorder
- * exits 0, meta cpu_mode is "refused" with a cpu_reason naming seccomp,
- * cpu_threads says refused, and the ranges are all there. Where the kernel
+ * exits 0, the signal sampler takes the samples (meta cpu_mode "timer",
+ * a cpu_reason naming seccomp, cpu_threads status timer, the burn checks
+ * above, the period bounded by the tick, samples + overruns covering the
+ * thread's CPU time), no switch records, and the ranges are all there.
+ * Where the kernel allows the context-switch event (root here), every
+ * blocked switch-out of the waits carries its wait stack (kind 8; the
+ * reader's wait_stack rows); as nobody, the refusal is in meta. The GIL
+ * recorder (below) checks the fake probe's flags through the reader in
+ * the timer and hybrid modes, beside a program's own signals. Where the kernel
  * refuses perf events to this test altogether, the measured cases print
  * why and skip. Pure cases: the CPU chunk and stack encodings give the
  * bytes of docs/trace-format.md's examples, decode back, and every
@@ -59,7 +66,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -70,6 +79,7 @@
 #include "encoding.h"
 #include "st_cpurec.h"
 #include "stagetrace.h"
+#include "stagetrace_reader.h"
 
 static int64_t mono_ns(void)
 {
@@ -242,6 +252,106 @@ static int record(const char *path)
     return fclose(f) ? 18 : 0;
 }
 
+/* ---- the GIL recorder ------------------------------------------------------
+ * `--record-gil PATH`: a fake GIL probe (st_cpu_set_gil_probe, set before
+ * any thread registers) answers what the sampled thread's gil_state says.
+ * Threads "a" and "b" burn 20 ms of CPU time in each of two stages per
+ * round, `held` (gil_state 1) and `free` (gil_state 0), in opposite order;
+ * thread "c" burns in `held`
+ * with gil_state -1 (the probe does not know). The program also runs as a
+ * program with its own signals would: a SIGPROF handler fed by
+ * ITIMER_PROF every 10 ms of the process's CPU time, and a handler on
+ * SIGRTMAX installed before st_open, which must get the sigqueue sent at
+ * the end (so the sampler must not take SIGRTMAX). Written beside the
+ * trace: the SIGPROF count and the SIGRTMAX count. */
+enum { G_HELD, G_FREE };
+#define G_ROUNDS 6
+#define G_CPU_NS 20000000 /* CPU time per stage and round: samples however loaded the host */
+static __thread int gil_state = -1;
+static int fake_probe(void) { return gil_state; }
+static volatile sig_atomic_t prof_ticks, rtmax_got;
+static void on_prof(int s) { (void)s; prof_ticks++; }
+static void on_rtmax(int s, siginfo_t *si, void *uc)
+{
+    (void)s;
+    (void)uc;
+    if (si->si_value.sival_int == 7) rtmax_got++;
+}
+
+typedef struct gil_job {
+    st_trace *t;
+    const char *name;
+    int order; /* 0: held first; 1: free first; 2: "c", unknown */
+    int rc;
+} gil_job;
+
+static void *gil_thread(void *arg)
+{
+    gil_job *j = arg;
+    if (st_thread_register(j->t, j->name, "worker", -1, 0) < 0) {
+        j->rc = 1;
+        return NULL;
+    }
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < G_ROUNDS; r++) {
+        for (int k = 0; k < 2; k++) {
+            int stage = j->order == 2 ? G_HELD : (k ^ j->order) ? G_FREE : G_HELD;
+            gil_state = j->order == 2 ? -1 : stage == G_HELD;
+            st_begin(stage);
+            int64_t until = thread_cpu_ns() + G_CPU_NS;
+            while (thread_cpu_ns() < until) sink = burn_step(sink);
+            st_end(stage);
+        }
+    }
+    st_thread_unregister();
+    return NULL;
+}
+
+static int record_gil(const char *path)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_rtmax;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGRTMAX, &sa, NULL);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_prof;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPROF, &sa, NULL);
+    struct itimerval prof = {{0, 10000}, {0, 10000}};
+    if (setitimer(ITIMER_PROF, &prof, NULL) != 0) return 30;
+    st_cpu_set_gil_probe(fake_probe);
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cpu_record";
+    opt.cpu = 1;
+    opt.cpu_period_ns = 1000000;
+    st_trace *t;
+    if (st_open(&t, &opt) != ST_OK) return 31;
+    if (st_stage_register(t, "held", ST_WORK) != G_HELD || st_stage_register(t, "free", ST_WORK) != G_FREE) return 32;
+    gil_job jobs[3] = {{t, "a", 0, 0}, {t, "b", 1, 0}, {t, "c", 2, 0}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        if (pthread_create(&th[i], NULL, gil_thread, &jobs[i])) return 33;
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        if (jobs[i].rc) return 34;
+    if (st_close(t) != ST_OK) return 35;
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_PROF, &off, NULL);
+    union sigval v = {.sival_int = 7};
+    sigqueue(getpid(), SIGRTMAX, v);
+    for (int i = 0; i < 100 && !rtmax_got; i++) usleep(1000);
+    char side[4200];
+    snprintf(side, sizeof side, "%s.sig", path);
+    FILE *f = fopen(side, "w");
+    if (!f) return 36;
+    fprintf(f, "%d %d\n", (int)prof_ticks, (int)rtmax_got);
+    return fclose(f) ? 37 : 0;
+}
+
 /* ---- running it ---------------------------------------------------------- */
 
 static char dir[64], self[4096];
@@ -261,6 +371,8 @@ static int refuse_perf(void)
 
 enum { AS_IS, AS_NOBODY, UNDER_SECCOMP };
 
+static const char *recorder_flag = "--record";
+
 /* Runs the recorder into dir/name; its exit status. */
 static int run_recorder(int how, const char *name, char *path, size_t size)
 {
@@ -272,9 +384,9 @@ static int run_recorder(int how, const char *name, char *path, size_t size)
         if (how == UNDER_SECCOMP && refuse_perf() != 0) _exit(20);
         if (how == AS_NOBODY)
             execlp("setpriv", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", self,
-                   "--record", path, (char *)NULL);
+                   recorder_flag, path, (char *)NULL);
         else
-            execl(self, self, "--record", path, (char *)NULL);
+            execl(self, self, recorder_flag, path, (char *)NULL);
         _exit(21);
     }
     int st;
@@ -293,7 +405,14 @@ typedef struct sample {
     int64_t ts;
     uint32_t stack, stage;
     int known, has_burn;
+    int flagged;      /* kind 6 or 7 */
+    uint32_t flags;
 } sample;
+
+typedef struct wait_stack {
+    int64_t ts;
+    uint32_t stack;
+} wait_stack;
 
 typedef struct trace_read {
     sqlite3 *db;
@@ -303,6 +422,8 @@ typedef struct trace_read {
     int n_samples;
     long n_in, n_out, n_preempted, n_lost_recs;
     int64_t sleep_outs[ROUNDS], sleep_ins[ROUNDS];
+    wait_stack waits[256]; /* the blocked switch-outs stored with a wait stack (kind 8) */
+    int n_waits;
 } trace_read;
 
 static char *meta(sqlite3 *db, const char *key)
@@ -386,6 +507,8 @@ static void read_trace(const char *path, trace_read *r)
         while ((rc = st_cpu_next(&c, &rec)) == 1) {
             assert_true(rec.ts_ns >= t0 && rec.ts_ns <= t1);
             if (rec.kind == ST_CPU_REC_IN) r->n_in++;
+            if (rec.kind == ST_CPU_REC_OUT_STACK && r->n_waits < 256) r->waits[r->n_waits++] = (wait_stack){rec.ts_ns, rec.stack};
+            if (rec.kind == ST_CPU_REC_OUT_STACK) rec.kind = ST_CPU_REC_OUT; /* a blocked switch-out too */
             if (rec.kind == ST_CPU_REC_OUT) r->n_out++;
             if (rec.kind == ST_CPU_REC_PREEMPTED) r->n_preempted++;
             if (rec.kind == ST_CPU_REC_LOST) r->n_lost_recs++;
@@ -402,9 +525,11 @@ static void read_trace(const char *path, trace_read *r)
                     sleeps_seen = 1;
                 }
             }
-            if ((rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN) && r->n_samples < 4096)
+            int flagged = rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
+            if ((rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged) && r->n_samples < 4096)
                 r->samples[r->n_samples++] =
-                    (sample){rec.ts_ns, rec.stack, rec.stage, rec.kind == ST_CPU_REC_SAMPLE, 0};
+                    (sample){rec.ts_ns, rec.stack, rec.stage,
+                             rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS, 0, flagged, rec.flags};
         }
         assert_int_equal(rc, 0);
     }
@@ -437,7 +562,8 @@ static int range_index_at(const trace_read *r, int64_t ts)
 static void check_blocks(const trace_read *r)
 {
     sqlite3 *db = r->db;
-    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
+    const char *level = meta(db, "cpu_block_reasons");
+    assert_true(strcmp(level, "proc") == 0 || strcmp(level, "proc+stacks") == 0);
     assert_string_equal(meta(db, "cpu_block_min_ns"), "1000000");
     assert_int_equal(atoll(meta(db, "cpu_blocks")), one_int(db, "SELECT count(*) FROM cpu_blocks"));
     sqlite3_stmt *st;
@@ -538,6 +664,112 @@ static void check_windows(const trace_read *r, const char *path)
     assert_true(one_int(db, "SELECT count(DISTINCT window) FROM cpu_windows") >= ROUNDS + 1);
 }
 
+/* The samples: of those inside the burn ranges (at least min_in_burn),
+ * >= 90 % attributed to stage burn by the writer and >= 90 % of those with
+ * burn named in the stack; the sleep ranges get at most 5 % as many. */
+static void check_burn_samples(const trace_read *r, long long lost, long min_in_burn)
+{
+    long in_burn = 0, burn_attr = 0, burn_named = 0, in_sleep = 0, unknown = 0;
+    for (int i = 0; i < r->n_samples; i++) {
+        const sample *s = &r->samples[i];
+        uint32_t at = range_stage_at(r, s->ts);
+        if (!s->known) unknown++;
+        if (at == SLEEP) in_sleep++;
+        if (at != BURN) continue;
+        in_burn++;
+        if (s->known && s->stage == BURN) {
+            burn_attr++;
+            burn_named += s->has_burn;
+        }
+    }
+    double hz = atof(meta(r->db, "cpu_sample_hz"));
+    printf("%d samples (%.1f per CPU second, %lld lost, %ld of unknown stage); in the burn ranges %ld, "
+           "%ld attributed to burn, %ld of them with burn named in the stack; in the sleep ranges %ld; "
+           "switches in %ld out %ld preempted %ld\n",
+           r->n_samples, hz, lost, unknown, in_burn, burn_attr, burn_named, in_sleep, r->n_in, r->n_out,
+           r->n_preempted);
+    assert_true(in_burn >= min_in_burn);
+    assert_true(burn_attr >= 0.90 * in_burn);
+    assert_true(burn_named >= 0.90 * burn_attr);
+    assert_true(in_sleep <= 0.05 * in_burn + 1);
+}
+
+/* Wait stacks (meta cpu_block_reasons 'proc+stacks' where the kernel
+ * allows the context-switch event: root, CAP_PERFMON, paranoid <= 1):
+ * every blocked switch-out of the sleep, cond, pipe and nap ranges has its
+ * stack (kind 8), but for one in each kind of wait at most (a wait-stack
+ * sample the kernel lost, or a switch-out drained more than 100 ms after
+ * it); their stacks start in the system call's libc wrapper, named
+ * clock_nanosleep for the sleeps and read for the pipe; the count is
+ * meta cpu_wait_stacks. Elsewhere 'proc', with the refusal in
+ * cpu_wait_stacks_reason and no kind 8. */
+static void check_wait_stacks(const trace_read *r)
+{
+    sqlite3 *db = r->db;
+    char level[32];
+    snprintf(level, sizeof level, "%s", meta(db, "cpu_block_reasons"));
+    assert_int_equal(atoll(meta(db, "cpu_wait_stacks")), r->n_waits);
+    if (strcmp(level, "proc+stacks") != 0) {
+        assert_string_equal(level, "proc");
+        const char *why = meta(db, "cpu_wait_stacks_reason");
+        printf("no wait stacks: %s\n", why ? why : "(no reason)");
+        assert_non_null(why);
+        assert_int_equal(r->n_waits, 0);
+        return;
+    }
+    int blocked[NAP + 1] = {0}, stacked[NAP + 1] = {0}, named[NAP + 1] = {0};
+    /* the blocked switch-outs per stage, from the chunks again */
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT n_records, data FROM cpu_chunks WHERE thread = 0 ORDER BY id", -1,
+                                        &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        st_cpu_cursor c;
+        assert_int_equal(st_cpu_cursor_open(&c, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                                            (uint32_t)sqlite3_column_int64(st, 0)), 0);
+        st_cpu_rec rec;
+        while (st_cpu_next(&c, &rec) == 1) {
+            if (rec.kind != ST_CPU_REC_OUT && rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            uint32_t at = range_stage_at(r, rec.ts_ns);
+            if (at == ST_CPU_NO_STAGE || at == SPIN || at == BURN) continue;
+            blocked[at]++;
+            if (rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            stacked[at]++;
+            const char *want = at == PIPE ? "read" : at == COND ? NULL : "clock_nanosleep";
+            named[at] += want ? stack_has(db, rec.stack, want) || (at == PIPE && stack_has(db, rec.stack, "__read"))
+                              : 1;
+        }
+    }
+    sqlite3_finalize(st);
+    /* the reader gives them as blocked switch-outs with wait_stack 1 */
+    st_reader *rd;
+    if (st_reader_open(&rd, sqlite3_db_filename(db, "main")) != ST_OK) fail_msg("%s", st_last_error());
+    st_cpu_iter *it;
+    assert_int_equal(st_cpu_iter_open(&it, rd, 0, INT64_MIN, INT64_MAX), ST_OK);
+    st_cpu_row row;
+    int rows_with = 0, k_rc;
+    while ((k_rc = st_cpu_iter_next(it, &row)) == 1) {
+        if (!row.wait_stack) continue;
+        assert_int_equal(row.kind, ST_CPU_ROW_OUT_BLOCKED);
+        const uint64_t *fr;
+        uint32_t nf;
+        assert_int_equal(st_reader_cpu_stack(rd, row.stack, &fr, &nf), ST_OK);
+        rows_with++;
+    }
+    assert_int_equal(k_rc, 0);
+    st_cpu_iter_close(it);
+    st_reader_close(rd);
+    assert_int_equal(rows_with, r->n_waits);
+    printf("wait stacks: %d stored; sleep %d/%d (named %d), cond %d/%d, pipe %d/%d (named %d), nap %d/%d (named %d)\n",
+           r->n_waits, stacked[SLEEP], blocked[SLEEP], named[SLEEP], stacked[COND], blocked[COND], stacked[PIPE],
+           blocked[PIPE], named[PIPE], stacked[NAP], blocked[NAP], named[NAP]);
+    for (int k = SLEEP; k <= NAP; k++) {
+        if (k == BURN) continue;
+        assert_true(blocked[k] >= ROUNDS);
+        assert_true(stacked[k] >= blocked[k] - 1);
+        assert_true(named[k] >= stacked[k] - 1);
+    }
+}
+
 /* The checks of a trace recorded with perf events (see the top). */
 static void check_perf_trace(const char *path)
 {
@@ -564,29 +796,9 @@ static void check_perf_trace(const char *path)
         assert_true(r.sleep_outs[k] >= 1);
         assert_true(r.sleep_ins[k] >= 1);
     }
-    long in_burn = 0, burn_attr = 0, burn_named = 0, in_sleep = 0, unknown = 0;
-    for (int i = 0; i < r.n_samples; i++) {
-        const sample *s = &r.samples[i];
-        uint32_t at = range_stage_at(&r, s->ts);
-        if (!s->known) unknown++;
-        if (at == SLEEP) in_sleep++;
-        if (at != BURN) continue;
-        in_burn++;
-        if (s->known && s->stage == BURN) {
-            burn_attr++;
-            burn_named += s->has_burn;
-        }
-    }
-    double hz = atof(meta(db, "cpu_sample_hz"));
-    printf("%d samples (%.1f per CPU second, %lld lost, %ld of unknown stage); in the burn ranges %ld, "
-           "%ld attributed to burn, %ld of them with burn named in the stack; in the sleep ranges %ld; "
-           "switches in %ld out %ld preempted %ld\n",
-           r.n_samples, hz, lost, unknown, in_burn, burn_attr, burn_named, in_sleep, r.n_in, r.n_out, r.n_preempted);
-    assert_true(in_burn >= 50);
-    assert_true(burn_attr >= 0.90 * in_burn);
-    assert_true(burn_named >= 0.90 * burn_attr);
-    assert_true(in_sleep <= 0.05 * in_burn + 1);
+    check_burn_samples(&r, lost, 50);
     check_blocks(&r);
+    check_wait_stacks(&r);
     check_windows(&r, path);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
@@ -635,6 +847,11 @@ static void test_record_as_nobody(void **state)
     check_perf_trace(path);
 }
 
+/* Under the seccomp filter the signal sampler takes the samples: cpu_mode
+ * timer, the refusal in cpu_reason and cpu_threads.reason, the period the
+ * asked 1 ms or the tick's if longer, an achieved rate within a factor 2
+ * of it, the burn checks as with perf events (fewer samples: at the tick
+ * rate), no switch records, no blocks, the windows all the same. */
 static void test_record_under_seccomp(void **state)
 {
     (void)state;
@@ -644,18 +861,144 @@ static void test_record_under_seccomp(void **state)
     read_trace(path, &r);
     sqlite3 *db = r.db;
     assert_string_equal(meta(db, "status"), "complete");
-    assert_string_equal(meta(db, "cpu_mode"), "refused");
+    assert_string_equal(meta(db, "cpu_mode"), "timer");
+    assert_string_equal(meta(db, "cpu_sampler"), "timer");
     const char *why = meta(db, "cpu_reason");
-    printf("under seccomp: cpu_mode refused, cpu_reason \"%s\"\n", why);
+    printf("under seccomp: cpu_mode timer, cpu_reason \"%s\"\n", why);
     assert_non_null(strstr(why, "seccomp"));
-    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'refused' AND reason LIKE '%seccomp%'"), 1);
-    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_chunks"), 0);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_threads WHERE status = 'timer' AND reason LIKE '%seccomp%'"), 1);
     assert_int_equal(r.n_ranges, N_RANGES);
-    /* without perf events: no block reasons (no switch records), and the
-     * schedstat windows all the same */
+    long long tick_hz = atoll(meta(db, "cpu_timer_tick_hz"));
+    long long period = atoll(meta(db, "cpu_timer_period_ns"));
+    long long want = 1000000000ll / tick_hz > 1000000 ? 1000000000ll / tick_hz : 1000000;
+    double hz = atof(meta(db, "cpu_sample_hz"));
+    printf("signal sampler: signal %lld, tick %lld Hz", atoll(meta(db, "cpu_timer_signal")), tick_hz);
+    printf(" (%s), period %lld ns, %.1f samples per CPU second", meta(db, "cpu_timer_tick_source"), period, hz);
+    printf(", %s timer overruns\n", meta(db, "cpu_timer_overruns") ? meta(db, "cpu_timer_overruns") : "0");
+    assert_int_equal(period, want);
+    assert_int_equal(one_int(db, "SELECT period_ns FROM cpu_threads"), period);
+    /* a signal stands for 1 + its overruns periods: together they are the
+     * thread's CPU time (exact but for the last period begun); the rate is
+     * below the asked one when the thread often loses the CPU between
+     * ticks (0.6 of it seen on the loaded VM) */
+    long long over = meta(db, "cpu_timer_overruns") ? atoll(meta(db, "cpu_timer_overruns")) : 0;
+    long long cpu = one_int(db, "SELECT cpu_ns FROM cpu_threads");
+    double covered = (double)(r.n_samples + over) * (double)period;
+    printf("(samples + overruns) x period = %.1f ms of the thread's %.1f ms of CPU\n", covered / 1e6, cpu / 1e6);
+    assert_true(covered >= 0.8 * cpu && covered <= 1.2 * cpu + period);
+    assert_true(hz >= 0.3e9 / period && hz <= 1.5e9 / period);
+    assert_int_equal(atoll(meta(db, "cpu_samples")), r.n_samples);
+    assert_int_equal(one_int(db, "SELECT samples FROM cpu_threads"), r.n_samples);
+    assert_true(one_int(db, "SELECT cpu_ns FROM cpu_threads") > 50000000); /* the spins and burns */
+    check_burn_samples(&r, atoll(meta(db, "cpu_lost_records")), 15);
+    assert_int_equal(r.n_in + r.n_out + r.n_preempted, 0);
+    assert_null(meta(db, "cpu_switches")); /* written once non-zero */
+    assert_int_equal(one_int(db, "SELECT switches FROM cpu_threads"), 0);
     assert_int_equal(one_int(db, "SELECT count(*) FROM cpu_blocks"), 0);
+    assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
     check_windows(&r, path);
     sqlite3_close(db);
+}
+
+/* The GIL recorder's trace through the reader (st_cpu_iter): threads a
+ * and b have >= 95 % of their samples in `held` with gil 1 and >= 95 % of
+ * those in `free` with gil 0, at least 10 of each; thread c's are all -1;
+ * meta cpu_gil_samples counts the samples whose state is known, and
+ * cpu_sampler is timer. hybrid: perf events work, so cpu_mode is perf and
+ * every thread has switch records beside its flagged samples; else (the
+ * seccomp filter) cpu_mode timer and none. The program's SIGPROF handler
+ * ran, and its SIGRTMAX handler got its signal (the sampler took another). */
+static void check_gil_trace(const char *path, int hybrid)
+{
+    char side[4200];
+    snprintf(side, sizeof side, "%s.sig", path);
+    FILE *f = fopen(side, "r");
+    assert_non_null(f);
+    int prof = 0, rtmax = 0;
+    assert_int_equal(fscanf(f, "%d %d", &prof, &rtmax), 2);
+    fclose(f);
+    st_reader *r;
+    if (st_reader_open(&r, path) != ST_OK) fail_msg("%s: %s", path, st_last_error());
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_string_equal(meta(db, "cpu_mode"), hybrid ? "perf" : "timer");
+    assert_string_equal(meta(db, "cpu_sampler"), "timer");
+    int signo = atoi(meta(db, "cpu_timer_signal"));
+    printf("%s: the program's SIGPROF handler ran %d times, its SIGRTMAX (%d) handler got %d signal; the sampler "
+           "took signal %d\n", hybrid ? "hybrid" : "timer", prof, SIGRTMAX, rtmax, signo);
+    assert_true(prof > 0);
+    assert_int_equal(rtmax, 1);
+    assert_true(signo >= SIGRTMIN && signo < SIGRTMAX);
+    long long known = 0;
+    for (uint32_t i = 0; i < st_reader_n_threads(r); i++) {
+        const st_thread_info *ti = st_reader_thread(r, i);
+        st_cpu_iter *it;
+        assert_int_equal(st_cpu_iter_open(&it, r, ti->id, INT64_MIN, INT64_MAX), ST_OK);
+        st_cpu_row row;
+        long n[2] = {0}, right[2] = {0}, minus1 = 0, samples = 0, switches = 0;
+        int rc;
+        while ((rc = st_cpu_iter_next(it, &row)) == 1) {
+            if (row.kind != ST_CPU_ROW_SAMPLE) {
+                if (row.kind <= ST_CPU_ROW_OUT_PREEMPTED) switches++;
+                assert_int_equal(row.gil, -1);
+                continue;
+            }
+            samples++;
+            minus1 += row.gil == -1;
+            known += row.gil != -1;
+            if (row.stage < 0) continue;
+            n[row.stage]++;
+            right[row.stage] += row.gil == (row.stage == G_HELD ? 1 : 0);
+        }
+        assert_int_equal(rc, 0);
+        st_cpu_iter_close(it);
+        printf("thread %s: %ld samples, held %ld (%ld with gil 1), free %ld (%ld with gil 0), %ld unknown; %ld "
+               "switch records\n", ti->name, samples, n[G_HELD], right[G_HELD], n[G_FREE], right[G_FREE], minus1,
+               switches);
+        if (hybrid) assert_true(switches > 0);
+        else assert_int_equal(switches, 0);
+        if (strcmp(ti->name, "c") == 0) {
+            assert_true(samples >= 10);
+            assert_int_equal(minus1, samples);
+            continue;
+        }
+        for (int k = 0; k < 2; k++) {
+            assert_true(n[k] >= 10);
+            assert_true(right[k] >= 0.95 * n[k]);
+        }
+    }
+    assert_int_equal(atoll(meta(db, "cpu_gil_samples")), known);
+    sqlite3_close(db);
+    st_reader_close(r);
+}
+
+static void test_gil_timer(void **state)
+{
+    (void)state;
+    char path[256];
+    recorder_flag = "--record-gil";
+    int rc = run_recorder(UNDER_SECCOMP, "gil_timer.sqlite", path, sizeof path);
+    recorder_flag = "--record";
+    assert_int_equal(rc, 0);
+    check_gil_trace(path, 0);
+}
+
+static void test_gil_hybrid(void **state)
+{
+    (void)state;
+    char path[256];
+    recorder_flag = "--record-gil";
+    int rc = run_recorder(AS_IS, "gil_hybrid.sqlite", path, sizeof path);
+    recorder_flag = "--record";
+    assert_int_equal(rc, 0);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *mode = meta(db, "cpu_mode");
+    int perf = mode && strcmp(mode, "perf") == 0;
+    if (!perf) printf("skipped: perf events refused here: %s\n", meta(db, "cpu_reason"));
+    sqlite3_close(db);
+    if (!perf) skip();
+    check_gil_trace(path, 1);
 }
 
 /* ---- the encodings, byte by byte ----------------------------------------- */
@@ -668,9 +1011,9 @@ static void test_chunk_bytes(void **state)
     st_cpu_encoder e = {0};
     assert_int_equal(st_cpu_chunk_start(&e), 0);
     st_cpu_rec recs[] = {
-        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0},
+        {ST_CPU_REC_OUT, 1000, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE, 2000, 7, 2, 0, 0},
     };
     for (int i = 0; i < 3; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
     static const uint8_t want[] = {0x50, 0x01, 0xd0, 0x0f, 0x00, 0xe8, 0x07, 0x03, 0xe8, 0x07, 0x07, 0x03};
@@ -680,13 +1023,13 @@ static void test_chunk_bytes(void **state)
     assert_int_equal(e.t1_ns, 2000);
     /* more kinds, and time going back (zigzag): decode it all back */
     st_cpu_rec more[] = {
-        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0},
-        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99},
+        {ST_CPU_REC_PREEMPTED, 1900, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE, 1950, 0, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE_UNKNOWN, 5000000000, 123456, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_LOST, 5000000001, 0, ST_CPU_NO_STAGE, 99, 0},
     };
     for (int i = 0; i < 4; i++) assert_int_equal(st_cpu_put(&e, &more[i]), 0);
-    st_cpu_rec bad = {6, 0, 0, 0, 0};
+    st_cpu_rec bad = {9, 0, 0, 0, 0, 0};
     assert_int_equal(st_cpu_put(&e, &bad), -1);
     st_cpu_cursor c;
     assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 7), 0);
@@ -723,9 +1066,69 @@ static void test_chunk_bytes(void **state)
     copy[0] = 0x51;
     assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), ST_ECORRUPT);
     copy[0] = 0x50;
-    copy[1] = 6; /* kind 6 */
+    copy[1] = 9; /* kind 9 */
     assert_int_equal(st_cpu_cursor_open(&c, copy, e.buf.len, 7), 0);
     assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    st_buf_free(&e.buf);
+}
+
+/* docs/trace-format.md, "CPU chunk", kinds 6 to 8: a sample of stack 7
+ * in stage 2 with the GIL held at 1000 ns, a sample of stack 1 of unknown
+ * stage without the GIL at 1500 ns, a blocked switch-out with wait stack 4
+ * at 2000 ns, a sample of stack 0 with no range open and the GIL state
+ * unknown at 2500 ns; the reader's rows; and the rejections: flags 2
+ * (held, not known), flags 4, kind 9. */
+static void test_chunk_bytes_flags(void **state)
+{
+    (void)state;
+    st_cpu_encoder e = {0};
+    assert_int_equal(st_cpu_chunk_start(&e), 0);
+    st_cpu_rec recs[] = {
+        {ST_CPU_REC_SAMPLE_FLAGS, 1000, 7, 2, 0, ST_CPU_FLAG_GIL_KNOWN | ST_CPU_FLAG_GIL_HELD},
+        {ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN, 1500, 1, ST_CPU_NO_STAGE, 0, ST_CPU_FLAG_GIL_KNOWN},
+        {ST_CPU_REC_OUT_STACK, 2000, 4, ST_CPU_NO_STAGE, 0, 0},
+        {ST_CPU_REC_SAMPLE_FLAGS, 2500, 0, ST_CPU_NO_STAGE, 0, 0},
+    };
+    for (int i = 0; i < 4; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
+    static const uint8_t want[] = {0x50, 0x06, 0xd0, 0x0f, 0x07, 0x03, 0x03, 0x07, 0xe8, 0x07, 0x01, 0x01,
+                                   0x08, 0xe8, 0x07, 0x04, 0x06, 0xe8, 0x07, 0x00, 0x00, 0x00};
+    assert_int_equal(e.buf.len, sizeof want);
+    assert_memory_equal(e.buf.data, want, sizeof want);
+    st_cpu_cursor c;
+    st_cpu_rec r;
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 4), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(st_cpu_next(&c, &r), 1);
+        assert_int_equal(r.kind, recs[i].kind);
+        assert_int_equal(r.ts_ns, recs[i].ts_ns);
+        assert_int_equal(r.stack, recs[i].stack);
+        assert_int_equal(r.stage, recs[i].stage);
+        assert_int_equal(r.flags, recs[i].flags);
+    }
+    assert_int_equal(st_cpu_next(&c, &r), 0);
+    for (size_t n = 1; n < e.buf.len; n++) { /* every truncation */
+        int rc = st_cpu_cursor_open(&c, e.buf.data, n, 4);
+        if (rc == 0)
+            while ((rc = st_cpu_next(&c, &r)) == 1) {
+            }
+        assert_int_equal(rc, ST_ECORRUPT);
+    }
+    uint8_t copy[sizeof want];
+    uint8_t bad_flags[] = {2, 4, 0x7f};
+    for (int k = 0; k < 3; k++) {
+        memcpy(copy, want, sizeof want);
+        copy[6] = bad_flags[k]; /* the first record's flags */
+        assert_int_equal(st_cpu_cursor_open(&c, copy, sizeof copy, 4), 0);
+        assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    }
+    memcpy(copy, want, sizeof want);
+    copy[12] = 9; /* kind 9 */
+    assert_int_equal(st_cpu_cursor_open(&c, copy, sizeof copy, 4), 0);
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    st_cpu_rec bad = {ST_CPU_REC_SAMPLE_FLAGS, 0, 0, 0, 0, ST_CPU_FLAG_GIL_HELD};
+    assert_int_equal(st_cpu_put(&e, &bad), -1);
     st_buf_free(&e.buf);
 }
 
@@ -799,6 +1202,7 @@ static void test_proc_parsers(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--record-gil") == 0) return record_gil(argv[2]);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return 1;
     self[n] = 0;
@@ -809,8 +1213,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_record_as_nobody),
         cmocka_unit_test(test_record_under_seccomp),
+        cmocka_unit_test(test_gil_timer),
+        cmocka_unit_test(test_gil_hybrid),
         cmocka_unit_test(test_proc_parsers),
         cmocka_unit_test(test_chunk_bytes),
+        cmocka_unit_test(test_chunk_bytes_flags),
         cmocka_unit_test(test_stack_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -171,9 +171,14 @@ static int open_failure(st_cpu_thread *t, int e)
                      "perf_event_open: ENOSYS: the kernel has no perf events (perf_event_paranoid %s)", par);
         return e == ENOSYS && !filtered ? ST_CPU_UNSUPPORTED : ST_CPU_REFUSED;
     case EACCES:
-        snprintf(t->reason, sizeof t->reason,
-                 "perf_event_open: EACCES: perf_event_paranoid %s refuses user-space events to this user "
-                 "(needs <= 2, or CAP_PERFMON)", par);
+        if (t->wait_stacks)
+            snprintf(t->reason, sizeof t->reason,
+                     "perf_event_open: EACCES: perf_event_paranoid %s refuses the context-switch event to this "
+                     "user (it counts in the kernel: needs <= 1, or CAP_PERFMON)", par);
+        else
+            snprintf(t->reason, sizeof t->reason,
+                     "perf_event_open: EACCES: perf_event_paranoid %s refuses user-space events to this user "
+                     "(needs <= 2, or CAP_PERFMON)", par);
         return ST_CPU_REFUSED;
     case ENOENT:
     case ENODEV:
@@ -213,19 +218,28 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     a.type = PERF_TYPE_SOFTWARE;
     a.config = PERF_COUNT_SW_CPU_CLOCK;
     uint64_t period = cfg->period_ns ? cfg->period_ns : ST_CPU_DEFAULT_PERIOD_NS;
+    if (cfg->wait_stacks) {
+        /* A sample at every context switch, the user chain only. The switch
+         * happens in the kernel, so the event must count kernel-mode events
+         * (exclude_kernel 0: perf_event_paranoid <= 1, CAP_PERFMON or root);
+         * with exclude_kernel the kernel drops every one of them. */
+        a.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+        period = 1;
+        t->wait_stacks = 1;
+    }
     if (period != UINT64_MAX) {
         a.sample_period = period;
-        t->period_ns = period;
+        t->period_ns = cfg->wait_stacks ? 0 : period;
     }
     a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
-                    (cfg->no_callchain ? 0 : PERF_SAMPLE_CALLCHAIN);
-    t->callchain = !cfg->no_callchain;
+                    (cfg->no_callchain && !cfg->wait_stacks ? 0 : PERF_SAMPLE_CALLCHAIN);
+    t->callchain = !cfg->no_callchain || cfg->wait_stacks;
     a.disabled = 1;  /* enabled once the ring is mapped */
     a.inherit = 0;   /* an inherited per-thread event cannot be mapped */
-    a.exclude_kernel = 1;
+    a.exclude_kernel = cfg->wait_stacks ? 0 : 1;
     a.exclude_hv = 1;
     a.exclude_callchain_kernel = 1;
-    a.context_switch = 1;
+    a.context_switch = cfg->wait_stacks ? 0 : 1;
     a.sample_id_all = 1;
     a.use_clockid = 1;
     a.clockid = CLOCK_MONOTONIC;
@@ -360,8 +374,10 @@ long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink)
             memcpy(pt, rec + at + 8, 8);
             memcpy(&tm, rec + at + 16, 8);
             at += 24;
-            st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames};
-            sink->frames[s.n_frames++] = ip;
+            st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE};
+            /* a wait-stack sample's ip is the kernel's (the switch): its
+             * user chain starts at the user ip instead */
+            if (!t->wait_stacks) sink->frames[s.n_frames++] = ip;
             if (t->callchain && size >= at + 8) {
                 memcpy(&nr, rec + at, 8);
                 at += 8;
@@ -372,7 +388,7 @@ long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink)
                     memcpy(&a, rec + at + 8 * i, 8);
                     if (a >= (uint64_t)PERF_CONTEXT_MAX) continue; /* PERF_CONTEXT_USER and the like */
                     /* the chain repeats the sampled ip as its first user frame */
-                    if (first && a == ip) { first = 0; continue; }
+                    if (first && a == ip && !t->wait_stacks) { first = 0; continue; }
                     first = 0;
                     if (s.n_frames < sizeof sink->frames / sizeof sink->frames[0])
                         sink->frames[s.n_frames++] = a;

@@ -22,6 +22,18 @@
 
 #define CPU_CHUNK_BYTES 32768
 #define HISTORY 64 /* stage changes kept per thread for samples that arrive late */
+#define WAITS_PENDING 64 /* wait-stack samples kept until their switch-out record comes */
+/* A wait-stack sample is taken in the kernel's switch path just before the
+ * switch-out record (1-10 us before it, measured); it belongs to the first
+ * switch-out record at most this much later, and to none when that one is
+ * a preemption. WAIT_SLACK_NS: how much after the record it may be stamped. */
+#define WAIT_MATCH_NS 1000000LL
+#define WAIT_SLACK_NS 20000LL
+
+typedef struct wait_sample {
+    int64_t ts_ns;
+    uint32_t stack;
+} wait_sample;
 
 typedef struct stage_change {
     int64_t ts_ns;
@@ -32,7 +44,17 @@ struct st_cpurec_thread {
     uint32_t id;
     int64_t os_tid;
     st_cpu_thread *ct;        /* NULL once closed (or without memory) */
-    int status;               /* st_cpu_status of the open */
+    int status;               /* st_cpu_status of the perf event's open */
+    st_cpu_timer *timer;      /* the signal sampler (ct->timer), or NULL */
+    st_cpu_thread *waits;     /* the wait-stack event (ct->waits; closed when refused), or NULL */
+    wait_sample wq[WAITS_PENDING]; /* wait-stack samples not yet matched, in time order */
+    uint32_t n_wq;
+    uint64_t timer_lost;      /* the timer's lost count already put in the queue */
+    uint64_t wait_stacks, gil_samples;
+    uint64_t period_timer_ns; /* the signal sampler's period (kept once it is closed) */
+    uint64_t overruns;        /* its timer's overruns (kept once it is closed) */
+    int sampler;              /* 1 perf samples, 2 the signal sampler, 0 none */
+    int has_waits;            /* its wait-stack event opened */
     int64_t start_ns;
     int64_t ring_bytes;       /* the ring's data size (0: none mapped) */
     uint64_t cpu_ns;          /* the event's count: the thread's CPU time since the open */
@@ -87,8 +109,9 @@ struct st_cpurec {
     uint64_t period_ns;
     /* meta as last written */
     uint64_t w_samples, w_switches, w_lost, w_unknown, w_cpu_ns;
-    char w_mode[32];
-    int reason_written;
+    char w_mode[32], w_sampler[16], w_levels[16];
+    int reason_written, timer_written, wait_reason_written;
+    uint64_t w_overruns, w_wait_stacks, w_gil;
     uint64_t n_blocks, w_blocks; /* cpu_blocks rows stored; as last written to meta */
     /* schedstat windows */
     win_task *tasks;
@@ -118,6 +141,7 @@ static void meta_u64(st_cpurec *r, const char *key, uint64_t value)
 static const char *status_name(int status)
 {
     switch (status) {
+    case ST_CPU_TIMER_MODE: return "timer";
     case ST_CPU_OK: return "perf";
     case ST_CPU_REFUSED: return "refused";
     case ST_CPU_UNSUPPORTED: return "unsupported";
@@ -128,6 +152,10 @@ static const char *status_name(int status)
 
 /* ---- opening, on the registering thread ---- */
 
+/* What samples a thread (docs/cpu.md, "Which sampler"): the perf event's
+ * CPU clock; the signal sampler where the perf event is refused, or where a
+ * GIL probe is set (the perf event then keeps the switch records only: the
+ * hybrid mode); and, where the kernel allows it, the wait-stack event. */
 st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns)
 {
     st_cpu_thread *ct = calloc(1, sizeof *ct);
@@ -136,11 +164,55 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
         *status = ST_CPU_ERROR;
         return NULL;
     }
+    uint64_t period = opt->cpu_period_ns;
+    int samples = period != UINT64_MAX;
+    int hybrid = samples && st_cpu_gil_probe_set();
     /* 16 threads assumed: a program with more gets smaller rings from the
      * open's own halving, which says so in ct->reason. */
-    st_cpu_config cfg = {opt->cpu_period_ns, st_cpu_ring_bytes_for(0), 0};
+    size_t ring = st_cpu_ring_bytes_for(0);
+    st_cpu_config cfg = {hybrid ? UINT64_MAX : period, ring, 0, 0};
     *status = st_cpu_thread_open(ct, 0, &cfg);
+    st_cpu_timer *tm = NULL;
+    if (samples && (hybrid || *status != ST_CPU_OK)) {
+        char why[256];
+        if (st_cpu_timer_open(&tm, period, 0, why, sizeof why) != ST_CPU_OK) {
+            tm = NULL;
+            if (*status == ST_CPU_OK) {
+                /* no signal sampler: perf samples, without the GIL state */
+                st_cpu_thread_close(ct);
+                cfg.period_ns = period;
+                *status = st_cpu_thread_open(ct, 0, &cfg);
+            }
+            if (!ct->reason[0]) snprintf(ct->reason, sizeof ct->reason, "%s", why);
+            else {
+                size_t len = strlen(ct->reason);
+                snprintf(ct->reason + len, sizeof ct->reason - len, "; %s", why);
+            }
+        }
+    }
+    ct->timer = tm;
+    if (*status != ST_CPU_OK && tm) *status = ST_CPU_TIMER_MODE;
+    if (*status == ST_CPU_OK) {
+        st_cpu_thread *w = calloc(1, sizeof *w);
+        if (w) {
+            st_cpu_config wc = {0, ring / 2, 0, 1};
+            st_cpu_thread_open(w, 0, &wc); /* refused: kept closed, for its reason */
+        }
+        ct->waits = w;
+    }
     return ct;
+}
+
+void st_cpurec_discard(st_cpu_thread *ct)
+{
+    if (!ct) return;
+    st_cpu_timer_close(ct->timer);
+    ct->timer = NULL;
+    if (ct->waits) st_cpu_thread_close(ct->waits);
+    free(ct->waits);
+    ct->waits = NULL;
+    st_cpu_thread_close(ct);
+    free(ct);
 }
 
 /* ---- stacks ---- */
@@ -249,6 +321,54 @@ static void queue_push(st_cpurec_thread *c, const st_cpu_rec *rec)
     c->q[c->q_head + c->q_len++] = *rec;
 }
 
+/* A record of the signal sampler, drained after the perf ring's: put in
+ * time order among the records not yet encoded. */
+static void queue_insert(st_cpurec_thread *c, const st_cpu_rec *rec)
+{
+    size_t before = c->q_len;
+    queue_push(c, rec);
+    if (c->q_len == before) return;
+    st_cpu_rec *q = c->q + c->q_head;
+    for (size_t i = c->q_len - 1; i > 0 && q[i - 1].ts_ns > q[i].ts_ns; i--) {
+        st_cpu_rec x = q[i];
+        q[i] = q[i - 1];
+        q[i - 1] = x;
+    }
+}
+
+/* Gives each pending wait-stack sample to its switch-out record: the first
+ * switch-out in the queue stamped at or after it (less WAIT_SLACK_NS), when
+ * within WAIT_MATCH_NS and blocked. A sample whose switch-out is not in
+ * the queue yet waits (the rings are drained one after the other); one
+ * older than the grace is dropped. */
+static void waits_match(st_cpurec_thread *c, int64_t now_ns)
+{
+    uint32_t kept = 0;
+    st_cpu_rec *q = c->q + c->q_head;
+    for (uint32_t k = 0; k < c->n_wq; k++) {
+        wait_sample w = c->wq[k];
+        st_cpu_rec *after = NULL, *before = NULL; /* the first switch-out at or after w; the last before it */
+        for (size_t i = c->q_len; i > 0; i--) { /* from the newest back */
+            st_cpu_rec *x = &q[i - 1];
+            if (x->ts_ns < w.ts_ns - WAIT_SLACK_NS) break;
+            if (x->kind != ST_CPU_REC_OUT && x->kind != ST_CPU_REC_PREEMPTED && x->kind != ST_CPU_REC_OUT_STACK)
+                continue;
+            if (x->ts_ns >= w.ts_ns) after = x;
+            else if (!before) before = x;
+        }
+        st_cpu_rec *hit = after ? after : before;
+        if (hit) {
+            if (hit->kind == ST_CPU_REC_OUT && hit->ts_ns - w.ts_ns <= WAIT_MATCH_NS) {
+                hit->kind = ST_CPU_REC_OUT_STACK;
+                hit->stack = w.stack;
+                c->wait_stacks++;
+            }
+            continue;
+        }
+        if (now_ns - w.ts_ns < ST_CPUREC_GRACE_NS) c->wq[kept++] = w;
+    }
+    c->n_wq = kept;
+}
 static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
 {
     (void)t;
@@ -266,18 +386,36 @@ static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
 
 static void on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
 {
-    (void)t;
     st_cpurec *r = ctx;
     st_cpurec_thread *c = r->cur;
     size_t n = st_cpu_chain_cut(&r->maps, s->frames, s->n_frames);
+    uint32_t stack = stack_id(r, s->frames, (uint32_t)n);
+    int64_t ts = st_clock_mono_to_ns(s->t_ns);
+    if (t && t == c->waits) { /* a wait stack, for the switch-out record that follows */
+        if (stack == UINT32_MAX) return;
+        if (c->n_wq == WAITS_PENDING) memmove(c->wq, c->wq + 1, --c->n_wq * sizeof *c->wq);
+        c->wq[c->n_wq++] = (wait_sample){ts, stack};
+        return;
+    }
     st_cpu_rec rec = {0};
     rec.kind = ST_CPU_REC_SAMPLE;
-    rec.ts_ns = st_clock_mono_to_ns(s->t_ns);
-    rec.stack = stack_id(r, s->frames, (uint32_t)n);
-    c->last_rec_ns = rec.ts_ns;
-    if (rec.stack == UINT32_MAX) return; /* no memory: left out, counted as lost below */
+    rec.ts_ns = ts;
+    rec.stack = stack;
+    if (s->gil != ST_CPU_GIL_NO_PROBE) {
+        rec.kind = ST_CPU_REC_SAMPLE_FLAGS;
+        rec.flags = s->gil == 1 ? ST_CPU_FLAG_GIL_KNOWN | ST_CPU_FLAG_GIL_HELD
+                    : s->gil == 0 ? ST_CPU_FLAG_GIL_KNOWN : 0;
+    }
+    if (rec.stack == UINT32_MAX) return; /* no memory: left out */
     c->samples++;
-    queue_push(c, &rec);
+    if (rec.flags & ST_CPU_FLAG_GIL_KNOWN) c->gil_samples++;
+    if (c->timer) {
+        if (ts > c->last_rec_ns) c->last_rec_ns = ts;
+        queue_insert(c, &rec);
+    } else {
+        c->last_rec_ns = ts;
+        queue_push(c, &rec);
+    }
 }
 
 static void on_lost(void *ctx, const st_cpu_thread *t, uint64_t n_lost, int64_t t_ns)
@@ -400,9 +538,11 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     meta_u64(r, "cpu_period_ns", r->period_ns == UINT64_MAX ? 0 : r->period_ns);
     meta_u64(r, "cpu_ring_bytes", st_cpu_ring_bytes_for(0));
     meta_text(r, "cpu_lost_records", "0");
-    /* why threads block: from /proc only (no wait stacks, no sched_switch
-     * tracepoint: docs/cpu.md) */
+    /* why threads block: from /proc, and "proc+stacks" once a thread's
+     * wait-stack event opened (no sched_switch tracepoint: docs/cpu.md) */
     meta_text(r, "cpu_block_reasons", "proc");
+    snprintf(r->w_levels, sizeof r->w_levels, "proc");
+    meta_text(r, "cpu_wait_stacks", "0");
     meta_u64(r, "cpu_block_min_ns", ST_CPUREC_BLOCK_MIN_NS);
     meta_text(r, "cpu_blocks", "0");
     window_scan(r, -1, 0); /* the first window's start */
@@ -416,8 +556,7 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
     st_cpurec_thread *c = calloc(1, sizeof *c);
     if (!c || st_cpu_chunk_start(&c->enc)) {
         free(c);
-        if (ct) st_cpu_thread_close(ct);
-        free(ct);
+        st_cpurec_discard(ct);
         return NULL;
     }
     c->id = id;
@@ -433,9 +572,46 @@ st_cpurec_thread *st_cpurec_thread_add(st_cpurec *r, uint32_t id, int64_t os_tid
         st_cpu_thread_close(ct); /* keeps reason and err */
         c->ct = ct;
     }
+    if (ct) {
+        c->timer = ct->timer;
+        c->waits = ct->waits;
+        c->has_waits = c->waits && c->waits->map;
+        if (c->timer && status != ST_CPU_OK) c->ring_bytes = (int64_t)c->timer->ring_bytes;
+        if (c->timer) c->period_timer_ns = c->timer->period_ns;
+        c->sampler = c->timer ? 2 : status == ST_CPU_OK && ct->period_ns ? 1 : 0;
+    }
     c->dirty = 1;
     if (r->n_threads < ST_MAX_THREADS) r->threads[r->n_threads++] = c;
     return c;
+}
+
+/* The perf ring (switches, and samples unless the signal sampler takes
+ * them), then the wait-stack ring, whose samples precede their switch-out
+ * records in time (so every one whose record was just read is in it now),
+ * then the signal sampler's buffer. The records passed. */
+static long drain_rings(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
+{
+    long n = 0;
+    if (c->ct && c->ct->fd >= 0) n += st_cpu_thread_drain(c->ct, r->sink);
+    if (c->waits && c->waits->fd >= 0) {
+        st_cpu_thread_drain(c->waits, r->sink);
+        if (c->n_wq) waits_match(c, now_ns);
+    }
+    if (c->timer) {
+        n += st_cpu_timer_drain(c->timer, r->sink, c->ct);
+        uint64_t lost = __atomic_load_n(&c->timer->lost, __ATOMIC_RELAXED);
+        if (lost != c->timer_lost) { /* the buffer was full: as the kernel's lost records */
+            st_cpu_rec rec = {0};
+            rec.kind = ST_CPU_REC_LOST;
+            rec.ts_ns = c->last_rec_ns;
+            rec.n = lost - c->timer_lost;
+            c->lost += rec.n;
+            c->timer_lost = lost;
+            queue_push(c, &rec);
+            n++;
+        }
+    }
+    return n;
 }
 
 /* The thread's last switch record is a blocked switch-out at least
@@ -452,7 +628,7 @@ static void block_reason(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
     uint64_t switches = c->switches;
     st_cpu_block b;
     int rc = st_cpuproc_block(c->os_tid, &b);
-    st_cpu_thread_drain(c->ct, r->sink);
+    drain_rings(r, c, now_ns);
     if (rc <= 0 || c->switches != switches) return;
     st_val v[8] = {ST_VINT(c->id),
                    ST_VINT(out_ns),
@@ -469,10 +645,12 @@ static void block_reason(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
 
 void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c)
 {
-    if (!c->ct || c->ct->fd < 0) return;
+    int perf = c->ct && c->ct->fd >= 0;
+    if (!perf && !c->timer) return;
     r->cur = c;
-    if (st_cpu_thread_drain(c->ct, r->sink) > 0) c->dirty = 1;
-    block_reason(r, c, st_now_ns());
+    int64_t now = st_now_ns();
+    if (drain_rings(r, c, now) > 0) c->dirty = 1;
+    if (perf) block_reason(r, c, now);
     r->cur = NULL;
 }
 
@@ -504,12 +682,13 @@ void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint3
     while (c->q_len && c->q[c->q_head].ts_ns < horizon_ns) {
         st_cpu_rec rec = c->q[c->q_head++];
         c->q_len--;
-        if (rec.kind == ST_CPU_REC_SAMPLE) {
+        if (rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS) {
             if (c->n_hist && rec.ts_ns < c->last_event_ns) {
                 int known;
                 rec.stage = stage_at(c, rec.ts_ns, &known);
                 if (!known) {
-                    rec.kind = ST_CPU_REC_SAMPLE_UNKNOWN;
+                    rec.kind = rec.kind == ST_CPU_REC_SAMPLE ? ST_CPU_REC_SAMPLE_UNKNOWN
+                                                             : ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
                     c->unknown++;
                 }
             } else {
@@ -536,16 +715,34 @@ static void read_cpu_ns(st_cpurec_thread *c)
     if (c->ct && c->ct->fd >= 0 && read(c->ct->fd, &v, sizeof v) == (ssize_t)sizeof v && v != c->cpu_ns) {
         c->cpu_ns = v;
         c->dirty = 1;
+    } else if ((!c->ct || c->ct->fd < 0) && c->timer) { /* no event: the thread's CPU clock */
+        int64_t ns = st_cpu_timer_cpu_ns(c->timer);
+        if (ns >= 0 && (uint64_t)ns != c->cpu_ns) {
+            c->cpu_ns = (uint64_t)ns;
+            c->dirty = 1;
+        }
     }
 }
 
+/* Every thread's timer fires on its own CPU clock, so a stopped timer
+ * sends nothing more; what it wrote is drained, then it is freed. */
 static void thread_close(st_cpurec *r, st_cpurec_thread *c, uint32_t top)
 {
+    st_cpu_timer_stop(c->timer);
     st_cpurec_drain(r, c);
     st_cpurec_emit(r, c, INT64_MAX, top);
     read_cpu_ns(c);
     if (c->ct && c->ct->fd >= 0) {
         st_cpu_thread_close(c->ct);
+        c->dirty = 1;
+    }
+    if (c->waits && c->waits->fd >= 0) st_cpu_thread_close(c->waits);
+    if (c->timer) {
+        c->period_timer_ns = c->timer->period_ns;
+        c->overruns = c->timer->overruns;
+        st_cpu_timer_close(c->timer);
+        c->timer = NULL;
+        if (c->ct) c->ct->timer = NULL;
         c->dirty = 1;
     }
 }
@@ -565,11 +762,13 @@ static void thread_row(st_cpurec *r, st_cpurec_thread *c)
 {
     const st_cpu_thread *ct = c->ct;
     const char *reason = ct ? ct->reason : "out of memory at registration";
+    int64_t period = c->sampler == 2 ? (int64_t)c->period_timer_ns
+                     : ct && ct->period_ns != UINT64_MAX ? (int64_t)ct->period_ns : 0;
     st_val v[12] = {ST_VINT(c->id),
                     ST_VINT(c->os_tid),
                     ST_VTEXT(status_name(c->status)),
                     ST_VTEXT(reason),
-                    ST_VINT(ct && ct->period_ns != UINT64_MAX ? ct->period_ns : 0),
+                    ST_VINT(period),
                     ST_VINT(c->ring_bytes),
                     ST_VINT(ct ? (int64_t)ct->refused_bytes : 0),
                     ST_VINT(c->start_ns),
@@ -581,21 +780,50 @@ static void thread_row(st_cpurec *r, st_cpurec_thread *c)
     c->dirty = 0;
 }
 
+/* The signal sampler's meta keys, once, with the first thread it samples. */
+static void timer_meta(st_cpurec *r, const st_cpurec_thread *c)
+{
+    if (r->timer_written || !c->timer) return;
+    const char *src;
+    long hz = st_cpu_timer_tick_hz(&src);
+    meta_u64(r, "cpu_timer_period_ns", c->timer->period_ns);
+    meta_u64(r, "cpu_timer_signal", (uint64_t)c->timer->signo);
+    meta_u64(r, "cpu_timer_tick_hz", (uint64_t)hz);
+    meta_text(r, "cpu_timer_tick_source", src);
+    r->timer_written = 1;
+}
+
+static void set_meta(st_cpurec *r, const char *key, char *last, size_t size, const char *value)
+{
+    if (strcmp(value, last) == 0) return;
+    meta_text(r, key, value);
+    snprintf(last, size, "%s", value);
+}
+
 void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
 {
     if (!r) return;
-    uint64_t samples = 0, switches = 0, lost = 0, unknown = 0, cpu_ns = 0;
-    int n_ok = 0;
-    const st_cpurec_thread *first_bad = NULL, *first_note = NULL;
+    uint64_t samples = 0, switches = 0, lost = 0, unknown = 0, cpu_ns = 0, overruns = 0, wait_stacks = 0, gil = 0;
+    int n_ok = 0, n_timer = 0, n_perf_samples = 0, n_waits = 0;
+    const st_cpurec_thread *first_bad = NULL, *first_note = NULL, *first_wait_bad = NULL;
     for (uint32_t i = 0; i < r->n_threads; i++) {
         st_cpurec_thread *c = r->threads[i];
         read_cpu_ns(c);
+        if (c->timer) c->overruns = __atomic_load_n(&c->timer->overruns, __ATOMIC_RELAXED);
         if (c->dirty) thread_row(r, c);
         samples += c->samples;
         switches += c->switches;
         lost += c->lost;
         unknown += c->unknown;
         cpu_ns += c->cpu_ns;
+        overruns += c->overruns;
+        wait_stacks += c->wait_stacks;
+        gil += c->gil_samples;
+        n_timer += c->sampler == 2;
+        n_perf_samples += c->sampler == 1;
+        if (c->has_waits) n_waits++;
+        else if (c->waits && !first_wait_bad) first_wait_bad = c;
+        timer_meta(r, c);
         if (c->status == ST_CPU_OK) {
             n_ok++;
             if (!first_note && c->ct && c->ct->reason[0]) first_note = c;
@@ -604,10 +832,14 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
         }
     }
     if (r->n_threads) {
-        const char *mode = n_ok ? "perf" : status_name(first_bad->status);
-        if (strcmp(mode, r->w_mode) != 0) {
-            meta_text(r, "cpu_mode", mode);
-            snprintf(r->w_mode, sizeof r->w_mode, "%s", mode);
+        const char *mode = n_ok ? "perf" : n_timer ? "timer" : status_name(first_bad->status);
+        set_meta(r, "cpu_mode", r->w_mode, sizeof r->w_mode, mode);
+        const char *sampler = n_timer && n_perf_samples ? "mixed" : n_timer ? "timer" : n_perf_samples ? "perf" : "none";
+        set_meta(r, "cpu_sampler", r->w_sampler, sizeof r->w_sampler, sampler);
+        set_meta(r, "cpu_block_reasons", r->w_levels, sizeof r->w_levels, n_waits ? "proc+stacks" : "proc");
+        if (first_wait_bad && !r->wait_reason_written) {
+            meta_text(r, "cpu_wait_stacks_reason", first_wait_bad->waits->reason);
+            r->wait_reason_written = 1;
         }
         const st_cpurec_thread *why = first_bad ? first_bad : first_note;
         if (why && !r->reason_written) {
@@ -627,6 +859,9 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     if (lost != r->w_lost) meta_u64(r, "cpu_lost_records", r->w_lost = lost);
     if (r->n_blocks != r->w_blocks) meta_u64(r, "cpu_blocks", r->w_blocks = r->n_blocks);
     if (unknown != r->w_unknown) meta_u64(r, "cpu_samples_unknown_stage", r->w_unknown = unknown);
+    if (r->timer_written && overruns != r->w_overruns) meta_u64(r, "cpu_timer_overruns", r->w_overruns = overruns);
+    if (wait_stacks != r->w_wait_stacks) meta_u64(r, "cpu_wait_stacks", r->w_wait_stacks = wait_stacks);
+    if (gil != r->w_gil) meta_u64(r, "cpu_gil_samples", r->w_gil = gil);
     if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
     if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
 }
@@ -636,8 +871,7 @@ void st_cpurec_free(st_cpurec *r)
     if (!r) return;
     for (uint32_t i = 0; i < r->n_threads; i++) {
         st_cpurec_thread *c = r->threads[i];
-        if (c->ct) st_cpu_thread_close(c->ct);
-        free(c->ct);
+        st_cpurec_discard(c->ct);
         st_buf_free(&c->enc.buf);
         free(c->q);
         free(c);

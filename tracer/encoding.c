@@ -429,7 +429,15 @@ int st_gpu_next(st_gpu_cursor *c, st_gpu_rec *r)
  * record: byte kind, varint zigzag(ts - previous ts) (the first from 0),
  *         then by kind: sample: varint stack, varint stage + 1 (0: none
  *         open); unknown-stage sample: varint stack; lost: varint count;
- *         switches: nothing. */
+ *         switches: nothing; sample with flags: varint stack, varint
+ *         stage + 1, varint flags; its unknown-stage kind: varint stack,
+ *         varint flags; blocked switch-out with its wait stack: varint
+ *         stack. */
+
+static int flags_ok(uint64_t f)
+{
+    return f <= 3 && !((f & ST_CPU_FLAG_GIL_HELD) && !(f & ST_CPU_FLAG_GIL_KNOWN));
+}
 
 int st_cpu_chunk_start(st_cpu_encoder *e)
 {
@@ -445,20 +453,24 @@ int st_cpu_chunk_start(st_cpu_encoder *e)
 
 int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r)
 {
-    if (r->kind > ST_CPU_REC_LOST) return -1;
-    if (st_buf_reserve(&e->buf, 1 + 10 + 10 + 10)) return -1;
+    if (r->kind > ST_CPU_REC_KIND_MAX) return -1;
+    int flagged = r->kind == ST_CPU_REC_SAMPLE_FLAGS || r->kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
+    if (flagged && !flags_ok(r->flags)) return -1;
+    if (st_buf_reserve(&e->buf, 1 + 10 + 10 + 10 + 10)) return -1;
     uint8_t *p = e->buf.data + e->buf.len;
     size_t n = 0;
     p[n++] = (uint8_t)r->kind;
     n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->ts_ns - (uint64_t)e->prev_ts)));
-    if (r->kind == ST_CPU_REC_SAMPLE) {
+    if (r->kind == ST_CPU_REC_SAMPLE || r->kind == ST_CPU_REC_SAMPLE_FLAGS) {
         n += st_varint_put(p + n, r->stack);
         n += st_varint_put(p + n, r->stage == ST_CPU_NO_STAGE ? 0 : (uint64_t)r->stage + 1);
-    } else if (r->kind == ST_CPU_REC_SAMPLE_UNKNOWN) {
+    } else if (r->kind == ST_CPU_REC_SAMPLE_UNKNOWN || r->kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN ||
+               r->kind == ST_CPU_REC_OUT_STACK) {
         n += st_varint_put(p + n, r->stack);
     } else if (r->kind == ST_CPU_REC_LOST) {
         n += st_varint_put(p + n, r->n);
     }
+    if (flagged) n += st_varint_put(p + n, r->flags);
     e->buf.len += n;
     e->prev_ts = r->ts_ns;
     if (r->ts_ns < e->t0_ns) e->t0_ns = r->ts_ns;
@@ -489,7 +501,7 @@ static int get_u(st_cpu_cursor *c, uint64_t *v)
 int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
 {
     if (c->remaining == 0) return c->p == c->end ? 0 : ST_ECORRUPT;
-    if (c->p == c->end || c->p[0] > ST_CPU_REC_LOST) return ST_ECORRUPT;
+    if (c->p == c->end || c->p[0] > ST_CPU_REC_KIND_MAX) return ST_ECORRUPT;
     memset(r, 0, sizeof *r);
     r->kind = *c->p++;
     r->stage = ST_CPU_NO_STAGE;
@@ -498,16 +510,22 @@ int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
     int64_t d = st_unzigzag(z);
     if ((d > 0 && c->prev_ts > INT64_MAX - d) || (d < 0 && c->prev_ts < INT64_MIN - d)) return ST_ECORRUPT;
     r->ts_ns = c->prev_ts + d;
-    if (r->kind == ST_CPU_REC_SAMPLE || r->kind == ST_CPU_REC_SAMPLE_UNKNOWN) {
+    int k = (int)r->kind;
+    if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_UNKNOWN || k == ST_CPU_REC_SAMPLE_FLAGS ||
+        k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN || k == ST_CPU_REC_OUT_STACK) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
         r->stack = (uint32_t)v;
     }
-    if (r->kind == ST_CPU_REC_SAMPLE) {
+    if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_FLAGS) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
         r->stage = v == 0 ? ST_CPU_NO_STAGE : (uint32_t)(v - 1);
-    } else if (r->kind == ST_CPU_REC_LOST) {
+    } else if (k == ST_CPU_REC_LOST) {
         if (get_u(c, &v)) return ST_ECORRUPT;
         r->n = v;
+    }
+    if (k == ST_CPU_REC_SAMPLE_FLAGS || k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN) {
+        if (get_u(c, &v) || !flags_ok(v)) return ST_ECORRUPT;
+        r->flags = (uint32_t)v;
     }
     c->prev_ts = r->ts_ns;
     c->remaining--;

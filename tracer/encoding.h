@@ -236,16 +236,25 @@ enum st_cpu_rec_kind {
     ST_CPU_REC_SAMPLE = 3,     /* a sample, with the stage the writer saw open */
     ST_CPU_REC_SAMPLE_UNKNOWN = 4, /* a sample whose stage the writer did not know */
     ST_CPU_REC_LOST = 5,       /* the kernel lost `n` records here */
+    ST_CPU_REC_SAMPLE_FLAGS = 6,         /* a sample with flags (the GIL state), stage known */
+    ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN = 7, /* a sample with flags, stage unknown */
+    ST_CPU_REC_OUT_STACK = 8,  /* switched out, blocked, with the stack it blocked in */
 };
+#define ST_CPU_REC_KIND_MAX 8
+/* Flags of a sample with flags: bit 0 the GIL state is known, bit 1 the
+ * thread held the GIL (only with bit 0); other bits must be 0. */
+#define ST_CPU_FLAG_GIL_KNOWN 1u
+#define ST_CPU_FLAG_GIL_HELD 2u
 /* Stage of a ST_CPU_REC_SAMPLE: ST_CPU_NO_STAGE when no range was open. */
 #define ST_CPU_NO_STAGE UINT32_MAX
 
 typedef struct st_cpu_rec {
     uint32_t kind;   /* st_cpu_rec_kind */
     int64_t ts_ns;
-    uint32_t stack;  /* samples: an id in cpu_stacks */
-    uint32_t stage;  /* ST_CPU_REC_SAMPLE: the stage, or ST_CPU_NO_STAGE */
+    uint32_t stack;  /* samples: an id in cpu_stacks; ST_CPU_REC_OUT_STACK: the wait stack */
+    uint32_t stage;  /* ST_CPU_REC_SAMPLE(_FLAGS): the stage, or ST_CPU_NO_STAGE */
     uint64_t n;      /* ST_CPU_REC_LOST: records lost */
+    uint32_t flags;  /* ST_CPU_REC_SAMPLE_FLAGS(_UNKNOWN): ST_CPU_FLAG_* */
 } st_cpu_rec;
 
 typedef struct st_cpu_encoder {

@@ -539,27 +539,35 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out)
             continue;
         }
         if (rc < 0) return st_rd_chunk_corrupt(&it->rows);
-        int sample = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN;
-        if (sample && !stack_find(it->r->cpu, rec.stack))
+        int flagged = rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
+        int sample = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged;
+        int known_stage = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS;
+        if ((sample || rec.kind == ST_CPU_REC_OUT_STACK) && !stack_find(it->r->cpu, rec.stack))
             return st_set_error(ST_ECORRUPT, "trace table 'cpu_chunks': chunk %lld (thread %lld) names unknown stack %u",
                                 (long long)it->rows.row_id, (long long)it->rows.thread, rec.stack);
-        if (rec.kind == ST_CPU_REC_SAMPLE && rec.stage != ST_CPU_NO_STAGE && rec.stage >= it->r->n_stages)
+        if (known_stage && rec.stage != ST_CPU_NO_STAGE && rec.stage >= it->r->n_stages)
             return st_set_error(ST_ECORRUPT, "trace table 'cpu_chunks': chunk %lld (thread %lld) names unknown stage %u",
                                 (long long)it->rows.row_id, (long long)it->rows.thread, rec.stage);
         if (rec.ts_ns < it->t0 || rec.ts_ns >= it->t1) continue;
         out->thread = it->thread;
         out->ts_ns = rec.ts_ns;
         out->stage = -1;
+        out->gil = -1;
         if (sample) {
             out->kind = ST_CPU_ROW_SAMPLE;
             out->stack = rec.stack;
-            if (rec.kind == ST_CPU_REC_SAMPLE) {
+            if (flagged && (rec.flags & ST_CPU_FLAG_GIL_KNOWN)) out->gil = (rec.flags & ST_CPU_FLAG_GIL_HELD) ? 1 : 0;
+            if (known_stage) {
                 out->stage = rec.stage == ST_CPU_NO_STAGE ? -1 : (int32_t)rec.stage;
             } else {
                 if (!it->timeline_loaded && (rc = timeline_load(it))) return rc;
                 out->stage = timeline_stage_at(it, rec.ts_ns);
                 out->stage_from_ranges = 1;
             }
+        } else if (rec.kind == ST_CPU_REC_OUT_STACK) {
+            out->kind = ST_CPU_ROW_OUT_BLOCKED;
+            out->stack = rec.stack;
+            out->wait_stack = 1;
         } else {
             out->kind = rec.kind; /* ST_CPU_ROW_* has the encoding's numbers */
             out->n_lost = rec.n;

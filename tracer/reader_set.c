@@ -805,6 +805,7 @@ static int set_cpu_next(st_cpu_iter *it, st_cpu_row *out)
             out->stack |= (uint64_t)it->part_index << 32;
             if (out->stage >= 0) out->stage = (int32_t)it->part->stage_map[out->stage];
         }
+        if (out->wait_stack) out->stack |= (uint64_t)it->part_index << 32;
         return 1;
     }
     return rc;

@@ -396,8 +396,7 @@ static int thread_register(st_trace *trace, const char *name, const char *role, 
         pthread_mutex_unlock(&trace->lock);
         free(ring);
         free(buf);
-        if (cpu) st_cpu_thread_close(cpu);
-        free(cpu);
+        st_cpurec_discard(cpu);
         return st_set_error(ST_ELIMIT, "st_thread_register: more than %d threads", ST_MAX_THREADS);
     }
     st_thread_def *def = &trace->threads[id];

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "stagetrace_reader.h"
 
@@ -66,6 +67,11 @@ typedef struct st_cpu_config {
     size_t ring_bytes;   /* wanted data size, rounded down to 2^n pages;
                             0: st_cpu_ring_bytes_for(0) */
     int no_callchain;    /* 1: samples without PERF_SAMPLE_CALLCHAIN */
+    int wait_stacks;     /* 1: instead of the CPU-clock event, a context-switch
+                            event (PERF_COUNT_SW_CONTEXT_SWITCHES, period 1)
+                            whose samples carry the user stack at each
+                            switch-out ("wait stacks"); needs
+                            perf_event_paranoid <= 1, CAP_PERFMON or root */
 } st_cpu_config;
 
 typedef struct st_cpu_thread {
@@ -78,25 +84,37 @@ typedef struct st_cpu_thread {
     size_t refused_bytes;      /* the first ring size that mmap refused, 0 if none */
     uint64_t period_ns;        /* the period asked for (0 when switches only) */
     int callchain;             /* samples carry a callchain */
+    int wait_stacks;           /* a wait-stack event (st_cpu_config.wait_stacks) */
     uint64_t lost;             /* records the kernel lost (sum of PERF_RECORD_LOST) */
     uint64_t n_switches, n_samples, n_other;
     uint64_t n_corrupt;        /* drains that met a malformed record and skipped to data_head */
     int err;                   /* errno of the failure, 0 when open */
     char reason[256];          /* why open failed, or what ring memory was refused */
+    /* What else the writer (cpu_record.c) captures of the thread, set after
+     * the open and owned there; open and close leave them alone. */
+    struct st_cpu_timer *timer;   /* the signal sampler, or NULL */
+    struct st_cpu_thread *waits;  /* the wait-stack event, or NULL */
 } st_cpu_thread;
 
 /* st_cpu_switch, and the accounting of a range's on-CPU, preempted and
  * blocked time over a thread's switch records (st_cpu_off_intervals,
  * st_cpu_account), are part of the reader API: stagetrace_reader.h. */
 
-/* One PERF_RECORD_SAMPLE. frames[0] is the sampled ip; frames[1..] are the
- * return addresses of the frame-pointer walk, PERF_CONTEXT_* markers
- * removed. They point into the sink's scratch memory. */
+/* One PERF_RECORD_SAMPLE, or a sample of the signal sampler. frames[0] is
+ * the sampled ip; frames[1..] are the return addresses of the
+ * frame-pointer walk, PERF_CONTEXT_* markers removed. They point into the
+ * sink's scratch memory. A wait-stack event's sample has the user-space
+ * ip where the thread entered the kernel as frames[0] (the kernel ip it
+ * was taken at is left out). gil: what the GIL probe said on the sampled
+ * thread (1 held, 0 not, -1 unknown), ST_CPU_GIL_NO_PROBE when no probe
+ * was asked (perf samples, a timer opened without a probe). */
+#define ST_CPU_GIL_NO_PROBE (-2)
 typedef struct st_cpu_sample {
     int64_t t_ns;
     uint32_t pid, tid;
     uint32_t n_frames;
     const uint64_t *frames;
+    int gil;
 } st_cpu_sample;
 
 typedef struct st_cpu_sink {
@@ -156,5 +174,70 @@ int st_cpu_maps_contains(const st_cpu_maps *m, uint64_t addr);
  * mappings, frames[k] does not. Refreshes m once on a miss (see above). */
 size_t st_cpu_chain_cut(st_cpu_maps *m, const uint64_t *frames, size_t n);
 void st_cpu_maps_free(st_cpu_maps *m);
+
+/* ---- the signal sampler (cpu_timer.c) -----------------------------------
+ * Where perf events are refused, or where samples must carry the GIL state
+ * (st_cpu_set_gil_probe, stagetrace.h): per thread a POSIX timer on the
+ * thread's CPU clock (timer_create(CLOCK_THREAD_CPUTIME_ID), SIGEV_THREAD_ID
+ * to that thread) sends one real-time signal every period of the thread's
+ * CPU time; the handler (SA_SIGINFO | SA_RESTART, on the highest real-time
+ * signal whose disposition was SIG_DFL, installed once and kept) walks the
+ * interrupted context's frame pointers, bounds-checked against the
+ * thread's stack (docs/cpu.md, "The signal sampler"), calls the GIL probe
+ * when one is set, and writes the sample into the thread's buffer of
+ * ST_CPU_TIMER_RING samples: single producer (the handler, on that
+ * thread), single consumer (st_cpu_timer_drain); a sample that finds the
+ * buffer full is counted in `lost`. A CPU-clock timer fires at the
+ * scheduler's tick at most, so the period is at least 1/CONFIG_HZ
+ * (st_cpu_timer_tick_hz: /boot/config-RELEASE, else 250 Hz assumed). */
+#define ST_CPU_TIMER_MAX_FRAMES 126 /* a sample is then 1 KiB */
+#define ST_CPU_TIMER_RING 256
+#define ST_CPU_TIMER_ASSUMED_TICK_HZ 250
+
+typedef struct st_cpu_timer_sample {
+    int64_t t_ns;       /* CLOCK_MONOTONIC in the handler */
+    uint32_t n_frames;
+    int32_t gil;        /* as st_cpu_sample.gil */
+    uint64_t frames[ST_CPU_TIMER_MAX_FRAMES];
+} st_cpu_timer_sample;
+
+typedef struct st_cpu_timer {
+    int slot;                  /* the handler's index (the timer's sigev_value) */
+    int signo;
+    pid_t tid;
+    timer_t timer;
+    int has_timer;
+    int gil;                   /* a GIL probe was set at the open: samples carry its answer */
+    clockid_t cpu_clock;       /* the thread's CPU clock, readable from any thread */
+    int64_t cpu0_ns;           /* its value at the open */
+    uintptr_t stack_lo, stack_hi;
+    uint64_t period_ns;        /* the timer's period (the asked one, at least a tick) */
+    st_cpu_timer_sample *ring;
+    uint32_t ring_n;           /* samples it holds */
+    size_t ring_bytes;
+    uint64_t head;             /* written by the handler */
+    uint64_t tail;             /* written by the consumer */
+    uint64_t signals, lost, overruns; /* by the handler: signals taken, samples
+                                         lost to a full buffer, timer overruns */
+    uint64_t n_samples;        /* drained */
+} st_cpu_timer;
+
+/* On the thread to sample: ST_CPU_OK and *out, or a status with reason.
+ * period_ns 0: the default; ring_samples 0: ST_CPU_TIMER_RING. */
+int st_cpu_timer_open(st_cpu_timer **out, uint64_t period_ns, uint32_t ring_samples, char *reason,
+                      size_t reason_size);
+/* Passes each sample written since the last drain to sink->on_sample with
+ * t as its thread; one consumer at a time. Returns the samples passed. */
+long st_cpu_timer_drain(st_cpu_timer *tm, st_cpu_sink *sink, const st_cpu_thread *t);
+/* The thread's CPU time since the open (-1 once the thread has ended). */
+int64_t st_cpu_timer_cpu_ns(const st_cpu_timer *tm);
+/* Deletes the timer (no more samples; the buffer stays to be drained). */
+void st_cpu_timer_stop(st_cpu_timer *tm);
+/* Stops, waits for a handler still running on the buffer, frees (NULL: nothing). */
+void st_cpu_timer_close(st_cpu_timer *tm);
+uint64_t st_cpu_timer_period_for(uint64_t asked_ns);
+long st_cpu_timer_tick_hz(const char **source); /* source: "boot-config" or "assumed" */
+int st_cpu_timer_signal(void);  /* the signal in use, 0 before the first open */
+int st_cpu_gil_probe_set(void); /* 1 when st_cpu_set_gil_probe set one */
 
 #endif

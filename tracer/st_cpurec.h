@@ -32,11 +32,21 @@
 typedef struct st_cpurec st_cpurec;
 typedef struct st_cpurec_thread st_cpurec_thread;
 
+/* A thread's status when its perf event was refused but the signal
+ * sampler samples it (cpu_threads.status 'timer'). */
+#define ST_CPU_TIMER_MODE 1
+
 /* On the registering thread: opens its event (period opt->cpu_period_ns,
- * ring st_cpu_ring_bytes_for(0)). Never fails: the status and the reason
- * stay in the returned object (NULL only without memory). *start_ns: the
- * trace time of the open. */
+ * ring st_cpu_ring_bytes_for(0)), and the signal sampler where the event
+ * is refused or a GIL probe is set (ct->timer; the event then records
+ * switches only), and the wait-stack event where the kernel allows it
+ * (ct->waits; closed, with its reason, when refused). Never fails: the
+ * status (an st_cpu_status, or ST_CPU_TIMER_MODE) and the reason stay in
+ * the returned object (NULL only without memory). *start_ns: the trace
+ * time of the open. */
 st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns);
+/* Closes and frees what st_cpurec_open returned (NULL: nothing). */
+void st_cpurec_discard(st_cpu_thread *ct);
 
 /* Creates the cpu tables and the first meta keys in the open transaction. */
 st_cpurec *st_cpurec_create(st_trace *t, st_store *store);

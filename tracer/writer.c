@@ -300,10 +300,7 @@ static void write_registrations(st_trace *t, writer *w)
         st_counter_chunk_start(&s->ctr);
         st_flow_chunk_start(&s->flow);
         if (w->cpu) s->cpu = st_cpurec_thread_add(w->cpu, i, d->os_tid, d->cpu, d->cpu_status, d->cpu_start_ns);
-        else if (d->cpu) { /* the CPU side had no memory at open */
-            st_cpu_thread_close(d->cpu);
-            free(d->cpu);
-        }
+        else st_cpurec_discard(d->cpu); /* the CPU side had no memory at open */
         d->cpu = NULL;
         t->tstate[i] = s;
         if (t->agg) st_agg_thread(t->agg, i, d->name, d->role);

@@ -249,6 +249,20 @@ typedef struct st_options {
 
 ST_API void st_options_init(st_options *opt);
 
+/* The GIL probe of the CPU capture (docs/tracer.md, "CPU capture"): an
+ * async-signal-safe function that says whether the calling thread holds
+ * the interpreter's lock: 1 it does, 0 it does not, -1 unknown (the
+ * Python extension registers one built on PyGILState_Check). With a probe
+ * set, every thread registered afterwards is sampled by the signal
+ * sampler, which calls the probe on the sampled thread inside its signal
+ * handler and stores the answer with each sample; where perf events work
+ * the thread's perf event still records its context switches (meta
+ * cpu_sampler 'timer', cpu_mode 'perf'). Set it before st_thread_register
+ * (threads registered before keep their sampler); NULL removes it (those
+ * threads' samples then say "unknown"). Any thread, any time. */
+#define ST_HAVE_GIL_PROBE 1
+ST_API void st_cpu_set_gil_probe(int (*probe)(void));
+
 typedef struct st_trace st_trace;
 
 /* Opens the process's trace. Fails (with a message) on a bad option, an
@@ -687,6 +701,7 @@ ST_API int st_thread_register(st_trace *trace, const char *name, const char *rol
     return 0;
 }
 ST_API void st_thread_unregister(void) {}
+ST_API void st_cpu_set_gil_probe(int (*probe)(void)) { (void)probe; }
 ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
 ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
 ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }

@@ -462,10 +462,17 @@ typedef struct st_cpu_row {
     uint32_t kind;   /* st_cpu_row_kind */
     uint32_t thread;
     int64_t ts_ns;
-    uint64_t stack;  /* a sample's stack id (st_reader_cpu_stack) */
+    uint64_t stack;  /* a sample's stack id (st_reader_cpu_stack); a blocked
+                        switch-out's wait stack when wait_stack is 1 */
     int32_t stage;   /* a sample's stage, -1 when no range was open */
     uint32_t stage_from_ranges; /* 1: resolved by the reader (the writer stored "unknown") */
     uint64_t n_lost; /* ST_CPU_ROW_LOST: the records the kernel lost there */
+    int32_t gil;     /* a sample's GIL state: 1 the thread held the GIL, 0 it
+                        did not, -1 unknown (no GIL probe, or the probe did
+                        not know); -1 for the other kinds */
+    uint32_t wait_stack; /* ST_CPU_ROW_OUT_BLOCKED: 1 when stack is the user
+                            stack the thread blocked in (meta
+                            cpu_block_reasons 'proc+stacks'), else 0 */
 } st_cpu_row;
 typedef struct st_cpu_iter st_cpu_iter;
 ST_API int st_cpu_iter_open(st_cpu_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns, int64_t t1_ns);
