@@ -106,8 +106,9 @@ static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (dou
 static void put_shares(an_table *tb, const an_cpu_cell *c)
 {
     an_put_ns(tb, c->wall_ns);
-    an_put_ns(tb, c->on_ns);
-    if (c->wall_ns > 0) {
+    if (c->on_ns >= 0) an_put_ns(tb, c->on_ns);
+    else an_put_null(tb); /* no switch records (the signal sampler): unknown */
+    if (c->wall_ns > 0 && c->on_ns >= 0) {
         an_put_pct(tb, pct(c->on_ns, c->wall_ns));
         an_put_pct(tb, pct(c->preempted_ns, c->wall_ns));
         an_put_pct(tb, pct(c->blocked_ns, c->wall_ns));
@@ -196,7 +197,7 @@ static int work(an_cmd *c)
             an_put_str(tb, si ? st_kind_name(si->kind) : "");
             put_shares(tb, cell);
             an_row_end(tb);
-            if (si && si->kind == ST_SYNC && cell->wall_ns > 0 && 2 * cell->on_ns > cell->wall_ns &&
+            if (si && si->kind == ST_SYNC && cell->wall_ns > 0 && cell->on_ns >= 0 && 2 * cell->on_ns > cell->wall_ns &&
                 slen < sizeof spin - 400) {
                 char p[32], n1[64], n2[64];
                 an_fmt_pct1(pct(cell->on_ns, cell->wall_ns), p, sizeof p);
@@ -317,7 +318,12 @@ static int work(an_cmd *c)
     }
     if (slen) an_out_text(out, "%s", spin);
     for (uint32_t i = 0; i < res.n_threads; i++)
-        if (strcmp(res.threads[i].info.status, "perf") != 0) {
+        if (res.threads[i].has_samples && !res.threads[i].has_switches) {
+            char n1[64];
+            an_out_text(out, "no switch records for %s: sampled by the signal sampler (timer), so its on-CPU, "
+                             "preempted and blocked time per stage is unknown; os_threads has its CPU time\n",
+                        an_clean(st_reader_thread(r, res.threads[i].thread)->name, n1, sizeof n1));
+        } else if (!res.threads[i].has_samples) {
             char n1[64], n2[256];
             an_out_text(out, "no CPU records for %s: %s (%s)\n", an_clean(st_reader_thread(r, res.threads[i].thread)->name, n1, sizeof n1),
                         res.threads[i].info.status, an_clean(res.threads[i].info.reason, n2, sizeof n2));

@@ -524,8 +524,17 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
         }
         for (uint32_t s = 0; s <= out->n_stages; s++) th->cells[s].stage = (int32_t)s - 1;
         out->n_threads++;
-        /* a thread whose event did not open has no records: no figures rather than 100 % on-CPU */
-        if (strcmp(th->info.status, "perf") == 0) rc = thread_compute(&x, th, t0, t1);
+        /* a thread whose event did not open has no records: no figures rather than 100 % on-CPU;
+         * one the signal sampler took (timer) has samples but no switches: its on/off-CPU split
+         * is unknown (-1), not 100 % on */
+        th->has_switches = strcmp(th->info.status, "perf") == 0;
+        th->has_samples = th->has_switches || strcmp(th->info.status, "timer") == 0;
+        if (th->has_samples) rc = thread_compute(&x, th, t0, t1);
+        if (!rc && th->has_samples && !th->has_switches)
+            for (uint32_t s = 0; s <= out->n_stages + 1; s++) {
+                an_cpu_cell *c = s <= out->n_stages ? &th->cells[s] : &th->total;
+                c->on_ns = c->preempted_ns = c->blocked_ns = -1;
+            }
     }
     free(names.slot);
     free(sc.slot);

@@ -69,6 +69,9 @@ typedef struct an_cpu_thread {
     uint64_t lost;     /* records lost within it */
     an_cpu_cell *cells; /* [stage + 1], 0 .. n_stages */
     an_cpu_cell total; /* the sums of its cells (no functions) */
+    int has_samples;   /* status perf or timer (the signal sampler): samples counted */
+    int has_switches;  /* status perf: switch records, so on/preempted/blocked are known; without
+                          them (timer) every cell's on_ns, preempted_ns and blocked_ns are -1 */
 } an_cpu_thread;
 
 typedef struct an_cpu_result {

@@ -265,8 +265,8 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
             rc = an_trace_fail(t);
             break;
         }
-        /* a thread whose event did not open has no records */
-        if (!has || strcmp(info.status, "perf") != 0) continue;
+        /* a thread whose event did not open has no records; the signal sampler's (timer) has samples */
+        if (!has || (strcmp(info.status, "perf") != 0 && strcmp(info.status, "timer") != 0)) continue;
         if (!out->period_ns) out->period_ns = info.period_ns;
         else if (info.period_ns != out->period_ns) out->mixed_periods = 1;
         rc = thread_rows(&x, &cells, i, &info, t0, t1);

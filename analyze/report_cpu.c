@@ -387,7 +387,12 @@ int an_report_cpu(an_report *rp)
         }
         fputs("</svg>\n", f);
         for (uint32_t i = 0; i < res.n_threads; i++)
-            if (strcmp(res.threads[i].info.status, "perf") != 0) {
+            if (res.threads[i].has_samples && !res.threads[i].has_switches) {
+                fputs("<p class=\"note\">No switch records for ", f);
+                an_html_esc(f, st_reader_thread(r, res.threads[i].thread)->name);
+                fputs(": the signal sampler took its samples (timer), so it has no bar; its samples are in "
+                      "the flame graphs.</p>\n", f);
+            } else if (!res.threads[i].has_samples) {
                 fputs("<p class=\"note\">No CPU records for ", f);
                 an_html_esc(f, st_reader_thread(r, res.threads[i].thread)->name);
                 fputs(": ", f);

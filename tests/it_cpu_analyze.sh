@@ -231,6 +231,37 @@ else
 fi
 
 # ---- a rank set under mpirun -------------------------------------------------------------
+# ---- the signal sampler: the recorder under a seccomp filter refusing perf_event_open --------
+if [ -x "$REC" ]; then
+    run refused "$REC" --record-refused refused.sqlite
+    [ $rc -eq 0 ] || fail "recorder under seccomp: exit $rc: $(cat refused.err)"
+    mode=$(sqlite3 refused.sqlite "SELECT value FROM meta WHERE key = 'cpu_mode'")
+    [ "$mode" = timer ] || fail "under seccomp: cpu_mode '$mode', not timer"
+    ok
+    expect_ok refcsv "$A" cpu --format csv --top 5 refused.sqlite
+    expect_ok reftxt "$A" cpu refused.sqlite
+    grep -q "^no switch records for main: sampled by the signal sampler (timer)" reftxt.out ||
+        fail "under seccomp: no line saying the split is unknown: $(tail -3 reftxt.out)"
+    ok
+    python3 - <<'PY' || fail "analyze cpu of a timer-mode trace"
+import csv, io
+blocks = open("refcsv.out").read().strip().split("\n\n")
+threads, stages, functions = (list(csv.DictReader(io.StringIO(b))) for b in blocks[:3])
+main = [t for t in threads if t["thread"] == "main"][0]
+assert main["status"] == "timer" and main["on_cpu_ms"] == "" and main["on_cpu_pct"] == "", main
+burn = [s for s in stages if s["thread"] == "main" and s["stage"] == "burn"][0]
+assert int(burn["samples"]) >= 20 and burn["on_cpu_ms"] == "" and burn["blocked_pct"] == "", burn
+incl = [f for f in functions if f["thread"] == "main" and f["stage"] == "burn" and f["by"] == "inclusive" and f["function"] == "burn"]
+assert incl and float(incl[0]["pct"]) >= 90, incl
+print("timer mode: burn", burn["samples"], "samples,", incl[0]["pct"], "% with burn")
+PY
+    ok
+    expect_ok reffold "$A" export refused.sqlite --folded refused.folded
+    n=$(awk '$0 ~ /^main;burn;/ { s += $NF } END { print s + 0 }' refused.folded)
+    [ "$n" -ge 20 ] || fail "under seccomp: folded burn samples $n"
+    ok
+fi
+
 if command -v mpirun >/dev/null && "$TRAINER" --version | grep -q 'multi-process: mpi'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     run mpi timeout 120 mpirun --oversubscribe -np 2 "$TRAINER" --steps 100 --layout targets=1,drafters=1 \

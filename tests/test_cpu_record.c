@@ -1202,6 +1202,9 @@ static void test_proc_parsers(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--record") == 0) return record(argv[2]);
+    /* the recorder under the seccomp filter that refuses perf_event_open: the signal sampler
+     * (tests/it_cpu_analyze.sh reads it back through analyze) */
+    if (argc == 3 && strcmp(argv[1], "--record-refused") == 0) return refuse_perf() != 0 ? 20 : record(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--record-gil") == 0) return record_gil(argv[2]);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return 1;
