@@ -74,6 +74,8 @@ def parse_args(argv=None):
                     help="with --trace-cpu: Python frames from CPython's perf trampoline (default auto: "
                          "3.12+ with a frame-pointer libpython; perf: always on 3.12+; off)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--loss-item", action="store_true",
+                    help="read the loss with .item() inside the loss stage each step (a host sync there)")
     ap.add_argument("--warmup-steps", type=int, default=20,
                     help="steps left out of the steady rate printed at the end (default 20)")
     ap.add_argument("--torch-profiler", metavar="PATH",
@@ -291,6 +293,9 @@ class Pipeline:
                 with self.s_loss:
                     # the drafter predicts what the target predicts one token later
                     loss = loss_fn(logits[:, :-1].reshape(-1, a.vocab), labels[:, 1:].reshape(-1))
+                    if a.loss_item:
+                        # a per-step host sync inside the stage, as many loops read their loss
+                        loss_value = loss.item()
                 with self.s_backward:
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -299,7 +304,7 @@ class Pipeline:
                     if self.cuda:
                         with self.s_sync:
                             torch.cuda.current_stream().synchronize()
-                self.done.put(float(loss.detach()) if index == 0 else None)
+                self.done.put((loss_value if a.loss_item else float(loss.detach())) if index == 0 else None)
 
     # -- main -------------------------------------------------------------------
     def run(self):
