@@ -44,7 +44,10 @@ ARGS="--device cuda --steps $TORCH_STEPS --batch 8 --seq-len 256 --dim 256 --tar
 for r in $(seq "$ROUNDS"); do
     for m in $([ $((r % 2)) -eq 1 ] && echo "off on" || echo "on off"); do
         extra=()
-        [ "$m" = on ] && rm -f "$DIR"/torch.sqlite*; extra=(--trace "$DIR/torch.sqlite" --trace-cpu --profile-interval 10)
+        if [ "$m" = on ]; then
+            rm -f "$DIR"/torch.sqlite*
+            extra=(--trace "$DIR/torch.sqlite" --trace-cpu --profile-interval 10)
+        fi
         # shellcheck disable=SC2086
         "$PY" samples/python/dflash_torch.py $ARGS "${extra[@]}" >"$DIR/torch.log" 2>&1 || { tail -5 "$DIR/torch.log"; continue; }
         echo "round $r $m: $(grep steady "$DIR/torch.log" | sed 's/dflash_torch: //')"

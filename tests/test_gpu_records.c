@@ -95,7 +95,8 @@ static void test_launch_subset(void **state)
                         "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize",
                         "cudaEventSynchronize", "cudaStreamWaitEvent", "cuLaunchKernel", "cuLaunchKernelEx",
                         "cuGraphLaunch", "cuMemcpyHtoDAsync_v2", "cuMemsetD32Async", "cuStreamSynchronize",
-                        "cuCtxSynchronize", "cuEventSynchronize", "cuStreamWaitEvent"};
+                        "cuCtxSynchronize", "cuEventSynchronize", "cuStreamWaitEvent",
+                        "cudaStreamQuery", "cudaEventQuery", "cuStreamQuery", "cuEventQuery_v2"};
     const char *out[] = {"cudaMalloc", "cudaFree", "cudaGetDevice", "cudaEventRecord", "cudaStreamIsCapturing",
                          "cuCtxGetCurrent", "cuMemAlloc_v2", "cuModuleGetFunction", "cuGetProcAddress", "",
                          "cuda", "cuLaunc"};

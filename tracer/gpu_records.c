@@ -126,14 +126,16 @@ void st_gpu_config_format(const st_gpu_config *c, char *buf, size_t size)
 }
 
 /* Whether an API function (by its CUPTI name, version suffix or not) is one
- * of the launch subset: it launches work, copies, sets memory or waits. */
+ * of the launch subset: it launches work, copies, sets memory, waits, or
+ * polls a stream or event (a host that waits by polling: analyze gpu's
+ * polls). */
 int st_gpu_api_is_launch(const char *name)
 {
     static const char *const prefixes[] = {
         "cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset", "cudaStreamSynchronize",
-        "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent", "cuLaunch", "cuGraphLaunch",
-        "cuMemcpy", "cuMemset", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-        "cuStreamWaitEvent",
+        "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent", "cudaStreamQuery",
+        "cudaEventQuery", "cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuStreamSynchronize",
+        "cuCtxSynchronize", "cuEventSynchronize", "cuStreamWaitEvent", "cuStreamQuery", "cuEventQuery",
     };
     if (!name) return 0;
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
