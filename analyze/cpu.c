@@ -730,6 +730,16 @@ int an_cpu_windows_compute(an_trace *t, int whole, int64_t t0, int64_t t1, an_cp
             out->n_threads++;
         }
         an_cpu_os_thread *th = &out->threads[k];
+        /* a thread seen before it registered (the writer's first scan at open) has thread -1 in
+         * its first rows: a later row's registration names it */
+        const st_thread_info *reg = th->thread < 0 && w.thread >= 0 ? st_reader_thread_by_id(r, (uint32_t)w.thread) : NULL;
+        if (reg) {
+            char *name = strdup(reg->name);
+            if (!name) goto oom;
+            free(th->name);
+            th->name = name;
+            th->thread = w.thread;
+        }
         th->oncpu_ns += w.oncpu_ns;
         th->runq_ns += w.runq_ns;
         th->slices += w.slices;

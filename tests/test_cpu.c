@@ -29,7 +29,8 @@
  * mapping, /lib/libspin.so: w0's sync samples (2) have it as their leaf's
  * library (self 2, inclusive 2) and /bin/prog above (self 0, inclusive 2);
  * compute's 3 samples are all /bin/prog. cpu_windows: window 0 [0, 6] ms
- * (step 0): w0 3 ms on-CPU, 1 ms runnable, 5 slices, "helper"
+ * (step 0): w0 3 ms on-CPU, 1 ms runnable, 5 slices (a row of thread -1,
+ * comm "prog": seen before it registered; window 1's row names it), "helper"
  * (unregistered) 1.5 ms on; window 1 [6, 12] ms (step 1): w0 6 ms on. Over
  * all: w0 9 of 12 ms (75 %), 1 ms run queue, 2 windows; helper 12.5 %.
  * With --time 0:0.006 only window 0 (its midpoint, 3 ms, inside): w0 50 %.
@@ -242,7 +243,8 @@ static const char extra_sql[] =
     "(0, 4500000, 5600000, 0, 'read', 3, 1, 'anon_pipe_read');"
     "INSERT INTO cpu_maps VALUES (1, 4198912, 4199168, 0, '/lib/libspin.so', '');"
     "UPDATE cpu_symbols SET map = 1 WHERE addr = 4198912;"
-    "INSERT INTO cpu_windows SELECT 0, 0, 0, 6000000, os_tid, id, name, 3000000, 1000000, 5 FROM threads WHERE name = 'w0';"
+    /* w0 as the writer's first scan saw it: before it registered, under the process's comm */
+    "INSERT INTO cpu_windows SELECT 0, 0, 0, 6000000, os_tid, -1, 'prog', 3000000, 1000000, 5 FROM threads WHERE name = 'w0';"
     "INSERT INTO cpu_windows VALUES (0, 0, 0, 6000000, 99999, -1, 'helper', 1500000, 0, 2);"
     "INSERT INTO cpu_windows SELECT 1, 1, 6000000, 12000000, os_tid, id, name, 6000000, 0, 4 FROM threads WHERE name = 'w0';";
 
