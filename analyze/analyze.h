@@ -156,6 +156,15 @@ void an_out_text(an_out *o, const char *fmt, ...) __attribute__((format(printf, 
 /* Ends the document and frees o. 0, or -1 when writing failed. */
 int an_out_finish(an_out *o);
 
+/* A growable array (vec.c): an_vec_push returns room for one more item of
+ * size bytes (zero-initialize the struct; free(v) when done), NULL when out
+ * of memory. */
+typedef struct an_vec {
+    void *v;
+    size_t n, cap;
+} an_vec;
+void *an_vec_push(an_vec *x, size_t size);
+
 /* Text tables buffer their first rows to size the columns, then stream. */
 an_table *an_table_new(an_out *o, const char *name, const an_col *cols, int n_cols);
 void an_put_str(an_table *t, const char *s); /* NULL: null */
@@ -164,6 +173,9 @@ void an_put_ns(an_table *t, int64_t ns);
 void an_put_pct(an_table *t, double pct);
 void an_put_real(an_table *t, double v);
 void an_put_null(an_table *t);
+/* an_put_real / an_put_pct, or null for a value that is not finite (NaN: not defined). */
+void an_put_real_or_null(an_table *t, double v);
+void an_put_pct_or_null(an_table *t, double v);
 void an_row_end(an_table *t);
 void an_table_gap(an_table *t); /* blank line between row groups (text only) */
 void an_table_end(an_table *t); /* frees t */
@@ -175,6 +187,10 @@ void an_csv_field(FILE *f, const char *s);     /* quoted when needed */
 const char *an_clean(const char *s, char *buf, size_t size);
 /* Percent with one decimal, rounded half up like the profile lines: "62.5%". */
 const char *an_fmt_pct1(double pct, char *buf, size_t size);
+/* The change from a to b in percent of a (NaN when a <= 0 or b is not finite),
+ * and a change for sentences: "+69.7%", "-0.8%", "0.0%" (buf >= 40 bytes). */
+double an_change_pct(double a, double b);
+const char *an_fmt_signed_pct(double v, char *buf, size_t size);
 /* Writes v in decimal into buf (>= 21 bytes); returns the length. */
 int an_fmt_i64(char *buf, int64_t v);
 /* ns as "<ns / 10^digits>.<digits decimals>" exactly, e.g. (1234567, 6) ->

@@ -150,12 +150,6 @@ static int oom(void)
 
 static double pct_of(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
 
-static void put_real_or_null(an_table *t, double v)
-{
-    if (isfinite(v)) an_put_real(t, v);
-    else an_put_null(t);
-}
-
 static const char *role_name(const an_pipe *p, int32_t r) { return r >= 0 ? p->role_names[r] : NULL; }
 
 static const char *stage_name(const an_pipe *p, int32_t s)
@@ -182,8 +176,8 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
         an_put_null(t);
     }
     an_put_real(t, (double)(v->t1_ns - v->t0_ns) * 1e-9);
-    put_real_or_null(t, v->step_ns / 1e6);
-    put_real_or_null(t, v->tokens_per_s);
+    an_put_real_or_null(t, v->step_ns / 1e6);
+    an_put_real_or_null(t, v->tokens_per_s);
     const an_role_load *l = v->role >= 0 ? &loads[v->role] : NULL;
     if (v->device >= 0) {
         an_put_int(t, p->devices[v->device]);
@@ -206,7 +200,7 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
         /* the stage's host self time, or the GPU time it launched when that is what the bottleneck needs */
         int64_t stage_ns = v->device >= 0 || l->device_bound ? l->top_device_stage_ns : l->top_stage_ns;
         an_put_pct(t, pct_of(stage_ns, l->wall_ns));
-        put_real_or_null(t, v->steps ? (double)stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6 : NAN);
+        an_put_real_or_null(t, v->steps ? (double)stage_ns / p->role_threads[v->role] / (double)v->steps / 1e6 : NAN);
     } else {
         an_put_null(t);
         an_put_null(t);
@@ -218,14 +212,14 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
     if (v->up_role >= 0) an_put_pct(t, v->up_wait_pct);
     else an_put_null(t);
     an_put_real(t, v->speedup);
-    put_real_or_null(t, !l ? NAN : v->device >= 0 ? v->load_pct / 100.0 * v->step_ns / 1e6 : l->need_per_step_ns / 1e6);
-    put_real_or_null(t, v->busy_after_ns / 1e6);
+    an_put_real_or_null(t, !l ? NAN : v->device >= 0 ? v->load_pct / 100.0 * v->step_ns / 1e6 : l->need_per_step_ns / 1e6);
+    an_put_real_or_null(t, v->busy_after_ns / 1e6);
     char limit[160];
     an_put_str(t, v->whatif_limit_device >= 0 ? (snprintf(limit, sizeof limit, "GPU %d", p->devices[v->whatif_limit_device]), limit)
                                               : role_name(p, v->whatif_limit_role));
-    put_real_or_null(t, v->whatif_step_ns / 1e6);
-    put_real_or_null(t, v->whatif_factor);
-    put_real_or_null(t, v->whatif_tokens_per_s);
+    an_put_real_or_null(t, v->whatif_step_ns / 1e6);
+    an_put_real_or_null(t, v->whatif_factor);
+    an_put_real_or_null(t, v->whatif_tokens_per_s);
     an_put_int(t, moved);
     an_put_str(t, p->order_inferred ? "inferred" : "trainer");
     an_put_str(t, gpu_note);
@@ -235,12 +229,6 @@ static void put_verdict(an_out *out, const an_pipe *p, const an_role_load *loads
 }
 
 static double share_or_nan(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : NAN; }
-
-static void put_pct_or_null(an_table *t, double v)
-{
-    if (isfinite(v)) an_put_pct(t, v);
-    else an_put_null(t);
-}
 
 /* The CPU lines of the text: the bottleneck's work judged on and off the
  * CPU, then each role's spinning sync stage. */
@@ -302,14 +290,14 @@ static void put_cpu_table(an_out *out, const an_pipe *p, const an_verdict *v, co
         an_put_int(t, c->threads);
         an_put_int(t, c->threads_known);
         an_put_ns(t, c->work_wall_ns);
-        put_pct_or_null(t, share_or_nan(c->work_on_ns, c->work_wall_ns));
-        put_pct_or_null(t, share_or_nan(c->work_preempted_ns, c->work_wall_ns));
-        put_pct_or_null(t, share_or_nan(c->work_blocked_ns, c->work_wall_ns));
+        an_put_pct_or_null(t, share_or_nan(c->work_on_ns, c->work_wall_ns));
+        an_put_pct_or_null(t, share_or_nan(c->work_preempted_ns, c->work_wall_ns));
+        an_put_pct_or_null(t, share_or_nan(c->work_blocked_ns, c->work_wall_ns));
         an_put_str(t, an_cpu_verdict_name(c->verdict));
         an_put_ns(t, c->sync_wall_ns);
-        put_pct_or_null(t, share_or_nan(c->sync_on_ns, c->sync_wall_ns));
+        an_put_pct_or_null(t, share_or_nan(c->sync_on_ns, c->sync_wall_ns));
         an_put_str(t, stage_name(p, c->spin_stage));
-        put_pct_or_null(t, c->spin_stage >= 0 ? share_or_nan(c->spin_on_ns, c->spin_wall_ns) : NAN);
+        an_put_pct_or_null(t, c->spin_stage >= 0 ? share_or_nan(c->spin_on_ns, c->spin_wall_ns) : NAN);
         an_put_str(t, (int32_t)r == v->role ? "yes" : NULL);
         an_row_end(t);
     }
@@ -339,9 +327,9 @@ static int put_roles(an_out *out, const an_pipe *p, const an_role_load *loads, c
             an_put_null(t);
             an_put_null(t);
         }
-        put_real_or_null(t, row->busy_ms_per_step);
-        put_real_or_null(t, row->need_ms_per_step);
-        put_real_or_null(t, row->capacity_tokens_per_s);
+        an_put_real_or_null(t, row->busy_ms_per_step);
+        an_put_real_or_null(t, row->need_ms_per_step);
+        an_put_real_or_null(t, row->capacity_tokens_per_s);
         an_put_str(t, row->top_stage);
         if (row->top_stage) an_put_pct(t, row->top_stage_pct);
         else an_put_null(t);
@@ -372,7 +360,7 @@ static int put_devices(an_out *out, const an_pipe *p, const an_verdict *v)
             an_put_int(t, d[i].device);
             an_put_str(t, r < 0 ? "*" : p->role_names[r]);
             an_put_pct(t, pct_of(ns, d[i].span_ns));
-            put_real_or_null(t, v->steps ? (double)ns / (double)v->steps / 1e6 : NAN);
+            an_put_real_or_null(t, v->steps ? (double)ns / (double)v->steps / 1e6 : NAN);
             an_put_str(t, r < 0 && (int32_t)i == v->device ? "yes" : NULL);
             an_row_end(t);
         }
@@ -409,7 +397,7 @@ static int put_queues(an_out *out, const an_pipe *p, const an_role_load *loads, 
                 an_put_str(t, si->name);
                 an_put_str(t, st_kind_name(kind));
                 an_put_pct(t, pct_of(ns[s], loads[role].wall_ns));
-                put_real_or_null(t, v->steps ? (double)ns[s] / p->role_threads[role] / (double)v->steps / 1e6 : NAN);
+                an_put_real_or_null(t, v->steps ? (double)ns[s] / p->role_threads[role] / (double)v->steps / 1e6 : NAN);
                 an_row_end(t);
                 rows++;
             }
@@ -432,9 +420,9 @@ static void put_depths(an_out *out, const an_pipe *p)
         an_put_str(t, q->name);
         an_put_str(t, q->unit);
         an_put_int(t, (int64_t)q->n_samples);
-        put_real_or_null(t, q->mean);
-        put_real_or_null(t, q->covered_ns ? q->min : NAN);
-        put_real_or_null(t, q->covered_ns ? q->max : NAN);
+        an_put_real_or_null(t, q->mean);
+        an_put_real_or_null(t, q->covered_ns ? q->min : NAN);
+        an_put_real_or_null(t, q->covered_ns ? q->max : NAN);
         if (q->covered_ns) {
             an_put_pct(t, pct_of(q->at_max_ns, q->covered_ns));
             an_put_pct(t, pct_of(q->at_zero_ns, q->covered_ns));
@@ -488,7 +476,7 @@ static int put_windows(an_out *out, const an_pipe *p, const an_window_verdict *w
             an_put_null(t);
             an_put_null(t);
         }
-        put_real_or_null(t, w[i].tokens_per_s);
+        an_put_real_or_null(t, w[i].tokens_per_s);
         if (w[i].device >= 0) an_put_int(t, p->devices[w[i].device]);
         else an_put_null(t);
         an_put_str(t, role_name(p, w[i].role));

@@ -464,23 +464,6 @@ static const an_col kernel_cols[] = {
     {"ms_per_step_b", AN_T_REAL, 3}, {"change_ms", AN_T_REAL, 3},
 };
 
-static void put_r(an_table *t, double v)
-{
-    if (isfinite(v)) an_put_real(t, v);
-    else an_put_null(t);
-}
-
-static double change_pct(double a, double b) { return a > 0 && isfinite(b) ? 100.0 * (b - a) / a : NAN; }
-
-/* A change in percent for sentences: "+69.7%", "-0.8%" (buf >= 40 bytes). */
-static const char *signed_pct(double v, char *buf, size_t size)
-{
-    int plus = isfinite(v) && llround(v * 10.0) > 0;
-    buf[0] = '+';
-    an_fmt_pct1(v, buf + plus, size - 1);
-    return buf;
-}
-
 static char *threads_by_role(const an_pipe *p)
 {
     char *s = NULL;
@@ -510,9 +493,9 @@ static int put_runs(an_out *out, const side *s, const double *step_median)
         an_put_int(t, (int64_t)s[i].steps);
         an_put_real(t, (double)s[i].period_ns * 1e-9);
         an_put_int(t, (int64_t)s[i].tokens);
-        put_r(t, s[i].tokens_per_s);
-        put_r(t, step_median[i] / 1e6);
-        put_r(t, mean / 1e6);
+        an_put_real_or_null(t, s[i].tokens_per_s);
+        an_put_real_or_null(t, step_median[i] / 1e6);
+        an_put_real_or_null(t, mean / 1e6);
         an_put_str(t, threads);
         an_row_end(t);
         free(threads);
@@ -526,13 +509,13 @@ static int put_runs(an_out *out, const side *s, const double *step_median)
 static void put_median_cells(an_table *t, double median_a, double median_b, int with_stats, double p, int tested,
                              int significant)
 {
-    put_r(t, median_a / 1e6);
-    put_r(t, median_b / 1e6);
+    an_put_real_or_null(t, median_a / 1e6);
+    an_put_real_or_null(t, median_b / 1e6);
     if (with_stats) {
-        put_r(t, (median_b - median_a) / 1e6);
-        if (isfinite(change_pct(median_a, median_b))) an_put_pct(t, change_pct(median_a, median_b));
+        an_put_real_or_null(t, (median_b - median_a) / 1e6);
+        if (isfinite(an_change_pct(median_a, median_b))) an_put_pct(t, an_change_pct(median_a, median_b));
         else an_put_null(t);
-        put_r(t, p);
+        an_put_real_or_null(t, p);
         an_put_str(t, tested ? (significant ? "yes" : "no") : NULL);
     }
 }
@@ -690,10 +673,10 @@ static int work(an_cmd *cmd)
             double ratio = s[1].tokens_per_s / s[0].tokens_per_s;
             if (isfinite(ratio))
                 an_out_text(out, "Throughput: A %.1f tokens/s, B %.1f tokens/s: B/A = %.3f (%s).\n", s[0].tokens_per_s,
-                            s[1].tokens_per_s, ratio, signed_pct(100.0 * (ratio - 1.0), p1, sizeof p1));
+                            s[1].tokens_per_s, ratio, an_fmt_signed_pct(100.0 * (ratio - 1.0), p1, sizeof p1));
             an_out_text(out, "Step time: median %.3f ms in A, %.3f ms in B (%s, %s, p = %.3g; %llu and %llu steps).\n",
                         step_median[0] / 1e6, step_median[1] / 1e6,
-                        signed_pct(change_pct(step_median[0], step_median[1]), p2, sizeof p2),
+                        an_fmt_signed_pct(an_change_pct(step_median[0], step_median[1]), p2, sizeof p2),
                         step_sig ? "significant" : "within noise", step_p, (unsigned long long)s[0].steps,
                         (unsigned long long)s[1].steps);
             uint32_t shown = 0;
@@ -705,7 +688,7 @@ static int work(an_cmd *cmd)
                 an_out_text(out, "  %s/%s: %+.3f ms per step on average (median %.3f -> %.3f ms, %s, p = %.3g)\n",
                             an_clean(c->role, rn, sizeof rn), an_clean(c->stage, sn, sizeof sn),
                             impact(c) / 1e6, c->median_a / 1e6, c->median_b / 1e6,
-                            signed_pct(change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
+                            an_fmt_signed_pct(an_change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
             }
             if (s[0].pipe.n_bins < MIN_STEPS_FOR_TEST || s[1].pipe.n_bins < MIN_STEPS_FOR_TEST)
                 an_out_text(out, "Too few steps to judge noise (fewer than %d in A or B): p-values are shown, no change "
@@ -728,7 +711,7 @@ static int work(an_cmd *cmd)
                 if (g->role) continue;
                 an_out_text(out, "GPU %d busy per step: median %.3f ms in A, %.3f ms in B (%s, %s, p = %.3g).\n", g->device,
                             g->median_a / 1e6, g->median_b / 1e6,
-                            signed_pct(change_pct(g->median_a, g->median_b), p1, sizeof p1),
+                            an_fmt_signed_pct(an_change_pct(g->median_a, g->median_b), p1, sizeof p1),
                             g->significant ? "significant" : "within noise", g->p);
             }
             for (size_t i = 0, shown = 0; i < n_kc && shown < 5; i++) {
@@ -768,17 +751,17 @@ static int work(an_cmd *cmd)
         if (!rc && put_runs(out, s, step_median)) rc = oom();
         if (!rc) {
             an_table *t = an_table_new(out, "throughput", tp_cols, N_OF(tp_cols));
-            put_r(t, s[0].tokens_per_s);
-            put_r(t, s[1].tokens_per_s);
+            an_put_real_or_null(t, s[0].tokens_per_s);
+            an_put_real_or_null(t, s[1].tokens_per_s);
             double ratio = s[1].tokens_per_s / s[0].tokens_per_s;
-            put_r(t, ratio);
+            an_put_real_or_null(t, ratio);
             if (isfinite(ratio)) an_put_pct(t, 100.0 * (ratio - 1.0));
             else an_put_null(t);
-            put_r(t, step_median[0] / 1e6);
-            put_r(t, step_median[1] / 1e6);
-            if (isfinite(change_pct(step_median[0], step_median[1]))) an_put_pct(t, change_pct(step_median[0], step_median[1]));
+            an_put_real_or_null(t, step_median[0] / 1e6);
+            an_put_real_or_null(t, step_median[1] / 1e6);
+            if (isfinite(an_change_pct(step_median[0], step_median[1]))) an_put_pct(t, an_change_pct(step_median[0], step_median[1]));
             else an_put_null(t);
-            put_r(t, step_p);
+            an_put_real_or_null(t, step_p);
             an_put_str(t, step_sig ? "yes" : "no");
             an_row_end(t);
             an_table_end(t);
@@ -798,12 +781,12 @@ static int work(an_cmd *cmd)
                 if (c->role_b >= 0) an_put_int(t, s[1].pipe.role_threads[c->role_b]);
                 else an_put_null(t);
                 put_change_cells(t, c, 1);
-                put_r(t, c->mean_a / 1e6);
-                put_r(t, c->mean_b / 1e6);
-                put_r(t, (c->mean_b - c->mean_a) / 1e6);
-                put_r(t, c->count_a);
-                put_r(t, c->count_b);
-                put_r(t, c->count_a > 0 ? c->count_b / c->count_a : NAN);
+                an_put_real_or_null(t, c->mean_a / 1e6);
+                an_put_real_or_null(t, c->mean_b / 1e6);
+                an_put_real_or_null(t, (c->mean_b - c->mean_a) / 1e6);
+                an_put_real_or_null(t, c->count_a);
+                an_put_real_or_null(t, c->count_b);
+                an_put_real_or_null(t, c->count_a > 0 ? c->count_b / c->count_a : NAN);
                 an_row_end(t);
             }
             an_table_end(t);
@@ -816,16 +799,16 @@ static int work(an_cmd *cmd)
                 an_put_str(t, c->role);
                 an_put_str(t, c->stage);
                 an_put_str(t, c->kind);
-                put_r(t, impact(c) / 1e6);
-                put_r(t, c->mean_a / 1e6);
-                put_r(t, c->mean_b / 1e6);
-                put_r(t, c->median_a / 1e6);
-                put_r(t, c->median_b / 1e6);
-                if (isfinite(change_pct(c->median_a, c->median_b))) an_put_pct(t, change_pct(c->median_a, c->median_b));
+                an_put_real_or_null(t, impact(c) / 1e6);
+                an_put_real_or_null(t, c->mean_a / 1e6);
+                an_put_real_or_null(t, c->mean_b / 1e6);
+                an_put_real_or_null(t, c->median_a / 1e6);
+                an_put_real_or_null(t, c->median_b / 1e6);
+                if (isfinite(an_change_pct(c->median_a, c->median_b))) an_put_pct(t, an_change_pct(c->median_a, c->median_b));
                 else an_put_null(t);
                 an_put_str(t, c->significant ? "yes" : "no");
-                put_r(t, c->count_a);
-                put_r(t, c->count_b);
+                an_put_real_or_null(t, c->count_a);
+                an_put_real_or_null(t, c->count_b);
                 an_row_end(t);
             }
             an_table_end(t);
@@ -839,8 +822,8 @@ static int work(an_cmd *cmd)
                     an_put_int(t, g->device);
                     an_put_str(t, g->role ? g->role : "*");
                     put_median_cells(t, g->median_a, g->median_b, 1, g->p, g->tested, g->significant);
-                    put_r(t, g->mean_a / 1e6);
-                    put_r(t, g->mean_b / 1e6);
+                    an_put_real_or_null(t, g->mean_a / 1e6);
+                    an_put_real_or_null(t, g->mean_b / 1e6);
                     an_row_end(t);
                 }
                 an_table_end(t);
@@ -852,12 +835,12 @@ static int work(an_cmd *cmd)
                     double la = per_step(k->count[0], s[0].steps), lb = per_step(k->count[1], s[1].steps);
                     an_put_int(t, (int64_t)i + 1);
                     an_put_str(t, k->name);
-                    put_r(t, la);
-                    put_r(t, lb);
-                    put_r(t, la > 0 ? lb / la : NAN);
-                    put_r(t, per_step((uint64_t)k->ns[0], s[0].steps) / 1e6);
-                    put_r(t, per_step((uint64_t)k->ns[1], s[1].steps) / 1e6);
-                    put_r(t, k->change_ns / 1e6);
+                    an_put_real_or_null(t, la);
+                    an_put_real_or_null(t, lb);
+                    an_put_real_or_null(t, la > 0 ? lb / la : NAN);
+                    an_put_real_or_null(t, per_step((uint64_t)k->ns[0], s[0].steps) / 1e6);
+                    an_put_real_or_null(t, per_step((uint64_t)k->ns[1], s[1].steps) / 1e6);
+                    an_put_real_or_null(t, k->change_ns / 1e6);
                     an_row_end(t);
                 }
                 an_table_end(t);

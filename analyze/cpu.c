@@ -14,22 +14,6 @@
 #include "cpu.h"
 #include "cpu_stacks.h"
 
-typedef struct vec {
-    void *v;
-    size_t n, cap;
-} vec;
-
-static void *vec_push(vec *x, size_t size)
-{
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 256;
-        void *v = realloc(x->v, cap * size);
-        if (!v) return NULL;
-        x->v = v;
-        x->cap = cap;
-    }
-    return (char *)x->v + size * x->n++;
-}
 
 /* ---- names: (function, file) interned ---- */
 
@@ -97,8 +81,8 @@ typedef struct stack_ent {
 typedef struct stack_cache {
     stack_ent *slot;
     uint32_t cap, n;
-    vec names; /* uint32_t */
-    vec libs;  /* uint32_t */
+    an_vec names; /* uint32_t */
+    an_vec libs;  /* uint32_t */
 } stack_cache;
 
 /* ---- strings interned by a linear search: reasons and libraries are few ---- */
@@ -182,14 +166,14 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
         if (st_reader_cpu_frame_name(t->r, id, frames[i], &fr) < 0) return an_trace_fail(t);
         char label[512];
         const char *name = an_cpu_frame_label(&fr, 0, label, sizeof label);
-        uint32_t *slot = vec_push(&sc->names, sizeof *slot);
+        uint32_t *slot = an_vec_push(&sc->names, sizeof *slot);
         if (!slot || name_intern(res, nt, name, fr.path, slot)) goto oom;
         uint32_t lib;
         if (name_lib(res, *slot, &lib)) goto oom;
         int seen = 0;
         for (uint32_t j = 0; j < e.ln && !seen; j++) seen = ((uint32_t *)sc->libs.v)[e.loff + j] == lib;
         if (seen) continue;
-        uint32_t *l = vec_push(&sc->libs, sizeof *l);
+        uint32_t *l = an_vec_push(&sc->libs, sizeof *l);
         if (!l) goto oom;
         *l = lib;
         e.ln++;
@@ -197,7 +181,7 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
     if (!nf) {
         uint32_t lib, *l;
         if (str_intern(&res->libs, &res->n_libs, &res->cap_libs_, "[unknown]", &lib) ||
-            !(l = vec_push(&sc->libs, sizeof *l)))
+            !(l = an_vec_push(&sc->libs, sizeof *l)))
             goto oom;
         *l = lib;
         e.ln = 1;
@@ -354,7 +338,7 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
     uint32_t ns = x->res->n_stages;
     th->t0_ns = t0 > th->info.start_ns ? t0 : th->info.start_ns;
     th->t1_ns = t1 > th->t0_ns ? t1 : th->t0_ns;
-    vec sw = {0}, pieces = {0}, piece_stage = {0};
+    an_vec sw = {0}, pieces = {0}, piece_stage = {0};
     st_cpu_off *off = NULL;
     st_cpu_share *share = NULL;
     uint32_t *reason_of = NULL;
@@ -373,7 +357,7 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
         } else if (row.kind == ST_CPU_ROW_LOST) {
             if (row.ts_ns >= th->t0_ns && row.ts_ns < th->t1_ns) th->lost += row.n_lost;
         } else {
-            st_cpu_switch *s = vec_push(&sw, sizeof *s);
+            st_cpu_switch *s = an_vec_push(&sw, sizeof *s);
             if (!s) {
                 rc = -1;
                 break;
@@ -412,8 +396,8 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
         int64_t end = n == 1 ? e.ts_ns : INT64_MAX;
         int64_t a = at > th->t0_ns ? at : th->t0_ns, b = end < th->t1_ns ? end : th->t1_ns;
         if (b > a) {
-            st_cpu_range *p = vec_push(&pieces, sizeof *p);
-            int32_t *ps = vec_push(&piece_stage, sizeof *ps);
+            st_cpu_range *p = an_vec_push(&pieces, sizeof *p);
+            int32_t *ps = an_vec_push(&piece_stage, sizeof *ps);
             if (!p || !ps) {
                 st_event_iter_close(ei);
                 goto oom;

@@ -9,22 +9,6 @@
 
 #include "cpu_share.h"
 
-typedef struct vec {
-    void *v;
-    size_t n, cap;
-} vec;
-
-static void *vec_push(vec *x, size_t size)
-{
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 256;
-        void *v = realloc(x->v, cap * size);
-        if (!v) return NULL;
-        x->v = v;
-        x->cap = cap;
-    }
-    return (char *)x->v + size * x->n++;
-}
 
 static int oom(void)
 {
@@ -43,7 +27,7 @@ int an_cpu_thread_known(st_reader *r, uint32_t thread_index, st_cpu_thread_info 
 static int read_off(an_trace *t, uint32_t id, const st_cpu_thread_info *info, int64_t now_ns, st_cpu_off **off,
                     size_t *n_off)
 {
-    vec sw = {0};
+    an_vec sw = {0};
     st_cpu_iter *it;
     *off = NULL;
     *n_off = 0;
@@ -53,7 +37,7 @@ static int read_off(an_trace *t, uint32_t id, const st_cpu_thread_info *info, in
     while ((n = st_cpu_iter_next(it, &row)) == 1) {
         if (row.kind != ST_CPU_ROW_IN && row.kind != ST_CPU_ROW_OUT_BLOCKED && row.kind != ST_CPU_ROW_OUT_PREEMPTED)
             continue;
-        st_cpu_switch *s = vec_push(&sw, sizeof *s);
+        st_cpu_switch *s = an_vec_push(&sw, sizeof *s);
         if (!s) {
             rc = -1;
             break;
@@ -69,7 +53,7 @@ static int read_off(an_trace *t, uint32_t id, const st_cpu_thread_info *info, in
 }
 
 /* Splits pieces[0..n) and returns the splits (malloc'd), NULL on no memory. */
-static st_cpu_share *account(const st_cpu_off *off, size_t n_off, const vec *pieces)
+static st_cpu_share *account(const st_cpu_off *off, size_t n_off, const an_vec *pieces)
 {
     st_cpu_share *share = malloc((pieces->n ? pieces->n : 1) * sizeof *share);
     if (share) st_cpu_account(off, n_off, pieces->v, pieces->n, share);
@@ -77,13 +61,13 @@ static st_cpu_share *account(const st_cpu_off *off, size_t n_off, const vec *pie
 }
 
 /* Adds [a, b) clipped to [lo, hi) as a piece of column col. */
-static int add_piece(vec *pieces, vec *cols, int64_t a, int64_t b, int64_t lo, int64_t hi, uint32_t col)
+static int add_piece(an_vec *pieces, an_vec *cols, int64_t a, int64_t b, int64_t lo, int64_t hi, uint32_t col)
 {
     if (a < lo) a = lo;
     if (b > hi) b = hi;
     if (b <= a) return 0;
-    st_cpu_range *p = vec_push(pieces, sizeof *p);
-    uint32_t *c = vec_push(cols, sizeof *c);
+    st_cpu_range *p = an_vec_push(pieces, sizeof *p);
+    uint32_t *c = an_vec_push(cols, sizeof *c);
     if (!p || !c) return -1;
     *p = (st_cpu_range){a, b};
     *c = col;
@@ -97,7 +81,7 @@ int an_cpu_range_shares(an_trace *t, int64_t t0, int64_t t1, const uint8_t *thre
     uint32_t nt = st_reader_n_threads(r), ns = st_reader_n_stages(r);
     memset(known, 0, nt);
     memset(split, 0, (size_t)nt * ns * sizeof *split);
-    vec pieces = {0}, cols = {0};
+    an_vec pieces = {0}, cols = {0};
     int rc = 0;
     for (uint32_t i = 0; i < nt && !rc; i++) {
         if (thread_on && !thread_on[i]) continue;
@@ -168,7 +152,7 @@ int an_cpu_bin_on(an_trace *t, const int64_t *bin_t, uint32_t n_bins, const uint
     memset(role_known, 0, n_roles * sizeof *role_known);
     if (!n_bins) return 0;
     int64_t end = bin_t[n_bins];
-    vec pieces = {0}, cols = {0}, bins = {0};
+    an_vec pieces = {0}, cols = {0}, bins = {0};
     int rc = 0;
     for (uint32_t i = 0; i < nt && !rc; i++) {
         if (thread_role[i] >= n_roles) continue;
@@ -204,7 +188,7 @@ int an_cpu_bin_on(an_trace *t, const int64_t *bin_t, uint32_t n_bins, const uint
             while (b < n_bins && bin_t[b + 1] <= a) b++;
             while (a < stop && b < n_bins) {
                 int64_t cut = bin_t[b + 1] < stop ? bin_t[b + 1] : stop;
-                uint32_t *pb = vec_push(&bins, sizeof *pb);
+                uint32_t *pb = an_vec_push(&bins, sizeof *pb);
                 if (!pb || add_piece(&pieces, &cols, a, cut, lo, end, cur)) {
                     rc = oom();
                     break;

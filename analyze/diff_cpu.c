@@ -326,28 +326,6 @@ int an_diff_cpu_compute(an_diff_cpu *d, an_trace *ta, const an_pipe *pa, an_trac
 
 /* ---- output ---- */
 
-static void put_r(an_table *t, double v)
-{
-    if (isfinite(v)) an_put_real(t, v);
-    else an_put_null(t);
-}
-
-static void put_pct(an_table *t, double v)
-{
-    if (isfinite(v)) an_put_pct(t, v);
-    else an_put_null(t);
-}
-
-static double change_pct(double a, double b) { return a > 0 && isfinite(b) ? 100.0 * (b - a) / a : NAN; }
-
-static const char *signed_pct(double v, char *buf, size_t size)
-{
-    int plus = isfinite(v) && llround(v * 10.0) > 0;
-    buf[0] = '+';
-    an_fmt_pct1(v, buf + plus, size - 1);
-    return buf;
-}
-
 static int cmp_stage_impact(const void *x, const void *y)
 {
     const an_diff_cpu_stage *a = *(const an_diff_cpu_stage *const *)x, *b = *(const an_diff_cpu_stage *const *)y;
@@ -392,7 +370,7 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
         an_out_text(out, "  %s/%s: %+.3f ms on-CPU per step on average (median %.3f -> %.3f ms, %s, p = %.3g)\n",
                     an_clean(c->role, rn, sizeof rn), c->stage ? an_clean(c->stage, sn, sizeof sn) : "idle",
                     (c->mean_b - c->mean_a) / 1e6, c->median_a / 1e6, c->median_b / 1e6,
-                    signed_pct(change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
+                    an_fmt_signed_pct(an_change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
     }
     if (!shown) an_out_text(out, "No stage's on-CPU time changed beyond run-to-run noise (alpha %g).\n", d->alpha);
     n = 0;
@@ -446,17 +424,17 @@ void an_diff_cpu_tables(an_out *out, const an_diff_cpu *d)
         an_put_str(t, c->role);
         an_put_str(t, c->stage ? c->stage : "idle");
         an_put_str(t, c->kind);
-        put_r(t, c->median_a / 1e6);
-        put_r(t, c->median_b / 1e6);
-        put_r(t, (c->median_b - c->median_a) / 1e6);
-        put_pct(t, change_pct(c->median_a, c->median_b));
-        put_r(t, c->p);
+        an_put_real_or_null(t, c->median_a / 1e6);
+        an_put_real_or_null(t, c->median_b / 1e6);
+        an_put_real_or_null(t, (c->median_b - c->median_a) / 1e6);
+        an_put_pct_or_null(t, an_change_pct(c->median_a, c->median_b));
+        an_put_real_or_null(t, c->p);
         an_put_str(t, c->tested ? (c->significant ? "yes" : "no") : NULL);
-        put_r(t, c->mean_a / 1e6);
-        put_r(t, c->mean_b / 1e6);
-        put_r(t, (c->mean_b - c->mean_a) / 1e6);
-        put_pct(t, c->on_pct_a);
-        put_pct(t, c->on_pct_b);
+        an_put_real_or_null(t, c->mean_a / 1e6);
+        an_put_real_or_null(t, c->mean_b / 1e6);
+        an_put_real_or_null(t, (c->mean_b - c->mean_a) / 1e6);
+        an_put_pct_or_null(t, c->on_pct_a);
+        an_put_pct_or_null(t, c->on_pct_b);
         an_row_end(t);
     }
     an_table_end(t);
@@ -476,11 +454,11 @@ void an_diff_cpu_tables(an_out *out, const an_diff_cpu *d)
         an_put_str(t, f->file);
         an_put_int(t, (int64_t)f->samples_a);
         an_put_int(t, (int64_t)f->samples_b);
-        put_r(t, f->ms_a);
-        put_r(t, f->ms_b);
-        put_r(t, f->ms_b - f->ms_a);
-        put_r(t, f->ms_a > 0 ? f->ms_b / f->ms_a : NAN);
-        put_r(t, f->p);
+        an_put_real_or_null(t, f->ms_a);
+        an_put_real_or_null(t, f->ms_b);
+        an_put_real_or_null(t, f->ms_b - f->ms_a);
+        an_put_real_or_null(t, f->ms_a > 0 ? f->ms_b / f->ms_a : NAN);
+        an_put_real_or_null(t, f->p);
         an_put_str(t, f->grew ? "yes" : "no");
         an_row_end(t);
     }

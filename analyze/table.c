@@ -555,3 +555,25 @@ void an_table_end(an_table *t)
     free(t->row_gap);
     free(t);
 }
+
+void an_put_real_or_null(an_table *t, double v)
+{
+    if (isfinite(v)) an_put_real(t, v);
+    else an_put_null(t);
+}
+
+void an_put_pct_or_null(an_table *t, double v)
+{
+    if (isfinite(v)) an_put_pct(t, v);
+    else an_put_null(t);
+}
+
+double an_change_pct(double a, double b) { return a > 0 && isfinite(b) ? 100.0 * (b - a) / a : NAN; }
+
+const char *an_fmt_signed_pct(double v, char *buf, size_t size)
+{
+    int plus = isfinite(v) && llround(v * 10.0) > 0;
+    buf[0] = '+';
+    an_fmt_pct1(v, buf + plus, size - 1);
+    return buf;
+}
