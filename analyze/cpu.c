@@ -588,7 +588,7 @@ uint32_t an_cpu_top(const an_cpu_result *res, const an_cpu_cell *c, int by_inclu
     for (uint32_t i = 0; i < c->n_fns; i++)
         if (by_inclusive ? c->fns[i].incl : c->fns[i].self) all[k++] = &c->fns[i];
     sort_ctx x = {res, by_inclusive};
-    qsort_r(all, k, sizeof *all, cmp_fn, &x);
+    if (k) qsort_r(all, k, sizeof *all, cmp_fn, &x);
     if (k > n) k = n;
     memcpy(out, all, k * sizeof *out);
     free(all);
@@ -610,7 +610,7 @@ uint32_t an_cpu_reasons_sorted(const an_cpu_result *res, const an_cpu_cell *c, c
     uint32_t k = 0;
     for (uint32_t i = 0; i < c->n_reasons; i++)
         if (c->reasons[i].ns > 0) out[k++] = &c->reasons[i];
-    qsort_r(out, k, sizeof *out, cmp_reason, (void *)res);
+    if (k) qsort_r(out, k, sizeof *out, cmp_reason, (void *)res);
     return k;
 }
 
@@ -629,7 +629,7 @@ uint32_t an_cpu_top_libs(const an_cpu_result *res, const an_cpu_cell *c, uint32_
     const an_cpu_lib **all = malloc(c->n_libs * sizeof *all);
     if (!all) return 0;
     for (uint32_t i = 0; i < c->n_libs; i++) all[i] = &c->libs[i];
-    qsort_r(all, c->n_libs, sizeof *all, cmp_lib, (void *)res);
+    if (c->n_libs) qsort_r(all, c->n_libs, sizeof *all, cmp_lib, (void *)res);
     uint32_t k = c->n_libs < n ? c->n_libs : n;
     memcpy(out, all, k * sizeof *out);
     free(all);
@@ -745,7 +745,7 @@ int an_cpu_windows_compute(an_trace *t, int whole, int64_t t0, int64_t t1, an_cp
     it = NULL;
     for (uint32_t k = 0; k < out->n_threads; k++) out->threads[k].wall_ns = part_wall[out->threads[k].part];
     /* sort the rows by thread index first, then renumber after sorting the threads */
-    qsort_r(out->rows, out->n_rows, sizeof *out->rows, cmp_window_row, out->threads);
+    if (out->n_rows) qsort_r(out->rows, out->n_rows, sizeof *out->rows, cmp_window_row, out->threads);
     uint32_t *order = malloc((out->n_threads ? out->n_threads : 1) * sizeof *order);
     an_cpu_os_thread *sorted = malloc((out->n_threads ? out->n_threads : 1) * sizeof *sorted);
     if (!order || !sorted) {
@@ -753,8 +753,8 @@ int an_cpu_windows_compute(an_trace *t, int whole, int64_t t0, int64_t t1, an_cp
         free(sorted);
         goto oom;
     }
-    memcpy(sorted, out->threads, out->n_threads * sizeof *sorted);
-    qsort(sorted, out->n_threads, sizeof *sorted, cmp_os_thread);
+    if (out->n_threads) memcpy(sorted, out->threads, out->n_threads * sizeof *sorted);
+    if (out->n_threads) qsort(sorted, out->n_threads, sizeof *sorted, cmp_os_thread);
     for (uint32_t k = 0; k < out->n_threads; k++)
         for (uint32_t j = 0; j < out->n_threads; j++)
             if (out->threads[j].part == sorted[k].part && out->threads[j].os_tid == sorted[k].os_tid) order[j] = k;

@@ -242,7 +242,7 @@ static int thread_rows(ctx *x, pair_map *cells, uint32_t index, const st_cpu_thr
     st_cpu_iter_close(it);
     if (rc) return rc;
     if (n < 0) return an_trace_fail(x->t);
-    qsort(s->rows + first, s->n_rows - first, sizeof *s->rows, cmp_row);
+    if (s->n_rows - first) qsort(s->rows + first, s->n_rows - first, sizeof *s->rows, cmp_row);
     for (size_t i = first; i < s->n_rows; i++)
         if ((rc = row_frames(x, &s->rows[i], i))) return rc;
     return 0;

@@ -201,7 +201,7 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top)
             }
         }
     }
-    qsort(e, n, sizeof *e, cmp_entry);
+    if (n) qsort(e, n, sizeof *e, cmp_entry);
     an_diff_cpu_fn *fns = malloc((n ? n : 1) * sizeof *fns);
     if (!fns) {
         free(e);
@@ -239,7 +239,7 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top)
         fns[kept++] = *f;
     }
     /* per (role, stage): the largest growths first, the top `top` */
-    qsort(fns, kept, sizeof *fns, cmp_fn);
+    if (kept) qsort(fns, kept, sizeof *fns, cmp_fn);
     uint32_t out = 0, run = 0;
     for (uint32_t i = 0; i < kept; i++) {
         run = i && fns[i].role_order == fns[i - 1].role_order && !cmp_str_null_last(fns[i].stage, fns[i - 1].stage) ? run + 1 : 0;
@@ -363,7 +363,7 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
     uint32_t n = 0, shown = 0;
     for (uint32_t i = 0; i < d->n_stages; i++)
         if (d->stages[i].significant) st[n++] = &d->stages[i];
-    qsort(st, n, sizeof *st, cmp_stage_impact);
+    if (n) qsort(st, n, sizeof *st, cmp_stage_impact);
     for (uint32_t i = 0; i < n && shown < 5; i++, shown++) {
         const an_diff_cpu_stage *c = st[i];
         if (!shown) an_out_text(out, "Largest significant changes of the on-CPU time per step:\n");
@@ -376,7 +376,7 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
     n = 0;
     for (uint32_t i = 0; i < d->n_fns; i++)
         if (d->fns[i].grew) fs[n++] = &d->fns[i];
-    qsort(fs, n, sizeof *fs, cmp_fn_growth);
+    if (n) qsort(fs, n, sizeof *fs, cmp_fn_growth);
     for (uint32_t i = 0; i < n && i < 5; i++) {
         const an_diff_cpu_fn *f = fs[i];
         if (!i)

@@ -83,7 +83,7 @@ int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite
     }
     an_file f;
     if (!oom) {
-        qsort(lines, n, sizeof *lines, cmp_line);
+        if (n) qsort(lines, n, sizeof *lines, cmp_line);
         rc = an_file_open(&f, "export", path, overwrite);
         for (size_t i = 0; !rc && i < n;) {
             size_t j = i;

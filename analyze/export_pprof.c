@@ -48,7 +48,7 @@ static void pb_bytes(pb *b, const void *data, size_t n)
         b->v = v;
         b->cap = cap;
     }
-    memcpy(b->v + b->n, data, n);
+    if (n) memcpy(b->v + b->n, data, n);
     b->n += n;
 }
 

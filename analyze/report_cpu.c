@@ -215,7 +215,7 @@ static int put_node(flame_ctx *x, uint32_t i, double left, uint32_t depth)
     for (uint32_t c = n->first_child; c; c = x->t->v[c - 1].next) kids[nc++] = c - 1;
     g_sort_stacks = x->s;
     g_sort_tree = x->t;
-    qsort(kids, nc, sizeof *kids, cmp_child);
+    if (nc) qsort(kids, nc, sizeof *kids, cmp_child);
     int rc = 0;
     for (uint32_t k = 0; k < nc && !rc; k++) {
         rc = put_node(x, kids[k], left, depth + 1);
@@ -309,7 +309,7 @@ static int put_flames(an_report *rp, const an_cpu_stacks *s)
         if (!rp->n_cpu_stages || stage_wanted(r, rp, s->rows[i].stage)) cells[n++] = (cell_ref){i, j, sum};
         i = j;
     }
-    qsort(cells, n, sizeof *cells, cmp_cell);
+    if (n) qsort(cells, n, sizeof *cells, cmp_cell);
     size_t max = rp->n_cpu_stages ? FLAME_MAX_CELLS : FLAME_DEFAULT_CELLS;
     fputs("<h3>Flame graphs</h3>\n<p class=\"note\">", f);
     if (rp->n_cpu_stages)

@@ -57,10 +57,14 @@ q "SELECT DISTINCT leaf FROM cpu_samples_v WHERE thread_name = 'target0' AND sta
 ok
 
 # the loadable extension in the shell
-ext=$(sqlite3 -batch run.sqlite ".load $BUILD/stagetrace_ext" "SELECT count(*) FROM cpu_samples_v" 2>&1) ||
+if ext=$(sqlite3 -batch run.sqlite ".load $BUILD/stagetrace_ext" "SELECT count(*) FROM cpu_samples_v" 2>&1); then
+    [ "$ext" = "$n_samples" ] || fail "extension: $ext samples, analyze sql $n_samples"
+    ok
+elif grep -q "runtime does not come first" <<<"$ext"; then
+    echo "it_cpu_sql: the sanitizer build's extension cannot load into the sqlite3 shell: that check skipped"
+else
     fail "sqlite3 .load: $ext"
-[ "$ext" = "$n_samples" ] || fail "extension: $ext samples, analyze sql $n_samples"
-ok
+fi
 
 # exports
 expect_ok csv "$A" export run.sqlite --csv out --rows rows.sqlite

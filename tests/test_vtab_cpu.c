@@ -324,7 +324,14 @@ static void test_extension_shell(void **state)
     size_t n = fread(out, 1, sizeof out - 1, p);
     out[n] = 0;
     int status = pclose(p);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("sqlite3 shell: %s", out);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        /* a sanitizer build's extension needs its runtime loaded first, which the shell has not */
+        if (strstr(out, "runtime does not come first")) {
+            print_message("the sanitizer build's extension cannot load into the sqlite3 shell: skipped\n");
+            skip();
+        }
+        fail_msg("sqlite3 shell: %s", out);
+    }
     assert_string_equal(out, want);
 }
 

@@ -102,7 +102,7 @@ int st_perfmap_parse(st_perfmap *m, const char *text, size_t len)
         m->n_lines++;
         p = eol ? eol + 1 : end;
     }
-    qsort(m->v, m->n, sizeof *m->v, entry_cmp);
+    if (m->n) qsort(m->v, m->n, sizeof *m->v, entry_cmp);
     /* The longest entry, so that a lookup knows how far back to look. */
     m->max_size = 0;
     for (size_t i = 0; i < m->n; i++)

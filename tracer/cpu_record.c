@@ -289,7 +289,7 @@ static uint32_t stack_id(st_cpurec *r, const uint64_t *f, uint32_t n)
         r->pool = p;
         r->pool_cap = cap;
     }
-    memcpy(r->pool + r->pool_len, f, n * sizeof *f);
+    if (n) memcpy(r->pool + r->pool_len, f, n * sizeof *f);
     uint32_t id = r->n_stacks++;
     r->stacks[h] = (stack_slot){hash, id, n, r->pool_len};
     r->pool_len += n;
