@@ -59,6 +59,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -269,13 +270,22 @@ enum { G_HELD, G_FREE };
 #define G_CPU_NS 20000000 /* CPU time per stage and round: samples however loaded the host */
 static __thread int gil_state = -1;
 static int fake_probe(void) { return gil_state; }
-static volatile sig_atomic_t prof_ticks, rtmax_got;
-static void on_prof(int s) { (void)s; prof_ticks++; }
+/* counted from signal handlers on other threads: atomics (lock-free), errno kept */
+static atomic_int prof_ticks, rtmax_got;
+static void on_prof(int s)
+{
+    int e = errno;
+    (void)s;
+    atomic_fetch_add_explicit(&prof_ticks, 1, memory_order_relaxed);
+    errno = e;
+}
 static void on_rtmax(int s, siginfo_t *si, void *uc)
 {
+    int e = errno;
     (void)s;
     (void)uc;
-    if (si->si_value.sival_int == 7) rtmax_got++;
+    if (si->si_value.sival_int == 7) atomic_fetch_add_explicit(&rtmax_got, 1, memory_order_relaxed);
+    errno = e;
 }
 
 typedef struct gil_job {
@@ -348,7 +358,7 @@ static int record_gil(const char *path)
     snprintf(side, sizeof side, "%s.sig", path);
     FILE *f = fopen(side, "w");
     if (!f) return 36;
-    fprintf(f, "%d %d\n", (int)prof_ticks, (int)rtmax_got);
+    fprintf(f, "%d %d\n", atomic_load(&prof_ticks), atomic_load(&rtmax_got));
     return fclose(f) ? 37 : 0;
 }
 
