@@ -511,8 +511,8 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
         /* a thread whose event did not open has no records: no figures rather than 100 % on-CPU;
          * one the signal sampler took (timer) has samples but no switches: its on/off-CPU split
          * is unknown (-1), not 100 % on */
-        th->has_switches = strcmp(th->info.status, "perf") == 0;
-        th->has_samples = th->has_switches || strcmp(th->info.status, "timer") == 0;
+        th->has_switches = an_cpu_status_has_switches(&th->info);
+        th->has_samples = an_cpu_status_has_samples(&th->info);
         if (th->has_samples) rc = thread_compute(&x, th, t0, t1);
         if (!rc && th->has_samples && !th->has_switches)
             for (uint32_t s = 0; s <= out->n_stages + 1; s++) {
@@ -530,6 +530,13 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
 oom:
     an_error("out of memory");
     return AN_EXIT_FAIL;
+}
+
+int an_cpu_status_has_switches(const st_cpu_thread_info *info) { return strcmp(info->status, "perf") == 0; }
+
+int an_cpu_status_has_samples(const st_cpu_thread_info *info)
+{
+    return an_cpu_status_has_switches(info) || strcmp(info->status, "timer") == 0;
 }
 
 void an_cpu_free(an_cpu_result *res)

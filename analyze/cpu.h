@@ -88,6 +88,12 @@ typedef struct an_cpu_result {
     uint32_t cap_name_lib_;
 } an_cpu_result;
 
+/* What a cpu_threads status says a thread's records hold: switch records
+ * (status perf, so its on/preempted/blocked split is known), samples
+ * (perf, or timer: the signal sampler). */
+int an_cpu_status_has_switches(const st_cpu_thread_info *info);
+int an_cpu_status_has_samples(const st_cpu_thread_info *info);
+
 /* Over [t0, t1) (the window; the trace's span for all of it). 0, or an exit
  * code after the message. */
 int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "cpu_share.h"
 
 
@@ -20,7 +21,7 @@ int an_cpu_thread_known(st_reader *r, uint32_t thread_index, st_cpu_thread_info 
 {
     int has = st_reader_cpu_thread(r, st_reader_thread(r, thread_index)->id, info);
     if (has <= 0) return has;
-    return strcmp(info->status, "perf") == 0;
+    return an_cpu_status_has_switches(info);
 }
 
 /* The thread's off-CPU intervals (malloc'd into *off). 0, or an exit code. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "cpu_stacks.h"
 
 const char *an_cpu_frame_label(const st_cpu_frame *fr, int with_offset, char *buf, size_t size)
@@ -266,7 +267,7 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
             break;
         }
         /* a thread whose event did not open has no records; the signal sampler's (timer) has samples */
-        if (!has || (strcmp(info.status, "perf") != 0 && strcmp(info.status, "timer") != 0)) continue;
+        if (!has || !an_cpu_status_has_samples(&info)) continue;
         if (!out->period_ns) out->period_ns = info.period_ns;
         else if (info.period_ns != out->period_ns) out->mixed_periods = 1;
         rc = thread_rows(&x, &cells, i, &info, t0, t1);

@@ -57,7 +57,7 @@ void an_cpu_roles(const an_pipe *p, const an_cpu_result *res, an_cpu_role *out)
             for (uint32_t i = 0; i < res->n_threads; i++) {
                 const an_cpu_thread *th = &res->threads[i];
                 if (th->thread >= p->n_threads || p->thread_role[th->thread] != k) continue;
-                if (strcmp(th->info.status, "perf") != 0) continue;
+                if (!th->has_switches) continue;
                 const an_cpu_cell *c = &th->cells[s + 1];
                 wall += c->wall_ns;
                 on += c->on_ns;
@@ -89,7 +89,7 @@ void an_cpu_roles(const an_pipe *p, const an_cpu_result *res, an_cpu_role *out)
     for (uint32_t i = 0; i < res->n_threads; i++) {
         const an_cpu_thread *th = &res->threads[i];
         if (th->thread < p->n_threads && p->thread_role[th->thread] < p->n_roles &&
-            strcmp(th->info.status, "perf") == 0)
+            th->has_switches)
             out[p->thread_role[th->thread]].threads_known++;
     }
     for (uint32_t k = 0; k < p->n_roles; k++)

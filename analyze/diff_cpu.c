@@ -39,7 +39,7 @@ static int32_t stage_col(const an_pipe *p, const char *name)
     return -1;
 }
 
-static int is_known(const an_cpu_thread *th) { return strcmp(th->info.status, "perf") == 0; }
+static int is_known(const an_cpu_thread *th) { return th->has_switches; }
 
 /* One trace's per-bin on-CPU time and its period's figures. */
 typedef struct side {

@@ -521,7 +521,7 @@ static int write_thread(firefox *x, uint32_t index)
     st_cpu_thread_info ci;
     int has = x->has_cpu ? st_reader_cpu_thread(x->r, th->id, &ci) : 0;
     if (has < 0) return has;
-    has = has && (strcmp(ci.status, "perf") == 0 || strcmp(ci.status, "timer") == 0);
+    has = has && an_cpu_status_has_samples(&ci);
     uint64_t n_samples = 0, n_times = 0;
     int rc = 0;
     put_lit(f, ",\n \"samples\":{\"weight\":null,\"weightType\":\"samples\",\"stack\":[");

@@ -364,7 +364,7 @@ int an_report_cpu(an_report *rp)
     for (uint32_t i = 0; !rc && i < res.n_threads; i++) {
         uint32_t ti = res.threads[i].thread;
         order[i] = (an_report_lane){ti, ti < rp->p->n_threads ? rp->p->thread_role[ti] : UINT32_MAX};
-        if (strcmp(res.threads[i].info.status, "perf") != 0) continue;
+        if (!res.threads[i].has_switches) continue;
         for (uint32_t c = 0; c <= res.n_stages; c++) n_bars += res.threads[i].cells[c].wall_ns > 0;
     }
     if (!rc) {
@@ -375,7 +375,7 @@ int an_report_cpu(an_report *rp)
             const an_cpu_thread *th = NULL;
             for (uint32_t i = 0; i < res.n_threads && !th; i++)
                 if (res.threads[i].thread == order[k].thread) th = &res.threads[i];
-            if (!th || strcmp(th->info.status, "perf") != 0) continue;
+            if (!th || !th->has_switches) continue;
             const st_thread_info *ti = st_reader_thread(r, th->thread);
             /* stages in id order, (none) last */
             for (uint32_t c = 1; c <= res.n_stages + 1; c++) {
