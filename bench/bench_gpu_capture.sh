@@ -21,12 +21,16 @@
 #   PROGRAM=torch PY=/opt/torch/.venv/bin/python bash bench/bench_gpu_capture.sh [BUILD]
 #   PROGRAM=trainer bash bench/bench_gpu_capture.sh [BUILD]
 #   env: ROUNDS=6 STEPS=300 VARIANTS="off ranges gpu:default gpu:kernel ..." ARGS="..."
+#        PIN=2-7 runs every variant under `taskset -c 2-7` (same cores for all; says so)
 set -euo pipefail
 BUILD=${1:-build}
 PROGRAM=${PROGRAM:-torch}
 ROUNDS=${ROUNDS:-6}
 DEVICE=${BENCH_DEVICE:-cuda}
 PY=${PY:-python3}
+PIN=${PIN:-}
+PIN_CMD=()
+[ -n "$PIN" ] && PIN_CMD=(taskset -c "$PIN")
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 case $PROGRAM in
 torch)
@@ -62,12 +66,12 @@ run() { # variant index round: appends "round rate cpu_ms size" to $DIR/<index>.
     if [ "$PROGRAM" = torch ]; then
         [ -n "$spec" ] && args+=(--trace-gpu)
         # shellcheck disable=SC2086
-        env ${spec:+STAGETRACE_GPU_RECORDS=$spec} "$PY" samples/python/dflash_torch.py --device "$DEVICE" \
+        "${PIN_CMD[@]}" env ${spec:+STAGETRACE_GPU_RECORDS=$spec} "$PY" samples/python/dflash_torch.py --device "$DEVICE" \
             --steps "$STEPS" $ARGS "${args[@]}" >"$out.log" 2>&1 || rc=$?
     else
         if [ -n "$spec" ]; then args+=(--trace-gpu on); elif [ "$v" = ranges ]; then args+=(--trace-gpu off); fi
         # shellcheck disable=SC2086
-        env ${spec:+STAGETRACE_GPU_RECORDS=$spec} "$BUILD/trainer" --device "$DEVICE" --steps "$STEPS" $ARGS \
+        "${PIN_CMD[@]}" env ${spec:+STAGETRACE_GPU_RECORDS=$spec} "$BUILD/trainer" --device "$DEVICE" --steps "$STEPS" $ARGS \
             "${args[@]}" >"$out.log" 2>&1 || rc=$?
     fi
     if [ $rc -ne 0 ]; then
@@ -105,7 +109,7 @@ for r in $(seq 0 $((ROUNDS - 1))); do
 done
 secs=$(($(date +%s) - start))
 
-"${STATS_PY:-python3}" - "$DIR" "$PROGRAM" "$STEPS" "$ROUNDS" "$secs" "$ARGS" "${variants[@]}" <<'EOF'
+"${STATS_PY:-python3}" - "$DIR" "$PROGRAM" "$STEPS" "$ROUNDS" "$secs" "$ARGS${PIN:+; pinned to cores $PIN}" "${variants[@]}" <<'EOF'
 import math, statistics, sys
 d, program, steps, rounds, secs, args = sys.argv[1:7]
 variants = sys.argv[7:]
