@@ -262,6 +262,8 @@ typedef struct an_trace {
     struct an_lost_span *lost;      /* lost_spans rows, by t0_ns (docs/trace-format.md) */
     uint32_t n_lost;
     int64_t lost_events;            /* meta lost_events, else the spans' sum */
+    struct an_lost_span *gpu_pauses; /* gpu_pauses rows (st_gpu_pause), by t0_ns; n_records 0 */
+    uint32_t n_gpu_pauses;
     /* A rank set: r is the set's reader, path its label "run
      * <run_id>"; ranks[] each rank's own trace (reader borrowed from the set). */
     int is_set;
@@ -313,6 +315,13 @@ void an_trace_warn_rank(const an_trace *t);
 /* Lost spans overlapping [t0_ns, t1_ns], and their records in *records
  * (may be NULL): a window they touch is undercounted. */
 uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records);
+/* The time of [t0_ns, t1_ns) during which GPU recording was paused
+ * (gpu_pauses; overlapping rows count once), and in *n the pauses that
+ * meet it. 0 for a rank set and for a trace without pauses. */
+int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, uint32_t *n);
+/* "paused N times, X s in all, between A s and B s" (times from the
+ * trace's origin) into buf; 0 (buf untouched) when there was no pause. */
+int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size);
 const char *an_trace_meta(const an_trace *t, const char *key); /* NULL if absent */
 int an_trace_meta_i64(const an_trace *t, const char *key, int64_t *out); /* 0 or -1 */
 /* The steps per chart or verdict window when --every is not given: meta

@@ -601,8 +601,14 @@ static int work(an_cmd *c)
             const char *dropped = an_trace_meta(t, "gpu_dropped_records");
             an_out_text(out, "GPU activity of %s over %.3f ms; CUPTI dropped records: %s\n", t->path,
                         (double)(t1 - t0) / 1e6, dropped ? dropped : "unknown");
-            an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n\n", wdesc, (double)(w1 - w0) / 1e6,
+            an_out_text(out, "devices and host_wait over %s, %.3f ms%s\n", wdesc, (double)(w1 - w0) / 1e6,
                         n_dev ? "" : ": no GPU activity in the window");
+            uint32_t n_paused;
+            int64_t paused = an_trace_gpu_paused_in(t, w0, w1, &n_paused);
+            if (n_paused)
+                an_out_text(out, "GPU recording was paused for %.3f ms of this window (%u pause%s): counted as idle\n",
+                            (double)paused / 1e6, n_paused, n_paused == 1 ? "" : "s");
+            an_out_text(out, "\n");
             put_tables(out, t, &s, dev, n_dev, o->top);
             put_api(out, t, api.rows, api.n, w1 - w0, o->top);
             if (an_out_finish(out)) {

@@ -57,7 +57,7 @@ static const an_col cols[] = {
     {"last_step", AN_T_INT, 0},      {"tokens", AN_T_INT, 0},          {"dropped_events", AN_T_INT, 0},
     {"duration_s", AN_T_REAL, 9},    {"tokens_per_s", AN_T_REAL, 3},   {"profile_interval", AN_T_INT, 0},
     {"gpu_devices", AN_T_STR, 0},    {"gpu_records", AN_T_INT, 0},     {"gpu_api_calls", AN_T_INT, 0},
-    {"gpu_dropped_records", AN_T_INT, 0},
+    {"gpu_dropped_records", AN_T_INT, 0}, {"gpu_pauses", AN_T_INT, 0},   {"gpu_paused_s", AN_T_REAL, 9},
 };
 #define N_COLS ((int)(sizeof cols / sizeof cols[0]))
 
@@ -335,6 +335,9 @@ static void print_text(FILE *f, const an_trace *t, const info *in)
     } else {
         fputs("\n  gpu activity: none", f);
     }
+    char paused[160];
+    if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
+        fprintf(f, "\n  gpu recording: %s (st_gpu_pause: GPU work then is not in the trace)", paused);
     const char *pi = an_trace_meta(t, "profile_interval");
     if (pi) {
         fputs("\n  profile interval: ", f);
@@ -401,6 +404,13 @@ static void put_row(an_table *tb, const an_trace *t, const info *in)
         an_put_null(tb);
     }
     put_meta_int(tb, t, "gpu_dropped_records");
+    if (in->has_gpu || t->n_gpu_pauses) {
+        an_put_int(tb, t->n_gpu_pauses);
+        an_put_real(tb, (double)an_trace_gpu_paused_in(t, INT64_MIN, INT64_MAX, NULL) * 1e-9);
+    } else {
+        an_put_null(tb);
+        an_put_null(tb);
+    }
     an_row_end(tb);
 }
 

@@ -711,6 +711,11 @@ int an_gpu_steady_window(an_trace *t, int64_t v0, int64_t v1, int64_t *w0_ns, in
         else
             snprintf(desc, desc_size, "%s-%s s (start-up left out)", a, b);
     }
+    uint32_t n_paused;
+    int64_t paused = an_trace_gpu_paused_in(t, w0, w1, &n_paused);
+    size_t len = strlen(desc);
+    if (n_paused && len + 1 < desc_size)
+        snprintf(desc + len, desc_size - len, ", GPU recording paused for %.3f ms of it", (double)paused / 1e6);
     *w0_ns = w0;
     *w1_ns = w1;
     return AN_EXIT_OK;

@@ -125,6 +125,84 @@ sql_fail:
     return -1;
 }
 
+/* gpu_pauses (optional): the times GPU recording was paused. The reader
+ * checked the shape and the column types; here t0_ns <= t1_ns. */
+static int read_gpu_pauses(an_trace *t)
+{
+    sqlite3 *db = st_reader_db(t->r);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_master WHERE name = 'gpu_pauses'", -1, &st, NULL) !=
+        SQLITE_OK)
+        goto sql_fail;
+    int step = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (step == SQLITE_DONE) return 0;
+    if (step != SQLITE_ROW ||
+        sqlite3_prepare_v2(db, "SELECT id, t0_ns, t1_ns FROM main.gpu_pauses ORDER BY t0_ns, id", -1, &st, NULL) !=
+            SQLITE_OK)
+        goto sql_fail;
+    size_t cap = 0;
+    int rc = 0;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t t0 = sqlite3_column_int64(st, 1), t1 = sqlite3_column_int64(st, 2);
+        if (t0 < 0 || t1 < t0) {
+            an_error("%s: trace table 'gpu_pauses': row %lld: t0_ns and t1_ns must be times with t0_ns <= t1_ns",
+                     t->path, (long long)sqlite3_column_int64(st, 0));
+            rc = -1;
+            break;
+        }
+        if (t->n_gpu_pauses == cap) {
+            cap = cap ? cap * 2 : 16;
+            an_lost_span *a = cap < UINT32_MAX ? realloc(t->gpu_pauses, cap * sizeof *a) : NULL;
+            if (!a) {
+                an_error("out of memory");
+                rc = -1;
+                break;
+            }
+            t->gpu_pauses = a;
+        }
+        t->gpu_pauses[t->n_gpu_pauses++] = (an_lost_span){t0, t1, 0};
+    }
+    sqlite3_finalize(st);
+    if (!rc && step != SQLITE_DONE) goto sql_fail;
+    return rc;
+sql_fail:
+    an_error("%s: cannot read table 'gpu_pauses': %s", t->path, sqlite3_errmsg(db));
+    return -1;
+}
+
+int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, uint32_t *n)
+{
+    int64_t sum = 0, covered = t0_ns; /* rows are by t0_ns: covered is where the union reached */
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < t->n_gpu_pauses; i++) {
+        int64_t a = t->gpu_pauses[i].t0_ns, b = t->gpu_pauses[i].t1_ns;
+        if (b <= t0_ns || a >= t1_ns) continue;
+        count++;
+        if (a < covered) a = covered;
+        if (b > t1_ns) b = t1_ns;
+        if (b > a) {
+            sum += b - a;
+            covered = b;
+        }
+    }
+    if (n) *n = count;
+    return sum;
+}
+
+int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size)
+{
+    if (!t->n_gpu_pauses) return 0;
+    int64_t end = t->gpu_pauses[0].t1_ns;
+    for (uint32_t i = 1; i < t->n_gpu_pauses; i++)
+        if (t->gpu_pauses[i].t1_ns > end) end = t->gpu_pauses[i].t1_ns;
+    snprintf(buf, size, "paused %u time%s, %.3f s in all, between %.3f s and %.3f s", t->n_gpu_pauses,
+             t->n_gpu_pauses == 1 ? "" : "s", (double)an_trace_gpu_paused_in(t, INT64_MIN, INT64_MAX, NULL) * 1e-9,
+             ((double)t->gpu_pauses[0].t0_ns - (double)t->origin_ns) * 1e-9,
+             ((double)end - (double)t->origin_ns) * 1e-9);
+    return 1;
+}
+
 uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64_t *records)
 {
     uint32_t n = 0;
@@ -222,7 +300,7 @@ int an_trace_init(an_trace *t)
     int64_t first = 0, last = 0;
     int has = 0;
     if ((!t->is_set && check_values(t)) || read_chunk_headers(t, &first, &last, &has) ||
-        (!t->is_set && read_lost_spans(t)))
+        (!t->is_set && (read_lost_spans(t) || read_gpu_pauses(t))))
         return AN_EXIT_USAGE;
     uint32_t n_steps = st_reader_n_steps(t->r);
     if (n_steps) {
@@ -480,6 +558,7 @@ void an_trace_close(an_trace *t)
     st_reader_close(t->r);
     t->r = NULL;
     free(t->lost);
+    free(t->gpu_pauses);
     t->lost = NULL;
     t->n_lost = 0;
 }
@@ -527,6 +606,10 @@ static void warn_trace(const an_trace *t, int as_rank)
             an_warn("%s: %lld events were lost (the trace could not be written); stage times may be undercounted",
                     t->path, (long long)t->lost_events);
     }
+    char paused[160];
+    if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
+        an_warn("%s: GPU recording was %s (st_gpu_pause): GPU work of that time is not in the trace and counts as idle",
+                t->path, paused);
 }
 
 void an_trace_warn(const an_trace *t)

@@ -7,8 +7,14 @@
 # per mode the median tokens/s, its ratio to off, and the trace's size.
 # Needs torch (the GPU machine: /opt/torch/.venv/bin/python).
 #
+# BENCH_ALTERNATE=N instead runs BENCH_REPEAT processes of BENCH_STEPS steps
+# with GPU recording paused and resumed every N steps inside each
+# (dflash_torch.py --gpu-alternate N: paired blocks, order alternating) and
+# prints each process's paired ratio recorded/paused with its 95 % interval.
+#
 #   PY=/opt/torch/.venv/bin/python bash bench/bench_torch.sh [BUILD_DIR]
 #   BENCH_DEVICE=cpu BENCH_STEPS=200 BENCH_REPEAT=5 ...
+#   BENCH_ALTERNATE=60 BENCH_STEPS=2000 BENCH_REPEAT=2 ...
 set -euo pipefail
 BUILD=${1:-build}
 PY=${PY:-python3}
@@ -20,6 +26,19 @@ export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import torch, stagetrace" || { echo "bench_torch: needs torch and $BUILD/python (make python)"; exit 1; }
 DIR=$(mktemp -d "${ST_BENCH_TMP:-/tmp}/bench_torch.XXXXXX")
 trap 'rm -rf "$DIR"' EXIT
+if [ -n "${BENCH_ALTERNATE:-}" ]; then
+    printf '%s, %d steps, %s, GPU recording paused/resumed every %s steps, %d processes\n' \
+        "$DEVICE" "$STEPS" "$EXTRA" "$BENCH_ALTERNATE" "$REPEAT"
+    for r in $(seq "$REPEAT"); do
+        # shellcheck disable=SC2086
+        "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA --trace "$DIR/alt.$r.sqlite" \
+            --trace-gpu --gpu-alternate "$BENCH_ALTERNATE" ${BENCH_SETTLE:+--alternate-settle "$BENCH_SETTLE"} \
+            >"$DIR/alt.$r.log" 2>&1 || { echo "bench_torch: the alternating run failed:" >&2; tail -20 "$DIR/alt.$r.log" >&2; exit 1; }
+        grep -h 'gpu-alternate:' "$DIR/alt.$r.log" | sed "s/^dflash_torch: /process $r: /"
+        rm -f "$DIR/alt.$r.sqlite"*
+    done
+    exit 0
+fi
 modes=(off on gpu torch_profiler)
 run() { # mode round: appends tokens/s to $DIR/<mode>.rates, the trace's size to $DIR/<mode>.size
     local mode=$1 r=$2 out="$DIR/$1.$2" args=()

@@ -30,6 +30,18 @@ int st_gpu_start(st_trace *trace)
     return st_set_error(ST_EINVAL, "GPU tracing needs a CUDA build with CUPTI (this stagetrace has none)");
 }
 
+int st_gpu_pause(st_trace *trace)
+{
+    (void)trace;
+    return st_set_error(ST_ESTATE, "st_gpu_pause: GPU tracing is not on (this stagetrace has no CUPTI)");
+}
+
+int st_gpu_resume(st_trace *trace)
+{
+    (void)trace;
+    return st_set_error(ST_ESTATE, "st_gpu_resume: GPU tracing is not on (this stagetrace has no CUPTI)");
+}
+
 #else
 
 #include <cupti.h>
@@ -447,13 +459,93 @@ static int enable_launch_api(int driver, uint8_t enable)
     return ST_OK;
 }
 
+/* Turns the record set's kinds on or off: st_gpu_start, st_gpu_pause,
+ * st_gpu_resume and the stop. */
+static int enable_kinds(const st_gpu_config *config, int enable)
+{
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (config->kinds & (1u << i)) {
+            if (enable)
+                CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
+            else
+                cuptiActivityDisable(kinds[i]);
+        }
+    if (config->kinds & ST_GPU_REC_RUNTIME_LAUNCH) {
+        int rc = enable_launch_api(0, (uint8_t)enable);
+        if (rc && enable) return rc;
+    }
+    if (config->kinds & ST_GPU_REC_DRIVER_LAUNCH) {
+        int rc = enable_launch_api(1, (uint8_t)enable);
+        if (rc && enable) return rc;
+    }
+    return ST_OK;
+}
+
+/* Ends an open pause at `now`, for the writer's gpu_pauses (gpu_lock held). */
+static int end_pause(st_trace *t, int64_t now)
+{
+    if (!t->gpu_paused_since) return ST_OK;
+    if (t->gpu_pauses_len == t->gpu_pauses_cap) {
+        size_t cap = t->gpu_pauses_cap ? t->gpu_pauses_cap * 2 : 16;
+        st_gpu_pause_span *a = realloc(t->gpu_pauses, cap * sizeof *a);
+        if (!a) return st_set_error(ST_ENOMEM, "st_gpu_resume: out of memory");
+        t->gpu_pauses = a;
+        t->gpu_pauses_cap = cap;
+    }
+    t->gpu_pauses[t->gpu_pauses_len++] = (st_gpu_pause_span){t->gpu_paused_since, now};
+    t->gpu_paused_since = 0;
+    return ST_OK;
+}
+
+/* Serializes st_gpu_pause, st_gpu_resume and the stop: CUPTI is not
+ * called under gpu_lock, which its buffer callback takes. */
+static pthread_mutex_t pause_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+int st_gpu_pause(st_trace *t)
+{
+    pthread_mutex_lock(&pause_mutex);
+    int rc = ST_OK;
+    if (!t || !t->gpu_stop)
+        rc = st_set_error(ST_ESTATE, "st_gpu_pause: GPU tracing is not on");
+    else if (t->gpu_paused_since)
+        rc = st_set_error(ST_ESTATE, "st_gpu_pause: GPU tracing is paused already");
+    else {
+        enable_kinds(&gpu_config, 0);
+        int64_t now = st_now_ns();
+        pthread_mutex_lock(&t->gpu_lock);
+        t->gpu_paused_since = now > 0 ? now : 1;
+        pthread_mutex_unlock(&t->gpu_lock);
+    }
+    pthread_mutex_unlock(&pause_mutex);
+    return rc;
+}
+
+int st_gpu_resume(st_trace *t)
+{
+    pthread_mutex_lock(&pause_mutex);
+    int rc = ST_OK;
+    if (!t || !t->gpu_stop)
+        rc = st_set_error(ST_ESTATE, "st_gpu_resume: GPU tracing is not on");
+    else if (!t->gpu_paused_since)
+        rc = st_set_error(ST_ESTATE, "st_gpu_resume: GPU tracing is not paused");
+    else if (!(rc = enable_kinds(&gpu_config, 1))) {
+        int64_t now = st_now_ns();
+        pthread_mutex_lock(&t->gpu_lock);
+        rc = end_pause(t, now);
+        pthread_mutex_unlock(&t->gpu_lock);
+    }
+    pthread_mutex_unlock(&pause_mutex);
+    return rc;
+}
+
 static void gpu_stop(st_trace *t)
 {
+    pthread_mutex_lock(&pause_mutex);
+    pthread_mutex_lock(&t->gpu_lock);
+    end_pause(t, st_now_ns());
+    pthread_mutex_unlock(&t->gpu_lock);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (gpu_config.kinds & (1u << i)) cuptiActivityDisable(kinds[i]);
-    if (gpu_config.kinds & ST_GPU_REC_RUNTIME_LAUNCH) enable_launch_api(0, 0);
-    if (gpu_config.kinds & ST_GPU_REC_DRIVER_LAUNCH) enable_launch_api(1, 0);
+    enable_kinds(&gpu_config, 0);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, dropped_total);
@@ -466,6 +558,7 @@ static void gpu_stop(st_trace *t)
     n_contexts = 0;
     pthread_mutex_unlock(&gpu_mutex);
     t->gpu_stop = NULL;
+    pthread_mutex_unlock(&pause_mutex);
 }
 
 int st_gpu_start(st_trace *t)
@@ -510,16 +603,11 @@ int st_gpu_start(st_trace *t)
     pthread_mutex_unlock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, 0);
     CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (config.kinds & (1u << i)) CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
-    if (config.kinds & ST_GPU_REC_RUNTIME_LAUNCH) {
-        int rc = enable_launch_api(0, 1);
-        if (rc) return rc;
-    }
-    if (config.kinds & ST_GPU_REC_DRIVER_LAUNCH) {
-        int rc = enable_launch_api(1, 1);
-        if (rc) return rc;
-    }
+    int rc = enable_kinds(&config, 1);
+    if (rc) return rc;
+    pthread_mutex_lock(&t->gpu_lock);
+    t->gpu_paused_since = 0;
+    pthread_mutex_unlock(&t->gpu_lock);
     if (config.flush_ms) CUPTI_CHECK(cuptiActivityFlushPeriod(config.flush_ms));
     pthread_mutex_lock(&t->gpu_lock);
     st_gpu_config_format(&config, t->gpu_records, sizeof t->gpu_records);

@@ -119,6 +119,9 @@ struct st_trace {
     _Atomic long long gpu_dropped;  /* CUPTI's dropped records; -1: GPU tracing off */
     void (*gpu_stop)(st_trace *t);  /* set by st_gpu_start; st_close calls it first */
     char gpu_records[160];          /* under gpu_lock: meta gpu_records to write, "" none */
+    int64_t gpu_paused_since;       /* under gpu_lock: st_gpu_pause's time, 0 when not paused */
+    struct st_gpu_pause_span *gpu_pauses; /* under gpu_lock: ended pauses the writer has not stored */
+    size_t gpu_pauses_len, gpu_pauses_cap;
     int gpu_records_written;        /* writer: meta gpu_records stored */
     void *gpu_priv;
 };
@@ -135,6 +138,9 @@ typedef struct st_gpu_item {
     uint32_t stream;
     st_gpu_rec rec;
 } st_gpu_item;
+typedef struct st_gpu_pause_span {
+    int64_t t0_ns, t1_ns; /* gpu_pauses row: capture off from t0_ns to t1_ns */
+} st_gpu_pause_span;
 typedef struct st_gpu_string {
     uint32_t id;
     char *value;

@@ -32,6 +32,11 @@ static const char st_gpu_schema_sql[] =
     "  n_records INTEGER NOT NULL, data BLOB NOT NULL);\n"
     "CREATE INDEX IF NOT EXISTS gpu_chunks_by_stream ON gpu_chunks(device, stream, id);\n";
 
+/* The GPU capture's pauses (st_gpu_pause), created with the first one. */
+static const char st_gpu_pauses_sql[] =
+    "CREATE TABLE IF NOT EXISTS gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER NOT NULL,\n"
+    "  t1_ns INTEGER NOT NULL);\n";
+
 /* The flow table, created with the first flow record (a trace without
  * flows has none). */
 static const char st_flow_schema_sql[] =

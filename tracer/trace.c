@@ -404,6 +404,7 @@ static void free_trace(st_trace *t)
     pthread_cond_destroy(&t->flushed);
     pthread_mutex_destroy(&t->gpu_lock);
     free(t->gpu_items);
+    free(t->gpu_pauses);
     for (size_t i = 0; i < t->gpu_strings_len; i++) free(t->gpu_strings[i].value);
     free(t->gpu_strings);
     if (t->lock_fd >= 0) close(t->lock_fd); /* after SQLite closed the file: the trace is finished */

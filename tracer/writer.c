@@ -76,6 +76,7 @@ typedef struct writer {
     size_t n_gpu, gpu_cap;
     int gpu_tables;           /* gpu_chunks and gpu_strings are created */
     int flow_table;           /* flow_chunks is created */
+    int gpu_pauses_table;     /* gpu_pauses is created */
     long long gpu_dropped_written;
     st_store *store;          /* every row goes through it (store.c) */
     mark_string *strings;     /* open addressing by pointer */
@@ -487,6 +488,10 @@ static void store_gpu(st_trace *t, writer *w, int final)
     t->gpu_items_len = t->gpu_items_cap = 0;
     t->gpu_strings = NULL;
     t->gpu_strings_len = t->gpu_strings_cap = 0;
+    st_gpu_pause_span *pauses = t->gpu_pauses;
+    size_t n_pauses = t->gpu_pauses_len;
+    t->gpu_pauses = NULL;
+    t->gpu_pauses_len = t->gpu_pauses_cap = 0;
     pthread_mutex_unlock(&t->gpu_lock);
     long long dropped = atomic_load(&t->gpu_dropped);
     if ((n || n_strings || dropped >= 0) && gpu_tables(w) == 0) {
@@ -515,8 +520,17 @@ static void store_gpu(st_trace *t, writer *w, int final)
             meta_int(w, "gpu_dropped_records", dropped);
             w->gpu_dropped_written = dropped;
         }
+        if (n_pauses && !w->gpu_pauses_table) {
+            st_store_exec(w->store, st_gpu_pauses_sql);
+            w->gpu_pauses_table = 1;
+        }
+        for (size_t i = 0; i < n_pauses; i++) {
+            st_val v[2] = {ST_VINT(pauses[i].t0_ns), ST_VINT(pauses[i].t1_ns)};
+            st_store_row(w->store, ST_S_GPU_PAUSE, 2, v);
+        }
     }
     (void)final;
+    free(pauses);
     free(items);
     for (size_t i = 0; i < n_strings; i++) free(strings[i].value);
     free(strings);

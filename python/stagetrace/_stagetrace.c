@@ -754,6 +754,25 @@ static PyObject *trace_gpu_start(trace_object *self, PyObject *unused)
 #endif
 }
 
+/* st_gpu_pause / st_gpu_resume: GPU recording off and on again. */
+static PyObject *gpu_toggle(trace_object *self, int resume)
+{
+    if (self->closed) return closed_error(self);
+#ifdef STP_HAVE_CUPTI
+    if (!self->trace) Py_RETURN_NONE;
+    int rc = resume ? st_gpu_resume(self->trace) : st_gpu_pause(self->trace);
+    if (rc != ST_OK) return stp_set_error(rc, resume ? "cannot resume GPU recording" : "cannot pause GPU recording");
+    Py_RETURN_NONE;
+#else
+    (void)resume;
+    PyErr_SetString(stp_error, "GPU recording is not available in this build: the extension was built without CUPTI");
+    return NULL;
+#endif
+}
+
+static PyObject *trace_gpu_pause(trace_object *self, PyObject *unused) { return gpu_toggle(self, 0); }
+static PyObject *trace_gpu_resume(trace_object *self, PyObject *unused) { return gpu_toggle(self, 1); }
+
 static PyObject *thread_new_for(trace_object *t, const char *name, const char *role, int device,
                                 int rank);
 
@@ -829,6 +848,9 @@ static PyMethodDef trace_methods[] = {
     {"flush", (PyCFunction)trace_flush, METH_NOARGS, "waits until everything recorded is committed"},
     {"close", (PyCFunction)trace_close, METH_NOARGS, "closes the trace (again: nothing)"},
     {"gpu_start", (PyCFunction)trace_gpu_start, METH_NOARGS, "records GPU activity (CUPTI builds)"},
+    {"gpu_pause", (PyCFunction)trace_gpu_pause, METH_NOARGS,
+     "pauses GPU recording (st_gpu_pause; the trace keeps the pause in gpu_pauses)"},
+    {"gpu_resume", (PyCFunction)trace_gpu_resume, METH_NOARGS, "resumes GPU recording paused by gpu_pause"},
     {"_meta_set", (PyCFunction)trace_meta_set, METH_VARARGS, "_meta_set(key, value): st_meta_set"},
     {"_own_trampoline", (PyCFunction)trace_own_trampoline, METH_NOARGS,
      "close() turns the perf trampoline off (open() turned it on)"},

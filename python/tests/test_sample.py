@@ -45,3 +45,53 @@ def test_sample_bottleneck_names_the_slow_role(tmp_path, analyze, slow, role):
     verdict = json.loads(analyze("bottleneck", "--format", "json", "--skip-steps", "2", path))["verdict"][0]
     assert verdict["bottleneck"] == role
     assert verdict["stage"] == "forward"
+
+
+def test_gpu_alternation_pairs_blocks_and_times_their_settled_steps(monkeypatch):
+    """--gpu-alternate: after 2 warm-up steps, blocks of 4 steps alternate
+    on/paused in pairs whose order flips (on-paused, paused-on, ...), each
+    timed over its last 3 steps. A fake clock makes a recorded step take 1.1 s
+    and a paused one 1.0 s: every pair's rate ratio is 1.0 / 1.1."""
+    sample = load_sample()
+    calls = []
+
+    class FakeTrace:
+        def gpu_pause(self):
+            calls.append("pause")
+
+        def gpu_resume(self):
+            calls.append("resume")
+
+    clock = {"t": 0.0}
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return clock["t"]
+
+        @staticmethod
+        def process_time():
+            return clock["t"] / 2
+
+    monkeypatch.setattr(sample, "time", FakeTime)
+    alt = sample.Alternation(4, 1, 2, FakeTrace())
+    states = []
+    for step in range(1, 2 + 4 * 6 + 1):
+        clock["t"] += 1.0 if alt.paused else 1.1  # the step that ends now ran in the current state
+        alt.at_step(step)
+        states.append(alt.paused)
+    # blocks 0..5 start at steps 2, 6, 10, ...: on, paused | paused, on | on, paused
+    assert [b[0] for b in alt.blocks] == [True, False, False, True, True, False]
+    # pause at block 1, resume at block 3, pause at block 5; block 6 (step 26) stays paused
+    assert calls == ["pause", "resume", "pause"]
+    assert states[-1] is True
+    for on, s_per_step, cpu in alt.blocks:
+        assert s_per_step == pytest.approx(1.1 if on else 1.0)
+        assert cpu == pytest.approx(s_per_step / 2)
+    text = alt.summary()
+    assert "3 block pairs of 4 steps (3 timed)" in text
+    assert "mean %.4f, 95%% interval [%.4f, %.4f]" % (1 / 1.1, 1 / 1.1, 1 / 1.1) in text
+    with pytest.raises(SystemExit):
+        sample.parse_args(["--gpu-alternate", "50"])  # needs --trace-gpu
+    with pytest.raises(SystemExit):
+        sample.parse_args(["--trace-gpu", "--gpu-alternate", "10", "--alternate-settle", "10"])

@@ -625,6 +625,24 @@ def test_gpu_without_cupti(path):
     assert stagetrace.current() is None
 
 
+def test_gpu_pause_needs_gpu_recording(path):
+    """gpu_pause / gpu_resume without GPU recording on: stagetrace.Error, the
+    trace goes on; on a disabled trace both do nothing."""
+    with stagetrace.open(path) as trace:
+        for call in (trace.gpu_pause, trace.gpu_resume):
+            with pytest.raises(stagetrace.Error,
+                               match="GPU tracing is not on" if stagetrace.gpu_available()
+                               else "GPU recording is not available in this build"):
+                call()
+        with trace.stage("work"):
+            pass
+    data = stagetrace.read(path)
+    assert len(data.ranges["stage"]) == 1
+    off = stagetrace.open_disabled()
+    assert off.gpu_pause() is None and off.gpu_resume() is None
+    off.close()
+
+
 def test_ranks_under_torchrun_and_mpirun(tmp_path):
     """Each rank writes its own file of one run (st_rank_path), rank and run id in meta."""
     child = textwrap.dedent("""

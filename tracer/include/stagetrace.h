@@ -562,6 +562,17 @@ ST_API void st_name_stream(void *cuda_stream, const char *name);
  * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
 ST_API int st_gpu_start(st_trace *trace);
 
+/* Pauses GPU activity recording (CUPTI's kinds turned off, so the program
+ * runs as if untraced) and resumes it. Each pause is stored as a gpu_pauses
+ * row; the analyses say how much of their window was paused, since GPU
+ * work done then is missing from the trace. A pause still open at st_close
+ * ends there. For benchmarks that alternate traced and untraced blocks in
+ * one process, and for tracing chosen stretches of a long run. Returns
+ * ST_OK, or ST_ESTATE (GPU tracing not on; already paused / not paused) or
+ * ST_EIO (CUPTI refused to resume; message). Thread-safe. */
+ST_API int st_gpu_pause(st_trace *trace);
+ST_API int st_gpu_resume(st_trace *trace);
+
 /* Nanoseconds on the trace's clock (the clock every record uses). */
 ST_API int64_t st_now_ns(void);
 
@@ -705,6 +716,8 @@ ST_API void st_cpu_set_gil_probe(int (*probe)(void)) { (void)probe; }
 ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
 ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
 ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_gpu_pause(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_gpu_resume(st_trace *trace) { (void)trace; return ST_OK; }
 ST_API int64_t st_now_ns(void) { return 0; }
 ST_API int st_rank_path(const char *path, int rank, int world_size, char *buf, size_t size)
 {

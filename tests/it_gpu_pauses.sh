@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# it_gpu_pauses.sh: the gpu_pauses table (st_gpu_pause; docs/trace-format.md
+# "gpu_pauses", docs/analyze.md "gpu") as every analysis reads it, on the GPU
+# sample h200-sync with pauses added by hand, relative to its step 1 mark (the
+# start of `analyze gpu`'s window, steps 2-10):
+#   A [s1+100 ms, s1+150 ms), B [s1-10 ms, s1+5 ms), C = A again.
+# In the window: A 50 ms + B's last 5 ms = 55 ms, 3 pauses meet it (C
+# overlaps A and counts once); over the trace the union is 65 ms, and the
+# pauses run from s1-10 ms to s1+150 ms. `analyze gpu` says so under its
+# window line; every analysis warns once on stderr; bottleneck's GPU idle
+# line names the paused time of its window. A row with t1_ns < t0_ns, a
+# text time and a table of the wrong shape are refused in one line, exit 2.
+#
+#   bash tests/it_gpu_pauses.sh BUILD_DIR
+set -euo pipefail
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
+A="$BUILD/analyze"
+S="$ROOT/samples/traces/h200-sync.sqlite"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -f "$S" ] || { echo "SKIP: no sample trace $S"; exit 0; }
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 is needed"; exit 0; }
+it_enter_tmp
+
+cp "$S" p.sqlite
+s1=$(sqlite3 p.sqlite "select ts_ns from steps where step = 1")
+sqlite3 p.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL);
+  INSERT INTO gpu_pauses(t0_ns, t1_ns) VALUES ($s1 + 100000000, $s1 + 150000000), ($s1 - 10000000, $s1 + 5000000),
+                                              ($s1 + 100000000, $s1 + 150000000)"
+
+run gpu "$A" gpu p.sqlite
+[ $rc -eq 0 ] || fail "gpu: exit $rc: $(cat gpu.err)"
+grep -q '^devices and host_wait over steps 2-10 ' gpu.out || fail "gpu: window line: $(sed -n 2p gpu.out)"
+[ "$(sed -n 3p gpu.out)" = "GPU recording was paused for 55.000 ms of this window (3 pauses): counted as idle" ] ||
+    fail "gpu: pause line: $(sed -n 3p gpu.out)"
+[ "$(wc -l < gpu.err)" = 1 ] || fail "gpu: not one warning: $(cat gpu.err)"
+grep -q "GPU recording was paused 3 times, 0.065 s in all, between " gpu.err || fail "gpu: warning: $(cat gpu.err)"
+ok
+# the same line from the trace without pauses is absent, and the tables agree
+"$A" gpu "$S" > plain.out 2>/dev/null
+grep -q "GPU recording was paused" plain.out && fail "a trace without pauses says it was paused"
+[ "$(sed -n '4,$p' gpu.out)" = "$(sed -n '3,$p' plain.out)" ] || fail "gpu: the tables changed"
+ok
+for cmd in summary bottleneck info; do
+    run "$cmd" "$A" "$cmd" p.sqlite
+    [ $rc -eq 0 ] || fail "$cmd: exit $rc: $(cat "$cmd.err")"
+    grep -q "paused 3 times, 0.065 s in all" "$cmd.err" "$cmd.out" || fail "$cmd: no pause warning"
+done
+grep -q "GPU recording paused for [0-9.]* ms of it" bottleneck.out || fail "bottleneck: no paused time in its GPU line"
+ok
+
+# hostile rows and shapes
+cp "$S" bad1.sqlite
+sqlite3 bad1.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER NOT NULL, t1_ns INTEGER NOT NULL);
+  INSERT INTO gpu_pauses VALUES (7, 200, 100)"
+expect_usage bad1 "$A" gpu bad1.sqlite
+grep -q "trace table 'gpu_pauses': row 7: t0_ns and t1_ns must be times with t0_ns <= t1_ns" bad1.err || fail "bad1: $(cat bad1.err)"
+[ "$(wc -l < bad1.err)" = 1 ] || fail "bad1: not one line"
+cp "$S" bad2.sqlite
+sqlite3 bad2.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns, t1_ns); INSERT INTO gpu_pauses VALUES (1, 'x', 5)"
+expect_usage bad2 "$A" summary bad2.sqlite
+grep -q "gpu_pauses" bad2.err || fail "bad2: $(cat bad2.err)"
+[ "$(wc -l < bad2.err)" = 1 ] || fail "bad2: not one line"
+cp "$S" bad3.sqlite
+sqlite3 bad3.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER)"
+expect_usage bad3 "$A" info bad3.sqlite
+grep -q "gpu_pauses" bad3.err || fail "bad3: $(cat bad3.err)"
+ok
+echo "it_gpu_pauses: $n_checks checks passed"
