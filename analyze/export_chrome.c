@@ -18,6 +18,7 @@
 
 #include <sqlite3.h>
 
+#include "demangle.h"
 #include "export.h"
 
 #define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
@@ -333,7 +334,7 @@ static void put_gpu_name(FILE *f, const st_gpu_row *g)
     static const char *const mem[] = {"Unknown", "Pageable", "Pinned", "Device", "Managed", "Other"};
     switch (g->rec.kind) {
     case ST_GPU_KERNEL:
-        if (g->name) an_json_string(f, g->name);
+        if (g->name) an_json_string(f, an_demangle(g->name)); /* the raw name: args.mangled */
         else put_lit(f, "\"kernel\"");
         return;
     case ST_GPU_MEMCPY:
@@ -597,6 +598,10 @@ static int chrome_gpu_tracks(chrome *c)
         put_i64(f, g.rec.correlation);
         put_lit(f, ",\"External id\":");
         put_i64(f, g.rec.correlation);
+        if (g.rec.kind == ST_GPU_KERNEL && g.name && an_demangle(g.name) != g.name) {
+            put_lit(f, ",\"mangled\":");
+            an_json_string(f, g.name);
+        }
         if (g.rec.kind != ST_GPU_KERNEL) {
             put_lit(f, ",\"bytes\":");
             put_i64(f, (int64_t)g.rec.bytes);

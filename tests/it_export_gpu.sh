@@ -68,7 +68,11 @@ for e in gpu:
     assert e["pid"] == 1000000 + a["device"] and e["tid"] == a["stream"], e
     assert a["stream"] != 4294967295, e
     if e["cat"] == "gpu_memcpy": assert e["name"].startswith("Memcpy "), e
+    # kernels demangled as PyTorch's profiler writes them, the recorded name in args.mangled
+    assert not e["name"].startswith("_Z"), e
+    if "mangled" in a: assert e["cat"] == "kernel" and a["mangled"].startswith("_Z") and e["name"] != a["mangled"], e
     if e["cat"] == "gpu_memset": assert e["name"].startswith("Memset "), e
+assert any("mangled" in e["args"] for e in gpu), f"{name}: no kernel was demangled"
 syncs = [e for e in ev if e.get("cat") == "cuda_sync"]
 assert syncs, f"{name}: no sync records"
 stream_tracks = {(e["pid"], e["tid"]) for e in gpu}
@@ -199,11 +203,17 @@ for trace in "$S"/*.sqlite; do
        count(thread), sum(thread), count(stage), sum(stage) FROM gpu GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
     qv="SELECT thread_name, role, stage_name, stage_kind, kind, count(*), sum(end_ns - start_ns) FROM gpu_v
         GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+    qn="SELECT name, raw_name, count(*) FROM gpu_v GROUP BY 1, 2 ORDER BY 1, 2"
     if [ -e "$EXT.so" ] && sqlite3 :memory: ".load $EXT" "SELECT 1" >/dev/null 2>&1; then
         sqlite3 "$trace" ".load $EXT" "$q" >"$name.gpu.ext"
         sqlite3 "$trace" ".load $EXT" "$qv" >"$name.gpu_v.ext"
         sqlite3 "$name.rows.sqlite" "$q" >"$name.gpu.rows"
         sqlite3 "$name.rows.sqlite" "$qv" >"$name.gpu_v.rows"
+        sqlite3 "$trace" ".load $EXT" "$qn" >"$name.names.ext"
+        sqlite3 "$name.rows.sqlite" "$qn" >"$name.names.rows"
+        cmp -s "$name.names.ext" "$name.names.rows" || fail "$name: --rows gpu_v names differ from the SQL view's: $(diff "$name.names.ext" "$name.names.rows" | head -5)"
+        grep -q '^void rope_kernel<0>(__nv_bfloat16\*, __nv_bfloat16 const\*, int const\*, int, int, int, float)|_Z11rope_kernelILi0EEvP13__nv_bfloat16PKS0_PKiiiif|' "$name.names.ext" ||
+            fail "$name: gpu_v does not demangle rope_kernel<0>"
         [ -s "$name.gpu.ext" ] || fail "$name: the extension's gpu table is empty"
         cmp -s "$name.gpu.ext" "$name.gpu.rows" || fail "$name: --rows gpu differs from the SQL table: $(diff "$name.gpu.ext" "$name.gpu.rows" | head -5)"
         cmp -s "$name.gpu_v.ext" "$name.gpu_v.rows" || fail "$name: --rows gpu_v differs from the SQL view: $(diff "$name.gpu_v.ext" "$name.gpu_v.rows" | head -5)"
