@@ -774,17 +774,26 @@ static void put_meta_object(FILE *f, an_trace *t)
     put_lit(f, "}");
 }
 
-/* "distributedInfo": the rank and world size, where HTA and Kineto look
- * for them (a trace without them: rank 0 of 1), spaced as Kineto writes
- * them: HTA finds a file's rank with the pattern "rank":\s+(\d+) (the first
- * line that matches), which nothing else in the file has, since every other
- * member is written without a space after its colon. */
+/* "distributedInfo": the backend, rank and world size, where HTA and
+ * Kineto look for them (a trace without them: rank 0 of 1), spaced as
+ * Kineto writes them: HTA finds a file's rank with the pattern
+ * "rank":\s+(\d+) (the first line that matches), which nothing else in the
+ * file has, since every other member is written without a space after its
+ * colon. The backend: "nccl" with GPU activity (the CUDA trainer's
+ * collectives), else "mpi" with more than one rank, else none. */
 static void put_distributed_info(FILE *f, an_trace *t)
 {
     int64_t rank, world;
     if (an_trace_meta_i64(t, "rank", &rank) != 0 || rank < 0) rank = 0;
     if (an_trace_meta_i64(t, "world_size", &world) != 0 || world < 1) world = 1;
-    put_lit(f, ",\n\"distributedInfo\": {\"rank\": ");
+    const char *backend = st_reader_has_gpu(t->r) > 0 ? "nccl" : world > 1 ? "mpi" : NULL;
+    put_lit(f, ",\n\"distributedInfo\": {");
+    if (backend) {
+        put_lit(f, "\"backend\": \"");
+        put_lit(f, backend);
+        put_lit(f, "\", ");
+    }
+    put_lit(f, "\"rank\": ");
     put_i64(f, rank);
     put_lit(f, ", \"world_size\": ");
     put_i64(f, world);

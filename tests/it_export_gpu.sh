@@ -85,6 +85,10 @@ assert not any("4294967295" in n for n in names.values()), name
 sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
 assert all(sort[e["pid"]] > sort[cpu_pid] for e in gpu), sort
 assert d["distributedInfo"]["rank"] == int(d["otherData"]["rank"]), d["distributedInfo"]
+# as Kineto writes it, spaced so that HTA's "rank":\s+(\d+) finds it
+di = [l for l in open(name + ".json") if l.startswith('"distributedInfo"')]
+assert di == ['"distributedInfo": {"backend": "nccl", "rank": %s, "world_size": %s},\n'
+              % (d["otherData"]["rank"], d["otherData"]["world_size"])], di
 # 3. API calls on the CPU threads, flows from launch to record
 api = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
 assert api and all(e["pid"] == cpu_pid and "correlation" in e["args"] for e in api), name
@@ -320,6 +324,6 @@ ok, ranks = create_rank_to_trace_dict_from_dir("ranks")
 assert ok and {k: v.split("/")[-1] for k, v in ranks.items()} == {0: "trace0.json", 1: "trace1.json"}, ranks
 for k in (0, 1):
     lines = [l for l in open(f"ranks/trace{k}.json") if re.search(r'"rank":\s+(\d+)', l)]
-    assert len(lines) == 1 and lines[0].startswith('"distributedInfo": {"rank": %d, "world_size": 2}' % k), lines
+    assert len(lines) == 1 and lines[0] == '"distributedInfo": {"backend": "mpi", "rank": %d, "world_size": 2},\n' % k, lines
 print("HTA ranks:", sorted(ranks))
 PYEOF
