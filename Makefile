@@ -242,7 +242,7 @@ $(LIB_SO): $(LIB_SO_REAL)
 	ln -sf libstagetrace.so.$(ST_SOVERSION) $@
 
 $(EXT_SO): $(EXT_OBJ)
-	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(LDFLAGS_ALL) -lpthread -lm -ldl
 
 # pkg-config: stagetrace (the library; SQLite and the rest are private, for
 # static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
@@ -351,8 +351,9 @@ ANALYZE_SRC := $(sort $(wildcard analyze/*.c))
 LIB_ANALYZE := $(BUILD)/libanalyze.a
 # analyze/ sees libstagetrace through its public headers only.
 $(BUILD)/obj/analyze/%.o: INCLUDES := $(PUBLIC_INCLUDES)
-# zlib for export --pprof only (the fuzz build's copy of analyze/ leaves it out).
-ANALYZE_LDLIBS := $(if $(HAVE_ZLIB),-lz)
+# zlib for export --pprof only (the fuzz build's copy of analyze/ leaves it out);
+# libstdc++ for its demangler (__cxa_demangle, analyze/demangle.c).
+ANALYZE_LDLIBS := $(if $(HAVE_ZLIB),-lz) -lstdc++
 $(BUILD)/obj/analyze/export_pprof.o: CFLAGS_BASE += $(if $(HAVE_ZLIB),-DAN_HAVE_ZLIB)
 $(LIB_ANALYZE): $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out analyze/main.c,$(ANALYZE_SRC)))
 	@mkdir -p $(dir $@)
@@ -483,7 +484,7 @@ $(FUZZ_DIR)/fuzz_reader: $(FUZZ_READER_OBJ) $(FUZZ_LIB_ANALYZE)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: apt-get install clang libclang-rt-14-dev"; exit 1; }
 	@$(FUZZ_PROBE) || { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer: apt-get install libclang-rt-14-dev"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_OBJ) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $(FUZZ_READER_OBJ) $(FUZZ_LIB_ANALYZE) -o $@ -lsqlite3 -lm -lstdc++
 $(FUZZ_DIR)/fuzz_chunks: $(FUZZ_CHUNKS_OBJ)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) $^ -o $@

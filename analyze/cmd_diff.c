@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demangle.h"
 #include "diff_cpu.h"
 #include "diff_stats.h"
 #include "verdict.h"
@@ -365,7 +366,7 @@ static int add_kernel_record(const st_gpu_row *g, void *arg)
 {
     kernel_pass *kp = arg;
     if (g->rec.kind != ST_GPU_KERNEL) return 0;
-    kernel_change *c = kernel_slot(kp->k, g->name ? g->name : "?");
+    kernel_change *c = kernel_slot(kp->k, g->name ? an_demangle(g->name) : "?");
     if (!c) return oom();
     c->count[kp->which]++;
     c->ns[kp->which] += g->rec.dur_ns;

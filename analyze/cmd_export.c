@@ -15,6 +15,7 @@
  *            memory stays bounded whatever the nesting. GPU activity as
  *            Kineto writes it (chrome_gpu_tracks), for HTA and Perfetto.
  *            (export_chrome.c)
+ *  --chrome-dir  the same, one file per rank (export_chrome_dir.c)
  *  --csv     each table as DIR/<table>.csv: meta, threads, stages, steps,
  *            counter_names, and the decoded rows ranges.csv, counters.csv,
  *            gpu.csv (the columns of the SQL row tables) and gpu_api.csv
@@ -43,7 +44,8 @@
 #include "export.h"
 
 static const char help[] =
-    "usage: analyze export FILE [--chrome OUT.json] [--csv DIR] [--rows OUT.sqlite] [--overwrite]\n"
+    "usage: analyze export FILE|SET [--chrome OUT.json] [--chrome-dir DIR] [--csv DIR] [--rows OUT.sqlite]\n"
+    "                                [--overwrite]\n"
     "                            [--folded OUT.txt [--folded-weight samples|ns]] [--pprof OUT.pb.gz]\n"
     "       analyze export FILE|SET --firefox OUT.json [--steps A:B | --time T0:T1] [--overwrite]\n"
     "\n"
@@ -54,7 +56,10 @@ static const char help[] =
     "                     process per GPU, a track per stream, API calls, launch flows), and\n"
     "                     each item handoff (st_flow_out -> st_flow_in) as a flow arrow. Times in\n"
     "                     microseconds from the trace start, with nanosecond decimals. OUT '-'\n"
-    "                     writes to stdout.\n"
+    "                     writes to stdout. A rank set: one process per rank, on rank 0's clock.\n"
+    "  --chrome-dir DIR   one --chrome file per rank, DIR/rank<R>.pt.trace.json (DIR made if\n"
+    "                     missing), the times of all on one origin: a PyTorch profiler trace\n"
+    "                     directory, for HTA's TraceAnalysis(trace_dir=DIR)\n"
     "  --csv DIR          DIR/meta.csv, threads.csv, stages.csv, steps.csv, counter_names.csv,\n"
     "                     ranges.csv, counters.csv, gpu.csv (decoded rows, as the SQL row tables)\n"
     "                     and gpu_api.csv (the CUDA API calls)\n"
@@ -77,9 +82,9 @@ static const char help[] =
     "  --time T0:T1       (--firefox) the same for seconds from the trace start\n"
     "  --overwrite        replace existing output files\n";
 
-enum { OPT_CHROME = 1, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF, OPT_FIREFOX };
+enum { OPT_CHROME = 1, OPT_CHROME_DIR, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF, OPT_FIREFOX };
 static const an_opt opts[] = {
-    {"chrome", 1, OPT_CHROME}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
+    {"chrome", 1, OPT_CHROME}, {"chrome-dir", 1, OPT_CHROME_DIR}, {"csv", 1, OPT_CSV},           {"rows", 1, OPT_ROWS},
     {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {"folded", 1, OPT_FOLDED}, {"folded-weight", 1, OPT_FOLDED_WEIGHT}, {"pprof", 1, OPT_PPROF},
     {"firefox", 1, OPT_FIREFOX}, {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
@@ -89,7 +94,7 @@ static const an_opt opts[] = {
 /* ---- the command ---------------------------------------------------------------------- */
 
 typedef struct export_opts {
-    const char *chrome_out, *csv_dir, *rows_out, *firefox_out;
+    const char *chrome_out, *chrome_dir, *csv_dir, *rows_out, *firefox_out;
     int overwrite;
     const char *folded_out, *pprof_out, *folded_weight;
 } export_opts;
@@ -99,6 +104,7 @@ static int option(an_cmd *c, int id)
     export_opts *o = c->own;
     switch (id) {
     case OPT_CHROME: o->chrome_out = c->args.value; break;
+    case OPT_CHROME_DIR: o->chrome_dir = c->args.value; break;
     case OPT_CSV: o->csv_dir = c->args.value; break;
     case OPT_ROWS: o->rows_out = c->args.value; break;
     case OPT_OVERWRITE: o->overwrite = 1; break;
@@ -118,8 +124,9 @@ static int check(an_cmd *c)
 {
     const export_opts *o = c->own;
     if (c->args.n_pos == 0) return an_usage_error("export", "no trace file given");
-    if (!o->chrome_out && !o->csv_dir && !o->rows_out && !o->folded_out && !o->pprof_out && !o->firefox_out)
-        return an_usage_error("export", "say what to write: --chrome OUT.json, --csv DIR, --rows OUT.sqlite, "
+    if (!o->chrome_out && !o->chrome_dir && !o->csv_dir && !o->rows_out && !o->folded_out && !o->pprof_out &&
+        !o->firefox_out)
+        return an_usage_error("export", "say what to write: --chrome OUT.json, --chrome-dir DIR, --csv DIR, --rows OUT.sqlite, "
                                         "--folded OUT.txt, --pprof OUT or --firefox OUT.json");
     if (o->folded_weight && !o->folded_out) return an_usage_error("export", "--folded-weight needs --folded OUT.txt");
     if (c->window.kind != AN_WIN_ALL && !o->firefox_out)
@@ -135,6 +142,7 @@ static int work(an_cmd *c)
     if (o->folded_out || o->pprof_out)
         rc = an_cpu_stacks_require(&c->trace, "export", o->folded_out ? "--folded needs one" : "--pprof needs one");
     if (!rc && o->chrome_out) rc = an_export_chrome(&c->trace, o->chrome_out, o->overwrite);
+    if (!rc && o->chrome_dir) rc = an_export_chrome_dir(&c->trace, o->chrome_dir, o->overwrite);
     if (!rc && o->csv_dir) rc = an_export_csv(&c->trace, o->csv_dir, o->overwrite);
     if (!rc && o->rows_out) rc = an_export_rows(&c->trace, o->rows_out, o->overwrite);
     if (!rc && o->folded_out)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "analyze.h"
+#include "demangle.h"
 #include "gpu_activity.h"
 
 static const char help[] =
@@ -214,7 +215,7 @@ static int add_row(sums *s, const st_gpu_row *g)
 {
     const st_gpu_rec *r = &g->rec;
     if (r->kind == ST_GPU_KERNEL) {
-        const char *name = intern(s, g->name ? g->name : "?");
+        const char *name = intern(s, g->name ? an_demangle(g->name) : "?");
         if (!name || add_kernel(s, g->device, name, r->dur_ns)) return -1;
     }
     if (r->kind == ST_GPU_MEMCPY || r->kind == ST_GPU_MEMSET) {

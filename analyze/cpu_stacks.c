@@ -8,11 +8,12 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "demangle.h"
 #include "cpu_stacks.h"
 
 const char *an_cpu_frame_label(const st_cpu_frame *fr, int with_offset, char *buf, size_t size)
 {
-    if (fr->name[0]) return fr->name;
+    if (fr->name[0]) return an_demangle(fr->name);
     if (!fr->path[0]) {
         snprintf(buf, size, "[unknown]");
         return buf;
@@ -155,9 +156,11 @@ static int frame_of(ctx *x, uint64_t stack, uint64_t addr, uint32_t *out)
     st_cpu_frame fr;
     if (st_reader_cpu_frame_name(x->t->r, stack, addr, &fr) < 0) return an_trace_fail(x->t);
     char buf[600];
-    an_cpu_sframe f = {addr, stack, process, 0, 0, fr.map};
+    an_cpu_sframe f = {addr, stack, process, 0, 0, fr.map, 0};
     if (name_intern(x, an_cpu_frame_label(&fr, 1, buf, sizeof buf), &f.name) || name_intern(x, fr.path, &f.path))
         return -1;
+    f.raw_name = f.name;
+    if (fr.name[0] && strcmp(fr.name, s->names[f.name]) != 0 && name_intern(x, fr.name, &f.raw_name)) return -1;
     if (grow((void **)&s->frames, &x->cap_frames, (size_t)s->n_frames + 1, sizeof *s->frames)) return -1;
     s->frames[s->n_frames] = f;
     pair_set(&x->frames, sl, s->n_frames);

@@ -13,7 +13,8 @@
  * set (the stack id's part, stack >> 32) or the file. Each frame's name is
  * an_cpu_frame_label's (with offsets): the cpu_symbols name, else
  * "[file+0xOFF]" (the mapping's file's base name and the address's offset
- * in that file), else "[unknown]". Names are interned: two frames of one
+ * in that file), else "[unknown]"; a C++ symbol demangled (demangle.h),
+ * raw_name the symbol as recorded. Names are interned: two frames of one
  * function share a name index.
  */
 #ifndef AN_CPU_STACKS_H
@@ -22,7 +23,7 @@
 #include "analyze.h"
 
 /* A frame's name as the CPU views print it: fr->name when the address has
- * a symbol; else, with a mapping that has a path, "[base]" (with_offset 0,
+ * a symbol (demangled: an_demangle); else, with a mapping that has a path, "[base]" (with_offset 0,
  * `analyze cpu`'s libraries) or "[base+0xOFF]" (with_offset 1: OFF the
  * address's offset in the file, lower-case hex; a bracketed path such as
  * [vdso] keeps one pair: "[vdso+0xOFF]"); else "[unknown]". Returns
@@ -36,6 +37,7 @@ typedef struct an_cpu_sframe {
     uint32_t name;    /* index of an_cpu_stacks.names */
     uint32_t path;    /* index of an_cpu_stacks.names: the mapping's path, "" without one */
     int64_t map;      /* the cpu_maps id in its process; -1 none */
+    uint32_t raw_name; /* index of an_cpu_stacks.names: the symbol as recorded (mangled), else name's */
 } an_cpu_sframe;
 
 /* One (thread, stage, stack): its samples in the window and their CPU time. */

@@ -23,6 +23,10 @@
  * (AN_EXIT_*), having printed its one line on failure. An existing output is
  * replaced only with overwrite; a failed export leaves none behind. */
 int an_export_chrome(an_trace *t, const char *path, int overwrite);
+/* DIR/rank<R>.pt.trace.json per rank of t (a file: its one rank), each
+ * an_export_chrome of that rank on the set's origin (export_chrome_dir.c);
+ * DIR is made when missing, and every file is checked before any is written. */
+int an_export_chrome_dir(an_trace *t, const char *dir, int overwrite);
 int an_export_csv(an_trace *t, const char *dir, int overwrite);
 int an_export_rows(an_trace *t, const char *path, int overwrite);
 /* The CPU capture's stacks over the trace's span (cpu_stacks.h): folded

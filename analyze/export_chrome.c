@@ -18,6 +18,7 @@
 
 #include <sqlite3.h>
 
+#include "demangle.h"
 #include "export.h"
 
 #define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
@@ -333,7 +334,7 @@ static void put_gpu_name(FILE *f, const st_gpu_row *g)
     static const char *const mem[] = {"Unknown", "Pageable", "Pinned", "Device", "Managed", "Other"};
     switch (g->rec.kind) {
     case ST_GPU_KERNEL:
-        if (g->name) an_json_string(f, g->name);
+        if (g->name) an_json_string(f, an_demangle(g->name)); /* the raw name: args.mangled */
         else put_lit(f, "\"kernel\"");
         return;
     case ST_GPU_MEMCPY:
@@ -597,6 +598,10 @@ static int chrome_gpu_tracks(chrome *c)
         put_i64(f, g.rec.correlation);
         put_lit(f, ",\"External id\":");
         put_i64(f, g.rec.correlation);
+        if (g.rec.kind == ST_GPU_KERNEL && g.name && an_demangle(g.name) != g.name) {
+            put_lit(f, ",\"mangled\":");
+            an_json_string(f, g.name);
+        }
         if (g.rec.kind != ST_GPU_KERNEL) {
             put_lit(f, ",\"bytes\":");
             put_i64(f, (int64_t)g.rec.bytes);
@@ -769,17 +774,26 @@ static void put_meta_object(FILE *f, an_trace *t)
     put_lit(f, "}");
 }
 
-/* "distributedInfo": the rank and world size, where HTA and Kineto look
- * for them (a trace without them: rank 0 of 1), spaced as Kineto writes
- * them: HTA finds a file's rank with the pattern "rank":\s+(\d+) (the first
- * line that matches), which nothing else in the file has, since every other
- * member is written without a space after its colon. */
+/* "distributedInfo": the backend, rank and world size, where HTA and
+ * Kineto look for them (a trace without them: rank 0 of 1), spaced as
+ * Kineto writes them: HTA finds a file's rank with the pattern
+ * "rank":\s+(\d+) (the first line that matches), which nothing else in the
+ * file has, since every other member is written without a space after its
+ * colon. The backend: "nccl" with GPU activity (the CUDA trainer's
+ * collectives), else "mpi" with more than one rank, else none. */
 static void put_distributed_info(FILE *f, an_trace *t)
 {
     int64_t rank, world;
     if (an_trace_meta_i64(t, "rank", &rank) != 0 || rank < 0) rank = 0;
     if (an_trace_meta_i64(t, "world_size", &world) != 0 || world < 1) world = 1;
-    put_lit(f, ",\n\"distributedInfo\": {\"rank\": ");
+    const char *backend = st_reader_has_gpu(t->r) > 0 ? "nccl" : world > 1 ? "mpi" : NULL;
+    put_lit(f, ",\n\"distributedInfo\": {");
+    if (backend) {
+        put_lit(f, "\"backend\": \"");
+        put_lit(f, backend);
+        put_lit(f, "\", ");
+    }
+    put_lit(f, "\"rank\": ");
     put_i64(f, rank);
     put_lit(f, ", \"world_size\": ");
     put_i64(f, world);

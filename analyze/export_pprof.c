@@ -258,8 +258,8 @@ static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
         if (is_new) { /* Function */
             int64_t name = str_id(&st, s->names[f->name]);
             pb_uint(&sub, 1, fn);
-            pb_uint(&sub, 2, (uint64_t)name);
-            pb_uint(&sub, 3, (uint64_t)name);
+            pb_uint(&sub, 2, (uint64_t)name);                            /* demangled */
+            pb_uint(&sub, 3, (uint64_t)str_id(&st, s->names[f->raw_name])); /* system_name: as recorded */
             pb_uint(&sub, 4, (uint64_t)str_id(&st, s->names[f->path]));
             pb_msg(&fns, 5, &sub);
         }

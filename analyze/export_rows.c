@@ -12,6 +12,7 @@
 
 #include <sqlite3.h>
 
+#include "demangle.h"
 #include "export.h"
 
 static const char rows_schema[] =
@@ -36,10 +37,22 @@ static const char rows_schema[] =
     "  bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER);\n"
     "CREATE TABLE gpu_api(thread INTEGER, os_tid INTEGER, api TEXT, name TEXT, cbid INTEGER, start_ns INTEGER,\n"
     "  dur_ns INTEGER, correlation INTEGER, stage INTEGER);\n"
-    "CREATE VIEW gpu_v AS SELECT g.device, g.stream, g.kind, g.name, g.start_ns, g.dur_ns,\n"
+    "CREATE TABLE gpu_names(raw_name TEXT PRIMARY KEY, name TEXT);\n"
+    "CREATE VIEW gpu_v AS SELECT g.device, g.stream, g.kind, coalesce(n.name, g.name) AS name, g.start_ns, g.dur_ns,\n"
     "  g.start_ns + g.dur_ns AS end_ns, g.bytes, g.correlation, g.thread, g.stage,\n"
-    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
-    "  FROM gpu AS g LEFT JOIN threads AS t ON t.id = g.thread LEFT JOIN stages AS s ON s.id = g.stage;\n";
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name\n"
+    "  FROM gpu AS g LEFT JOIN threads AS t ON t.id = g.thread LEFT JOIN stages AS s ON s.id = g.stage\n"
+    "  LEFT JOIN gpu_names AS n ON n.raw_name = g.name;\n";
+
+/* demangle(name) on the output connection, for gpu_names: what the
+ * extension's demangle() returns (demangle.h's rule). */
+static void sql_demangle(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const char *name = (const char *)sqlite3_value_text(argv[0]);
+    if (name) sqlite3_result_text(ctx, an_demangle(name), -1, SQLITE_TRANSIENT);
+    else sqlite3_result_null(ctx);
+}
 
 static void bind_opt(sqlite3_stmt *ins, int col, int64_t v)
 {
@@ -237,6 +250,14 @@ static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
     rc = an_export_each_gpu_row(t, 0, rows_gpu_row, ins);
     if (rc == ROW_REFUSED) goto fail;
     if (rc < 0) goto done;
+    /* the kernels' names demangled, for gpu_v (the extension demangles them as it reads) */
+    if (sqlite3_create_function(out, "demangle", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_demangle, NULL, NULL) !=
+            SQLITE_OK ||
+        sqlite3_exec(out,
+                     "INSERT INTO gpu_names SELECT name, demangle(name) FROM gpu "
+                     "WHERE kind = 'kernel' AND substr(name, 1, 2) = '_Z' GROUP BY name",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        goto fail;
     if (PREP("INSERT INTO gpu_api VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
     rc = an_export_each_gpu_row(t, 1, rows_api_row, ins);
     if (rc == ROW_REFUSED) goto fail;

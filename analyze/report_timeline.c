@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demangle.h"
 #include "report.h"
 
 /* ---- shared with the summary section: out of memory, the lane order --------------------------------------- */
@@ -164,7 +165,7 @@ static void gpu_rec(gpu_row *row, const st_gpu_row *g, double x0, double x1)
         fputs(st_gpu_kind_name(g->rec.kind), row->f);
         if (g->name) {
             fputs(" ", row->f);
-            an_html_esc(row->f, g->name);
+            an_html_esc(row->f, an_demangle(g->name));
         } else if (g->rec.kind == ST_GPU_MEMCPY) {
             fprintf(row->f, " %s %llu bytes", st_gpu_copy_name(g->rec.copy_kind), (unsigned long long)g->rec.bytes);
         }

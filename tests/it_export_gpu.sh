@@ -68,7 +68,11 @@ for e in gpu:
     assert e["pid"] == 1000000 + a["device"] and e["tid"] == a["stream"], e
     assert a["stream"] != 4294967295, e
     if e["cat"] == "gpu_memcpy": assert e["name"].startswith("Memcpy "), e
+    # kernels demangled as PyTorch's profiler writes them, the recorded name in args.mangled
+    assert not e["name"].startswith("_Z"), e
+    if "mangled" in a: assert e["cat"] == "kernel" and a["mangled"].startswith("_Z") and e["name"] != a["mangled"], e
     if e["cat"] == "gpu_memset": assert e["name"].startswith("Memset "), e
+assert any("mangled" in e["args"] for e in gpu), f"{name}: no kernel was demangled"
 syncs = [e for e in ev if e.get("cat") == "cuda_sync"]
 assert syncs, f"{name}: no sync records"
 stream_tracks = {(e["pid"], e["tid"]) for e in gpu}
@@ -81,6 +85,10 @@ assert not any("4294967295" in n for n in names.values()), name
 sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
 assert all(sort[e["pid"]] > sort[cpu_pid] for e in gpu), sort
 assert d["distributedInfo"]["rank"] == int(d["otherData"]["rank"]), d["distributedInfo"]
+# as Kineto writes it, spaced so that HTA's "rank":\s+(\d+) finds it
+di = [l for l in open(name + ".json") if l.startswith('"distributedInfo"')]
+assert di == ['"distributedInfo": {"backend": "nccl", "rank": %s, "world_size": %s},\n'
+              % (d["otherData"]["rank"], d["otherData"]["world_size"])], di
 # 3. API calls on the CPU threads, flows from launch to record
 api = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
 assert api and all(e["pid"] == cpu_pid and "correlation" in e["args"] for e in api), name
@@ -199,11 +207,17 @@ for trace in "$S"/*.sqlite; do
        count(thread), sum(thread), count(stage), sum(stage) FROM gpu GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
     qv="SELECT thread_name, role, stage_name, stage_kind, kind, count(*), sum(end_ns - start_ns) FROM gpu_v
         GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+    qn="SELECT name, raw_name, count(*) FROM gpu_v GROUP BY 1, 2 ORDER BY 1, 2"
     if [ -e "$EXT.so" ] && sqlite3 :memory: ".load $EXT" "SELECT 1" >/dev/null 2>&1; then
         sqlite3 "$trace" ".load $EXT" "$q" >"$name.gpu.ext"
         sqlite3 "$trace" ".load $EXT" "$qv" >"$name.gpu_v.ext"
         sqlite3 "$name.rows.sqlite" "$q" >"$name.gpu.rows"
         sqlite3 "$name.rows.sqlite" "$qv" >"$name.gpu_v.rows"
+        sqlite3 "$trace" ".load $EXT" "$qn" >"$name.names.ext"
+        sqlite3 "$name.rows.sqlite" "$qn" >"$name.names.rows"
+        cmp -s "$name.names.ext" "$name.names.rows" || fail "$name: --rows gpu_v names differ from the SQL view's: $(diff "$name.names.ext" "$name.names.rows" | head -5)"
+        grep -q '^void rope_kernel<0>(__nv_bfloat16\*, __nv_bfloat16 const\*, int const\*, int, int, int, float)|_Z11rope_kernelILi0EEvP13__nv_bfloat16PKS0_PKiiiif|' "$name.names.ext" ||
+            fail "$name: gpu_v does not demangle rope_kernel<0>"
         [ -s "$name.gpu.ext" ] || fail "$name: the extension's gpu table is empty"
         cmp -s "$name.gpu.ext" "$name.gpu.rows" || fail "$name: --rows gpu differs from the SQL table: $(diff "$name.gpu.ext" "$name.gpu.rows" | head -5)"
         cmp -s "$name.gpu_v.ext" "$name.gpu_v.rows" || fail "$name: --rows gpu_v differs from the SQL view: $(diff "$name.gpu_v.ext" "$name.gpu_v.rows" | head -5)"
@@ -310,6 +324,6 @@ ok, ranks = create_rank_to_trace_dict_from_dir("ranks")
 assert ok and {k: v.split("/")[-1] for k, v in ranks.items()} == {0: "trace0.json", 1: "trace1.json"}, ranks
 for k in (0, 1):
     lines = [l for l in open(f"ranks/trace{k}.json") if re.search(r'"rank":\s+(\d+)', l)]
-    assert len(lines) == 1 and lines[0].startswith('"distributedInfo": {"rank": %d, "world_size": 2}' % k), lines
+    assert len(lines) == 1 and lines[0] == '"distributedInfo": {"backend": "mpi", "rank": %d, "world_size": 2},\n' % k, lines
 print("HTA ranks:", sorted(ranks))
 PYEOF

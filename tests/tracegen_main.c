@@ -5,7 +5,7 @@
  *   tracegen DIR            every trace of both sets into DIR (made if missing)
  *   tracegen --big PATH N   a trace of N ranges over 8 threads at PATH
  *   tracegen --ranks DIR WORLD [--steps N] [--slow R] [--shift R:NS] [--missing R]
- *            [--killed R] [--target-bound] [--extra N] [--world-size W] [--run-id ID] [--gpu]
+ *            [--killed R] [--target-bound] [--extra N] [--world-size W] [--run-id ID] [--gpu] [--nccl]
  *                           a multi-process run, DIR/rank<r>.sqlite (traces.h)
  */
 #include <stdio.h>
@@ -32,7 +32,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 4 && strcmp(argv[1], "--ranks") == 0) {
-        rank_set_opts o = {atoi(argv[3]), 0, 20, -1, -1, -1, -1, 0, 0, 0, NULL, 0};
+        rank_set_opts o = {atoi(argv[3]), 0, 20, -1, -1, -1, -1, 0, 0, 0, NULL, 0, 0};
         for (int i = 4; i < argc; i++) {
             const char *v = i + 1 < argc ? argv[i + 1] : "";
             if (strcmp(argv[i], "--steps") == 0) o.steps = atoi(v), i++;
@@ -44,6 +44,7 @@ int main(int argc, char **argv)
             else if (strcmp(argv[i], "--run-id") == 0) o.run_id = v, i++;
             else if (strcmp(argv[i], "--target-bound") == 0) o.target_bound = 1;
             else if (strcmp(argv[i], "--gpu") == 0) o.gpu = 1;
+            else if (strcmp(argv[i], "--nccl") == 0) o.gpu = o.nccl = 1;
             else if (strcmp(argv[i], "--shift") == 0 && strchr(v, ':')) {
                 o.shift_rank = atoi(v);
                 o.shift_ns = strtoll(strchr(v, ':') + 1, NULL, 10);

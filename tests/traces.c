@@ -1041,7 +1041,31 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
                                     .dur_ns = 600000, .correlation = (uint32_t)i + 1};
             }
             tg_gpu_chunk(g, 0, 7, k, (size_t)steps);
-            tg_gpu_chunk(g, -1, 0, api, (size_t)steps);
+            uint32_t launch = 0;
+            if (o->nccl) { /* the launches named, as CUPTI names them: cudaLaunchKernel, cbid 211 */
+                if (!target) tg_gpu_string(g, "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE");
+                launch = tg_gpu_string(g, "cudaLaunchKernel") + 1;
+                for (int i = 0; i < steps; i++) api[i].name = launch, api[i].copy_kind = 211;
+            }
+            if (o->nccl && !target) {
+                st_gpu_rec *nk = calloc((size_t)steps + 1, sizeof *nk), *all = calloc(2 * (size_t)steps + 1, sizeof *all);
+                for (int i = 0; i < steps; i++) {
+                    /* launched 50 us after the step's other launch, in start order with it */
+                    all[2 * i] = api[i];
+                    all[2 * i + 1] = (st_gpu_rec){.kind = ST_GPU_API, .os_tid = 5000 + 10 * rank,
+                                                  .start_ns = api[i].start_ns + 50000, .dur_ns = 5000,
+                                                  .correlation = (uint32_t)(steps + i + 1), .name = launch,
+                                                  .copy_kind = 211};
+                    nk[i] = (st_gpu_rec){.kind = ST_GPU_KERNEL, .name = 3, .start_ns = k[i].start_ns + 300000,
+                                         .dur_ns = 600000, .correlation = (uint32_t)(steps + i + 1)};
+                }
+                tg_gpu_chunk(g, 0, 8, nk, (size_t)steps);
+                tg_gpu_chunk(g, -1, 0, all, 2 * (size_t)steps);
+                free(all);
+                free(nk);
+            } else {
+                tg_gpu_chunk(g, -1, 0, api, (size_t)steps);
+            }
             free(k);
             free(api);
         }

@@ -87,6 +87,10 @@ typedef struct rank_set_opts {
     int64_t shift_ns;
     const char *run_id;
     int gpu; /* GPU records: per step a kernel on the rank's device 0, launched in its forward */
+    /* gpu and, per step, the drafters also run an NCCL all-reduce kernel (its mangled name, id 3)
+     * on stream 8 of device 0, launched 50 us after their other kernel in the same forward:
+     * 600 us from 300 us after that kernel's start, so half of it overlaps that kernel */
+    int nccl;
 } rank_set_opts;
 void write_rank_set(const char *dir, const rank_set_opts *o);
 

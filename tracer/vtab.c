@@ -14,7 +14,13 @@
  *   cpu_stack_text(stack, n_frames, leaf, frames)
  *
  * plus the TEMP views ranges_v, counters_v, gpu_v and cpu_samples_v, which
- * join the names in. The cpu_ tables read the CPU capture (st_cpu_iter, one
+ * join the names in, and the SQL function demangle(name): a C++ mangled
+ * name ("_Z...") as people read it, through libstdc++'s __cxa_demangle,
+ * any other name (and one that does not demangle) as it is. gpu_v's name
+ * is demangle(gpu.name), its raw_name gpu.name. libstdc++ is found at the
+ * first call (already loaded, else dlopen of libstdc++.so.6), so that the
+ * library and the extension need no C++ runtime to load; without one,
+ * demangle returns names as they are. The cpu_ tables read the CPU capture (st_cpu_iter, one
  * thread at a time in ascending id; the stacks and frame names of the
  * reader) and are empty in a trace without it.
  * The tables are eponymous-only (`SELECT * FROM ranges` needs no CREATE
@@ -41,8 +47,11 @@
  * (entry point sqlite3_stagetraceext_init, for `.load build/stagetrace_ext`).
  * The tables are documented in docs/trace-format.md, "Row views".
  */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -172,6 +181,7 @@ typedef struct st_cursor {
     st_cpu_frame frame;   /* cpu_frames: the current frame */
     const char *function; /* its function: frame.name or label */
     char label[512];
+    char *demangled; /* the current frame's function, demangled (free) */
     char *text, *leaf;    /* cpu_stack_text: the current stack's functions joined, its leaf */
     st_range range;
     st_sample_row sample;
@@ -364,6 +374,8 @@ static void cursor_reset(st_cursor *c)
     sqlite3_free(c->text);
     sqlite3_free(c->leaf);
     c->text = c->leaf = NULL;
+    free(c->demangled);
+    c->demangled = NULL;
     c->gpus = NULL;
     c->ranges = NULL;
     c->samples = NULL;
@@ -712,15 +724,21 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* A frame's function as `analyze cpu` names it: its symbol, else [file]
- * (the mapping's file name), else [unknown]. */
+static char *demangled_or_null(const char *name);
+
+/* A frame's function as `analyze cpu` names it: its symbol (demangled:
+ * *own, freed at the next call), else [file] (the mapping's file name),
+ * else [unknown]. */
 static int frame_function(st_vtab *vt, uint64_t stack, uint64_t addr, st_cpu_frame *fr, char *label, size_t size,
-                          const char **out)
+                          char **own, const char **out)
 {
     int rc = st_reader_cpu_frame_name(vt->reader, stack, addr, fr);
     if (rc < 0) return vt_error(vt, rc);
+    free(*own);
+    *own = NULL;
     if (fr->name[0]) {
-        *out = fr->name;
+        *own = demangled_or_null(fr->name);
+        *out = *own ? *own : fr->name;
     } else {
         snprintf(label, size, "[%s]", fr->path[0] ? base_name(fr->path) : "unknown");
         *out = label;
@@ -741,7 +759,7 @@ static int stack_text(st_cursor *c, uint64_t stack)
     for (uint32_t i = c->n_frames; i-- > 0 && rc == SQLITE_OK;) {
         st_cpu_frame fr;
         const char *fn;
-        rc = frame_function(vt, stack, c->frames[i], &fr, c->label, sizeof c->label, &fn);
+        rc = frame_function(vt, stack, c->frames[i], &fr, c->label, sizeof c->label, &c->demangled, &fn);
         if (rc) break;
         if (i + 1 < c->n_frames) sqlite3_str_appendchar(str, 1, ';');
         sqlite3_str_appendall(str, fn);
@@ -790,7 +808,8 @@ static int next_stack(st_cursor *c)
         }
         if (!keep(c, CF_DEPTH, c->depth)) continue;
         uint64_t stack = c->stacks[c->si - 1];
-        int rc = frame_function(vt, stack, c->frames[c->depth], &c->frame, c->label, sizeof c->label, &c->function);
+        int rc = frame_function(vt, stack, c->frames[c->depth], &c->frame, c->label, sizeof c->label, &c->demangled,
+                                &c->function);
         if (rc) {
             c->eof = 1;
             return rc;
@@ -1111,9 +1130,9 @@ static const char views_sql[] =
     "  LEFT JOIN main.threads AS t ON t.id = c.thread\n"
     "  LEFT JOIN main.counter_names AS n ON n.id = c.counter;\n"
     "CREATE TEMP VIEW IF NOT EXISTS gpu_v AS\n"
-    "  SELECT g.device, g.stream, g.kind, g.name, g.start_ns, g.dur_ns, g.start_ns + g.dur_ns AS end_ns,\n"
+    "  SELECT g.device, g.stream, g.kind, demangle(g.name) AS name, g.start_ns, g.dur_ns, g.start_ns + g.dur_ns AS end_ns,\n"
     "         g.bytes, g.correlation, g.thread, g.stage,\n"
-    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind\n"
+    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name\n"
     "  FROM main.gpu AS g\n"
     "  LEFT JOIN main.threads AS t ON t.id = g.thread\n"
     "  LEFT JOIN main.stages AS s ON s.id = g.stage;\n"
@@ -1126,11 +1145,55 @@ static const char views_sql[] =
     "  LEFT JOIN main.stages AS s ON s.id = c.stage\n"
     "  LEFT JOIN main.cpu_stack_text AS x ON x.stack = c.stack;\n";
 
+/* demangle(name): libstdc++'s __cxa_demangle, looked up once. */
+typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
+static cxa_demangle_fn cxa_demangle;
+static pthread_once_t cxa_demangle_once = PTHREAD_ONCE_INIT;
+
+static void find_cxa_demangle(void)
+{
+    void *f = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    if (!f) {
+        void *lib = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL); /* kept open: the function is used after */
+        if (lib) f = dlsym(lib, "__cxa_demangle");
+    }
+    cxa_demangle = (cxa_demangle_fn)f;
+}
+
+/* name demangled (malloc'd), or NULL: not mangled, does not demangle, or
+ * no libstdc++. */
+static char *demangled_or_null(const char *name)
+{
+    if (!name || name[0] != '_' || name[1] != 'Z') return NULL;
+    pthread_once(&cxa_demangle_once, find_cxa_demangle);
+    int status = -1;
+    char *readable = cxa_demangle ? cxa_demangle(name, NULL, NULL, &status) : NULL;
+    if (readable && status == 0) return readable;
+    free(readable);
+    return NULL;
+}
+
+static void sql_demangle(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    char *readable = sqlite3_value_type(argv[0]) == SQLITE_TEXT
+                         ? demangled_or_null((const char *)sqlite3_value_text(argv[0])) : NULL;
+    if (!readable) {
+        sqlite3_result_value(ctx, argv[0]); /* NULL, a number, a name that is not mangled: as it is */
+        return;
+    }
+    sqlite3_result_text(ctx, readable, -1, SQLITE_TRANSIENT);
+    free(readable);
+}
+
 int st_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 int st_sql_register(sqlite3 *db)
 {
     if (!db) return st_set_error(ST_EINVAL, "st_sql_register: no database connection");
+    if (sqlite3_create_function(db, "demangle", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, NULL,
+                                sql_demangle, NULL, NULL) != SQLITE_OK)
+        return st_set_error(ST_EIO, "cannot register the SQL function demangle: %s", sqlite3_errmsg(db));
     for (size_t i = 0; i < sizeof table_defs / sizeof table_defs[0]; i++) {
         int rc = sqlite3_create_module_v2(db, table_defs[i].name, &st_module,
                                           (void *)&table_defs[i], NULL);
