@@ -247,12 +247,18 @@ $(EXT_SO): $(EXT_OBJ)
 # pkg-config: stagetrace (the library; SQLite and the rest are private, for
 # static links) and stagetrace-gpu (libstagetrace_gpu.a with CUPTI, for
 # st_gpu_start in CUDA builds; it requires stagetrace).
+# stagetrace.pc: the shared library, with an rpath to its directory (a program built with
+# `pkg-config --libs stagetrace` runs from any prefix, no LD_LIBRARY_PATH or ldconfig needed).
+# stagetrace-gpu.pc: the GPU part is an archive that uses the library's internal functions,
+# which libstagetrace.so does not export; so it names both archives by path (never the shared
+# library) and everything they link, in Libs: `--libs` and `--static --libs` give the same
+# line, libstagetrace linked statically into the program. docs/tracer.md, "Installing".
 $(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
 $(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\n\nName: stagetrace-gpu\nDescription: GPU activity (CUPTI) for libstagetrace: st_gpu_start\nVersion: $(ST_VERSION)\nRequires: stagetrace = $(ST_VERSION)\nLibs: -L$${libdir} -lstagetrace_gpu\nLibs.private: $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti)\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace-gpu\nDescription: libstagetrace with GPU activity (CUPTI: st_gpu_start), linked statically\nVersion: $(ST_VERSION)\nLibs: $${libdir}/libstagetrace_gpu.a $${libdir}/libstagetrace.a $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti )-lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
 
 # ---- the Python package (python/) --------------------------------------------
 # build/python/stagetrace/: the package's Python files and the C extension on
@@ -434,7 +440,9 @@ demo: deps lib programs
 
 # make install PREFIX=/usr/local DESTDIR=: the libraries (shared with its
 # SONAME links, static, GPU), the public headers (tracer/include), the
-# pkg-config files, the SQLite extension, and the analyze and trainer programs.
+# pkg-config files, the SQLite extension, and the analyze and trainer programs. Run by root
+# with no DESTDIR into a directory of the dynamic linker's cache (/usr/local/lib, /usr/lib),
+# it runs ldconfig too (the .pc's rpath makes that optional).
 INSTALL_PROGRAMS := $(filter $(BUILD)/analyze $(BUILD)/trainer,$(PROGRAMS))
 install: lib $(INSTALL_PROGRAMS)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -447,6 +455,8 @@ install: lib $(INSTALL_PROGRAMS)
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/stagetrace-gpu.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/stagetrace-gpu.pc
 	$(if $(wildcard $(EXT_SO)),install -m 755 $(EXT_SO) $(DESTDIR)$(PREFIX)/lib/)
 	$(if $(INSTALL_PROGRAMS),install -m 755 $(INSTALL_PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && ldconfig -v -N 2>/dev/null | grep -q '^$(PREFIX)/lib:'; then \
+		echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf build

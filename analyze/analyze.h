@@ -373,6 +373,12 @@ void an_filter_free(an_filter *f);
 /* thread_on[index], stage_on[id] (n_threads, n_stages entries). A name that
  * matches nothing in the trace is an error (printed; AN_EXIT_USAGE). */
 int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on, uint8_t *stage_on);
+/* The distinct roles, thread names or stage names of a trace, in trace order, for an error
+ * line: "a, b, c", at most AN_NAMES_MAX names (then " ... and N more"), cleaned of control
+ * characters; "none" when there are none. buf: AN_NAMES_BUF bytes. */
+typedef enum an_names_kind { AN_NAMES_ROLES, AN_NAMES_THREADS, AN_NAMES_STAGES } an_names_kind;
+enum { AN_NAMES_MAX = 12, AN_NAMES_BUF = 400 };
+const char *an_names_in(const an_trace *t, an_names_kind kind, char *buf, size_t size);
 
 /* Progress on stderr, only when stderr is a terminal and the work is long (progress.c). */
 typedef struct an_progress {

@@ -138,8 +138,9 @@ static int work(an_cmd *c)
         for (uint32_t s = 0; s < st_reader_n_stages(r) && want < -1; s++)
             if (strcmp(st_reader_stage(r, s)->name, o->stage) == 0) want = (int32_t)s;
         if (want < -1) {
-            char buf[128];
-            an_error("cpu: %s has no stage '%s'", t->path, an_clean(o->stage, buf, sizeof buf));
+            char buf[128], names[AN_NAMES_BUF];
+            an_error("cpu: %s has no stage '%s' (stages: %s)", t->path, an_clean(o->stage, buf, sizeof buf),
+                     an_names_in(t, AN_NAMES_STAGES, names, sizeof names));
             return AN_EXIT_USAGE;
         }
     }

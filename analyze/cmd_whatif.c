@@ -477,8 +477,10 @@ static int work(an_cmd *cmd)
             if (strcmp(st_reader_stage(t->r, s)->name, o->stages[i].name) == 0) break;
         char clean[ST_NAME_MAX + 1];
         if (s == ns) {
-            an_error("whatif: --stage %s: %s has no stage of that name", an_clean(o->stages[i].name, clean, sizeof clean),
-                     t->path);
+            char names[AN_NAMES_BUF];
+            an_error("whatif: --stage %s: %s has no stage of that name (stages: %s)",
+                     an_clean(o->stages[i].name, clean, sizeof clean), t->path,
+                     an_names_in(t, AN_NAMES_STAGES, names, sizeof names));
             rc = AN_EXIT_USAGE;
         } else if (!an_kind_is_busy(st_reader_stage(t->r, s)->kind)) {
             an_error("whatif: --stage %s is a wait (%s); scale the work that the wait waits for", 

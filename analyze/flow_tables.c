@@ -211,6 +211,13 @@ static int report(ctx *c, an_format fmt, FILE *to)
     an_put_int(tb, (int64_t)f->in_before_out);
     an_row_end(tb);
     an_table_end(tb);
+    if (f->in_before_out)
+        an_out_text(o,
+                    "in_before_out %llu: ids whose in was recorded before their out (left out of every figure below).\n"
+                    "The producer called st_flow_out after the item became visible to the consumer (after the\n"
+                    "queue's lock was released), so the consumer's st_flow_in came first: call st_flow_out\n"
+                    "before releasing the lock (docs/tracer.md, \"Flows\").\n",
+                    (unsigned long long)f->in_before_out);
 
     an_out_text(o, "\nend-to-end latency per item (last in - first out)\n");
     tb = an_table_new(o, "latency", dist_cols + 2, 6);
@@ -366,6 +373,24 @@ int an_flow_tables(an_trace *t, int64_t t0_ns, int64_t t1_ns, an_format fmt, FIL
     c.t0 = t0_ns;
     c.t1 = t1_ns;
     int rc = an_flow_load(&c.f, t);
+    if (!rc && (t0_ns != INT64_MIN || t1_ns != INT64_MAX)) {
+        /* a window with no flow record in it: one line that says so, not empty tables */
+        uint64_t in = 0;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (uint64_t i = 0; i < c.f.n_recs; i++) {
+            int64_t ts = c.f.recs[i].ts_ns;
+            in += ts >= t0_ns && ts < t1_ns;
+            if (ts < lo) lo = ts;
+            if (ts > hi) hi = ts;
+        }
+        if (!in && c.f.n_recs) {
+            an_error("flow: %s has no flow record in the window given (its %llu flow records lie from %.3f s to %.3f s "
+                     "of --time)",
+                     t->path, (unsigned long long)c.f.n_recs, (double)(lo - t->origin_ns) / 1e9,
+                     (double)(hi - t->origin_ns) / 1e9);
+            rc = AN_EXIT_USAGE;
+        }
+    }
     if (!rc && setup_roles(&c)) {
         an_error("out of memory");
         rc = AN_EXIT_FAIL;

@@ -187,6 +187,37 @@ static int thread_matches(const char *name, const st_thread_info *th)
     return an_parse_u64(name, &id) == 0 && id == th->id;
 }
 
+const char *an_names_in(const an_trace *t, an_names_kind kind, char *buf, size_t size)
+{
+    uint32_t n = kind == AN_NAMES_STAGES ? st_reader_n_stages(t->r) : st_reader_n_threads(t->r);
+    size_t len = 0;
+    uint32_t shown = 0, more = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = kind == AN_NAMES_STAGES ? st_reader_stage(t->r, i)->name
+                           : kind == AN_NAMES_ROLES ? st_reader_thread(t->r, i)->role
+                                                    : st_reader_thread(t->r, i)->name;
+        int seen = 0;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = strcmp(name, kind == AN_NAMES_STAGES ? st_reader_stage(t->r, j)->name
+                                : kind == AN_NAMES_ROLES ? st_reader_thread(t->r, j)->role
+                                                         : st_reader_thread(t->r, j)->name) == 0;
+        if (seen) continue;
+        char clean[ST_NAME_MAX + 1];
+        an_clean(name, clean, sizeof clean);
+        /* room for this name, and for the " ... and N more" that may follow */
+        if (more || shown >= AN_NAMES_MAX || len + strlen(clean) + 2 + 24 >= size) {
+            more++;
+            continue;
+        }
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", shown ? ", " : "", clean);
+        shown++;
+    }
+    if (more) snprintf(buf + len, size - len, " ... and %u more", more);
+    if (!shown && !more) snprintf(buf, size, "none");
+    return buf;
+}
+
 int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on, uint8_t *stage_on)
 {
     uint32_t n_threads = st_reader_n_threads(t->r), n_stages = st_reader_n_stages(t->r);
@@ -195,7 +226,9 @@ int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on,
         for (uint32_t j = 0; j < n_threads && !found; j++)
             found = strcmp(f->roles[i], st_reader_thread(t->r, j)->role) == 0;
         if (!found) {
-            an_error("--role %s: no thread of %s has that role", f->roles[i], t->path);
+            char names[AN_NAMES_BUF], clean[ST_NAME_MAX + 1];
+            an_error("--role %s: no thread of %s has that role (roles: %s)", an_clean(f->roles[i], clean, sizeof clean),
+                     t->path, an_names_in(t, AN_NAMES_ROLES, names, sizeof names));
             return AN_EXIT_USAGE;
         }
     }
@@ -204,7 +237,10 @@ int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on,
         for (uint32_t j = 0; j < n_threads && !found; j++)
             found = thread_matches(f->threads[i], st_reader_thread(t->r, j));
         if (!found) {
-            an_error("--thread %s: %s has no thread of that name or id", f->threads[i], t->path);
+            char names[AN_NAMES_BUF], clean[ST_NAME_MAX + 1];
+            an_error("--thread %s: %s has no thread of that name or id (threads: %s)",
+                     an_clean(f->threads[i], clean, sizeof clean), t->path,
+                     an_names_in(t, AN_NAMES_THREADS, names, sizeof names));
             return AN_EXIT_USAGE;
         }
     }
@@ -213,7 +249,9 @@ int an_filter_resolve(const an_filter *f, const an_trace *t, uint8_t *thread_on,
         for (uint32_t s = 0; s < n_stages && !found; s++)
             found = strcmp(f->stages[i], st_reader_stage(t->r, s)->name) == 0;
         if (!found) {
-            an_error("--stage %s: %s has no stage of that name", f->stages[i], t->path);
+            char names[AN_NAMES_BUF], clean[ST_NAME_MAX + 1];
+            an_error("--stage %s: %s has no stage of that name (stages: %s)", an_clean(f->stages[i], clean, sizeof clean),
+                     t->path, an_names_in(t, AN_NAMES_STAGES, names, sizeof names));
             return AN_EXIT_USAGE;
         }
     }

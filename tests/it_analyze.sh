@@ -46,6 +46,15 @@ expect_usage outsidetime "$A" summary --time 5:6 gen.sqlite
 expect_usage badrole "$A" summary --role nobody gen.sqlite
 expect_usage badthread "$A" summary --thread nobody gen.sqlite
 expect_usage badstage "$A" summary --stage nothing gen.sqlite
+# each says which names exist
+[ "$(cat badrole.err)" = "analyze: --role nobody: no thread of gen.sqlite has that role (roles: main, loader, worker)" ] || fail "badrole: $(cat badrole.err)"
+[ "$(cat badthread.err)" = "analyze: --thread nobody: gen.sqlite has no thread of that name or id (threads: main, loader, worker0, worker1)" ] || fail "badthread: $(cat badthread.err)"
+[ "$(cat badstage.err)" = "analyze: --stage nothing: gen.sqlite has no stage of that name (stages: log, load, h2d, queue_put, queue_wait, compute, allreduce, stream_sync)" ] || fail "badstage: $(cat badstage.err)"
+ok
+# 17 stages: the first 12, then how many more
+expect_usage manystages "$A" summary --stage zz "$ROOT/samples/traces/h200-async.sqlite"
+grep -q '(stages: step_wait, load, batch_wait, forward, postprocess, queue_put, handoff, handoff_wait, queue_wait, h2d, loss, backward ... and 5 more)$' manystages.err || fail "manystages: $(cat manystages.err)"
+ok
 expect_usage badevery "$A" intervals --every 0 gen.sqlite
 expect_usage everyval "$A" intervals --every
 expect_usage twofiles "$A" intervals gen.sqlite gen.sqlite

@@ -150,4 +150,47 @@ expect_usage flow_noargs "$A" flow
 expect_usage flow_two "$A" flow sync.sqlite async.sqlite
 expect_usage flow_badfmt "$A" flow --format xml sync.sqlite
 expect_usage flow_missing "$A" flow missing.sqlite
+# a trace without flows, and a window without any: one line each, no tables
+"$BUILD/tests/tracegen" gen >/dev/null
+expect_usage flow_none "$A" flow gen/gen.sqlite
+[ "$(cat flow_none.err)" = "analyze: flow: gen/gen.sqlite has no flow records (the program did not call st_flow_out/st_flow_in)" ] ||
+    fail "flow_none: $(cat flow_none.err)"
+[ ! -s flow_none.out ] || fail "flow_none printed: $(head -3 flow_none.out)"
+ok
+# a program that records one id's in before its out (st_flow_out called too late) and one
+# handoff, 3 steps; its flows all lie in step 0
+cat > late.c <<'C'
+#include <stagetrace.h>
+#include <time.h>
+static void pause_ms(int ms) { struct timespec ts = {0, ms * 1000000L}; nanosleep(&ts, NULL); }
+int main(int argc, char **argv) {
+    st_options o; st_options_init(&o);
+    o.path = argv[1]; o.overwrite = 1; o.nvtx = 0;
+    st_trace *t;
+    if (argc != 2 || st_open(&t, &o) != ST_OK) return 1;
+    int w = st_stage_register(t, "work", ST_WORK);
+    st_thread_register(t, "main", "main", -1, 0);
+    st_step(0, 0);
+    st_flow_out(1); pause_ms(1); st_flow_in(1);  /* a handoff */
+    st_flow_in(2); pause_ms(1); st_flow_out(2);  /* in before out */
+    for (int s = 1; s <= 3; s++) { st_begin(w); pause_ms(5); st_end(w); st_step(s, 1); }
+    return st_close(t);
+}
+C
+cc -I"$ROOT/tracer/include" late.c -o late "$BUILD/libstagetrace.a" -lsqlite3 -lpthread -lm -ldl || fail "late.c does not build"
+expect_ok late ./late late.sqlite
+expect_ok flow_late "$A" flow late.sqlite
+grep -q '^in_before_out 1: ids whose in was recorded before their out (left out of every figure below)\.$' flow_late.out ||
+    fail "flow_late: no in_before_out note: $(head -8 flow_late.out)"
+grep -q 'call st_flow_out$' flow_late.out && grep -q '^before releasing the lock (docs/tracer.md, "Flows")\.$' flow_late.out ||
+    fail "flow_late: the note does not say what to do: $(head -8 flow_late.out)"
+ok
+expect_ok flow_late_csv "$A" flow --format csv late.sqlite
+grep -q 'in_before_out' flow_late_csv.out && ! grep -q 'left out of every figure' flow_late_csv.out || fail "flow csv: $(head -3 flow_late_csv.out)"
+ok
+expect_usage flow_window "$A" flow --steps 1:3 late.sqlite
+grep -Eq '^analyze: flow: late\.sqlite has no flow record in the window given \(its 4 flow records lie from [0-9.]+ s to [0-9.]+ s of --time\)$' flow_window.err ||
+    fail "flow_window: $(cat flow_window.err)"
+[ ! -s flow_window.out ] || fail "flow_window printed tables"
+ok
 echo "it_flow: $n_checks checks passed"

@@ -13,7 +13,13 @@
 # (stagetrace_reader.h): ranges per stage as it recorded them, its threads
 # and steps, the windows recomputed by st_reader_windows (the same lines
 # again), and a refused open of a file that is not a trace. Built against
-# the static and the shared library (the latter found through its SONAME).
+# the static archive, and, installed again into a private prefix (no DESTDIR),
+# with exactly the lines docs/tracer.md gives: `cc prog.c $(pkg-config
+# --cflags --libs stagetrace)` and the same with --static, each run with no
+# LD_LIBRARY_PATH (the .pc's rpath finds libstagetrace.so.0). A program calling
+# st_gpu_start links with `pkg-config --cflags --libs stagetrace-gpu` (and
+# --static), records, and says why there is no GPU activity where there is no
+# GPU (tests/gpu/it_install_gpu.sh runs a CUDA program so built on a GPU).
 #
 #   bash tests/it_install.sh BUILD_DIR
 set -euo pipefail
@@ -40,7 +46,10 @@ ok
 [ "$(cd "$P/include" && ls)" = "$(cd tracer/include && ls)" ] || fail "include/ holds $(ls "$P/include"), not tracer/include's headers"
 ok
 grep -q '^prefix=/opt/st$' "$P/lib/pkgconfig/stagetrace.pc" || fail "pkg-config prefix is not /opt/st"
-grep -q '^Requires: stagetrace' "$P/lib/pkgconfig/stagetrace-gpu.pc" || fail "stagetrace-gpu.pc does not require stagetrace"
+grep -q '^Libs: -L${libdir} -Wl,-rpath,${libdir} -lstagetrace$' "$P/lib/pkgconfig/stagetrace.pc" || fail "stagetrace.pc: $(grep ^Libs: "$P/lib/pkgconfig/stagetrace.pc")"
+grep -q '^Libs: ${libdir}/libstagetrace_gpu.a ${libdir}/libstagetrace.a .*-lsqlite3 -lpthread -lm -ldl$' "$P/lib/pkgconfig/stagetrace-gpu.pc" ||
+    fail "stagetrace-gpu.pc does not name both archives: $(grep ^Libs: "$P/lib/pkgconfig/stagetrace-gpu.pc")"
+grep -q '^Requires' "$P/lib/pkgconfig/stagetrace-gpu.pc" && fail "stagetrace-gpu.pc requires a package (it would add the shared library)"
 ok
 for prog in analyze trainer; do
     "$P/bin/$prog" --help > "$tmp/$prog.help" || fail "$prog --help exits $?"
@@ -146,27 +155,35 @@ int main(int argc, char **argv) {
     return rc;
 }
 C
-export PKG_CONFIG_SYSROOT_DIR="$tmp/root" PKG_CONFIG_LIBDIR="$P/lib/pkgconfig"
-cflags=$(pkg-config --cflags stagetrace)
-libs_static=$(pkg-config --libs --static stagetrace)
-libs=$(pkg-config --libs stagetrace)
-lib="$P/lib"
+# a private prefix, installed for real (no DESTDIR): the documented lines, nothing added
+Q="$tmp/prefix"
+make -s install BUILD="$BUILD" PREFIX="$Q" >/dev/null
+export PKG_CONFIG_PATH="$Q/lib/pkgconfig"
+unset PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR LD_LIBRARY_PATH
+lib="$Q/lib"
 cd "$tmp/outside"
-# static: the archive alone (the .so would win over -lstagetrace); shared: through the SONAME
-cc -std=c11 -Wall -Wextra -Werror -pthread prog.c -o prog_static $cflags "$lib/libstagetrace.a" ${libs_static//-lstagetrace/}
-cc -std=c11 -Wall -Wextra -Werror -pthread prog.c -o prog_shared $cflags $libs
-readelf -d prog_shared | grep -q 'NEEDED.*\[libstagetrace.so.0\]' || fail "prog_shared does not need libstagetrace.so.0"
+# static: the archive alone, with the libraries it needs (docs/tracer.md's table)
+cc prog.c -o prog_static -I"$Q/include" "$lib/libstagetrace.a" -lsqlite3 -lpthread -lm -ldl
+cc prog.c $(pkg-config --cflags --libs stagetrace) -o prog_shared
+cc prog.c $(pkg-config --cflags --libs --static stagetrace) -o prog_shared_static
+for p in prog_shared prog_shared_static; do
+    readelf -d $p | grep -q 'NEEDED.*\[libstagetrace.so.0\]' || fail "$p does not need libstagetrace.so.0"
+    readelf -d $p | grep -Eq "(RUNPATH|RPATH).*\[$lib\]" || fail "$p has no rpath to $lib: $(readelf -d $p | grep -E 'RUNPATH|RPATH')"
+    ok
+done
+readelf -d prog_static | grep -q 'NEEDED.*libstagetrace' && fail "prog_static needs the shared library"
 ok
 expect_ok static ./prog_static a.sqlite a.lines
-LD_LIBRARY_PATH="$lib" expect_ok shared ./prog_shared b.sqlite b.lines
-for f in a b; do
+expect_ok shared ./prog_shared b.sqlite b.lines
+expect_ok shared-static ./prog_shared_static c.sqlite c.lines
+for f in a b c; do
     [ "$(grep -c '^profile steps' $f.lines)" = 4 ] || fail "$f: $(grep -c '^profile steps' $f.lines) profile windows printed, wanted 4"
     ok
     n=$(sqlite3 "$f.sqlite" "select sum(n_ranges) from range_chunks")
     [ "$n" = 1620 ] || fail "expected 1620 ranges in $f.sqlite, found $n"
     ok
-    if [ $f = a ]; then expect_ok read-$f ./prog_static read $f.sqlite $f.read
-    else LD_LIBRARY_PATH="$lib" expect_ok read-$f ./prog_shared read $f.sqlite $f.read; fi
+    case $f in a) p=prog_static;; b) p=prog_shared;; c) p=prog_shared_static;; esac
+    expect_ok read-$f ./$p read $f.sqlite $f.read
     cmp -s "$f.lines" "$f.read" || fail "$f: st_reader_windows differs from the on_window lines: $(diff "$f.lines" "$f.read" | head -5)"
     ok
     "$P/bin/analyze" intervals --every 5 "$f.sqlite" > "$f.intervals" || fail "analyze intervals exits $?"
@@ -178,4 +195,44 @@ for f in a b; do
     done
     ok
 done
-echo "installed under DESTDIR/opt/st; a program built with pkg-config against the static and the shared library printed the profile lines that the installed analyze prints from its trace ($n_checks checks)"
+
+# GPU: a program calling st_gpu_start, built with each documented stagetrace-gpu line
+cat > gpu.c <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <stagetrace.h>
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    st_options o; st_options_init(&o);
+    o.path = argv[1]; o.overwrite = 1; o.nvtx = 0;
+    st_trace *t;
+    if (st_open(&t, &o) != ST_OK) { fprintf(stderr, "%s\n", st_last_error()); return 1; }
+    int s = st_stage_register(t, "work", ST_WORK);
+    if (st_thread_register(t, "main", "main", 0, 0) != 0) return 1;
+    int rc = st_gpu_start(t);
+    printf("st_gpu_start: %s\n", rc == ST_OK ? "ok" : st_last_error());
+    for (int i = 0; i < 10; i++) { st_begin(s); st_end(s); }
+    return st_close(t) == ST_OK ? 0 : 1;
+}
+C
+no_gpu=1
+if [ -e /dev/nvidia0 ] || nvidia-smi -L >/dev/null 2>&1; then no_gpu=0; fi
+for form in "" --static; do
+    name=gpu${form:+_static}
+    cc gpu.c $(pkg-config --cflags --libs $form stagetrace-gpu) -o $name ||
+        fail "cc gpu.c \$(pkg-config --cflags --libs $form stagetrace-gpu) does not link"
+    readelf -d $name | grep -q 'NEEDED.*libstagetrace' && fail "$name needs the shared library"
+    ok
+    expect_ok $name ./$name $name.sqlite
+    line=$(cat $name.out)
+    case "$line" in
+        "st_gpu_start: ok") [ $no_gpu = 0 ] || fail "$name: st_gpu_start succeeded on a machine without a GPU";;
+        "st_gpu_start: GPU tracing needs a CUDA build with CUPTI"*) ;;
+        "st_gpu_start: GPU tracing needs a usable CUDA device and driver: "*) [ $no_gpu = 1 ] || fail "$name: $line";;
+        *) fail "$name: $line";;
+    esac
+    ok
+    [ "$(sqlite3 $name.sqlite "select sum(n_ranges) from range_chunks")" = 10 ] || fail "$name: the trace does not hold its 10 ranges"
+    ok
+done
+echo "installed under DESTDIR/opt/st and into a private prefix; programs built with the documented pkg-config lines (stagetrace, --static, stagetrace-gpu, --static) run with no LD_LIBRARY_PATH and printed the profile lines that the installed analyze prints from its trace; $line ($n_checks checks)"

@@ -63,6 +63,7 @@ done
 
 run_one "trace_trainer_gpu (CUPTI)" bash "$(dirname "$0")/gpu/trace_trainer_gpu.sh" "$BUILD"
 run_one "mpi_trainer_gpu (2 ranks)" bash "$(dirname "$0")/gpu/mpi_trainer_gpu.sh" "$BUILD"
+run_one "it_install_gpu (pkg-config)" bash "$(dirname "$0")/gpu/it_install_gpu.sh" "$BUILD"
 
 sanitizer=$(command -v compute-sanitizer 2>/dev/null || true)
 if [ -z "$sanitizer" ] && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ]; then

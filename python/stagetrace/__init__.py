@@ -22,7 +22,7 @@ from . import _stagetrace
 __all__ = [
     "Error", "Trace", "Stage", "Thread", "TraceData", "open", "open_disabled", "open_from_args",
     "add_arguments", "thread", "current", "read", "rank_from_env", "gpu_available", "KINDS",
-    "PYTHON_STACKS", "frame_pointers",
+    "PYTHON_STACKS", "frame_pointers", "__version__",
 ]
 
 Error = _stagetrace.Error
@@ -33,6 +33,7 @@ NoOp = _stagetrace.NoOp
 gpu_available = _stagetrace.gpu_available
 KINDS = ("work", "wait_input", "wait_output", "sync", "comm", "copy")
 library_version = _stagetrace.library_version
+__version__ = library_version  # the C library's ST_VERSION_STRING (a trace's tool_version)
 
 _log = _logging.getLogger("stagetrace")
 _LOG_LEVELS = {1: _logging.ERROR, 2: _logging.WARNING, 3: _logging.INFO}
@@ -367,6 +368,7 @@ def open_from_args(args, program=None, on_window=None, **kwargs):
         return open_disabled(main_thread=kwargs.get("main_thread", "main"))
     if path is None:
         path = _default_trace_path()
+        print("stagetrace: recording to %s (--trace PATH chooses the file)" % path, file=_sys.stderr)
     if on_window is None and interval > 0:
         on_window = _log
     return open(path, program=program, profile_interval=interval, on_window=on_window, **kwargs)
@@ -422,15 +424,15 @@ def _dtypes():
 
 def _categorical(pd, ids, names):
     """A Categorical of names[id] per id, built from codes (no per-row lookup);
-    an id without a name is missing (NaN)."""
+    an id without a name, or a negative one (unknown, none), is missing (NaN)."""
     import numpy as np
     categories = sorted(set(names.values()))
     code_of = {name: i for i, name in enumerate(categories)}
     size = max([int(ids.max()) + 1 if len(ids) else 0] + [k + 1 for k in names])
-    lut = np.full(size, -1, dtype=np.int32)
+    lut = np.full(size + 1, -1, dtype=np.int32)  # lut[size]: the negative ids
     for k, name in names.items():
         lut[k] = code_of[name]
-    codes = lut[ids] if len(ids) else np.zeros(0, dtype=np.int32)
+    codes = lut[np.where(ids >= 0, ids, size)] if len(ids) else np.zeros(0, dtype=np.int32)
     return pd.Categorical.from_codes(codes, categories=categories)
 
 
@@ -517,6 +519,8 @@ class TraceData:
             df["kind"] = pd.Categorical(df["kind"].map(GPU_KINDS))
             df["name"] = df["name"].map(lambda i: self.gpu_names.get(int(i)) if i else None)
             df["end_ns"] = df["start_ns"] + df["dur_ns"]
+            self._join_threads(df, pd)
+            df["stage_name"] = _categorical(pd, g["stage"], {x["id"]: x["name"] for x in self.stages})
             for col in ("thread", "stage"):
                 df[col] = df[col].where(df[col] >= 0).astype("Int64")
             df["launch_ns"] = df["launch_ns"].where(df["launch_ns"] != np.iinfo(np.int64).min).astype("Int64")

@@ -311,7 +311,7 @@ def test_callback_cannot_close_or_flush(path):
 
 # ---- argparse ----------------------------------------------------------------
 
-def test_add_arguments_and_open_from_args(tmp_path):
+def test_add_arguments_and_open_from_args(tmp_path, capsys):
     os.chdir(tmp_path)
     parser = stagetrace.add_arguments(argparse.ArgumentParser(prog="train"))
     args = parser.parse_args([])
@@ -329,9 +329,15 @@ def test_add_arguments_and_open_from_args(tmp_path):
     assert (meta["program"], meta["profile_interval"]) == ("train", "5")
 
     # --profile-interval alone records to runs/<stamp>-<pid>.sqlite, as the trainer does
+    capsys.readouterr()
     with stagetrace.open_from_args(parser.parse_args(["--profile-interval", "2"])) as trace:
         assert trace.path.startswith("runs" + os.sep) and trace.path.endswith("-%d.sqlite" % os.getpid())
     assert os.path.exists(trace.path)
+    # ... and says where, one line on stderr
+    assert capsys.readouterr().err == "stagetrace: recording to %s (--trace PATH chooses the file)\n" % trace.path
+    with stagetrace.open_from_args(parser.parse_args(["--trace", "u.sqlite", "--profile-interval", "2"])):
+        pass
+    assert capsys.readouterr().err == ""
 
     for bad in (["--profile-interval", "-1"], ["--profile-interval", "x"], ["--trace"]):
         with pytest.raises(SystemExit) as e:
@@ -397,6 +403,34 @@ def test_read_generated_traces_equal_sql(tracegen, analyze, tmp_path):
         got = sorted(zip(*(g[k].tolist() for k in ("device", "stream", "start_ns", "dur_ns", "bytes",
                                                     "thread", "stage", "correlation"))))
         assert got == want and len(got) > 0
+
+
+def test_gpu_frame_has_thread_and_stage_names(tracegen, analyze, tmp_path):
+    pytest.importorskip("pandas")
+    subprocess.run([tracegen, str(tmp_path)], check=True, capture_output=True)
+    for name in ("gpu_steps.sqlite", "gpu_shared.sqlite"):
+        p = str(tmp_path / name)
+        g = stagetrace.read(p).to_dataframe("gpu")
+        _, rows = sql_rows(analyze, p, "SELECT g.start_ns, g.device, g.stream, coalesce(t.name, ''), "
+                                       "coalesce(t.role, ''), coalesce(s.name, '') FROM gpu g "
+                                       "LEFT JOIN threads t ON t.id = g.thread LEFT JOIN stages s ON s.id = g.stage")
+        want = sorted(tuple(row) for row in rows)
+        got = sorted(zip(g["start_ns"].astype(str), g["device"].astype(str), g["stream"].astype(str),
+                         g["thread_name"].astype(object).fillna("").astype(str),
+                         g["role"].astype(object).fillna("").astype(str),
+                         g["stage_name"].astype(object).fillna("").astype(str)))
+        assert got == want and len(got) > 0
+        # named where known, missing where the thread or stage is unknown
+        assert g["thread_name"].notna().any() and g["stage_name"].notna().any()
+        assert (g["thread_name"].isna() == g["thread"].isna()).all()
+        assert (g["stage_name"].isna() == g["stage"].isna()).all()
+
+
+def test_version():
+    import re
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "tracer", "include", "stagetrace.h")).read()
+    want = re.search(r'#define ST_VERSION_STRING "([^"]+)"', header).group(1)
+    assert stagetrace.__version__ == want == stagetrace.library_version
 
 
 def test_read_refuses_what_is_not_a_trace(tmp_path, tracegen):

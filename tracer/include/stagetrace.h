@@ -330,7 +330,8 @@ ST_API void st_thread_unregister(void);
  * mark of step (k+1)*N.
  *
  * Flows: st_flow_out(id) says "item `id` leaves this thread now" (call it
- * in the producer's put, once the item is handed over) and st_flow_in(id)
+ * in the producer's put before the queue's lock is released, else the
+ * consumer's in may be recorded first) and st_flow_in(id)
  * "item `id` arrived on this thread now" (in the consumer, right after its
  * get returned it). Ids are chosen by the program: any 64-bit value, unique
  * per item and handoff within a run (across threads and ranks), e.g.
