@@ -54,6 +54,7 @@
 #include "common.h"
 #include "st_cpurec.h"
 #include "stagetrace.h"
+#include "stagetrace_reader.h"
 
 static char dir[64];
 
@@ -378,7 +379,7 @@ static void test_lines(void **state)
                                         -1, &st, NULL),
                      SQLITE_OK);
     int n_addrs = 0, n_inlined = 0;
-    int64_t prev = -1;
+    int64_t prev = -1, inlined_addr = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
         int64_t addr = sqlite3_column_int64(st, 0);
         assert_int_equal(sqlite3_column_type(st, 1), SQLITE_INTEGER); /* every address has rows */
@@ -387,6 +388,7 @@ static void test_lines(void **state)
         const char *file = (const char *)sqlite3_column_text(st, 3);
         int line = sqlite3_column_int(st, 4);
         if (addr != prev) n_addrs++, n_inlined += max_depth == 1;
+        if (max_depth == 1) inlined_addr = addr;
         prev = addr;
         if (!ends_with(file, "tests/test_cpu_symbols.c"))
             fail_msg("0x%llx depth %d: file '%s'", (unsigned long long)addr, depth, file);
@@ -411,6 +413,45 @@ static void test_lines(void **state)
     assert_true(atoi(meta(db, "cpu_lines_frames")) >= n_addrs);
 #endif
     sqlite3_close(db);
+
+    /* the reader: the inlined address's chain, as stored */
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    const st_cpu_line *lines;
+    uint32_t n;
+#ifdef ST_HAVE_LIBDW
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, (uint64_t)inlined_addr, &lines, &n), 1);
+    assert_int_equal(n, 2);
+    assert_string_equal(lines[0].function, "line_mix");
+    assert_true(lines[0].line >= mix_first && lines[0].line <= mix_last);
+    assert_string_equal(lines[1].function, "line_burn");
+    assert_int_equal(lines[1].line, call_line);
+    assert_true(ends_with(lines[1].file, "tests/test_cpu_symbols.c") && lines[1].file[0] == '/');
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 1, &lines, &n), 0); /* no such address */
+#else
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 0x1000, &lines, &n), 0);
+#endif
+    assert_int_equal(n, 0);
+    st_reader_close(r);
+
+    /* a trace without the table (recorded before it) has no lines; a gap
+     * in an address's depths is refused */
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DELETE FROM cpu_lines; INSERT INTO cpu_lines VALUES (4096, 0, 'f', '/a.c', 3, 1);"
+                                      "INSERT INTO cpu_lines VALUES (4096, 2, 'g', '/a.c', 9, 1);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 4096, &lines, &n), ST_ECORRUPT);
+    assert_string_equal(st_last_error(), "trace table 'cpu_lines': address 0x1000: depth 2 after a gap");
+    st_reader_close(r);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE cpu_lines", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 4096, &lines, &n), 0);
+    st_reader_close(r);
 }
 
 int main(void)
