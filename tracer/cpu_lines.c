@@ -202,6 +202,7 @@ void st_cpulines_store(st_store *store, const uint64_t *addrs, size_t addrs_cap,
     meta_text(store, "cpu_lines", "libdw");
     meta_count(store, "cpu_lines_frames", frames);
     meta_count(store, "cpu_lines_cut", cut);
+    meta_count(store, "cpu_lines_ns", (uint64_t)(now_ns() - t0));
 }
 
 #else

@@ -108,7 +108,7 @@ void st_cpusym_free(st_cpusym *cache);
  * Stores cpu_lines (docs/trace-format.md, "cpu_lines") for the frame
  * addresses of addrs (an open-addressed set, zeros skipped), replacing
  * earlier rows, and the meta keys cpu_lines, cpu_lines_reason,
- * cpu_lines_frames, cpu_lines_cut. An address in the set ips (the stacks'
+ * cpu_lines_frames, cpu_lines_cut, cpu_lines_ns. An address in the set ips (the stacks'
  * depth-0 frames, same layout) is looked up as is, any other (a return
  * address) at the byte before it. With libdw (ST_HAVE_LIBDW) the lookups
  * stop once budget_ns have passed (the addresses left are counted in
