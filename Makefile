@@ -99,6 +99,19 @@ PY_INC := $(if $(SAN),,$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.g
 HAVE_PYTHON_DEV := $(if $(PY_INC),$(shell test -e $(PY_INC)/Python.h && echo 1))
 # zlib (optional): `analyze export --pprof` gzips its profile with it.
 HAVE_ZLIB := $(shell printf '$(H)include <zlib.h>\nint main(void){return deflateInit2(0, 0, 0, 0, 0, 0);}' | $(CC) -x c - -o /dev/null -lz 2>/dev/null && echo 1)
+# elfutils libdw (optional): the CPU capture's source lines and inline chains of frames
+# (cpu_lines, tracer/cpu_lines.c). Found through pkg-config libdw, else libdw's header and
+# library; NO_LIBDW=1 leaves it out (the trace then says cpu_lines none).
+ifeq ($(NO_LIBDW),1)
+HAVE_LIBDW :=
+else
+LIBDW_CFLAGS := $(shell pkg-config --cflags libdw 2>/dev/null)
+LIBDW_LIBS := $(or $(shell pkg-config --libs libdw 2>/dev/null),-ldw -lelf)
+HAVE_LIBDW := $(shell printf '$(H)include <elfutils/libdwfl.h>\nint main(void){return dwfl_begin(0) != 0;}' | $(CC) -x c - -o /dev/null $(LIBDW_CFLAGS) $(LIBDW_LIBS) 2>/dev/null && echo 1)
+endif
+ifneq ($(HAVE_LIBDW),)
+LDLIBS += $(LIBDW_LIBS)
+endif
 HAVE_CMOCKA := $(shell printf '$(H)include <stdarg.h>\n$(H)include <stddef.h>\n$(H)include <setjmp.h>\n$(H)include <stdint.h>\n$(H)include <cmocka.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lcmocka 2>/dev/null && echo 1)
 
 # Asked for and missing: stop with a message.
@@ -184,6 +197,13 @@ else
 	$(ok) "✗" "MPI" "not found: single-process trainer (apt-get install openmpi-bin libopenmpi-dev)"
 endif
 	$(ok) "$(if $(HAVE_ZLIB),✓,✗)" "zlib" "$(if $(HAVE_ZLIB),export --pprof gzipped,missing: export --pprof writes it uncompressed (apt-get install zlib1g-dev))"
+ifneq ($(HAVE_LIBDW),)
+	$(ok) "✓" "libdw" "lines and inlines of CPU frames"
+else ifeq ($(NO_LIBDW),1)
+	$(ok) "✗" "libdw" "off (NO_LIBDW=1): CPU frames without lines (cpu_lines none)"
+else
+	$(ok) "✗" "libdw" "missing: apt-get install libdw-dev (CPU frames without lines)"
+endif
 	$(ok) "$(if $(HAVE_CMOCKA),✓,✗)" "cmocka" "$(if $(HAVE_CMOCKA),found,missing: apt-get install libcmocka-dev (tests))"
 
 # ---- the library ------------------------------------------------------------
@@ -231,6 +251,20 @@ $(BUILD)/obj/ext/%.o: %.c $(BUILD)/obj/ext/%.o.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -DST_SQLITE_EXTENSION -fvisibility=hidden -DST_API= -c $< -o $@
 
+# cpu_lines.c with or without libdw: a stamp per choice, so that changing it
+# (NO_LIBDW=1, or libdw installed since) builds the object again.
+LIBDW_STAMP := $(BUILD)/obj/tracer/cpu_lines.libdw-$(if $(HAVE_LIBDW),on,off)
+$(BUILD)/obj/tracer/cpu_lines.o: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW $(LIBDW_CFLAGS))
+$(BUILD)/obj/tracer/cpu_lines.o: $(LIBDW_STAMP)
+$(LIBDW_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/tracer/cpu_lines.libdw-*
+	@touch $@
+
+# test_cpu_symbols checks cpu_lines as the library was built
+$(BUILD)/tests/test_cpu_symbols: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW)
+$(BUILD)/tests/test_cpu_symbols: $(LIBDW_STAMP)
+
 $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -255,7 +289,7 @@ $(EXT_SO): $(EXT_OBJ)
 # line, libstagetrace linked statically into the program. docs/tracer.md, "Installing".
 $(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl$(if $(HAVE_LIBDW), $(LIBDW_LIBS))\nCflags: -I$${includedir}\n' > $@
 $(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace-gpu\nDescription: libstagetrace with GPU activity (CUPTI: st_gpu_start), linked statically\nVersion: $(ST_VERSION)\nLibs: $${libdir}/libstagetrace_gpu.a $${libdir}/libstagetrace.a $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti )-lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@

@@ -31,16 +31,18 @@ static const char help[] =
     "  --top N          functions per thread and stage, by self and by inclusive\n"
     "                   samples, and libraries by self samples (default 5; 0 = none)\n"
     "  --windows        also every OS thread per schedstat window (table windows)\n"
+    "  --lines          also each function's hottest source line, FILE:LINE (column\n"
+    "                   line of table functions; from the trace's cpu_lines)\n"
     "  --steps A:B      the time from step A's mark to step B's mark (A: or :B leave an end open)\n"
     "  --time T0:T1     the same for seconds from the trace start\n"
     "  --format F       text (default), csv or json: tables threads, stages, functions,\n"
     "                   blocks, libraries, os_threads (and windows)\n";
 
-enum { OPT_STAGE = 1, OPT_TOP, OPT_WINDOWS };
+enum { OPT_STAGE = 1, OPT_TOP, OPT_WINDOWS, OPT_LINES };
 
 static const an_opt opts[] = {
     {"stage", 1, OPT_STAGE}, {"top", 1, OPT_TOP},       {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
-    {"windows", 0, OPT_WINDOWS},
+    {"windows", 0, OPT_WINDOWS}, {"lines", 0, OPT_LINES},
     {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
 };
 
@@ -56,7 +58,7 @@ static const an_col stage_cols[] = {
     {"samples", AN_T_INT, 0}};
 static const an_col fn_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},   {"by", AN_T_STR, 0},
                                  {"rank", AN_T_INT, 0},     {"function", AN_T_STR, 0}, {"file", AN_T_STR, 0},
-                                 {"samples", AN_T_INT, 0},  {"pct", AN_T_PCT, 0}};
+                                 {"samples", AN_T_INT, 0},  {"pct", AN_T_PCT, 0},   {"line", AN_T_STR, 0}};
 static const an_col block_cols[] = {{"thread", AN_T_STR, 0},     {"stage", AN_T_STR, 0}, {"reason", AN_T_STR, 0},
                                     {"blocked_ms", AN_T_MS, 0}, {"count", AN_T_INT, 0}, {"pct", AN_T_PCT, 0}};
 static const an_col lib_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},     {"rank", AN_T_INT, 0},
@@ -74,7 +76,7 @@ static const an_col win_cols[] = {{"window", AN_T_INT, 0},   {"step", AN_T_INT, 
 typedef struct own_opts {
     const char *stage;
     uint64_t top;
-    int windows;
+    int windows, lines;
 } own_opts;
 
 static void init(an_cmd *c)
@@ -96,6 +98,9 @@ static int option(an_cmd *c, int id)
         break;
     case OPT_WINDOWS:
         o->windows = 1;
+        break;
+    case OPT_LINES:
+        o->lines = 1;
         break;
     }
     return AN_EXIT_OK;
@@ -148,7 +153,7 @@ static int work(an_cmd *c)
     int rc = AN_EXIT_OK;
     if (c->window.kind != AN_WIN_ALL && (rc = an_window_resolve(&c->window, t, &t0, &t1))) return rc;
     an_cpu_result res;
-    if ((rc = an_cpu_compute(t, t0, t1, &res))) return rc;
+    if ((rc = o->lines ? an_cpu_compute_lines(t, t0, t1, &res) : an_cpu_compute(t, t0, t1, &res))) return rc;
     an_cpu_windows win;
     if ((rc = an_cpu_windows_compute(t, c->window.kind == AN_WIN_ALL, t0, t1, &win))) {
         an_cpu_free(&res);
@@ -210,7 +215,7 @@ static int work(an_cmd *c)
         }
     }
     an_table_end(tb);
-    tb = an_table_new(out, "functions", fn_cols, 8);
+    tb = an_table_new(out, "functions", fn_cols, o->lines ? 9 : 8);
     for (uint32_t i = 0; tb && o->top && i < res.n_threads; i++) {
         const an_cpu_thread *th = &res.threads[i];
         const st_thread_info *ti = st_reader_thread(r, th->thread);
@@ -229,6 +234,11 @@ static int work(an_cmd *c)
                     uint64_t v = by ? top[k]->incl : top[k]->self;
                     an_put_int(tb, (int64_t)v);
                     an_put_pct(tb, 100.0 * (double)v / (double)cell->samples);
+                    if (o->lines) {
+                        uint32_t src = by ? top[k]->incl_src : top[k]->self_src;
+                        if (src) an_put_str(tb, res.srcs[src - 1]);
+                        else an_put_null(tb);
+                    }
                     an_row_end(tb);
                 }
             }

@@ -83,6 +83,7 @@ typedef struct stack_cache {
     uint32_t cap, n;
     an_vec names; /* uint32_t */
     an_vec libs;  /* uint32_t */
+    an_vec srcs;  /* uint32_t, beside names (with lines): each frame's source line + 1, 0 none */
 } stack_cache;
 
 /* ---- strings interned by a linear search: reasons and libraries are few ---- */
@@ -131,8 +132,31 @@ static int name_lib(an_cpu_result *res, uint32_t name, uint32_t *out)
 /* The name indices of a stack's frames, innermost first, and its distinct
  * libraries (the leaf's first; "[unknown]" alone for a stack of no frame).
  * 0, or an exit code. */
+/* A frame's source line in its function's own code: the outermost
+ * cpu_lines row of the address (the out-of-line function's line, where
+ * the inlined ones were called), "FILE:LINE" interned; 0: none. */
+static int frame_src(an_trace *t, an_cpu_result *res, uint64_t stack, uint64_t addr, uint32_t *out)
+{
+    *out = 0;
+    const st_cpu_line *lines;
+    uint32_t n;
+    int has = st_reader_cpu_frame_lines(t->r, stack, addr, &lines, &n);
+    if (has < 0) return an_trace_fail(t);
+    if (!has || !lines[n - 1].file[0] || lines[n - 1].line <= 0) return 0;
+    char buf[4200];
+    snprintf(buf, sizeof buf, "%s:%lld", lines[n - 1].file, (long long)lines[n - 1].line);
+    uint32_t id;
+    if (str_intern(&res->srcs, &res->n_srcs, &res->cap_srcs_, buf, &id)) {
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    *out = id + 1;
+    return 0;
+}
+
 static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_cache *sc, uint64_t id,
-                       const uint32_t **names, uint32_t *n, const uint32_t **libs, uint32_t *n_libs)
+                       const uint32_t **names, uint32_t *n, const uint32_t **libs, uint32_t *n_libs,
+                       const uint32_t **srcs)
 {
     if (sc->n * 2 >= sc->cap) {
         uint32_t cap = sc->cap ? sc->cap * 2 : 1024;
@@ -152,6 +176,7 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
     for (; sc->slot[k].used; k = (k + 1) & (sc->cap - 1))
         if (sc->slot[k].id == id) {
             *names = (const uint32_t *)sc->names.v + sc->slot[k].off;
+            *srcs = res->lines ? (const uint32_t *)sc->srcs.v + sc->slot[k].off : NULL;
             *n = sc->slot[k].n;
             *libs = (const uint32_t *)sc->libs.v + sc->slot[k].loff;
             *n_libs = sc->slot[k].ln;
@@ -168,6 +193,12 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
         const char *name = an_cpu_frame_label(&fr, 0, label, sizeof label);
         uint32_t *slot = an_vec_push(&sc->names, sizeof *slot);
         if (!slot || name_intern(res, nt, name, fr.path, slot)) goto oom;
+        if (res->lines) {
+            uint32_t *src = an_vec_push(&sc->srcs, sizeof *src);
+            if (!src) goto oom;
+            int rc = frame_src(t, res, id, frames[i], src);
+            if (rc) return rc;
+        }
         uint32_t lib;
         if (name_lib(res, *slot, &lib)) goto oom;
         int seen = 0;
@@ -189,6 +220,7 @@ static int stack_names(an_trace *t, an_cpu_result *res, name_table *nt, stack_ca
     sc->slot[k] = e;
     sc->n++;
     *names = (const uint32_t *)sc->names.v + e.off;
+    *srcs = res->lines ? (const uint32_t *)sc->srcs.v + e.off : NULL;
     *n = e.n;
     *libs = (const uint32_t *)sc->libs.v + e.loff;
     *n_libs = e.ln;
@@ -211,7 +243,23 @@ static an_cpu_fn *cell_fn(an_cpu_cell *c, uint32_t name)
         c->cap_fns = cap;
     }
     an_cpu_fn *f = &c->fns[c->n_fns++];
-    *f = (an_cpu_fn){name, 0, 0};
+    *f = (an_cpu_fn){name, 0, 0, 0, 0};
+    return f;
+}
+
+static an_cpu_fnline *cell_fnline(an_cpu_cell *c, uint32_t name, uint32_t src)
+{
+    for (uint32_t i = c->n_fnlines; i-- > 0;)
+        if (c->fnlines[i].name == name && c->fnlines[i].src == src) return &c->fnlines[i];
+    if (c->n_fnlines == c->cap_fnlines) {
+        uint32_t cap = c->cap_fnlines ? c->cap_fnlines * 2 : 16;
+        an_cpu_fnline *v = realloc(c->fnlines, cap * sizeof *v);
+        if (!v) return NULL;
+        c->fnlines = v;
+        c->cap_fnlines = cap;
+    }
+    an_cpu_fnline *f = &c->fnlines[c->n_fnlines++];
+    *f = (an_cpu_fnline){name, src, 0, 0};
     return f;
 }
 
@@ -261,9 +309,9 @@ typedef struct thread_ctx {
 
 static int count_sample(thread_ctx *x, an_cpu_cell *c, uint64_t stack)
 {
-    const uint32_t *names = NULL, *libs = NULL;
+    const uint32_t *names = NULL, *libs = NULL, *srcs = NULL;
     uint32_t n = 0, n_libs = 0;
-    int rc = stack_names(x->t, x->res, x->nt, x->sc, stack, &names, &n, &libs, &n_libs);
+    int rc = stack_names(x->t, x->res, x->nt, x->sc, stack, &names, &n, &libs, &n_libs, &srcs);
     if (rc) return rc;
     for (uint32_t i = 0; i < n_libs; i++) {
         an_cpu_lib *l = cell_lib(c, libs[i]);
@@ -284,10 +332,16 @@ static int count_sample(thread_ctx *x, an_cpu_cell *c, uint64_t stack)
     for (uint32_t i = 0; i < n; i++) {
         an_cpu_fn *f = cell_fn(c, names[i]);
         if (!f) goto oom;
-        if (i == 0) f->self++;
+        an_cpu_fnline *fl = srcs && srcs[i] ? cell_fnline(c, names[i], srcs[i]) : NULL;
+        if (srcs && srcs[i] && !fl) goto oom;
+        if (i == 0) {
+            f->self++;
+            if (fl) fl->self++;
+        }
         if (x->seen[names[i]] != mark) {
             x->seen[names[i]] = mark;
             f->incl++;
+            if (fl) fl->incl++;
         }
     }
     return 0;
@@ -473,9 +527,54 @@ done:
     return rc;
 }
 
+static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result *out);
+
 int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
 {
+    return compute(t, t0, t1, 0, out);
+}
+
+/* Each function's line: the one holding most of its samples, on a tie
+ * the one interned first (the lower src). */
+static int beats(uint64_t a, uint32_t a_src, uint64_t b, uint32_t b_src)
+{
+    return a > b || (a == b && a_src < b_src);
+}
+
+static void pick_lines(an_cpu_result *res)
+{
+    for (uint32_t i = 0; i < res->n_threads; i++)
+        for (uint32_t s = 0; s <= res->n_stages; s++) {
+            an_cpu_cell *c = &res->threads[i].cells[s];
+            for (uint32_t k = 0; k < c->n_fnlines; k++) {
+                const an_cpu_fnline *l = &c->fnlines[k];
+                int best_self = l->self > 0, best_incl = l->incl > 0;
+                for (uint32_t j = 0; j < c->n_fnlines && (best_self || best_incl); j++) {
+                    const an_cpu_fnline *o = &c->fnlines[j];
+                    if (j == k || o->name != l->name) continue;
+                    if (beats(o->self, o->src, l->self, l->src)) best_self = 0;
+                    if (beats(o->incl, o->src, l->incl, l->src)) best_incl = 0;
+                }
+                if (!best_self && !best_incl) continue;
+                an_cpu_fn *f = cell_fn(c, l->name); /* there: counted with it */
+                if (!f) continue;
+                if (best_self) f->self_src = l->src;
+                if (best_incl) f->incl_src = l->src;
+            }
+        }
+}
+
+int an_cpu_compute_lines(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
+{
+    int rc = compute(t, t0, t1, 1, out);
+    if (!rc) pick_lines(out);
+    return rc;
+}
+
+static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result *out)
+{
     memset(out, 0, sizeof *out);
+    out->lines = lines;
     st_reader *r = t->r;
     uint32_t nt_ = st_reader_n_threads(r);
     out->n_stages = st_reader_n_stages(r);
@@ -524,6 +623,7 @@ int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out)
     free(sc.slot);
     free(sc.names.v);
     free(sc.libs.v);
+    free(sc.srcs.v);
     free(x.seen);
     if (rc) an_cpu_free(out);
     return rc;
@@ -547,6 +647,7 @@ void an_cpu_free(an_cpu_result *res)
             free(th->cells[s].fns);
             free(th->cells[s].reasons);
             free(th->cells[s].libs);
+            free(th->cells[s].fnlines);
         }
         free(th->cells);
     }
@@ -556,6 +657,8 @@ void an_cpu_free(an_cpu_result *res)
         free(res->names[i].path);
     }
     free(res->names);
+    for (uint32_t i = 0; i < res->n_srcs; i++) free(res->srcs[i]);
+    free(res->srcs);
     for (uint32_t i = 0; i < res->n_reasons; i++) free(res->reasons[i]);
     free(res->reasons);
     for (uint32_t i = 0; i < res->n_libs; i++) free(res->libs[i]);

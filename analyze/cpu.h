@@ -24,7 +24,17 @@ typedef struct an_cpu_name {
 typedef struct an_cpu_fn {
     uint32_t name; /* an index of an_cpu_result.names */
     uint64_t self, incl;
+    /* with lines (an_cpu_compute_lines): the source line, an index of
+     * an_cpu_result.srcs + 1 (0: none), holding most of its self and of its
+     * inclusive samples (docs/analyze.md, "cpu", --lines) */
+    uint32_t self_src, incl_src;
 } an_cpu_fn;
+
+/* Samples of a function at one of its source lines (internal to cpu.c). */
+typedef struct an_cpu_fnline {
+    uint32_t name, src; /* src: an index of an_cpu_result.srcs + 1 */
+    uint64_t self, incl;
+} an_cpu_fnline;
 
 /* Blocked time of a cell with one reason: its overlap with the thread's
  * blocked off-CPU intervals that have that reason, and how many of those
@@ -60,6 +70,8 @@ typedef struct an_cpu_cell {
     uint32_t n_reasons, cap_reasons;
     an_cpu_lib *libs; /* unsorted */
     uint32_t n_libs, cap_libs;
+    an_cpu_fnline *fnlines; /* with lines only */
+    uint32_t n_fnlines, cap_fnlines;
 } an_cpu_cell;
 
 typedef struct an_cpu_thread {
@@ -86,6 +98,9 @@ typedef struct an_cpu_result {
     uint32_t n_libs, cap_libs_;
     uint32_t *name_lib; /* per name: its lib + 1, 0 not yet (internal) */
     uint32_t cap_name_lib_;
+    int lines; /* an_cpu_compute_lines: the functions' source lines */
+    char **srcs; /* "FILE:LINE" */
+    uint32_t n_srcs, cap_srcs_;
 } an_cpu_result;
 
 /* What a cpu_threads status says a thread's records hold: switch records
@@ -97,6 +112,9 @@ int an_cpu_status_has_samples(const st_cpu_thread_info *info);
 /* Over [t0, t1) (the window; the trace's span for all of it). 0, or an exit
  * code after the message. */
 int an_cpu_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out);
+/* The same, and each function's source line (an_cpu_fn self_src,
+ * incl_src), from the trace's cpu_lines. */
+int an_cpu_compute_lines(an_trace *t, int64_t t0, int64_t t1, an_cpu_result *out);
 void an_cpu_free(an_cpu_result *res);
 
 /* A cell's functions, the top n by self samples (then inclusive, then name)

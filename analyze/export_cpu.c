@@ -21,7 +21,8 @@ static const an_col stack_cols[] = {{"stack", AN_T_INT, 0}, {"n_frames", AN_T_IN
                                     {"frames", AN_T_STR, 0}};
 static const an_col frame_cols[] = {{"stack", AN_T_INT, 0},      {"depth", AN_T_INT, 0}, {"addr", AN_T_INT, 0},
                                     {"function", AN_T_STR, 0},   {"symbol", AN_T_STR, 0},
-                                    {"sym_offset", AN_T_INT, 0}, {"map", AN_T_INT, 0},   {"path", AN_T_STR, 0}};
+                                    {"sym_offset", AN_T_INT, 0}, {"map", AN_T_INT, 0},   {"path", AN_T_STR, 0},
+                                    {"file", AN_T_STR, 0},       {"line", AN_T_INT, 0}};
 static const an_col thread_cols[] = {
     {"thread", AN_T_INT, 0},     {"os_tid", AN_T_INT, 0},        {"status", AN_T_STR, 0},
     {"reason", AN_T_STR, 0},     {"period_ns", AN_T_INT, 0},     {"ring_bytes", AN_T_INT, 0},

@@ -24,6 +24,7 @@
 #endif
 
 #include "cpu_stacks.h"
+#include "demangle.h"
 #include "export.h"
 
 /* ---- protobuf wire format ---- */
@@ -218,7 +219,7 @@ static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
     st_reader *r = t->r;
     strtab st = {0};
     str_id(&st, ""); /* string_table[0] must be "" */
-    pb sub = {0}, sub2 = {0}, locs = {0}, maps = {0}, fns = {0};
+    pb sub = {0}, sub2 = {0}, locs = {0}, maps = {0}, fns = {0}, lines_pb = {0};
     idmap map_ids = {0}, fn_ids = {0};
     uint32_t *loc_of_frame = calloc(s->n_frames ? s->n_frames : 1, sizeof *loc_of_frame);
     int rc = AN_EXIT_OK;
@@ -253,22 +254,46 @@ static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
                 }
             }
         }
-        uint32_t fn = idmap_get(&fn_ids, f->name, f->path, &is_new);
-        if (!fn) goto oom;
-        if (is_new) { /* Function */
-            int64_t name = str_id(&st, s->names[f->name]);
-            pb_uint(&sub, 1, fn);
-            pb_uint(&sub, 2, (uint64_t)name);                            /* demangled */
-            pb_uint(&sub, 3, (uint64_t)str_id(&st, s->names[f->raw_name])); /* system_name: as recorded */
-            pb_uint(&sub, 4, (uint64_t)str_id(&st, s->names[f->path]));
-            pb_msg(&fns, 5, &sub);
+        /* Lines: the address's cpu_lines rows, innermost first (pprof's
+         * order: the last line is the caller the others were inlined
+         * into); without them one line naming the frame's function. */
+        const st_cpu_line *lines = NULL;
+        uint32_t n_lines = 0;
+        int has_lines = st_reader_cpu_frame_lines(r, f->stack, f->addr, &lines, &n_lines);
+        if (has_lines < 0) {
+            rc = an_trace_fail(t);
+            goto done;
+        }
+        if (!has_lines) n_lines = 1;
+        for (uint32_t d = 0; d < n_lines; d++) {
+            /* name demangled, system_name as recorded */
+            const char *fname = s->names[f->name], *fsys = s->names[f->raw_name], *ffile = s->names[f->path];
+            int64_t line = 0;
+            if (has_lines) {
+                if (lines[d].function[0]) fname = an_demangle(fsys = lines[d].function);
+                ffile = lines[d].file;
+                line = lines[d].line;
+            }
+            int64_t name = str_id(&st, fname), sys = str_id(&st, fsys), file = str_id(&st, ffile);
+            uint32_t fn = idmap_get(&fn_ids, (uint64_t)name, (uint64_t)file, &is_new);
+            if (!fn) goto oom;
+            if (is_new) { /* Function */
+                pb_uint(&sub2, 1, fn);
+                pb_uint(&sub2, 2, (uint64_t)name);
+                pb_uint(&sub2, 3, (uint64_t)sys);
+                pb_uint(&sub2, 4, (uint64_t)file);
+                pb_msg(&fns, 5, &sub2);
+            }
+            pb_uint(&sub2, 1, fn); /* Line.function_id */
+            if (line > 0) pb_uint(&sub2, 2, (uint64_t)line);
+            pb_msg(&lines_pb, 4, &sub2);
         }
         loc_of_frame[i] = i + 1; /* Location */
         pb_uint(&sub, 1, i + 1);
         pb_uint(&sub, 2, mapping);
         pb_uint(&sub, 3, f->addr);
-        pb_uint(&sub2, 1, fn); /* Line.function_id */
-        pb_msg(&sub, 4, &sub2);
+        pb_bytes(&sub, lines_pb.v, lines_pb.n);
+        lines_pb.n = 0;
         pb_msg(&locs, 4, &sub);
     }
     /* Samples */
@@ -303,7 +328,7 @@ static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
     pb_uint(prof, 10, (uint64_t)span); /* duration_nanos */
     value_type(prof, &sub, 11, &st, "cpu", "nanoseconds"); /* period_type */
     pb_uint(prof, 12, (uint64_t)s->period_ns); /* period */
-    if (st.out.oom || sub.oom || sub2.oom || maps.oom || locs.oom || fns.oom || prof->oom) goto oom;
+    if (st.out.oom || sub.oom || sub2.oom || lines_pb.oom || maps.oom || locs.oom || fns.oom || prof->oom) goto oom;
     pb_bytes(prof, st.out.v, st.out.n);
     if (prof->oom) goto oom;
     goto done;
@@ -314,6 +339,7 @@ done:
     strtab_free(&st);
     free(sub.v);
     free(sub2.v);
+    free(lines_pb.v);
     free(locs.v);
     free(maps.v);
     free(fns.v);

@@ -217,6 +217,32 @@ EOF
         echo "it_cpu_analyze: the writer missed blocks (a loaded host): recording once more"
     done
     ok
+    # --lines: burn_leaf's self line is in its body where the trace has lines (cpu_lines libdw);
+    # without --lines the output is the same but for the functions table's line column
+    expect_ok reclines "$A" cpu --format csv --top 10 --lines rec.sqlite
+    expect_ok recnolines "$A" cpu --format csv --top 10 rec.sqlite
+    export CPU_LINES=$(sqlite3 rec.sqlite "select value from meta where key = 'cpu_lines'")
+    export LEAF_FIRST=$(grep -n '^__attribute__((noinline, noclone)) static uint64_t burn_leaf' "$ROOT/tests/test_cpu_record.c" | cut -d: -f1)
+    export LEAF_LAST=$(awk -v a="$LEAF_FIRST" 'NR > a && /^}/ { print NR; exit }' "$ROOT/tests/test_cpu_record.c")
+    python3 - <<'EOF' || fail "--lines: burn_leaf's line"
+import csv, io, os
+with_lines = [list(csv.DictReader(io.StringIO(b))) for b in open("reclines.out").read().strip().split("\n\n")]
+without = [list(csv.DictReader(io.StringIO(b))) for b in open("recnolines.out").read().strip().split("\n\n")]
+fns = with_lines[2]
+assert [{k: v for k, v in r.items() if k != "line"} for r in fns] == without[2]
+assert with_lines[:2] + with_lines[3:] == without[:2] + without[3:]
+leaf = [r for r in fns if r["stage"] == "burn" and r["by"] == "self" and r["function"] == "burn_leaf"]
+assert leaf, fns
+if os.environ["CPU_LINES"] == "libdw":
+    path, line = leaf[0]["line"].rsplit(":", 1)
+    assert path.endswith("/tests/test_cpu_record.c"), leaf
+    assert int(os.environ["LEAF_FIRST"]) <= int(line) <= int(os.environ["LEAF_LAST"]), leaf
+    print("burn_leaf's hottest line:", leaf[0]["line"])
+else:
+    assert leaf[0]["line"] == "", leaf
+    print("no cpu_lines in this build: line empty")
+EOF
+    ok
     # --steps 1:2: the one window that ends at mark 2 (its midpoint inside)
     expect_ok recsteps "$A" cpu --format csv --windows --steps 1:2 rec.sqlite
     python3 - <<'EOF' || fail "--steps 1:2: not the window to mark 2"

@@ -87,8 +87,12 @@ for a, b in zip(lines, ns):
 EOF
 
 # ---- pprof ------------------------------------------------------------------------------------
+# burn_leaf's body, for the lines of its location where the trace has them (cpu_lines libdw)
+export CPU_LINES=$(sqlite3 cpu/run.sqlite "select value from meta where key = 'cpu_lines'")
+export LEAF_FIRST=$(grep -n '^__attribute__((noinline, noclone)) static uint64_t burn_leaf' "$ROOT/tests/test_cpu_record.c" | cut -d: -f1)
+export LEAF_LAST=$(awk -v a="$LEAF_FIRST" 'NR > a && /^}/ { print NR; exit }' "$ROOT/tests/test_cpu_record.c")
 py "pprof" <<'EOF'
-import csv, gzip, io
+import csv, gzip, io, os
 data = open("prof.pb.gz", "rb").read()
 if data[:2] == b"\x1f\x8b":
     data = gzip.decompress(data)
@@ -163,6 +167,16 @@ assert leaf, "no location of burn_leaf"
 m = mappings[one(leaf[0], 2)]
 assert S(one(m, 5)).endswith("test_cpu_record"), S(one(m, 5))
 assert one(m, 2) <= one(leaf[0], 3) <= one(m, 3), "the address is outside its mapping"
+# Function.filename: the source file and Line.line a line of burn_leaf with lines, else the mapping's path
+first, last = int(os.environ["LEAF_FIRST"]), int(os.environ["LEAF_LAST"])
+for l in leaf:
+    lines = [msg(v) for wt, v in l.get(4, [])]
+    f = functions[one(lines[0], 1)]
+    if os.environ["CPU_LINES"] == "libdw":
+        assert S(one(f, 4)).endswith("/tests/test_cpu_record.c"), S(one(f, 4))
+        assert first <= one(lines[0], 2) <= last, (one(lines[0], 2), first, last)
+    else:
+        assert S(one(f, 4)).endswith("test_cpu_record") and one(lines[0], 2) == 0, S(one(f, 4))
 sums, burn_total, burn_with = {}, 0, 0
 for wt, v in prof[2]:
     s = msg(v)

@@ -20,7 +20,20 @@
  *    addresses in the code are stored with that name, the sym_offset
  *    addr - start (the loop's 4..8 among them), the map of the anonymous mapping (path
  *    ''), and meta cpu_perf_map "used", cpu_perf_map_entries 2,
- *    cpu_perf_map_ignored_lines 4, cpu_perf_map_frames >= 1. */
+ *    cpu_perf_map_ignored_lines 4, cpu_perf_map_frames >= 1;
+ *  - the source lines (cpu_lines.c; docs/trace-format.md, "cpu_lines"):
+ *    line_burn, built with -g, spins 300 ms in stage "lines" with a 1 ms
+ *    period, its work in line_mix, which is always inlined into it. With
+ *    libdw (ST_HAVE_LIBDW, as the library was built), every frame address
+ *    that cpu_symbols names line_burn has cpu_lines rows: the outermost
+ *    names line_burn in this file, at a line of its body (the lines
+ *    between the markers around it, taken with __LINE__); an address in
+ *    the inlined code has the chain line_mix (depth 0, a line of its body)
+ *    <- line_burn (depth 1, at the line of the call), and at least one
+ *    sampled address is such; meta cpu_lines 'libdw', cpu_lines_frames at
+ *    least the addresses checked, cpu_lines_cut 0. Without libdw
+ *    (NO_LIBDW=1): meta cpu_lines 'none' with its reason, no row, and
+ *    line_burn still named by cpu_symbols. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +54,7 @@
 #include "common.h"
 #include "st_cpurec.h"
 #include "stagetrace.h"
+#include "stagetrace_reader.h"
 
 static char dir[64];
 
@@ -266,6 +280,180 @@ static void test_jit_frames_named(void **state)
 #endif
 }
 
+/* The code the source-lines test samples: line_mix's body is the lines
+ * from mix_first to mix_last, line_burn's from burn_first to burn_last,
+ * and line_burn calls line_mix on the line call_line records. */
+static const int mix_first = __LINE__ + 1;
+static inline __attribute__((always_inline)) uint64_t line_mix(uint64_t x)
+{
+    for (int i = 0; i < 4096; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    return x;
+}
+static const int mix_last = __LINE__ - 1;
+
+static volatile int call_line;
+static const int burn_first = __LINE__ + 1;
+__attribute__((noinline, noclone)) static uint64_t line_burn(int64_t until_ns)
+{
+    uint64_t x = 88172645463325252ull;
+    struct timespec ts;
+    do {
+        x = line_mix(x); call_line = __LINE__;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+    } while ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec < until_ns);
+    return x;
+}
+static const int burn_last = __LINE__ - 1;
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+static void test_lines(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/lines.sqlite", dir);
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cpu_symbols";
+    opt.cpu = 1;
+    opt.cpu_period_ns = 1000000;
+    st_trace *t;
+    assert_int_equal(st_open(&t, &opt), ST_OK);
+    int stage = st_stage_register(t, "lines", ST_WORK);
+    assert_true(stage >= 0);
+    assert_true(st_thread_register(t, "main", "worker", -1, 0) >= 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    volatile uint64_t sink = 0;
+    st_begin((st_stage)stage);
+    sink = line_burn((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 300000000);
+    st_end((st_stage)stage);
+    (void)sink;
+    assert_int_equal(st_close(t), ST_OK);
+
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *mode = meta(db, "cpu_mode");
+    if (!mode || strcmp(mode, "perf") != 0) {
+        printf("skipped: perf events refused here: %s\n", meta(db, "cpu_reason"));
+        sqlite3_close(db);
+        skip();
+    }
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM cpu_symbols WHERE name = 'line_burn'", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int n_burn = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    assert_true(n_burn >= 1);
+#ifndef ST_HAVE_LIBDW
+    (void)mix_first, (void)mix_last, (void)burn_first, (void)burn_last, (void)ends_with;
+    assert_string_equal(meta(db, "cpu_lines"), "none");
+    assert_string_equal(meta(db, "cpu_lines_reason"),
+                        "the library was built without libdw (apt-get install libdw-dev, then make)");
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM cpu_lines", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 0);
+    sqlite3_finalize(st);
+    printf("built without libdw: cpu_lines none, %d addresses of line_burn named\n", n_burn);
+#else
+    assert_string_equal(meta(db, "cpu_lines"), "libdw");
+    assert_null(meta(db, "cpu_lines_reason"));
+    assert_string_equal(meta(db, "cpu_lines_cut"), "0");
+    /* every address of line_burn, its rows innermost first */
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT s.addr, l.depth, l.function, l.file, l.line, "
+                                        "  (SELECT max(depth) FROM cpu_lines WHERE addr = s.addr) "
+                                        "FROM cpu_symbols s LEFT JOIN cpu_lines l ON l.addr = s.addr "
+                                        "WHERE s.name = 'line_burn' ORDER BY s.addr, l.depth",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    int n_addrs = 0, n_inlined = 0;
+    int64_t prev = -1, inlined_addr = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t addr = sqlite3_column_int64(st, 0);
+        assert_int_equal(sqlite3_column_type(st, 1), SQLITE_INTEGER); /* every address has rows */
+        int depth = sqlite3_column_int(st, 1), max_depth = sqlite3_column_int(st, 5);
+        const char *fn = (const char *)sqlite3_column_text(st, 2);
+        const char *file = (const char *)sqlite3_column_text(st, 3);
+        int line = sqlite3_column_int(st, 4);
+        if (addr != prev) n_addrs++, n_inlined += max_depth == 1;
+        if (max_depth == 1) inlined_addr = addr;
+        prev = addr;
+        if (!ends_with(file, "tests/test_cpu_symbols.c"))
+            fail_msg("0x%llx depth %d: file '%s'", (unsigned long long)addr, depth, file);
+        assert_true(max_depth <= 1);
+        if (depth == max_depth) {
+            assert_string_equal(fn, "line_burn");
+            if (line < burn_first || line > burn_last)
+                fail_msg("0x%llx: line %d outside line_burn (%d-%d)", (unsigned long long)addr, line, burn_first,
+                         burn_last);
+            if (max_depth == 1) assert_int_equal(line, call_line);
+        } else {
+            assert_string_equal(fn, "line_mix");
+            if (line < mix_first || line > mix_last)
+                fail_msg("0x%llx: line %d outside line_mix (%d-%d)", (unsigned long long)addr, line, mix_first,
+                         mix_last);
+        }
+    }
+    sqlite3_finalize(st);
+    printf("%d addresses of line_burn with lines, %d of them in the inlined line_mix\n", n_addrs, n_inlined);
+    assert_int_equal(n_addrs, n_burn);
+    assert_true(n_inlined >= 1);
+    assert_true(atoi(meta(db, "cpu_lines_frames")) >= n_addrs);
+#endif
+    sqlite3_close(db);
+
+    /* the reader: the inlined address's chain, as stored */
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    const st_cpu_line *lines;
+    uint32_t n;
+#ifdef ST_HAVE_LIBDW
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, (uint64_t)inlined_addr, &lines, &n), 1);
+    assert_int_equal(n, 2);
+    assert_string_equal(lines[0].function, "line_mix");
+    assert_true(lines[0].line >= mix_first && lines[0].line <= mix_last);
+    assert_string_equal(lines[1].function, "line_burn");
+    assert_int_equal(lines[1].line, call_line);
+    assert_true(ends_with(lines[1].file, "tests/test_cpu_symbols.c") && lines[1].file[0] == '/');
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 1, &lines, &n), 0); /* no such address */
+#else
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 0x1000, &lines, &n), 0);
+#endif
+    assert_int_equal(n, 0);
+    st_reader_close(r);
+
+    /* a trace without the table (recorded before it) has no lines; a gap
+     * in an address's depths is refused */
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DELETE FROM cpu_lines; INSERT INTO cpu_lines VALUES (4096, 0, 'f', '/a.c', 3, 1);"
+                                      "INSERT INTO cpu_lines VALUES (4096, 2, 'g', '/a.c', 9, 1);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 4096, &lines, &n), ST_ECORRUPT);
+    assert_string_equal(st_last_error(), "trace table 'cpu_lines': address 0x1000: depth 2 after a gap");
+    st_reader_close(r);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE cpu_lines", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    assert_int_equal(st_reader_cpu_frame_lines(r, 0, 4096, &lines, &n), 0);
+    st_reader_close(r);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/st_cpu_symbols.XXXXXX");
@@ -274,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_jit_frames_named),
+        cmocka_unit_test(test_lines),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

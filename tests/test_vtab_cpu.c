@@ -82,6 +82,16 @@ static void write_cpu_trace(const char *path, int with_cpu)
     }
     tg_write(g, path);
     tg_free(g);
+    if (with_cpu) { /* burn's return address: line 30 of burn.c, inside mix inlined there */
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db,
+                                      "INSERT INTO cpu_lines VALUES (4198964, 0, 'mix', '/src/burn.c', 12, 5);"
+                                      "INSERT INTO cpu_lines VALUES (4198964, 1, 'burn', '/src/burn.c', 30, 9);",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+    }
 }
 
 /* The rows of sql as text: columns joined by '|', rows ended by '\n', NULL
@@ -144,10 +154,10 @@ static void test_rows(void **state)
     assert_query(db, "SELECT rowid - ((SELECT max(id) FROM cpu_chunks) << 32) FROM cpu_lost", "3\n");
     /* frames: depth 0 the sampled ip; [file] without a symbol, map and path NULL outside every mapping */
     assert_query(db, "SELECT * FROM cpu_frames",
-                 "0|0|4198400|main|main|0|0|/bin/prog\n"
-                 "0|1|4198964|burn|burn|52|0|/bin/prog\n"
-                 "0|2|4198144|[prog]||0|0|/bin/prog\n"
-                 "2|0|139637976731648|[libx.so]||0|1|/lib/libx.so\n");
+                 "0|0|4198400|main|main|0|0|/bin/prog|null|null\n"
+                 "0|1|4198964|burn|burn|52|0|/bin/prog|/src/burn.c|12\n"
+                 "0|2|4198144|[prog]||0|0|/bin/prog|null|null\n"
+                 "2|0|139637976731648|[libx.so]||0|1|/lib/libx.so|null|null\n");
     assert_query(db, "SELECT rowid FROM cpu_frames WHERE stack = 0 AND depth = 2", "2\n");
     assert_query(db, "SELECT rowid FROM cpu_frames WHERE stack = 2", "131072\n");
     assert_query(db, "SELECT * FROM cpu_stack_text", "0|3|main|[prog];burn;main\n1|0|null|\n2|1|[libx.so]|[libx.so]\n");

@@ -104,6 +104,10 @@ struct st_cpurec {
     /* every frame address seen, for the symbols at close (0: empty slot) */
     uint64_t *addrs;
     size_t addrs_cap, n_addrs;
+    /* the addresses seen at depth 0 (sampled ips), for cpu_lines: the
+     * others are return addresses, looked up at the byte before */
+    uint64_t *ips;
+    size_t ips_cap, n_ips;
     st_buf scratch;
     st_cpusym *sym;
     uint64_t period_ns;
@@ -228,32 +232,38 @@ static uint64_t frames_hash(const uint64_t *f, uint32_t n)
     return h;
 }
 
-static int addr_note(st_cpurec *r, uint64_t a)
+/* Adds a to the open-addressed set *tab (0: an empty slot). */
+static int set_add(uint64_t **tab_p, size_t *cap_p, size_t *n_p, uint64_t a)
 {
     if (a == 0) return 0;
-    if ((r->n_addrs + 1) * 2 > r->addrs_cap) {
-        size_t cap = r->addrs_cap ? r->addrs_cap * 2 : 1024;
+    if ((*n_p + 1) * 2 > *cap_p) {
+        size_t cap = *cap_p ? *cap_p * 2 : 1024;
         uint64_t *tab = calloc(cap, sizeof *tab);
         if (!tab) return -1;
-        for (size_t i = 0; i < r->addrs_cap; i++) {
-            uint64_t v = r->addrs[i];
+        for (size_t i = 0; i < *cap_p; i++) {
+            uint64_t v = (*tab_p)[i];
             if (!v) continue;
             size_t h = (size_t)((v * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
             while (tab[h]) h = (h + 1) & (cap - 1);
             tab[h] = v;
         }
-        free(r->addrs);
-        r->addrs = tab;
-        r->addrs_cap = cap;
+        free(*tab_p);
+        *tab_p = tab;
+        *cap_p = cap;
     }
-    size_t h = (size_t)((a * 0x9e3779b97f4a7c15ull) >> 20) & (r->addrs_cap - 1);
-    while (r->addrs[h]) {
-        if (r->addrs[h] == a) return 0;
-        h = (h + 1) & (r->addrs_cap - 1);
+    size_t h = (size_t)((a * 0x9e3779b97f4a7c15ull) >> 20) & (*cap_p - 1);
+    while ((*tab_p)[h]) {
+        if ((*tab_p)[h] == a) return 0;
+        h = (h + 1) & (*cap_p - 1);
     }
-    r->addrs[h] = a;
-    r->n_addrs++;
+    (*tab_p)[h] = a;
+    (*n_p)++;
     return 0;
+}
+
+static int addr_note(st_cpurec *r, uint64_t a)
+{
+    return set_add(&r->addrs, &r->addrs_cap, &r->n_addrs, a);
 }
 
 /* The id of the stack f[0..n), stored in cpu_stacks when new; UINT32_MAX
@@ -294,6 +304,7 @@ static uint32_t stack_id(st_cpurec *r, const uint64_t *f, uint32_t n)
     r->stacks[h] = (stack_slot){hash, id, n, r->pool_len};
     r->pool_len += n;
     for (uint32_t i = 0; i < n; i++) addr_note(r, f[i]);
+    if (n) set_add(&r->ips, &r->ips_cap, &r->n_ips, f[0]);
     r->scratch.len = 0;
     if (st_cpu_stack_put(&r->scratch, f, n) == 0) {
         st_val v[3] = {ST_VINT(id), ST_VINT(n), ST_VBLOB(r->scratch.data, r->scratch.len)};
@@ -863,7 +874,10 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     if (wait_stacks != r->w_wait_stacks) meta_u64(r, "cpu_wait_stacks", r->w_wait_stacks = wait_stacks);
     if (gil != r->w_gil) meta_u64(r, "cpu_gil_samples", r->w_gil = gil);
     if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
-    if (final || interrupted) st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
+    if (final || interrupted) {
+        st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
+        st_cpulines_store(r->store, r->addrs, r->addrs_cap, r->ips, r->ips_cap, ST_CPU_LINES_BUDGET_NS);
+    }
 }
 
 void st_cpurec_free(st_cpurec *r)
@@ -886,6 +900,7 @@ void st_cpurec_free(st_cpurec *r)
     free(r->stacks);
     free(r->pool);
     free(r->addrs);
+    free(r->ips);
     free(r->sink);
     st_oncpu_free(r->oncpu);
     free(r);

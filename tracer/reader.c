@@ -339,6 +339,7 @@ static const st_reader_methods file_methods = {
     .cpu_stack = st_rd_file_cpu_stack,
     .cpu_frame_name = st_rd_file_cpu_frame_name,
     .cpu_map = st_rd_file_cpu_map,
+    .cpu_frame_lines = st_rd_file_cpu_frame_lines,
     .cpu_block_open = st_rd_file_cpu_block_open,
     .cpu_block_next = st_rd_file_cpu_block_next,
     .cpu_block_close = st_rd_file_cpu_block_close,

@@ -130,6 +130,10 @@ static const table_spec cpu_extra_specs[] = {
      {{"id", COL_INT}, {"thread", COL_INT}, {"t_ns", COL_INT}, {"seen_ns", COL_INT}, {"syscall", COL_INT},
       {"name", COL_TEXT}, {"arg0", COL_INT}, {"arg1", COL_INT}, {"wchan", COL_TEXT}},
      2},
+    {"cpu_lines", "addr", -1, -1, 6,
+     {{"addr", COL_INT}, {"depth", COL_INT}, {"function", COL_TEXT}, {"file", COL_TEXT}, {"line", COL_INT},
+      {"col", COL_INT}},
+     0},
     {"cpu_windows", "window", -1, -1, 10,
      {{"window", COL_INT}, {"step", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}, {"os_tid", COL_INT},
       {"thread", COL_INT}, {"name", COL_TEXT}, {"oncpu_ns", COL_INT}, {"runq_ns", COL_INT}, {"slices", COL_INT}},
@@ -507,7 +511,7 @@ int st_rd_check_cpu_tables(st_reader *r)
     return 1;
 }
 
-/* cpu_blocks or cpu_windows (reader_cpu.c, at its first read): 0 when the
+/* cpu_blocks, cpu_lines or cpu_windows (reader_cpu.c, at its first read): 0 when the
  * trace has no such table, 1 when its shape passes (and, cpu_blocks, every
  * row's id and thread), <0 the fault. */
 int st_rd_check_cpu_extra(st_reader *r, const char *table)

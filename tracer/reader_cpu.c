@@ -48,7 +48,11 @@ struct cpu_data {
     uint32_t n_maps;
     cpu_sym_ent *syms; /* by addr */
     uint32_t n_syms;
-    int blocks_state, windows_state; /* 0 not checked yet; 1 the table is there and passed; 2 it is absent */
+    int blocks_state, windows_state, lines_state; /* 0 not checked yet; 1 the table is there and passed; 2 it is absent */
+    int lines_loaded;
+    uint64_t *line_addrs; /* cpu_lines by (addr, depth): line_addrs[i] is lines[i]'s address */
+    st_cpu_line *lines;
+    uint32_t n_lines;
 };
 
 void st_rd_cpu_free(st_reader *r)
@@ -69,6 +73,12 @@ void st_rd_cpu_free(st_reader *r)
     free(c->maps);
     for (uint32_t i = 0; i < c->n_syms; i++) free(c->syms[i].name);
     free(c->syms);
+    for (uint32_t i = 0; i < c->n_lines; i++) {
+        free((char *)c->lines[i].function);
+        free((char *)c->lines[i].file);
+    }
+    free(c->line_addrs);
+    free(c->lines);
     free(c);
     r->cpu = NULL;
 }
@@ -817,3 +827,127 @@ int st_rd_file_cpu_window_next(st_cpu_window_iter *it, st_cpu_window_row *out)
 }
 
 void st_rd_file_cpu_window_close(st_cpu_window_iter *it) { sqlite3_finalize(it->st); }
+
+/* ---- cpu_lines ---- */
+
+typedef struct line_ent {
+    uint64_t addr;
+    int64_t depth;
+    st_cpu_line line;
+} line_ent;
+
+static int cmp_line(const void *a, const void *b)
+{
+    const line_ent *x = a, *y = b;
+    if (x->addr != y->addr) return x->addr < y->addr ? -1 : 1;
+    return x->depth < y->depth ? -1 : x->depth > y->depth;
+}
+
+/* Every row of cpu_lines, type-checked, sorted by (addr, depth): each
+ * address's depths must be 0, 1, ... */
+static int lines_load(st_reader *r, struct cpu_data *c)
+{
+    if (c->lines_loaded) return ST_OK;
+    static const char *const names[] = {"addr", "depth", "function", "file", "line", "col"};
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT addr, depth, function, file, line, col, typeof(addr), typeof(depth), "
+                           "typeof(function), typeof(file), typeof(line), typeof(col) FROM main.cpu_lines",
+                           -1, &st, NULL) != SQLITE_OK)
+        return st_rd_bad("cpu_lines", sqlite3_errmsg(r->db));
+    line_ent *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc, err = ST_OK;
+    while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char label[64];
+        snprintf(label, sizeof label, "row %zu", n + 1);
+        if ((err = row_types(st, 6, names, "iittii", 6, "cpu_lines", label))) break;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            line_ent *a = realloc(v, cap * sizeof *a);
+            if (!a) {
+                err = st_set_error(ST_ENOMEM, "out of memory");
+                break;
+            }
+            v = a;
+        }
+        line_ent *e = &v[n];
+        e->addr = (uint64_t)sqlite3_column_int64(st, 0);
+        e->depth = sqlite3_column_int64(st, 1);
+        e->line.line = sqlite3_column_int64(st, 4);
+        e->line.col = sqlite3_column_int64(st, 5);
+        e->line.function = dup_col(st, 2);
+        e->line.file = dup_col(st, 3);
+        n++;
+        if (!e->line.function || !e->line.file) err = st_set_error(ST_ENOMEM, "out of memory");
+        else if (e->depth < 0 || e->line.line < 0 || e->line.col < 0)
+            err = st_set_error(ST_ECORRUPT, "trace table 'cpu_lines': %s: a negative depth, line or col", label);
+    }
+    if (!err && rc != SQLITE_DONE) err = st_rd_bad("cpu_lines", sqlite3_errmsg(r->db));
+    sqlite3_finalize(st);
+    if (!err && n) {
+        qsort(v, n, sizeof *v, cmp_line);
+        for (size_t i = 0; i < n && !err; i++) {
+            int64_t want = i && v[i - 1].addr == v[i].addr ? v[i - 1].depth + 1 : 0;
+            if (v[i].depth != want)
+                err = st_set_error(ST_ECORRUPT, "trace table 'cpu_lines': address 0x%llx: depth %lld %s",
+                                   (unsigned long long)v[i].addr, (long long)v[i].depth,
+                                   v[i].depth < want ? "twice" : "after a gap");
+        }
+    }
+    if (!err && n) {
+        c->line_addrs = malloc(n * sizeof *c->line_addrs);
+        c->lines = malloc(n * sizeof *c->lines);
+        if (!c->line_addrs || !c->lines) err = st_set_error(ST_ENOMEM, "out of memory");
+    }
+    if (err) {
+        for (size_t i = 0; i < n; i++) {
+            free((char *)v[i].line.function);
+            free((char *)v[i].line.file);
+        }
+        free(v);
+        free(c->line_addrs);
+        free(c->lines);
+        c->line_addrs = NULL;
+        c->lines = NULL;
+        return err;
+    }
+    for (size_t i = 0; i < n; i++) {
+        c->line_addrs[i] = v[i].addr;
+        c->lines[i] = v[i].line;
+    }
+    c->n_lines = (uint32_t)n;
+    free(v);
+    c->lines_loaded = 1;
+    return ST_OK;
+}
+
+int st_reader_cpu_frame_lines(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines, uint32_t *n)
+{
+    *lines = NULL;
+    *n = 0;
+    return r->m->cpu_frame_lines(r, stack, addr, lines, n);
+}
+
+int st_rd_file_cpu_frame_lines(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines, uint32_t *n)
+{
+    (void)stack; /* a file is one process */
+    struct cpu_data *c;
+    int rc = cpu_load(r, &c);
+    if (rc) return rc;
+    int has = extra_table(r, &c->lines_state, "cpu_lines");
+    if (has <= 0) return has;
+    if ((rc = lines_load(r, c))) return rc;
+    size_t lo = 0, hi = c->n_lines;
+    while (lo < hi) { /* the first row of addr */
+        size_t mid = (lo + hi) / 2;
+        if (c->line_addrs[mid] < addr) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t end = lo;
+    while (end < c->n_lines && c->line_addrs[end] == addr) end++;
+    if (end == lo) return 0;
+    *lines = &c->lines[lo];
+    *n = (uint32_t)(end - lo);
+    return 1;
+}

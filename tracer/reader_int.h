@@ -228,6 +228,7 @@ struct st_reader_methods {
     int (*cpu_stack)(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
     int (*cpu_frame_name)(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
     int (*cpu_map)(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
+    int (*cpu_frame_lines)(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines, uint32_t *n);
     int (*cpu_block_open)(st_cpu_block_iter *it, st_reader *r, uint32_t thread); /* it->r, window set */
     int (*cpu_block_next)(st_cpu_block_iter *it, st_cpu_block_row *out);
     void (*cpu_block_close)(st_cpu_block_iter *it);
@@ -298,6 +299,7 @@ void st_rd_file_cpu_close(st_cpu_iter *it);
 int st_rd_file_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, uint32_t *n);
 int st_rd_file_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
 int st_rd_file_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *out);
+int st_rd_file_cpu_frame_lines(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines, uint32_t *n);
 
 /* ---- reader_iter.c: one file's chunk methods ---- */
 int st_rd_file_chunk_totals(st_reader *r, st_chunk_totals *out);

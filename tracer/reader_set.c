@@ -842,6 +842,13 @@ static int set_cpu_map(st_reader *r, uint64_t stack, int64_t map, st_cpu_map *ou
     return rc ? rc : st_reader_cpu_map(p->r, stack & 0xffffffffu, map, out);
 }
 
+static int set_cpu_frame_lines(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines, uint32_t *n)
+{
+    const set_part *p = NULL;
+    int rc = set_cpu_part(r, stack, &p);
+    return rc ? rc : st_reader_cpu_frame_lines(p->r, stack & 0xffffffffu, addr, lines, n);
+}
+
 /* cpu_blocks: the thread's rank's rows, times mapped. cpu_windows: rank by
  * rank, times mapped, a registered thread's id the set's. */
 static int set_cpu_block_open(st_cpu_block_iter *it, st_reader *r, uint32_t thread)
@@ -942,6 +949,7 @@ static const st_reader_methods set_methods = {
     .cpu_stack = set_cpu_stack,
     .cpu_frame_name = set_cpu_frame_name,
     .cpu_map = set_cpu_map,
+    .cpu_frame_lines = set_cpu_frame_lines,
     .cpu_block_open = set_cpu_block_open,
     .cpu_block_next = set_cpu_block_next,
     .cpu_block_close = set_cpu_block_close,

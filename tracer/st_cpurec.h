@@ -104,6 +104,20 @@ typedef struct st_cpusym st_cpusym; /* caches each file's symbol table */
 void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, size_t n_addrs);
 void st_cpusym_free(st_cpusym *cache);
 
+/* ---- source lines and inline chains (cpu_lines.c) ----
+ * Stores cpu_lines (docs/trace-format.md, "cpu_lines") for the frame
+ * addresses of addrs (an open-addressed set, zeros skipped), replacing
+ * earlier rows, and the meta keys cpu_lines, cpu_lines_reason,
+ * cpu_lines_frames, cpu_lines_cut, cpu_lines_ns. An address in the set ips (the stacks'
+ * depth-0 frames, same layout) is looked up as is, any other (a return
+ * address) at the byte before it. With libdw (ST_HAVE_LIBDW) the lookups
+ * stop once budget_ns have passed (the addresses left are counted in
+ * cpu_lines_cut); without it, meta says cpu_lines none and the table
+ * stays empty. */
+#define ST_CPU_LINES_BUDGET_NS 2000000000LL
+void st_cpulines_store(st_store *store, const uint64_t *addrs, size_t addrs_cap, const uint64_t *ips, size_t ips_cap,
+                       int64_t budget_ns);
+
 /* ---- the perf map (cpu_perfmap.c) ----
  * /tmp/perf-PID.map, "START SIZE NAME" per line (a JIT's, or CPython's perf
  * trampoline's "py::func:file"), names for frames in memory that has no

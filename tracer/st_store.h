@@ -39,6 +39,7 @@ enum st_store_stmt {
     ST_S_CPU_THREAD,    /* the 12 columns of cpu_threads */
     ST_S_CPU_MAP,       /* id, start, end, file_offset, path, build_id */
     ST_S_CPU_SYMBOL,    /* addr, map, file_offset, name, sym_offset */
+    ST_S_CPU_LINE,      /* addr, depth, function, file, line, col */
     ST_S_CPU_BLOCK,     /* thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan */
     ST_S_CPU_WINDOW,    /* the 10 columns of cpu_windows */
     ST_S_GPU_PAUSE,     /* t0_ns, t1_ns */

@@ -72,6 +72,8 @@ static const struct {
                       "VALUES (?, ?, ?, ?, ?, ?)", "cpu_maps"},
     [ST_S_CPU_SYMBOL] = {"INSERT OR REPLACE INTO cpu_symbols(addr, map, file_offset, name, sym_offset) "
                          "VALUES (?, ?, ?, ?, ?)", "cpu_symbols"},
+    [ST_S_CPU_LINE] = {"INSERT OR REPLACE INTO cpu_lines(addr, depth, function, file, line, col) "
+                       "VALUES (?, ?, ?, ?, ?, ?)", "cpu_lines"},
     [ST_S_CPU_BLOCK] = {"INSERT INTO cpu_blocks(thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", "cpu_blocks"},
     [ST_S_CPU_WINDOW] = {"INSERT OR REPLACE INTO cpu_windows(window, step, t0_ns, t1_ns, os_tid, thread, name, "

@@ -77,7 +77,7 @@ enum { CR_THREAD, CR_TS };
 enum { CS_THREAD, CS_TS, CS_STAGE, CS_STACK, CS_FROM_RANGES };
 enum { CW_THREAD, CW_TS, CW_KIND };
 enum { CL_THREAD, CL_TS, CL_N };
-enum { CF_STACK, CF_DEPTH, CF_ADDR, CF_FUNCTION, CF_SYMBOL, CF_SYM_OFFSET, CF_MAP, CF_PATH };
+enum { CF_STACK, CF_DEPTH, CF_ADDR, CF_FUNCTION, CF_SYMBOL, CF_SYM_OFFSET, CF_MAP, CF_PATH, CF_FILE, CF_LINE };
 enum { CT_STACK, CT_N_FRAMES, CT_LEAF, CT_FRAMES };
 
 #define MAX_COLS 10
@@ -136,10 +136,12 @@ static const table_def table_defs[] = {
      BIT(CL_THREAD) | BIT(CL_TS), BIT(CL_THREAD) | BIT(CL_TS), {[CL_THREAD] = 0, [CL_TS] = INT64_MIN}},
     /* One row per frame of each interned stack, depth 0 the innermost (the
      * sampled ip); function as `analyze cpu` names it (the symbol, else
-     * [file], else [unknown]); map and path NULL outside every mapping. */
+     * [file], else [unknown]); map and path NULL outside every mapping;
+     * file and line the address's source line (cpu_lines depth 0), NULL
+     * without one. */
     {TABLE_CPU_FRAMES, "cpu_frames",
      "CREATE TABLE x(stack INTEGER, depth INTEGER, addr INTEGER, function TEXT, symbol TEXT, sym_offset INTEGER, "
-     "map INTEGER, path TEXT)",
+     "map INTEGER, path TEXT, file TEXT, line INTEGER)",
      BIT(CF_STACK) | BIT(CF_DEPTH), BIT(CF_STACK), {[CF_STACK] = 0, [CF_DEPTH] = 0}},
     /* One row per interned stack: its leaf function and its functions
      * joined by ';', outermost first (the folded-stack order). */
@@ -179,6 +181,7 @@ typedef struct st_cursor {
     const uint64_t *frames;
     uint32_t n_frames;
     st_cpu_frame frame;   /* cpu_frames: the current frame */
+    const st_cpu_line *line; /* cpu_frames: its source line, NULL: none */
     const char *function; /* its function: frame.name or label */
     char label[512];
     char *demangled; /* the current frame's function, demangled (free) */
@@ -810,6 +813,12 @@ static int next_stack(st_cursor *c)
         uint64_t stack = c->stacks[c->si - 1];
         int rc = frame_function(vt, stack, c->frames[c->depth], &c->frame, c->label, sizeof c->label, &c->demangled,
                                 &c->function);
+        if (!rc && frames_table) {
+            uint32_t n_lines = 0;
+            int lr = st_reader_cpu_frame_lines(vt->reader, stack, c->frames[c->depth], &c->line, &n_lines);
+            if (lr < 0) rc = vt_error(vt, lr);
+            else if (!lr || !c->line[0].file[0]) c->line = NULL;
+        }
         if (rc) {
             c->eof = 1;
             return rc;
@@ -1075,6 +1084,8 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case CF_SYM_OFFSET: sqlite3_result_int64(ctx, (sqlite3_int64)f->sym_offset); break;
         case CF_MAP: if (f->map >= 0) sqlite3_result_int64(ctx, f->map); else sqlite3_result_null(ctx); break;
         case CF_PATH: if (f->map >= 0) sqlite3_result_text(ctx, f->path, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
+        case CF_FILE: if (c->line) sqlite3_result_text(ctx, c->line->file, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
+        case CF_LINE: if (c->line) sqlite3_result_int64(ctx, c->line->line); else sqlite3_result_null(ctx); break;
         }
     } else if (vt->def->id == TABLE_CPU_STACK_TEXT) {
         switch (col) {

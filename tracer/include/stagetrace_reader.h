@@ -499,6 +499,24 @@ typedef struct st_cpu_frame {
 } st_cpu_frame;
 ST_API int st_reader_cpu_frame_name(st_reader *r, uint64_t stack, uint64_t addr, st_cpu_frame *out);
 
+/* The source line of a frame address and the functions inlined there
+ * (cpu_lines, docs/trace-format.md, as the recording process found them
+ * with libdw): *n rows, innermost first (depth 0: the function whose code
+ * holds the address, with the address's file and line; each next one the
+ * function that inlined the one before, with the line of that call; the
+ * last the out-of-line function). file "" and line 0 when unknown;
+ * strings and rows the reader's, valid until st_reader_close. 1: the
+ * address has rows; 0: none (or the trace has no cpu_lines table, as
+ * traces recorded before it, or meta cpu_lines none); <0 error. The table
+ * is checked when first read: a row mistyped, a (addr, depth) twice or a
+ * gap in an address's depths is ST_ECORRUPT. */
+typedef struct st_cpu_line {
+    const char *function, *file;
+    int64_t line, col;
+} st_cpu_line;
+ST_API int st_reader_cpu_frame_lines(st_reader *r, uint64_t stack, uint64_t addr, const st_cpu_line **lines,
+                                     uint32_t *n);
+
 /* A cpu_maps row: the mapping map (st_cpu_frame.map) of the process the
  * stack id names, its addresses [start, end), its offset in its file, path
  * and build_id (strings the reader's, valid until st_reader_close), for
