@@ -2,9 +2,9 @@
  * HTML file that tells the story of a run, readable offline.
  *
  * Inline CSS and inline SVG only: no script, no external font, image or
- * link, so the file opens anywhere and shows the same. Sections: run
- * metadata; the bottleneck verdict (verdict.c's story) with the roles
- * table; per role, a stacked chart of where its time went per window (stage
+ * link, so the file opens anywhere and shows the same. Sections: the
+ * bottleneck verdict (verdict.c's story) with the roles table; the run's
+ * metadata (one line, the table folded); per role, a stacked chart of where its time went per window (stage
  * colours are the same in every chart: one colour family per stage kind);
  * a timeline of a few steps (one lane per thread, ranges as rectangles
  * coloured by stage, nested ranges thinner inside their parents; ranges
@@ -39,8 +39,9 @@ static const char help[] =
     "\n"
     "Writes one self-contained HTML file (inline CSS and SVG, no scripts, no external\n"
     "fonts or links: it reads offline) with:\n"
-    "  - the run's metadata;\n"
-    "  - the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
+    "  - first the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
+    "  - the run in one line (program, steps, duration, tokens/s, status), its metadata\n"
+    "    folded under it;\n"
     "  - per role, where its time went per window of N steps: stacked shares of its\n"
     "    threads' wall time per stage (self time) and idle; a stage has the same colour in\n"
     "    every chart (blues: wait_input, oranges: wait_output, purples: sync, greens: comm,\n"
@@ -97,7 +98,21 @@ static void section_meta(an_report *rp)
     an_trace *t = rp->t;
     static const char *const keys[] = {"program", "run_id", "host", "pid", "rank", "world_size", "start_utc",
                                        "status", "tool_version", "clock", "profile_interval", "dropped_events", "argv"};
-    fputs("<section id=\"run\"><h2>Run</h2><table class=\"meta\">\n", f);
+    /* after the verdict: what a reader needs first is the verdict; the
+     * metadata is one line in view, its table folded */
+    fputs("<section id=\"run\"><h2>Run</h2>\n<p class=\"run-line\">", f);
+    const char *program = an_trace_meta(t, "program"), *status = an_trace_meta(t, "status");
+    an_html_esc(f, program ? program : "(program unknown)");
+    if (rp->p->has_steps)
+        fprintf(f, ", %llu steps (%llu-%llu)", (unsigned long long)rp->v.steps,
+                (unsigned long long)rp->p->bin_step_first[0], (unsigned long long)rp->p->bin_step_last[rp->p->n_bins - 1]);
+    fprintf(f, " in %.3f s", ((double)t->span_t1_ns - (double)t->span_t0_ns) / 1e9);
+    if (isfinite(rp->v.tokens_per_s)) fprintf(f, ", %.1f tokens/s", rp->v.tokens_per_s);
+    fputs(", status ", f);
+    an_html_esc(f, status ? status : "-");
+    fputs(".</p>\n<details><summary>Run metadata: host, pid, argv, clock, threads by role</summary>\n"
+          "<table class=\"meta\">\n",
+          f);
     put_meta_row(f, "file", t->path);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) put_meta_row(f, keys[i], an_trace_meta(t, keys[i]));
     char buf[160];
@@ -123,7 +138,7 @@ static void section_meta(an_report *rp)
         put_meta_row(f, "threads by role", roles);
         free(roles);
     }
-    fputs("</table></section>\n", f);
+    fputs("</table>\n</details></section>\n", f);
 }
 
 static void put_pct_cell(FILE *f, double v)
@@ -799,7 +814,8 @@ static const char css[] =
     "border:1px solid #999}\n"
     "svg{display:block}pre.flow{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}\n"
     ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
-    ".verdict summary{cursor:pointer;color:#4e79a7}\n";
+    ".verdict summary{cursor:pointer;color:#4e79a7}\n"
+    "#run summary{cursor:pointer;color:#4e79a7;font-size:13px}p.run-line{margin:4px 0}\n";
 
 static int write_report(an_report *rp)
 {
@@ -809,8 +825,8 @@ static int write_report(an_report *rp)
     fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>stagetrace report: ", css);
     an_html_esc(f, rp->t->path);
     fputs("</h1>\n", f);
-    section_meta(rp);
     int rc = section_verdict(rp);
+    if (!rc) section_meta(rp);
     if (!rc) rc = section_ranks(rp);
     if (!rc) rc = section_breakdown(rp);
     if (!rc) rc = an_report_timeline(rp);

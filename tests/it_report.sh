@@ -238,6 +238,26 @@ print("GPU-aware verdict ok")
 EOF
 ok
 
+# ---- a first reader's order: the verdict before the run's metadata, which is one line and a folded table ----
+python3 - $pages gpu.html <<'EOF' || fail "verdict before metadata"
+import re, sys
+for name in sys.argv[1:]:
+    h = open(name, encoding="utf-8").read()
+    v, r = h.index('<section id="verdict">'), h.index('<section id="run">')
+    assert v < r, (name, "the run's metadata comes before the verdict")
+    # the first section of the body is the verdict, its headline before the run's metadata
+    assert h.index("<section") == v and h.index('<p class="headline">') < r, name
+    run = re.search(r'<section id="run">.*?</section>', h, flags=re.S).group(0)
+    assert re.search(r'<p class="run-line">[^<]+ in [0-9]+\.[0-9]{3} s(, [0-9.]+ tokens/s)?, status [a-z]+\.</p>', run), (name, run[:300])
+    det = re.search(r'<details><summary>Run metadata[^<]*</summary>\s*<table class="meta">(.*?)</table>\s*</details>', run, flags=re.S)
+    assert det and det.group(1).count("<tr>") >= 14, name
+t = open("target.html", encoding="utf-8").read()
+assert '<p class="run-line">gen2, 20 steps (1-20) in 0.200 s, 100000.0 tokens/s, status complete.</p>' in t, \
+    re.search(r'<p class="run-line">.*?</p>', t).group(0)
+print("verdict before metadata ok")
+EOF
+ok
+
 # ---- rendering in headless Chromium --------------------------------------------------------------
 CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$CHROME" ]; then
