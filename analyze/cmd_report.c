@@ -207,7 +207,9 @@ static void put_headline(an_report *rp)
     const char *stage = v->stage >= 0 ? st_reader_stage(rp->t->r, (uint32_t)v->stage)->name : NULL;
     fputs("<p class=\"headline\">", f);
     if (v->device >= 0) {
-        fprintf(f, "GPU %d sets the pace: it is busy %.0f%% of the time", p->devices[v->device], v->load_pct);
+        fprintf(f, "GPU %d sets the pace: over ", p->devices[v->device]);
+        put_verdict_window(rp);
+        fprintf(f, " it is busy %.0f%% of the time", v->load_pct);
         if (v->role >= 0) {
             fputs(", most of it with work launched by ", f);
             an_html_esc(f, p->role_names[v->role]);
@@ -215,9 +217,13 @@ static void put_headline(an_report *rp)
     } else if (v->role >= 0 && v->saturated) {
         fputs("The ", f);
         an_html_esc(f, p->role_names[v->role]);
-        fprintf(f, " role sets the pace: its threads are busy %.0f%% of the time", v->load_pct);
+        fputs(" role sets the pace: over ", f);
+        put_verdict_window(rp);
+        fprintf(f, " its threads are busy %.0f%% of the time", v->load_pct);
     } else {
-        fputs("No role or GPU is saturated: the pipeline is not held back by one stage", f);
+        fputs("No role or GPU is saturated over ", f);
+        put_verdict_window(rp);
+        fputs(": the pipeline is not held back by one stage", f);
     }
     if (stage && isfinite(v->whatif_factor)) {
         fputs(". Making ", f);
@@ -281,6 +287,16 @@ static int section_verdict(an_report *rp)
         int64_t w0, w1;
         if (an_gpu_steady_window(rp->t, p->bin_t[0], p->bin_t[p->n_bins], &w0, &w1, desc, sizeof desc))
             snprintf(desc, sizeof desc, "the verdict's window");
+        else if (w0 != p->bin_t[0] || w1 != p->bin_t[p->n_bins]) {
+            /* two windows on one screen: say which figure is whose, and why they differ */
+            fputs("<p class=\"note window-note\">Windows: the verdict, the GPU-per-role and the roles tables cover ", f);
+            put_verdict_window(rp);
+            fputs("; the GPU idle table and line cover ", f);
+            an_html_esc(f, desc);
+            fputs(", as <code>analyze gpu</code>&#39;s devices table. The first holds the start-up the second leaves "
+                  "out, so one GPU&#39;s busy shares differ between them.</p>\n",
+                  f);
+        }
         fputs("<table class=\"data\" id=\"gpu-table\"><caption>GPU idle split over ", f);
         an_html_esc(f, desc);
         fputs("</caption>\n<tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
@@ -311,7 +327,9 @@ static int section_verdict(an_report *rp)
     }
     free(story);
     if (p->n_devices && put_device_roles(rp)) return AN_EXIT_FAIL; /* printed */
-    fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
+    fputs("<table class=\"data\" id=\"roles-table\"><caption>Roles over ", f);
+    put_verdict_window(rp);
+    fputs(" (the verdict&#39;s window): shares of each role&#39;s wall time</caption>\n<tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
           "<th>wait_input</th><th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th>",
           f);
     if (p->n_devices) fputs("<th>host (busy - sync)</th><th>GPU work</th>", f);

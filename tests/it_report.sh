@@ -141,7 +141,7 @@ import re, sys
 t = open("target.html", encoding="utf-8").read()
 v = re.search(r'<div class="verdict">.*?</div>', t, flags=re.S).group(0)
 head = re.search(r'<p class="headline">([^<]*)</p>', v).group(1)
-assert head.startswith("The target role sets the pace: its threads are busy 90% of the time. Making "), head
+assert head.startswith("The target role sets the pace: over steps 1-20 its threads are busy 90% of the time. Making "), head
 # the headline first, then the story's verdict and evidence, then the folded rest
 assert v.index('class="headline"') < v.index("<p>Bottleneck: target") < v.index("<p>Evidence:") < v.index("<details>")
 det = re.search(r"<details>.*?</details>", v, flags=re.S).group(0)
@@ -200,6 +200,11 @@ assert ('<td class="n">0</td><td class="n">57</td><td class="n">72.0%</td><td cl
         '<td class="n">53.200</td><td class="n">43.600</td><td class="n">0.000</td><td class="n">9.600</td>'
         '<td>target0 / postprocess (19.000 ms)</td>') in row, row
 assert "GPU idle: over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+# two windows on one page, each figure labelled: the headline and roles name the verdict's, a note names both
+assert ('<p class="note window-note">Windows: the verdict, the GPU-per-role and the roles tables cover steps 1-20; '
+        'the GPU idle table and line cover steps 2-20 (0.010-0.200 s, start-up left out)') in g
+assert '<caption>Roles over steps 1-20 (the verdict&#39;s window)' in g
+assert re.search(r'<p class="headline">[^<]* over steps 1-20 ', g), "the headline names no window"
 # traces without flow records: no flow section
 for name in sys.argv[1:]:
     if name != "trainer.html":
@@ -218,7 +223,7 @@ python3 - gpu_shared.html target.html <<'EOF' || fail "GPU-aware verdict in the 
 import re, sys
 g = open(sys.argv[1], encoding="utf-8").read()
 assert "<p>Bottleneck: GPU 0, busy 80.0% of the time, shared by 2 roles: target 60.0%, drafter 40.0%" in g
-assert '<p class="headline">GPU 0 sets the pace: it is busy 80% of the time, most of it with work launched by target.' in g
+assert '<p class="headline">GPU 0 sets the pace: over steps 1-10 it is busy 80% of the time, most of it with work launched by target.' in g
 assert "<caption>GPU busy per launching role over steps 1-10 (the verdict&#39;s window)</caption>" in g
 roles = re.search(r'<table class="data" id="roles-table">.*?</table>', g, flags=re.S).group(0)
 assert "<th>host (busy - sync)</th><th>GPU work</th>" in roles and "<th>need ms/step</th>" in roles
