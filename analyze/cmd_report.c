@@ -42,6 +42,9 @@ static const char help[] =
     "  - first the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
     "  - the run in one line (program, steps, duration, tokens/s, status), its metadata\n"
     "    folded under it;\n"
+    "  - with GPU activity, per GPU the 10 kernels with the most device time over the\n"
+    "    whole trace (as `analyze gpu`'s kernels table): count, total, share of the GPU's\n"
+    "    busy time, mean;\n"
     "  - per role, where its time went per window of N steps: stacked shares of its\n"
     "    threads' wall time per stage (self time) and idle; a stage has the same colour in\n"
     "    every chart (blues: wait_input, oranges: wait_output, purples: sync, greens: comm,\n"
@@ -833,6 +836,7 @@ static const char css[] =
     "svg{display:block}pre.flow{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}\n"
     ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
     ".verdict summary{cursor:pointer;color:#4e79a7}\n"
+    "td.kname{word-break:break-all;max-width:760px;font-family:monospace;font-size:12px}\n"
     "#run summary{cursor:pointer;color:#4e79a7;font-size:13px}p.run-line{margin:4px 0}\n";
 
 static int write_report(an_report *rp)
@@ -846,6 +850,7 @@ static int write_report(an_report *rp)
     int rc = section_verdict(rp);
     if (!rc) section_meta(rp);
     if (!rc) rc = section_ranks(rp);
+    if (!rc) rc = an_report_kernels(rp);
     if (!rc) rc = section_breakdown(rp);
     if (!rc) rc = an_report_timeline(rp);
     if (!rc) rc = an_report_cpu(rp);

@@ -243,6 +243,57 @@ print("GPU-aware verdict ok")
 EOF
 ok
 
+# ---- top kernels per GPU: the rows are analyze gpu's kernel totals (a recorded H200 sample and gpu_steps) ----
+SAMPLE="$ROOT/samples/traces/h200-2x2-async.sqlite"
+kernel_pages="gpu.html"
+expect_ok r_gpu_json "$A" gpu --format json --top 0 gpu_steps.sqlite
+expect_ok r_gpu_all "$A" gpu --format json --time 0:1000 gpu_steps.sqlite
+kernel_args="gpu.html r_gpu_json.out r_gpu_all.out"
+if [ -f "$SAMPLE" ]; then
+    expect_ok r_sample "$A" report "$SAMPLE" --html sample.html
+    expect_ok r_sample_json "$A" gpu --format json --top 0 "$SAMPLE"
+    expect_ok r_sample_all "$A" gpu --format json --time 0:1000 "$SAMPLE"
+    kernel_args="$kernel_args sample.html r_sample_json.out r_sample_all.out"
+    pages="$pages sample.html"
+else
+    echo "SKIP: $SAMPLE is absent (the kernels check runs on gpu_steps.sqlite only)"
+fi
+python3 - $kernel_args target.html <<'EOF' || fail "top kernels"
+import html, json, re, sys
+args = sys.argv[1:-1]
+for page_name, kernels_json, whole_json in zip(args[0::3], args[1::3], args[2::3]):
+    page = open(page_name, encoding="utf-8").read()
+    sec = re.search(r'<section id="kernels">.*?</section>', page, flags=re.S).group(0)
+    gpu = json.load(open(kernels_json))["kernels"]
+    # busy over the whole trace: analyze gpu's devices table over a window holding every record
+    busy = {d["device"]: d["busy_ms"] for d in json.load(open(whole_json))["devices"]}
+    devices = sorted({k["device"] for k in gpu})
+    tables = re.findall(r'<table class="data kernels" id="kernels-gpu-(\d+)" data-device="\d+"><caption>(.*?)</caption>(.*?)</table>', sec, flags=re.S)
+    assert [int(d) for d, _, _ in tables] == devices, (page_name, [d for d, _, _ in tables], devices)
+    for dev, caption, body in tables:
+        dev = int(dev)
+        mine = [k for k in gpu if k["device"] == dev]  # analyze gpu's order: total, largest first
+        assert caption == f"GPU {dev}: top {min(10, len(mine))} of {len(mine)} kernel{'s' if len(mine) != 1 else ''} by device time, over the whole trace (busy {busy[dev]:.3f} ms: kernels, copies and memsets)", caption
+        rows = re.findall(r'<tr><td class="kname">([^<]*)</td><td class="n">(\d+)</td><td class="n">([0-9.]+)</td>'
+                          r'<td class="n">([0-9.]+)%</td><td class="n">([0-9.]+)</td></tr>', body)
+        assert len(rows) == min(10, len(mine)), (page_name, dev, len(rows))
+        for (name, count, total, share, mean), k in zip(rows, mine):
+            assert html.unescape(name) == k["kernel"] and int(count) == k["count"], (name, k)
+            assert total == f'{k["total_ms"]:.3f}' and mean == f'{k["mean_ms"]:.3f}', (total, mean, k)
+            assert abs(float(share) - 100 * k["total_ms"] / busy[dev]) < 0.051, (share, k, busy[dev])
+        rest = mine[10:]
+        other = re.search(r'<tr class="idle"><td>(\d+) other kernels?</td><td class="n">(\d+)</td><td class="n">([0-9.]+)</td>', body)
+        if rest:
+            assert other and int(other.group(1)) == len(rest) and int(other.group(2)) == sum(k["count"] for k in rest), other
+            assert abs(float(other.group(3)) - sum(k["total_ms"] for k in rest)) < 0.002, other.group(3)
+        else:
+            assert not other, body
+    print(f"top kernels ok: {page_name}, {len(tables)} GPUs, {len(gpu)} kernel rows of analyze gpu")
+# no GPU activity: no kernels section
+assert 'id="kernels"' not in open(sys.argv[-1], encoding="utf-8").read()
+EOF
+ok
+
 # ---- a first reader's order: the verdict before the run's metadata, which is one line and a folded table ----
 python3 - $pages gpu.html <<'EOF' || fail "verdict before metadata"
 import re, sys
