@@ -913,6 +913,8 @@ static int work(an_cmd *c)
     memset(&rp, 0, sizeof rp);
     rp.every = o->every;
     rp.speedup = o->speedup;
+    rp.inputs = c->args.pos;
+    rp.n_inputs = c->args.n_pos;
     rp.cpu_stages = o->cpu_stages;
     rp.n_cpu_stages = o->n_cpu_stages;
     an_trace *t = &c->trace;

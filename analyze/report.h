@@ -25,6 +25,8 @@ typedef struct an_report {
     uint32_t *first;         /* [n_windows + 1] bins */
     an_window_spec steps;    /* timeline */
     double speedup;
+    const char *const *inputs;     /* the trace arguments as given (the export command quoted) */
+    int n_inputs;
     const char *const *cpu_stages; /* --cpu-stage values (comma lists) */
     uint32_t n_cpu_stages;
 } an_report;

@@ -294,6 +294,28 @@ assert 'id="kernels"' not in open(sys.argv[-1], encoding="utf-8").read()
 EOF
 ok
 
+# ---- the timeline says how to see the other steps: its export command, quoted for the shell, runs ----
+cp target.sqlite "my run's 1.sqlite"
+expect_ok r_quoted "$A" report "my run's 1.sqlite" --html quoted.html
+python3 - target.html quoted.html >rest_cmds.txt <<'EOF' || fail "timeline: the rest"
+import html, re, sys
+for name, steps, cmd in ((sys.argv[1], "It shows steps 6-8 of the run&#39;s 1-20. ", "analyze export target.sqlite --chrome target.json"),
+                         (sys.argv[2], "It shows steps 9-11 of the run&#39;s 1-20. ",
+                          "analyze export 'my run'\\''s 1.sqlite' --chrome 'my run'\\''s 1.json'")):
+    page = open(name, encoding="utf-8").read()
+    tl = re.search(r'<section id="timeline">.*?</section>', page, flags=re.S).group(0)
+    rest = re.search(r'<p class="note timeline-rest">(.*?)</p>', tl).group(1)
+    assert rest.startswith(steps), rest
+    code = html.unescape(re.search(r"<code>(analyze export [^<]*)</code>", rest).group(1))
+    assert code == cmd, (code, cmd)
+    print(code)
+EOF
+while read -r line; do
+    bash -c "$A ${line#analyze }" >/dev/null 2>rest.err || fail "the timeline's command failed: $line: $(cat rest.err)"
+done <rest_cmds.txt
+python3 -c 'import json, sys; [json.load(open(p)) for p in sys.argv[1:]]' target.json "my run's 1.json" || fail "exported JSON"
+ok
+
 # ---- a first reader's order: the verdict before the run's metadata, which is one line and a folded table ----
 python3 - $pages gpu.html <<'EOF' || fail "verdict before metadata"
 import re, sys
