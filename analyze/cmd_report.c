@@ -48,7 +48,8 @@ static const char help[] =
     "  - per role, where its time went per window of N steps: stacked shares of its\n"
     "    threads' wall time per stage (self time) and idle; a stage has the same colour in\n"
     "    every chart (blues: wait_input, oranges: wait_output, purples: sync, greens: comm,\n"
-    "    reds: copy, grey: idle, strong colours: work);\n"
+    "    reds: copy, grey: idle, strong colours: work); a role busy under 1% of its time\n"
+    "    (it only waits) gets one line instead of a chart;\n"
     "  - a timeline of a few steps: one lane per thread, ranges coloured by stage, nested\n"
     "    ranges drawn thinner inside their parents, step marks as dashed lines; ranges\n"
     "    narrower than a pixel are merged per pixel column;\n"
@@ -410,6 +411,50 @@ static void x_window_labels(FILE *f, const an_report *rp, int y, double bar_w)
     }
 }
 
+/* A role busy (work, sync, comm, copy) under WAIT_ONLY_BUSY_PCT of its
+ * wall time over every step gets one line instead of a chart of one
+ * colour: its busy share and its largest stages (or idle), at most three of
+ * at least 1% each. ns: its self
+ * time per column over the same steps. Returns 1 when it printed the line. */
+#define WAIT_ONLY_BUSY_PCT 1.0
+static int put_wait_only(an_report *rp, uint32_t r, const int64_t *ns)
+{
+    const an_pipe *p = rp->p;
+    int64_t wall = 0, busy = 0;
+    for (uint32_t c = 0; c < p->n_cols; c++) {
+        wall += ns[c];
+        if (c < p->n_stages) {
+            st_kind k = st_reader_stage(p->trace->r, c)->kind;
+            if (k != ST_WAIT_INPUT && k != ST_WAIT_OUTPUT) busy += ns[c];
+        }
+    }
+    if (wall <= 0 || 100.0 * (double)busy / (double)wall >= WAIT_ONLY_BUSY_PCT) return 0;
+    FILE *f = rp->f;
+    fputs("<p class=\"wait-only\" data-role=\"", f);
+    an_html_esc(f, p->role_names[r]);
+    fputs("\"><b>", f);
+    an_html_esc(f, p->role_names[r]);
+    fprintf(f, "</b> (%u thread%s): no chart, it only waits: busy %.1f%% of its time; ", p->role_threads[r],
+            p->role_threads[r] == 1 ? "" : "s", 100.0 * (double)busy / (double)wall);
+    /* its stages (and idle) of at least 1%, largest first, at most three */
+    uint8_t *done = calloc(p->n_cols, 1);
+    for (int i = 0; i < 3; i++) {
+        int64_t best = -1;
+        for (uint32_t c = 0; c < p->n_cols; c++)
+            if (!(done && done[c]) && ns[c] * 100 >= wall && (best < 0 || ns[c] > ns[best])) best = c;
+        if (best < 0 || (i && !done)) break;
+        if (done) done[best] = 1;
+        if (i) fputs(", ", f);
+        an_html_esc(f, an_html_col_name(p, (uint32_t)best));
+        fprintf(f, " %.1f%% (", 100.0 * (double)ns[best] / (double)wall);
+        an_html_esc(f, an_html_col_kind(p, (uint32_t)best));
+        fputc(')', f);
+    }
+    free(done);
+    fputs(".</p>\n", f);
+    return 1;
+}
+
 static int section_breakdown(an_report *rp)
 {
     FILE *f = rp->f;
@@ -431,6 +476,7 @@ static int section_breakdown(an_report *rp)
         memset(shown, 0, p->n_cols);
         an_pipe_stage_ns(p, 0, p->n_bins, r, ns);
         for (uint32_t c = 0; c < p->n_cols; c++) shown[c] = ns[c] > 0;
+        if (put_wait_only(rp, r, ns)) continue;
         char title[300], name[128];
         snprintf(title, sizeof title, "%s (%u thread%s): share of time per stage, per window",
                  an_clean(p->role_names[r], name, sizeof name), p->role_threads[r], p->role_threads[r] == 1 ? "" : "s");
@@ -837,6 +883,7 @@ static const char css[] =
     ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
     ".verdict summary{cursor:pointer;color:#4e79a7}\n"
     "td.kname{word-break:break-all;max-width:760px;font-family:monospace;font-size:12px}\n"
+    "p.wait-only{margin:6px 0 10px}\n"
     "#run summary{cursor:pointer;color:#4e79a7;font-size:13px}p.run-line{margin:4px 0}\n";
 
 static int write_report(an_report *rp)

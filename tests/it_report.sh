@@ -108,7 +108,11 @@ for name in sys.argv[1:]:
     ET.fromstring(html.replace("<!DOCTYPE html>", "", 1))
 t = open("target.html").read()
 assert "Bottleneck: target (1 thread), busy 90.0% of its time" in t
-assert "share of time per stage, per window" in t and t.count("share of time per stage, per window</h3>") == 4
+# loader, target and drafter get a chart; main only waits (step_wait 100%): one line instead
+assert "share of time per stage, per window" in t and t.count("share of time per stage, per window</h3>") == 3
+assert ('<p class="wait-only" data-role="main"><b>main</b> (1 thread): no chart, it only waits: busy 0.0% of its '
+        'time; step_wait 100.0% (wait_input).</p>') in t
+assert "main (1 thread): share of time" not in t
 assert "queue depth: queue_depth (items)" in t and "Timeline of steps 6-8" in t
 m = open("moves.html").read()
 assert "the bottleneck moved: target in steps 1-10, drafter in steps 11-20." in m
@@ -314,6 +318,33 @@ while read -r line; do
     bash -c "$A ${line#analyze }" >/dev/null 2>rest.err || fail "the timeline's command failed: $line: $(cat rest.err)"
 done <rest_cmds.txt
 python3 -c 'import json, sys; [json.load(open(p)) for p in sys.argv[1:]]' target.json "my run's 1.json" || fail "exported JSON"
+ok
+
+# ---- a role that only waits gets one line, not a chart: exactly the roles the roles table shows under 1% busy ----
+python3 - $pages gpu.html <<'EOF' || fail "wait-only roles"
+import html, re, sys
+lines = 0
+for name in sys.argv[1:]:
+    h = open(name, encoding="utf-8").read()
+    roles = re.search(r'<table class="data" id="roles-table">.*?</table>', h, flags=re.S).group(0)
+    busy = {html.unescape(r): float(b) for r, b in
+            re.findall(r'<tr(?: class="hot")?><td>([^<]*)</td><td class="n">\d+</td><td class="n">([0-9.]+)%</td>', roles)}
+    brk = re.search(r'<section id="breakdown">.*?</section>', h, flags=re.S).group(0)
+    charts = {html.unescape(r) for r in re.findall(r'<h3>(.*?) \(\d+ threads?\): share of time per stage, per window</h3>', brk)}
+    waits = {html.unescape(r): float(b) for r, b in
+             re.findall(r'<p class="wait-only" data-role="([^"]*)"><b>[^<]*</b> \(\d+ threads?\): no chart, it only waits: '
+                        r'busy ([0-9.]+)% of its time; [^<]*\.</p>', brk)}
+    assert not charts & set(waits), (name, charts, waits)
+    for role, pct in busy.items():
+        if pct < 1.0: assert role in waits and abs(waits[role] - pct) < 0.051, (name, role, pct, waits)
+        elif pct > 1.0: assert role in charts, (name, role, pct, charts)
+    lines += len(waits)
+if "sample.html" in sys.argv:
+    s = open("sample.html", encoding="utf-8").read()
+    assert ('<p class="wait-only" data-role="main"><b>main</b> (1 thread): no chart, it only waits: busy 0.0% of its '
+            'time; step_wait 100.0% (wait_input).</p>') in s
+print("wait-only roles ok:", lines, "lines")
+EOF
 ok
 
 # ---- a first reader's order: the verdict before the run's metadata, which is one line and a folded table ----
