@@ -62,7 +62,8 @@ static const char help[] =
     "    and blocked shares of its self time, and flame graphs of the samples.\n"
     "\n"
     "options:\n"
-    "  --html OUT.html  the output file ('-' writes to stdout)\n"
+    "  --html OUT.html  the output file, whose path is then printed on stdout ('-' writes the\n"
+    "                   page to stdout, and nothing else)\n"
     "  --steps A:B      the timeline's steps (default: three steps in the middle of the run)\n"
     "  --every N        steps per window of the charts (default: meta profile_interval, else\n"
     "                   10; more when the run has over 150 windows)\n"
@@ -1005,6 +1006,11 @@ static int work(an_cmd *c)
         rc = write_report(&rp);
         int crc = an_file_close(&f, rc == AN_EXIT_OK);
         if (!rc) rc = crc;
+        /* say where it went (the one line on stdout), unless stdout was the page */
+        if (!rc && strcmp(o->html, "-") != 0 && (printf("%s\n", o->html) < 0 || fflush(stdout) != 0)) {
+            an_error("report: cannot write to stdout");
+            rc = AN_EXIT_FAIL;
+        }
     }
     free(rp.pal.stage);
     free(rp.pal.hex);

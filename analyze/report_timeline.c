@@ -60,7 +60,8 @@ static void put_shell_word(FILE *f, const char *w)
 
 /* The timeline holds a few steps: say which, of how many, and the command
  * that exports every step for a trace viewer. The output's name is the first
- * input's, its extension replaced by .json, in the current directory. */
+ * input's, its extension replaced by .json, in the current directory (a rank
+ * set's: its files' directory's, "ranks" in the current one). */
 static void put_rest(const an_report *rp, int has_steps, uint64_t first, uint64_t last)
 {
     FILE *f = rp->f;
@@ -71,13 +72,21 @@ static void put_rest(const an_report *rp, int has_steps, uint64_t first, uint64_
                 (unsigned long long)last, (unsigned long long)p->bin_step_first[0],
                 (unsigned long long)p->bin_step_last[p->n_bins - 1]);
     fputs("To see every step, zoomable, in Perfetto (ui.perfetto.dev) or chrome://tracing: <code>analyze export", f);
-    for (int i = 0; i < rp->n_inputs; i++) {
+    /* a rank set: its files in rank order, however they were given (a list, a glob, a directory) */
+    const an_trace *t = rp->t;
+    int n = t->is_set ? (int)t->n_ranks : rp->n_inputs;
+    for (int i = 0; i < n; i++) {
         fputc(' ', f);
-        put_shell_word(f, rp->inputs[i]);
+        put_shell_word(f, t->is_set ? t->ranks[i].path : rp->inputs[i]);
     }
     char out[256];
-    const char *in = rp->n_inputs ? rp->inputs[0] : "trace";
+    const char *in = n ? (t->is_set ? t->ranks[0].path : rp->inputs[0]) : "trace";
     size_t len = strlen(in);
+    if (t->is_set) { /* named after the rank files' directory */
+        const char *slash = strrchr(in, '/');
+        len = slash ? (size_t)(slash - in) : 0;
+        if (!len) in = "ranks", len = 5;
+    }
     while (len > 1 && in[len - 1] == '/') len--; /* a directory of rank files */
     const char *base = in;
     for (size_t i = 0; i < len; i++)

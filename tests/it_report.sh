@@ -48,9 +48,14 @@ ok
 expect_ok r_target "$A" report target.sqlite --html target.html
 expect_usage r_exists "$A" report target.sqlite --html target.html
 grep -q 'exists (pass --overwrite' r_exists.err || fail "existing output: $(cat r_exists.err)"
+# success prints the path written, one line on stdout; a refusal prints nothing there
+[ "$(cat r_target.out)" = "target.html" ] && [ "$(wc -l <r_target.out)" -eq 1 ] || fail "report's stdout: '$(cat r_target.out)'"
+[ ! -s r_exists.out ] || fail "a refused report printed: $(cat r_exists.out)"
 expect_ok r_overwrite "$A" report target.sqlite --html target.html --overwrite --steps 5:8 --every 5
 expect_ok r_stdout "$A" report moves.sqlite --html -
 [ -s r_stdout.out ] || fail "report to stdout"
+# with '-' stdout is the page and nothing else: it ends with the document
+[ "$(tail -n 1 r_stdout.out)" = "</html>" ] && [ "$(head -n 1 r_stdout.out)" = "<!DOCTYPE html>" ] || fail "report to stdout: more than the page"
 cp r_stdout.out moves.html
 expect_ok r_dense "$A" report dense.sqlite --html dense.html
 expect_ok r_evil "$A" report evil.sqlite --html evil.html
@@ -300,7 +305,8 @@ ok
 
 # ---- the timeline says how to see the other steps: its export command, quoted for the shell, runs ----
 cp target.sqlite "my run's 1.sqlite"
-expect_ok r_quoted "$A" report "my run's 1.sqlite" --html quoted.html
+expect_ok r_quoted "$A" report "my run's 1.sqlite" --html "$T/quoted.html"
+[ "$(cat r_quoted.out)" = "$T/quoted.html" ] || fail "report's stdout: '$(cat r_quoted.out)', not the path given"
 python3 - target.html quoted.html >rest_cmds.txt <<'EOF' || fail "timeline: the rest"
 import html, re, sys
 for name, steps, cmd in ((sys.argv[1], "It shows steps 6-8 of the run&#39;s 1-20. ", "analyze export target.sqlite --chrome target.json"),
