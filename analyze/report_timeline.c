@@ -362,7 +362,7 @@ int an_report_timeline(an_report *rp)
     }
     if (has_a && has_b) fprintf(f, " of steps %llu-%llu", (unsigned long long)step_a + 1, (unsigned long long)step_b);
     fprintf(f, " (%s-%s s from the trace start)</h2>\n<p class=\"note\">One lane per thread; ranges coloured by stage, "
-               "nested ranges thinner inside their parents; dashed lines are step marks. Ranges narrower than a pixel "
+               "nested ranges thinner inside their parents; dashed lines are step marks (the one labelled step N ends step N). Ranges narrower than a pixel "
                "are merged per pixel column (opacity: how much of it they cover).%s</p>\n",
             a, b,
             n_gl ? " Under them, one lane per GPU device and stream: kernels, copies and memsets coloured by kind, "

@@ -7,7 +7,13 @@
 # stylesheet), every string from the trace is escaped, the timeline's
 # rectangles stay bounded on a trace of dense tiny ranges; the output-file
 # rules (an existing file needs --overwrite, a failed report leaves nothing
-# behind). Then it renders the page in headless Chromium and checks that the
+# behind; on success the one line on stdout is the path written). On a
+# recorded H200 sample (samples/traces) and tracegen's GPU trace, the top-kernels
+# tables against `analyze gpu --format json`'s kernels and busy figures; on
+# every page, the verdict before the run's metadata, the window labels, the
+# one line of a role that only waits (exactly the roles under 1% busy in the
+# roles table), and the timeline's export command, run as printed (quoted for
+# the shell). Then it renders the pages in headless Chromium and checks that the
 # screenshot is a PNG that is not blank (a small pure-Python PNG decoder
 # counts its colours). Without chromium the rendering part is skipped
 # (SKIP line: install Debian's `chromium` package to run it).
@@ -392,6 +398,7 @@ render target.html target-narrow.png 800
 render gpu_shared.html gpu.png
 render gpu_shared.html gpu-narrow.png 800
 if [ -e trainer.html ]; then render trainer.html trainer.png; shots="$shots trainer.png"; fi
+if [ -e sample.html ]; then render sample.html sample.png; shots="$shots sample.png"; fi
 python3 - $shots <<'EOF' || fail "screenshots"
 import struct, sys, zlib
 def decode(path):
