@@ -2,9 +2,9 @@
  * HTML file that tells the story of a run, readable offline.
  *
  * Inline CSS and inline SVG only: no script, no external font, image or
- * link, so the file opens anywhere and shows the same. Sections: run
- * metadata; the bottleneck verdict (verdict.c's story) with the roles
- * table; per role, a stacked chart of where its time went per window (stage
+ * link, so the file opens anywhere and shows the same. Sections: the
+ * bottleneck verdict (verdict.c's story) with the roles table; the run's
+ * metadata (one line, the table folded); per role, a stacked chart of where its time went per window (stage
  * colours are the same in every chart: one colour family per stage kind);
  * a timeline of a few steps (one lane per thread, ranges as rectangles
  * coloured by stage, nested ranges thinner inside their parents; ranges
@@ -39,12 +39,17 @@ static const char help[] =
     "\n"
     "Writes one self-contained HTML file (inline CSS and SVG, no scripts, no external\n"
     "fonts or links: it reads offline) with:\n"
-    "  - the run's metadata;\n"
-    "  - the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
+    "  - first the bottleneck verdict and the roles table (as `analyze bottleneck`);\n"
+    "  - the run in one line (program, steps, duration, tokens/s, status), its metadata\n"
+    "    folded under it;\n"
+    "  - with GPU activity, per GPU the 10 kernels with the most device time over the\n"
+    "    whole trace (as `analyze gpu`'s kernels table): count, total, share of the GPU's\n"
+    "    busy time, mean;\n"
     "  - per role, where its time went per window of N steps: stacked shares of its\n"
     "    threads' wall time per stage (self time) and idle; a stage has the same colour in\n"
     "    every chart (blues: wait_input, oranges: wait_output, purples: sync, greens: comm,\n"
-    "    reds: copy, grey: idle, strong colours: work);\n"
+    "    reds: copy, grey: idle, strong colours: work); a role busy under 1% of its time\n"
+    "    (it only waits) gets one line instead of a chart;\n"
     "  - a timeline of a few steps: one lane per thread, ranges coloured by stage, nested\n"
     "    ranges drawn thinner inside their parents, step marks as dashed lines; ranges\n"
     "    narrower than a pixel are merged per pixel column;\n"
@@ -57,7 +62,8 @@ static const char help[] =
     "    and blocked shares of its self time, and flame graphs of the samples.\n"
     "\n"
     "options:\n"
-    "  --html OUT.html  the output file ('-' writes to stdout)\n"
+    "  --html OUT.html  the output file, whose path is then printed on stdout ('-' writes the\n"
+    "                   page to stdout, and nothing else)\n"
     "  --steps A:B      the timeline's steps (default: three steps in the middle of the run)\n"
     "  --every N        steps per window of the charts (default: meta profile_interval, else\n"
     "                   10; more when the run has over 150 windows)\n"
@@ -97,7 +103,21 @@ static void section_meta(an_report *rp)
     an_trace *t = rp->t;
     static const char *const keys[] = {"program", "run_id", "host", "pid", "rank", "world_size", "start_utc",
                                        "status", "tool_version", "clock", "profile_interval", "dropped_events", "argv"};
-    fputs("<section id=\"run\"><h2>Run</h2><table class=\"meta\">\n", f);
+    /* after the verdict: what a reader needs first is the verdict; the
+     * metadata is one line in view, its table folded */
+    fputs("<section id=\"run\"><h2>Run</h2>\n<p class=\"run-line\">", f);
+    const char *program = an_trace_meta(t, "program"), *status = an_trace_meta(t, "status");
+    an_html_esc(f, program ? program : "(program unknown)");
+    if (rp->p->has_steps)
+        fprintf(f, ", %llu steps (%llu-%llu)", (unsigned long long)rp->v.steps,
+                (unsigned long long)rp->p->bin_step_first[0], (unsigned long long)rp->p->bin_step_last[rp->p->n_bins - 1]);
+    fprintf(f, " in %.3f s", ((double)t->span_t1_ns - (double)t->span_t0_ns) / 1e9);
+    if (isfinite(rp->v.tokens_per_s)) fprintf(f, ", %.1f tokens/s", rp->v.tokens_per_s);
+    fputs(", status ", f);
+    an_html_esc(f, status ? status : "-");
+    fputs(".</p>\n<details><summary>Run metadata: host, pid, argv, clock, threads by role</summary>\n"
+          "<table class=\"meta\">\n",
+          f);
     put_meta_row(f, "file", t->path);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) put_meta_row(f, keys[i], an_trace_meta(t, keys[i]));
     char buf[160];
@@ -123,7 +143,7 @@ static void section_meta(an_report *rp)
         put_meta_row(f, "threads by role", roles);
         free(roles);
     }
-    fputs("</table></section>\n", f);
+    fputs("</table>\n</details></section>\n", f);
 }
 
 static void put_pct_cell(FILE *f, double v)
@@ -192,7 +212,9 @@ static void put_headline(an_report *rp)
     const char *stage = v->stage >= 0 ? st_reader_stage(rp->t->r, (uint32_t)v->stage)->name : NULL;
     fputs("<p class=\"headline\">", f);
     if (v->device >= 0) {
-        fprintf(f, "GPU %d sets the pace: it is busy %.0f%% of the time", p->devices[v->device], v->load_pct);
+        fprintf(f, "GPU %d sets the pace: over ", p->devices[v->device]);
+        put_verdict_window(rp);
+        fprintf(f, " it is busy %.0f%% of the time", v->load_pct);
         if (v->role >= 0) {
             fputs(", most of it with work launched by ", f);
             an_html_esc(f, p->role_names[v->role]);
@@ -200,9 +222,13 @@ static void put_headline(an_report *rp)
     } else if (v->role >= 0 && v->saturated) {
         fputs("The ", f);
         an_html_esc(f, p->role_names[v->role]);
-        fprintf(f, " role sets the pace: its threads are busy %.0f%% of the time", v->load_pct);
+        fputs(" role sets the pace: over ", f);
+        put_verdict_window(rp);
+        fprintf(f, " its threads are busy %.0f%% of the time", v->load_pct);
     } else {
-        fputs("No role or GPU is saturated: the pipeline is not held back by one stage", f);
+        fputs("No role or GPU is saturated over ", f);
+        put_verdict_window(rp);
+        fputs(": the pipeline is not held back by one stage", f);
     }
     if (stage && isfinite(v->whatif_factor)) {
         fputs(". Making ", f);
@@ -266,6 +292,16 @@ static int section_verdict(an_report *rp)
         int64_t w0, w1;
         if (an_gpu_steady_window(rp->t, p->bin_t[0], p->bin_t[p->n_bins], &w0, &w1, desc, sizeof desc))
             snprintf(desc, sizeof desc, "the verdict's window");
+        else if (w0 != p->bin_t[0] || w1 != p->bin_t[p->n_bins]) {
+            /* two windows on one screen: say which figure is whose, and why they differ */
+            fputs("<p class=\"note window-note\">Windows: the verdict, the GPU-per-role and the roles tables cover ", f);
+            put_verdict_window(rp);
+            fputs("; the GPU idle table and line cover ", f);
+            an_html_esc(f, desc);
+            fputs(", as <code>analyze gpu</code>&#39;s devices table. The first holds the start-up the second leaves "
+                  "out, so one GPU&#39;s busy shares differ between them.</p>\n",
+                  f);
+        }
         fputs("<table class=\"data\" id=\"gpu-table\"><caption>GPU idle split over ", f);
         an_html_esc(f, desc);
         fputs("</caption>\n<tr><th>GPU</th><th>records</th><th>busy</th><th>busy ms</th>"
@@ -296,7 +332,9 @@ static int section_verdict(an_report *rp)
     }
     free(story);
     if (p->n_devices && put_device_roles(rp)) return AN_EXIT_FAIL; /* printed */
-    fputs("<table class=\"data\" id=\"roles-table\"><tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
+    fputs("<table class=\"data\" id=\"roles-table\"><caption>Roles over ", f);
+    put_verdict_window(rp);
+    fputs(" (the verdict&#39;s window): shares of each role&#39;s wall time</caption>\n<tr><th>role</th><th>threads</th><th>busy</th><th>work</th>"
           "<th>wait_input</th><th>wait_output</th><th>sync</th><th>comm</th><th>copy</th><th>idle</th>",
           f);
     if (p->n_devices) fputs("<th>host (busy - sync)</th><th>GPU work</th>", f);
@@ -374,6 +412,50 @@ static void x_window_labels(FILE *f, const an_report *rp, int y, double bar_w)
     }
 }
 
+/* A role busy (work, sync, comm, copy) under WAIT_ONLY_BUSY_PCT of its
+ * wall time over every step gets one line instead of a chart of one
+ * colour: its busy share and its largest stages (or idle), at most three of
+ * at least 1% each. ns: its self
+ * time per column over the same steps. Returns 1 when it printed the line. */
+#define WAIT_ONLY_BUSY_PCT 1.0
+static int put_wait_only(an_report *rp, uint32_t r, const int64_t *ns)
+{
+    const an_pipe *p = rp->p;
+    int64_t wall = 0, busy = 0;
+    for (uint32_t c = 0; c < p->n_cols; c++) {
+        wall += ns[c];
+        if (c < p->n_stages) {
+            st_kind k = st_reader_stage(p->trace->r, c)->kind;
+            if (k != ST_WAIT_INPUT && k != ST_WAIT_OUTPUT) busy += ns[c];
+        }
+    }
+    if (wall <= 0 || 100.0 * (double)busy / (double)wall >= WAIT_ONLY_BUSY_PCT) return 0;
+    FILE *f = rp->f;
+    fputs("<p class=\"wait-only\" data-role=\"", f);
+    an_html_esc(f, p->role_names[r]);
+    fputs("\"><b>", f);
+    an_html_esc(f, p->role_names[r]);
+    fprintf(f, "</b> (%u thread%s): no chart, it only waits: busy %.1f%% of its time; ", p->role_threads[r],
+            p->role_threads[r] == 1 ? "" : "s", 100.0 * (double)busy / (double)wall);
+    /* its stages (and idle) of at least 1%, largest first, at most three */
+    uint8_t *done = calloc(p->n_cols, 1);
+    for (int i = 0; i < 3; i++) {
+        int64_t best = -1;
+        for (uint32_t c = 0; c < p->n_cols; c++)
+            if (!(done && done[c]) && ns[c] * 100 >= wall && (best < 0 || ns[c] > ns[best])) best = c;
+        if (best < 0 || (i && !done)) break;
+        if (done) done[best] = 1;
+        if (i) fputs(", ", f);
+        an_html_esc(f, an_html_col_name(p, (uint32_t)best));
+        fprintf(f, " %.1f%% (", 100.0 * (double)ns[best] / (double)wall);
+        an_html_esc(f, an_html_col_kind(p, (uint32_t)best));
+        fputc(')', f);
+    }
+    free(done);
+    fputs(".</p>\n", f);
+    return 1;
+}
+
 static int section_breakdown(an_report *rp)
 {
     FILE *f = rp->f;
@@ -395,6 +477,7 @@ static int section_breakdown(an_report *rp)
         memset(shown, 0, p->n_cols);
         an_pipe_stage_ns(p, 0, p->n_bins, r, ns);
         for (uint32_t c = 0; c < p->n_cols; c++) shown[c] = ns[c] > 0;
+        if (put_wait_only(rp, r, ns)) continue;
         char title[300], name[128];
         snprintf(title, sizeof title, "%s (%u thread%s): share of time per stage, per window",
                  an_clean(p->role_names[r], name, sizeof name), p->role_threads[r], p->role_threads[r] == 1 ? "" : "s");
@@ -799,7 +882,10 @@ static const char css[] =
     "border:1px solid #999}\n"
     "svg{display:block}pre.flow{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}\n"
     ".verdict p.headline{font-size:16px;font-weight:bold;margin:6px 0}.verdict details{margin:6px 0;color:#444}\n"
-    ".verdict summary{cursor:pointer;color:#4e79a7}\n";
+    ".verdict summary{cursor:pointer;color:#4e79a7}\n"
+    "td.kname{word-break:break-all;max-width:760px;font-family:monospace;font-size:12px}\n"
+    "p.wait-only{margin:6px 0 10px}\n"
+    "#run summary{cursor:pointer;color:#4e79a7;font-size:13px}p.run-line{margin:4px 0}\n";
 
 static int write_report(an_report *rp)
 {
@@ -809,9 +895,10 @@ static int write_report(an_report *rp)
     fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>stagetrace report: ", css);
     an_html_esc(f, rp->t->path);
     fputs("</h1>\n", f);
-    section_meta(rp);
     int rc = section_verdict(rp);
+    if (!rc) section_meta(rp);
     if (!rc) rc = section_ranks(rp);
+    if (!rc) rc = an_report_kernels(rp);
     if (!rc) rc = section_breakdown(rp);
     if (!rc) rc = an_report_timeline(rp);
     if (!rc) rc = an_report_cpu(rp);
@@ -874,6 +961,8 @@ static int work(an_cmd *c)
     memset(&rp, 0, sizeof rp);
     rp.every = o->every;
     rp.speedup = o->speedup;
+    rp.inputs = c->args.pos;
+    rp.n_inputs = c->args.n_pos;
     rp.cpu_stages = o->cpu_stages;
     rp.n_cpu_stages = o->n_cpu_stages;
     an_trace *t = &c->trace;
@@ -917,6 +1006,11 @@ static int work(an_cmd *c)
         rc = write_report(&rp);
         int crc = an_file_close(&f, rc == AN_EXIT_OK);
         if (!rc) rc = crc;
+        /* say where it went (the one line on stdout), unless stdout was the page */
+        if (!rc && strcmp(o->html, "-") != 0 && (printf("%s\n", o->html) < 0 || fflush(stdout) != 0)) {
+            an_error("report: cannot write to stdout");
+            rc = AN_EXIT_FAIL;
+        }
     }
     free(rp.pal.stage);
     free(rp.pal.hex);

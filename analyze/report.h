@@ -1,6 +1,6 @@
 /* report.h: what the parts of `analyze report` share: cmd_report.c (the
  * arguments, the document and most sections) and report_timeline.c (the
- * timeline) and report_cpu.c (the CPU section). Private to them.
+ * timeline), report_kernels.c (the top kernels) and report_cpu.c (the CPU section). Private to them.
  */
 #ifndef ANALYZE_REPORT_H
 #define ANALYZE_REPORT_H
@@ -25,6 +25,8 @@ typedef struct an_report {
     uint32_t *first;         /* [n_windows + 1] bins */
     an_window_spec steps;    /* timeline */
     double speedup;
+    const char *const *inputs;     /* the trace arguments as given (the export command quoted) */
+    int n_inputs;
     const char *const *cpu_stages; /* --cpu-stage values (comma lists) */
     uint32_t n_cpu_stages;
 } an_report;
@@ -43,6 +45,10 @@ void an_report_sort_lanes(an_report_lane *lanes, uint32_t n, const an_pipe *p);
 /* The timeline section, of rp->steps (default: three steps in the middle
  * of the run); an exit code. */
 int an_report_timeline(an_report *rp);
+
+/* The top-kernels section (report_kernels.c), only with GPU activity; an
+ * exit code. */
+int an_report_kernels(an_report *rp);
 
 /* The CPU section (report_cpu.c), only with the CPU capture; an exit code.
  * an_report_cpu_check: --cpu-stage's names, before anything is written. */

@@ -38,6 +38,72 @@ void an_report_sort_lanes(an_report_lane *lanes, uint32_t n, const an_pipe *p)
     qsort(lanes, n, sizeof *lanes, cmp_lane);
 }
 
+/* One word of a shell command, quoted when the shell would split or expand it. */
+static void put_shell_word(FILE *f, const char *w)
+{
+    int plain = *w != '\0';
+    for (const char *c = w; *c; c++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-+=:,@%", *c)) plain = 0;
+    if (plain) {
+        an_html_esc(f, w);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *c = w; *c; c++) {
+        if (*c == '\'') fputs("'\\''", f);
+        else {
+            char one[2] = {*c, '\0'};
+            an_html_esc(f, one);
+        }
+    }
+    fputc('\'', f);
+}
+
+/* The timeline holds a few steps: say which, of how many, and the command
+ * that exports every step for a trace viewer. The output's name is the first
+ * input's, its extension replaced by .json, in the current directory (a rank
+ * set's: its files' directory's, "ranks" in the current one). */
+static void put_rest(const an_report *rp, int has_steps, uint64_t first, uint64_t last)
+{
+    FILE *f = rp->f;
+    const an_pipe *p = rp->p;
+    fputs("<p class=\"note timeline-rest\">", f);
+    if (has_steps && p->has_steps)
+        fprintf(f, "It shows steps %llu-%llu of the run&#39;s %llu-%llu. ", (unsigned long long)first,
+                (unsigned long long)last, (unsigned long long)p->bin_step_first[0],
+                (unsigned long long)p->bin_step_last[p->n_bins - 1]);
+    fputs("To see every step, zoomable, in Perfetto (ui.perfetto.dev) or chrome://tracing: <code>analyze export", f);
+    /* a rank set: its files in rank order, however they were given (a list, a glob, a directory) */
+    const an_trace *t = rp->t;
+    int n = t->is_set ? (int)t->n_ranks : rp->n_inputs;
+    for (int i = 0; i < n; i++) {
+        fputc(' ', f);
+        put_shell_word(f, t->is_set ? t->ranks[i].path : rp->inputs[i]);
+    }
+    char out[256];
+    const char *in = n ? (t->is_set ? t->ranks[0].path : rp->inputs[0]) : "trace";
+    size_t len = strlen(in);
+    if (t->is_set) { /* named after the rank files' directory */
+        const char *slash = strrchr(in, '/');
+        len = slash ? (size_t)(slash - in) : 0;
+        if (!len) in = "ranks", len = 5;
+    }
+    while (len > 1 && in[len - 1] == '/') len--; /* a directory of rank files */
+    const char *base = in;
+    for (size_t i = 0; i < len; i++)
+        if (in[i] == '/') base = in + i + 1;
+    size_t blen = (size_t)(in + len - base);
+    const char *dot = NULL;
+    for (const char *c = base; c < base + blen; c++)
+        if (*c == '.') dot = c;
+    if (dot && dot > base) blen = (size_t)(dot - base);
+    if (!blen) snprintf(out, sizeof out, "trace.json");
+    else snprintf(out, sizeof out, "%.*s.json", (int)(blen < 200 ? blen : 200), base);
+    fputs(" --chrome ", f);
+    put_shell_word(f, out);
+    fputs("</code>; other steps here: <code>analyze report ... --steps A:B</code>.</p>\n", f);
+}
+
 #define LANE_H 22
 #define MAX_DEPTH 8        /* timeline depths drawn; deeper ranges go to the last */
 #define LABEL_W 170        /* timeline: thread names */
@@ -297,11 +363,12 @@ int an_report_timeline(an_report *rp)
     }
     if (has_a && has_b) fprintf(f, " of steps %llu-%llu", (unsigned long long)step_a + 1, (unsigned long long)step_b);
     fprintf(f, " (%s-%s s from the trace start)</h2>\n<p class=\"note\">One lane per thread; ranges coloured by stage, "
-               "nested ranges thinner inside their parents; dashed lines are step marks. Ranges narrower than a pixel "
+               "nested ranges thinner inside their parents; dashed lines are step marks (the one labelled step N ends step N). Ranges narrower than a pixel "
                "are merged per pixel column (opacity: how much of it they cover).%s</p>\n",
             a, b,
             n_gl ? " Under them, one lane per GPU device and stream: kernels, copies and memsets coloured by kind, "
                    "merged per pixel column the same way." : "");
+    put_rest(rp, has_a && has_b, step_a + 1, step_b);
     an_html_svg_open(f, CHART_W, height, "timeline");
     /* time axis */
     double step = an_html_nice_step((double)(t1 - t0) / 1e6, 8);

@@ -53,6 +53,8 @@ same_everywhere() {
         echo "$rc" >"${name}_$way.rc"
     done
     for way in reversed shuffled glob dir; do
+        # the output's own name (report prints the path it wrote) is the one thing allowed to differ
+        sed -i "s|out_${name}_$way|out_${name}_sorted|g" "${name}_$way.out"
         for ext in out err rc; do
             cmp -s "${name}_sorted.$ext" "${name}_$way.$ext" ||
                 fail "$name: $way differs from the sorted list ($ext): $(diff "${name}_sorted.$ext" "${name}_$way.$ext" | head -6)"

@@ -7,7 +7,13 @@
 # stylesheet), every string from the trace is escaped, the timeline's
 # rectangles stay bounded on a trace of dense tiny ranges; the output-file
 # rules (an existing file needs --overwrite, a failed report leaves nothing
-# behind). Then it renders the page in headless Chromium and checks that the
+# behind; on success the one line on stdout is the path written). On a
+# recorded H200 sample (samples/traces) and tracegen's GPU trace, the top-kernels
+# tables against `analyze gpu --format json`'s kernels and busy figures; on
+# every page, the verdict before the run's metadata, the window labels, the
+# one line of a role that only waits (exactly the roles under 1% busy in the
+# roles table), and the timeline's export command, run as printed (quoted for
+# the shell). Then it renders the pages in headless Chromium and checks that the
 # screenshot is a PNG that is not blank (a small pure-Python PNG decoder
 # counts its colours). Without chromium the rendering part is skipped
 # (SKIP line: install Debian's `chromium` package to run it).
@@ -48,9 +54,14 @@ ok
 expect_ok r_target "$A" report target.sqlite --html target.html
 expect_usage r_exists "$A" report target.sqlite --html target.html
 grep -q 'exists (pass --overwrite' r_exists.err || fail "existing output: $(cat r_exists.err)"
+# success prints the path written, one line on stdout; a refusal prints nothing there
+[ "$(cat r_target.out)" = "target.html" ] && [ "$(wc -l <r_target.out)" -eq 1 ] || fail "report's stdout: '$(cat r_target.out)'"
+[ ! -s r_exists.out ] || fail "a refused report printed: $(cat r_exists.out)"
 expect_ok r_overwrite "$A" report target.sqlite --html target.html --overwrite --steps 5:8 --every 5
 expect_ok r_stdout "$A" report moves.sqlite --html -
 [ -s r_stdout.out ] || fail "report to stdout"
+# with '-' stdout is the page and nothing else: it ends with the document
+[ "$(tail -n 1 r_stdout.out)" = "</html>" ] && [ "$(head -n 1 r_stdout.out)" = "<!DOCTYPE html>" ] || fail "report to stdout: more than the page"
 cp r_stdout.out moves.html
 expect_ok r_dense "$A" report dense.sqlite --html dense.html
 expect_ok r_evil "$A" report evil.sqlite --html evil.html
@@ -108,7 +119,11 @@ for name in sys.argv[1:]:
     ET.fromstring(html.replace("<!DOCTYPE html>", "", 1))
 t = open("target.html").read()
 assert "Bottleneck: target (1 thread), busy 90.0% of its time" in t
-assert "share of time per stage, per window" in t and t.count("share of time per stage, per window</h3>") == 4
+# loader, target and drafter get a chart; main only waits (step_wait 100%): one line instead
+assert "share of time per stage, per window" in t and t.count("share of time per stage, per window</h3>") == 3
+assert ('<p class="wait-only" data-role="main"><b>main</b> (1 thread): no chart, it only waits: busy 0.0% of its '
+        'time; step_wait 100.0% (wait_input).</p>') in t
+assert "main (1 thread): share of time" not in t
 assert "queue depth: queue_depth (items)" in t and "Timeline of steps 6-8" in t
 m = open("moves.html").read()
 assert "the bottleneck moved: target in steps 1-10, drafter in steps 11-20." in m
@@ -141,7 +156,7 @@ import re, sys
 t = open("target.html", encoding="utf-8").read()
 v = re.search(r'<div class="verdict">.*?</div>', t, flags=re.S).group(0)
 head = re.search(r'<p class="headline">([^<]*)</p>', v).group(1)
-assert head.startswith("The target role sets the pace: its threads are busy 90% of the time. Making "), head
+assert head.startswith("The target role sets the pace: over steps 1-20 its threads are busy 90% of the time. Making "), head
 # the headline first, then the story's verdict and evidence, then the folded rest
 assert v.index('class="headline"') < v.index("<p>Bottleneck: target") < v.index("<p>Evidence:") < v.index("<details>")
 det = re.search(r"<details>.*?</details>", v, flags=re.S).group(0)
@@ -200,6 +215,11 @@ assert ('<td class="n">0</td><td class="n">57</td><td class="n">72.0%</td><td cl
         '<td class="n">53.200</td><td class="n">43.600</td><td class="n">0.000</td><td class="n">9.600</td>'
         '<td>target0 / postprocess (19.000 ms)</td>') in row, row
 assert "GPU idle: over steps 2-20 (0.010-0.200 s, start-up left out): GPU 0 busy 72.0%" in g
+# two windows on one page, each figure labelled: the headline and roles name the verdict's, a note names both
+assert ('<p class="note window-note">Windows: the verdict, the GPU-per-role and the roles tables cover steps 1-20; '
+        'the GPU idle table and line cover steps 2-20 (0.010-0.200 s, start-up left out)') in g
+assert '<caption>Roles over steps 1-20 (the verdict&#39;s window)' in g
+assert re.search(r'<p class="headline">[^<]* over steps 1-20 ', g), "the headline names no window"
 # traces without flow records: no flow section
 for name in sys.argv[1:]:
     if name != "trainer.html":
@@ -218,7 +238,7 @@ python3 - gpu_shared.html target.html <<'EOF' || fail "GPU-aware verdict in the 
 import re, sys
 g = open(sys.argv[1], encoding="utf-8").read()
 assert "<p>Bottleneck: GPU 0, busy 80.0% of the time, shared by 2 roles: target 60.0%, drafter 40.0%" in g
-assert '<p class="headline">GPU 0 sets the pace: it is busy 80% of the time, most of it with work launched by target.' in g
+assert '<p class="headline">GPU 0 sets the pace: over steps 1-10 it is busy 80% of the time, most of it with work launched by target.' in g
 assert "<caption>GPU busy per launching role over steps 1-10 (the verdict&#39;s window)</caption>" in g
 roles = re.search(r'<table class="data" id="roles-table">.*?</table>', g, flags=re.S).group(0)
 assert "<th>host (busy - sync)</th><th>GPU work</th>" in roles and "<th>need ms/step</th>" in roles
@@ -235,6 +255,127 @@ assert rows == [(' class="hot"', "0", "all (union)", "80.0%", "8.000"), ("", "0"
 t = open(sys.argv[2], encoding="utf-8").read()
 assert "need ms/step" not in t and "GPU work" not in t and "device-roles-table" not in t
 print("GPU-aware verdict ok")
+EOF
+ok
+
+# ---- top kernels per GPU: the rows are analyze gpu's kernel totals (a recorded H200 sample and gpu_steps) ----
+SAMPLE="$ROOT/samples/traces/h200-2x2-async.sqlite"
+kernel_pages="gpu.html"
+expect_ok r_gpu_json "$A" gpu --format json --top 0 gpu_steps.sqlite
+expect_ok r_gpu_all "$A" gpu --format json --time 0:1000 gpu_steps.sqlite
+kernel_args="gpu.html r_gpu_json.out r_gpu_all.out"
+if [ -f "$SAMPLE" ]; then
+    expect_ok r_sample "$A" report "$SAMPLE" --html sample.html
+    expect_ok r_sample_json "$A" gpu --format json --top 0 "$SAMPLE"
+    expect_ok r_sample_all "$A" gpu --format json --time 0:1000 "$SAMPLE"
+    kernel_args="$kernel_args sample.html r_sample_json.out r_sample_all.out"
+    pages="$pages sample.html"
+else
+    echo "SKIP: $SAMPLE is absent (the kernels check runs on gpu_steps.sqlite only)"
+fi
+python3 - $kernel_args target.html <<'EOF' || fail "top kernels"
+import html, json, re, sys
+args = sys.argv[1:-1]
+for page_name, kernels_json, whole_json in zip(args[0::3], args[1::3], args[2::3]):
+    page = open(page_name, encoding="utf-8").read()
+    sec = re.search(r'<section id="kernels">.*?</section>', page, flags=re.S).group(0)
+    gpu = json.load(open(kernels_json))["kernels"]
+    # busy over the whole trace: analyze gpu's devices table over a window holding every record
+    busy = {d["device"]: d["busy_ms"] for d in json.load(open(whole_json))["devices"]}
+    devices = sorted({k["device"] for k in gpu})
+    tables = re.findall(r'<table class="data kernels" id="kernels-gpu-(\d+)" data-device="\d+"><caption>(.*?)</caption>(.*?)</table>', sec, flags=re.S)
+    assert [int(d) for d, _, _ in tables] == devices, (page_name, [d for d, _, _ in tables], devices)
+    for dev, caption, body in tables:
+        dev = int(dev)
+        mine = [k for k in gpu if k["device"] == dev]  # analyze gpu's order: total, largest first
+        assert caption == f"GPU {dev}: top {min(10, len(mine))} of {len(mine)} kernel{'s' if len(mine) != 1 else ''} by device time, over the whole trace (busy {busy[dev]:.3f} ms: kernels, copies and memsets)", caption
+        rows = re.findall(r'<tr><td class="kname">([^<]*)</td><td class="n">(\d+)</td><td class="n">([0-9.]+)</td>'
+                          r'<td class="n">([0-9.]+)%</td><td class="n">([0-9.]+)</td></tr>', body)
+        assert len(rows) == min(10, len(mine)), (page_name, dev, len(rows))
+        for (name, count, total, share, mean), k in zip(rows, mine):
+            assert html.unescape(name) == k["kernel"] and int(count) == k["count"], (name, k)
+            assert total == f'{k["total_ms"]:.3f}' and mean == f'{k["mean_ms"]:.3f}', (total, mean, k)
+            assert abs(float(share) - 100 * k["total_ms"] / busy[dev]) < 0.051, (share, k, busy[dev])
+        rest = mine[10:]
+        other = re.search(r'<tr class="idle"><td>(\d+) other kernels?</td><td class="n">(\d+)</td><td class="n">([0-9.]+)</td>', body)
+        if rest:
+            assert other and int(other.group(1)) == len(rest) and int(other.group(2)) == sum(k["count"] for k in rest), other
+            assert abs(float(other.group(3)) - sum(k["total_ms"] for k in rest)) < 0.002, other.group(3)
+        else:
+            assert not other, body
+    print(f"top kernels ok: {page_name}, {len(tables)} GPUs, {len(gpu)} kernel rows of analyze gpu")
+# no GPU activity: no kernels section
+assert 'id="kernels"' not in open(sys.argv[-1], encoding="utf-8").read()
+EOF
+ok
+
+# ---- the timeline says how to see the other steps: its export command, quoted for the shell, runs ----
+cp target.sqlite "my run's 1.sqlite"
+expect_ok r_quoted "$A" report "my run's 1.sqlite" --html "$T/quoted.html"
+[ "$(cat r_quoted.out)" = "$T/quoted.html" ] || fail "report's stdout: '$(cat r_quoted.out)', not the path given"
+python3 - target.html quoted.html >rest_cmds.txt <<'EOF' || fail "timeline: the rest"
+import html, re, sys
+for name, steps, cmd in ((sys.argv[1], "It shows steps 6-8 of the run&#39;s 1-20. ", "analyze export target.sqlite --chrome target.json"),
+                         (sys.argv[2], "It shows steps 9-11 of the run&#39;s 1-20. ",
+                          "analyze export 'my run'\\''s 1.sqlite' --chrome 'my run'\\''s 1.json'")):
+    page = open(name, encoding="utf-8").read()
+    tl = re.search(r'<section id="timeline">.*?</section>', page, flags=re.S).group(0)
+    rest = re.search(r'<p class="note timeline-rest">(.*?)</p>', tl).group(1)
+    assert rest.startswith(steps), rest
+    code = html.unescape(re.search(r"<code>(analyze export [^<]*)</code>", rest).group(1))
+    assert code == cmd, (code, cmd)
+    print(code)
+EOF
+while read -r line; do
+    bash -c "$A ${line#analyze }" >/dev/null 2>rest.err || fail "the timeline's command failed: $line: $(cat rest.err)"
+done <rest_cmds.txt
+python3 -c 'import json, sys; [json.load(open(p)) for p in sys.argv[1:]]' target.json "my run's 1.json" || fail "exported JSON"
+ok
+
+# ---- a role that only waits gets one line, not a chart: exactly the roles the roles table shows under 1% busy ----
+python3 - $pages gpu.html <<'EOF' || fail "wait-only roles"
+import html, re, sys
+lines = 0
+for name in sys.argv[1:]:
+    h = open(name, encoding="utf-8").read()
+    roles = re.search(r'<table class="data" id="roles-table">.*?</table>', h, flags=re.S).group(0)
+    busy = {html.unescape(r): float(b) for r, b in
+            re.findall(r'<tr(?: class="hot")?><td>([^<]*)</td><td class="n">\d+</td><td class="n">([0-9.]+)%</td>', roles)}
+    brk = re.search(r'<section id="breakdown">.*?</section>', h, flags=re.S).group(0)
+    charts = {html.unescape(r) for r in re.findall(r'<h3>(.*?) \(\d+ threads?\): share of time per stage, per window</h3>', brk)}
+    waits = {html.unescape(r): float(b) for r, b in
+             re.findall(r'<p class="wait-only" data-role="([^"]*)"><b>[^<]*</b> \(\d+ threads?\): no chart, it only waits: '
+                        r'busy ([0-9.]+)% of its time; [^<]*\.</p>', brk)}
+    assert not charts & set(waits), (name, charts, waits)
+    for role, pct in busy.items():
+        if pct < 1.0: assert role in waits and abs(waits[role] - pct) < 0.051, (name, role, pct, waits)
+        elif pct > 1.0: assert role in charts, (name, role, pct, charts)
+    lines += len(waits)
+if "sample.html" in sys.argv:
+    s = open("sample.html", encoding="utf-8").read()
+    assert ('<p class="wait-only" data-role="main"><b>main</b> (1 thread): no chart, it only waits: busy 0.0% of its '
+            'time; step_wait 100.0% (wait_input).</p>') in s
+print("wait-only roles ok:", lines, "lines")
+EOF
+ok
+
+# ---- a first reader's order: the verdict before the run's metadata, which is one line and a folded table ----
+python3 - $pages gpu.html <<'EOF' || fail "verdict before metadata"
+import re, sys
+for name in sys.argv[1:]:
+    h = open(name, encoding="utf-8").read()
+    v, r = h.index('<section id="verdict">'), h.index('<section id="run">')
+    assert v < r, (name, "the run's metadata comes before the verdict")
+    # the first section of the body is the verdict, its headline before the run's metadata
+    assert h.index("<section") == v and h.index('<p class="headline">') < r, name
+    run = re.search(r'<section id="run">.*?</section>', h, flags=re.S).group(0)
+    assert re.search(r'<p class="run-line">[^<]+ in [0-9]+\.[0-9]{3} s(, [0-9.]+ tokens/s)?, status [a-z]+\.</p>', run), (name, run[:300])
+    det = re.search(r'<details><summary>Run metadata[^<]*</summary>\s*<table class="meta">(.*?)</table>\s*</details>', run, flags=re.S)
+    assert det and det.group(1).count("<tr>") >= 14, name
+t = open("target.html", encoding="utf-8").read()
+assert '<p class="run-line">gen2, 20 steps (1-20) in 0.200 s, 100000.0 tokens/s, status complete.</p>' in t, \
+    re.search(r'<p class="run-line">.*?</p>', t).group(0)
+print("verdict before metadata ok")
 EOF
 ok
 
@@ -257,6 +398,7 @@ render target.html target-narrow.png 800
 render gpu_shared.html gpu.png
 render gpu_shared.html gpu-narrow.png 800
 if [ -e trainer.html ]; then render trainer.html trainer.png; shots="$shots trainer.png"; fi
+if [ -e sample.html ]; then render sample.html sample.png; shots="$shots sample.png"; fi
 python3 - $shots <<'EOF' || fail "screenshots"
 import struct, sys, zlib
 def decode(path):
