@@ -479,6 +479,77 @@ static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size
     return 0;
 }
 
+/* The records of one stream, written in start order (longer first on a
+ * tie, so that an enclosing record comes before what it holds): CUPTI
+ * delivers some records late, after later ones of their stream, so stored
+ * order is not start order. After sorting, a record that starts inside an
+ * earlier one still open on the track and ends after it (CUPTI's clock) is
+ * cut at that end, so that the track's slices nest; 64 deep, a record
+ * becomes zero-length. */
+static int gpu_row_start_cmp(const void *pa, const void *pb)
+{
+    const st_gpu_row *a = pa, *b = pb;
+    if (a->rec.start_ns != b->rec.start_ns) return a->rec.start_ns < b->rec.start_ns ? -1 : 1;
+    if (a->rec.dur_ns != b->rec.dur_ns) return a->rec.dur_ns > b->rec.dur_ns ? -1 : 1;
+    return (a->rec.correlation > b->rec.correlation) - (a->rec.correlation < b->rec.correlation);
+}
+
+static int write_stream(chrome *c, int64_t pid, st_gpu_row *rows, size_t n, size_t *flow_cap)
+{
+    FILE *f = c->f;
+    int64_t stack[64]; /* ends of the slices open on the track */
+    int top = 0;
+    qsort(rows, n, sizeof *rows, gpu_row_start_cmp);
+    for (size_t i = 0; i < n; i++) {
+        const st_gpu_row *g = &rows[i];
+        int64_t start = g->rec.start_ns, end = start + (g->rec.dur_ns > 0 ? g->rec.dur_ns : 0);
+        while (top && stack[top - 1] <= start) top--;
+        if (top && end > stack[top - 1]) end = stack[top - 1];
+        if (top < 64) stack[top++] = end;
+        else end = start; /* 64 deep: an instant nests whatever it is in */
+        put_lit(f, ",\n{\"name\":");
+        put_gpu_name(f, g);
+        put_lit(f, g->rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""
+                   : g->rec.kind == ST_GPU_MEMCPY ? ",\"cat\":\"gpu_memcpy\""
+                                                   : ",\"cat\":\"gpu_memset\"");
+        put_lit(f, ",\"ph\":\"X\",\"pid\":");
+        put_i64(f, pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, g->stream);
+        put_lit(f, ",\"ts\":");
+        put_us(f, start - c->t->origin_ns);
+        put_lit(f, ",\"dur\":");
+        put_us(f, end - start);
+        put_lit(f, ",\"args\":{\"device\":");
+        put_i64(f, g->device);
+        put_lit(f, ",\"stream\":");
+        put_i64(f, g->stream);
+        put_lit(f, ",\"correlation\":");
+        put_i64(f, g->rec.correlation);
+        put_lit(f, ",\"External id\":");
+        put_i64(f, g->rec.correlation);
+        if (g->rec.kind != ST_GPU_KERNEL) {
+            put_lit(f, ",\"bytes\":");
+            put_i64(f, (int64_t)g->rec.bytes);
+        }
+        put_launch_args(c, g->thread, g->stage);
+        put_lit(f, "}}");
+        c->n_events++;
+        if (g->thread >= 0 && g->launch_ns != INT64_MIN) {
+            if (c->n_flows == *flow_cap) {
+                *flow_cap = *flow_cap ? *flow_cap * 2 : 1024;
+                flow *nf = realloc(c->flows, *flow_cap * sizeof *nf);
+                if (!nf) return ST_ENOMEM;
+                c->flows = nf;
+            }
+            int64_t scope = c->rank_pid ? g->device / ST_SET_DEVICE_STRIDE : 0;
+            c->flows[c->n_flows++] = (flow){scope << 32 | g->rec.correlation, g->device, g->thread, g->launch_ns,
+                                            g->stream, start};
+        }
+    }
+    return 0;
+}
+
 /* GPU tracks, as Kineto writes them: one process per device ("GPU n", pid
  * 1000000 + n, sorted after the CPU process), a track per stream (tid = the
  * stream id) with kernels, copies and memsets as complete events (cat
@@ -497,9 +568,8 @@ static int chrome_gpu_tracks(chrome *c)
     FILE *f = c->f;
     st_gpu_row g;
     int64_t last_device = INT64_MIN, last_stream = -1, max_stream = -1;
-    int64_t stack[64]; /* ends of the slices open on the current stream's track */
-    int64_t last_start = INT64_MIN;
-    int top = 0;
+    st_gpu_row *rows = NULL; /* the current stream's records */
+    size_t n_rows = 0, row_cap = 0;
     sync_rec *syncs = NULL;
     size_t n_syncs = 0, sync_cap = 0, flow_cap = 0;
     int32_t device = 0;
@@ -507,6 +577,11 @@ static int chrome_gpu_tracks(chrome *c)
         rc = st_gpu_iter_next(it, &g);
         if (rc < 0) break;
         int done = rc == 0;
+        if (n_rows && (done || g.device != last_device || (g.rec.kind != ST_GPU_SYNC && (int64_t)g.stream != last_stream))) {
+            rc = write_stream(c, GPU_PID_BASE + last_device, rows, n_rows, &flow_cap);
+            n_rows = 0;
+            if (rc) break;
+        }
         if (last_device != INT64_MIN && (done || g.device != last_device)) {
             rc = write_syncs(c, GPU_PID_BASE + last_device, device, syncs, n_syncs, max_stream + 1);
             n_syncs = 0;
@@ -560,66 +635,20 @@ static int chrome_gpu_tracks(chrome *c)
             gpu_track_meta(c, pid, g.stream, "stream", g.stream, g.stream);
             last_stream = g.stream;
             if ((int64_t)g.stream > max_stream) max_stream = g.stream;
-            top = 0;
-            last_start = INT64_MIN;
         }
-        /* Records of a stream run one after another; one that starts inside
-         * the previous and ends after it (CUPTI's clock) is cut at that end,
-         * so that the track's slices nest. */
-        int64_t start = g.rec.start_ns, end = start + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
-        if (start < last_start) { /* out of start order (a damaged trace): moved to the previous start */
-            start = last_start;
-            if (end < start) end = start;
-        }
-        last_start = start;
-        while (top && stack[top - 1] <= start) top--;
-        if (top && end > stack[top - 1]) end = stack[top - 1];
-        if (top < 64) stack[top++] = end;
-        else end = start; /* 64 deep: an instant nests whatever it is in */
-        put_lit(f, ",\n{\"name\":");
-        put_gpu_name(f, &g);
-        put_lit(f, g.rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""
-                   : g.rec.kind == ST_GPU_MEMCPY ? ",\"cat\":\"gpu_memcpy\""
-                                                  : ",\"cat\":\"gpu_memset\"");
-        put_lit(f, ",\"ph\":\"X\",\"pid\":");
-        put_i64(f, pid);
-        put_lit(f, ",\"tid\":");
-        put_i64(f, g.stream);
-        put_lit(f, ",\"ts\":");
-        put_us(f, start - c->t->origin_ns);
-        put_lit(f, ",\"dur\":");
-        put_us(f, end - start);
-        put_lit(f, ",\"args\":{\"device\":");
-        put_i64(f, g.device);
-        put_lit(f, ",\"stream\":");
-        put_i64(f, g.stream);
-        put_lit(f, ",\"correlation\":");
-        put_i64(f, g.rec.correlation);
-        put_lit(f, ",\"External id\":");
-        put_i64(f, g.rec.correlation);
-        if (g.rec.kind != ST_GPU_KERNEL) {
-            put_lit(f, ",\"bytes\":");
-            put_i64(f, (int64_t)g.rec.bytes);
-        }
-        put_launch_args(c, g.thread, g.stage);
-        put_lit(f, "}}");
-        c->n_events++;
-        if (g.thread >= 0 && g.launch_ns != INT64_MIN) {
-            if (c->n_flows == flow_cap) {
-                flow_cap = flow_cap ? flow_cap * 2 : 1024;
-                flow *nf = realloc(c->flows, flow_cap * sizeof *nf);
-                if (!nf) {
-                    rc = ST_ENOMEM;
-                    break;
-                }
-                c->flows = nf;
+        if (n_rows == row_cap) {
+            row_cap = row_cap ? row_cap * 2 : 1024;
+            st_gpu_row *nr = realloc(rows, row_cap * sizeof *nr);
+            if (!nr) {
+                rc = ST_ENOMEM;
+                break;
             }
-            int64_t scope = c->rank_pid ? g.device / ST_SET_DEVICE_STRIDE : 0;
-            c->flows[c->n_flows++] = (flow){scope << 32 | g.rec.correlation, g.device, g.thread, g.launch_ns, g.stream,
-                                            start};
+            rows = nr;
         }
+        rows[n_rows++] = g;
     }
     st_gpu_iter_close(it);
+    free(rows);
     free(syncs);
     if (rc < 0 || rc == ST_ENOMEM) return rc;
     /* One arrow per correlation id (the kernels of a CUDA graph share their
