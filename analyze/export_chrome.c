@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "export.h"
+#include "model.h"
 
 #define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
 
@@ -41,10 +42,17 @@ typedef struct chrome {
     long long *rank_pid;
     long long *thread_pid;
     uint32_t n_thread_pid;
+    /* Track ids: thread (by id) -> tid, 1, 2, ... in role order (track_order),
+     * sorted by thread id for lookup; never 0 (Perfetto takes tid 0 for a
+     * process's main thread), and in the order of the tracks, which is the
+     * order Chromium's DevTools shows them in (it ignores thread_sort_index). */
+    struct thread_track *tracks;
+    uint32_t n_tracks;
     char **stage_json; /* [n_stages] quoted, escaped names */
     const char **kind_json;
-    /* the current thread */
+    /* the current thread: its id, its track */
     uint32_t tid;
+    int64_t track;
     pending *queue;     /* ring of QUEUE_MAX */
     uint64_t head_seq, n_queued;
     uint64_t open_seq[ST_MAX_DEPTH + 1];
@@ -89,6 +97,22 @@ static void put_us(FILE *f, int64_t ns)
 
 static void put_lit(FILE *f, const char *s) { fputs_unlocked(s, f); }
 
+typedef struct thread_track {
+    int64_t thread, tid;
+} thread_track;
+
+/* The tid of a thread's track (thread id -> tid; an unknown id: itself + 1). */
+static int64_t tid_of(const chrome *c, int64_t thread)
+{
+    size_t lo = 0, hi = c->n_tracks;
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+        if (c->tracks[m].thread < thread) lo = m + 1;
+        else hi = m;
+    }
+    return lo < c->n_tracks && c->tracks[lo].thread == thread ? c->tracks[lo].tid : thread + 1;
+}
+
 /* The process of a thread's events: its rank's on a set. */
 static long long pid_of(const chrome *c, int64_t thread)
 {
@@ -108,7 +132,7 @@ static void event_head(chrome *c, const char *ph, uint32_t stage, int64_t ts_ns)
     put_lit(f, "\",\"pid\":");
     put_i64(f, pid_of(c, c->tid));
     put_lit(f, ",\"tid\":");
-    put_i64(f, c->tid);
+    put_i64(f, c->track);
     put_lit(f, ",\"ts\":");
     put_us(f, ts_ns - c->t->origin_ns);
     c->n_events++;
@@ -223,7 +247,7 @@ static void nest_calls(api_call *a, size_t n)
     }
 }
 
-static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
+static void write_api_calls(chrome *c, size_t lo, size_t hi, long long pid, int64_t tid)
 {
     FILE *f = c->f;
     nest_calls(c->api + lo, hi - lo);
@@ -238,7 +262,7 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
             put_lit(f, "\"");
         }
         put_lit(f, a->driver ? ",\"cat\":\"cuda_driver\",\"ph\":\"X\",\"pid\":" : ",\"cat\":\"cuda_runtime\",\"ph\":\"X\",\"pid\":");
-        put_i64(f, pid_of(c, tid));
+        put_i64(f, pid);
         put_lit(f, ",\"tid\":");
         put_i64(f, tid);
         put_lit(f, ",\"ts\":");
@@ -258,13 +282,10 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
 
 /* Calls of threads that are not in `threads` (a thread that never opened a
  * range): a track per OS thread id, named "os thread N", whose tids follow
- * the largest thread id (an OS id could equal a traced thread's id). */
+ * the traced threads' (an OS id could equal a traced thread's tid). */
 static void write_untraced_calls(chrome *c)
 {
-    st_reader *r = c->t->r;
-    int64_t tid = -1;
-    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
-        if (st_reader_thread(r, i)->id > tid) tid = st_reader_thread(r, i)->id;
+    int64_t tid = c->n_tracks;
     size_t i = 0;
     while (i < c->n_api && c->api[i].thread < 0) {
         int64_t os_tid = c->api[i].os_tid;
@@ -279,7 +300,7 @@ static void write_untraced_calls(chrome *c)
         put_lit(f, ",\"args\":{\"name\":\"os thread ");
         put_i64(f, os_tid);
         put_lit(f, "\"}}");
-        write_api_calls(c, lo, hi, tid);
+        write_api_calls(c, lo, hi, c->pid, tid);
         i = hi;
     }
 }
@@ -632,7 +653,9 @@ static int chrome_gpu_tracks(chrome *c)
             continue;
         }
         if ((int64_t)g.stream != last_stream) {
-            gpu_track_meta(c, pid, g.stream, "stream", g.stream, g.stream);
+            char label[64]; /* "GPU d stream s": the device as its process is named */
+            snprintf(label, sizeof label, "GPU %d stream", (int)(c->rank_pid ? g.device % ST_SET_DEVICE_STRIDE : g.device));
+            gpu_track_meta(c, pid, g.stream, label, g.stream, g.stream);
             last_stream = g.stream;
             if ((int64_t)g.stream > max_stream) max_stream = g.stream;
         }
@@ -662,7 +685,7 @@ static int chrome_gpu_tracks(chrome *c)
         put_lit(f, ",\"pid\":");
         put_i64(f, pid_of(c, fl->thread));
         put_lit(f, ",\"tid\":");
-        put_i64(f, fl->thread);
+        put_i64(f, tid_of(c, fl->thread));
         put_lit(f, ",\"ts\":");
         put_us(f, fl->launch_ns - c->t->origin_ns);
         put_lit(f, "},\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
@@ -749,6 +772,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
     st_event_iter *it = NULL;
     int rc = st_event_iter_open(&it, c->t->r, th->id);
     c->tid = th->id;
+    c->track = tid_of(c, th->id);
     c->head_seq = c->n_queued = 0;
     for (int i = 0; i <= ST_MAX_DEPTH; i++) c->open_seq[i] = NOT_QUEUED;
     size_t lo, hi;
@@ -772,7 +796,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
         c->head_seq++;
         c->n_queued--;
     }
-    write_api_calls(c, lo, hi, th->id);
+    write_api_calls(c, lo, hi, pid_of(c, th->id), c->track);
     return 0;
 }
 
@@ -852,32 +876,82 @@ static void chrome_metadata(chrome *c)
         snprintf(label, sizeof label, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
         process_meta(c, c->pid, label, an_trace_meta_i64(c->t, "rank", &rank_i) == 0 ? rank_i : 0, 1);
     }
-    /* Threads ordered by role (roles in order of their first thread), then id. */
-    uint32_t n = st_reader_n_threads(r), sort_index = 0;
-    uint8_t *done = calloc(n ? n : 1, 1);
-    for (uint32_t i = 0; i < n && done; i++) {
-        if (done[i]) continue;
-        const char *role = st_reader_thread(r, i)->role;
-        for (uint32_t j = i; j < n; j++) {
-            const st_thread_info *th = st_reader_thread(r, j);
-            if (done[j] || strcmp(th->role, role) != 0) continue;
-            done[j] = 1;
+    /* Threads in track order (track_order), tid and sort index alike. */
+    uint32_t n = st_reader_n_threads(r);
+    for (int64_t tid = 1; tid <= (int64_t)n; tid++)
+        for (uint32_t i = 0; i < n; i++) {
+            const st_thread_info *th = st_reader_thread(r, i);
+            if (tid_of(c, th->id) != tid) continue;
             put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
             put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
-            put_i64(f, th->id);
+            put_i64(f, tid);
             put_lit(f, ",\"args\":{\"name\":");
             an_json_string(f, th->name);
             put_lit(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
             put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
-            put_i64(f, th->id);
+            put_i64(f, tid);
             put_lit(f, ",\"args\":{\"sort_index\":");
-            put_i64(f, sort_index++);
+            put_i64(f, tid);
             put_lit(f, "}}");
         }
+}
+
+/* Track order: the trainer's roles in pipeline order (loader, target, post,
+ * drafter), then other roles in the order of their first thread, main last;
+ * within a role by rank, then name, then id. tids 1, 2, ... in that order. */
+typedef struct track_key {
+    int cls;
+    uint32_t first;
+    const st_thread_info *th;
+} track_key;
+
+static int track_key_cmp(const void *pa, const void *pb)
+{
+    const track_key *a = pa, *b = pb;
+    if (a->cls != b->cls) return a->cls < b->cls ? -1 : 1;
+    if (a->first != b->first) return a->first < b->first ? -1 : 1;
+    if (a->th->rank != b->th->rank) return a->th->rank < b->th->rank ? -1 : 1;
+    int k = strcmp(a->th->name, b->th->name);
+    if (k) return k;
+    return (a->th->id > b->th->id) - (a->th->id < b->th->id);
+}
+
+static int thread_track_cmp(const void *pa, const void *pb)
+{
+    const thread_track *a = pa, *b = pb;
+    return (a->thread > b->thread) - (a->thread < b->thread);
+}
+
+static int track_order(chrome *c)
+{
+    st_reader *r = c->t->r;
+    uint32_t n = st_reader_n_threads(r);
+    track_key *k = calloc(n ? n : 1, sizeof *k);
+    c->tracks = calloc(n ? n : 1, sizeof *c->tracks);
+    if (!k || !c->tracks) {
+        free(k);
+        return 0;
     }
-    free(done);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_thread_info *th = st_reader_thread(r, i);
+        int known = an_pipe_known_role(th->role);
+        uint32_t first = i;
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(st_reader_thread(r, j)->role, th->role) == 0) {
+                first = j;
+                break;
+            }
+        /* known roles 0..3 and main (1000) keep their class; others sit between */
+        k[i] = (track_key){known >= 0 ? known : 500, known >= 0 ? 0 : first, th};
+    }
+    qsort(k, n, sizeof *k, track_key_cmp);
+    for (uint32_t i = 0; i < n; i++) c->tracks[i] = (thread_track){k[i].th->id, (int64_t)i + 1};
+    qsort(c->tracks, n, sizeof *c->tracks, thread_track_cmp);
+    c->n_tracks = n;
+    free(k);
+    return 1;
 }
 
 static int chrome_counters(chrome *c)
@@ -885,12 +959,28 @@ static int chrome_counters(chrome *c)
     st_reader *r = c->t->r;
     uint32_t nc = st_reader_n_counters(r);
     char **names = calloc(nc ? nc : 1, sizeof *names);
-    if (!names) return ST_ENOMEM;
+    char **series = calloc(nc ? nc : 1, sizeof *series);
+    if (!names || !series) {
+        free(names);
+        free(series);
+        return ST_ENOMEM;
+    }
     for (uint32_t i = 0; i < nc; i++) {
-        names[i] = json_quoted(st_reader_counter(r, i)->name);
-        if (!names[i]) {
-            for (uint32_t j = 0; j < i; j++) free(names[j]);
+        /* The series is named after the unit ("(items)"): viewers label a
+         * counter track "NAME SERIES", so it reads "queue_depth (items)". */
+        const st_counter_info *ci = st_reader_counter(r, i);
+        char *unit = NULL;
+        names[i] = json_quoted(ci->name);
+        if (ci->unit && *ci->unit && asprintf(&unit, "(%s)", ci->unit) < 0) unit = NULL;
+        series[i] = json_quoted(unit ? unit : "value");
+        free(unit);
+        if (!names[i] || !series[i]) {
+            for (uint32_t j = 0; j <= i; j++) {
+                free(names[j]);
+                free(series[j]);
+            }
             free(names);
+            free(series);
             return ST_ENOMEM;
         }
     }
@@ -911,17 +1001,23 @@ static int chrome_counters(chrome *c)
         put_lit(f, ",\"ph\":\"C\",\"pid\":");
         put_i64(f, pid_of(c, s.thread));
         put_lit(f, ",\"tid\":");
-        put_i64(f, s.thread);
+        put_i64(f, tid_of(c, s.thread));
         put_lit(f, ",\"ts\":");
         put_us(f, s.ts_ns - c->t->origin_ns);
-        put_lit(f, ",\"args\":{\"value\":");
+        put_lit(f, ",\"args\":{");
+        put_lit(f, series[s.counter]);
+        put_lit(f, ":");
         put_lit(f, value);
         put_lit(f, "}}");
         c->n_events++;
     }
     st_sample_iter_close(it);
-    for (uint32_t i = 0; i < nc; i++) free(names[i]);
+    for (uint32_t i = 0; i < nc; i++) {
+        free(names[i]);
+        free(series[i]);
+    }
     free(names);
+    free(series);
     return rc < 0 ? rc : 0;
 }
 
@@ -942,7 +1038,7 @@ static void chrome_steps(chrome *c)
         put_lit(f, "\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"p\",\"pid\":");
         put_i64(f, pid_of(c, tid));
         put_lit(f, ",\"tid\":");
-        put_i64(f, tid);
+        put_i64(f, tid_of(c, tid));
         put_lit(f, ",\"ts\":");
         put_us(f, s->ts_ns - c->t->origin_ns);
         put_lit(f, ",\"args\":{\"step\":");
@@ -1035,7 +1131,7 @@ static int chrome_item_flows(chrome *c)
             put_lit(f, ",\"pid\":");
             put_i64(f, pid_of(c, e->thread));
             put_lit(f, ",\"tid\":");
-            put_i64(f, e->thread);
+            put_i64(f, tid_of(c, e->thread));
             put_lit(f, ",\"ts\":");
             put_us(f, e->ts_ns - c->t->origin_ns);
             put_lit(f, "}");
@@ -1092,7 +1188,7 @@ int an_export_chrome(an_trace *t, const char *path, int overwrite)
     c.t = t;
     int64_t pid;
     c.pid = an_trace_meta_i64(t, "pid", &pid) == 0 && pid > 0 && pid < INT32_MAX ? pid : 1;
-    int pids_ok = set_pids(&c);
+    int pids_ok = set_pids(&c) && track_order(&c);
     uint32_t ns = st_reader_n_stages(r);
     c.stage_json = calloc(ns ? ns : 1, sizeof *c.stage_json);
     c.kind_json = calloc(ns ? ns : 1, sizeof *c.kind_json);
@@ -1132,6 +1228,7 @@ int an_export_chrome(an_trace *t, const char *path, int overwrite)
     free(c.queue);
     free(c.rank_pid);
     free(c.thread_pid);
+    free(c.tracks);
     st_gpu_iter_close(c.api_it);
     free(c.api);
     free(c.flows);

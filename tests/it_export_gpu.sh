@@ -99,6 +99,19 @@ n_corr = len({e["args"]["correlation"] for e in gpu if "thread" in e["args"]})
 assert len(starts) == n_corr, (len(starts), n_corr)
 # 4. step marks are instant events
 assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
+# 5. tracks as a user reads them: the CPU threads' tids 1, 2, ... in pipeline order (Chromium's
+# DevTools orders by tid), none 0; stream tracks "GPU d stream s"; counter series by unit
+order = ["loader", "target", "post", "drafter", "main"]
+cpu = sorted((e["tid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name" and e["pid"] == cpu_pid
+             and not e["args"]["name"].startswith("os thread "))
+assert [t for t, _ in cpu] == list(range(1, len(cpu) + 1)), cpu
+roles = [next(r for r in order if n.startswith(r)) for _, n in cpu]
+assert roles == sorted(roles, key=order.index) and roles[-1] == "main", roles
+assert all(e["tid"] != 0 for e in ev if e.get("ph") != "M" or e["name"].startswith("thread_")), name
+for e in gpu:
+    assert names[(e["pid"], e["tid"])] == f'GPU {e["args"]["device"]} stream {e["args"]["stream"]}', e
+qd = [e for e in ev if e.get("ph") == "C" and e["name"] == "queue_depth"]
+assert qd and all(list(e["args"]) == ["(items)"] for e in qd), qd[:1]
 print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls,", len(starts), "flows")
 PYEOF
 done
