@@ -20,6 +20,7 @@
 
 #include "demangle.h"
 #include "export.h"
+#include "model.h"
 
 #define QUEUE_MAX 65536 /* ranges held per thread while an outer one is open */
 
@@ -42,10 +43,17 @@ typedef struct chrome {
     long long *rank_pid;
     long long *thread_pid;
     uint32_t n_thread_pid;
+    /* Track ids: thread (by id) -> tid, 1, 2, ... in role order (track_order),
+     * sorted by thread id for lookup; never 0 (Perfetto takes tid 0 for a
+     * process's main thread), and in the order of the tracks, which is the
+     * order Chromium's DevTools shows them in (it ignores thread_sort_index). */
+    struct thread_track *tracks;
+    uint32_t n_tracks;
     char **stage_json; /* [n_stages] quoted, escaped names */
     const char **kind_json;
-    /* the current thread */
+    /* the current thread: its id, its track */
     uint32_t tid;
+    int64_t track;
     pending *queue;     /* ring of QUEUE_MAX */
     uint64_t head_seq, n_queued;
     uint64_t open_seq[ST_MAX_DEPTH + 1];
@@ -90,6 +98,22 @@ static void put_us(FILE *f, int64_t ns)
 
 static void put_lit(FILE *f, const char *s) { fputs_unlocked(s, f); }
 
+typedef struct thread_track {
+    int64_t thread, tid;
+} thread_track;
+
+/* The tid of a thread's track (thread id -> tid; an unknown id: itself + 1). */
+static int64_t tid_of(const chrome *c, int64_t thread)
+{
+    size_t lo = 0, hi = c->n_tracks;
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+        if (c->tracks[m].thread < thread) lo = m + 1;
+        else hi = m;
+    }
+    return lo < c->n_tracks && c->tracks[lo].thread == thread ? c->tracks[lo].tid : thread + 1;
+}
+
 /* The process of a thread's events: its rank's on a set. */
 static long long pid_of(const chrome *c, int64_t thread)
 {
@@ -109,7 +133,7 @@ static void event_head(chrome *c, const char *ph, uint32_t stage, int64_t ts_ns)
     put_lit(f, "\",\"pid\":");
     put_i64(f, pid_of(c, c->tid));
     put_lit(f, ",\"tid\":");
-    put_i64(f, c->tid);
+    put_i64(f, c->track);
     put_lit(f, ",\"ts\":");
     put_us(f, ts_ns - c->t->origin_ns);
     c->n_events++;
@@ -224,7 +248,7 @@ static void nest_calls(api_call *a, size_t n)
     }
 }
 
-static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
+static void write_api_calls(chrome *c, size_t lo, size_t hi, long long pid, int64_t tid)
 {
     FILE *f = c->f;
     nest_calls(c->api + lo, hi - lo);
@@ -239,7 +263,7 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
             put_lit(f, "\"");
         }
         put_lit(f, a->driver ? ",\"cat\":\"cuda_driver\",\"ph\":\"X\",\"pid\":" : ",\"cat\":\"cuda_runtime\",\"ph\":\"X\",\"pid\":");
-        put_i64(f, pid_of(c, tid));
+        put_i64(f, pid);
         put_lit(f, ",\"tid\":");
         put_i64(f, tid);
         put_lit(f, ",\"ts\":");
@@ -259,13 +283,10 @@ static void write_api_calls(chrome *c, size_t lo, size_t hi, int64_t tid)
 
 /* Calls of threads that are not in `threads` (a thread that never opened a
  * range): a track per OS thread id, named "os thread N", whose tids follow
- * the largest thread id (an OS id could equal a traced thread's id). */
+ * the traced threads' (an OS id could equal a traced thread's tid). */
 static void write_untraced_calls(chrome *c)
 {
-    st_reader *r = c->t->r;
-    int64_t tid = -1;
-    for (uint32_t i = 0; i < st_reader_n_threads(r); i++)
-        if (st_reader_thread(r, i)->id > tid) tid = st_reader_thread(r, i)->id;
+    int64_t tid = c->n_tracks;
     size_t i = 0;
     while (i < c->n_api && c->api[i].thread < 0) {
         int64_t os_tid = c->api[i].os_tid;
@@ -280,7 +301,7 @@ static void write_untraced_calls(chrome *c)
         put_lit(f, ",\"args\":{\"name\":\"os thread ");
         put_i64(f, os_tid);
         put_lit(f, "\"}}");
-        write_api_calls(c, lo, hi, tid);
+        write_api_calls(c, lo, hi, c->pid, tid);
         i = hi;
     }
 }
@@ -480,6 +501,81 @@ static int write_syncs(chrome *c, int64_t pid, int32_t device, sync_rec *s, size
     return 0;
 }
 
+/* The records of one stream, written in start order (longer first on a
+ * tie, so that an enclosing record comes before what it holds): CUPTI
+ * delivers some records late, after later ones of their stream, so stored
+ * order is not start order. After sorting, a record that starts inside an
+ * earlier one still open on the track and ends after it (CUPTI's clock) is
+ * cut at that end, so that the track's slices nest; 64 deep, a record
+ * becomes zero-length. */
+static int gpu_row_start_cmp(const void *pa, const void *pb)
+{
+    const st_gpu_row *a = pa, *b = pb;
+    if (a->rec.start_ns != b->rec.start_ns) return a->rec.start_ns < b->rec.start_ns ? -1 : 1;
+    if (a->rec.dur_ns != b->rec.dur_ns) return a->rec.dur_ns > b->rec.dur_ns ? -1 : 1;
+    return (a->rec.correlation > b->rec.correlation) - (a->rec.correlation < b->rec.correlation);
+}
+
+static int write_stream(chrome *c, int64_t pid, st_gpu_row *rows, size_t n, size_t *flow_cap)
+{
+    FILE *f = c->f;
+    int64_t stack[64]; /* ends of the slices open on the track */
+    int top = 0;
+    qsort(rows, n, sizeof *rows, gpu_row_start_cmp);
+    for (size_t i = 0; i < n; i++) {
+        const st_gpu_row *g = &rows[i];
+        int64_t start = g->rec.start_ns, end = start + (g->rec.dur_ns > 0 ? g->rec.dur_ns : 0);
+        while (top && stack[top - 1] <= start) top--;
+        if (top && end > stack[top - 1]) end = stack[top - 1];
+        if (top < 64) stack[top++] = end;
+        else end = start; /* 64 deep: an instant nests whatever it is in */
+        put_lit(f, ",\n{\"name\":");
+        put_gpu_name(f, g);
+        put_lit(f, g->rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""
+                   : g->rec.kind == ST_GPU_MEMCPY ? ",\"cat\":\"gpu_memcpy\""
+                                                   : ",\"cat\":\"gpu_memset\"");
+        put_lit(f, ",\"ph\":\"X\",\"pid\":");
+        put_i64(f, pid);
+        put_lit(f, ",\"tid\":");
+        put_i64(f, g->stream);
+        put_lit(f, ",\"ts\":");
+        put_us(f, start - c->t->origin_ns);
+        put_lit(f, ",\"dur\":");
+        put_us(f, end - start);
+        put_lit(f, ",\"args\":{\"device\":");
+        put_i64(f, g->device);
+        put_lit(f, ",\"stream\":");
+        put_i64(f, g->stream);
+        put_lit(f, ",\"correlation\":");
+        put_i64(f, g->rec.correlation);
+        put_lit(f, ",\"External id\":");
+        put_i64(f, g->rec.correlation);
+        if (g->rec.kind == ST_GPU_KERNEL && g->name && an_demangle(g->name) != g->name) {
+            put_lit(f, ",\"mangled\":");
+            an_json_string(f, g->name);
+        }
+        if (g->rec.kind != ST_GPU_KERNEL) {
+            put_lit(f, ",\"bytes\":");
+            put_i64(f, (int64_t)g->rec.bytes);
+        }
+        put_launch_args(c, g->thread, g->stage);
+        put_lit(f, "}}");
+        c->n_events++;
+        if (g->thread >= 0 && g->launch_ns != INT64_MIN) {
+            if (c->n_flows == *flow_cap) {
+                *flow_cap = *flow_cap ? *flow_cap * 2 : 1024;
+                flow *nf = realloc(c->flows, *flow_cap * sizeof *nf);
+                if (!nf) return ST_ENOMEM;
+                c->flows = nf;
+            }
+            int64_t scope = c->rank_pid ? g->device / ST_SET_DEVICE_STRIDE : 0;
+            c->flows[c->n_flows++] = (flow){scope << 32 | g->rec.correlation, g->device, g->thread, g->launch_ns,
+                                            g->stream, start};
+        }
+    }
+    return 0;
+}
+
 /* GPU tracks, as Kineto writes them: one process per device ("GPU n", pid
  * 1000000 + n, sorted after the CPU process), a track per stream (tid = the
  * stream id) with kernels, copies and memsets as complete events (cat
@@ -498,9 +594,8 @@ static int chrome_gpu_tracks(chrome *c)
     FILE *f = c->f;
     st_gpu_row g;
     int64_t last_device = INT64_MIN, last_stream = -1, max_stream = -1;
-    int64_t stack[64]; /* ends of the slices open on the current stream's track */
-    int64_t last_start = INT64_MIN;
-    int top = 0;
+    st_gpu_row *rows = NULL; /* the current stream's records */
+    size_t n_rows = 0, row_cap = 0;
     sync_rec *syncs = NULL;
     size_t n_syncs = 0, sync_cap = 0, flow_cap = 0;
     int32_t device = 0;
@@ -508,6 +603,11 @@ static int chrome_gpu_tracks(chrome *c)
         rc = st_gpu_iter_next(it, &g);
         if (rc < 0) break;
         int done = rc == 0;
+        if (n_rows && (done || g.device != last_device || (g.rec.kind != ST_GPU_SYNC && (int64_t)g.stream != last_stream))) {
+            rc = write_stream(c, GPU_PID_BASE + last_device, rows, n_rows, &flow_cap);
+            n_rows = 0;
+            if (rc) break;
+        }
         if (last_device != INT64_MIN && (done || g.device != last_device)) {
             rc = write_syncs(c, GPU_PID_BASE + last_device, device, syncs, n_syncs, max_stream + 1);
             n_syncs = 0;
@@ -558,73 +658,25 @@ static int chrome_gpu_tracks(chrome *c)
             continue;
         }
         if ((int64_t)g.stream != last_stream) {
-            gpu_track_meta(c, pid, g.stream, "stream", g.stream, g.stream);
+            char label[64]; /* "GPU d stream s": the device as its process is named */
+            snprintf(label, sizeof label, "GPU %d stream", (int)(c->rank_pid ? g.device % ST_SET_DEVICE_STRIDE : g.device));
+            gpu_track_meta(c, pid, g.stream, label, g.stream, g.stream);
             last_stream = g.stream;
             if ((int64_t)g.stream > max_stream) max_stream = g.stream;
-            top = 0;
-            last_start = INT64_MIN;
         }
-        /* Records of a stream run one after another; one that starts inside
-         * the previous and ends after it (CUPTI's clock) is cut at that end,
-         * so that the track's slices nest. */
-        int64_t start = g.rec.start_ns, end = start + (g.rec.dur_ns > 0 ? g.rec.dur_ns : 0);
-        if (start < last_start) { /* out of start order (a damaged trace): moved to the previous start */
-            start = last_start;
-            if (end < start) end = start;
-        }
-        last_start = start;
-        while (top && stack[top - 1] <= start) top--;
-        if (top && end > stack[top - 1]) end = stack[top - 1];
-        if (top < 64) stack[top++] = end;
-        else end = start; /* 64 deep: an instant nests whatever it is in */
-        put_lit(f, ",\n{\"name\":");
-        put_gpu_name(f, &g);
-        put_lit(f, g.rec.kind == ST_GPU_KERNEL ? ",\"cat\":\"kernel\""
-                   : g.rec.kind == ST_GPU_MEMCPY ? ",\"cat\":\"gpu_memcpy\""
-                                                  : ",\"cat\":\"gpu_memset\"");
-        put_lit(f, ",\"ph\":\"X\",\"pid\":");
-        put_i64(f, pid);
-        put_lit(f, ",\"tid\":");
-        put_i64(f, g.stream);
-        put_lit(f, ",\"ts\":");
-        put_us(f, start - c->t->origin_ns);
-        put_lit(f, ",\"dur\":");
-        put_us(f, end - start);
-        put_lit(f, ",\"args\":{\"device\":");
-        put_i64(f, g.device);
-        put_lit(f, ",\"stream\":");
-        put_i64(f, g.stream);
-        put_lit(f, ",\"correlation\":");
-        put_i64(f, g.rec.correlation);
-        put_lit(f, ",\"External id\":");
-        put_i64(f, g.rec.correlation);
-        if (g.rec.kind == ST_GPU_KERNEL && g.name && an_demangle(g.name) != g.name) {
-            put_lit(f, ",\"mangled\":");
-            an_json_string(f, g.name);
-        }
-        if (g.rec.kind != ST_GPU_KERNEL) {
-            put_lit(f, ",\"bytes\":");
-            put_i64(f, (int64_t)g.rec.bytes);
-        }
-        put_launch_args(c, g.thread, g.stage);
-        put_lit(f, "}}");
-        c->n_events++;
-        if (g.thread >= 0 && g.launch_ns != INT64_MIN) {
-            if (c->n_flows == flow_cap) {
-                flow_cap = flow_cap ? flow_cap * 2 : 1024;
-                flow *nf = realloc(c->flows, flow_cap * sizeof *nf);
-                if (!nf) {
-                    rc = ST_ENOMEM;
-                    break;
-                }
-                c->flows = nf;
+        if (n_rows == row_cap) {
+            row_cap = row_cap ? row_cap * 2 : 1024;
+            st_gpu_row *nr = realloc(rows, row_cap * sizeof *nr);
+            if (!nr) {
+                rc = ST_ENOMEM;
+                break;
             }
-            int64_t scope = c->rank_pid ? g.device / ST_SET_DEVICE_STRIDE : 0;
-            c->flows[c->n_flows++] = (flow){scope << 32 | g.rec.correlation, g.device, g.thread, g.launch_ns, g.stream,
-                                            start};
+            rows = nr;
         }
+        rows[n_rows++] = g;
     }
     st_gpu_iter_close(it);
+    free(rows);
     free(syncs);
     if (rc < 0 || rc == ST_ENOMEM) return rc;
     /* One arrow per correlation id (the kernels of a CUDA graph share their
@@ -638,7 +690,7 @@ static int chrome_gpu_tracks(chrome *c)
         put_lit(f, ",\"pid\":");
         put_i64(f, pid_of(c, fl->thread));
         put_lit(f, ",\"tid\":");
-        put_i64(f, fl->thread);
+        put_i64(f, tid_of(c, fl->thread));
         put_lit(f, ",\"ts\":");
         put_us(f, fl->launch_ns - c->t->origin_ns);
         put_lit(f, "},\n{\"name\":\"ac2g\",\"cat\":\"ac2g\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
@@ -725,6 +777,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
     st_event_iter *it = NULL;
     int rc = st_event_iter_open(&it, c->t->r, th->id);
     c->tid = th->id;
+    c->track = tid_of(c, th->id);
     c->head_seq = c->n_queued = 0;
     for (int i = 0; i <= ST_MAX_DEPTH; i++) c->open_seq[i] = NOT_QUEUED;
     size_t lo, hi;
@@ -748,7 +801,7 @@ static int chrome_thread(chrome *c, const st_thread_info *th)
         c->head_seq++;
         c->n_queued--;
     }
-    write_api_calls(c, lo, hi, th->id);
+    write_api_calls(c, lo, hi, pid_of(c, th->id), c->track);
     return 0;
 }
 
@@ -837,32 +890,82 @@ static void chrome_metadata(chrome *c)
         snprintf(label, sizeof label, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
         process_meta(c, c->pid, label, an_trace_meta_i64(c->t, "rank", &rank_i) == 0 ? rank_i : 0, 1);
     }
-    /* Threads ordered by role (roles in order of their first thread), then id. */
-    uint32_t n = st_reader_n_threads(r), sort_index = 0;
-    uint8_t *done = calloc(n ? n : 1, 1);
-    for (uint32_t i = 0; i < n && done; i++) {
-        if (done[i]) continue;
-        const char *role = st_reader_thread(r, i)->role;
-        for (uint32_t j = i; j < n; j++) {
-            const st_thread_info *th = st_reader_thread(r, j);
-            if (done[j] || strcmp(th->role, role) != 0) continue;
-            done[j] = 1;
+    /* Threads in track order (track_order), tid and sort index alike. */
+    uint32_t n = st_reader_n_threads(r);
+    for (int64_t tid = 1; tid <= (int64_t)n; tid++)
+        for (uint32_t i = 0; i < n; i++) {
+            const st_thread_info *th = st_reader_thread(r, i);
+            if (tid_of(c, th->id) != tid) continue;
             put_lit(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
             put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
-            put_i64(f, th->id);
+            put_i64(f, tid);
             put_lit(f, ",\"args\":{\"name\":");
             an_json_string(f, th->name);
             put_lit(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":");
             put_i64(f, pid_of(c, th->id));
             put_lit(f, ",\"tid\":");
-            put_i64(f, th->id);
+            put_i64(f, tid);
             put_lit(f, ",\"args\":{\"sort_index\":");
-            put_i64(f, sort_index++);
+            put_i64(f, tid);
             put_lit(f, "}}");
         }
+}
+
+/* Track order: the trainer's roles in pipeline order (loader, target, post,
+ * drafter), then other roles in the order of their first thread, main last;
+ * within a role by rank, then name, then id. tids 1, 2, ... in that order. */
+typedef struct track_key {
+    int cls;
+    uint32_t first;
+    const st_thread_info *th;
+} track_key;
+
+static int track_key_cmp(const void *pa, const void *pb)
+{
+    const track_key *a = pa, *b = pb;
+    if (a->cls != b->cls) return a->cls < b->cls ? -1 : 1;
+    if (a->first != b->first) return a->first < b->first ? -1 : 1;
+    if (a->th->rank != b->th->rank) return a->th->rank < b->th->rank ? -1 : 1;
+    int k = strcmp(a->th->name, b->th->name);
+    if (k) return k;
+    return (a->th->id > b->th->id) - (a->th->id < b->th->id);
+}
+
+static int thread_track_cmp(const void *pa, const void *pb)
+{
+    const thread_track *a = pa, *b = pb;
+    return (a->thread > b->thread) - (a->thread < b->thread);
+}
+
+static int track_order(chrome *c)
+{
+    st_reader *r = c->t->r;
+    uint32_t n = st_reader_n_threads(r);
+    track_key *k = calloc(n ? n : 1, sizeof *k);
+    c->tracks = calloc(n ? n : 1, sizeof *c->tracks);
+    if (!k || !c->tracks) {
+        free(k);
+        return 0;
     }
-    free(done);
+    for (uint32_t i = 0; i < n; i++) {
+        const st_thread_info *th = st_reader_thread(r, i);
+        int known = an_pipe_known_role(th->role);
+        uint32_t first = i;
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(st_reader_thread(r, j)->role, th->role) == 0) {
+                first = j;
+                break;
+            }
+        /* known roles 0..3 and main (1000) keep their class; others sit between */
+        k[i] = (track_key){known >= 0 ? known : 500, known >= 0 ? 0 : first, th};
+    }
+    qsort(k, n, sizeof *k, track_key_cmp);
+    for (uint32_t i = 0; i < n; i++) c->tracks[i] = (thread_track){k[i].th->id, (int64_t)i + 1};
+    qsort(c->tracks, n, sizeof *c->tracks, thread_track_cmp);
+    c->n_tracks = n;
+    free(k);
+    return 1;
 }
 
 static int chrome_counters(chrome *c)
@@ -870,12 +973,28 @@ static int chrome_counters(chrome *c)
     st_reader *r = c->t->r;
     uint32_t nc = st_reader_n_counters(r);
     char **names = calloc(nc ? nc : 1, sizeof *names);
-    if (!names) return ST_ENOMEM;
+    char **series = calloc(nc ? nc : 1, sizeof *series);
+    if (!names || !series) {
+        free(names);
+        free(series);
+        return ST_ENOMEM;
+    }
     for (uint32_t i = 0; i < nc; i++) {
-        names[i] = json_quoted(st_reader_counter(r, i)->name);
-        if (!names[i]) {
-            for (uint32_t j = 0; j < i; j++) free(names[j]);
+        /* The series is named after the unit ("(items)"): viewers label a
+         * counter track "NAME SERIES", so it reads "queue_depth (items)". */
+        const st_counter_info *ci = st_reader_counter(r, i);
+        char *unit = NULL;
+        names[i] = json_quoted(ci->name);
+        if (ci->unit && *ci->unit && asprintf(&unit, "(%s)", ci->unit) < 0) unit = NULL;
+        series[i] = json_quoted(unit ? unit : "value");
+        free(unit);
+        if (!names[i] || !series[i]) {
+            for (uint32_t j = 0; j <= i; j++) {
+                free(names[j]);
+                free(series[j]);
+            }
             free(names);
+            free(series);
             return ST_ENOMEM;
         }
     }
@@ -896,17 +1015,23 @@ static int chrome_counters(chrome *c)
         put_lit(f, ",\"ph\":\"C\",\"pid\":");
         put_i64(f, pid_of(c, s.thread));
         put_lit(f, ",\"tid\":");
-        put_i64(f, s.thread);
+        put_i64(f, tid_of(c, s.thread));
         put_lit(f, ",\"ts\":");
         put_us(f, s.ts_ns - c->t->origin_ns);
-        put_lit(f, ",\"args\":{\"value\":");
+        put_lit(f, ",\"args\":{");
+        put_lit(f, series[s.counter]);
+        put_lit(f, ":");
         put_lit(f, value);
         put_lit(f, "}}");
         c->n_events++;
     }
     st_sample_iter_close(it);
-    for (uint32_t i = 0; i < nc; i++) free(names[i]);
+    for (uint32_t i = 0; i < nc; i++) {
+        free(names[i]);
+        free(series[i]);
+    }
     free(names);
+    free(series);
     return rc < 0 ? rc : 0;
 }
 
@@ -927,7 +1052,7 @@ static void chrome_steps(chrome *c)
         put_lit(f, "\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"p\",\"pid\":");
         put_i64(f, pid_of(c, tid));
         put_lit(f, ",\"tid\":");
-        put_i64(f, tid);
+        put_i64(f, tid_of(c, tid));
         put_lit(f, ",\"ts\":");
         put_us(f, s->ts_ns - c->t->origin_ns);
         put_lit(f, ",\"args\":{\"step\":");
@@ -1020,7 +1145,7 @@ static int chrome_item_flows(chrome *c)
             put_lit(f, ",\"pid\":");
             put_i64(f, pid_of(c, e->thread));
             put_lit(f, ",\"tid\":");
-            put_i64(f, e->thread);
+            put_i64(f, tid_of(c, e->thread));
             put_lit(f, ",\"ts\":");
             put_us(f, e->ts_ns - c->t->origin_ns);
             put_lit(f, "}");
@@ -1077,7 +1202,7 @@ int an_export_chrome(an_trace *t, const char *path, int overwrite)
     c.t = t;
     int64_t pid;
     c.pid = an_trace_meta_i64(t, "pid", &pid) == 0 && pid > 0 && pid < INT32_MAX ? pid : 1;
-    int pids_ok = set_pids(&c);
+    int pids_ok = set_pids(&c) && track_order(&c);
     uint32_t ns = st_reader_n_stages(r);
     c.stage_json = calloc(ns ? ns : 1, sizeof *c.stage_json);
     c.kind_json = calloc(ns ? ns : 1, sizeof *c.kind_json);
@@ -1117,6 +1242,7 @@ int an_export_chrome(an_trace *t, const char *path, int overwrite)
     free(c.queue);
     free(c.rank_pid);
     free(c.thread_pid);
+    free(c.tracks);
     st_gpu_iter_close(c.api_it);
     free(c.api);
     free(c.flows);

@@ -360,9 +360,14 @@ assert h2d["args"]["depth"] == 1 and h2d["ts"] == 20000.0 and h2d["dur"] == 1250
 w0 = [e for e in ev if e["ph"] == "X" and e["tid"] == 2 and e["name"] == "compute"][0]
 assert w0["dur"] == 0.1 * 1000 and abs(w0["ts"] - 11000.0) < 1e-9, w0   # 100 us, ns precision decimals
 sort = {e["tid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "thread_sort_index"}
-assert sort == {0: 0, 1: 1, 2: 2, 3: 3}
+# tids 1, 2, ... in role order (loader, then the role "worker" of the trainer's none, main last),
+# the sort index alike; no thread's track is tid 0
+names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert sort == {1: 1, 2: 2, 3: 3, 4: 4} and names == {1: "loader", 2: "worker0", 3: "worker1", 4: "main"}, (sort, names)
 c = [e for e in ev if e["ph"] == "C" and e["name"] == "queue_depth"]
-assert [x["args"]["value"] for x in c] == [0, 1, 2, 0, 1, 2, 0, 1]
+assert [x["args"] for x in c][:2] == [{"(items)": 0}, {"(items)": 1}], c[:2]  # the series is the unit
+assert [x["args"]["(items)"] for x in c] == [0, 1, 2, 0, 1, 2, 0, 1]
+assert [x["args"] for x in ev if x["ph"] == "C" and x["name"] == "lr"][0].keys() == {"value"}  # no unit
 st = [e for e in ev if e["ph"] == "i"]
 assert st[3]["name"] == "step 3" and st[3]["ts"] == 300000.0 and st[3]["args"] == {"step": 3, "tokens": 1000}
 d, ev = check("outer.json", 70001, 0, 2)

@@ -107,11 +107,24 @@ n_corr = len({e["args"]["correlation"] for e in gpu if "thread" in e["args"]})
 assert len(starts) == n_corr, (len(starts), n_corr)
 # 4. step marks are instant events
 assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
+# 5. tracks as a user reads them: the CPU threads' tids 1, 2, ... in pipeline order (Chromium's
+# DevTools orders by tid), none 0; stream tracks "GPU d stream s"; counter series by unit
+order = ["loader", "target", "post", "drafter", "main"]
+cpu = sorted((e["tid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name" and e["pid"] == cpu_pid
+             and not e["args"]["name"].startswith("os thread "))
+assert [t for t, _ in cpu] == list(range(1, len(cpu) + 1)), cpu
+roles = [next(r for r in order if n.startswith(r)) for _, n in cpu]
+assert roles == sorted(roles, key=order.index) and roles[-1] == "main", roles
+assert all(e["tid"] != 0 for e in ev if e.get("ph") != "M" or e["name"].startswith("thread_")), name
+for e in gpu:
+    assert names[(e["pid"], e["tid"])] == f'GPU {e["args"]["device"]} stream {e["args"]["stream"]}', e
+qd = [e for e in ev if e.get("ph") == "C" and e["name"] == "queue_depth"]
+assert qd and all(list(e["args"]) == ["(items)"] for e in qd), qd[:1]
 print(name, len(gpu), "GPU records,", len(syncs), "syncs,", len(api), "API calls,", len(starts), "flows")
 PYEOF
 done
 
-# A damaged GPU trace: records of a stream that overlap in part, one out of start order, 70
+# A damaged GPU trace: records of a stream that overlap in part, one stored out of start order, 70
 # nested ones; 50 overlapping syncs on a stream and on the context; API calls that straddle a
 # range's begin and end on their thread, and a call that outlasts the one it starts in. The
 # export still nests on every track, and the launch flows start at the calls.
@@ -223,6 +236,28 @@ for trace in "$S"/*.sqlite; do
         cmp -s "$name.gpu_v.ext" "$name.gpu_v.rows" || fail "$name: --rows gpu_v differs from the SQL view: $(diff "$name.gpu_v.ext" "$name.gpu_v.rows" | head -5)"
         ok
     fi
+    # No GPU record moves and none loses time: each kernel, copy and memset of the export has
+    # its trace start (ts = start_ns - meta start_ns) and its whole duration, record for record
+    # (CUPTI delivers some start-up records after later ones of their stream).
+    NAME=$name py "$name: GPU records at their trace times" <<'PYEOF'
+import collections, json, os, sqlite3
+name = os.environ["NAME"]
+ev = json.load(open(name + ".json"))["traceEvents"]
+db = sqlite3.connect(f"file:{name}.rows.sqlite?mode=ro", uri=True)
+origin = int(db.execute("SELECT value FROM meta WHERE key = 'start_ns'").fetchone()[0])
+def ns(x): return round(float(x) * 1000)
+got = collections.Counter((e["args"]["device"], e["args"]["stream"], e["args"]["correlation"], ns(e["ts"]), ns(e["dur"]))
+                          for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+want = collections.Counter((d, s, c, t - origin, max(u, 0)) for d, s, c, t, u in
+                           db.execute("SELECT device, stream, correlation, start_ns, dur_ns FROM gpu WHERE kind != 'sync'"))
+assert sum(want.values()) > 1000, sum(want.values())
+moved = want - got
+assert not moved, f"{name}: {sum(moved.values())} of {sum(want.values())} GPU records moved or cut, e.g. {list(moved)[:3]}"
+assert got == want, (sum(got.values()), sum(want.values()))
+lost = sum(k[4] * n for k, n in want.items()) - sum(k[4] * n for k, n in got.items())
+assert lost == 0 and min(k[4] for k in got) >= 0, lost
+print(name, sum(got.values()), "GPU records,", sum(k[4] * n for k, n in got.items()) / 1e6, "ms of GPU time, none moved")
+PYEOF
     n_api=$(sqlite3 "$trace" "SELECT sum(n_records) FROM gpu_chunks WHERE device = -1")
     NAME=$name N_API=$n_api py "$name: gpu and gpu_api in --csv and --rows" <<'PYEOF'
 import csv, os, sqlite3
