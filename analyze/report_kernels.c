@@ -9,14 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demangle.h"
 #include "gpu_activity.h"
 #include "report.h"
 
 #define TOP_KERNELS 10
 
 /* The name a kernel is shown under: every kernel name of the report passes
- * through here, so that a readable form (demangled) can be put in one place. */
-static const char *report_kernel_name(const char *raw) { return raw; }
+ * through here, demangled as analyze gpu shows it (demangle.h). */
+static const char *report_kernel_name(const char *raw) { return an_demangle(raw); }
 
 typedef struct kernel_total {
     char *name; /* NULL: free slot */
