@@ -292,7 +292,7 @@ $(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl$(if $(HAVE_LIBDW), $(LIBDW_LIBS))\nCflags: -I$${includedir}\n' > $@
 $(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
 	@mkdir -p $(dir $@)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace-gpu\nDescription: libstagetrace with GPU activity (CUPTI: st_gpu_start), linked statically\nVersion: $(ST_VERSION)\nLibs: $${libdir}/libstagetrace_gpu.a $${libdir}/libstagetrace.a $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti )-lsqlite3 -lpthread -lm -ldl\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace-gpu\nDescription: libstagetrace with GPU activity (CUPTI: st_gpu_start), linked statically\nVersion: $(ST_VERSION)\nLibs: $${libdir}/libstagetrace_gpu.a $${libdir}/libstagetrace.a $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti )$(LDLIBS)\nCflags: -I$${includedir}\n' > $@
 
 # ---- the Python package (python/) --------------------------------------------
 # build/python/stagetrace/: the package's Python files and the C extension on
@@ -447,7 +447,7 @@ $(BUILD)/lib/libcmocka.so.0:
 	cp -L $$(ldconfig -p | awk '/libcmocka.so.0 /{print $$NF; exit}') $@
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $(DEPFLAGS) $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) -lsqlite3 -lpthread -lm -ldl
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -Itrainer -Itests $(DEPFLAGS) $< -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Xlinker -rpath='$$ORIGIN/../../lib' $(if $(HAVE_CUBLAS),-lcublas -lcublasLt) $(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -lcupti -Xlinker -rpath=$(CUPTI_LIB)) $(LDLIBS)
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(TEST_COMMON) $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itrainer -Itests $< $(TEST_COMMON) -o $@ $(LIB_KERNELS_CUDA) $(LIB_KERNELS) $(LIB_GPU) $(LIB_A) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../../lib' $(LDFLAGS_ALL) $(CUDA_LDLIBS) $(LDLIBS)
