@@ -38,5 +38,5 @@ for src in bench/bench_gpu_*.cu; do
     "$NVCC" -O3 -arch=sm_90 -std=c++17 -Xcompiler -Wall -lineinfo -Itracer/include -Itracer -Ikernels -Itrainer \
         "$src" -o "$bin" "${objs[@]}" "$BUILD/libkernels_cuda.a" "$BUILD/libkernels.a" \
         "$BUILD/libstagetrace.a" -L"$LIBDIR" -Xlinker -rpath="$LIBDIR" -lcublas -lcublasLt \
-        -lnccl -lsqlite3 -lpthread -lm -ldl
+        -lnccl $(sed -n 's/^Libs.private: //p' "$BUILD/stagetrace.pc")
 done

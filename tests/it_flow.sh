@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     return st_close(t);
 }
 C
-cc -I"$ROOT/tracer/include" late.c -o late "$BUILD/libstagetrace.a" -lsqlite3 -lpthread -lm -ldl || fail "late.c does not build"
+cc -I"$ROOT/tracer/include" late.c -o late "$BUILD/libstagetrace.a" $ST_STATIC_LIBS || fail "late.c does not build"
 expect_ok late ./late late.sqlite
 expect_ok flow_late "$A" flow late.sqlite
 grep -q '^in_before_out 1: ids whose in was recorded before their out (left out of every figure below)\.$' flow_late.out ||

@@ -29,7 +29,7 @@ it_enter_tmp
 
 CC=${CC:-cc}
 CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -pthread -I$ROOT/tracer/include"
-LIBS="-lsqlite3 -lpthread -lm -ldl"
+LIBS=$ST_STATIC_LIBS
 
 # The recording program: 1000 ranges with st_begin/st_end, 10 with ST_SCOPE
 # (nested inside: 10 more), 10 with ST_SCOPE_AUTO, 3 counters, 2 marks, steps

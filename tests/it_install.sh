@@ -47,7 +47,7 @@ ok
 ok
 grep -q '^prefix=/opt/st$' "$P/lib/pkgconfig/stagetrace.pc" || fail "pkg-config prefix is not /opt/st"
 grep -q '^Libs: -L${libdir} -Wl,-rpath,${libdir} -lstagetrace$' "$P/lib/pkgconfig/stagetrace.pc" || fail "stagetrace.pc: $(grep ^Libs: "$P/lib/pkgconfig/stagetrace.pc")"
-grep -q '^Libs: ${libdir}/libstagetrace_gpu.a ${libdir}/libstagetrace.a .*-lsqlite3 -lpthread -lm -ldl$' "$P/lib/pkgconfig/stagetrace-gpu.pc" ||
+grep -qE '^Libs: \$\{libdir\}/libstagetrace_gpu.a \$\{libdir\}/libstagetrace.a .*-lsqlite3 -lpthread -lm -ldl( -ldw -lelf)?$' "$P/lib/pkgconfig/stagetrace-gpu.pc" ||
     fail "stagetrace-gpu.pc does not name both archives: $(grep ^Libs: "$P/lib/pkgconfig/stagetrace-gpu.pc")"
 grep -q '^Requires' "$P/lib/pkgconfig/stagetrace-gpu.pc" && fail "stagetrace-gpu.pc requires a package (it would add the shared library)"
 ok
@@ -163,7 +163,8 @@ unset PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR LD_LIBRARY_PATH
 lib="$Q/lib"
 cd "$tmp/outside"
 # static: the archive alone, with the libraries it needs (docs/tracer.md's table)
-cc prog.c -o prog_static -I"$Q/include" "$lib/libstagetrace.a" -lsqlite3 -lpthread -lm -ldl
+dw=; grep -q '^Libs.private:.* -ldw -lelf' "$lib/pkgconfig/stagetrace.pc" && dw="-ldw -lelf"
+cc prog.c -o prog_static -I"$Q/include" "$lib/libstagetrace.a" -lsqlite3 -lpthread -lm -ldl $dw
 cc prog.c $(pkg-config --cflags --libs stagetrace) -o prog_shared
 cc prog.c $(pkg-config --cflags --libs --static stagetrace) -o prog_shared_static
 for p in prog_shared prog_shared_static; do
