@@ -231,6 +231,42 @@ static void put_clean(FILE *f, const char *s)
         putc(*p < 0x20 || *p == 0x7f ? '?' : *p, f);
 }
 
+/* The CPU capture's line (text only; only when the trace has meta cpu_mode):
+ * its mode and sampler, samples and their rate, switch records and the
+ * records the kernel lost; a capture that did not open says why. */
+static void put_cpu_capture(FILE *f, const an_trace *t)
+{
+    const char *mode = an_trace_meta(t, "cpu_mode");
+    if (!mode) return;
+    fputs("\n  cpu capture: ", f);
+    put_clean(f, mode);
+    int64_t samples = 0, switches = 0, lost = 0;
+    if (strcmp(mode, "perf") == 0 || strcmp(mode, "timer") == 0) {
+        const char *sampler = an_trace_meta(t, "cpu_sampler"), *hz = an_trace_meta(t, "cpu_sample_hz");
+        if (sampler) {
+            fputs(" (sampler ", f);
+            put_clean(f, sampler);
+            fputs(")", f);
+        }
+        an_trace_meta_i64(t, "cpu_samples", &samples);
+        an_trace_meta_i64(t, "cpu_switches", &switches);
+        an_trace_meta_i64(t, "cpu_lost_records", &lost);
+        fprintf(f, ", %lld samples", (long long)samples);
+        if (hz) {
+            fputs(" at ", f);
+            put_clean(f, hz);
+            fputs(" Hz", f);
+        }
+        fprintf(f, ", %lld switch records, %lld records lost", (long long)switches, (long long)lost);
+        if (lost > 0) fputs(" (samples and off-CPU time may be undercounted)", f);
+    }
+    const char *reason = an_trace_meta(t, "cpu_reason");
+    if (reason) {
+        fputs("; ", f);
+        put_clean(f, reason);
+    }
+}
+
 static const char *meta_or(const an_trace *t, const char *key, const char *dflt)
 {
     const char *v = an_trace_meta(t, key);
@@ -338,6 +374,7 @@ static void print_text(FILE *f, const an_trace *t, const info *in)
     char paused[160];
     if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
         fprintf(f, "\n  gpu recording: %s (st_gpu_pause: GPU work then is not in the trace)", paused);
+    put_cpu_capture(f, t);
     const char *pi = an_trace_meta(t, "profile_interval");
     if (pi) {
         fputs("\n  profile interval: ", f);

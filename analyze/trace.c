@@ -233,7 +233,7 @@ static int check_values(an_trace *t)
 {
     static const char *const counts[] = {"dropped_events", "gpu_dropped_records", "unmatched_ends",
                                          "rejected_steps", "clock_clamped", "bad_counters",
-                                         "failed_commits", "lost_events"};
+                                         "failed_commits", "lost_events", "cpu_lost_records"};
     static const char *const times[] = {"start_ns", "end_ns"};
     char clean[64];
     int64_t v;
@@ -606,6 +606,14 @@ static void warn_trace(const an_trace *t, int as_rank)
             an_warn("%s: %lld events were lost (the trace could not be written); stage times may be undercounted",
                     t->path, (long long)t->lost_events);
     }
+    int64_t gpu_dropped, cpu_lost;
+    if (an_trace_meta_i64(t, "gpu_dropped_records", &gpu_dropped) == 0 && gpu_dropped > 0)
+        an_warn("%s: %lld GPU records were dropped by CUPTI (no buffer space); GPU busy time may be undercounted",
+                t->path, (long long)gpu_dropped);
+    if (an_trace_meta_i64(t, "cpu_lost_records", &cpu_lost) == 0 && cpu_lost > 0)
+        an_warn("%s: %lld CPU capture records were lost by the kernel (full perf rings); samples and off-CPU "
+                "time may be undercounted",
+                t->path, (long long)cpu_lost);
     char paused[160];
     if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
         an_warn("%s: GPU recording was %s (st_gpu_pause): GPU work of that time is not in the trace and counts as idle",

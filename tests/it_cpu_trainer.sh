@@ -143,6 +143,16 @@ sed 's/plain\.sqlite/X/' sum_plain.out | cut -d, -f1-17 >a.txt
 sed 's/bare\.sqlite/X/' sum_bare.out >b.txt
 diff a.txt b.txt >/dev/null || fail "analyze summary differs with the CPU tables: $(diff a.txt b.txt | head)"
 ok
+# info's cpu capture line: mode, sampler, and the counts of meta, exactly.
+expect_ok info_plain "$A" info plain.sqlite
+want=$(sqlite3 plain.sqlite "select printf('  cpu capture: perf (sampler %s), %s samples at %s Hz, %s switch records, %s records lost',
+    (select value from meta where key = 'cpu_sampler'), (select value from meta where key = 'cpu_samples'),
+    (select value from meta where key = 'cpu_sample_hz'), (select value from meta where key = 'cpu_switches'),
+    (select value from meta where key = 'cpu_lost_records'))")
+grep -qxF "$want" info_plain.out || fail "info: no '$want' in $(cat info_plain.out)"
+expect_ok info_bare "$A" info bare.sqlite
+grep -q 'cpu capture' info_bare.out && fail "info: a cpu capture line without the CPU capture"
+ok
 
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -le 2 ]; then

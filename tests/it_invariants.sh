@@ -237,5 +237,24 @@ python3 -c 'import sqlite3; db = sqlite3.connect("neg_gpu.sqlite"); db.execute("
 expect_usage neg_gpu "$A" gpu neg_gpu.sqlite
 grep -q "key 'gpu_dropped_records' is '-3', not a count" neg_gpu.err || fail "gpu: $(cat neg_gpu.err)"
 ok
+# Records the trace says it lost outside the ranges (CUPTI's gpu_dropped_records, the kernel's
+# cpu_lost_records) are warned about by every command but info, one line each, in that order.
+cp gpu_steps.sqlite losses.sqlite
+python3 -c 'import sqlite3; db = sqlite3.connect("losses.sqlite"); db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("gpu_dropped_records", "7"), ("cpu_lost_records", "5")]); db.commit()'
+for c in summary "intervals --every 1" bottleneck gpu "export --chrome -"; do
+    out="losses_${c%% *}"
+    run "$out" "$A" $c losses.sqlite
+    [ $rc -eq 0 ] || fail "$out: exit $rc: $(cat "$out.err")"
+    [ "$(grep -c 'warning' "$out.err")" = 2 ] || fail "$out: not two warnings: $(cat "$out.err")"
+    sed -n 1p "$out.err" | grep -q '^analyze: warning: losses.sqlite: 7 GPU records were dropped by CUPTI (no buffer space); GPU busy time may be undercounted$' ||
+        fail "$out: $(cat "$out.err")"
+    sed -n 2p "$out.err" | grep -q '^analyze: warning: losses.sqlite: 5 CPU capture records were lost by the kernel (full perf rings); samples and off-CPU time may be undercounted$' ||
+        fail "$out: $(cat "$out.err")"
+    ok
+done
+python3 -c 'import sqlite3; db = sqlite3.connect("losses.sqlite"); db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("cpu_lost_records", "x5")); db.commit()'
+expect_usage neg_cpu "$A" summary losses.sqlite
+grep -q "key 'cpu_lost_records' is 'x5', not a count" neg_cpu.err || fail "summary: $(cat neg_cpu.err)"
+ok
 
 echo "it_invariants: $n_checks checks passed"
