@@ -885,7 +885,39 @@ static const char css[] =
     ".verdict summary{cursor:pointer;color:#4e79a7}\n"
     "td.kname{word-break:break-all;max-width:760px;font-family:monospace;font-size:12px}\n"
     "p.wait-only{margin:6px 0 10px}\n"
+    "p.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:4px 10px;margin:4px 0}\n"
     "#run summary{cursor:pointer;color:#4e79a7;font-size:13px}p.run-line{margin:4px 0}\n";
+
+/* What the trace says it could not record (the warnings every command
+ * prints on stderr: incomplete, dropped and lost events, GPU records
+ * CUPTI dropped, CPU records the kernel lost, GPU pauses; for a rank set
+ * the missing ranks first), one paragraph each, above the verdict: a
+ * reader of the page does not see the command's stderr. Nothing when the
+ * trace has none. */
+static void section_warnings(an_report *rp)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) return;
+    an_warn_to(m);
+    an_trace_warn(rp->t);
+    an_warn_to(NULL);
+    fclose(m);
+    if (len) {
+        FILE *f = rp->f;
+        fputs("<section id=\"warnings\">\n", f);
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            const char *shown = strncmp(line, "analyze: ", 9) == 0 ? line + 9 : line;
+            fputs("<p class=\"warn\">", f);
+            an_html_esc(f, shown);
+            fputs("</p>\n", f);
+        }
+        fputs("</section>\n", f);
+    }
+    free(text);
+}
 
 static int write_report(an_report *rp)
 {
@@ -895,6 +927,7 @@ static int write_report(an_report *rp)
     fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>stagetrace report: ", css);
     an_html_esc(f, rp->t->path);
     fputs("</h1>\n", f);
+    section_warnings(rp);
     int rc = section_verdict(rp);
     if (!rc) section_meta(rp);
     if (!rc) rc = section_ranks(rp);

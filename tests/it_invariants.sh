@@ -252,6 +252,19 @@ for c in summary "intervals --every 1" bottleneck gpu "export --chrome -"; do
         fail "$out: $(cat "$out.err")"
     ok
 done
+# report puts the same lines on its page, above the verdict (and on stderr).
+run losses_report "$A" report losses.sqlite --html losses.html
+[ $rc -eq 0 ] || fail "report: exit $rc: $(cat losses_report.err)"
+[ "$(grep -c 'warning' losses_report.err)" = 2 ] || fail "report: $(cat losses_report.err)"
+grep -q '^<p class="warn">warning: losses.sqlite: 7 GPU records were dropped by CUPTI (no buffer space); GPU busy time may be undercounted</p>$' losses.html ||
+    fail "report page: no GPU dropped warning"
+grep -q '^<p class="warn">warning: losses.sqlite: 5 CPU capture records were lost by the kernel (full perf rings); samples and off-CPU time may be undercounted</p>$' losses.html ||
+    fail "report page: no CPU lost warning"
+[ "$(grep -n 'class="warn"' losses.html | head -1 | cut -d: -f1)" -lt "$(grep -n 'id="verdict"' losses.html | cut -d: -f1)" ] ||
+    fail "report page: the warnings are not above the verdict"
+run gen_report "$A" report gen.sqlite --html gen.html
+grep -q 'class="warn"' gen.html && fail "report page: warnings on a trace without losses"
+ok
 python3 -c 'import sqlite3; db = sqlite3.connect("losses.sqlite"); db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("cpu_lost_records", "x5")); db.commit()'
 expect_usage neg_cpu "$A" summary losses.sqlite
 grep -q "key 'cpu_lost_records' is 'x5', not a count" neg_cpu.err || fail "summary: $(cat neg_cpu.err)"
