@@ -11,6 +11,10 @@
 # with GPU recording paused and resumed every N steps inside each
 # (dflash_torch.py --gpu-alternate N: paired blocks, order alternating) and
 # prints each process's paired ratio recorded/paused with its 95 % interval.
+# BENCH_RECORDS="SPEC ..." (alternation only): the record sets to measure,
+# process r recording with the r-th (cyclically) as STAGETRACE_GPU_RECORDS
+# (docs/tracer.md, "GPU activity"; "default" leaves it unset), so that one
+# run gives each part's cost against paused.
 #
 #   PY=/opt/torch/.venv/bin/python bash bench/bench_torch.sh [BUILD_DIR]
 #   BENCH_DEVICE=cpu BENCH_STEPS=200 BENCH_REPEAT=5 ...
@@ -29,12 +33,15 @@ trap 'rm -rf "$DIR"' EXIT
 if [ -n "${BENCH_ALTERNATE:-}" ]; then
     printf '%s, %d steps, %s, GPU recording paused/resumed every %s steps, %d processes\n' \
         "$DEVICE" "$STEPS" "$EXTRA" "$BENCH_ALTERNATE" "$REPEAT"
+    read -r -a specs <<<"${BENCH_RECORDS:-default}"
     for r in $(seq "$REPEAT"); do
+        spec=${specs[$(((r - 1) % ${#specs[@]}))]}
+        if [ "$spec" = default ]; then unset STAGETRACE_GPU_RECORDS; else export STAGETRACE_GPU_RECORDS=$spec; fi
         # shellcheck disable=SC2086
         "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA --trace "$DIR/alt.$r.sqlite" \
             --trace-gpu --gpu-alternate "$BENCH_ALTERNATE" ${BENCH_SETTLE:+--alternate-settle "$BENCH_SETTLE"} \
             >"$DIR/alt.$r.log" 2>&1 || { echo "bench_torch: the alternating run failed:" >&2; tail -20 "$DIR/alt.$r.log" >&2; exit 1; }
-        grep -h 'gpu-alternate:' "$DIR/alt.$r.log" | sed "s/^dflash_torch: /process $r: /"
+        grep -h 'gpu-alternate:' "$DIR/alt.$r.log" | sed "s/^dflash_torch: /process $r (records $spec): /"
         rm -f "$DIR/alt.$r.sqlite"*
     done
     exit 0
