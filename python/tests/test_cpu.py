@@ -199,3 +199,41 @@ def test_reader_cpu_arrays(path):
     df = data.to_dataframe("cpu")
     assert list(df["stage_name"].dropna().unique()) == ["busy"]
     assert len(stagetrace.read(path, cpu=False).cpu) == 0
+
+
+def hash_released(seconds):
+    """C code with the GIL released: hashlib drops it for data over 2 KiB."""
+    import hashlib
+    data = b"x" * (8 << 20)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        hashlib.sha256(data).digest()
+
+
+def test_gil_released_thread_still_sampled(path):
+    # A stage that releases the GIL into C is sampled as often as one that
+    # holds it (its samples are CPU time, not GIL time: it never vanishes as
+    # under py-spy --gil), and with the GIL probe its samples say gil 0.
+    with stagetrace.open(path, program="pytest_cpu", cpu=True, cpu_period_ns=1000000) as trace:
+        with trace.stage("hold"):
+            busy_python(0.5)
+        with trace.stage("released"):
+            hash_released(0.5)
+    m = meta(sqlite3.connect(path))
+    if m.get("cpu_mode") not in ("perf", "timer") or m.get("cpu_sampler") == "none":
+        pytest.skip("no sampler ran: %s" % m.get("cpu_reason", m.get("cpu_mode")))
+    data = stagetrace.read(path, ranges=False, counters=False, gpu=False)
+    ids = {s["name"]: s["id"] for s in data.stages}
+    hold = data.cpu[data.cpu["stage"] == ids["hold"]]
+    released = data.cpu[data.cpu["stage"] == ids["released"]]
+    # both stages ran about 0.5 s on the CPU (less on a loaded machine; the signal
+    # sampler takes at most one sample a scheduler tick): neither has under a
+    # third of the other's samples
+    assert len(hold) >= 10 and len(released) >= 10, (len(hold), len(released))
+    assert len(released) >= len(hold) / 3 and len(hold) >= len(released) / 3, (len(hold), len(released))
+    if m["python_gil_probe"] == "PyGILState_Check" and m.get("cpu_sampler") != "perf":
+        assert (hold["gil"] == 1).sum() >= 0.9 * len(hold), hold["gil"]
+        assert (released["gil"] == 0).sum() >= 0.8 * len(released), released["gil"]
+        assert int(m["cpu_gil_samples"]) == int((data.cpu["gil"] >= 0).sum())
+    else:
+        assert set(int(g) for g in data.cpu["gil"]) == {-1}
