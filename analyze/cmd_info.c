@@ -36,12 +36,14 @@ static const char help[] =
     "\n"
     "options:\n"
     "  --verify    decode every chunk: exact counts, corruption found\n"
-    "  --format F  text (default), csv or json: one row per file\n";
+    "  --format F  text (default), csv or json: one row per file\n"
+    "  --table NAME\n"
+    "              only the table NAME (with --format csv or json): info, rank_sets\n";
 
 enum { OPT_FORMAT = AN_OPT_FORMAT, OPT_HELP = AN_OPT_HELP, OPT_VERIFY = 1 };
 static const an_opt opts[] = {
     {"verify", 0, OPT_VERIFY},
-    {"format", 1, OPT_FORMAT},
+    {"format", 1, OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, OPT_HELP},
     {NULL, 0, 0},
 };
@@ -681,4 +683,5 @@ const an_cmd_def an_cmd_info = {
     .option = option,
     .check = check,
     .work = work,
+    .tables = "info,rank_sets",
 };
