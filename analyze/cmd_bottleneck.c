@@ -20,7 +20,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE|SET\n"
+    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N]\n"
+    "                          [--format text|csv|json [--table NAME]] FILE|SET\n"
     "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Names the role and the stage that limit the pipeline, with the evidence, over the\n"

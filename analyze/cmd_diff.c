@@ -24,7 +24,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze diff [--alpha P] [--top N] [--skip-steps N] [--format text|csv|json] A B\n"
+    "usage: analyze diff [--alpha P] [--top N] [--skip-steps N]\n"
+    "                    [--format text|csv|json [--table NAME]] A B\n"
     "\n"
     "Compares trace B with trace A, role by role and stage by stage (matched by name, so\n"
     "the thread counts may differ), on per-step distributions rather than totals.\n"

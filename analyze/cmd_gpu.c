@@ -13,7 +13,7 @@
 #include "gpu_activity.h"
 
 static const char help[] =
-    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE|SET\n"
+    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json [--table NAME]] [--top N] FILE|SET\n"
     "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"

@@ -21,7 +21,7 @@
 #include "analyze.h"
 
 static const char help[] =
-    "usage: analyze info [--verify] [--format text|csv|json] FILE...\n"
+    "usage: analyze info [--verify] [--format text|csv|json [--table NAME]] FILE...\n"
     "\n"
     "Shows, per trace: program, rank, run id, host, start time, schema version, status\n"
     "(complete, interrupted, or running: the run did not finish, an incomplete trace whose\n"

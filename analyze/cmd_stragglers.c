@@ -9,7 +9,7 @@
 #include "stragglers.h"
 
 static const char help[] =
-    "usage: analyze stragglers [--format text|csv|json] SET\n"
+    "usage: analyze stragglers [--format text|csv|json [--table NAME]] SET\n"
     "\n"
     "SET: the rank files of one run (several files, a directory or a quoted glob\n"
     "pattern; see docs/analyze.md, \"Rank sets\"). Per collective (ranges of comm\n"

@@ -17,7 +17,7 @@ static const char help[] =
     "                      [--drafter-gpus I,J,...] [--target-gpus I,J,...] [--stage NAME=FACTORx]...\n"
     "                      [--cores X] [--other-load X] [--gpu-share on|off]\n"
     "                      [--allreduce-ms X] [--runs N] [--seed N]\n"
-    "                      [--skip-steps N] [--format text|json] [--json] FILE\n"
+    "                      [--skip-steps N] [--format text|json] [--json] [--table NAME] FILE\n"
     "\n"
     "Simulates the trainer's pipeline (loader -> target -> post -> hidden-state queue ->\n"
     "drafters) from a trace: each thread's measured work per item, the queues with their\n"
