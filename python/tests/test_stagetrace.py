@@ -455,6 +455,15 @@ def test_version():
     assert stagetrace.__version__ == want == stagetrace.library_version
 
 
+def test_version_is_the_traces_and_analyzes(path, analyze):
+    """__version__ is what a trace the package writes records as tool_version, and the version
+    `analyze --version` prints."""
+    with stagetrace.open(path) as trace:
+        record_loop(trace, steps=2, inner=1)
+    assert stagetrace.read(path).meta["tool_version"] == stagetrace.__version__
+    assert analyze("--version").startswith("analyze (stagetrace) %s," % stagetrace.__version__)
+
+
 def test_read_refuses_what_is_not_a_trace(tmp_path, tracegen):
     with pytest.raises(stagetrace.Error, match="cannot open|No such|not"):
         stagetrace.read(str(tmp_path / "missing.sqlite"))
