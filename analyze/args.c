@@ -95,7 +95,7 @@ int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c)
                 p = strchr(p, ',');
                 p = p ? p + 1 : "";
             }
-            if (!*p || len == 0) {
+            if (!*p || len == 0 || strchr(a->value, ',')) {
                 char list[512];
                 size_t n = 0;
                 for (const char *q = c->tables; *q && n + 3 < sizeof list; q++) {
