@@ -234,7 +234,7 @@ def check_devtools(page, port, path, outdir):
             assert m.group(1) == pnames.get(pid), f"{name}: process track {label!r}, the JSON names it {pnames.get(pid)!r}"
         else:
             drawn[pid].append((int(m.group(2)), m.group(1)))
-    for p in {p for p, _ in threads}:
+    for p in {p for p, _ in threads} | set(drawn):
         want = sorted((t, n_) for (q, t), (n_, _) in threads.items() if q == p)
         assert sorted(drawn[p]) == want, f"{name}: process {p}: DevTools draws {drawn[p]}, holds {want}"
     # the pipeline threads' tids (as DevTools parsed them) in role order
