@@ -102,7 +102,7 @@ typedef struct an_args {
     const char *value; /* the current option's value */
 } an_args;
 
-enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT, AN_OPT_STEPS, AN_OPT_TIME }; /* ids every command may use */
+enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT, AN_OPT_STEPS, AN_OPT_TIME, AN_OPT_TABLE }; /* ids every command may use */
 
 int an_args_init(an_args *a, const char *cmd, int argc, char **argv);
 void an_args_free(an_args *a);
@@ -155,6 +155,13 @@ an_format an_out_format(const an_out *o);
 void an_out_text(an_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Ends the document and frees o. 0, or -1 when writing failed. */
 int an_out_finish(an_out *o);
+/* --table NAME: the documents made from now on (an_out_new) print only the
+ * tables named NAME (CSV: their header and rows, nothing else; JSON: an
+ * object with that one key); the others are built and dropped. NULL: all. */
+void an_out_only(const char *name);
+/* After a selection: 1 when no table of that name was printed; printed then
+ * holds the names of the tables the documents had ("a, b"; "none"). */
+int an_out_only_missing(char *printed, size_t size);
 
 /* A growable array (vec.c): an_vec_push returns room for one more item of
  * size bytes (zero-initialize the struct; free(v) when done), NULL when out
@@ -350,13 +357,17 @@ int an_window_resolve(const an_window_spec *w, const an_trace *t, int64_t *t0_ns
  * -h) prints help on stdout and sets help_shown; with format, --format F sets
  * it ("--format must be text, csv or json, not 'F'"); with window, --steps
  * A:B and --time T0:T1 set it, one of them once ("give one window: --steps
- * or --time, once"), or with window_last_wins the last one given. */
+ * or --time, once"), or with window_last_wins the last one given; with
+ * tables (the command's table names, "a,b,c"), --table NAME sets *table to
+ * one of them ("--table must be one of a, b, c, not 'NAME'"). */
 typedef struct an_common_opts {
     const char *help;
     an_format *format;
     an_window_spec *window;
     int window_last_wins;
     int help_shown;
+    const char *tables;
+    const char **table;
 } an_common_opts;
 /* The next option that is the command's own (> 0), 0 when all are read, -1
  * when the command stops: an error (printed) or --help (help_shown). */
@@ -502,6 +513,7 @@ typedef struct an_cmd {
     const struct an_cmd_def *def;
     an_args args;            /* positionals in args.pos; the current option's value in args.value */
     an_format format;
+    const char *table;       /* --table NAME (one of def->tables), or NULL */
     an_window_spec window;
     an_trace trace;
     void *own;               /* the command's own options: own_size bytes, zeroed, then init */
@@ -518,6 +530,9 @@ typedef struct an_cmd_def {
     int (*check)(an_cmd *c);             /* after the options, before the trace: an exit code */
     int (*work)(an_cmd *c);              /* the command itself: an exit code */
     void (*done)(an_cmd *c);             /* frees what the options hold (NULL: nothing) */
+    /* The tables the command prints, in their order ("a,b,c"): with
+     * AN_RUN_FORMAT, --table NAME prints only table NAME (csv or json). */
+    const char *tables;
 } an_cmd_def;
 
 /* Runs a command from its definition: argv[0] is its name; an exit code. */

@@ -1,7 +1,7 @@
 /* args.c: the option parser every `analyze` command uses (`--name value`,
  * `--name=value`, flags and positionals in any order, `--` ends the options)
  * and the options they all share (an_args_next_own: --help, --format,
- * --steps, --time), which it reads through table.c (formats) and select.c
+ * --table, --steps, --time), which it reads through table.c (formats) and select.c
  * (windows). Errors print one line naming the command.
  */
 #include <math.h>
@@ -86,6 +86,27 @@ int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c)
                 an_usage_error(a->cmd, "--format must be text, csv or json, not '%s'", a->value);
                 return -1;
             }
+            continue;
+        }
+        if (id == AN_OPT_TABLE && c->tables && c->table) {
+            size_t len = strlen(a->value);
+            const char *p = c->tables;
+            while (*p && !(strncmp(p, a->value, len) == 0 && (p[len] == ',' || p[len] == '\0'))) {
+                p = strchr(p, ',');
+                p = p ? p + 1 : "";
+            }
+            if (!*p || len == 0 || strchr(a->value, ',')) {
+                char list[512];
+                size_t n = 0;
+                for (const char *q = c->tables; *q && n + 3 < sizeof list; q++) {
+                    list[n++] = *q;
+                    if (*q == ',') list[n++] = ' ';
+                }
+                list[n] = '\0';
+                an_usage_error(a->cmd, "--table must be one of %s, not '%s'", list, a->value);
+                return -1;
+            }
+            *c->table = a->value;
             continue;
         }
         if ((id == AN_OPT_STEPS || id == AN_OPT_TIME) && c->window) {

@@ -20,7 +20,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N] [--format text|csv|json] FILE|SET\n"
+    "usage: analyze bottleneck [--speedup K] [--every N] [--skip-steps N]\n"
+    "                          [--format text|csv|json [--table NAME]] FILE|SET\n"
     "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "Names the role and the stage that limit the pipeline, with the evidence, over the\n"
@@ -75,12 +76,14 @@ static const char help[] =
     "  --every N       steps per window (default: meta profile_interval, else 10)\n"
     "  --skip-steps N  leave out the first N steps (warm-up)\n"
     "  --format F      text (default: the verdict, then the tables), csv or json (tables:\n"
-    "                  verdict, roles, devices, queues, queue_depth, windows)\n";
+    "                  verdict, roles, devices, queues, queue_depth, windows)\n"
+    "  --table NAME    only the table NAME (with --format csv or json): verdict, roles, cpu,\n"
+    "                  ranks, devices, queues, queue_depth, windows\n";
 
 enum { OPT_SPEEDUP = 1, OPT_EVERY, OPT_SKIP };
 static const an_opt opts[] = {
     {"speedup", 1, OPT_SPEEDUP}, {"every", 1, OPT_EVERY}, {"skip-steps", 1, OPT_SKIP},
-    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
 };
 
 static const an_col verdict_cols[] = {
@@ -783,4 +786,5 @@ const an_cmd_def an_cmd_bottleneck = {
     .init = init,
     .option = option,
     .work = work,
+    .tables = "verdict,roles,cpu,ranks,devices,queues,queue_depth,windows",
 };

@@ -36,14 +36,16 @@ static const char help[] =
     "  --steps A:B      the time from step A's mark to step B's mark (A: or :B leave an end open)\n"
     "  --time T0:T1     the same for seconds from the trace start\n"
     "  --format F       text (default), csv or json: tables threads, stages, functions,\n"
-    "                   blocks, libraries, os_threads (and windows)\n";
+    "                   blocks, libraries, os_threads (and windows)\n"
+    "  --table NAME     only the table NAME (with --format csv or json): threads, stages,\n"
+    "                   functions, blocks, libraries, os_threads, windows\n";
 
 enum { OPT_STAGE = 1, OPT_TOP, OPT_WINDOWS, OPT_LINES };
 
 static const an_opt opts[] = {
     {"stage", 1, OPT_STAGE}, {"top", 1, OPT_TOP},       {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
     {"windows", 0, OPT_WINDOWS}, {"lines", 0, OPT_LINES},
-    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
 };
 
 static const an_col thread_cols[] = {
@@ -360,4 +362,5 @@ const an_cmd_def an_cmd_cpu = {
     .init = init,
     .option = option,
     .work = work,
+    .tables = "threads,stages,functions,blocks,libraries,os_threads,windows",
 };

@@ -24,7 +24,8 @@
 #include "verdict.h"
 
 static const char help[] =
-    "usage: analyze diff [--alpha P] [--top N] [--skip-steps N] [--format text|csv|json] A B\n"
+    "usage: analyze diff [--alpha P] [--top N] [--skip-steps N]\n"
+    "                    [--format text|csv|json [--table NAME]] A B\n"
     "\n"
     "Compares trace B with trace A, role by role and stage by stage (matched by name, so\n"
     "the thread counts may differ), on per-step distributions rather than totals.\n"
@@ -61,12 +62,14 @@ static const char help[] =
     "  --skip-steps N  leave out the first N steps of each trace (warm-up)\n"
     "  --format F      text (default: a summary, then the tables), csv or json (tables:\n"
     "                  runs, throughput, stages, top_changes; with GPU activity also\n"
-    "                  gpu_busy and kernels)\n";
+    "                  gpu_busy and kernels)\n"
+    "  --table NAME    only the table NAME (with --format csv or json): runs, throughput,\n"
+    "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions\n";
 
 enum { OPT_ALPHA = 1, OPT_TOP, OPT_SKIP };
 static const an_opt opts[] = {
     {"alpha", 1, OPT_ALPHA}, {"top", 1, OPT_TOP}, {"skip-steps", 1, OPT_SKIP},
-    {"format", 1, AN_OPT_FORMAT}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
 };
 
 #define MIN_STEPS_FOR_TEST 8
@@ -882,4 +885,5 @@ const an_cmd_def an_cmd_diff = {
     .option = option,
     .check = check,
     .work = work,
+    .tables = "runs,throughput,stages,top_changes,gpu_busy,kernels,cpu_stages,cpu_functions",
 };

@@ -29,10 +29,12 @@ static const char help[] =
     "  --steps A:B      items whose first out, and steps whose span, lie in the time from\n"
     "                   step A's mark to step B's mark (A: or :B leave an end open)\n"
     "  --time T0:T1     the same for seconds from the trace start\n"
-    "  --format F       text (default), csv or json\n";
+    "  --format F       text (default), csv or json\n"
+    "  --table NAME     only the table NAME (with --format csv or json): flow, latency, queues,\n"
+    "                   roles, breakdown, critical_path_steps, critical_path\n";
 
 static const an_opt opts[] = {
-    {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME}, {"format", 1, AN_OPT_FORMAT},
+    {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME}, {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, AN_OPT_HELP},   {NULL, 0, 0},
 };
 
@@ -60,4 +62,5 @@ const an_cmd_def an_cmd_flow = {
     .flags = AN_RUN_FORMAT | AN_RUN_WINDOW | AN_RUN_TRACE | AN_RUN_WARN,
     .opts = opts,
     .work = work,
+    .tables = "flow,latency,queues,roles,breakdown,critical_path_steps,critical_path",
 };

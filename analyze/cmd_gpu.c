@@ -13,7 +13,7 @@
 #include "gpu_activity.h"
 
 static const char help[] =
-    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json] [--top N] FILE|SET\n"
+    "usage: analyze gpu [--steps A:B | --time T0:T1] [--format text|csv|json [--table NAME]] [--top N] FILE|SET\n"
     "(SET: the rank files of one run, listed, as a directory or a quoted glob: docs/analyze.md, \"Rank sets\")\n"
     "\n"
     "GPU activity of a trace recorded with GPU tracing on (trainer --trace-gpu on,\n"
@@ -59,14 +59,17 @@ static const char help[] =
     "  --time T0:T1 devices, host_wait and api over T0..T1 s from the trace start\n"
     "  --top N      kernels per device in the kernels table, and functions per thread\n"
     "               in the api table (default 20, 0 = all)\n"
-    "  --format F   text (default), csv or json\n";
+    "  --format F   text (default), csv or json\n"
+    "  --table NAME\n"
+    "               only the table NAME (with --format csv or json): kernels, copies, devices,\n"
+    "               host_wait, stages, api\n";
 
 enum { OPT_TOP = 1 };
 static const an_opt opts[] = {
     {"top", 1, OPT_TOP},
     {"steps", 1, AN_OPT_STEPS},
     {"time", 1, AN_OPT_TIME},
-    {"format", 1, AN_OPT_FORMAT},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
 };
@@ -635,4 +638,5 @@ const an_cmd_def an_cmd_gpu = {
     .init = init,
     .option = option,
     .work = work,
+    .tables = "kernels,copies,devices,host_wait,stages,api",
 };

@@ -21,7 +21,7 @@
 #include "analyze.h"
 
 static const char help[] =
-    "usage: analyze info [--verify] [--format text|csv|json] FILE...\n"
+    "usage: analyze info [--verify] [--format text|csv|json [--table NAME]] FILE...\n"
     "\n"
     "Shows, per trace: program, rank, run id, host, start time, schema version, status\n"
     "(complete, interrupted, or running: the run did not finish, an incomplete trace whose\n"
@@ -36,12 +36,14 @@ static const char help[] =
     "\n"
     "options:\n"
     "  --verify    decode every chunk: exact counts, corruption found\n"
-    "  --format F  text (default), csv or json: one row per file\n";
+    "  --format F  text (default), csv or json: one row per file\n"
+    "  --table NAME\n"
+    "              only the table NAME (with --format csv or json): info, rank_sets\n";
 
 enum { OPT_FORMAT = AN_OPT_FORMAT, OPT_HELP = AN_OPT_HELP, OPT_VERIFY = 1 };
 static const an_opt opts[] = {
     {"verify", 0, OPT_VERIFY},
-    {"format", 1, OPT_FORMAT},
+    {"format", 1, OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, OPT_HELP},
     {NULL, 0, 0},
 };
@@ -718,4 +720,5 @@ const an_cmd_def an_cmd_info = {
     .option = option,
     .check = check,
     .work = work,
+    .tables = "info,rank_sets",
 };

@@ -9,7 +9,7 @@
 #include "stragglers.h"
 
 static const char help[] =
-    "usage: analyze stragglers [--format text|csv|json] SET\n"
+    "usage: analyze stragglers [--format text|csv|json [--table NAME]] SET\n"
     "\n"
     "SET: the rank files of one run (several files, a directory or a quoted glob\n"
     "pattern; see docs/analyze.md, \"Rank sets\"). Per collective (ranges of comm\n"
@@ -20,10 +20,13 @@ static const char help[] =
     "median of the ranks it is.\n"
     "\n"
     "options:\n"
-    "  --format F   text (default), csv or json: tables collectives, instances, stages\n";
+    "  --format F   text (default), csv or json: tables collectives, instances, stages\n"
+    "  --table NAME\n"
+    "               only the table NAME (with --format csv or json): collectives, instances,\n"
+    "               stages\n";
 
 static const an_opt opts[] = {
-    {"format", 1, AN_OPT_FORMAT},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, AN_OPT_HELP},
     {NULL, 0, 0},
 };
@@ -200,4 +203,5 @@ const an_cmd_def an_cmd_stragglers = {
     .flags = AN_RUN_FORMAT | AN_RUN_TRACE | AN_RUN_SET | AN_RUN_WARN,
     .opts = opts,
     .work = work,
+    .tables = "collectives,instances,stages",
 };

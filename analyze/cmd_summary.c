@@ -45,6 +45,7 @@ static const char help[] =
     "                   their run ids differ; --separate never does. By default the ranks of\n"
     "                   one run are merged: equal run_ids, one world_size, each rank once\n"
     "  --format F       text (default), csv or json\n"
+    "  --table NAME     only the table NAME (with --format csv or json): summary, ranks\n"
     "  --jobs N         read the trace threads on N threads, 1 to 256 (default: the CPUs this\n"
     "                   process may use, at most 8; 1 for traces under 500000 ranges); several\n"
     "                   files: a whole file per job, one open at a time. The output is the\n"
@@ -54,7 +55,7 @@ enum { OPT_ROLE = 1, OPT_THREAD, OPT_STAGE, OPT_SORT, OPT_MERGE, OPT_SEPARATE, O
 static const an_opt opts[] = {
     {"role", 1, OPT_ROLE},   {"thread", 1, OPT_THREAD},       {"stage", 1, OPT_STAGE},
     {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},           {"sort", 1, OPT_SORT},
-    {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT},
+    {"merge", 0, OPT_MERGE}, {"separate", 0, OPT_SEPARATE},   {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"jobs", 1, OPT_JOBS},   {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
 
@@ -574,4 +575,5 @@ const an_cmd_def an_cmd_summary = {
     .check = check,
     .work = work,
     .done = done,
+    .tables = "summary,ranks",
 };

@@ -17,7 +17,7 @@ static const char help[] =
     "                      [--drafter-gpus I,J,...] [--target-gpus I,J,...] [--stage NAME=FACTORx]...\n"
     "                      [--cores X] [--other-load X] [--gpu-share on|off]\n"
     "                      [--allreduce-ms X] [--runs N] [--seed N]\n"
-    "                      [--skip-steps N] [--format text|json] [--json] FILE\n"
+    "                      [--skip-steps N] [--format text|json] [--json] [--table NAME] FILE\n"
     "\n"
     "Simulates the trainer's pipeline (loader -> target -> post -> hidden-state queue ->\n"
     "drafters) from a trace: each thread's measured work per item, the queues with their\n"
@@ -54,6 +54,7 @@ static const char help[] =
     "  --skip-steps N             step windows left out at the start (default: a tenth of the\n"
     "                             step marks, at least 1)\n"
     "  --format text|json, --json output format (default text)\n"
+    "  --table NAME  only the table NAME, with --format json: whatif, roles, pools\n"
     "\n"
     "Tables: whatif (one row per configuration: measured, replay, changed), roles (per\n"
     "configuration and role: threads, busy, waiting for input, blocked on output), pools.\n"
@@ -68,7 +69,7 @@ static const an_opt opts[] = {
     {"queue-depth", 1, OPT_QUEUE},   {"drafters", 1, OPT_DRAFTERS}, {"targets", 1, OPT_TARGETS},
     {"postprocess", 1, OPT_POST},    {"stage", 1, OPT_STAGE},       {"cores", 1, OPT_CORES},
     {"allreduce-ms", 1, OPT_ALLREDUCE}, {"runs", 1, OPT_RUNS},      {"seed", 1, OPT_SEED},
-    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS}, {"gpu-share", 1, OPT_GPU_SHARE},         {"format", 1, AN_OPT_FORMAT},
+    {"skip-steps", 1, OPT_SKIP},     {"json", 0, OPT_JSON},         {"other-load", 1, OPT_OTHERS}, {"gpu-share", 1, OPT_GPU_SHARE},         {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"drafter-gpus", 1, OPT_DRAFTER_GPUS}, {"target-gpus", 1, OPT_TARGET_GPUS},
     {"help", 0, AN_OPT_HELP},        {NULL, 0, 0},
 };
@@ -584,4 +585,5 @@ const an_cmd_def an_cmd_whatif = {
     .option = option,
     .check = check,
     .work = work,
+    .tables = "whatif,roles,pools",
 };

@@ -1,7 +1,7 @@
 /* command.c: the prologue and epilogue that `analyze` commands share, run
  * from a command's definition (an_cmd_def, analyze.h) as git runs a builtin
  * by its RUN_SETUP flags: parse the options, the shared ones (--help,
- * --format, --steps/--time) by the flags and the command's own through its
+ * --format, --table, --steps/--time) by the flags and the command's own through its
  * option hook; then, with AN_RUN_TRACE, open the positionals as one trace or
  * a rank set ("no trace file given" without one), with AN_RUN_SET refuse a
  * single file; call the work; with AN_RUN_WARN print the trace's warnings
@@ -27,7 +27,8 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
     if (d->init) d->init(&c);
     an_common_opts common = {d->usage, d->flags & AN_RUN_FORMAT ? &c.format : NULL,
                              d->flags & AN_RUN_WINDOW ? &c.window : NULL,
-                             (d->flags & AN_RUN_WINDOW_LAST) != 0, 0};
+                             (d->flags & AN_RUN_WINDOW_LAST) != 0, 0,
+                             d->flags & AN_RUN_FORMAT ? d->tables : NULL, &c.table};
     if (an_args_init(&c.args, d->name, argc, argv)) {
         free(c.own);
         return AN_EXIT_FAIL;
@@ -39,6 +40,8 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
         rc = AN_EXIT_OK;
         goto out;
     }
+    if (!rc && c.table && c.format == AN_FMT_TEXT)
+        rc = an_usage_error(d->name, "--table %s needs --format csv or json", c.table);
     if (!rc && d->check) rc = d->check(&c);
     int opened = 0;
     if (!rc && (d->flags & AN_RUN_TRACE)) {
@@ -52,7 +55,16 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
             rc = AN_EXIT_USAGE;
         }
     }
-    if (!rc) rc = d->work(&c);
+    if (!rc) {
+        an_out_only(c.table);
+        rc = d->work(&c);
+        char printed[512];
+        if (!rc && c.table && an_out_only_missing(printed, sizeof printed)) {
+            an_error("%s: no table %s in this output (its tables: %s)", d->name, c.table, printed);
+            rc = AN_EXIT_USAGE;
+        }
+        an_out_only(NULL);
+    }
     if (!rc && opened && (d->flags & AN_RUN_WARN)) an_trace_warn(&c.trace);
     if (opened) an_trace_close(&c.trace);
 out:

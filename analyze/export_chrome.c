@@ -45,8 +45,9 @@ typedef struct chrome {
     uint32_t n_thread_pid;
     /* Track ids: thread (by id) -> tid, 1, 2, ... in role order (track_order),
      * sorted by thread id for lookup; never 0 (Perfetto takes tid 0 for a
-     * process's main thread), and in the order of the tracks, which is the
-     * order Chromium's DevTools shows them in (it ignores thread_sort_index). */
+     * process's main thread), and in the order of the tracks, as their
+     * thread_sort_index (Chromium's DevTools ignores both: it draws a
+     * process's threads by their number of events). */
     struct thread_track *tracks;
     uint32_t n_tracks;
     char **stage_json; /* [n_stages] quoted, escaped names */

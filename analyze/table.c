@@ -35,7 +35,8 @@ int an_parse_format(const char *s, an_format *out)
 struct an_out {
     FILE *f;
     an_format fmt;
-    int n_tables;
+    const char *only; /* --table: print only the tables of this name */
+    int n_tables;     /* printed */
     int after_table; /* text: the next thing starts with a blank line */
     int oom;
 };
@@ -48,6 +49,7 @@ typedef struct text_cell {
 
 struct an_table {
     an_out *out;
+    int muted;           /* not the --table asked for: built, not printed */
     const an_col *cols;
     int n_cols, col;     /* cell index in the current row */
     uint64_t n_rows;
@@ -212,13 +214,44 @@ void an_csv_field(FILE *f, const char *str)
 
 /* ---- documents ------------------------------------------------------------------------ */
 
+/* --table: the name asked for, whether a table of that name was printed, and
+ * the names of the tables the documents had, for the error when none was. */
+static const char *only_name;
+static int only_found;
+static char only_seen[512];
+
+void an_out_only(const char *name)
+{
+    only_name = name;
+    only_found = 0;
+    only_seen[0] = '\0';
+}
+
+int an_out_only_missing(char *printed, size_t size)
+{
+    snprintf(printed, size, "%s", only_seen[0] ? only_seen : "none");
+    return only_name && !only_found;
+}
+
+/* Notes a table's name for an_out_only_missing (each name once). */
+static void only_note(const char *name)
+{
+    size_t len = strlen(name), used = strlen(only_seen);
+    for (const char *p = only_seen; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == only_seen || p[-1] == ' ') && (p[len] == ',' || p[len] == '\0')) return;
+    if (used + len + 3 < sizeof only_seen)
+        snprintf(only_seen + used, sizeof only_seen - used, "%s%s", used ? ", " : "", name);
+}
+
 an_out *an_out_new(FILE *f, an_format fmt)
 {
     an_out *o = calloc(1, sizeof *o);
     if (!o) return NULL;
     o->f = f;
     o->fmt = fmt;
-    if (fmt == AN_FMT_JSON) fputs("{", f);
+    o->only = only_name;
+    /* With --table the object opens at the table, so that a run without it prints nothing. */
+    if (fmt == AN_FMT_JSON && !o->only) fputs("{", f);
     return o;
 }
 
@@ -238,7 +271,7 @@ void an_out_text(an_out *o, const char *fmt, ...)
 int an_out_finish(an_out *o)
 {
     if (!o) return -1;
-    if (o->fmt == AN_FMT_JSON) fputs(o->n_tables ? "\n}\n" : "}\n", o->f);
+    if (o->fmt == AN_FMT_JSON && !(o->only && !o->n_tables)) fputs(o->n_tables ? "\n}\n" : "}\n", o->f);
     int bad = o->oom || fflush(o->f) != 0 || ferror(o->f);
     free(o);
     return bad ? -1 : 0;
@@ -258,6 +291,15 @@ an_table *an_table_new(an_out *o, const char *name, const an_col *cols, int n_co
     t->out = o;
     t->cols = cols;
     t->n_cols = n_cols;
+    if (o->only) {
+        only_note(name);
+        if (strcmp(name, o->only) != 0) {
+            t->muted = 1;
+            return t;
+        }
+        only_found = 1;
+        if (o->fmt == AN_FMT_JSON && !o->n_tables) fputs("{", o->f);
+    }
     FILE *f = o->f;
     switch (o->fmt) {
     case AN_FMT_TEXT:
@@ -398,6 +440,10 @@ static void text_cell_put(an_table *t, const char *s, size_t len, int right)
 static void put_cell(an_table *t, const char *text, const char *data, int is_string, int is_null)
 {
     if (!t || t->col >= t->n_cols) return;
+    if (t->muted) {
+        t->col++;
+        return;
+    }
     FILE *f = t->out->f;
     switch (t->out->fmt) {
     case AN_FMT_TEXT: {
@@ -515,7 +561,7 @@ void an_row_end(an_table *t)
     if (!t) return;
     while (t->col < t->n_cols) an_put_null(t); /* a short row is padded with nulls */
     FILE *f = t->out->f;
-    switch (t->out->fmt) {
+    switch (t->muted ? -1 : (int)t->out->fmt) {
     case AN_FMT_TEXT:
         if (t->streaming) putc('\n', f);
         else if (add_buf_row(t, 0)) t->out->oom = 1;
@@ -530,7 +576,7 @@ void an_row_end(an_table *t)
 
 void an_table_gap(an_table *t)
 {
-    if (!t || t->out->fmt != AN_FMT_TEXT || t->n_rows == 0) return;
+    if (!t || t->muted || t->out->fmt != AN_FMT_TEXT || t->n_rows == 0) return;
     if (t->streaming) putc('\n', t->out->f);
     else if (add_buf_row(t, 1)) t->out->oom = 1;
 }
@@ -539,7 +585,7 @@ void an_table_end(an_table *t)
 {
     if (!t) return;
     if (t->col) an_row_end(t);
-    switch (t->out->fmt) {
+    switch (t->muted ? -1 : (int)t->out->fmt) {
     case AN_FMT_TEXT:
         /* A trailing gap would leave an empty line before the next table. */
         while (!t->streaming && t->n_buf_rows && t->row_gap[t->n_buf_rows - 1]) t->n_buf_rows--;

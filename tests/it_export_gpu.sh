@@ -107,8 +107,8 @@ n_corr = len({e["args"]["correlation"] for e in gpu if "thread" in e["args"]})
 assert len(starts) == n_corr, (len(starts), n_corr)
 # 4. step marks are instant events
 assert any(e.get("ph") == "i" and e.get("cat") == "step" for e in ev), name
-# 5. tracks as a user reads them: the CPU threads' tids 1, 2, ... in pipeline order (Chromium's
-# DevTools orders by tid), none 0; stream tracks "GPU d stream s"; counter series by unit
+# 5. tracks as a user reads them: the CPU threads' tids 1, 2, ... in pipeline order (as their
+# thread_sort_index), none 0; stream tracks "GPU d stream s"; counter series by unit
 order = ["loader", "target", "post", "drafter", "main"]
 cpu = sorted((e["tid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name" and e["pid"] == cpu_pid
              and not e["args"]["name"].startswith("os thread "))

