@@ -1,13 +1,13 @@
 """hta_check.py: Holistic Trace Analysis (HTA) on `analyze export --chrome` files, against
 `analyze gpu`. Two commands:
 
-  hta_check.py cut IN.json OUT.json --device D [--time T0:T1]
+  hta_check.py cut IN.json OUT.json --device D [--time T0:T1] [OUT2.json --device D2 ...]
       The GPU records of device D (pid 1000000 + D) of an export, with the GPU process's
       metadata and the file's top-level members, clipped to T0..T1 seconds from the trace start
       (the export's time 0, as `analyze gpu --time` counts) as `analyze gpu` clips records to
       its window; records outside it are left out. HTA's temporal breakdown reads GPU records
       only, so on OUT.json it gives the device's busy time over the window (docs/analyze.md,
-      "Comparing with HTA").
+      "Comparing with HTA"). Several outputs, each with its options, share one read of IN.json.
 
   hta_check.py check DIR SAMPLE... --set SETDIR STEPS
       The checks of tests/it_hta.sh, on the files it wrote in DIR (see there).
@@ -37,8 +37,7 @@ def parse_window(text):
     return round(float(a) * 1e9), round(float(b) * 1e9)
 
 
-def cut(src, dst, device, window=None):
-    d = json.load(open(src))
+def cut(d, dst, device, window=None):
     pid = 1000000 + device
     kept = []
     for e in d["traceEvents"]:
@@ -53,9 +52,8 @@ def cut(src, dst, device, window=None):
                     continue
                 e = dict(e, ts=s / 1000, dur=(f - s) / 1000)
         kept.append(e)
-    d["traceEvents"] = kept
     with open(dst, "w") as f:
-        json.dump(d, f)
+        json.dump(dict(d, traceEvents=kept), f)
 
 
 def quiet():
@@ -277,12 +275,19 @@ def check_set(dir_, setdir, steps, log):
 
 def main(argv):
     if len(argv) >= 3 and argv[0] == "cut":
-        args = argv[1:]
-        src, dst = args[0], args[1]
-        opts = dict(zip(args[2::2], args[3::2]))
-        if "--device" not in opts or set(opts) - {"--device", "--time"}:
-            sys.exit("usage: hta_check.py cut IN.json OUT.json --device D [--time T0:T1]")
-        cut(src, dst, int(opts["--device"]), parse_window(opts["--time"]) if "--time" in opts else None)
+        jobs, args = [], argv[2:]
+        while args:  # OUT.json --device D [--time T0:T1]
+            dst, opts, args = args[0], {}, args[1:]
+            while len(args) >= 2 and args[0] in ("--device", "--time"):
+                opts[args[0]], args = args[1], args[2:]
+            if "--device" not in opts:
+                sys.exit("usage: hta_check.py cut IN.json OUT.json --device D [--time T0:T1] [OUT2.json ...]")
+            jobs.append((dst, int(opts["--device"]), parse_window(opts["--time"]) if "--time" in opts else None))
+        if not jobs:
+            sys.exit("usage: hta_check.py cut IN.json OUT.json --device D [--time T0:T1] [OUT2.json ...]")
+        d = json.load(open(argv[1]))
+        for dst, dev, window in jobs:
+            cut(d, dst, dev, window)
         return 0
     if len(argv) >= 5 and argv[0] == "check" and argv[-3] == "--set":
         quiet()

@@ -60,6 +60,7 @@ for trace in "$S"/h200-*.sqlite; do
     expect_ok "$name.steady" "$A" gpu "$trace" --format json --top 0
     mv "$name.steady.out" "$name.steady.json"
     steady=$(steady_window "$trace")
+    cuts=()
     [[ "$steady" =~ ^[0-9]+\.[0-9]{9}:[0-9]+\.[0-9]{9}$ ]] || fail "$name: steady window '$steady'"
     for d in $("$A" sql --format csv "$trace" "SELECT DISTINCT device FROM gpu WHERE kind != 'sync' ORDER BY 1" | tail -n +2); do
         w=$(hta_window "$trace" "$d")
@@ -68,9 +69,9 @@ for trace in "$S"/h200-*.sqlite; do
         echo "$steady" >"$name.d$d.steady.window"
         expect_ok "$name.d$d.gpu" "$A" gpu "$trace" --time "$w" --format json --top 0
         mv "$name.d$d.gpu.out" "$name.d$d.gpu.json"
-        expect_ok "$name.d$d.cut" python3 "$CHECK" cut "$name/rank0.json" "$name.d$d.all.cut.json" --device "$d"
-        expect_ok "$name.d$d.scut" python3 "$CHECK" cut "$name/rank0.json" "$name.d$d.steady.cut.json" --device "$d" --time "$steady"
+        cuts+=("$name.d$d.all.cut.json" --device "$d" "$name.d$d.steady.cut.json" --device "$d" --time "$steady")
     done
+    expect_ok "$name.cut" python3 "$CHECK" cut "$name/rank0.json" "${cuts[@]}"
 done
 [ ${#samples[@]} -eq 3 ] || fail "expected the three H200 sample traces in $S, found ${#samples[@]}"
 
