@@ -566,8 +566,11 @@ static int work(an_cmd *c)
     an_gpu_tap taps[2] = {{INT64_MIN, INT64_MAX, NULL, add_record, NULL, &pass}};
     an_gpu_split *split = NULL;
     int needs_span = !rc && an_gpu_window_needs_span(t, &c->window);
+    /* A --time window is clipped to the span's end, the GPU records' included (work the
+     * devices finish after the last range event), so it needs their span too. */
+    int time_window = !rc && c->window.kind == AN_WIN_TIME;
     int64_t h0 = pass.t0, h1 = pass.t1; /* the span the headers give */
-    if (needs_span) {
+    if (needs_span || time_window) {
         st_gpu_headers h;
         if (st_reader_gpu_span(t->r, &h) == ST_OK && h.has) {
             if (h.t0_ns < h0) h0 = h.t0_ns;
@@ -580,14 +583,17 @@ static int work(an_cmd *c)
     free(devices);
     an_gpu_split_close(split, !rc, &dev, &n_dev, &note);
     int64_t t0 = pass.t0, t1 = pass.t1;
-    if (!rc && needs_span && (t0 != h0 || t1 != h1)) {
-        an_gpu_idle_free(dev, n_dev);
-        dev = NULL;
-        n_dev = 0;
-        w0 = t0;
-        w1 = t1;
-        rc = an_gpu_window(t, &c->window, t0, t1, &w0, &w1, wdesc, sizeof wdesc);
-        if (!rc) rc = an_gpu_idle_split(t, w0, w1, &dev, &n_dev, &note);
+    if (!rc && (needs_span || time_window) && (t0 != h0 || t1 != h1)) {
+        int64_t r0 = w0, r1 = w1;
+        rc = an_gpu_window(t, &c->window, t0, t1, &r0, &r1, wdesc, sizeof wdesc);
+        if (!rc && (r0 != w0 || r1 != w1)) {
+            an_gpu_idle_free(dev, n_dev);
+            dev = NULL;
+            n_dev = 0;
+            w0 = r0;
+            w1 = r1;
+            rc = an_gpu_idle_split(t, w0, w1, &dev, &n_dev, &note);
+        }
     }
     api_acc api = {&s, w0, w1, NULL, 0, 0, 0, NULL, 0};
     if (!rc) {

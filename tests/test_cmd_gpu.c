@@ -4,7 +4,8 @@
  * (st_reader_gpu_span). When a header lies about its records' times, the
  * command reads the split again over the records' true span and prints
  * what the truthful trace gives, byte for byte. --time counts from the
- * trace start, as its help says, also when the first range comes later.
+ * trace start, as its help says, also when the first range comes later,
+ * and reaches the end of the GPU records after the last range event.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -195,6 +196,70 @@ static void test_gpu_time_from_trace_start(void **state)
     free(out);
 }
 
+/* Runs cmd_gpu in this process with ARGV (ARGC of them), stdout to a file. */
+static gpu_run run_gpu_args(int argc, char **argv)
+{
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    unsigned long before = an_gpu_read_count;
+    gpu_run r;
+    r.status = an_command_run(&an_cmd_gpu, argc, argv);
+    r.reads = an_gpu_read_count - before;
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    r.out = read_file(tmp_file("gpu.out"), NULL);
+    assert_non_null(r.out);
+    return r;
+}
+
+/* --time is clipped to the span's end with the GPU records in it: work a device finishes after
+ * the last range event counts. gpu_after.sqlite: start_ns at BASE, its only range from BASE +
+ * 100 ms to BASE + 200 ms, kernels on device 0 at [BASE + 150, + 180) ms and [BASE + 190, +
+ * 260) ms. `--time 0:1` is 0.000-0.260 s: busy 30 + 70 = 100 ms, idle 160 ms (clipped at the
+ * last range event it was 0.000-0.200 s, busy 40 ms); `--time 0.21:0.3` is 0.210-0.260 s, all
+ * busy (it was refused: no time after the last range event). One read each: the chunk headers
+ * give the records' true span. */
+static void test_gpu_time_past_last_range(void **state)
+{
+    (void)state;
+    tg_trace *g = tg_create("after");
+    tg_meta_int(g, "start_ns", BASE_NS);
+    tg_meta_int(g, "end_ns", BASE_NS + 300 * MS);
+    tg_meta_int(g, "device", 0);
+    uint32_t fwd = tg_stage(g, "forward", "work");
+    uint32_t th = tg_thread(g, "target0", "target");
+    tg_range(g, th, fwd, BASE_NS + 100 * MS, BASE_NS + 200 * MS);
+    tg_gpu_string(g, "gemm");
+    st_gpu_rec k[2] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 150 * MS, .dur_ns = 30 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 190 * MS, .dur_ns = 70 * MS, .correlation = 2},
+    };
+    tg_gpu_chunk(g, 0, 7, k, 2);
+    tg_write(g, tmp_file("gpu_after.sqlite"));
+    tg_free(g);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/gpu_after.sqlite", tmp_dir);
+    char *all[] = {"gpu", "--format", "csv", "--time", "0:1", path, NULL};
+    gpu_run r = run_gpu_args(6, all);
+    assert_int_equal(r.status, AN_EXIT_OK);
+    assert_int_equal(r.reads, 1);
+    assert_non_null(strstr(r.out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
+                                  "host_thread,host_stage,host_stage_ms\n"
+                                  "0,2,100.000000,38.46153846153846,160.000000,0.000000,0.000000,160.000000,,,0.000000\n"));
+    free(r.out);
+    char *after[] = {"gpu", "--time", "0.21:0.3", path, NULL};
+    r = run_gpu_args(4, after);
+    assert_int_equal(r.status, AN_EXIT_OK);
+    assert_int_equal(r.reads, 1);
+    assert_non_null(strstr(r.out, "devices and host_wait over time 0.210-0.260 s, 50.000 ms\n"));
+    free(r.out);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -215,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_gpu_span_headers),
         cmocka_unit_test(test_gpu_span_one_read),
         cmocka_unit_test(test_gpu_time_from_trace_start),
+        cmocka_unit_test(test_gpu_time_past_last_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
