@@ -51,6 +51,32 @@ static int read_chunk_headers(an_trace *t, int64_t *first, int64_t *last, int *h
     return 0;
 }
 
+/* Appends span to *v (*n of *cap), growing it; -1 (said) when out of memory. */
+static int push_span(an_lost_span **v, uint32_t *n, size_t *cap, an_lost_span span)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        an_lost_span *a = c < UINT32_MAX ? realloc(*v, c * sizeof *a) : NULL;
+        if (!a) {
+            an_error("out of memory");
+            return -1;
+        }
+        *v = a;
+        *cap = c;
+    }
+    (*v)[(*n)++] = span;
+    return 0;
+}
+
+/* The latest end of n spans (INT64_MIN for none). */
+static int64_t spans_end(const an_lost_span *v, uint32_t n)
+{
+    int64_t end = INT64_MIN;
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i].t1_ns > end) end = v[i].t1_ns;
+    return end;
+}
+
 /* lost_spans (optional): spans the writer could not store. A row of the
  * wrong types is refused like any table's. */
 static int read_lost_spans(an_trace *t)
@@ -99,21 +125,12 @@ static int read_lost_spans(an_trace *t)
                 rc = -1;
                 break;
             }
-            if (t->n_lost == cap) {
-                cap = cap ? cap * 2 : 16;
-                an_lost_span *a = cap < UINT32_MAX ? realloc(t->lost, cap * sizeof *a) : NULL;
-                if (!a) {
-                    an_error("out of memory");
-                    rc = -1;
-                    break;
-                }
-                t->lost = a;
+            an_lost_span l = {sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6)};
+            if (push_span(&t->lost, &t->n_lost, &cap, l)) {
+                rc = -1;
+                break;
             }
-            an_lost_span *l = &t->lost[t->n_lost++];
-            l->t0_ns = sqlite3_column_int64(st, 4);
-            l->t1_ns = sqlite3_column_int64(st, 5);
-            l->n_records = sqlite3_column_int64(st, 6);
-            sum += l->n_records;
+            sum += l.n_records;
         }
         sqlite3_finalize(st);
         if (!rc && step != SQLITE_DONE) goto sql_fail;
@@ -151,17 +168,10 @@ static int read_gpu_pauses(an_trace *t)
             rc = -1;
             break;
         }
-        if (t->n_gpu_pauses == cap) {
-            cap = cap ? cap * 2 : 16;
-            an_lost_span *a = cap < UINT32_MAX ? realloc(t->gpu_pauses, cap * sizeof *a) : NULL;
-            if (!a) {
-                an_error("out of memory");
-                rc = -1;
-                break;
-            }
-            t->gpu_pauses = a;
+        if (push_span(&t->gpu_pauses, &t->n_gpu_pauses, &cap, (an_lost_span){t0, t1, 0})) {
+            rc = -1;
+            break;
         }
-        t->gpu_pauses[t->n_gpu_pauses++] = (an_lost_span){t0, t1, 0};
     }
     sqlite3_finalize(st);
     if (!rc && step != SQLITE_DONE) goto sql_fail;
@@ -193,9 +203,7 @@ int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, 
 int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size)
 {
     if (!t->n_gpu_pauses) return 0;
-    int64_t end = t->gpu_pauses[0].t1_ns;
-    for (uint32_t i = 1; i < t->n_gpu_pauses; i++)
-        if (t->gpu_pauses[i].t1_ns > end) end = t->gpu_pauses[i].t1_ns;
+    int64_t end = spans_end(t->gpu_pauses, t->n_gpu_pauses);
     snprintf(buf, size, "paused %u time%s, %.3f s in all, between %.3f s and %.3f s", t->n_gpu_pauses,
              t->n_gpu_pauses == 1 ? "" : "s", (double)an_trace_gpu_paused_in(t, INT64_MIN, INT64_MAX, NULL) * 1e-9,
              ((double)t->gpu_pauses[0].t0_ns - (double)t->origin_ns) * 1e-9,
@@ -559,8 +567,8 @@ void an_trace_close(an_trace *t)
     t->r = NULL;
     free(t->lost);
     free(t->gpu_pauses);
-    t->lost = NULL;
-    t->n_lost = 0;
+    t->lost = t->gpu_pauses = NULL;
+    t->n_lost = t->n_gpu_pauses = 0;
 }
 
 int an_trace_fail(const an_trace *t)
@@ -569,16 +577,9 @@ int an_trace_fail(const an_trace *t)
     return AN_EXIT_USAGE;
 }
 
-static int64_t lost_end(const an_trace *t)
-{
-    int64_t end = INT64_MIN;
-    for (uint32_t i = 0; i < t->n_lost; i++)
-        if (t->lost[i].t1_ns > end) end = t->lost[i].t1_ns;
-    return end;
-}
-
 /* The one place of a trace's warnings (docs/analyze.md, "Incomplete
- * traces"): its incomplete status, dropped and lost events. A rank of a set
+ * traces"): its incomplete status, dropped and lost events, GPU records
+ * CUPTI dropped, CPU capture records lost, GPU pauses. A rank of a set
  * is also incomplete when interrupted: one rank stopped by a signal is a run
  * cut short (mpirun stops the others when one dies), where a file alone that
  * was interrupted was stopped on purpose and flushed whole. */
@@ -601,7 +602,7 @@ static void warn_trace(const an_trace *t, int as_rank)
                     "%.3f s; stage times there are undercounted",
                     t->path, (long long)t->lost_events, t->n_lost, t->n_lost == 1 ? "" : "s",
                     ((double)t->lost[0].t0_ns - (double)t->origin_ns) * 1e-9,
-                    ((double)lost_end(t) - (double)t->origin_ns) * 1e-9);
+                    ((double)spans_end(t->lost, t->n_lost) - (double)t->origin_ns) * 1e-9);
         else
             an_warn("%s: %lld events were lost (the trace could not be written); stage times may be undercounted",
                     t->path, (long long)t->lost_events);
