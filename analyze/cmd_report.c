@@ -424,10 +424,7 @@ static int put_wait_only(an_report *rp, uint32_t r, const int64_t *ns)
     int64_t wall = 0, busy = 0;
     for (uint32_t c = 0; c < p->n_cols; c++) {
         wall += ns[c];
-        if (c < p->n_stages) {
-            st_kind k = st_reader_stage(p->trace->r, c)->kind;
-            if (k != ST_WAIT_INPUT && k != ST_WAIT_OUTPUT) busy += ns[c];
-        }
+        if (c < p->n_stages && an_kind_is_busy(st_reader_stage(p->trace->r, c)->kind)) busy += ns[c];
     }
     if (wall <= 0 || 100.0 * (double)busy / (double)wall >= WAIT_ONLY_BUSY_PCT) return 0;
     FILE *f = rp->f;
