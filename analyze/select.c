@@ -187,6 +187,14 @@ static int thread_matches(const char *name, const st_thread_info *th)
     return an_parse_u64(name, &id) == 0 && id == th->id;
 }
 
+/* The i-th name of the kind: a stage's, a thread's role or a thread's name. */
+static const char *name_at(const an_trace *t, an_names_kind kind, uint32_t i)
+{
+    return kind == AN_NAMES_STAGES ? st_reader_stage(t->r, i)->name
+           : kind == AN_NAMES_ROLES ? st_reader_thread(t->r, i)->role
+                                    : st_reader_thread(t->r, i)->name;
+}
+
 const char *an_names_in(const an_trace *t, an_names_kind kind, char *buf, size_t size)
 {
     uint32_t n = kind == AN_NAMES_STAGES ? st_reader_n_stages(t->r) : st_reader_n_threads(t->r);
@@ -194,14 +202,9 @@ const char *an_names_in(const an_trace *t, an_names_kind kind, char *buf, size_t
     uint32_t shown = 0, more = 0;
     buf[0] = '\0';
     for (uint32_t i = 0; i < n; i++) {
-        const char *name = kind == AN_NAMES_STAGES ? st_reader_stage(t->r, i)->name
-                           : kind == AN_NAMES_ROLES ? st_reader_thread(t->r, i)->role
-                                                    : st_reader_thread(t->r, i)->name;
+        const char *name = name_at(t, kind, i);
         int seen = 0;
-        for (uint32_t j = 0; j < i && !seen; j++)
-            seen = strcmp(name, kind == AN_NAMES_STAGES ? st_reader_stage(t->r, j)->name
-                                : kind == AN_NAMES_ROLES ? st_reader_thread(t->r, j)->role
-                                                         : st_reader_thread(t->r, j)->name) == 0;
+        for (uint32_t j = 0; j < i && !seen; j++) seen = strcmp(name, name_at(t, kind, j)) == 0;
         if (seen) continue;
         char clean[ST_NAME_MAX + 1];
         an_clean(name, clean, sizeof clean);
