@@ -555,8 +555,9 @@ static int work(an_cmd *c)
     uint32_t n_devices = 0;
     if (!rc) rc = an_gpu_devices(t, &devices, &n_devices);
     /* One pass over the records for the whole-trace tables and the idle
-     * split. When the split's window is the records' span (fewer than two
-     * step marks and no --steps/--time), the span is taken beforehand from
+     * split. When the split's window depends on the records' span (fewer
+     * than two step marks and no --steps/--time, or a --time window, which
+     * is clipped to the span's end), the span is taken beforehand from
      * the chunk headers (st_reader_gpu_span, no chunk decoded); headers are
      * hints, so when the records' own span turns out to give another window
      * (a corrupt header), the split is read again over the right one. */
@@ -566,11 +567,8 @@ static int work(an_cmd *c)
     an_gpu_tap taps[2] = {{INT64_MIN, INT64_MAX, NULL, add_record, NULL, &pass}};
     an_gpu_split *split = NULL;
     int needs_span = !rc && an_gpu_window_needs_span(t, &c->window);
-    /* A --time window is clipped to the span's end, the GPU records' included (work the
-     * devices finish after the last range event), so it needs their span too. */
-    int time_window = !rc && c->window.kind == AN_WIN_TIME;
     int64_t h0 = pass.t0, h1 = pass.t1; /* the span the headers give */
-    if (needs_span || time_window) {
+    if (needs_span) {
         st_gpu_headers h;
         if (st_reader_gpu_span(t->r, &h) == ST_OK && h.has) {
             if (h.t0_ns < h0) h0 = h.t0_ns;
@@ -583,7 +581,7 @@ static int work(an_cmd *c)
     free(devices);
     an_gpu_split_close(split, !rc, &dev, &n_dev, &note);
     int64_t t0 = pass.t0, t1 = pass.t1;
-    if (!rc && (needs_span || time_window) && (t0 != h0 || t1 != h1)) {
+    if (!rc && needs_span && (t0 != h0 || t1 != h1)) {
         int64_t r0 = w0, r1 = w1;
         rc = an_gpu_window(t, &c->window, t0, t1, &r0, &r1, wdesc, sizeof wdesc);
         if (!rc && (r0 != w0 || r1 != w1)) {

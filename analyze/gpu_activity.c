@@ -645,6 +645,7 @@ int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, in
 
 int an_gpu_window_needs_span(const an_trace *t, const an_window_spec *w)
 {
+    if (w && w->kind == AN_WIN_TIME) return 1; /* clipped to the span's end */
     if (w && w->kind != AN_WIN_ALL) return 0;
     uint32_t n = st_reader_n_steps(t->r);
     if (n < 2) return 1;

@@ -103,9 +103,10 @@ int an_gpu_split_close(an_gpu_split *s, int ok, an_gpu_idle **out, uint32_t *n, 
  * Returns an exit code (a bad --steps/--time is printed). */
 int an_gpu_window(const an_trace *t, const an_window_spec *w, int64_t all_t0, int64_t all_t1, int64_t *t0_ns,
                   int64_t *t1_ns, char *desc, size_t desc_size);
-/* 1 when an_gpu_window's window is [all_t0, all_t1) (no window given and
- * fewer than two step marks, or none between them), so that it is known only
- * once the caller's span is. */
+/* 1 when an_gpu_window's window depends on the caller's span, so that it is
+ * known only once the span is: [all_t0, all_t1) (no window given and fewer
+ * than two step marks, or none between them), or a --time window (clipped to
+ * the span's end, where the GPU records may end after the last range). */
 int an_gpu_window_needs_span(const an_trace *t, const an_window_spec *w);
 /* The split as one sentence per device, joined by "; " (malloc'd; NULL on
  * no memory), e.g. "GPU 0 busy 61.0%, idle 120.000 ms: host wait 80.000 ms
