@@ -32,12 +32,9 @@ typedef struct gpu_run {
     char *out;
 } gpu_run;
 
-/* Runs cmd_gpu in this process on tmp_dir's NAME, stdout to a file. */
-static gpu_run run_gpu(const char *name, const char *format)
+/* Runs cmd_gpu in this process with ARGV (ARGC of them), stdout to a file. */
+static gpu_run run_gpu_args(int argc, char **argv)
 {
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    char *argv[] = {"gpu", "--format", (char *)format, path, NULL};
     fflush(stdout);
     int saved = dup(1);
     int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -46,7 +43,7 @@ static gpu_run run_gpu(const char *name, const char *format)
     close(fd);
     unsigned long before = an_gpu_read_count;
     gpu_run r;
-    r.status = an_command_run(&an_cmd_gpu, 4, argv);
+    r.status = an_command_run(&an_cmd_gpu, argc, argv);
     r.reads = an_gpu_read_count - before;
     fflush(stdout);
     dup2(saved, 1);
@@ -54,6 +51,15 @@ static gpu_run run_gpu(const char *name, const char *format)
     r.out = read_file(tmp_file("gpu.out"), NULL);
     assert_non_null(r.out);
     return r;
+}
+
+/* Runs cmd_gpu in this process on tmp_dir's NAME with --format FORMAT. */
+static gpu_run run_gpu(const char *name, const char *format)
+{
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    char *argv[] = {"gpu", "--format", (char *)format, path, NULL};
+    return run_gpu_args(4, argv);
 }
 
 /* Copies tmp_dir's FROM to TO and runs SQL on the copy. */
@@ -163,58 +169,18 @@ static void test_gpu_time_from_trace_start(void **state)
     char path[8192];
     snprintf(path, sizeof path, "%s/late_range.sqlite", tmp_dir);
     char *argv[] = {"gpu", "--format", "csv", "--time", "0:0.2", path, NULL};
-    fflush(stdout);
-    int saved = dup(1);
-    int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && fd >= 0);
-    dup2(fd, 1);
-    close(fd);
-    int status = an_command_run(&an_cmd_gpu, 6, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    assert_int_equal(status, AN_EXIT_OK);
-    char *out = read_file(tmp_file("gpu.out"), NULL);
-    assert_non_null(out);
-    assert_non_null(strstr(out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
+    gpu_run r = run_gpu_args(6, argv);
+    assert_int_equal(r.status, AN_EXIT_OK);
+    assert_non_null(strstr(r.out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
                                 "host_thread,host_stage,host_stage_ms\n"
                                 "0,2,40.000000,20,160.000000,0.000000,0.000000,160.000000,,,0.000000\n"));
-    free(out);
+    free(r.out);
     /* the window's text, and a window that starts before the first range event */
     char *text_argv[] = {"gpu", "--time", "0:0.05", path, NULL};
-    fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    saved = dup(1);
-    dup2(fd, 1);
-    close(fd);
-    status = an_command_run(&an_cmd_gpu, 4, text_argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    assert_int_equal(status, AN_EXIT_OK);
-    out = read_file(tmp_file("gpu.out"), NULL);
-    assert_non_null(strstr(out, "devices and host_wait over time 0.000-0.050 s, 50.000 ms\n"));
-    free(out);
-}
-
-/* Runs cmd_gpu in this process with ARGV (ARGC of them), stdout to a file. */
-static gpu_run run_gpu_args(int argc, char **argv)
-{
-    fflush(stdout);
-    int saved = dup(1);
-    int fd = open(tmp_file("gpu.out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && fd >= 0);
-    dup2(fd, 1);
-    close(fd);
-    unsigned long before = an_gpu_read_count;
-    gpu_run r;
-    r.status = an_command_run(&an_cmd_gpu, argc, argv);
-    r.reads = an_gpu_read_count - before;
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    r.out = read_file(tmp_file("gpu.out"), NULL);
-    assert_non_null(r.out);
-    return r;
+    r = run_gpu_args(4, text_argv);
+    assert_int_equal(r.status, AN_EXIT_OK);
+    assert_non_null(strstr(r.out, "devices and host_wait over time 0.000-0.050 s, 50.000 ms\n"));
+    free(r.out);
 }
 
 /* --time is clipped to the span's end with the GPU records in it: work a device finishes after
