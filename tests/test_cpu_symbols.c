@@ -157,6 +157,33 @@ static void test_load_refusals(void **state)
     }
 }
 
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Opens a trace at DIR/NAME with the CPU capture at a 1 ms period, one
+ * stage STAGE (its id in *stage) and this thread registered as main/worker. */
+static st_trace *open_cpu_trace(char *path, size_t size, const char *name, const char *stage_name, int *stage)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cpu_symbols";
+    opt.cpu = 1;
+    opt.cpu_period_ns = 1000000;
+    st_trace *t;
+    assert_int_equal(st_open(&t, &opt), ST_OK);
+    *stage = st_stage_register(t, stage_name, ST_WORK);
+    assert_true(*stage >= 0);
+    assert_true(st_thread_register(t, "main", "worker", -1, 0) >= 0);
+    return t;
+}
+
 #if defined(__x86_64__)
 /* uint64_t f(uint64_t n): push rbp; mov rbp, rsp; 1: dec rdi; jnz 1b;
  * mov rax, rdi; pop rbp; ret */
@@ -179,12 +206,6 @@ static const char *meta(sqlite3 *db, const char *key)
     return out;
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 #endif
 
 static void test_jit_frames_named(void **state)
@@ -219,19 +240,8 @@ static void test_jit_frames_named(void **state)
     fclose(f);
 
     char path[128];
-    snprintf(path, sizeof path, "%s/jit.sqlite", dir);
-    st_options opt;
-    st_options_init(&opt);
-    opt.path = path;
-    opt.overwrite = 1;
-    opt.program = "test_cpu_symbols";
-    opt.cpu = 1;
-    opt.cpu_period_ns = 1000000;
-    st_trace *t;
-    assert_int_equal(st_open(&t, &opt), ST_OK);
-    int jit_stage = st_stage_register(t, "jit", ST_WORK);
-    assert_true(jit_stage >= 0);
-    assert_true(st_thread_register(t, "main", "worker", -1, 0) >= 0);
+    int jit_stage;
+    st_trace *t = open_cpu_trace(path, sizeof path, "jit.sqlite", "jit", &jit_stage);
     volatile uint64_t sink = 0;
     st_begin((st_stage)jit_stage);
     int64_t until = mono_ns() + 200000000;
@@ -319,24 +329,11 @@ static void test_lines(void **state)
 {
     (void)state;
     char path[128];
-    snprintf(path, sizeof path, "%s/lines.sqlite", dir);
-    st_options opt;
-    st_options_init(&opt);
-    opt.path = path;
-    opt.overwrite = 1;
-    opt.program = "test_cpu_symbols";
-    opt.cpu = 1;
-    opt.cpu_period_ns = 1000000;
-    st_trace *t;
-    assert_int_equal(st_open(&t, &opt), ST_OK);
-    int stage = st_stage_register(t, "lines", ST_WORK);
-    assert_true(stage >= 0);
-    assert_true(st_thread_register(t, "main", "worker", -1, 0) >= 0);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int stage;
+    st_trace *t = open_cpu_trace(path, sizeof path, "lines.sqlite", "lines", &stage);
     volatile uint64_t sink = 0;
     st_begin((st_stage)stage);
-    sink = line_burn((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 300000000);
+    sink = line_burn(mono_ns() + 300000000);
     st_end((st_stage)stage);
     (void)sink;
     assert_int_equal(st_close(t), ST_OK);
