@@ -422,6 +422,8 @@ typedef struct sample {
 typedef struct wait_stack {
     int64_t ts;
     uint32_t stack;
+    int state;         /* kind 9: the task state letter; 0 for kind 8 */
+    uint32_t n_kernel; /* kind 9: the stack's kernel frames */
 } wait_stack;
 
 typedef struct trace_read {
@@ -432,7 +434,7 @@ typedef struct trace_read {
     int n_samples;
     long n_in, n_out, n_preempted, n_lost_recs;
     int64_t sleep_outs[ROUNDS], sleep_ins[ROUNDS];
-    wait_stack waits[256]; /* the blocked switch-outs stored with a wait stack (kind 8) */
+    wait_stack waits[256]; /* the blocked switch-outs stored with a wait stack (kinds 8 and 9) */
     int n_waits;
 } trace_read;
 
@@ -517,8 +519,12 @@ static void read_trace(const char *path, trace_read *r)
         while ((rc = st_cpu_next(&c, &rec)) == 1) {
             assert_true(rec.ts_ns >= t0 && rec.ts_ns <= t1);
             if (rec.kind == ST_CPU_REC_IN) r->n_in++;
-            if (rec.kind == ST_CPU_REC_OUT_STACK && r->n_waits < 256) r->waits[r->n_waits++] = (wait_stack){rec.ts_ns, rec.stack};
-            if (rec.kind == ST_CPU_REC_OUT_STACK) rec.kind = ST_CPU_REC_OUT; /* a blocked switch-out too */
+            if (rec.kind == ST_CPU_REC_OUT_STACK && r->n_waits < 256)
+                r->waits[r->n_waits++] = (wait_stack){rec.ts_ns, rec.stack, 0, 0};
+            if (rec.kind == ST_CPU_REC_OUT_SCHED && r->n_waits < 256)
+                r->waits[r->n_waits++] = (wait_stack){rec.ts_ns, rec.stack, (int)rec.flags, (uint32_t)rec.n};
+            if (rec.kind == ST_CPU_REC_OUT_STACK || rec.kind == ST_CPU_REC_OUT_SCHED)
+                rec.kind = ST_CPU_REC_OUT; /* a blocked switch-out too */
             if (rec.kind == ST_CPU_REC_OUT) r->n_out++;
             if (rec.kind == ST_CPU_REC_PREEMPTED) r->n_preempted++;
             if (rec.kind == ST_CPU_REC_LOST) r->n_lost_recs++;
@@ -573,7 +579,7 @@ static void check_blocks(const trace_read *r)
 {
     sqlite3 *db = r->db;
     const char *level = meta(db, "cpu_block_reasons");
-    assert_true(strcmp(level, "proc") == 0 || strcmp(level, "proc+stacks") == 0);
+    assert_true(strcmp(level, "proc") == 0 || strcmp(level, "proc+stacks") == 0 || strcmp(level, "proc+sched") == 0);
     assert_string_equal(meta(db, "cpu_block_min_ns"), "1000000");
     assert_int_equal(atoll(meta(db, "cpu_blocks")), one_int(db, "SELECT count(*) FROM cpu_blocks"));
     sqlite3_stmt *st;
@@ -704,6 +710,54 @@ static void check_burn_samples(const trace_read *r, long long lost, long min_in_
     assert_true(in_sleep <= 0.05 * in_burn + 1);
 }
 
+/* Whether the sched_switch tracepoint is usable here: root (tracepoint
+ * events and tracefs are root's on this VM) and tracefs mounted, which the
+ * tests do as root when it is not (the library itself never mounts it). */
+static const char *sched_unusable(void)
+{
+    static char why[160];
+    if (getuid() != 0) return "not root: the sched_switch tracepoint is not allowed";
+    if (access("/sys/kernel/tracing/events/sched/sched_switch/id", R_OK) == 0 ||
+        access("/sys/kernel/debug/tracing/events/sched/sched_switch/id", R_OK) == 0)
+        return NULL;
+    if (system("mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null") == 0 &&
+        access("/sys/kernel/tracing/events/sched/sched_switch/id", R_OK) == 0)
+        return NULL;
+    snprintf(why, sizeof why, "tracefs is not mounted and could not be (mount -t tracefs nodev /sys/kernel/tracing)");
+    return why;
+}
+
+/* Whether the first n of the stack's frames are named from kallsyms, under
+ * the [kernel.kallsyms] mapping, and the rest are not. */
+static int kernel_frames_ok(sqlite3 *db, uint32_t stack, uint32_t n_kernel)
+{
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT n_frames, data FROM cpu_stacks WHERE id = ?", -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, stack);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    uint32_t n = (uint32_t)sqlite3_column_int64(st, 0);
+    uint64_t frames[512];
+    assert_true(n <= 512 && n_kernel <= n);
+    assert_int_equal(st_cpu_stack_get(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), n, frames), 0);
+    sqlite3_finalize(st);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT s.name, m.path FROM cpu_symbols s LEFT JOIN cpu_maps m "
+                                        "ON m.id = s.map WHERE s.addr = ?", -1, &st, NULL), SQLITE_OK);
+    int ok = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 1, (int64_t)frames[i]);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        const char *path = (const char *)sqlite3_column_text(st, 1);
+        int kernel = path && strcmp(path, "[kernel.kallsyms]") == 0;
+        if (i < n_kernel && (!kernel || !name[0] || !(frames[i] >> 63))) ok = 0;
+        if (i >= n_kernel && kernel) ok = 0;
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
 /* Wait stacks (meta cpu_block_reasons 'proc+stacks' where the kernel
  * allows the context-switch event: root, CAP_PERFMON, paranoid <= 1):
  * every blocked switch-out of the sleep, cond, pipe and nap ranges has its
@@ -712,14 +766,32 @@ static void check_burn_samples(const trace_read *r, long long lost, long min_in_
  * it); their stacks start in the system call's libc wrapper, named
  * clock_nanosleep for the sleeps and read for the pipe; the count is
  * meta cpu_wait_stacks. Elsewhere 'proc', with the refusal in
- * cpu_wait_stacks_reason and no kind 8. */
-static void check_wait_stacks(const trace_read *r)
+ * cpu_wait_stacks_reason and no kind 8.
+ * As root with tracefs, 'proc+sched': the same switch-outs as kind 9, each
+ * in state S (every wait here is interruptible), its leading frames the
+ * kernel's, named from kallsyms: hrtimer_nanosleep for the sleeps,
+ * futex_wait for the condition wait, a pipe_read (anon_pipe_read on 6.x)
+ * for the pipe; the user frames after them as in kind 8. Where the
+ * tracepoint cannot be used, meta cpu_sched_reason says why. */
+static void check_wait_stacks(const trace_read *r, int as_nobody)
 {
     sqlite3 *db = r->db;
     char level[32];
     snprintf(level, sizeof level, "%s", meta(db, "cpu_block_reasons"));
     assert_int_equal(atoll(meta(db, "cpu_wait_stacks")), r->n_waits);
-    if (strcmp(level, "proc+stacks") != 0) {
+    const char *unusable = as_nobody ? "recorded as nobody" : sched_unusable();
+    if (!unusable) {
+        assert_string_equal(level, "proc+sched");
+        assert_null(meta(db, "cpu_sched_reason"));
+        assert_string_equal(meta(db, "cpu_kernel_symbols"), "kallsyms");
+    } else {
+        const char *why = meta(db, "cpu_sched_reason");
+        printf("no sched_switch tracepoint (%s): %s\n", unusable, why ? why : "(no reason)");
+        assert_non_null(why);
+        assert_true(strcmp(level, "proc+sched") != 0);
+    }
+    int sched = strcmp(level, "proc+sched") == 0;
+    if (strcmp(level, "proc+stacks") != 0 && !sched) {
         assert_string_equal(level, "proc");
         const char *why = meta(db, "cpu_wait_stacks_reason");
         printf("no wait stacks: %s\n", why ? why : "(no reason)");
@@ -738,15 +810,30 @@ static void check_wait_stacks(const trace_read *r)
                                             (uint32_t)sqlite3_column_int64(st, 0)), 0);
         st_cpu_rec rec;
         while (st_cpu_next(&c, &rec) == 1) {
-            if (rec.kind != ST_CPU_REC_OUT && rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            if (rec.kind != ST_CPU_REC_OUT && rec.kind != ST_CPU_REC_OUT_STACK && rec.kind != ST_CPU_REC_OUT_SCHED)
+                continue;
             uint32_t at = range_stage_at(r, rec.ts_ns);
             if (at == ST_CPU_NO_STAGE || at == SPIN || at == BURN) continue;
             blocked[at]++;
-            if (rec.kind != ST_CPU_REC_OUT_STACK) continue;
+            if (rec.kind == ST_CPU_REC_OUT) continue;
+            assert_int_equal(rec.kind, sched ? ST_CPU_REC_OUT_SCHED : ST_CPU_REC_OUT_STACK);
             stacked[at]++;
             const char *want = at == PIPE ? "read" : at == COND ? NULL : "clock_nanosleep";
-            named[at] += want ? stack_has(db, rec.stack, want) || (at == PIPE && stack_has(db, rec.stack, "__read"))
-                              : 1;
+            int user_named = want ? stack_has(db, rec.stack, want) || (at == PIPE && stack_has(db, rec.stack, "__read"))
+                                  : 1;
+            if (sched) {
+                const char *kfn = at == PIPE ? "pipe_read" : at == COND ? "futex_wait" : "hrtimer_nanosleep";
+                int k_named = stack_has(db, rec.stack, kfn) || (at == PIPE && stack_has(db, rec.stack, "anon_pipe_read"));
+                if (!k_named || rec.flags != 'S' || !rec.n || !kernel_frames_ok(db, rec.stack, (uint32_t)rec.n))
+                    printf("stage %u: kind 9 at %lld: state %c, %llu kernel frames, %s %s\n", at, (long long)rec.ts_ns,
+                           (int)rec.flags, (unsigned long long)rec.n, kfn, k_named ? "named" : "not named");
+                assert_int_equal(rec.flags, 'S');
+                assert_true(rec.n >= 3);
+                assert_true(kernel_frames_ok(db, rec.stack, (uint32_t)rec.n));
+                named[at] += k_named && user_named;
+            } else {
+                named[at] += user_named;
+            }
         }
     }
     sqlite3_finalize(st);
@@ -760,6 +847,13 @@ static void check_wait_stacks(const trace_read *r)
     while ((k_rc = st_cpu_iter_next(it, &row)) == 1) {
         if (!row.wait_stack) continue;
         assert_int_equal(row.kind, ST_CPU_ROW_OUT_BLOCKED);
+        if (sched) {
+            assert_int_equal(row.state, 'S');
+            assert_true(row.kernel_frames >= 3);
+        } else {
+            assert_int_equal(row.state, 0);
+            assert_int_equal(row.kernel_frames, 0);
+        }
         const uint64_t *fr;
         uint32_t nf;
         assert_int_equal(st_reader_cpu_stack(rd, row.stack, &fr, &nf), ST_OK);
@@ -769,8 +863,8 @@ static void check_wait_stacks(const trace_read *r)
     st_cpu_iter_close(it);
     st_reader_close(rd);
     assert_int_equal(rows_with, r->n_waits);
-    printf("wait stacks: %d stored; sleep %d/%d (named %d), cond %d/%d, pipe %d/%d (named %d), nap %d/%d (named %d)\n",
-           r->n_waits, stacked[SLEEP], blocked[SLEEP], named[SLEEP], stacked[COND], blocked[COND], stacked[PIPE],
+    printf("wait stacks (%s): %d stored; sleep %d/%d (named %d), cond %d/%d, pipe %d/%d (named %d), nap %d/%d (named %d)\n",
+           level, r->n_waits, stacked[SLEEP], blocked[SLEEP], named[SLEEP], stacked[COND], blocked[COND], stacked[PIPE],
            blocked[PIPE], named[PIPE], stacked[NAP], blocked[NAP], named[NAP]);
     for (int k = SLEEP; k <= NAP; k++) {
         if (k == BURN) continue;
@@ -781,7 +875,7 @@ static void check_wait_stacks(const trace_read *r)
 }
 
 /* The checks of a trace recorded with perf events (see the top). */
-static void check_perf_trace(const char *path)
+static void check_perf_trace(const char *path, int as_nobody)
 {
     static trace_read r;
     read_trace(path, &r);
@@ -808,7 +902,12 @@ static void check_perf_trace(const char *path)
     }
     check_burn_samples(&r, lost, 50);
     check_blocks(&r);
-    check_wait_stacks(&r);
+    check_wait_stacks(&r, as_nobody);
+    if (as_nobody) { /* the level falls back to proc: nothing that needs privileges */
+        assert_string_equal(meta(db, "cpu_block_reasons"), "proc");
+        printf("as nobody: cpu_sched_reason \"%s\"\n", meta(db, "cpu_sched_reason"));
+        assert_non_null(strstr(meta(db, "cpu_sched_reason"), "tracefs"));
+    }
     check_windows(&r, path);
     /* the mappings: this program's file, with its symbols */
     assert_true(one_int(db, "SELECT count(*) FROM cpu_maps WHERE path LIKE '%test_cpu_record'") >= 1);
@@ -821,6 +920,8 @@ static void test_record(void **state)
 {
     (void)state;
     char path[256];
+    const char *no_sched = sched_unusable(); /* mounts tracefs as root where it can */
+    if (no_sched) printf("the sched_switch level is not checked: %s\n", no_sched);
     assert_int_equal(run_recorder(AS_IS, "plain.sqlite", path, sizeof path), 0);
     sqlite3 *db;
     assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
@@ -831,7 +932,7 @@ static void test_record(void **state)
         skip();
     }
     sqlite3_close(db);
-    check_perf_trace(path);
+    check_perf_trace(path, 0);
 }
 
 static void test_record_as_nobody(void **state)
@@ -854,7 +955,7 @@ static void test_record_as_nobody(void **state)
         sqlite3_close(db);
         return;
     }
-    check_perf_trace(path);
+    check_perf_trace(path, 1);
 }
 
 /* Under the seccomp filter the signal sampler takes the samples: cpu_mode

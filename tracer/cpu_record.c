@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "st_cpurec.h"
+#include "st_cpusched.h"
 #include "st_internal.h"
 #include "st_schema.h"
 
@@ -33,6 +34,8 @@
 typedef struct wait_sample {
     int64_t ts_ns;
     uint32_t stack;
+    uint32_t n_kernel; /* a sched_switch sample's kernel frames (cpu_sched.c) */
+    int state;         /* its task state letter; 0: a context-switch event's sample */
 } wait_sample;
 
 typedef struct stage_change {
@@ -114,6 +117,7 @@ struct st_cpurec {
     /* meta as last written */
     uint64_t w_samples, w_switches, w_lost, w_unknown, w_cpu_ns;
     char w_mode[32], w_sampler[16], w_levels[16];
+    int sched_reason_written; /* meta cpu_sched_reason */
     int reason_written, timer_written, wait_reason_written;
     uint64_t w_overruns, w_wait_stacks, w_gil;
     uint64_t n_blocks, w_blocks; /* cpu_blocks rows stored; as last written to meta */
@@ -197,8 +201,10 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
     ct->timer = tm;
     if (*status != ST_CPU_OK && tm) *status = ST_CPU_TIMER_MODE;
     if (*status == ST_CPU_OK) {
+        /* the sched_switch tracepoint where allowed (its stacks hold the
+         * kernel's frames and the state), else the context-switch event */
         st_cpu_thread *w = calloc(1, sizeof *w);
-        if (w) {
+        if (w && st_cpusched_open(w, ring / 2) != ST_CPU_OK) {
             st_cpu_config wc = {0, ring / 2, 0, 1};
             st_cpu_thread_open(w, 0, &wc); /* refused: kept closed, for its reason */
         }
@@ -370,8 +376,10 @@ static void waits_match(st_cpurec_thread *c, int64_t now_ns)
         st_cpu_rec *hit = after ? after : before;
         if (hit) {
             if (hit->kind == ST_CPU_REC_OUT && hit->ts_ns - w.ts_ns <= WAIT_MATCH_NS) {
-                hit->kind = ST_CPU_REC_OUT_STACK;
+                hit->kind = w.state ? ST_CPU_REC_OUT_SCHED : ST_CPU_REC_OUT_STACK;
                 hit->stack = w.stack;
+                hit->n = w.n_kernel;
+                hit->flags = (uint32_t)w.state;
                 c->wait_stacks++;
             }
             continue;
@@ -395,19 +403,37 @@ static void on_switch(void *ctx, const st_cpu_thread *t, const st_cpu_switch *s)
     queue_push(c, &rec);
 }
 
+/* A wait stack, for the switch-out record that follows: a context-switch
+ * event's sample (state 0), or a sched_switch sample whose first n_kernel
+ * frames are the kernel's (they lie in no mapping: only the user part is
+ * cut). */
+static void wait_push(st_cpurec *r, st_cpurec_thread *c, const st_cpu_sample *s, uint32_t n_kernel, int state)
+{
+    size_t n = n_kernel + st_cpu_chain_cut(&r->maps, s->frames + n_kernel, s->n_frames - n_kernel);
+    uint32_t stack = stack_id(r, s->frames, (uint32_t)n);
+    if (stack == UINT32_MAX) return;
+    if (c->n_wq == WAITS_PENDING) memmove(c->wq, c->wq + 1, --c->n_wq * sizeof *c->wq);
+    c->wq[c->n_wq++] = (wait_sample){st_clock_mono_to_ns(s->t_ns), stack, n_kernel, state};
+}
+
+static void on_sched(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s, uint32_t n_kernel, int state)
+{
+    (void)t;
+    st_cpurec *r = ctx;
+    wait_push(r, r->cur, s, n_kernel, state);
+}
+
 static void on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
 {
     st_cpurec *r = ctx;
     st_cpurec_thread *c = r->cur;
+    if (t && t == c->waits) {
+        wait_push(r, c, s, 0, 0);
+        return;
+    }
     size_t n = st_cpu_chain_cut(&r->maps, s->frames, s->n_frames);
     uint32_t stack = stack_id(r, s->frames, (uint32_t)n);
     int64_t ts = st_clock_mono_to_ns(s->t_ns);
-    if (t && t == c->waits) { /* a wait stack, for the switch-out record that follows */
-        if (stack == UINT32_MAX) return;
-        if (c->n_wq == WAITS_PENDING) memmove(c->wq, c->wq + 1, --c->n_wq * sizeof *c->wq);
-        c->wq[c->n_wq++] = (wait_sample){ts, stack};
-        return;
-    }
     st_cpu_rec rec = {0};
     rec.kind = ST_CPU_REC_SAMPLE;
     rec.ts_ns = ts;
@@ -543,14 +569,16 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     r->sink->on_switch = on_switch;
     r->sink->on_sample = on_sample;
     r->sink->on_lost = on_lost;
+    r->sink->on_sched = on_sched;
     st_cpu_maps_load(&r->maps, NULL);
     r->period_ns = t->opt.cpu_period_ns ? t->opt.cpu_period_ns : ST_CPU_DEFAULT_PERIOD_NS;
     st_store_exec(store, st_cpu_schema_sql);
     meta_u64(r, "cpu_period_ns", r->period_ns == UINT64_MAX ? 0 : r->period_ns);
     meta_u64(r, "cpu_ring_bytes", st_cpu_ring_bytes_for(0));
     meta_text(r, "cpu_lost_records", "0");
-    /* why threads block: from /proc, and "proc+stacks" once a thread's
-     * wait-stack event opened (no sched_switch tracepoint: docs/cpu.md) */
+    /* why threads block: from /proc, "proc+stacks" once a thread's
+     * wait-stack event opened, "proc+sched" once its sched_switch
+     * tracepoint event did (docs/cpu.md) */
     meta_text(r, "cpu_block_reasons", "proc");
     snprintf(r->w_levels, sizeof r->w_levels, "proc");
     meta_text(r, "cpu_wait_stacks", "0");
@@ -605,7 +633,8 @@ static long drain_rings(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
     long n = 0;
     if (c->ct && c->ct->fd >= 0) n += st_cpu_thread_drain(c->ct, r->sink);
     if (c->waits && c->waits->fd >= 0) {
-        st_cpu_thread_drain(c->waits, r->sink);
+        if (c->waits->sched) st_cpusched_drain(c->waits, r->sink);
+        else st_cpu_thread_drain(c->waits, r->sink);
         if (c->n_wq) waits_match(c, now_ns);
     }
     if (c->timer) {
@@ -815,7 +844,7 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
 {
     if (!r) return;
     uint64_t samples = 0, switches = 0, lost = 0, unknown = 0, cpu_ns = 0, overruns = 0, wait_stacks = 0, gil = 0;
-    int n_ok = 0, n_timer = 0, n_perf_samples = 0, n_waits = 0;
+    int n_ok = 0, n_timer = 0, n_perf_samples = 0, n_waits = 0, n_sched = 0, n_unsched = 0;
     const st_cpurec_thread *first_bad = NULL, *first_note = NULL, *first_wait_bad = NULL;
     for (uint32_t i = 0; i < r->n_threads; i++) {
         st_cpurec_thread *c = r->threads[i];
@@ -834,6 +863,8 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
         n_perf_samples += c->sampler == 1;
         if (c->has_waits) n_waits++;
         else if (c->waits && !first_wait_bad) first_wait_bad = c;
+        if (c->has_waits && c->waits->sched) n_sched++;
+        else if (c->status == ST_CPU_OK) n_unsched++;
         timer_meta(r, c);
         if (c->status == ST_CPU_OK) {
             n_ok++;
@@ -847,7 +878,12 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
         set_meta(r, "cpu_mode", r->w_mode, sizeof r->w_mode, mode);
         const char *sampler = n_timer && n_perf_samples ? "mixed" : n_timer ? "timer" : n_perf_samples ? "perf" : "none";
         set_meta(r, "cpu_sampler", r->w_sampler, sizeof r->w_sampler, sampler);
-        set_meta(r, "cpu_block_reasons", r->w_levels, sizeof r->w_levels, n_waits ? "proc+stacks" : "proc");
+        set_meta(r, "cpu_block_reasons", r->w_levels, sizeof r->w_levels,
+                 n_sched ? "proc+sched" : n_waits ? "proc+stacks" : "proc");
+        if (n_unsched && !r->sched_reason_written && st_cpusched_reason()[0]) {
+            meta_text(r, "cpu_sched_reason", st_cpusched_reason());
+            r->sched_reason_written = 1;
+        }
         if (first_wait_bad && !r->wait_reason_written) {
             meta_text(r, "cpu_wait_stacks_reason", first_wait_bad->waits->reason);
             r->wait_reason_written = 1;

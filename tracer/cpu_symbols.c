@@ -11,7 +11,9 @@
  * every offset checked against the file's size. Frames in executable
  * memory without a file (a JIT's code, CPython's perf trampolines) are
  * named from the process's perf map, /tmp/perf-PID.map (cpu_perfmap.c),
- * read once per store. */
+ * read once per store. Kernel frames (the sched_switch tracepoint's stacks,
+ * cpu_sched.c) are named from /proc/kallsyms, under one cpu_maps row whose
+ * path is "[kernel.kallsyms]". */
 #include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "st_cpurec.h"
+#include "st_cpusched.h"
 
 typedef struct sym {
     uint64_t lo, hi; /* [lo, hi) in the file's virtual addresses */
@@ -329,6 +332,25 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                        ST_VTEXT(m->f ? m->f->build_id : "")};
         st_store_row(store, ST_S_CPU_MAP, 6, v);
     }
+    /* Kernel frames: one more mapping, the kernel's text as kallsyms spans it. */
+    st_ksyms *ks = NULL;
+    int64_t kmap = -1;
+    size_t n_kernel = 0;
+    for (size_t i = 0; i < n_addrs; i++) n_kernel += addrs[i] && st_cpusched_is_kernel(addrs[i]);
+    if (n_kernel) {
+        char why[200];
+        ks = st_ksyms_load(NULL, why, sizeof why);
+        if (ks) {
+            uint64_t lo, hi;
+            st_ksyms_span(ks, &lo, &hi);
+            kmap = (int64_t)n_maps;
+            st_val v[6] = {ST_VINT(kmap), ST_VINT(lo), ST_VINT(hi), ST_VINT(0), ST_VTEXT("[kernel.kallsyms]"),
+                           ST_VTEXT("")};
+            st_store_row(store, ST_S_CPU_MAP, 6, v);
+        }
+        st_val k[2] = {ST_VTEXT("cpu_kernel_symbols"), ST_VTEXT(ks ? "kallsyms" : why)};
+        st_store_row(store, ST_S_META, 2, k);
+    }
     /* Read even when no frame lies in such memory: meta then says that the
      * map was there (a perf trampoline on) but no stack reached it. */
     st_perfmap pm = {0};
@@ -353,6 +375,20 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
                 sym_off = (int64_t)(va - s->lo);
             }
         }
+        if (!m && ks && st_cpusched_is_kernel(a)) {
+            uint64_t off;
+            const char *kn = st_ksyms_find(ks, a, &off);
+            uint64_t lo, hi;
+            st_ksyms_span(ks, &lo, &hi);
+            if (a >= lo && a <= hi) {
+                map_id = kmap;
+                file_off = a - lo;
+            }
+            if (kn) {
+                name = kn;
+                sym_off = (int64_t)off;
+            }
+        }
         if (m && map_is_anonymous(m) && pm.n) {
             /* a return address just past its entry belongs to it, as above */
             const st_perfmap_entry *e = st_perfmap_find(&pm, a);
@@ -372,6 +408,7 @@ void st_cpusym_store(st_cpusym **cache, st_store *store, const uint64_t *addrs, 
         meta_count(store, "cpu_perf_map_frames", pm_frames);
     }
     st_perfmap_free(&pm);
+    st_ksyms_free(ks);
     free(maps);
 }
 

@@ -456,6 +456,7 @@ int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r)
     if (r->kind > ST_CPU_REC_KIND_MAX) return -1;
     int flagged = r->kind == ST_CPU_REC_SAMPLE_FLAGS || r->kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
     if (flagged && !flags_ok(r->flags)) return -1;
+    if (r->kind == ST_CPU_REC_OUT_SCHED && (!ST_CPU_STATE_OK(r->flags) || r->n > UINT32_MAX - 1)) return -1;
     if (st_buf_reserve(&e->buf, 1 + 10 + 10 + 10 + 10)) return -1;
     uint8_t *p = e->buf.data + e->buf.len;
     size_t n = 0;
@@ -467,6 +468,10 @@ int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r)
     } else if (r->kind == ST_CPU_REC_SAMPLE_UNKNOWN || r->kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN ||
                r->kind == ST_CPU_REC_OUT_STACK) {
         n += st_varint_put(p + n, r->stack);
+    } else if (r->kind == ST_CPU_REC_OUT_SCHED) {
+        n += st_varint_put(p + n, r->stack);
+        n += st_varint_put(p + n, r->n);
+        n += st_varint_put(p + n, r->flags);
     } else if (r->kind == ST_CPU_REC_LOST) {
         n += st_varint_put(p + n, r->n);
     }
@@ -512,9 +517,15 @@ int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
     r->ts_ns = c->prev_ts + d;
     int k = (int)r->kind;
     if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_UNKNOWN || k == ST_CPU_REC_SAMPLE_FLAGS ||
-        k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN || k == ST_CPU_REC_OUT_STACK) {
+        k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN || k == ST_CPU_REC_OUT_STACK || k == ST_CPU_REC_OUT_SCHED) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
         r->stack = (uint32_t)v;
+    }
+    if (k == ST_CPU_REC_OUT_SCHED) {
+        if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
+        r->n = v;
+        if (get_u(c, &v) || !ST_CPU_STATE_OK(v)) return ST_ECORRUPT;
+        r->flags = (uint32_t)v;
     }
     if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_FLAGS) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;

@@ -239,8 +239,12 @@ enum st_cpu_rec_kind {
     ST_CPU_REC_SAMPLE_FLAGS = 6,         /* a sample with flags (the GIL state), stage known */
     ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN = 7, /* a sample with flags, stage unknown */
     ST_CPU_REC_OUT_STACK = 8,  /* switched out, blocked, with the stack it blocked in */
+    ST_CPU_REC_OUT_SCHED = 9,  /* switched out, blocked, with the sched_switch tracepoint's stack
+                                  (its first `n` frames the kernel's) and task state (`flags`) */
 };
-#define ST_CPU_REC_KIND_MAX 8
+#define ST_CPU_REC_KIND_MAX 9
+/* A task state letter of kind 9 (the kernel's: 'S', 'D', ...): printable ASCII. */
+#define ST_CPU_STATE_OK(c) ((c) >= 0x21 && (c) <= 0x7e)
 /* Flags of a sample with flags: bit 0 the GIL state is known, bit 1 the
  * thread held the GIL (only with bit 0); other bits must be 0. */
 #define ST_CPU_FLAG_GIL_KNOWN 1u
@@ -253,8 +257,8 @@ typedef struct st_cpu_rec {
     int64_t ts_ns;
     uint32_t stack;  /* samples: an id in cpu_stacks; ST_CPU_REC_OUT_STACK: the wait stack */
     uint32_t stage;  /* ST_CPU_REC_SAMPLE(_FLAGS): the stage, or ST_CPU_NO_STAGE */
-    uint64_t n;      /* ST_CPU_REC_LOST: records lost */
-    uint32_t flags;  /* ST_CPU_REC_SAMPLE_FLAGS(_UNKNOWN): ST_CPU_FLAG_* */
+    uint64_t n;      /* ST_CPU_REC_LOST: records lost; ST_CPU_REC_OUT_SCHED: kernel frames */
+    uint32_t flags;  /* ST_CPU_REC_SAMPLE_FLAGS(_UNKNOWN): ST_CPU_FLAG_*; ST_CPU_REC_OUT_SCHED: the state */
 } st_cpu_rec;
 
 typedef struct st_cpu_encoder {

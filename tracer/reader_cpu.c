@@ -552,9 +552,16 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out)
         int flagged = rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
         int sample = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged;
         int known_stage = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS;
-        if ((sample || rec.kind == ST_CPU_REC_OUT_STACK) && !stack_find(it->r->cpu, rec.stack))
+        int sched = rec.kind == ST_CPU_REC_OUT_SCHED;
+        const cpu_stack_ent *se = NULL;
+        if ((sample || rec.kind == ST_CPU_REC_OUT_STACK || sched) && !(se = stack_find(it->r->cpu, rec.stack)))
             return st_set_error(ST_ECORRUPT, "trace table 'cpu_chunks': chunk %lld (thread %lld) names unknown stack %u",
                                 (long long)it->rows.row_id, (long long)it->rows.thread, rec.stack);
+        if (sched && rec.n > se->n)
+            return st_set_error(ST_ECORRUPT,
+                                "trace table 'cpu_chunks': chunk %lld (thread %lld) gives stack %u %llu kernel frames "
+                                "of %u", (long long)it->rows.row_id, (long long)it->rows.thread, rec.stack,
+                                (unsigned long long)rec.n, (unsigned)se->n);
         if (known_stage && rec.stage != ST_CPU_NO_STAGE && rec.stage >= it->r->n_stages)
             return st_set_error(ST_ECORRUPT, "trace table 'cpu_chunks': chunk %lld (thread %lld) names unknown stage %u",
                                 (long long)it->rows.row_id, (long long)it->rows.thread, rec.stage);
@@ -574,10 +581,14 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out)
                 out->stage = timeline_stage_at(it, rec.ts_ns);
                 out->stage_from_ranges = 1;
             }
-        } else if (rec.kind == ST_CPU_REC_OUT_STACK) {
+        } else if (rec.kind == ST_CPU_REC_OUT_STACK || sched) {
             out->kind = ST_CPU_ROW_OUT_BLOCKED;
             out->stack = rec.stack;
             out->wait_stack = 1;
+            if (sched) {
+                out->state = (int32_t)rec.flags;
+                out->kernel_frames = (uint32_t)rec.n;
+            }
         } else {
             out->kind = rec.kind; /* ST_CPU_ROW_* has the encoding's numbers */
             out->n_lost = rec.n;

@@ -85,6 +85,8 @@ typedef struct st_cpu_thread {
     uint64_t period_ns;        /* the period asked for (0 when switches only) */
     int callchain;             /* samples carry a callchain */
     int wait_stacks;           /* a wait-stack event (st_cpu_config.wait_stacks) */
+    int sched;                 /* the sched_switch tracepoint event (cpu_sched.c), drained by
+                                  st_cpusched_drain; also a wait-stack event */
     uint64_t lost;             /* records the kernel lost (sum of PERF_RECORD_LOST) */
     uint64_t n_switches, n_samples, n_other;
     uint64_t n_corrupt;        /* drains that met a malformed record and skipped to data_head */
@@ -127,6 +129,11 @@ typedef struct st_cpu_sink {
      * its size field being 16 bits) and the frames of a sample. */
     uint64_t rec[65536 / 8];
     uint64_t frames[65536 / 8];
+    /* A sample of the sched_switch tracepoint (cpu_sched.c; may be NULL):
+     * frames[0 .. n_kernel) are kernel frames, the user chain follows;
+     * state the task state the thread switched out in, the kernel's letter
+     * ('S', 'D', ...; 'R' runnable, '+' preempted). */
+    void (*on_sched)(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s, uint32_t n_kernel, int state);
 } st_cpu_sink;
 
 /* The bytes of ring memory this process may still lock for perf rings, as

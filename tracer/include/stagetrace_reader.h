@@ -470,9 +470,16 @@ typedef struct st_cpu_row {
     int32_t gil;     /* a sample's GIL state: 1 the thread held the GIL, 0 it
                         did not, -1 unknown (no GIL probe, or the probe did
                         not know); -1 for the other kinds */
-    uint32_t wait_stack; /* ST_CPU_ROW_OUT_BLOCKED: 1 when stack is the user
+    uint32_t wait_stack; /* ST_CPU_ROW_OUT_BLOCKED: 1 when stack is the
                             stack the thread blocked in (meta
-                            cpu_block_reasons 'proc+stacks'), else 0 */
+                            cpu_block_reasons 'proc+stacks' or 'proc+sched'), else 0 */
+    int32_t state;       /* ST_CPU_ROW_OUT_BLOCKED from the sched_switch
+                            tracepoint ('proc+sched'): the task state the
+                            thread blocked in, the kernel's letter ('S'
+                            interruptible sleep, 'D' uninterruptible, ...);
+                            0 otherwise */
+    uint32_t kernel_frames; /* with state: the stack's first kernel_frames
+                               frames are the kernel's (the user ones follow) */
 } st_cpu_row;
 typedef struct st_cpu_iter st_cpu_iter;
 ST_API int st_cpu_iter_open(st_cpu_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns, int64_t t1_ns);
