@@ -22,7 +22,9 @@ static const char help[] =
     "a function's self samples have it as the leaf frame, its inclusive samples\n"
     "anywhere in the stack (once per sample); a library's, its file's. Blocked\n"
     "time is split by why the thread blocked (the system call and kernel wait\n"
-    "channel read for blocks of 1 ms and more). Every OS thread of the process,\n"
+    "channel read for blocks of 1 ms and more) and, where the trace has the\n"
+    "sched_switch tracepoint (root), the task state and kernel function of every\n"
+    "block. Every OS thread of the process,\n"
     "registered or not, with its on-CPU and run-queue time from schedstat, as\n"
     "pidstat and top -H show it. A sync stage mostly on-CPU is spinning.\n"
     "\n"
@@ -61,8 +63,10 @@ static const an_col stage_cols[] = {
 static const an_col fn_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},   {"by", AN_T_STR, 0},
                                  {"rank", AN_T_INT, 0},     {"function", AN_T_STR, 0}, {"file", AN_T_STR, 0},
                                  {"samples", AN_T_INT, 0},  {"pct", AN_T_PCT, 0},   {"line", AN_T_STR, 0}};
-static const an_col block_cols[] = {{"thread", AN_T_STR, 0},     {"stage", AN_T_STR, 0}, {"reason", AN_T_STR, 0},
-                                    {"blocked_ms", AN_T_MS, 0}, {"count", AN_T_INT, 0}, {"pct", AN_T_PCT, 0}};
+static const an_col block_cols[] = {{"thread", AN_T_STR, 0},     {"stage", AN_T_STR, 0},
+                                    {"reason", AN_T_STR, 0},     {"state", AN_T_STR, 0},
+                                    {"kernel_function", AN_T_STR, 0}, {"blocked_ms", AN_T_MS, 0},
+                                    {"count", AN_T_INT, 0},      {"pct", AN_T_PCT, 0}};
 static const an_col lib_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},     {"rank", AN_T_INT, 0},
                                   {"library", AN_T_STR, 0},  {"self", AN_T_INT, 0},      {"self_pct", AN_T_PCT, 0},
                                   {"inclusive", AN_T_INT, 0}, {"inclusive_pct", AN_T_PCT, 0}};
@@ -163,7 +167,7 @@ static int work(an_cmd *c)
     }
     const an_cpu_fn **top = malloc((o->top ? o->top : 1) * sizeof *top);
     const an_cpu_lib **top_libs = malloc((o->top ? o->top : 1) * sizeof *top_libs);
-    const an_cpu_reason_ns **reasons = malloc((res.n_reasons ? res.n_reasons : 1) * sizeof *reasons);
+    const an_cpu_reason_ns **reasons = malloc((res.max_cell_reasons ? res.max_cell_reasons : 1) * sizeof *reasons);
     an_out *out = top && top_libs && reasons ? an_out_new(stdout, c->format) : NULL;
     if (!out) {
         free(top);
@@ -247,7 +251,7 @@ static int work(an_cmd *c)
         }
     }
     an_table_end(tb);
-    tb = an_table_new(out, "blocks", block_cols, 6);
+    tb = an_table_new(out, "blocks", block_cols, 8);
     for (uint32_t i = 0; tb && i < res.n_threads; i++) {
         const an_cpu_thread *th = &res.threads[i];
         const st_thread_info *ti = st_reader_thread(r, th->thread);
@@ -259,6 +263,9 @@ static int work(an_cmd *c)
                 an_put_str(tb, ti->name);
                 an_put_str(tb, stage_name(r, cell->stage));
                 an_put_str(tb, res.reasons[reasons[k]->reason]);
+                char state[2] = {(char)reasons[k]->state, 0};
+                an_put_str(tb, state);
+                an_put_str(tb, res.kfns[reasons[k]->kfn]);
                 an_put_ns(tb, reasons[k]->ns);
                 an_put_int(tb, (int64_t)reasons[k]->count);
                 an_put_pct(tb, pct(reasons[k]->ns, cell->blocked_ns));

@@ -279,10 +279,11 @@ static an_cpu_lib *cell_lib(an_cpu_cell *c, uint32_t lib)
     return l;
 }
 
-static an_cpu_reason_ns *cell_reason(an_cpu_cell *c, uint32_t reason)
+static an_cpu_reason_ns *cell_reason(an_cpu_cell *c, uint32_t reason, int state, uint32_t kfn)
 {
     for (uint32_t i = 0; i < c->n_reasons; i++)
-        if (c->reasons[i].reason == reason) return &c->reasons[i];
+        if (c->reasons[i].reason == reason && c->reasons[i].state == state && c->reasons[i].kfn == kfn)
+            return &c->reasons[i];
     if (c->n_reasons == c->cap_reasons) {
         uint32_t cap = c->cap_reasons ? c->cap_reasons * 2 : 4;
         an_cpu_reason_ns *v = realloc(c->reasons, cap * sizeof *v);
@@ -291,7 +292,7 @@ static an_cpu_reason_ns *cell_reason(an_cpu_cell *c, uint32_t reason)
         c->cap_reasons = cap;
     }
     an_cpu_reason_ns *x = &c->reasons[c->n_reasons++];
-    *x = (an_cpu_reason_ns){reason, 0, 0, 0};
+    *x = (an_cpu_reason_ns){reason, state, kfn, 0, 0, 0};
     return x;
 }
 
@@ -384,6 +385,66 @@ static int block_reasons(an_trace *t, an_cpu_result *res, uint32_t id, const st_
     return n < 0 ? an_trace_fail(t) : 0;
 }
 
+/* A blocked switch-out with its sched_switch sample (kind 9). */
+typedef struct sched_out {
+    int64_t ts_ns;
+    uint64_t stack;
+    int state;
+    uint32_t kernel_frames;
+} sched_out;
+
+/* A scheduler frame, which says nothing of what the thread waits for:
+ * schedule(), __schedule(), schedule_timeout(), io_schedule(),
+ * schedule_hrtimeout_range(), poll_schedule_timeout() ... (a name holding
+ * "schedule"), and the voluntary preemption points __cond_resched,
+ * _cond_resched. */
+static int scheduler_frame(const char *name)
+{
+    return strstr(name, "schedule") || strcmp(name, "__cond_resched") == 0 || strcmp(name, "_cond_resched") == 0;
+}
+
+/* The kernel function of a sched_switch stack: its first kernel frame,
+ * innermost first, that is named and no scheduler frame; an index of
+ * res->kfns (0: none). 0, or an exit code. */
+static int kernel_function(thread_ctx *x, const sched_out *so, uint32_t *out)
+{
+    const uint32_t *names = NULL, *libs = NULL, *srcs = NULL;
+    uint32_t n = 0, n_libs = 0;
+    int rc = stack_names(x->t, x->res, x->nt, x->sc, so->stack, &names, &n, &libs, &n_libs, &srcs);
+    if (rc) return rc;
+    *out = 0;
+    for (uint32_t i = 0; i < so->kernel_frames && i < n; i++) {
+        const an_cpu_name *nm = &x->res->names[names[i]];
+        if (nm->name[0] == '[' || scheduler_frame(nm->name)) continue; /* "[file]": no symbol */
+        if (str_intern(&x->res->kfns, &x->res->n_kfns, &x->res->cap_kfns_, nm->name, out)) {
+            an_error("out of memory");
+            return AN_EXIT_FAIL;
+        }
+        break;
+    }
+    return 0;
+}
+
+/* Each blocked interval's state and kernel function: those of the kind-9
+ * switch-out at its start. 0, or an exit code. */
+static int block_sched(thread_ctx *x, const st_cpu_off *off, size_t n_off, const an_vec *outs, int *state_of,
+                       uint32_t *kfn_of)
+{
+    memset(state_of, 0, (n_off ? n_off : 1) * sizeof *state_of);
+    memset(kfn_of, 0, (n_off ? n_off : 1) * sizeof *kfn_of);
+    size_t j = 0;
+    for (size_t i = 0; i < outs->n; i++) {
+        const sched_out *so = &((const sched_out *)outs->v)[i];
+        while (j < n_off && off[j].t0_ns < so->ts_ns) j++;
+        if (j == n_off) break;
+        if (off[j].t0_ns != so->ts_ns || off[j].preempted) continue;
+        state_of[j] = so->state;
+        int rc = kernel_function(x, so, &kfn_of[j]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
 {
     an_trace *t = x->t;
@@ -392,10 +453,11 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
     uint32_t ns = x->res->n_stages;
     th->t0_ns = t0 > th->info.start_ns ? t0 : th->info.start_ns;
     th->t1_ns = t1 > th->t0_ns ? t1 : th->t0_ns;
-    an_vec sw = {0}, pieces = {0}, piece_stage = {0};
+    an_vec sw = {0}, pieces = {0}, piece_stage = {0}, outs = {0};
     st_cpu_off *off = NULL;
     st_cpu_share *share = NULL;
-    uint32_t *reason_of = NULL;
+    uint32_t *reason_of = NULL, *kfn_of = NULL;
+    int *state_of = NULL;
     int rc = 0;
     /* the switches of all time (an interval may open before the window), the samples of the window */
     st_cpu_iter *it;
@@ -417,6 +479,14 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
                 break;
             }
             *s = (st_cpu_switch){row.ts_ns, row.kind != ST_CPU_ROW_IN, row.kind == ST_CPU_ROW_OUT_PREEMPTED};
+            if (row.kind == ST_CPU_ROW_OUT_BLOCKED && row.state) {
+                sched_out *so = an_vec_push(&outs, sizeof *so);
+                if (!so) {
+                    rc = -1;
+                    break;
+                }
+                *so = (sched_out){row.ts_ns, row.stack, row.state, row.kernel_frames};
+            }
         }
     }
     st_cpu_iter_close(it);
@@ -488,6 +558,10 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
     reason_of = malloc((n_off ? n_off : 1) * sizeof *reason_of);
     if (!reason_of) goto oom;
     if ((rc = block_reasons(t, x->res, id, off, n_off, reason_of))) goto done;
+    state_of = malloc((n_off ? n_off : 1) * sizeof *state_of);
+    kfn_of = malloc((n_off ? n_off : 1) * sizeof *kfn_of);
+    if (!state_of || !kfn_of) goto oom;
+    if ((rc = block_sched(x, off, n_off, &outs, state_of, kfn_of))) goto done;
     for (size_t i = 0, j = 0; i < pieces.n; i++) {
         int32_t s = ((int32_t *)piece_stage.v)[i];
         an_cpu_cell *c = &th->cells[s < 0 || (uint32_t)s >= ns ? 0 : s + 1];
@@ -497,8 +571,9 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
             int64_t a = off[k].t0_ns > p->t0_ns ? off[k].t0_ns : p->t0_ns;
             int64_t b = off[k].t1_ns < p->t1_ns ? off[k].t1_ns : p->t1_ns;
             if (off[k].preempted || b <= a) continue;
-            an_cpu_reason_ns *rn = cell_reason(c, reason_of[k]);
+            an_cpu_reason_ns *rn = cell_reason(c, reason_of[k], state_of[k], kfn_of[k]);
             if (!rn) goto oom;
+            if (c->n_reasons > x->res->max_cell_reasons) x->res->max_cell_reasons = c->n_reasons;
             rn->ns += b - a;
             if (rn->last_interval != k + 1) {
                 rn->last_interval = k + 1;
@@ -524,6 +599,9 @@ done:
     free(off);
     free(share);
     free(reason_of);
+    free(state_of);
+    free(kfn_of);
+    free(outs.v);
     return rc;
 }
 
@@ -585,7 +663,9 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result
     thread_ctx x = {t, out, &names, &sc, NULL, 0, 0};
     uint32_t unexamined;
     int rc = 0;
-    if (str_intern(&out->reasons, &out->n_reasons, &out->cap_reasons_, AN_CPU_REASON_UNEXAMINED, &unexamined)) {
+    uint32_t no_kfn;
+    if (str_intern(&out->reasons, &out->n_reasons, &out->cap_reasons_, AN_CPU_REASON_UNEXAMINED, &unexamined) ||
+        str_intern(&out->kfns, &out->n_kfns, &out->cap_kfns_, "", &no_kfn)) {
         an_cpu_free(out);
         goto oom;
     }
@@ -661,6 +741,8 @@ void an_cpu_free(an_cpu_result *res)
     free(res->srcs);
     for (uint32_t i = 0; i < res->n_reasons; i++) free(res->reasons[i]);
     free(res->reasons);
+    for (uint32_t i = 0; i < res->n_kfns; i++) free(res->kfns[i]);
+    free(res->kfns);
     for (uint32_t i = 0; i < res->n_libs; i++) free(res->libs[i]);
     free(res->libs);
     free(res->name_lib);
@@ -712,7 +794,10 @@ static int cmp_reason(const void *pa, const void *pb, void *arg)
     const an_cpu_result *res = arg;
     const an_cpu_reason_ns *a = *(const an_cpu_reason_ns *const *)pa, *b = *(const an_cpu_reason_ns *const *)pb;
     if (a->ns != b->ns) return a->ns > b->ns ? -1 : 1;
-    return strcmp(res->reasons[a->reason], res->reasons[b->reason]);
+    int c = strcmp(res->reasons[a->reason], res->reasons[b->reason]);
+    if (c) return c;
+    if (a->state != b->state) return a->state < b->state ? -1 : 1;
+    return strcmp(res->kfns[a->kfn], res->kfns[b->kfn]);
 }
 
 uint32_t an_cpu_reasons_sorted(const an_cpu_result *res, const an_cpu_cell *c, const an_cpu_reason_ns **out)

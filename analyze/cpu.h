@@ -38,9 +38,14 @@ typedef struct an_cpu_fnline {
 
 /* Blocked time of a cell with one reason: its overlap with the thread's
  * blocked off-CPU intervals that have that reason, and how many of those
- * intervals overlap the cell's self time. */
+ * intervals overlap the cell's self time. A reason is the cpu_blocks label
+ * with, where the trace has the sched_switch tracepoint's samples
+ * (cpu_block_reasons 'proc+sched'), the task state and the kernel function
+ * of the interval's switch-out (docs/analyze.md, "cpu"). */
 typedef struct an_cpu_reason_ns {
     uint32_t reason; /* an index of an_cpu_result.reasons */
+    int state;       /* the task state letter ('S', 'D', ...), 0 none */
+    uint32_t kfn;    /* the kernel function, an index of an_cpu_result.kfns (0: "", none) */
     int64_t ns;
     uint64_t count;
     size_t last_interval; /* the interval last counted, + 1 (internal) */
@@ -94,6 +99,9 @@ typedef struct an_cpu_result {
     /* block reasons, "SYSCALL:WCHAN" (docs/analyze.md, "cpu"); [0] AN_CPU_REASON_UNEXAMINED */
     char **reasons;
     uint32_t n_reasons, cap_reasons_;
+    char **kfns; /* kernel functions of blocks; [0] "" (none) */
+    uint32_t n_kfns, cap_kfns_;
+    uint32_t max_cell_reasons; /* the most reasons of one cell (room for an_cpu_reasons_sorted) */
     char **libs; /* mapping files ("[unknown]" outside every mapping) */
     uint32_t n_libs, cap_libs_;
     uint32_t *name_lib; /* per name: its lib + 1, 0 not yet (internal) */
@@ -123,8 +131,8 @@ void an_cpu_free(an_cpu_result *res);
 uint32_t an_cpu_top(const an_cpu_result *res, const an_cpu_cell *c, int by_inclusive, uint32_t n,
                     const an_cpu_fn **out);
 
-/* A cell's block reasons by time (then name), into out (room for
- * c->n_reasons); returns how many. */
+/* A cell's block reasons by time (then name, state, kernel function), into
+ * out (room for c->n_reasons); returns how many. */
 uint32_t an_cpu_reasons_sorted(const an_cpu_result *res, const an_cpu_cell *c, const an_cpu_reason_ns **out);
 /* A cell's libraries, the top n by self samples (then inclusive, then
  * name), into out (room for n); returns how many. */
