@@ -79,6 +79,7 @@
 #include "common.h"
 #include "encoding.h"
 #include "st_cpurec.h"
+#include "st_cpusched.h"
 #include "stagetrace.h"
 #include "stagetrace_reader.h"
 
@@ -1233,7 +1234,7 @@ static void test_chunk_bytes_flags(void **state)
         assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
     }
     memcpy(copy, want, sizeof want);
-    copy[12] = 9; /* kind 9 */
+    copy[12] = 10; /* kind 10 */
     assert_int_equal(st_cpu_cursor_open(&c, copy, sizeof copy, 4), 0);
     assert_int_equal(st_cpu_next(&c, &r), 1);
     assert_int_equal(st_cpu_next(&c, &r), 1);
@@ -1241,6 +1242,117 @@ static void test_chunk_bytes_flags(void **state)
     st_cpu_rec bad = {ST_CPU_REC_SAMPLE_FLAGS, 0, 0, 0, 0, ST_CPU_FLAG_GIL_HELD};
     assert_int_equal(st_cpu_put(&e, &bad), -1);
     st_buf_free(&e.buf);
+}
+
+/* Kind 9 (the sched_switch tracepoint's switch-out): docs/trace-format.md's
+ * example, a blocked switch-out at 1000 ns with stack 5 whose first 3
+ * frames are the kernel's, in state S (0x53), then a switch-in at 1500 ns:
+ * 50 09 d0 0f 05 03 53 00 e8 07. A state outside printable ASCII, or more
+ * kernel frames than 2^32 - 2, is refused both ways. */
+static void test_chunk_bytes_sched(void **state)
+{
+    (void)state;
+    st_cpu_encoder e = {0};
+    assert_int_equal(st_cpu_chunk_start(&e), 0);
+    st_cpu_rec recs[] = {
+        {ST_CPU_REC_OUT_SCHED, 1000, 5, ST_CPU_NO_STAGE, 3, 'S'},
+        {ST_CPU_REC_IN, 1500, 0, ST_CPU_NO_STAGE, 0, 0},
+    };
+    for (int i = 0; i < 2; i++) assert_int_equal(st_cpu_put(&e, &recs[i]), 0);
+    static const uint8_t want[] = {0x50, 0x09, 0xd0, 0x0f, 0x05, 0x03, 0x53, 0x00, 0xe8, 0x07};
+    assert_int_equal(e.buf.len, sizeof want);
+    assert_memory_equal(e.buf.data, want, sizeof want);
+    st_cpu_cursor c;
+    st_cpu_rec r;
+    assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, e.buf.len, 2), 0);
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(r.kind, ST_CPU_REC_OUT_SCHED);
+    assert_int_equal(r.ts_ns, 1000);
+    assert_int_equal(r.stack, 5);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.flags, 'S');
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(r.kind, ST_CPU_REC_IN);
+    assert_int_equal(st_cpu_next(&c, &r), 0);
+    for (size_t n = 1; n < 7; n++) { /* every truncation of the first record */
+        assert_int_equal(st_cpu_cursor_open(&c, e.buf.data, n, 2), 0);
+        assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    }
+    uint8_t copy[sizeof want];
+    uint8_t bad_state[] = {0x00, 0x20, 0x7f};
+    for (int k = 0; k < 3; k++) {
+        memcpy(copy, want, sizeof want);
+        copy[6] = bad_state[k];
+        assert_int_equal(st_cpu_cursor_open(&c, copy, sizeof copy, 2), 0);
+        assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    }
+    st_cpu_rec bad = {ST_CPU_REC_OUT_SCHED, 0, 0, ST_CPU_NO_STAGE, 0, 0x7f};
+    assert_int_equal(st_cpu_put(&e, &bad), -1);
+    bad.flags = 'D';
+    bad.n = UINT32_MAX;
+    assert_int_equal(st_cpu_put(&e, &bad), -1);
+    st_buf_free(&e.buf);
+}
+
+/* The tracepoint's format file: Linux 6.18's here (prev_state a long at 32,
+ * the letters S D T t X Z P I, preempted above them), and a 4.x-style one
+ * whose print fmt names other letters (the parser takes them from the
+ * file, not from a table of its own); one without prev_state is refused. */
+static void test_sched_format(void **state)
+{
+    (void)state;
+    static const char fmt618[] =
+        "name: sched_switch\nID: 372\nformat:\n"
+        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+        "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+        "\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n"
+        "\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n"
+        "\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;\n"
+        "\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;\n"
+        "\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;\n"
+        "\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;\n"
+        "\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;\n\n"
+        "print fmt: \"prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s next_pid=%d "
+        "next_prio=%d\", REC->prev_comm, REC->prev_pid, REC->prev_prio, (REC->prev_state & ((((0x00000000 | "
+        "0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - "
+        "1)) ? __print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 "
+        "| 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1), \"|\", { 0x00000001, \"S\" }, { 0x00000002, "
+        "\"D\" }, { 0x00000004, \"T\" }, { 0x00000008, \"t\" }, { 0x00000010, \"X\" }, { 0x00000020, \"Z\" }, "
+        "{ 0x00000040, \"P\" }, { 0x00000080, \"I\" }) : \"R\", REC->prev_state & (((0x00000000 | 0x00000001 | "
+        "0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) ? \"+\" : \"\", "
+        "REC->next_comm, REC->next_pid, REC->next_prio\n";
+    st_cpusched_format f;
+    assert_int_equal(st_cpusched_parse_format(fmt618, &f), 0);
+    assert_int_equal(f.prev_pid_off, 24);
+    assert_int_equal(f.prev_pid_size, 4);
+    assert_int_equal(f.prev_state_off, 32);
+    assert_int_equal(f.prev_state_size, 8);
+    assert_int_equal(f.common_type_off, 0);
+    assert_int_equal(f.preempt_bit, 0x100);
+    assert_int_equal(st_cpusched_state(&f, 0), 'R');
+    assert_int_equal(st_cpusched_state(&f, 1), 'S');
+    assert_int_equal(st_cpusched_state(&f, 2), 'D');
+    assert_int_equal(st_cpusched_state(&f, 0x80), 'I');
+    assert_int_equal(st_cpusched_state(&f, 0x100), '+');
+    assert_int_equal(st_cpusched_state(&f, 0x101), '+');
+    /* 4.x: prev_state an int at 32 (no field named like it before), letters with K W */
+    static const char fmt4[] =
+        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+        "\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n"
+        "\tfield:long prev_state;\toffset:32;\tsize:4;\tsigned:1;\n"
+        "print fmt: \"...\", __print_flags(REC->prev_state & (2048-1), \"|\", { 1, \"S\"} ) : \"R\", "
+        "{ 0x01, \"S\" }, { 0x02, \"D\" }, { 0x04, \"T\" }, { 0x08, \"t\" }, { 0x10, \"X\" }, "
+        "{ 0x20, \"Z\" }, { 0x40, \"x\" }, { 0x80, \"K\" }, { 0x100, \"W\" }, { 0x200, \"P\" }, { 0x400, \"N\" }\n";
+    assert_int_equal(st_cpusched_parse_format(fmt4, &f), 0);
+    assert_int_equal(f.prev_state_size, 4);
+    assert_int_equal(f.preempt_bit, 0x800);
+    assert_int_equal(st_cpusched_state(&f, 0x80), 'K');
+    assert_int_equal(st_cpusched_state(&f, 0x400), 'N');
+    assert_int_equal(st_cpusched_state(&f, 0x800), '+');
+    static const char nostate[] = "\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n";
+    assert_int_equal(st_cpusched_parse_format(nostate, &f), -1);
 }
 
 static void test_stack_bytes(void **state)
@@ -1332,6 +1444,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_proc_parsers),
         cmocka_unit_test(test_chunk_bytes),
         cmocka_unit_test(test_chunk_bytes_flags),
+        cmocka_unit_test(test_chunk_bytes_sched),
+        cmocka_unit_test(test_sched_format),
         cmocka_unit_test(test_stack_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
