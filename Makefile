@@ -212,7 +212,7 @@ TRACER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRACER_SRC))
 # the reader's files (reader_int.h says which job each does)
 READER_SRC := tracer/reader.c tracer/reader_check.c tracer/reader_clock.c tracer/reader_iter.c tracer/reader_gpu.c tracer/reader_cpu.c \
 	tracer/reader_set.c
-EXT_SRC := tracer/vtab.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c
+EXT_SRC := tracer/vtab.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c tracer/cpu_account.c
 EXT_OBJ := $(patsubst %.c,$(BUILD)/obj/ext/%.o,$(filter $(wildcard $(EXT_SRC)),$(EXT_SRC)))
 LIB_A := $(BUILD)/libstagetrace.a
 # The shared library: libstagetrace.so.$(ST_VERSION) with SONAME

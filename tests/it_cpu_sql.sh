@@ -13,6 +13,9 @@
 #    sql gives; a trace without the CPU tables gets none of them;
 #  - a damaged cpu chunk: analyze sql and export fail with one line naming
 #    cpu_chunks, exit 2;
+#  - cpu_ranges: each range's on-CPU + preempted + blocked is its span, and
+#    the sums agree with analyze cpu's stages (leaf stages exactly; per
+#    thread, the depth-0 ranges against all stages but (none));
 #  - the trainer's own profile lines (oncpu shares included) are what
 #    analyze intervals prints from the trace, byte for byte.
 #
@@ -89,6 +92,64 @@ sqlite3 nocpu.sqlite "drop table cpu_threads; drop table cpu_chunks; drop table 
 expect_ok nocsv "$A" export nocpu.sqlite --csv noout --rows norows.sqlite
 [ "$(ls noout | grep -c '^cpu_')" = 0 ] || fail "CPU files for a trace without the capture: $(ls noout)"
 [ "$(sqlite3 norows.sqlite "select count(*) from sqlite_schema where name like 'cpu%'")" = 0 ] || fail "CPU tables in --rows"
+ok
+
+# cpu_ranges: each range's own on-CPU, preempted and blocked time adds up
+# to its span, and agrees with analyze cpu's per-stage figures (self time):
+# exactly for a stage whose ranges never hold another range, and, per
+# thread, the depth-0 ranges' sums are the stages' sums without (none)
+"$A" sql --format csv run.sqlite "SELECT thread, stage, start_ns, dur_ns, depth, on_cpu_ns, preempted_ns, blocked_ns
+                                  FROM cpu_ranges" > cpu_ranges.csv
+expect_ok cpustages "$A" cpu --format csv --table stages run.sqlite
+python3 - cpu_ranges.csv cpustages.out "$("$A" sql --format csv run.sqlite "SELECT id, name FROM threads" | tail -n +2 | tr '\n' ' ')" \
+    "$("$A" sql --format csv run.sqlite "SELECT id, name FROM stages" | tail -n +2 | tr '\n' ' ')" <<'PY' ||
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert rows, "no cpu_ranges rows"
+for r in rows:
+    for k in r: r[k] = int(r[k])
+    assert r["on_cpu_ns"] + r["preempted_ns"] + r["blocked_ns"] == r["dur_ns"], r
+    assert min(r["on_cpu_ns"], r["preempted_ns"], r["blocked_ns"]) >= 0, r
+tname = dict(x.split(",", 1) for x in sys.argv[3].split())
+sname = dict(x.split(",", 1) for x in sys.argv[4].split())
+stages = {(s["thread"], s["stage"]): s for s in csv.DictReader(open(sys.argv[2]))}
+# a stage holds another range when a range of depth d + 1 starts inside one of its ranges
+by_thread = collections.defaultdict(list)
+for r in rows: by_thread[r["thread"]].append(r)
+parents = set()
+for t, rs in by_thread.items():
+    rs.sort(key=lambda r: (r["start_ns"], r["depth"]))
+    open_ = []
+    for r in rs:
+        while open_ and (open_[-1]["start_ns"] + open_[-1]["dur_ns"] <= r["start_ns"] or open_[-1]["depth"] >= r["depth"]):
+            open_.pop()
+        if open_: parents.add((t, open_[-1]["stage"]))
+        open_.append(r)
+sums = collections.defaultdict(lambda: [0, 0, 0])
+top = collections.defaultdict(lambda: [0, 0, 0])
+for r in rows:
+    k = (r["thread"], r["stage"])
+    for i, c in enumerate(("on_cpu_ns", "preempted_ns", "blocked_ns")):
+        sums[k][i] += r[c]
+        if r["depth"] == 0: top[r["thread"]][i] += r[c]
+def ns(ms): return round(float(ms) * 1e6)
+leaf = 0
+for (t, s), v in sums.items():
+    if (t, s) in parents: continue
+    a = stages[(tname[str(t)], sname[str(s)])]
+    on, wall = ns(a["on_cpu_ms"]), ns(a["wall_ms"])
+    pre = round(float(a["preempted_pct"]) / 100 * wall)
+    assert abs(on - v[0]) <= 1, (t, s, on, v)
+    assert abs(pre - v[1]) <= max(2, wall * 1e-9), (t, s, pre, v)
+    leaf += 1
+for t, v in top.items():
+    on = sum(ns(a["on_cpu_ms"]) for (tn, sn), a in stages.items() if tn == tname[str(t)] and sn != "(none)")
+    n_rows = sum(1 for (tn, sn) in stages if tn == tname[str(t)])
+    assert abs(on - v[0]) <= n_rows, (t, on, v)
+print("cpu_ranges: %d ranges; %d leaf stages agree with analyze cpu, and the depth-0 sums of %d threads" % (len(rows), leaf, len(top)))
+assert leaf > 0
+PY
+    fail "cpu_ranges against analyze cpu"
 ok
 
 # a damaged chunk

@@ -9,6 +9,7 @@
  *   flows(thread, ts_ns, dir, id)
  *   cpu_samples(thread, ts_ns, stage, stack, stage_from_ranges)
  *   cpu_switches(thread, ts_ns, kind)
+ *   cpu_ranges(thread, stage, start_ns, dur_ns, depth, on_cpu_ns, preempted_ns, blocked_ns)
  *   cpu_lost(thread, ts_ns, n)
  *   cpu_frames(stack, depth, addr, function, symbol, sym_offset, map, path)
  *   cpu_stack_text(stack, n_frames, leaf, frames)
@@ -66,7 +67,8 @@ SQLITE_EXTENSION_INIT1
 
 enum table_id {
     TABLE_RANGES, TABLE_COUNTERS, TABLE_GPU, TABLE_FLOWS,
-    TABLE_CPU_SAMPLES, TABLE_CPU_SWITCHES, TABLE_CPU_LOST, TABLE_CPU_FRAMES, TABLE_CPU_STACK_TEXT
+    TABLE_CPU_SAMPLES, TABLE_CPU_SWITCHES, TABLE_CPU_LOST, TABLE_CPU_FRAMES, TABLE_CPU_STACK_TEXT,
+    TABLE_CPU_RANGES
 };
 
 enum { R_THREAD, R_STAGE, R_START, R_DUR, R_END, R_DEPTH, R_STEP, R_NCOLS };
@@ -79,6 +81,7 @@ enum { CW_THREAD, CW_TS, CW_KIND };
 enum { CL_THREAD, CL_TS, CL_N };
 enum { CF_STACK, CF_DEPTH, CF_ADDR, CF_FUNCTION, CF_SYMBOL, CF_SYM_OFFSET, CF_MAP, CF_PATH, CF_FILE, CF_LINE };
 enum { CT_STACK, CT_N_FRAMES, CT_LEAF, CT_FRAMES };
+enum { CG_THREAD, CG_STAGE, CG_START, CG_DUR, CG_DEPTH, CG_ON, CG_PREEMPTED, CG_BLOCKED };
 
 #define MAX_COLS 10
 #define MAX_PUSHED 16 /* constraints passed to xFilter; more are left to SQLite */
@@ -148,6 +151,14 @@ static const table_def table_defs[] = {
     {TABLE_CPU_STACK_TEXT, "cpu_stack_text",
      "CREATE TABLE x(stack INTEGER, n_frames INTEGER, leaf TEXT, frames TEXT)", BIT(CT_STACK), BIT(CT_STACK),
      {[CT_STACK] = 0}},
+    /* Each range of a thread with switch records (cpu_threads.status
+     * 'perf') with its own on-CPU, preempted and blocked time over its
+     * whole span [start, end), nested ranges' time included: st_cpu_account
+     * over the thread's off-CPU intervals, as analyze cpu splits time. */
+    {TABLE_CPU_RANGES, "cpu_ranges",
+     "CREATE TABLE x(thread INTEGER, stage INTEGER, start_ns INTEGER, dur_ns INTEGER, depth INTEGER, "
+     "on_cpu_ns INTEGER, preempted_ns INTEGER, blocked_ns INTEGER)",
+     BIT(CG_THREAD), BIT(CG_THREAD), {[CG_THREAD] = 0}},
 };
 
 static int is_cpu_record_table(enum table_id id)
@@ -188,6 +199,11 @@ typedef struct st_cursor {
     char *text, *leaf;    /* cpu_stack_text: the current stack's functions joined, its leaf */
     st_range range;
     st_sample_row sample;
+    /* cpu_ranges: the current thread's ranges and their shares */
+    int cpu_ranges_on;
+    st_range *cr;
+    st_cpu_share *cr_share;
+    size_t cr_n, cr_i;
     int eof;
     sqlite3_int64 rowid;
     int64_t lo[MAX_COLS], hi[MAX_COLS]; /* the row filter: lo <= column <= hi */
@@ -374,6 +390,12 @@ static void cursor_reset(st_cursor *c)
     c->stacks = NULL;
     c->n_stacks = c->si = c->depth = 0;
     c->cpu_stacks_on = 0;
+    c->cpu_ranges_on = 0;
+    free(c->cr);
+    free(c->cr_share);
+    c->cr = NULL;
+    c->cr_share = NULL;
+    c->cr_n = c->cr_i = 0;
     sqlite3_free(c->text);
     sqlite3_free(c->leaf);
     c->text = c->leaf = NULL;
@@ -708,6 +730,99 @@ static int next_cpu(st_cursor *c)
     }
 }
 
+/* cpu_ranges: one thread's ranges (all of them) and each one's share of its
+ * off-CPU intervals; a thread without switch records has none. */
+static int cpu_ranges_load(st_vtab *vt, st_cursor *c, uint32_t thread)
+{
+    free(c->cr);
+    free(c->cr_share);
+    c->cr = NULL;
+    c->cr_share = NULL;
+    c->cr_n = c->cr_i = 0;
+    st_cpu_thread_info info;
+    int has = st_reader_cpu_thread(vt->reader, thread, &info);
+    if (has < 0) return vt_error(vt, has);
+    if (!has || strcmp(info.status, "perf") != 0) return SQLITE_OK;
+    st_cpu_switch *sw = NULL;
+    size_t n_sw = 0, cap_sw = 0, cap_r = 0;
+    st_cpu_iter *it;
+    int rc = st_cpu_iter_open(&it, vt->reader, thread, INT64_MIN, INT64_MAX);
+    if (rc) return vt_error(vt, rc);
+    st_cpu_row row;
+    while ((rc = st_cpu_iter_next(it, &row)) == 1) {
+        if (row.kind != ST_CPU_ROW_IN && row.kind != ST_CPU_ROW_OUT_BLOCKED && row.kind != ST_CPU_ROW_OUT_PREEMPTED)
+            continue;
+        if (n_sw == cap_sw) {
+            cap_sw = cap_sw ? cap_sw * 2 : 1024;
+            st_cpu_switch *v = realloc(sw, cap_sw * sizeof *v);
+            if (!v) {
+                rc = ST_ENOMEM;
+                break;
+            }
+            sw = v;
+        }
+        sw[n_sw++] = (st_cpu_switch){row.ts_ns, row.kind != ST_CPU_ROW_IN, row.kind == ST_CPU_ROW_OUT_PREEMPTED};
+    }
+    st_cpu_iter_close(it);
+    st_range_iter *ri = NULL;
+    if (rc == 0) rc = st_range_iter_open(&ri, vt->reader, thread, INT64_MIN, INT64_MAX);
+    st_range rg;
+    int more = rc == 0;
+    while (more && (more = st_range_iter_next(ri, &rg)) == 1) {
+        if (c->cr_n == cap_r) {
+            cap_r = cap_r ? cap_r * 2 : 1024;
+            st_range *v = realloc(c->cr, cap_r * sizeof *v);
+            if (!v) {
+                more = ST_ENOMEM;
+                break;
+            }
+            c->cr = v;
+        }
+        c->cr[c->cr_n++] = rg;
+    }
+    if (more < 0) rc = more;
+    st_range_iter_close(ri);
+    st_cpu_off *off = rc == 0 ? malloc((n_sw + 1) * sizeof *off) : NULL;
+    st_cpu_range *spans = rc == 0 ? malloc((c->cr_n ? c->cr_n : 1) * sizeof *spans) : NULL;
+    c->cr_share = rc == 0 ? malloc((c->cr_n ? c->cr_n : 1) * sizeof *c->cr_share) : NULL;
+    if (rc == 0 && (!off || !spans || !c->cr_share)) rc = ST_ENOMEM;
+    if (rc == 0) {
+        /* every range ends by the trace's end: any "now" past it splits them alike */
+        size_t n_off = st_cpu_off_intervals(sw, n_sw, info.start_ns, INT64_MAX, off);
+        for (size_t i = 0; i < c->cr_n; i++) spans[i] = (st_cpu_range){c->cr[i].start_ns, c->cr[i].start_ns + c->cr[i].dur_ns};
+        st_cpu_account(off, n_off, spans, c->cr_n, c->cr_share);
+    }
+    free(sw);
+    free(off);
+    free(spans);
+    if (rc) {
+        c->cr_n = 0;
+        return vt_error(vt, rc);
+    }
+    return SQLITE_OK;
+}
+
+static int next_cpu_range(st_cursor *c)
+{
+    st_vtab *vt = (st_vtab *)c->base.pVtab;
+    for (;;) {
+        while (c->cr_i < c->cr_n) {
+            c->cr_i++;
+            c->rowid++;
+            return SQLITE_OK;
+        }
+        if (c->ti >= c->n_threads) {
+            c->eof = 1;
+            return SQLITE_OK;
+        }
+        int rc = cpu_ranges_load(vt, c, c->threads[c->ti++]);
+        if (rc) {
+            c->eof = 1;
+            return rc;
+        }
+    }
+}
+
 static int cpu_records_filter(st_vtab *vt, st_cursor *c)
 {
     int rc;
@@ -949,6 +1064,13 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
         return cpu_stacks_filter(vt, c, CF_STACK);
     case TABLE_CPU_STACK_TEXT:
         return cpu_stacks_filter(vt, c, CT_STACK);
+    case TABLE_CPU_RANGES:
+        if (!cpu_present(vt, &rc)) return rc;
+        if ((rc = thread_list(c, CG_THREAD))) return rc;
+        c->cpu_ranges_on = 1;
+        c->ti = 0;
+        c->eof = 0;
+        return next_cpu_range(c);
     }
     return SQLITE_OK;
 }
@@ -963,6 +1085,7 @@ static int vt_next(sqlite3_vtab_cursor *cur)
     if (c->flows) return next_flow(c);
     if (c->threads && is_cpu_record_table(((st_vtab *)cur->pVtab)->def->id)) return next_cpu(c);
     if (c->cpu_stacks_on) return next_stack(c);
+    if (c->cpu_ranges_on) return next_cpu_range(c);
     c->eof = 1;
     return SQLITE_OK;
 }
@@ -1086,6 +1209,19 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case CF_PATH: if (f->map >= 0) sqlite3_result_text(ctx, f->path, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
         case CF_FILE: if (c->line) sqlite3_result_text(ctx, c->line->file, -1, SQLITE_TRANSIENT); else sqlite3_result_null(ctx); break;
         case CF_LINE: if (c->line) sqlite3_result_int64(ctx, c->line->line); else sqlite3_result_null(ctx); break;
+        }
+    } else if (vt->def->id == TABLE_CPU_RANGES) {
+        const st_range *r = &c->cr[c->cr_i - 1];
+        const st_cpu_share *sh = &c->cr_share[c->cr_i - 1];
+        switch (col) {
+        case CG_THREAD: sqlite3_result_int64(ctx, r->thread); break;
+        case CG_STAGE: sqlite3_result_int64(ctx, r->stage); break;
+        case CG_START: sqlite3_result_int64(ctx, r->start_ns); break;
+        case CG_DUR: sqlite3_result_int64(ctx, r->dur_ns); break;
+        case CG_DEPTH: sqlite3_result_int64(ctx, r->depth); break;
+        case CG_ON: sqlite3_result_int64(ctx, sh->on_ns); break;
+        case CG_PREEMPTED: sqlite3_result_int64(ctx, sh->preempted_ns); break;
+        case CG_BLOCKED: sqlite3_result_int64(ctx, sh->blocked_ns); break;
         }
     } else if (vt->def->id == TABLE_CPU_STACK_TEXT) {
         switch (col) {
