@@ -67,6 +67,8 @@ for sid, n, data in db.execute("select id, n_frames, data from cpu_stacks"):
     for _ in range(n):
         z, i = varint(data, i); prev = (prev + unzig(z)) & (2**64 - 1); frames.append(prev)
     assert i == len(data)
+    # cpu_symbols.addr is a signed 64-bit integer: kernel frames (>= 2^63) are negative there
+    frames = [f - 2**64 if f >= 2**63 else f for f in frames]
     stacks[sid] = frames
     assert all(f in syms for f in frames), "a frame without a cpu_symbols row"
 samples, switches = {}, {}
@@ -85,6 +87,14 @@ for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1
         elif kind == 8:  # a blocked switch-out with its wait stack (proc+stacks)
             sid, i = varint(data, i)
             assert sid in stacks
+            switches[th] = switches.get(th, 0) + 1
+            wait_stacks += 1
+        elif kind == 9:  # the same with the sched_switch sample: kernel frames first, task state (proc+sched)
+            sid, i = varint(data, i)
+            nk, i = varint(data, i)
+            state, i = varint(data, i)
+            assert sid in stacks and nk <= len(stacks[sid]), (sid, nk)
+            assert all(f < 0 for f in stacks[sid][:nk]) and chr(state).isalpha(), (nk, state)
             switches[th] = switches.get(th, 0) + 1
             wait_stacks += 1
         elif kind in (3, 4, 6, 7):
@@ -106,7 +116,7 @@ for th, n, data, t0, t1 in db.execute("select thread, n_records, data, t0_ns, t1
     assert i == len(data), "bytes left in a chunk"
 assert sum(samples.values()) == int(meta["cpu_samples"]) == sum(r[2] for r in cpu_threads.values())
 assert wait_stacks == int(meta["cpu_wait_stacks"]), (wait_stacks, meta["cpu_wait_stacks"])
-assert (wait_stacks > 0) == (meta["cpu_block_reasons"] == "proc+stacks"), (wait_stacks, meta["cpu_block_reasons"])
+assert (wait_stacks > 0) == (meta["cpu_block_reasons"] in ("proc+stacks", "proc+sched")), (wait_stacks, meta["cpu_block_reasons"])
 for th, r in cpu_threads.items():
     assert samples.get(th, 0) == r[2] and switches.get(th, 0) == r[3], (th, r, samples, switches)
     assert r[3] > 0, "no switch records on thread %s" % threads[th]

@@ -332,9 +332,9 @@ static void test_reasons_libs_windows(void **state)
     snprintf(args, sizeof args, "--format csv --windows %s", path);
     char *out = run(args, &st);
     assert_int_equal(st, 0);
-    assert_non_null(strstr(out, "\nthread,stage,reason,blocked_ms,count,pct\n"
-                                "w0,compute,futex:futex_do_wait,2.000000,1,100\n"
-                                "w1,compute,(short/unexamined),2.000000,1,100\n\n"));
+    assert_non_null(strstr(out, "\nthread,stage,reason,state,kernel_function,blocked_ms,count,pct\n"
+                                "w0,compute,futex:futex_do_wait,,,2.000000,1,100\n"
+                                "w1,compute,(short/unexamined),,,2.000000,1,100\n\n"));
     assert_non_null(strstr(out, "\nthread,stage,rank,library,self,self_pct,inclusive,inclusive_pct\n"
                                 "w0,(none),1,/bin/prog,1,100,1,100\n"
                                 "w0,compute,1,/bin/prog,3,100,3,100\n"
