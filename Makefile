@@ -504,8 +504,8 @@ FUZZ_CC ?= clang
 FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unused-parameter -pthread $(INCLUDES)
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_READER_SRC := fuzz/fuzz_reader.c $(READER_SRC) tracer/encoding.c tracer/intervals.c tracer/error.c \
-	tracer/vtab.c
+# the SQL extension's own sources (EXT_SRC) carry what vtab.c needs
+FUZZ_READER_SRC := fuzz/fuzz_reader.c $(sort $(EXT_SRC))
 # libanalyze.a again, instrumented for the fuzzer (only what a target uses is linked)
 FUZZ_LIB_ANALYZE := $(FUZZ_DIR)/libanalyze.a
 FUZZ_ANALYZE_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out analyze/main.c,$(sort $(wildcard analyze/*.c))))
