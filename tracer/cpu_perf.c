@@ -32,7 +32,7 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static const char *errno_name(int e)
+const char *st_cpu_errno_name(int e)
 {
     switch (e) {
     case EPERM: return "EPERM";
@@ -132,6 +132,25 @@ static size_t ring_round(size_t bytes)
     return r;
 }
 
+int st_cpu_ring_map(st_cpu_thread *t, int fd, size_t bytes)
+{
+    size_t pg = page_bytes();
+    int map_err = 0;
+    for (size_t data = ring_round(bytes);; data /= 2) {
+        void *p = mmap(NULL, pg + data, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+            t->map = p;
+            t->map_bytes = pg + data;
+            t->data = (unsigned char *)p + pg;
+            t->data_bytes = data;
+            return 0;
+        }
+        map_err = errno;
+        if (!t->refused_bytes) t->refused_bytes = data;
+        if ((map_err != EPERM && map_err != ENOMEM) || data <= pg) return map_err;
+    }
+}
+
 size_t st_cpu_ring_bytes_for(unsigned n_threads)
 {
     if (n_threads == 0) n_threads = 16;
@@ -162,7 +181,7 @@ static int open_failure(st_cpu_thread *t, int e)
     case ENOSYS:
         if (filtered || e == EPERM)
             snprintf(t->reason, sizeof t->reason,
-                     "perf_event_open: %s: %s (perf_event_paranoid %s, Seccomp %s)", errno_name(e),
+                     "perf_event_open: %s: %s (perf_event_paranoid %s, Seccomp %s)", st_cpu_errno_name(e),
                      filtered ? "seccomp refused perf_event_open"
                               : "refused (a seccomp filter, lockdown or missing capability)",
                      par, seccomp);
@@ -186,13 +205,13 @@ static int open_failure(st_cpu_thread *t, int e)
     case EINVAL:
         snprintf(t->reason, sizeof t->reason,
                  "perf_event_open: %s: the kernel does not support this event (cpu-clock with "
-                 "context_switch, CLOCK_MONOTONIC)", errno_name(e));
+                 "context_switch, CLOCK_MONOTONIC)", st_cpu_errno_name(e));
         return ST_CPU_UNSUPPORTED;
     case ESRCH:
         snprintf(t->reason, sizeof t->reason, "perf_event_open: ESRCH: no thread %d", (int)t->tid);
         return ST_CPU_EINVAL;
     default:
-        snprintf(t->reason, sizeof t->reason, "perf_event_open: %s (%d): %s", errno_name(e), e, strerror(e));
+        snprintf(t->reason, sizeof t->reason, "perf_event_open: %s (%d): %s", st_cpu_errno_name(e), e, strerror(e));
         return ST_CPU_ERROR;
     }
 }
@@ -252,27 +271,13 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     t->fd = fd;
 
     size_t want = cfg->ring_bytes ? ring_round(cfg->ring_bytes) : st_cpu_ring_bytes_for(0);
-    size_t pg = page_bytes();
-    int map_err = 0;
-    for (size_t data = want;; data /= 2) {
-        void *p = mmap(NULL, pg + data, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-            t->map = p;
-            t->map_bytes = pg + data;
-            t->data = (unsigned char *)p + pg;
-            t->data_bytes = data;
-            break;
-        }
-        map_err = errno;
-        if (!t->refused_bytes) t->refused_bytes = data;
-        if ((map_err != EPERM && map_err != ENOMEM) || data <= pg) break;
-    }
+    int map_err = st_cpu_ring_map(t, fd, want);
     long mk, rk;
     st_cpu_lock_budget(&mk, &rk);
     if (!t->map) {
         snprintf(t->reason, sizeof t->reason,
                  "mmap of the perf ring refused (%s) down to one page: perf_event_mlock_kb %ld, "
-                 "RLIMIT_MEMLOCK %ld KiB", errno_name(map_err), mk, rk);
+                 "RLIMIT_MEMLOCK %ld KiB", st_cpu_errno_name(map_err), mk, rk);
         t->err = map_err;
         close(fd);
         t->fd = -1;
@@ -281,12 +286,12 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     if (t->refused_bytes)
         snprintf(t->reason, sizeof t->reason,
                  "ring of %zu KiB refused (%s: perf_event_mlock_kb %ld, RLIMIT_MEMLOCK %ld KiB): %zu KiB used",
-                 t->refused_bytes / 1024, errno_name(map_err), mk, rk, t->data_bytes / 1024);
+                 t->refused_bytes / 1024, st_cpu_errno_name(map_err), mk, rk, t->data_bytes / 1024);
     if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
         int e = errno;
         st_cpu_thread_close(t);
         t->err = e;
-        snprintf(t->reason, sizeof t->reason, "PERF_EVENT_IOC_ENABLE: %s", errno_name(e));
+        snprintf(t->reason, sizeof t->reason, "PERF_EVENT_IOC_ENABLE: %s", st_cpu_errno_name(e));
         return ST_CPU_ERROR;
     }
     return ST_CPU_OK;
@@ -327,7 +332,7 @@ static int64_t trailer_time(const unsigned char *rec, size_t size)
     return (int64_t)tm;
 }
 
-long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink)
+long st_cpu_ring_each(st_cpu_thread *t, st_cpu_sink *sink, st_cpu_record_fn fn)
 {
     if (!t || !t->map || !sink) return 0;
     struct perf_event_mmap_page *meta = t->map;
@@ -349,71 +354,82 @@ long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink)
             tail = head;
             break;
         }
-        size_t size = h.size;
-        ring_copy(t, tail, rec, size);
-        tail += size;
+        ring_copy(t, tail, rec, h.size);
+        tail += h.size;
         n++;
-        switch (h.type) {
-        case PERF_RECORD_SWITCH: {
-            if (size < sizeof h + ID_TRAILER) { t->n_corrupt++; break; }
-            st_cpu_switch s;
-            s.t_ns = trailer_time(rec, size);
-            s.out = (h.misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
-            s.preempted = s.out && (h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0;
-            t->n_switches++;
-            if (sink->on_switch) sink->on_switch(sink->ctx, t, &s);
-            break;
-        }
-        case PERF_RECORD_SAMPLE: {
-            /* ip, pid, tid, time, then nr and the chain when asked for. */
-            size_t at = sizeof h;
-            if (size < at + 24) { t->n_corrupt++; break; }
-            uint64_t ip, tm, nr = 0;
-            uint32_t pt[2];
-            memcpy(&ip, rec + at, 8);
-            memcpy(pt, rec + at + 8, 8);
-            memcpy(&tm, rec + at + 16, 8);
-            at += 24;
-            st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE};
-            /* a wait-stack sample's ip is the kernel's (the switch): its
-             * user chain starts at the user ip instead */
-            if (!t->wait_stacks) sink->frames[s.n_frames++] = ip;
-            if (t->callchain && size >= at + 8) {
-                memcpy(&nr, rec + at, 8);
-                at += 8;
-                if (nr > (size - at) / 8) { t->n_corrupt++; break; }
-                int first = 1;
-                for (uint64_t i = 0; i < nr; i++) {
-                    uint64_t a;
-                    memcpy(&a, rec + at + 8 * i, 8);
-                    if (a >= (uint64_t)PERF_CONTEXT_MAX) continue; /* PERF_CONTEXT_USER and the like */
-                    /* the chain repeats the sampled ip as its first user frame */
-                    if (first && a == ip && !t->wait_stacks) { first = 0; continue; }
-                    first = 0;
-                    if (s.n_frames < sizeof sink->frames / sizeof sink->frames[0])
-                        sink->frames[s.n_frames++] = a;
-                }
-            }
-            t->n_samples++;
-            if (sink->on_sample) sink->on_sample(sink->ctx, t, &s);
-            break;
-        }
-        case PERF_RECORD_LOST: {
-            if (size < sizeof h + 16) { t->n_corrupt++; break; }
-            uint64_t lost;
-            memcpy(&lost, rec + sizeof h + 8, 8);
-            t->lost += lost;
-            int64_t tm = size >= sizeof h + 16 + ID_TRAILER ? trailer_time(rec, size) : 0;
-            if (sink->on_lost) sink->on_lost(sink->ctx, t, lost, tm);
-            break;
-        }
-        default: /* throttle records and the like */
-            t->n_other++;
-            break;
-        }
+        fn(t, sink, h.type, h.misc, rec, h.size);
     }
     __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
     return n;
+}
+
+/* The CPU-clock event's records: switches, samples, losses. */
+static void perf_record(st_cpu_thread *t, st_cpu_sink *sink, uint32_t type, uint16_t misc, const unsigned char *rec,
+                        size_t size)
+{
+    switch (type) {
+    case PERF_RECORD_SWITCH: {
+        if (size < sizeof(struct perf_event_header) + ID_TRAILER) { t->n_corrupt++; return; }
+        st_cpu_switch s;
+        s.t_ns = trailer_time(rec, size);
+        s.out = (misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
+        s.preempted = s.out && (misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0;
+        t->n_switches++;
+        if (sink->on_switch) sink->on_switch(sink->ctx, t, &s);
+        break;
+    }
+    case PERF_RECORD_SAMPLE: {
+        /* ip, pid, tid, time, then nr and the chain when asked for. */
+        size_t at = sizeof(struct perf_event_header);
+        if (size < at + 24) { t->n_corrupt++; return; }
+        uint64_t ip, tm, nr = 0;
+        uint32_t pt[2];
+        memcpy(&ip, rec + at, 8);
+        memcpy(pt, rec + at + 8, 8);
+        memcpy(&tm, rec + at + 16, 8);
+        at += 24;
+        st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE};
+        /* a wait-stack sample's ip is the kernel's (the switch): its
+         * user chain starts at the user ip instead */
+        if (!t->wait_stacks) sink->frames[s.n_frames++] = ip;
+        if (t->callchain && size >= at + 8) {
+            memcpy(&nr, rec + at, 8);
+            at += 8;
+            if (nr > (size - at) / 8) { t->n_corrupt++; return; }
+            int first = 1;
+            for (uint64_t i = 0; i < nr; i++) {
+                uint64_t a;
+                memcpy(&a, rec + at + 8 * i, 8);
+                if (a >= (uint64_t)PERF_CONTEXT_MAX) continue; /* PERF_CONTEXT_USER and the like */
+                /* the chain repeats the sampled ip as its first user frame */
+                if (first && a == ip && !t->wait_stacks) { first = 0; continue; }
+                first = 0;
+                if (s.n_frames < sizeof sink->frames / sizeof sink->frames[0])
+                    sink->frames[s.n_frames++] = a;
+            }
+        }
+        t->n_samples++;
+        if (sink->on_sample) sink->on_sample(sink->ctx, t, &s);
+        break;
+    }
+    case PERF_RECORD_LOST: {
+        if (size < sizeof(struct perf_event_header) + 16) { t->n_corrupt++; return; }
+        uint64_t lost;
+        memcpy(&lost, rec + sizeof(struct perf_event_header) + 8, 8);
+        t->lost += lost;
+        int64_t tm = size >= sizeof(struct perf_event_header) + 16 + ID_TRAILER ? trailer_time(rec, size) : 0;
+        if (sink->on_lost) sink->on_lost(sink->ctx, t, lost, tm);
+        break;
+    }
+    default: /* throttle records and the like */
+        t->n_other++;
+        break;
+    }
+}
+
+long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink)
+{
+    return st_cpu_ring_each(t, sink, perf_record);
 }
 
 /* ---- frame validation ---------------------------------------------------- */

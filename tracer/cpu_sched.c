@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,22 +44,6 @@ static int refuse(st_cpu_thread *t, int status)
         __atomic_store_n(&refused, 1, __ATOMIC_RELEASE);
     }
     return status;
-}
-
-static const char *err_name(int e)
-{
-    switch (e) {
-    case EPERM: return "EPERM";
-    case EACCES: return "EACCES";
-    case ENOENT: return "ENOENT";
-    case ENODEV: return "ENODEV";
-    case ENOSYS: return "ENOSYS";
-    case EINVAL: return "EINVAL";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    case ENOMEM: return "ENOMEM";
-    case EBUSY: return "EBUSY";
-    default: return "errno";
-    }
 }
 
 /* Reads a file whole (at most size - 1 bytes); its length, or -1 with errno. */
@@ -185,10 +168,10 @@ static void set_reason(st_cpu_thread *t, int e)
         buf[strcspn(buf, "\n")] = 0;
         snprintf(t->reason, sizeof t->reason,
                  "perf_event_open: %s: perf_event_paranoid %s refuses the sched_switch tracepoint to this user "
-                 "(needs -1, CAP_PERFMON or root)", err_name(e), buf);
+                 "(needs -1, CAP_PERFMON or root)", st_cpu_errno_name(e), buf);
     } else {
         snprintf(t->reason, sizeof t->reason, "perf_event_open: %s (%d): %s (the sched_switch tracepoint)",
-                 err_name(e), e, strerror(e));
+                 st_cpu_errno_name(e), e, strerror(e));
     }
 }
 
@@ -225,41 +208,16 @@ int st_cpusched_open(st_cpu_thread *t, size_t ring_bytes)
         return refuse(t, e == EACCES || e == EPERM ? ST_CPU_REFUSED : ST_CPU_UNSUPPORTED);
     }
     t->fd = fd;
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    size_t data = pg;
-    while (data * 2 <= ring_bytes) data *= 2;
-    for (;; data /= 2) {
-        void *p = mmap(NULL, pg + data, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-            t->map = p;
-            t->map_bytes = pg + data;
-            t->data = (unsigned char *)p + pg;
-            t->data_bytes = data;
-            break;
-        }
-        if (!t->refused_bytes) t->refused_bytes = data;
-        if ((errno != EPERM && errno != ENOMEM) || data <= pg) break;
-    }
+    int map_err = st_cpu_ring_map(t, fd, ring_bytes);
     if (!t->map || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
-        int e = errno;
+        int e = t->map ? errno : map_err;
         st_cpu_thread_close(t);
         t->err = e;
         snprintf(t->reason, sizeof t->reason, "%s of the sched_switch event's ring: %s",
-                 t->map ? "PERF_EVENT_IOC_ENABLE" : "mmap", err_name(e));
+                 t->map ? "PERF_EVENT_IOC_ENABLE" : "mmap", st_cpu_errno_name(e));
         return refuse(t, ST_CPU_NOMEM);
     }
     return ST_CPU_OK;
-}
-
-static void ring_copy(const st_cpu_thread *t, uint64_t off, void *dst, size_t n)
-{
-    size_t at = (size_t)(off & (t->data_bytes - 1)), first = t->data_bytes - at;
-    if (first >= n) {
-        memcpy(dst, t->data + at, n);
-    } else {
-        memcpy(dst, t->data + at, first);
-        memcpy((unsigned char *)dst + first, t->data, n - first);
-    }
 }
 
 /* One PERF_RECORD_SAMPLE: ip, pid/tid, time, the chain (nr, then entries
@@ -323,48 +281,28 @@ static int parse_sample(st_cpu_thread *t, st_cpu_sink *sink, const unsigned char
     return 0;
 }
 
+/* The tracepoint event's records: its samples and losses (no
+ * sample_id_all: a loss has no time). */
+static void sched_record(st_cpu_thread *t, st_cpu_sink *sink, uint32_t type, uint16_t misc, const unsigned char *rec,
+                         size_t size)
+{
+    const size_t hdr = sizeof(struct perf_event_header);
+    (void)misc;
+    if (type == PERF_RECORD_SAMPLE) {
+        if (parse_sample(t, sink, rec, size)) t->n_corrupt++;
+    } else if (type == PERF_RECORD_LOST && size >= hdr + 16) {
+        uint64_t lost;
+        memcpy(&lost, rec + hdr + 8, 8);
+        t->lost += lost;
+        if (sink->on_lost) sink->on_lost(sink->ctx, t, lost, 0);
+    } else {
+        t->n_other++;
+    }
+}
+
 long st_cpusched_drain(st_cpu_thread *t, st_cpu_sink *sink)
 {
-    if (!t || !t->map || !sink) return 0;
-    struct perf_event_mmap_page *meta = t->map;
-    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
-    uint64_t tail = meta->data_tail;
-    long n = 0;
-    if (head - tail > t->data_bytes) {
-        t->n_corrupt++;
-        tail = head;
-    }
-    unsigned char *rec = (unsigned char *)sink->rec;
-    while (tail < head) {
-        struct perf_event_header h;
-        uint64_t avail = head - tail;
-        if (avail < sizeof h) {
-            t->n_corrupt++;
-            tail = head;
-            break;
-        }
-        ring_copy(t, tail, &h, sizeof h);
-        if (h.size < sizeof h || h.size > avail || (h.size & 7) != 0) {
-            t->n_corrupt++;
-            tail = head;
-            break;
-        }
-        ring_copy(t, tail, rec, h.size);
-        tail += h.size;
-        n++;
-        if (h.type == PERF_RECORD_SAMPLE) {
-            if (parse_sample(t, sink, rec, h.size)) t->n_corrupt++;
-        } else if (h.type == PERF_RECORD_LOST && h.size >= sizeof h + 16) {
-            uint64_t lost;
-            memcpy(&lost, rec + sizeof h + 8, 8);
-            t->lost += lost;
-            if (sink->on_lost) sink->on_lost(sink->ctx, t, lost, 0);
-        } else {
-            t->n_other++;
-        }
-    }
-    __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
-    return n;
+    return st_cpu_ring_each(t, sink, sched_record);
 }
 
 /* ---- /proc/kallsyms ---- */

@@ -151,6 +151,28 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg);
 long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink);
 void st_cpu_thread_close(st_cpu_thread *t);
 
+/* ---- the ring, for every per-thread perf event (cpu_perf.c, cpu_sched.c) --
+ *   st_cpu_errno_name(e)   "EPERM", "ENOMEM", ...; "errno" for the others.
+ *   st_cpu_ring_map(t, fd, bytes)  maps fd's ring with a data part of bytes
+ *                          rounded down to a power of two pages, halving
+ *                          while the kernel refuses the lock (EPERM,
+ *                          ENOMEM) down to one page; sets t->map, data,
+ *                          data_bytes, map_bytes and, when a larger ring was
+ *                          refused, t->refused_bytes. 0, or the last mmap's
+ *                          errno with t->map NULL.
+ *   st_cpu_ring_each(t, sink, fn)  the one consumer's loop: every whole
+ *                          record between the ring's tail and head, its
+ *                          header checked (size at least a header, within
+ *                          what was written, 8-byte multiple: otherwise
+ *                          n_corrupt grows and the rest is skipped), copied
+ *                          whole to sink->rec and passed to fn; then the
+ *                          tail is given back. The records read. */
+typedef void (*st_cpu_record_fn)(st_cpu_thread *t, st_cpu_sink *sink, uint32_t type, uint16_t misc,
+                                 const unsigned char *rec, size_t size);
+const char *st_cpu_errno_name(int e);
+int st_cpu_ring_map(st_cpu_thread *t, int fd, size_t bytes);
+long st_cpu_ring_each(st_cpu_thread *t, st_cpu_sink *sink, st_cpu_record_fn fn);
+
 /* ---- frame validation --------------------------------------------------
  * The process's executable mappings, from a /proc/PID/maps text. A
  * callchain is cut at its first frame that points into none of them (a
