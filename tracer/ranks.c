@@ -3,8 +3,9 @@
  * package over its launcher) exchanges clock probes with rank 0 and hands
  * them here. This file names each rank's file, picks the best probe,
  * widens its uncertainty by both ends' clock map errors, and queues the
- * measurements for the writer, which stores them in meta at its next commit (docs/tracer.md, "Many processes"; docs/trace-format.md,
- * "Ranks on one clock"). */
+ * measurements for the writer, which stores them in meta at its next
+ * commit (docs/tracer.md, "Many processes"; docs/trace-format.md, "Ranks
+ * on one clock"). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
