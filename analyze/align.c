@@ -138,7 +138,7 @@ static void clocks_none(an_trace *t)
     memset(&zero, 0, sizeof zero);
     for (uint32_t i = 0; i < t->n_ranks; i++) {
         st_reader_set_part_clock(t->r, i, &zero); /* the identity cannot be refused */
-        t->align[i] = (an_rank_align){AN_CLOCK_NONE, 0, 0, 0, -1};
+        t->align[i] = (an_rank_align){AN_CLOCK_NONE, 0, 0, 0, -1, 0};
     }
     t->align_used = AN_ALIGN_NONE;
 }
@@ -187,22 +187,25 @@ static int read_collectives(an_trace *t, an_stragglers_arrival **out, size_t *n_
     return AN_EXIT_OK;
 }
 
-/* The fit of part p against the reference part ref: its points (x = p's end of a shared
- * instance, y = ref's end - p's end), the line as a clock (linear through the first and the
- * last point's x), the uncertainty of that clock over the kept points, exactly. 1 when p
- * shares fewer than AN_ALIGN_MIN_INSTANCES instances (*shared says how many), 0 fitted, -1
- * out of memory. */
+/* The fit of part p against the reference part ref (docs/analyze.md, "Clock alignment"). Per
+ * instance both share: x = p's end, y = ref's end - p's end, and the bounds that causality puts
+ * on the offset theta (ref's clock minus p's) whatever the ends do: neither rank leaves before
+ * the other has entered, so ref's start - p's end <= theta <= ref's end - p's start. The line
+ * through (x, y) (an_align_fit), moved into the bounds of its kept instances when it lies
+ * outside them, is the clock, linear through the first and the last point's x; its uncertainty,
+ * exact on the clock as the set maps with it, is the larger of the ends' spread (the largest
+ * |y - theta(x)| of the kept instances) and the farthest that the kept bounds leave theta room
+ * to be. 0 fitted; 1 fewer than AN_ALIGN_MIN_INSTANCES shared instances; 2 bounds that no line
+ * of the fitted slope meets (the ranges are not barriers); -1 out of memory. */
 static int fit_part(const an_stragglers_arrival *arr, size_t n, uint32_t ref, uint32_t p, st_rank_clock *clock,
                     an_rank_align *al)
 {
-    int64_t *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
-    unsigned char *keep = malloc(n ? n : 1);
-    if (!x || !y || !keep) {
-        free(x);
-        free(y);
-        free(keep);
-        return -1;
-    }
+    size_t cap = n ? n : 1;
+    int64_t *x = malloc(cap * sizeof *x), *y = malloc(cap * sizeof *y);
+    int64_t *lo = malloc(cap * sizeof *lo), *hi = malloc(cap * sizeof *hi);
+    unsigned char *keep = malloc(cap);
+    int rc = -1;
+    if (!x || !y || !lo || !hi || !keep) goto done;
     size_t m = 0;
     for (size_t i = 0; i < n;) {
         size_t e = i;
@@ -212,47 +215,71 @@ static int fit_part(const an_stragglers_arrival *arr, size_t n, uint32_t ref, ui
             if (arr[e].rank_ix == p) b = &arr[e];
             e++;
         }
-        if (a && b) {
+        if (a && b) { /* every time in 0..INT64_MAX: the differences fit */
             x[m] = b->end_ns;
-            y[m] = (int64_t)((__int128)a->end_ns - b->end_ns); /* both in 0..INT64_MAX */
+            y[m] = a->end_ns - b->end_ns;
+            lo[m] = a->start_ns - b->end_ns;
+            hi[m] = a->end_ns - b->start_ns;
             m++;
         }
         i = e;
     }
     al->instances = (uint32_t)(m > UINT32_MAX ? UINT32_MAX : m);
-    int rc = 1;
-    if (m >= AN_ALIGN_MIN_INSTANCES) {
-        an_align_line line;
-        rc = an_align_fit(x, y, m, &line, keep) ? -1 : 0;
-        if (!rc) {
-            int64_t x1 = x[0];
-            for (size_t k = 1; k < m; k++)
-                if (x[k] > x1) x1 = x[k];
-            memset(clock, 0, sizeof *clock);
-            clock->has_open = 1;
-            clock->sync_ns = line.x0_ns;
-            clock->offset_ns = llround(line.offset_ns);
-            if (x1 > line.x0_ns) {
-                clock->has_close = 1;
-                clock->sync_close_ns = x1;
-                clock->offset_close_ns = llround(line.offset_ns + line.slope * (double)(x1 - line.x0_ns));
-            }
-            /* the uncertainty of the clock as the set maps with it, on the kept points */
-            int64_t worst = 0;
-            for (size_t k = 0; k < m; k++) {
-                int64_t mapped;
-                if (!keep[k] || st_rank_clock_map(clock, x[k], &mapped) != ST_OK) continue;
-                __int128 d = (__int128)x[k] + y[k] - mapped;
-                if (d < 0) d = -d;
-                if (d > worst) worst = d > INT64_MAX ? INT64_MAX : (int64_t)d;
-            }
-            clock->uncertainty_ns = clock->uncertainty_close_ns = worst;
-            al->kept = (uint32_t)(line.kept > UINT32_MAX ? UINT32_MAX : line.kept);
-            al->uncertainty_ns = worst;
-        }
+    rc = 1;
+    if (m < AN_ALIGN_MIN_INSTANCES) goto done;
+    an_align_line line;
+    rc = -1;
+    if (an_align_fit(x, y, m, &line, keep)) goto done;
+    double room_lo = -INFINITY, room_hi = INFINITY; /* the bounds around the line */
+    for (size_t k = 0; k < m; k++) {
+        if (!keep[k]) continue;
+        double at = line.offset_ns + line.slope * (double)(x[k] - line.x0_ns);
+        if ((double)lo[k] - at > room_lo) room_lo = (double)lo[k] - at;
+        if ((double)hi[k] - at < room_hi) room_hi = (double)hi[k] - at;
     }
+    rc = 2;
+    if (room_lo > room_hi) goto done;
+    double shift = room_hi < 0 ? room_hi : room_lo > 0 ? room_lo : 0;
+    int64_t x1 = x[0];
+    for (size_t k = 1; k < m; k++)
+        if (x[k] > x1) x1 = x[k];
+    memset(clock, 0, sizeof *clock);
+    clock->has_open = 1;
+    clock->sync_ns = line.x0_ns;
+    clock->offset_ns = llround(line.offset_ns + shift);
+    if (x1 > line.x0_ns) {
+        clock->has_close = 1;
+        clock->sync_close_ns = x1;
+        clock->offset_close_ns = llround(line.offset_ns + shift + line.slope * (double)(x1 - line.x0_ns));
+    }
+    /* the spread and the room the bounds leave, exactly, on the clock the set maps with: theta may
+     * be as low as the highest lower bound and as high as the lowest upper bound */
+    int64_t spread = 0;
+    __int128 room_below = INT64_MAX, room_above = INT64_MAX;
+    for (size_t k = 0; k < m; k++) {
+        int64_t mapped;
+        if (!keep[k] || st_rank_clock_map(clock, x[k], &mapped) != ST_OK) continue;
+        __int128 theta = (__int128)mapped - x[k], d = (__int128)y[k] - theta;
+        if (d < 0) d = -d;
+        if (d > spread) spread = d > INT64_MAX ? INT64_MAX : (int64_t)d;
+        if (theta - lo[k] < room_below) room_below = theta - lo[k];
+        if ((__int128)hi[k] - theta < room_above) room_above = (__int128)hi[k] - theta;
+    }
+    __int128 room = room_below > room_above ? room_below : room_above;
+    if (room < 0) room = 0; /* the clock's ns rounding */
+    int64_t bound = room > INT64_MAX ? INT64_MAX : (int64_t)room;
+    int64_t u = spread > bound ? spread : bound;
+    clock->uncertainty_ns = clock->uncertainty_close_ns = u;
+    al->kept = (uint32_t)(line.kept > UINT32_MAX ? UINT32_MAX : line.kept);
+    al->uncertainty_ns = u;
+    al->spread_ns = spread;
+    rc = 0;
+done:
+    if (rc < 0) an_error("out of memory");
     free(x);
     free(y);
+    free(lo);
+    free(hi);
     free(keep);
     return rc;
 }
@@ -297,9 +324,14 @@ static int align_collectives(an_trace *t, char *why, size_t why_size, int *fail)
         if (p == ref || !has[p]) continue;
         int f = fit_part(arr, n, ref, p, &clocks[p], &t->align[p]);
         if (f < 0) {
-            an_error("out of memory");
             *fail = AN_EXIT_FAIL;
             out = -1;
+        } else if (f == 2) {
+            snprintf(why, why_size,
+                     "rank %d's collectives with rank %d are not barriers (no offset lets every kept instance's "
+                     "ranks both enter it before either leaves)",
+                     rank_of_part(t, p), rank_of_part(t, ref));
+            out = 1;
         } else if (f > 0) {
             snprintf(why, why_size, "rank %d shares %u collective instance%s with rank %d, fewer than the %d needed",
                      rank_of_part(t, p), t->align[p].instances, t->align[p].instances == 1 ? "" : "s",
@@ -318,9 +350,9 @@ static int align_collectives(an_trace *t, char *why, size_t why_size, int *fail)
         for (uint32_t p = 0; p < nr; p++) {
             an_rank_align *al = &t->align[p];
             al->reference_rank = rank_of_part(t, ref);
-            if (p == ref) *al = (an_rank_align){AN_CLOCK_REFERENCE, 0, 0, 0, al->reference_rank};
+            if (p == ref) *al = (an_rank_align){AN_CLOCK_REFERENCE, 0, 0, 0, al->reference_rank, 0};
             else if (has[p]) al->method = AN_CLOCK_COLLECTIVES;
-            else *al = (an_rank_align){AN_CLOCK_NONE, 0, 0, 0, -1};
+            else *al = (an_rank_align){AN_CLOCK_NONE, 0, 0, 0, -1, 0};
         }
         t->align_used = AN_ALIGN_COLLECTIVES;
     } else {
@@ -382,7 +414,7 @@ int an_align_set(an_trace *t, an_align_mode mode)
         for (uint32_t p = 0; p < t->n_ranks; p++) {
             st_rank_clock c;
             st_reader_part_clock(t->r, p, &c); /* as the set opened: meta's */
-            t->align[p] = (an_rank_align){AN_CLOCK_META, st_rank_clock_uncertainty(&c), 0, 0, -1};
+            t->align[p] = (an_rank_align){AN_CLOCK_META, st_rank_clock_uncertainty(&c), 0, 0, -1, 0};
         }
         t->align_used = AN_ALIGN_META;
         return AN_EXIT_OK;

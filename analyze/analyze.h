@@ -276,6 +276,7 @@ typedef struct an_rank_align {
     uint32_t instances;     /* collectives: the instances shared with the reference */
     uint32_t kept;          /* ... and those the fit kept */
     int reference_rank;     /* collectives: the reference's rank */
+    int64_t spread_ns;      /* collectives: the ends' spread (align.c), within uncertainty_ns */
 } an_rank_align;
 
 typedef struct an_trace {

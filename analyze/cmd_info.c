@@ -537,8 +537,10 @@ static void print_rank_clocks(an_out *out, const an_trace *set)
             break;
         case AN_CLOCK_COLLECTIVES:
             an_out_text(out,
-                        "  rank %lld clock: collectives (fitted to rank %d from %u instances, %u kept), within %lld ns\n",
-                        (long long)rank, al->reference_rank, al->instances, al->kept, (long long)al->uncertainty_ns);
+                        "  rank %lld clock: collectives (fitted to rank %d from %u instances, %u kept, their ends within %lld "
+                        "ns), within %lld ns\n",
+                        (long long)rank, al->reference_rank, al->instances, al->kept, (long long)al->spread_ns,
+                        (long long)al->uncertainty_ns);
             break;
         }
     }
@@ -547,7 +549,8 @@ static void print_rank_clocks(an_out *out, const an_trace *set)
 static const an_col clock_cols[] = {{"run_id", AN_T_STR, 0},        {"rank", AN_T_INT, 0},
                                     {"method", AN_T_STR, 0},        {"uncertainty_ns", AN_T_INT, 0},
                                     {"reference_rank", AN_T_INT, 0}, {"instances", AN_T_INT, 0},
-                                    {"kept", AN_T_INT, 0},          {"sync_ns", AN_T_INT, 0},
+                                    {"kept", AN_T_INT, 0},          {"spread_ns", AN_T_INT, 0},
+                                    {"sync_ns", AN_T_INT, 0},
                                     {"offset_ns", AN_T_INT, 0},     {"sync_close_ns", AN_T_INT, 0},
                                     {"offset_close_ns", AN_T_INT, 0}};
 
@@ -569,7 +572,9 @@ static void put_rank_clocks(an_table *tb, const char *run_id, const an_trace *se
         if (al->method == AN_CLOCK_COLLECTIVES) {
             an_put_int(tb, al->instances);
             an_put_int(tb, al->kept);
+            an_put_int(tb, al->spread_ns);
         } else {
+            an_put_null(tb);
             an_put_null(tb);
             an_put_null(tb);
         }
@@ -741,7 +746,7 @@ static int print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expanded
     /* rank_clocks after rank_sets: one table at a time */
     for (uint32_t k = 0; k < n_pending; k++) {
         if (fmt != AN_FMT_TEXT) {
-            if (!clock_tb) clock_tb = an_table_new(out, "rank_clocks", clock_cols, 11);
+            if (!clock_tb) clock_tb = an_table_new(out, "rank_clocks", clock_cols, 12);
             put_rank_clocks(clock_tb, pending[k].run_id, &pending[k].set);
         }
         an_trace_close(&pending[k].set);
