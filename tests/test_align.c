@@ -29,7 +29,8 @@
  * the reference, ranks 0 and 1 keep their clocks; stragglers' answer with
  * the fitted clock is the one with the generator's own clock keys (rank 3
  * slowed). Refusals: 5 steps (5 instances < 8); one rank with and the
- * others without meta keys (auto fits all, meta is refused).
+ * others without meta keys (auto fits all, meta is refused); comm ranges
+ * that are no barriers (test_set_not_barriers says how).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -260,13 +261,51 @@ static void test_set_mixed(void **state)
     an_trace_close(&t);
 }
 
+/* Two ranks whose comm ranges are no barriers (a rank's range empty: a launch that returns at
+ * once): in even steps rank 0's allreduce is the empty one and ends 1 us after rank 1's, in odd
+ * steps rank 1's, 1 us after rank 0's (plus k ns, so that the ends' residuals differ). Every
+ * point is kept (the residuals, about 1 us, are all within 3 x 1.4826 x their median), and the
+ * bounds contradict: an even step says theta >= 1 us, an odd one theta <= -1 us. */
+static void test_set_not_barriers(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/async", tmp_dir);
+    mkdir(dir, 0777);
+    for (int rank = 0; rank < 2; rank++) {
+        tg_trace *g = tg_create("async");
+        tg_meta(g, "run_id", "1700000000-77");
+        tg_meta_int(g, "rank", rank);
+        tg_meta_int(g, "world_size", 2);
+        uint32_t ar = tg_stage(g, "allreduce", "comm");
+        uint32_t th = tg_thread(g, "drafter0", "drafter");
+        tg_thread_at(g, th)->rank = rank;
+        for (int k = 0; k < 20; k++) {
+            int64_t s = BASE_NS + (int64_t)k * P, end_full = s + 5000000, end_empty = end_full + 1000 + k;
+            int empty = (k % 2) == rank; /* even steps: rank 0's; odd: rank 1's */
+            if (empty) tg_range(g, th, ar, end_empty, end_empty);
+            else tg_range(g, th, ar, s + 1000000, end_full);
+        }
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/rank%d.sqlite", dir, rank);
+        tg_write(g, path);
+        tg_free(g);
+    }
+    const char *paths[] = {dir};
+    an_trace t;
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_COLLECTIVES), AN_EXIT_USAGE);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_AUTO), AN_EXIT_OK);
+    assert_int_equal(t.align_used, AN_ALIGN_NONE);
+    an_trace_close(&t);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_align")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_outliers), cmocka_unit_test(test_fit_exact),   cmocka_unit_test(test_fit_one_x),
         cmocka_unit_test(test_fit_many),     cmocka_unit_test(test_set_fitted),  cmocka_unit_test(test_set_too_few),
-        cmocka_unit_test(test_set_mixed),
+        cmocka_unit_test(test_set_mixed),    cmocka_unit_test(test_set_not_barriers),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);
