@@ -79,8 +79,8 @@ static const char help[] =
     "                  verdict, roles, devices, queues, queue_depth, windows)\n"
     "  --table NAME    only the table NAME (with --format csv or json): verdict, roles, cpu,\n"
     "                  ranks, devices, queues, queue_depth, windows\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE    a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                  (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_SPEEDUP = 1, OPT_EVERY, OPT_SKIP };
 static const an_opt opts[] = {

@@ -65,8 +65,8 @@ static const char help[] =
     "                  gpu_busy and kernels)\n"
     "  --table NAME    only the table NAME (with --format csv or json): runs, throughput,\n"
     "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE    a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                  (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_ALPHA = 1, OPT_TOP, OPT_SKIP };
 static const an_opt opts[] = {

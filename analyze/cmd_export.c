@@ -81,8 +81,8 @@ static const char help[] =
     "  --steps A:B        (--firefox) the time from step A's mark to step B's mark\n"
     "  --time T0:T1       (--firefox) the same for seconds from the trace start\n"
     "  --overwrite        replace existing output files\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE       a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                     (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_CHROME = 1, OPT_CHROME_DIR, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF, OPT_FIREFOX };
 static const an_opt opts[] = {

@@ -63,8 +63,9 @@ static const char help[] =
     "  --table NAME\n"
     "               only the table NAME (with --format csv or json): kernels, copies, devices,\n"
     "               host_wait, stages, api\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_TOP = 1 };
 static const an_opt opts[] = {

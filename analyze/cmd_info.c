@@ -43,8 +43,9 @@ static const char help[] =
     "  --table NAME\n"
     "              only the table NAME (with --format csv or json): info, rank_sets,\n"
     "              rank_clocks\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_FORMAT = AN_OPT_FORMAT, OPT_HELP = AN_OPT_HELP, OPT_VERIFY = 1 };
 static const an_opt opts[] = {

@@ -32,8 +32,9 @@ static const char help[] =
     "  --every N    steps per window (default: the trace's meta profile_interval)\n"
     "  --format F   text (default), csv or json: one row per window, thread and stage,\n"
     "               with ns, ms, share_pct, count and the window's tokens and tokens/s\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_EVERY = 1 };
 static const an_opt opts[] = {

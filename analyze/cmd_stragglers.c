@@ -24,8 +24,9 @@ static const char help[] =
     "  --table NAME\n"
     "               only the table NAME (with --format csv or json): collectives, instances,\n"
     "               stages\n"
-    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
-    "                   (docs/analyze.md, \"Clock alignment\")\n";
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 static const an_opt opts[] = {
     {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
