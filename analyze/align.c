@@ -187,6 +187,72 @@ static int read_collectives(an_trace *t, an_stragglers_arrival **out, size_t *n_
     return AN_EXIT_OK;
 }
 
+/* The lines theta(x) = c + s (x - x0) that every kept instance's bounds allow: for a slope s, c
+ * lies in [bound_lo(s), bound_hi(s)], the largest lower bound and the smallest upper bound less
+ * s (x - x0); bound_gap(s) = their difference, concave in s, and >= 0 where some line of slope s
+ * is inside them all. */
+typedef struct bounds_ctx {
+    const int64_t *x, *lo, *hi;
+    const unsigned char *keep;
+    size_t m;
+    int64_t x0;
+} bounds_ctx;
+
+static double bound_lo(const bounds_ctx *b, double s)
+{
+    double v = -INFINITY;
+    for (size_t k = 0; k < b->m; k++)
+        if (b->keep[k]) {
+            double e = (double)b->lo[k] - s * (double)(b->x[k] - b->x0);
+            if (e > v) v = e;
+        }
+    return v;
+}
+
+static double bound_hi(const bounds_ctx *b, double s)
+{
+    double v = INFINITY;
+    for (size_t k = 0; k < b->m; k++)
+        if (b->keep[k]) {
+            double e = (double)b->hi[k] - s * (double)(b->x[k] - b->x0);
+            if (e < v) v = e;
+        }
+    return v;
+}
+
+static double bound_gap(const bounds_ctx *b, double s) { return bound_hi(b, s) - bound_lo(b, s); }
+
+/* The widest slope interval searched for lines inside the bounds: 1000 parts per million of
+ * drift, far beyond any two clocks' (a few ppm) and any TSC map's slope error. */
+#define ALIGN_SLOPE_SPAN 1e-3
+#define ALIGN_SEARCH_STEPS 200
+
+/* The slope of [lo_s, hi_s] where f (concave: sign -1 for a convex one) is largest. */
+static double ternary_max(const bounds_ctx *b, double lo_s, double hi_s, double dx, int what)
+{
+    for (int i = 0; i < ALIGN_SEARCH_STEPS && hi_s - lo_s > 1e-15; i++) {
+        double m1 = lo_s + (hi_s - lo_s) / 3, m2 = hi_s - (hi_s - lo_s) / 3;
+        double f1, f2;
+        if (what == 0) f1 = bound_gap(b, m1), f2 = bound_gap(b, m2);
+        else if (what == 1) f1 = bound_hi(b, m1) + m1 * dx, f2 = bound_hi(b, m2) + m2 * dx;
+        else f1 = -(bound_lo(b, m1) + m1 * dx), f2 = -(bound_lo(b, m2) + m2 * dx);
+        if (f1 < f2) lo_s = m1;
+        else hi_s = m2;
+    }
+    return (lo_s + hi_s) / 2;
+}
+
+/* From a slope `in` with bound_gap >= 0 towards `out`, the last slope with bound_gap >= 0. */
+static double feasible_edge(const bounds_ctx *b, double in, double out)
+{
+    for (int i = 0; i < ALIGN_SEARCH_STEPS / 2; i++) {
+        double mid = (in + out) / 2;
+        if (bound_gap(b, mid) >= 0) in = mid;
+        else out = mid;
+    }
+    return in;
+}
+
 /* The fit of part p against the reference part ref (docs/analyze.md, "Clock alignment"). Per
  * instance both share: x = p's end, y = ref's end - p's end, and the bounds that causality puts
  * on the offset theta (ref's clock minus p's) whatever the ends do: neither rank leaves before
@@ -230,44 +296,64 @@ static int fit_part(const an_stragglers_arrival *arr, size_t n, uint32_t ref, ui
     an_align_line line;
     rc = -1;
     if (an_align_fit(x, y, m, &line, keep)) goto done;
-    double room_lo = -INFINITY, room_hi = INFINITY; /* the bounds around the line */
-    for (size_t k = 0; k < m; k++) {
-        if (!keep[k]) continue;
-        double at = line.offset_ns + line.slope * (double)(x[k] - line.x0_ns);
-        if ((double)lo[k] - at > room_lo) room_lo = (double)lo[k] - at;
-        if ((double)hi[k] - at < room_hi) room_hi = (double)hi[k] - at;
-    }
+    /* Inside the bounds: the fitted line when some offset of its slope is; else the slope
+     * nearest the fitted one for which one is (the ends' slope is noisy, the truth is a line
+     * inside every bound); refused when none within ALIGN_SLOPE_SPAN is. */
+    bounds_ctx bc = {x, lo, hi, keep, m, line.x0_ns};
+    double s_fit = line.slope, s_use = s_fit;
+    double s_best = ternary_max(&bc, s_fit - ALIGN_SLOPE_SPAN, s_fit + ALIGN_SLOPE_SPAN, 0, 0);
+    if (bound_gap(&bc, s_fit) > bound_gap(&bc, s_best)) s_best = s_fit;
     rc = 2;
-    if (room_lo > room_hi) goto done;
-    double shift = room_hi < 0 ? room_hi : room_lo > 0 ? room_lo : 0;
+    if (bound_gap(&bc, s_best) < 0) goto done;
+    if (bound_gap(&bc, s_fit) < 0) s_use = feasible_edge(&bc, s_best, s_fit);
+    double c_lo = bound_lo(&bc, s_use), c_hi = bound_hi(&bc, s_use);
+    double c = line.offset_ns < c_lo ? c_lo : line.offset_ns > c_hi ? c_hi : line.offset_ns;
     int64_t x1 = x[0];
     for (size_t k = 1; k < m; k++)
         if (x[k] > x1) x1 = x[k];
     memset(clock, 0, sizeof *clock);
     clock->has_open = 1;
     clock->sync_ns = line.x0_ns;
-    clock->offset_ns = llround(line.offset_ns + shift);
+    clock->offset_ns = llround(c);
     if (x1 > line.x0_ns) {
         clock->has_close = 1;
         clock->sync_close_ns = x1;
-        clock->offset_close_ns = llround(line.offset_ns + shift + line.slope * (double)(x1 - line.x0_ns));
+        clock->offset_close_ns = llround(c + s_use * (double)(x1 - line.x0_ns));
     }
-    /* the spread and the room the bounds leave, exactly, on the clock the set maps with: theta may
-     * be as low as the highest lower bound and as high as the lowest upper bound */
+    /* the spread: the largest |y - theta(x)| of the kept instances, exactly, on the clock the set
+     * maps with */
     int64_t spread = 0;
-    __int128 room_below = INT64_MAX, room_above = INT64_MAX;
     for (size_t k = 0; k < m; k++) {
         int64_t mapped;
         if (!keep[k] || st_rank_clock_map(clock, x[k], &mapped) != ST_OK) continue;
         __int128 theta = (__int128)mapped - x[k], d = (__int128)y[k] - theta;
         if (d < 0) d = -d;
         if (d > spread) spread = d > INT64_MAX ? INT64_MAX : (int64_t)d;
-        if (theta - lo[k] < room_below) room_below = theta - lo[k];
-        if ((__int128)hi[k] - theta < room_above) room_above = (__int128)hi[k] - theta;
     }
-    __int128 room = room_below > room_above ? room_below : room_above;
-    if (room < 0) room = 0; /* the clock's ns rounding */
-    int64_t bound = room > INT64_MAX ? INT64_MAX : (int64_t)room;
+    /* the room: how far from theta any line inside every kept bound can be, slope and offset
+     * both free. The difference of two lines is largest at an end of the span, so over the
+     * lines of slopes [s_a, s_b] (those with bound_gap >= 0) the room is the largest, at x0 and
+     * at x1, of max(bound_hi(s) + s dx) - theta and theta - min(bound_lo(s) + s dx). */
+    double s_a = feasible_edge(&bc, s_best, s_best - ALIGN_SLOPE_SPAN);
+    double s_b = feasible_edge(&bc, s_best, s_best + ALIGN_SLOPE_SPAN);
+    double room = 0;
+    for (int end = 0; end < 2; end++) {
+        double dx = end ? (double)(x1 - line.x0_ns) : 0;
+        double th = c + s_use * dx;
+        double sh = ternary_max(&bc, s_a, s_b, dx, 1), sl = ternary_max(&bc, s_a, s_b, dx, 2);
+        double up = bound_hi(&bc, sh) + sh * dx - th, down = th - (bound_lo(&bc, sl) + sl * dx);
+        /* the ends of the slope interval too: the searches stop short of them */
+        for (int e = 0; e < 2; e++) {
+            double se = e ? s_b : s_a;
+            if (bound_hi(&bc, se) + se * dx - th > up) up = bound_hi(&bc, se) + se * dx - th;
+            if (th - (bound_lo(&bc, se) + se * dx) > down) down = th - (bound_lo(&bc, se) + se * dx);
+        }
+        if (up > room) room = up;
+        if (down > room) room = down;
+    }
+    /* + 2 ns: the clock's rounding to the ns at both ends */
+    double bound_d = ceil(room) + 2;
+    int64_t bound = bound_d >= 9.2e18 ? INT64_MAX : (int64_t)bound_d;
     int64_t u = spread > bound ? spread : bound;
     clock->uncertainty_ns = clock->uncertainty_close_ns = u;
     al->kept = (uint32_t)(line.kept > UINT32_MAX ? UINT32_MAX : line.kept);

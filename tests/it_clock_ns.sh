@@ -11,7 +11,9 @@
 # the stated uncertainty must guarantee: half the best round trip, plus both ends' TSC map
 # errors and half brackets (docs/trace-format.md, "Ranks on one clock"). Also: rank 0 stores
 # offset 0 and uncertainty 0 and, like every rank, its map errors with half brackets >= 0
-# (> 0 on the TSC). The figures are printed.
+# (> 0 on the TSC). Then each trial's set without its clock keys, aligned from its collectives
+# (analyze --align collectives): drafter rank 2's fitted offset to drafter rank 1 within its
+# stated uncertainty of the true difference of their shifts. The figures are printed.
 # Root only (unshare --time); skipped with the reason when not root, when the kernel refuses
 # time namespaces, or when mpirun or an MPI trainer is missing.
 #
@@ -83,4 +85,30 @@ for i in "${!trials[@]}"; do
     done
 done
 [ $checked -eq $(( ${#trials[@]} * 2 * 2 )) ] || fail "checked $checked offsets"
-echo "it_clock_ns: $checked offsets within their uncertainty ($n_checks checks)"
+
+# The same sets with their clock keys removed, aligned from the drafters' all-reduces
+# (analyze --align collectives; docs/analyze.md, "Clock alignment"): the fitted offset of
+# drafter rank 2 to the reference (drafter rank 1: the target, rank 0, has no collective) must
+# fall within its stated uncertainty of the true S(1) - S(2) seconds, at both ends of the fit.
+fitted=0
+for i in "${!trials[@]}"; do
+    read -r -a s <<<"${trials[$i]}"
+    mkdir "fit$i"
+    for r in 0 1 2; do
+        sqlite3 "t$i/run.rank$r.sqlite" ".backup fit$i/run.rank$r.sqlite"
+        sqlite3 "fit$i/run.rank$r.sqlite" "DELETE FROM meta WHERE key LIKE 'clock\_%' ESCAPE '\\'"
+    done
+    expect_ok "fit$i" "$BUILD/analyze" info --align collectives --format json --table rank_clocks "fit$i"
+    EXPECTED=$(( (s[1] - s[2]) * 1000000000 )) python3 - "fit$i.out" <<'PY' || fail "trial $i: the fit: $(cat "fit$i.out")"
+import json, os, sys
+rows = {r["rank"]: r for r in json.load(open(sys.argv[1]))["rank_clocks"]}
+r2, want = rows[2], int(os.environ["EXPECTED"])
+assert rows[1]["method"] == "reference" and r2["method"] == "collectives" and r2["reference_rank"] == 1, rows
+for at in ("offset_ns", "offset_close_ns"):
+    err = r2[at] - want
+    print("fit: rank 2 %s %d, error %d ns, uncertainty %d ns (spread %d)" % (at, r2[at], err, r2["uncertainty_ns"], r2["spread_ns"]))
+    assert abs(err) <= r2["uncertainty_ns"], (at, r2, want)
+PY
+    fitted=$((fitted + 1))
+done
+echo "it_clock_ns: $checked offsets within their uncertainty, $fitted fits from collectives within theirs ($n_checks checks)"
