@@ -245,6 +245,18 @@ typedef struct st_options {
      * NULL: the environment variable STAGETRACE_GPU_RECORDS, else the
      * default set. The set that ran is in meta gpu_records. */
     const char *gpu_records;
+    /* DWARF unwinding of the CPU capture's samples (docs/cpu.md, "DWARF
+     * unwinding"), for code built without frame pointers: 0 off (default);
+     * else the bytes of each sampled thread's user stack that the kernel
+     * copies with its registers into every sample, 8192..65536 (rounded
+     * down to a multiple of 8, and to 65528, the kernel's limit), which the
+     * writer thread unwinds with libdw's CFI. A sample keeps that stack
+     * when it is longer than its frame-pointer chain. Costs ring memory
+     * (16 samples' worth per thread) and writer time per sample; a build
+     * without libdw records why in meta cpu_unwind_reason and samples as
+     * with 0. Last in the struct, so that the fields above keep their
+     * offsets. */
+    uint32_t cpu_user_stack;
 } st_options;
 
 ST_API void st_options_init(st_options *opt);
