@@ -12,11 +12,12 @@
  * nofp_b and nofp_a follow in that order. The expected numbers: with the
  * copies (16 KiB: the test's stack above nofp_spin is a few KiB), CFI
  * finds every caller, so at least 90 % of them have the chain (measured
- * here: 100 %); without, the kernel's walk goes from nofp_spin's ip to
- * the return address in the frame record of the last function that kept
- * one (recorder(), which calls nofp_a), so none of the three can be in it
- * but by a stray rbp: at most 10 % (measured: 0 %), and the difference is
- * at least 80 points. Where perf events are refused, or the build has no
+ * here: 100 %, 8 frames each); without, the kernel's walk starts from
+ * whatever the functions without frame pointers left in rbp (nofp_c keeps
+ * its deadline there), so none of the three can be in it but by a
+ * stray value: at most 10 % (measured: 0 %, and 1 frame each: the walk
+ * ends at once or its next frame is cut as outside the mappings), and the
+ * difference is at least 80 points. Where perf events are refused, or the build has no
  * libdw (the trace must then say so in meta cpu_unwind_reason), the
  * measured cases print why and skip. The hostile-input case feeds the
  * parser records cut inside each field, sizes larger than the record and
