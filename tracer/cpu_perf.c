@@ -1,7 +1,8 @@
 /* cpu_perf.c: per-thread CPU capture through perf_event_open (st_cpu.h):
  * a software CPU-clock event per thread, in period mode, with context
- * switch records, its ring mapped and drained by one consumer; the pure
- * on/off-CPU accounting over a thread's switch records; and the frame
+ * switch records (and, when asked, each sample's user registers and stack
+ * copy, for DWARF unwinding), its ring mapped and drained by one consumer;
+ * the pure on/off-CPU accounting over a thread's switch records; and the frame
  * validation of callchains against the process's executable mappings.
  * Every failure is a status and a one-line reason, so that a refused
  * perf_event_open (a container's seccomp filter, perf_event_paranoid 3)
@@ -273,7 +274,7 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
         return ST_CPU_EINVAL;
     }
 #if !defined(__x86_64__)
-    if (cfg->user_stack && !cfg->wait_stacks && !cfg->no_callchain)
+    if (cfg->user_stack)
         return open_without_user_stack(t, tid, cfg, "user stacks: x86-64 only (its perf_regs numbering)");
 #endif
     int rc = open_event(t, tid, cfg);

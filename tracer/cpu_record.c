@@ -905,6 +905,7 @@ static void unwind_meta(st_cpurec *r)
     }
     if (!r->n_threads) return;
     int dwarf = copies && !r->uw_failed && !st_cpu_unwind_missing();
+    if (!dwarf && !why) why = "no thread's samples come from its perf event (the signal sampler's carry no stack copies)";
     set_meta(r, "cpu_unwind", r->w_unwind, sizeof r->w_unwind, dwarf ? "dwarf" : "fp");
     if (why && !r->uw_reason_written) {
         meta_text(r, "cpu_unwind_reason", why);

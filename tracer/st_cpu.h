@@ -15,7 +15,8 @@
  *       and close.
  *   st_cpu_thread_drain(t, sink)  parses what the kernel wrote since the last
  *       drain and passes each switch, sample and lost record to the sink's
- *       callbacks; returns the number of records passed. One consumer per
+ *       callbacks (a sample with its user registers and stack copy when
+ *       cfg->user_stack asked for them, for cpu_unwind.c); returns the number of records passed. One consumer per
  *       thread's ring (it owns data_tail); any number of rings may share one
  *       sink, which holds the scratch record a callback sees (valid during
  *       the callback only).
