@@ -19,7 +19,8 @@
  * ends at once or its next frame is cut as outside the mappings), and the
  * difference is at least 80 points. Where perf events are refused, or the build has no
  * libdw (the trace must then say so in meta cpu_unwind_reason), the
- * measured cases print why and skip. The hostile-input case feeds the
+ * measured cases print why and skip. With switch records only (no
+ * samples), meta says cpu_unwind fp and why. The hostile-input case feeds the
  * parser records cut inside each field, sizes larger than the record and
  * a dyn_size larger than the copy, each in a buffer of exactly its size. */
 #include <setjmp.h>
@@ -53,7 +54,8 @@ static int64_t mono_ns(void)
 enum { SPIN };
 #define USER_STACK 16384u
 
-static int recorder(const char *path, unsigned user_stack)
+/* period_ns UINT64_MAX: switch records only, no samples to carry copies */
+static int recorder(const char *path, unsigned user_stack, uint64_t period_ns)
 {
     st_options opt;
     st_options_init(&opt);
@@ -61,7 +63,7 @@ static int recorder(const char *path, unsigned user_stack)
     opt.overwrite = 1;
     opt.program = "test_cpu_unwind";
     opt.cpu = 1;
-    opt.cpu_period_ns = 1000000;
+    opt.cpu_period_ns = period_ns;
     opt.cpu_user_stack = user_stack;
     st_trace *t;
     if (st_open(&t, &opt) != ST_OK) {
@@ -84,7 +86,7 @@ static int recorder(const char *path, unsigned user_stack)
 
 static char self[4096];
 
-static void record(const char *name, unsigned user_stack, char *path, size_t size)
+static void record(const char *name, unsigned user_stack, int switches_only, char *path, size_t size)
 {
     tmp_path(path, size, name);
     pid_t pid = fork();
@@ -92,7 +94,7 @@ static void record(const char *name, unsigned user_stack, char *path, size_t siz
     if (pid == 0) {
         char bytes[16];
         snprintf(bytes, sizeof bytes, "%u", user_stack);
-        execl(self, self, "--record", path, bytes, (char *)NULL);
+        execl(self, self, switches_only ? "--record-switches" : "--record", path, bytes, (char *)NULL);
         _exit(127);
     }
     int status;
@@ -193,7 +195,7 @@ static void test_unwind_finds_nofp_chain(void **state)
 {
     (void)state;
     char on_path[512], off_path[512];
-    record("dwarf.sqlite", USER_STACK, on_path, sizeof on_path);
+    record("dwarf.sqlite", USER_STACK, 0, on_path, sizeof on_path);
     sqlite3 *on;
     assert_int_equal(sqlite3_open_v2(on_path, &on, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     const char *mode = meta(on, "cpu_mode");
@@ -229,7 +231,7 @@ static void test_unwind_finds_nofp_chain(void **state)
     assert_true(dwarf >= c_on.whole_chain);
     sqlite3_close(on);
 
-    record("fp.sqlite", 0, off_path, sizeof off_path);
+    record("fp.sqlite", 0, 0, off_path, sizeof off_path);
     sqlite3 *off;
     assert_int_equal(sqlite3_open_v2(off_path, &off, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     assert_null(meta(off, "cpu_unwind")); /* off: the trace as before the option */
@@ -250,6 +252,31 @@ static void test_unwind_finds_nofp_chain(void **state)
     assert_true(on_share - off_share >= 0.80);
     /* the unwound stacks are longer: the three frames at least */
     assert_true((double)c_on.frames / c_on.in_spin >= (double)c_off.frames / c_off.in_spin + 2.5);
+}
+
+/* Switch records only: no sample carries a copy, and the trace says so
+ * rather than claim DWARF stacks. */
+static void test_unwind_without_samples(void **state)
+{
+    (void)state;
+    char path[512];
+    record("switches.sqlite", USER_STACK, 1, path, sizeof path);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_string_equal(meta(db, "status"), "complete");
+    assert_string_equal(meta(db, "cpu_user_stack"), "16384");
+    assert_string_equal(meta(db, "cpu_unwind"), "fp");
+    const char *why = meta(db, "cpu_unwind_reason");
+    printf("switch records only: cpu_unwind fp, \"%s\"\n", why);
+#ifdef ST_HAVE_LIBDW
+    assert_non_null(strstr(why, "no thread's samples come from its perf event"));
+#else
+    assert_non_null(strstr(why, "libdw"));
+#endif
+    assert_null(meta(db, "cpu_unwind_dwarf_samples"));
+    const char *samples = meta(db, "cpu_samples"); /* absent where perf events are refused */
+    assert_true(!samples || strcmp(samples, "0") == 0);
+    sqlite3_close(db);
 }
 
 /* ---- the parser on hostile records ---- */
@@ -392,7 +419,9 @@ static void test_option_bounds(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--record") == 0) return recorder(argv[2], (unsigned)atoi(argv[3]));
+    if (argc == 4 && strcmp(argv[1], "--record") == 0) return recorder(argv[2], (unsigned)atoi(argv[3]), 1000000);
+    if (argc == 4 && strcmp(argv[1], "--record-switches") == 0)
+        return recorder(argv[2], (unsigned)atoi(argv[3]), UINT64_MAX);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return 1;
     self[n] = 0;
@@ -401,6 +430,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_parse_hostile),
         cmocka_unit_test(test_option_bounds),
         cmocka_unit_test(test_unwind_finds_nofp_chain),
+        cmocka_unit_test(test_unwind_without_samples),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(rc);
