@@ -436,8 +436,14 @@ NOFP_OBJ := $(BUILD)/obj/tests/cpu_nofp.o
 $(NOFP_OBJ): tests/cpu_nofp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -O2 -fomit-frame-pointer -momit-leaf-frame-pointer -c $< -o $@
+# The same chain as a library that the test loads once its first stacks were unwound
+# (-Bsymbolic: its calls stay inside it, whatever the program defines).
+NOFP_SO := $(BUILD)/tests/libcpu_nofp.so
+$(NOFP_SO): tests/cpu_nofp.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -O2 -fomit-frame-pointer -momit-leaf-frame-pointer -shared -Wl,-Bsymbolic $< -o $@
 $(BUILD)/tests/test_cpu_unwind: TEST_EXTRA_OBJ := $(NOFP_OBJ)
-$(BUILD)/tests/test_cpu_unwind: $(NOFP_OBJ)
+$(BUILD)/tests/test_cpu_unwind: $(NOFP_OBJ) $(NOFP_SO)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)

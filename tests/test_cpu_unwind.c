@@ -19,7 +19,10 @@
  * ends at once or its next frame is cut as outside the mappings), and the
  * difference is at least 80 points. Where perf events are refused, or the build has no
  * libdw (the trace must then say so in meta cpu_unwind_reason), the
- * measured cases print why and skip. With switch records only (no
+ * measured cases print why and skip. The same chain from a copy of it
+ * as a library (libcpu_nofp.so), loaded after the first 150 ms: at least
+ * 90 % of its samples have the whole chain too (the modules reported anew,
+ * measured: 100 %). With switch records only (no
  * samples), meta says cpu_unwind fp and why. The hostile-input case feeds the
  * parser records cut inside each field, sizes larger than the record and
  * a dyn_size larger than the copy, each in a buffer of exactly its size. */
@@ -29,6 +32,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
+#include <libgen.h>
 #include <linux/perf_event.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -54,8 +59,13 @@ static int64_t mono_ns(void)
 enum { SPIN };
 #define USER_STACK 16384u
 
-/* period_ns UINT64_MAX: switch records only, no samples to carry copies */
-static int recorder(const char *path, unsigned user_stack, uint64_t period_ns)
+static char self[4096];
+
+/* period_ns UINT64_MAX: switch records only, no samples to carry copies.
+ * load: after 150 ms in the chain linked into this program, the same
+ * chain from libcpu_nofp.so (beside this program), loaded then, for the
+ * rest of the 400 ms. */
+static int recorder(const char *path, unsigned user_stack, uint64_t period_ns, int load)
 {
     st_options opt;
     st_options_init(&opt);
@@ -73,8 +83,23 @@ static int recorder(const char *path, unsigned user_stack, uint64_t period_ns)
     if (st_stage_register(t, "spin", ST_WORK) != SPIN) return 11;
     if (st_thread_register(t, "main", "worker", -1, 0) < 0) return 12;
     volatile uint64_t sink = 0;
+    int64_t until = mono_ns() + 400000000;
     st_begin(SPIN);
-    sink = sink + nofp_a(mono_ns() + 400000000, 1);
+    if (load) {
+        sink = sink + nofp_a(mono_ns() + 150000000, 1);
+        char lib[4200];
+        snprintf(lib, sizeof lib, "%s/libcpu_nofp.so", dirname(self));
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            fprintf(stderr, "dlopen: %s\n", dlerror());
+            return 14;
+        }
+        uint64_t (*lib_a)(int64_t, uint64_t) = (uint64_t (*)(int64_t, uint64_t))dlsym(h, "nofp_a");
+        if (!lib_a || (void *)lib_a == (void *)nofp_a) return 15;
+        sink = sink + lib_a(until, 1);
+    } else {
+        sink = sink + nofp_a(until, 1);
+    }
     st_end(SPIN);
     __asm__ volatile("" ::: "memory"); /* recorder keeps its frame after the call */
     if (st_close(t) != ST_OK) {
@@ -84,9 +109,7 @@ static int recorder(const char *path, unsigned user_stack, uint64_t period_ns)
     return 0;
 }
 
-static char self[4096];
-
-static void record(const char *name, unsigned user_stack, int switches_only, char *path, size_t size)
+static void record(const char *name, unsigned user_stack, const char *how, char *path, size_t size)
 {
     tmp_path(path, size, name);
     pid_t pid = fork();
@@ -94,7 +117,7 @@ static void record(const char *name, unsigned user_stack, int switches_only, cha
     if (pid == 0) {
         char bytes[16];
         snprintf(bytes, sizeof bytes, "%u", user_stack);
-        execl(self, self, switches_only ? "--record-switches" : "--record", path, bytes, (char *)NULL);
+        execl(self, self, how, path, bytes, (char *)NULL);
         _exit(127);
     }
     int status;
@@ -144,9 +167,14 @@ static void frame_name(sqlite3_stmt *sym, uint64_t addr, char *out, size_t size)
     sqlite3_reset(sym);
 }
 
-static void count_spin(sqlite3 *db, spin_counts *c)
+/* lib: only the samples whose first frame lies in the mapping of a file
+ * whose path ends so (NULL: any). */
+static void count_spin(sqlite3 *db, const char *lib, spin_counts *c)
 {
     memset(c, 0, sizeof *c);
+    sqlite3_stmt *in_lib;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM cpu_maps WHERE ?1 >= start AND ?1 < end AND "
+                                        "path LIKE '%' || ?2", -1, &in_lib, NULL), SQLITE_OK);
     sqlite3_stmt *chunks, *stack, *sym;
     assert_int_equal(sqlite3_prepare_v2(db, "SELECT n_records, data FROM cpu_chunks ORDER BY id", -1, &chunks, NULL),
                      SQLITE_OK);
@@ -174,6 +202,14 @@ static void count_spin(sqlite3 *db, spin_counts *c)
             if (n == 0) continue;
             frame_name(sym, f[0], name, sizeof name);
             if (strcmp(name, "nofp_spin") != 0) continue;
+            if (lib) {
+                sqlite3_bind_int64(in_lib, 1, (int64_t)f[0]);
+                sqlite3_bind_text(in_lib, 2, lib, -1, SQLITE_STATIC);
+                assert_int_equal(sqlite3_step(in_lib), SQLITE_ROW);
+                int inside = sqlite3_column_int(in_lib, 0) > 0;
+                sqlite3_reset(in_lib);
+                if (!inside) continue;
+            }
             c->in_spin++;
             c->frames += n;
             static const char *const chain[] = {"nofp_c", "nofp_b", "nofp_a"};
@@ -189,13 +225,14 @@ static void count_spin(sqlite3 *db, spin_counts *c)
     sqlite3_finalize(chunks);
     sqlite3_finalize(stack);
     sqlite3_finalize(sym);
+    sqlite3_finalize(in_lib);
 }
 
 static void test_unwind_finds_nofp_chain(void **state)
 {
     (void)state;
     char on_path[512], off_path[512];
-    record("dwarf.sqlite", USER_STACK, 0, on_path, sizeof on_path);
+    record("dwarf.sqlite", USER_STACK, "--record", on_path, sizeof on_path);
     sqlite3 *on;
     assert_int_equal(sqlite3_open_v2(on_path, &on, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     const char *mode = meta(on, "cpu_mode");
@@ -222,7 +259,7 @@ static void test_unwind_finds_nofp_chain(void **state)
     assert_true(dwarf + fp <= samples);
     assert_int_equal(one_int(on, "SELECT ring_bytes FROM cpu_threads"), (long long)st_cpu_user_stack_ring(USER_STACK));
     spin_counts c_on;
-    count_spin(on, &c_on);
+    count_spin(on, NULL, &c_on);
     printf("with %u-byte copies: %lld samples (%lld unwound by DWARF, %lld kept their chain, %s ns unwinding, %s lost "
            "records); in spin %ld, %ld with nofp_spin first, %ld of them with nofp_c, nofp_b, nofp_a (%.1f frames "
            "each)\n",
@@ -231,13 +268,13 @@ static void test_unwind_finds_nofp_chain(void **state)
     assert_true(dwarf >= c_on.whole_chain);
     sqlite3_close(on);
 
-    record("fp.sqlite", 0, 0, off_path, sizeof off_path);
+    record("fp.sqlite", 0, "--record", off_path, sizeof off_path);
     sqlite3 *off;
     assert_int_equal(sqlite3_open_v2(off_path, &off, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     assert_null(meta(off, "cpu_unwind")); /* off: the trace as before the option */
     assert_null(meta(off, "cpu_user_stack"));
     spin_counts c_off;
-    count_spin(off, &c_off);
+    count_spin(off, NULL, &c_off);
     printf("without: in spin %ld, %ld with nofp_spin first, %ld of them with the chain (%.1f frames each)\n",
            c_off.samples, c_off.in_spin, c_off.whole_chain,
            c_off.in_spin ? (double)c_off.frames / c_off.in_spin : 0.0);
@@ -254,13 +291,42 @@ static void test_unwind_finds_nofp_chain(void **state)
     assert_true((double)c_on.frames / c_on.in_spin >= (double)c_off.frames / c_off.in_spin + 2.5);
 }
 
+/* A library loaded after the first stacks were unwound: the writer reads
+ * the maps again at its first frame there, finds them changed, and the
+ * unwinder reports the modules anew, so that its chain is found too. */
+static void test_unwind_after_dlopen(void **state)
+{
+    (void)state;
+    char path[512];
+    record("dlopen.sqlite", USER_STACK, "--record-load", path, sizeof path);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *mode = meta(db, "cpu_mode");
+    const char *unwind = meta(db, "cpu_unwind");
+    if (!mode || strcmp(mode, "perf") != 0 || !unwind || strcmp(unwind, "dwarf") != 0) {
+        printf("skipped: cpu_mode %s, cpu_unwind %s (%s)\n", mode ? mode : "-", unwind ? unwind : "-",
+               meta(db, "cpu_unwind_reason") ? meta(db, "cpu_unwind_reason") : meta(db, "cpu_reason"));
+        sqlite3_close(db);
+        skip();
+    }
+    spin_counts all, lib;
+    count_spin(db, NULL, &all);
+    count_spin(db, "/libcpu_nofp.so", &lib);
+    printf("loaded after 150 ms: in spin %ld, %ld with nofp_spin first, %ld of them in libcpu_nofp.so, %ld of "
+           "those with the whole chain\n", all.samples, all.in_spin, lib.in_spin, lib.whole_chain);
+    assert_true(lib.in_spin >= 50);
+    assert_true(all.in_spin - lib.in_spin >= 20); /* the program's own chain came first */
+    assert_true(lib.whole_chain >= 0.90 * lib.in_spin);
+    sqlite3_close(db);
+}
+
 /* Switch records only: no sample carries a copy, and the trace says so
  * rather than claim DWARF stacks. */
 static void test_unwind_without_samples(void **state)
 {
     (void)state;
     char path[512];
-    record("switches.sqlite", USER_STACK, 1, path, sizeof path);
+    record("switches.sqlite", USER_STACK, "--record-switches", path, sizeof path);
     sqlite3 *db;
     assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     assert_string_equal(meta(db, "status"), "complete");
@@ -419,17 +485,19 @@ static void test_option_bounds(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--record") == 0) return recorder(argv[2], (unsigned)atoi(argv[3]), 1000000);
-    if (argc == 4 && strcmp(argv[1], "--record-switches") == 0)
-        return recorder(argv[2], (unsigned)atoi(argv[3]), UINT64_MAX);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return 1;
     self[n] = 0;
+    if (argc == 4 && strcmp(argv[1], "--record") == 0) return recorder(argv[2], (unsigned)atoi(argv[3]), 1000000, 0);
+    if (argc == 4 && strcmp(argv[1], "--record-switches") == 0)
+        return recorder(argv[2], (unsigned)atoi(argv[3]), UINT64_MAX, 0);
+    if (argc == 4 && strcmp(argv[1], "--record-load") == 0) return recorder(argv[2], (unsigned)atoi(argv[3]), 1000000, 1);
     if (make_tmp_dir("test_cpu_unwind") != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_hostile),
         cmocka_unit_test(test_option_bounds),
         cmocka_unit_test(test_unwind_finds_nofp_chain),
+        cmocka_unit_test(test_unwind_after_dlopen),
         cmocka_unit_test(test_unwind_without_samples),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -140,6 +140,9 @@ struct st_cpurec {
     uint64_t w_dwarf, w_fp;
     char w_unwind[8];
     int uw_reason_written;
+    unsigned uw_loads;        /* maps.n_loads when last compared */
+    uint64_t uw_maps_hash;    /* the executable mappings then */
+    unsigned uw_gen;          /* bumped when they changed: the unwinder reports its modules anew */
     uint64_t uw_frames[ST_CPU_UNWIND_MAX_FRAMES];
 };
 
@@ -438,17 +441,40 @@ static void on_sched(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s, 
 /* The sample's stack unwound from its registers and stack copy, in
  * r->uw_frames, cut at the first frame outside the executable mappings as
  * a chain is: the frames kept (0 when there is no unwinder). The Dwfl is
- * reported again whenever the maps were read again (a library loaded
- * since, found by a frame outside the maps read before). */
+ * reported again when the maps, read again on a frame outside them, have
+ * changed (a library loaded or unloaded since). */
+static uint64_t maps_hash(const st_cpu_maps *m)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ m->n;
+    for (size_t i = 0; i < m->n; i++) {
+        h = (h ^ m->v[i].lo) * 0x100000001b3ull;
+        h = (h ^ m->v[i].hi) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 static size_t unwind(st_cpurec *r, const st_cpu_sample *s)
 {
     if (!r->uw && !r->uw_failed) {
         r->uw = st_cpu_unwind_open(r->uw_reason, sizeof r->uw_reason);
         r->uw_failed = !r->uw;
+        r->uw_loads = r->maps.n_loads;
+        r->uw_maps_hash = maps_hash(&r->maps);
     }
     if (!r->uw) return 0;
     int64_t t0 = st_now_ns();
-    size_t m = st_cpu_unwind(r->uw, s->ustack, (pid_t)s->tid, r->maps.n_loads, r->uw_frames, ST_CPU_UNWIND_MAX_FRAMES);
+    /* A garbage frame makes the maps be read again (at most every 100 ms);
+     * only a change of the executable mappings costs a new report, which
+     * drops every module's CFI read so far. */
+    if (r->maps.n_loads != r->uw_loads) {
+        r->uw_loads = r->maps.n_loads;
+        uint64_t h = maps_hash(&r->maps);
+        if (h != r->uw_maps_hash) {
+            r->uw_maps_hash = h;
+            r->uw_gen++;
+        }
+    }
+    size_t m = st_cpu_unwind(r->uw, s->ustack, (pid_t)s->tid, r->uw_gen, r->uw_frames, ST_CPU_UNWIND_MAX_FRAMES);
     m = st_cpu_chain_cut(&r->maps, r->uw_frames, m);
     r->uw_ns += st_now_ns() - t0;
     return m;

@@ -258,7 +258,8 @@ void st_cpu_maps_free(st_cpu_maps *m);
  * stack copy by the modules' CFI (.eh_frame, .debug_frame). Memory inside
  * the copy is read from it; other addresses from the process's memory with
  * process_vm_readv, which fails where nothing is mapped (the chain ends
- * there). The Dwfl is kept and reported again when maps_gen changes.
+ * there). The Dwfl is kept and reported again when maps_gen changes (the
+ * caller bumps it when the executable mappings changed).
  *   st_cpu_unwind_open(why, n)  an unwinder, or NULL with why (no libdw in
  *       this build, libdw's own error).
  *   st_cpu_unwind(u, us, tid, maps_gen, frames, max)  frames[0] the ip,
