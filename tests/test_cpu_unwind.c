@@ -17,15 +17,16 @@
  * its deadline there), so none of the three can be in it but by a
  * stray value: at most 10 % (measured: 0 %, and 1 frame each: the walk
  * ends at once or its next frame is cut as outside the mappings), and the
- * difference is at least 80 points. Where perf events are refused, or the build has no
- * libdw (the trace must then say so in meta cpu_unwind_reason), the
- * measured cases print why and skip. The same chain from a copy of it
- * as a library (libcpu_nofp.so), loaded after the first 150 ms: at least
- * 90 % of its samples have the whole chain too (the modules reported anew,
- * measured: 100 %). With switch records only (no
- * samples), meta says cpu_unwind fp and why. The hostile-input case feeds the
+ * difference is at least 80 points. The same chain from a copy of it as a
+ * library (libcpu_nofp.so), loaded after the first 150 ms: at least 90 %
+ * of its samples have the whole chain too (the modules reported anew;
+ * measured: 100 %). With switch records only (no samples), meta says
+ * cpu_unwind fp and why. Where perf events are refused, or the build has
+ * no libdw (the trace must then say so in meta cpu_unwind_reason), the
+ * measured cases print why and skip. The hostile-input case feeds the
  * parser records cut inside each field, sizes larger than the record and
- * a dyn_size larger than the copy, each in a buffer of exactly its size. */
+ * a dyn_size larger than the copy, each in a buffer of exactly its size;
+ * the bounds case, st_open's refusal of sizes out of range. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
