@@ -176,7 +176,10 @@ static const char *status_name(int status)
 /* What samples a thread (docs/cpu.md, "Which sampler"): the perf event's
  * CPU clock; the signal sampler where the perf event is refused, or where a
  * GIL probe is set (the perf event then keeps the switch records only: the
- * hybrid mode); and, where the kernel allows it, the wait-stack event. */
+ * hybrid mode) unless DWARF stacks were asked (opt->cpu_user_stack, in a
+ * build that can unwind them: only the perf event's samples carry stack
+ * copies, so they win over the GIL state); and, where the kernel allows
+ * it, the wait-stack event. */
 st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns)
 {
     st_cpu_thread *ct = calloc(1, sizeof *ct);
@@ -187,12 +190,13 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
     }
     uint64_t period = opt->cpu_period_ns;
     int samples = period != UINT64_MAX;
-    int hybrid = samples && st_cpu_gil_probe_set();
+    int unwinds = samples && opt->cpu_user_stack && !st_cpu_unwind_missing();
+    int hybrid = samples && st_cpu_gil_probe_set() && !unwinds;
     /* 16 threads assumed: a program with more gets smaller rings from the
      * open's own halving, which says so in ct->reason. */
     size_t ring = st_cpu_ring_bytes_for(0);
     /* user stacks only for the perf samples, and only where something will unwind them */
-    uint32_t ustack = samples && !hybrid && !st_cpu_unwind_missing() ? opt->cpu_user_stack : 0;
+    uint32_t ustack = unwinds ? opt->cpu_user_stack : 0;
     st_cpu_config cfg = {hybrid ? UINT64_MAX : period, ustack ? st_cpu_user_stack_ring(ustack) : ring, 0, 0, ustack};
     *status = st_cpu_thread_open(ct, 0, &cfg);
     st_cpu_timer *tm = NULL;

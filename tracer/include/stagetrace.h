@@ -251,11 +251,13 @@ typedef struct st_options {
      * copies with its registers into every sample, 8192..65536 (rounded
      * down to a multiple of 8, and to 65528, the kernel's limit), which the
      * writer thread unwinds with libdw's CFI. A sample keeps that stack
-     * when it is longer than its frame-pointer chain. Costs ring memory
-     * (16 samples' worth per thread) and writer time per sample; a build
-     * without libdw records why in meta cpu_unwind_reason and samples as
-     * with 0. Last in the struct, so that the fields above keep their
-     * offsets. */
+     * when it is longer than its frame-pointer chain. Only the perf
+     * event's samples carry the copies, so with it the perf event samples
+     * a thread even when a GIL probe is set (st_cpu_set_gil_probe), its
+     * samples' GIL state unknown. Costs ring memory (16 samples' worth per
+     * thread) and writer time per sample; a build without libdw records
+     * why in meta cpu_unwind_reason and samples as with 0. Last in the
+     * struct, so that the fields above keep their offsets. */
     uint32_t cpu_user_stack;
 } st_options;
 
@@ -266,7 +268,7 @@ ST_API void st_options_init(st_options *opt);
  * the interpreter's lock: 1 it does, 0 it does not, -1 unknown (the
  * Python extension registers one built on PyGILState_Check). With a probe
  * set, every thread registered afterwards is sampled by the signal
- * sampler, which calls the probe on the sampled thread inside its signal
+ * sampler (but with cpu_user_stack, whose copies only perf samples carry), which calls the probe on the sampled thread inside its signal
  * handler and stores the answer with each sample; where perf events work
  * the thread's perf event still records its context switches (meta
  * cpu_sampler 'timer', cpu_mode 'perf'). Set it before st_thread_register
