@@ -287,10 +287,10 @@ $(EXT_SO): $(EXT_OBJ)
 # which libstagetrace.so does not export; so it names both archives by path (never the shared
 # library) and everything they link, in Libs: `--libs` and `--static --libs` give the same
 # line, libstagetrace linked statically into the program. docs/tracer.md, "Installing".
-$(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h
+$(BUILD)/stagetrace.pc: Makefile tracer/include/stagetrace.h $(LIBDW_STAMP)
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace\nDescription: stage tracing for multi-threaded, multi-GPU training pipelines\nVersion: $(ST_VERSION)\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lstagetrace\nLibs.private: -lsqlite3 -lpthread -lm -ldl$(if $(HAVE_LIBDW), $(LIBDW_LIBS))\nCflags: -I$${includedir}\n' > $@
-$(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h
+$(BUILD)/stagetrace-gpu.pc: Makefile tracer/include/stagetrace.h $(LIBDW_STAMP)
 	@mkdir -p $(dir $@)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: stagetrace-gpu\nDescription: libstagetrace with GPU activity (CUPTI: st_gpu_start), linked statically\nVersion: $(ST_VERSION)\nLibs: $${libdir}/libstagetrace_gpu.a $${libdir}/libstagetrace.a $(if $(HAVE_CUPTI),-L$(CUPTI_LIB) -Wl$(comma)-rpath$(comma)$(CUPTI_LIB) -lcupti )$(strip $(LDLIBS))\nCflags: -I$${includedir}\n' > $@
 

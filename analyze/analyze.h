@@ -39,6 +39,9 @@ enum {
 void an_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on stderr: "analyze: warning: <message>". */
 void an_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One line where warnings go: "analyze: note: <message>" (what a command
+ * chose for the user, not a fault of the trace). */
+void an_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Where an_warn writes (NULL: stderr again): warnings kept to print later. */
 void an_warn_to(FILE *f);
 
@@ -102,7 +105,7 @@ typedef struct an_args {
     const char *value; /* the current option's value */
 } an_args;
 
-enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT, AN_OPT_STEPS, AN_OPT_TIME, AN_OPT_TABLE }; /* ids every command may use */
+enum { AN_OPT_HELP = 1000, AN_OPT_FORMAT, AN_OPT_STEPS, AN_OPT_TIME, AN_OPT_TABLE, AN_OPT_ALIGN }; /* ids every command may use */
 
 int an_args_init(an_args *a, const char *cmd, int argc, char **argv);
 void an_args_free(an_args *a);
@@ -258,6 +261,24 @@ int an_quant_merge(an_quant *q, an_quant *shard); /* 0, or -1: no memory, or not
 
 /* ---- traces: one file or a rank set (trace.c), their inputs (inputs.c) ---------- */
 
+/* How a rank set is put on one clock (--align; align.h, docs/analyze.md
+ * "Clock alignment"), and how each of its ranks was. */
+typedef enum { AN_ALIGN_AUTO, AN_ALIGN_META, AN_ALIGN_COLLECTIVES, AN_ALIGN_NONE } an_align_mode;
+typedef enum {
+    AN_CLOCK_NONE,        /* its own clock, as recorded */
+    AN_CLOCK_META,        /* its measured offsets (meta clock_*) */
+    AN_CLOCK_REFERENCE,   /* the rank the others' collectives were fitted to */
+    AN_CLOCK_COLLECTIVES, /* fitted to the reference from the ends of shared collectives */
+} an_clock_method;
+typedef struct an_rank_align {
+    an_clock_method method;
+    int64_t uncertainty_ns; /* of the mapping the set uses (st_rank_clock_uncertainty) */
+    uint32_t instances;     /* collectives: the instances shared with the reference */
+    uint32_t kept;          /* ... and those the fit kept */
+    int reference_rank;     /* collectives: the reference's rank */
+    int64_t spread_ns;      /* collectives: the ends' spread (align.c), within uncertainty_ns */
+} an_rank_align;
+
 typedef struct an_trace {
     const char *path;
     st_reader *r;
@@ -278,6 +299,8 @@ typedef struct an_trace {
     uint32_t n_ranks;
     int64_t world_size;
     char *label;
+    an_align_mode align_used;       /* a set: meta, collectives or none */
+    an_rank_align *align;           /* a set: [n_ranks], in ranks[] order */
 } an_trace;
 
 /* A span of time whose records the writer could not store (a full disk). */
@@ -305,8 +328,8 @@ void an_warn_missing_ranks(const char *run_id, int64_t world_size, const int64_t
 void an_paths_free(char **paths, uint32_t n);
 /* One file, or the rank set of several: opened as one trace on rank 0's
  * clock. Errors printed; exit code. */
-int an_trace_open_inputs(an_trace *t, const char *const *args, int n);
-int an_trace_open_set(an_trace *t, char **paths, uint32_t n);
+int an_trace_open_inputs(an_trace *t, const char *const *args, int n, an_align_mode align);
+int an_trace_open_set(an_trace *t, char **paths, uint32_t n, an_align_mode align);
 /* Shared by an_trace_open and the set: checks and span of an open reader. */
 int an_trace_init(an_trace *t);
 void an_trace_close(an_trace *t);
@@ -368,6 +391,7 @@ typedef struct an_common_opts {
     int help_shown;
     const char *tables;
     const char **table;
+    an_align_mode *align; /* --align auto|meta|collectives|none ("--align must be ..., not 'X'") */
 } an_common_opts;
 /* The next option that is the command's own (> 0), 0 when all are read, -1
  * when the command stops: an error (printed) or --help (help_shown). */
@@ -515,6 +539,7 @@ typedef struct an_cmd {
     an_format format;
     const char *table;       /* --table NAME (one of def->tables), or NULL */
     an_window_spec window;
+    an_align_mode align;     /* --align, for the rank sets it opens (auto by default) */
     an_trace trace;
     void *own;               /* the command's own options: own_size bytes, zeroed, then init */
 } an_cmd;

@@ -1,13 +1,14 @@
 /* args.c: the option parser every `analyze` command uses (`--name value`,
  * `--name=value`, flags and positionals in any order, `--` ends the options)
  * and the options they all share (an_args_next_own: --help, --format,
- * --table, --steps, --time), which it reads through table.c (formats) and select.c
+ * --table, --steps, --time, --align), which it reads through table.c (formats) and select.c
  * (windows). Errors print one line naming the command.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "align.h"
 #include "analyze.h"
 
 /* ---- options ------------------------------------------------------------------------- */
@@ -107,6 +108,13 @@ int an_args_next_own(an_args *a, const an_opt *opts, an_common_opts *c)
                 return -1;
             }
             *c->table = a->value;
+            continue;
+        }
+        if (id == AN_OPT_ALIGN && c->align) {
+            if (an_align_parse(a->value, c->align)) {
+                an_usage_error(a->cmd, "--align must be auto, meta, collectives or none, not '%s'", a->value);
+                return -1;
+            }
             continue;
         }
         if ((id == AN_OPT_STEPS || id == AN_OPT_TIME) && c->window) {

@@ -78,12 +78,14 @@ static const char help[] =
     "  --format F      text (default: the verdict, then the tables), csv or json (tables:\n"
     "                  verdict, roles, devices, queues, queue_depth, windows)\n"
     "  --table NAME    only the table NAME (with --format csv or json): verdict, roles, cpu,\n"
-    "                  ranks, devices, queues, queue_depth, windows\n";
+    "                  ranks, devices, queues, queue_depth, windows\n"
+    "  --align MODE    a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                  (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_SPEEDUP = 1, OPT_EVERY, OPT_SKIP };
 static const an_opt opts[] = {
     {"speedup", 1, OPT_SPEEDUP}, {"every", 1, OPT_EVERY}, {"skip-steps", 1, OPT_SKIP},
-    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col verdict_cols[] = {

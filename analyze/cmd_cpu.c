@@ -40,14 +40,16 @@ static const char help[] =
     "  --format F       text (default), csv or json: tables threads, stages, functions,\n"
     "                   blocks, libraries, os_threads (and windows)\n"
     "  --table NAME     only the table NAME (with --format csv or json): threads, stages,\n"
-    "                   functions, blocks, libraries, os_threads, windows\n";
+    "                   functions, blocks, libraries, os_threads, windows\n"
+    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                   (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_STAGE = 1, OPT_TOP, OPT_WINDOWS, OPT_LINES };
 
 static const an_opt opts[] = {
     {"stage", 1, OPT_STAGE}, {"top", 1, OPT_TOP},       {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
     {"windows", 0, OPT_WINDOWS}, {"lines", 0, OPT_LINES},
-    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col thread_cols[] = {

@@ -64,12 +64,14 @@ static const char help[] =
     "                  runs, throughput, stages, top_changes; with GPU activity also\n"
     "                  gpu_busy and kernels)\n"
     "  --table NAME    only the table NAME (with --format csv or json): runs, throughput,\n"
-    "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions\n";
+    "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions\n"
+    "  --align MODE    a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                  (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_ALPHA = 1, OPT_TOP, OPT_SKIP };
 static const an_opt opts[] = {
     {"alpha", 1, OPT_ALPHA}, {"top", 1, OPT_TOP}, {"skip-steps", 1, OPT_SKIP},
-    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {NULL, 0, 0},
+    {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE}, {"help", 0, AN_OPT_HELP}, {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 #define MIN_STEPS_FOR_TEST 8
@@ -579,7 +581,7 @@ static int work(an_cmd *cmd)
     side s[2];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 2 && !rc; i++) {
-        rc = an_trace_open_inputs(&s[i].trace, (const char *const *)&cmd->args.pos[i], 1);
+        rc = an_trace_open_inputs(&s[i].trace, (const char *const *)&cmd->args.pos[i], 1, cmd->align);
         s[i].opened = rc == AN_EXIT_OK;
     }
     an_pipe_opts po;

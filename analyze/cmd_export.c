@@ -80,7 +80,9 @@ static const char help[] =
     "                     (category = stage kind), step marks as instant markers\n"
     "  --steps A:B        (--firefox) the time from step A's mark to step B's mark\n"
     "  --time T0:T1       (--firefox) the same for seconds from the trace start\n"
-    "  --overwrite        replace existing output files\n";
+    "  --overwrite        replace existing output files\n"
+    "  --align MODE       a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                     (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_CHROME = 1, OPT_CHROME_DIR, OPT_CSV, OPT_ROWS, OPT_OVERWRITE, OPT_FOLDED, OPT_FOLDED_WEIGHT, OPT_PPROF, OPT_FIREFOX };
 static const an_opt opts[] = {
@@ -88,7 +90,7 @@ static const an_opt opts[] = {
     {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {"folded", 1, OPT_FOLDED}, {"folded-weight", 1, OPT_FOLDED_WEIGHT}, {"pprof", 1, OPT_PPROF},
     {"firefox", 1, OPT_FIREFOX}, {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 /* ---- the command ---------------------------------------------------------------------- */

@@ -31,11 +31,13 @@ static const char help[] =
     "  --time T0:T1     the same for seconds from the trace start\n"
     "  --format F       text (default), csv or json\n"
     "  --table NAME     only the table NAME (with --format csv or json): flow, latency, queues,\n"
-    "                   roles, breakdown, critical_path_steps, critical_path\n";
+    "                   roles, breakdown, critical_path_steps, critical_path\n"
+    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                   (docs/analyze.md, \"Clock alignment\")\n";
 
 static const an_opt opts[] = {
     {"steps", 1, AN_OPT_STEPS}, {"time", 1, AN_OPT_TIME}, {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
-    {"help", 0, AN_OPT_HELP},   {NULL, 0, 0},
+    {"help", 0, AN_OPT_HELP},   {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static int work(an_cmd *c)

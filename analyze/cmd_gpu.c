@@ -62,7 +62,10 @@ static const char help[] =
     "  --format F   text (default), csv or json\n"
     "  --table NAME\n"
     "               only the table NAME (with --format csv or json): kernels, copies, devices,\n"
-    "               host_wait, stages, api\n";
+    "               host_wait, stages, api\n"
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_TOP = 1 };
 static const an_opt opts[] = {
@@ -71,7 +74,7 @@ static const an_opt opts[] = {
     {"time", 1, AN_OPT_TIME},
     {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, AN_OPT_HELP},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col kernel_cols[] = {

@@ -10,7 +10,9 @@
  * still shown (exit status 2 at the end). The ranks of a multi-process run
  * come in rank order (an_inputs_by_rank) and get a block of their own: the
  * missing and incomplete ranks, each rank's status in words, the ranks that
- * died (status running) and those stopped because of them (interrupted).
+ * died (status running) and those stopped because of them (interrupted),
+ * and how each rank's clock is put on the set's (--align: the set opened as
+ * the other commands open it, align.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #include <sqlite3.h>
 
+#include "align.h"
 #include "analyze.h"
 
 static const char help[] =
@@ -38,14 +41,18 @@ static const char help[] =
     "  --verify    decode every chunk: exact counts, corruption found\n"
     "  --format F  text (default), csv or json: one row per file\n"
     "  --table NAME\n"
-    "              only the table NAME (with --format csv or json): info, rank_sets\n";
+    "              only the table NAME (with --format csv or json): info, rank_sets,\n"
+    "              rank_clocks\n"
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_FORMAT = AN_OPT_FORMAT, OPT_HELP = AN_OPT_HELP, OPT_VERIFY = 1 };
 static const an_opt opts[] = {
     {"verify", 0, OPT_VERIFY},
     {"format", 1, OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, OPT_HELP},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col cols[] = {
@@ -494,16 +501,123 @@ static void list_add(char *buf, size_t size, size_t *len, int64_t r)
  * ranks, each rank's status, the ranks that died (status running) and
  * those stopped by a signal (interrupted), and clock offsets. Text: a
  * block; CSV/JSON: a table rank_sets. */
-static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expanded)
+/* The group's files opened as one set, aligned by mode, into *set (a set
+ * whose alignment says how each rank's clock was found); an exit code
+ * (errors printed). */
+static int open_group(rank_row *rows, uint32_t n, an_align_mode mode, an_trace *set)
 {
+    char **paths = malloc(n * sizeof *paths);
+    if (!paths) {
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
+    for (uint32_t k = 0; k < n; k++) paths[k] = (char *)rows[k].path;
+    int rc = an_trace_open_set(set, paths, n, mode);
+    free(paths);
+    return rc;
+}
+
+/* Text: one line per rank of how its clock was put on the set's. */
+static void print_rank_clocks(an_out *out, const an_trace *set)
+{
+    for (uint32_t p = 0; p < set->n_ranks; p++) {
+        const an_rank_align *al = &set->align[p];
+        int64_t rank = 0;
+        an_trace_meta_i64(&set->ranks[p], "rank", &rank);
+        switch (al->method) {
+        case AN_CLOCK_NONE:
+            an_out_text(out, "  rank %lld clock: none (its own clock, as recorded)\n", (long long)rank);
+            break;
+        case AN_CLOCK_META:
+            an_out_text(out, "  rank %lld clock: meta (its measured offsets), within %lld ns\n", (long long)rank,
+                        (long long)al->uncertainty_ns);
+            break;
+        case AN_CLOCK_REFERENCE:
+            an_out_text(out, "  rank %lld clock: reference (the others' collectives are fitted to it)\n",
+                        (long long)rank);
+            break;
+        case AN_CLOCK_COLLECTIVES:
+            an_out_text(out,
+                        "  rank %lld clock: collectives (fitted to rank %d from %u instances, %u kept, their ends within %lld "
+                        "ns), within %lld ns\n",
+                        (long long)rank, al->reference_rank, al->instances, al->kept, (long long)al->spread_ns,
+                        (long long)al->uncertainty_ns);
+            break;
+        }
+    }
+}
+
+static const an_col clock_cols[] = {{"run_id", AN_T_STR, 0},        {"rank", AN_T_INT, 0},
+                                    {"method", AN_T_STR, 0},        {"uncertainty_ns", AN_T_INT, 0},
+                                    {"reference_rank", AN_T_INT, 0}, {"instances", AN_T_INT, 0},
+                                    {"kept", AN_T_INT, 0},          {"spread_ns", AN_T_INT, 0},
+                                    {"sync_ns", AN_T_INT, 0},
+                                    {"offset_ns", AN_T_INT, 0},     {"sync_close_ns", AN_T_INT, 0},
+                                    {"offset_close_ns", AN_T_INT, 0}};
+
+/* CSV/JSON: the rank_clocks rows of one set (the clock its times are mapped with). */
+static void put_rank_clocks(an_table *tb, const char *run_id, const an_trace *set)
+{
+    for (uint32_t p = 0; tb && p < set->n_ranks; p++) {
+        const an_rank_align *al = &set->align[p];
+        int64_t rank = 0;
+        an_trace_meta_i64(&set->ranks[p], "rank", &rank);
+        st_rank_clock c;
+        st_reader_part_clock(set->r, p, &c);
+        an_put_str(tb, run_id);
+        an_put_int(tb, rank);
+        an_put_str(tb, an_clock_method_name(al->method));
+        an_put_int(tb, al->uncertainty_ns);
+        if (al->method == AN_CLOCK_COLLECTIVES || al->method == AN_CLOCK_REFERENCE) an_put_int(tb, al->reference_rank);
+        else an_put_null(tb);
+        if (al->method == AN_CLOCK_COLLECTIVES) {
+            an_put_int(tb, al->instances);
+            an_put_int(tb, al->kept);
+            an_put_int(tb, al->spread_ns);
+        } else {
+            an_put_null(tb);
+            an_put_null(tb);
+            an_put_null(tb);
+        }
+        if (c.has_open) {
+            an_put_int(tb, c.sync_ns);
+            an_put_int(tb, c.offset_ns);
+        } else {
+            an_put_null(tb);
+            an_put_null(tb);
+        }
+        if (c.has_close) {
+            an_put_int(tb, c.sync_close_ns);
+            an_put_int(tb, c.offset_close_ns);
+        } else {
+            an_put_null(tb);
+            an_put_null(tb);
+        }
+        an_row_end(tb);
+    }
+}
+
+static int print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expanded, an_align_mode mode)
+{
+    int rc = AN_EXIT_OK;
+    an_table *clock_tb = NULL;
     qsort(rows, n, sizeof *rows, cmp_rank_row);
     an_format fmt = an_out_format(out);
     static const an_col cols[] = {{"run_id", AN_T_STR, 0},   {"world_size", AN_T_INT, 0},
                                   {"ranks_present", AN_T_INT, 0}, {"missing_ranks", AN_T_STR, 0},
                                   {"incomplete_ranks", AN_T_STR, 0}, {"duplicate_ranks", AN_T_STR, 0},
                                   {"max_clock_uncertainty_ns", AN_T_INT, 0}, {"died_ranks", AN_T_STR, 0},
-                                  {"interrupted_ranks", AN_T_STR, 0}};
+                                  {"interrupted_ranks", AN_T_STR, 0}, {"align", AN_T_STR, 0}};
     an_table *tb = NULL;
+    struct {
+        const char *run_id;
+        an_trace set;
+    } *pending = calloc(n ? n : 1, sizeof *pending);
+    uint32_t n_pending = 0;
+    if (!pending) {
+        an_error("out of memory");
+        return AN_EXIT_FAIL;
+    }
     for (uint32_t i = 0; i < n;) {
         uint32_t j = i;
         while (j < n && strcmp(rows[j].run_id, rows[i].run_id) == 0) j++;
@@ -545,6 +659,21 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
                     break;
                 }
             }
+            /* the ranks' clocks as the other commands map them: the files opened as one set */
+            an_trace set;
+            memset(&set, 0, sizeof set);
+            int opened = 0;
+            if (!ld) {
+                int orc = open_group(&rows[i], j - i, mode, &set);
+                opened = orc == AN_EXIT_OK;
+                if (orc && mode != AN_ALIGN_AUTO) rc = orc; /* an alignment asked for and refused */
+            }
+            const char *align = opened ? an_align_mode_name(set.align_used) : "";
+            if (opened) {
+                unc = 0;
+                for (uint32_t p = 0; p < set.n_ranks; p++)
+                    if (set.align[p].uncertainty_ns > unc) unc = set.align[p].uncertainty_ns;
+            }
             if (fmt == AN_FMT_TEXT) {
                 an_out_text(out, "\nrank set: run %s, world size %lld, %lld rank%s present\n", rows[i].run_id,
                             (long long)ws, (long long)present, present == 1 ? "" : "s");
@@ -578,10 +707,23 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
                                 n_died ? (n_died == 1 ? "stopped because of it" : "stopped because of them")
                                        : "stopped by a signal",
                                 n_stopped == 1 ? "" : "s", stopped);
-                an_out_text(out, "  clock: mapped onto rank 0's, within %lld ns\n", (long long)unc);
+                if (!opened)
+                    an_out_text(out, "  clock: mapped onto rank 0's, within %lld ns\n", (long long)unc);
+                else if (set.align_used == AN_ALIGN_META)
+                    an_out_text(out, "  clock: mapped onto rank 0's, within %lld ns (align meta)\n", (long long)unc);
+                else if (set.align_used == AN_ALIGN_COLLECTIVES)
+                    an_out_text(out, "  clock: fitted from collectives, within %lld ns (align collectives)\n",
+                                (long long)unc);
+                else
+                    an_out_text(out, "  clock: not aligned (align none)\n");
+                if (opened) print_rank_clocks(out, &set);
             } else {
-                if (!tb) tb = an_table_new(out, "rank_sets", cols, 9);
-                if (!tb) return;
+                if (!tb) tb = an_table_new(out, "rank_sets", cols, 10);
+                if (!tb) {
+                    if (opened) an_trace_close(&set);
+                    rc = AN_EXIT_FAIL;
+                    break;
+                }
                 an_put_str(tb, rows[i].run_id);
                 an_put_int(tb, ws);
                 an_put_int(tb, present);
@@ -591,12 +733,28 @@ static void print_rank_sets(an_out *out, rank_row *rows, uint32_t n, int expande
                 an_put_int(tb, unc);
                 an_put_str(tb, died);
                 an_put_str(tb, stopped);
+                an_put_str(tb, align);
                 an_row_end(tb);
+            }
+            if (opened) {
+                pending[n_pending].run_id = rows[i].run_id;
+                pending[n_pending++].set = set;
             }
         }
         i = j;
     }
     an_table_end(tb);
+    /* rank_clocks after rank_sets: one table at a time */
+    for (uint32_t k = 0; k < n_pending; k++) {
+        if (fmt != AN_FMT_TEXT) {
+            if (!clock_tb) clock_tb = an_table_new(out, "rank_clocks", clock_cols, 12);
+            put_rank_clocks(clock_tb, pending[k].run_id, &pending[k].set);
+        }
+        an_trace_close(&pending[k].set);
+    }
+    an_table_end(clock_tb);
+    free(pending);
+    return rc;
 }
 
 typedef struct own_opts {
@@ -697,7 +855,10 @@ static int work(an_cmd *cmd)
         an_trace_close(&t);
     }
     an_table_end(tb);
-    if (out && rows) print_rank_sets(out, rows, n_rows, expanded);
+    if (out && rows) {
+        int src = print_rank_sets(out, rows, n_rows, expanded, cmd->align);
+        if (src && !rc) rc = src;
+    }
     for (uint32_t i = 0; rows && i < n_rows; i++) {
         free(rows[i].run_id);
         free(rows[i].status);
@@ -720,5 +881,5 @@ const an_cmd_def an_cmd_info = {
     .option = option,
     .check = check,
     .work = work,
-    .tables = "info,rank_sets",
+    .tables = "info,rank_sets,rank_clocks",
 };

@@ -31,14 +31,17 @@ static const char help[] =
     "options:\n"
     "  --every N    steps per window (default: the trace's meta profile_interval)\n"
     "  --format F   text (default), csv or json: one row per window, thread and stage,\n"
-    "               with ns, ms, share_pct, count and the window's tokens and tokens/s\n";
+    "               with ns, ms, share_pct, count and the window's tokens and tokens/s\n"
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_EVERY = 1 };
 static const an_opt opts[] = {
     {"every", 1, OPT_EVERY},
     {"format", 1, AN_OPT_FORMAT},
     {"help", 0, AN_OPT_HELP},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col cols[] = {

@@ -71,14 +71,16 @@ static const char help[] =
     "  --cpu-stage S    flame graphs of stage S ('(none)': no range open) per thread, instead\n"
     "                   of the three threads and stages with the most samples; repeatable or a\n"
     "                   comma list\n"
-    "  --overwrite      replace an existing output file\n";
+    "  --overwrite      replace an existing output file\n"
+    "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
+    "                   (docs/analyze.md, \"Clock alignment\")\n";
 
 enum { OPT_HTML = 1, OPT_EVERY, OPT_SPEEDUP, OPT_OVERWRITE, OPT_CPU_STAGE };
 static const an_opt opts[] = {
     {"html", 1, OPT_HTML},       {"steps", 1, AN_OPT_STEPS},         {"every", 1, OPT_EVERY},
     {"speedup", 1, OPT_SPEEDUP}, {"overwrite", 0, OPT_OVERWRITE}, {"help", 0, AN_OPT_HELP},
     {"cpu-stage", 1, OPT_CPU_STAGE},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 #define PLOT_X 60          /* left margin: axis labels */

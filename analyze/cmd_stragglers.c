@@ -23,12 +23,15 @@ static const char help[] =
     "  --format F   text (default), csv or json: tables collectives, instances, stages\n"
     "  --table NAME\n"
     "               only the table NAME (with --format csv or json): collectives, instances,\n"
-    "               stages\n";
+    "               stages\n"
+    "  --align MODE\n"
+    "               a rank set's clocks: auto (default), meta, collectives or none\n"
+    "               (docs/analyze.md, \"Clock alignment\")\n";
 
 static const an_opt opts[] = {
     {"format", 1, AN_OPT_FORMAT}, {"table", 1, AN_OPT_TABLE},
     {"help", 0, AN_OPT_HELP},
-    {NULL, 0, 0},
+    {"align", 1, AN_OPT_ALIGN}, {NULL, 0, 0},
 };
 
 static const an_col coll_cols[] = {{"stage", AN_T_STR, 0},          {"instances", AN_T_INT, 0},

@@ -1,7 +1,7 @@
 /* command.c: the prologue and epilogue that `analyze` commands share, run
  * from a command's definition (an_cmd_def, analyze.h) as git runs a builtin
  * by its RUN_SETUP flags: parse the options, the shared ones (--help,
- * --format, --table, --steps/--time) by the flags and the command's own through its
+ * --format, --table, --steps/--time, --align) by the flags and the command's own through its
  * option hook; then, with AN_RUN_TRACE, open the positionals as one trace or
  * a rank set ("no trace file given" without one), with AN_RUN_SET refuse a
  * single file; call the work; with AN_RUN_WARN print the trace's warnings
@@ -28,7 +28,7 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
     an_common_opts common = {d->usage, d->flags & AN_RUN_FORMAT ? &c.format : NULL,
                              d->flags & AN_RUN_WINDOW ? &c.window : NULL,
                              (d->flags & AN_RUN_WINDOW_LAST) != 0, 0,
-                             d->flags & AN_RUN_FORMAT ? d->tables : NULL, &c.table};
+                             d->flags & AN_RUN_FORMAT ? d->tables : NULL, &c.table, &c.align};
     if (an_args_init(&c.args, d->name, argc, argv)) {
         free(c.own);
         return AN_EXIT_FAIL;
@@ -47,7 +47,7 @@ int an_command_run(const an_cmd_def *d, int argc, char **argv)
     if (!rc && (d->flags & AN_RUN_TRACE)) {
         if (c.args.n_pos == 0) rc = an_usage_error(d->name, "no trace file given");
         if (!rc) {
-            rc = an_trace_open_inputs(&c.trace, c.args.pos, c.args.n_pos);
+            rc = an_trace_open_inputs(&c.trace, c.args.pos, c.args.n_pos, c.align);
             opened = rc == AN_EXIT_OK;
         }
         if (!rc && (d->flags & AN_RUN_SET) && !c.trace.is_set) {

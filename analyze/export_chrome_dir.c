@@ -19,10 +19,11 @@
 /* The origin in rank k's own clock whose mapping onto rank 0's clock is
  * the set's origin (two steps of the fixed point: the mapping has slope 1
  * but for the drift). */
-static int64_t rank_origin(const an_trace *rank, int64_t set_origin)
+static int64_t rank_origin(const an_trace *set, uint32_t part, int64_t set_origin)
 {
+    const an_trace *rank = &set->ranks[part];
     st_rank_clock c;
-    st_reader_rank_clock(rank->r, &c);
+    st_reader_part_clock(set->r, part, &c); /* the set's mapping (--align) */
     int64_t x = set_origin, mapped;
     for (int i = 0; i < 2; i++) {
         if (st_rank_clock_map(&c, x, &mapped) != ST_OK) return rank->origin_ns;
@@ -64,7 +65,7 @@ int an_export_chrome_dir(an_trace *t, const char *dir, int overwrite)
         if (an_trace_meta_i64(rt, "rank", &rank) != 0 || rank < 0) rank = 0;
         snprintf(path, len, "%s/rank%lld.pt.trace.json", dir, (long long)rank);
         int64_t own_origin = rt->origin_ns;
-        if (t->is_set) rt->origin_ns = rank_origin(rt, t->origin_ns);
+        if (t->is_set) rt->origin_ns = rank_origin(t, k, t->origin_ns);
         rc = an_export_chrome(rt, path, overwrite);
         rt->origin_ns = own_origin;
     }

@@ -43,6 +43,14 @@ void an_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void an_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage_to(g_warn_to ? g_warn_to : stderr, "note: ", fmt, ap);
+    va_end(ap);
+}
+
 int an_usage_error(const char *cmd, const char *fmt, ...)
 {
     char buf[512];

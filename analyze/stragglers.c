@@ -40,10 +40,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The matching: each arrival's instance index k (per stage and rank, in start order; ties of
- * start by thread), then sorted so that one instance (stage, k) is one run of the array, its
- * arrivals in rank order. n_arr may be 0 (arr NULL: a set without a comm range). */
-static void match_instances(an_stragglers_arrival *arr, size_t n_arr)
+/* The matching (stragglers.h): n_arr may be 0 (arr NULL: a set without a comm range). */
+void an_stragglers_match(an_stragglers_arrival *arr, size_t n_arr)
 {
     if (!n_arr) return;
     qsort(arr, n_arr, sizeof *arr, cmp_stage_rank_start);
@@ -139,7 +137,7 @@ static an_stragglers_marks *rank_marks_load(an_trace *t)
             return NULL;
         }
         st_rank_clock c;
-        st_reader_rank_clock(part, &c);
+        st_reader_part_clock(t->r, i, &c); /* the set's mapping (--align), not only meta's */
         m[i].n = n;
         for (uint32_t k = 0; k < n && m[i].n; k++) {
             m[i].step[k] = st_reader_step(part, k)->step;
@@ -227,14 +225,14 @@ int an_stragglers_read(an_trace *t, an_stragglers_data *d)
                 if (!na) break;
                 arr = na;
             }
-            arr[n_arr++] = (an_stragglers_arrival){g.stage, part, th, 0, g.start_ns};
+            arr[n_arr++] = (an_stragglers_arrival){g.stage, part, th, 0, g.start_ns, g.start_ns + g.dur_ns};
         }
         st_range_iter_close(it);
         if (n < 0) rc = an_trace_fail(t);
         else if (n == 1) goto oom;
     }
     if (rc) goto done;
-    match_instances(arr, n_arr);
+    an_stragglers_match(arr, n_arr);
     marks = rank_marks_load(t);
     if (!marks) goto oom;
     goto done;
@@ -344,7 +342,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
                 if (!na) break;
                 arr = na;
             }
-            arr[n_arr++] = (an_stragglers_arrival){g.stage, part, th, 0, g.start_ns};
+            arr[n_arr++] = (an_stragglers_arrival){g.stage, part, th, 0, g.start_ns, g.start_ns + g.dur_ns};
         }
         st_range_iter_close(it);
         if (n < 0) {
@@ -356,7 +354,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         }
         if (n == 1) goto oom;
     }
-    match_instances(arr, n_arr);
+    an_stragglers_match(arr, n_arr);
     for (size_t i = 0; i < n_arr;) {
         uint32_t stage = arr[i].stage;
         an_stragglers_coll c;

@@ -50,7 +50,14 @@ typedef struct an_stragglers_arrival {
     uint32_t thread; /* the set's thread index: ties of start in one rank */
     uint64_t instance; /* k: the range's index among its rank's ranges of the stage, by start */
     int64_t start_ns;
+    int64_t end_ns;    /* start + duration (the clock alignment's points: align.c) */
 } an_stragglers_arrival;
+
+/* The matching: each arrival's instance (per stage and rank, in start
+ * order; ties of start by thread), then arr sorted so that one instance
+ * (stage, k) is one run of the array, its arrivals in rank order. n may be
+ * 0 (arr NULL). The same for any clock map that keeps each rank's order. */
+void an_stragglers_match(an_stragglers_arrival *arr, size_t n);
 
 /* Per role and stage: its time (ranges of every depth) on each rank. */
 typedef struct an_stragglers_total {

@@ -14,6 +14,7 @@
 
 #include <sqlite3.h>
 
+#include "align.h"
 #include "analyze.h"
 
 /* ---- one file -------------------------------------------------------------------------- */
@@ -322,7 +323,7 @@ int an_trace_init(an_trace *t)
     if (has_start && t->is_set) {
         /* the first rank's open, on rank 0's clock */
         st_rank_clock c;
-        st_reader_rank_clock(st_reader_part(t->r, 0), &c);
+        st_reader_part_clock(t->r, 0, &c);
         has_start = st_rank_clock_map(&c, start, &start) == ST_OK;
     }
     if (has_start && (!has || start <= first)) t->origin_ns = start;
@@ -348,6 +349,8 @@ static void set_close(an_trace *t)
     t->n_ranks = 0;
     free(t->label);
     t->label = NULL;
+    free(t->align);
+    t->align = NULL;
     t->is_set = 0;
 }
 
@@ -403,7 +406,7 @@ static int check_one_run(an_trace *ranks, uint32_t n, int64_t *world_size)
     return AN_EXIT_OK;
 }
 
-int an_trace_open_set(an_trace *t, char **paths, uint32_t n)
+int an_trace_open_set(an_trace *t, char **paths, uint32_t n, an_align_mode align)
 {
     memset(t, 0, sizeof *t);
     an_trace *ranks = calloc(n, sizeof *ranks);
@@ -483,6 +486,10 @@ int an_trace_open_set(an_trace *t, char **paths, uint32_t n)
     memcpy(ranks, by_part, n * sizeof *ranks);
     free(by_part);
     free(readers);
+    if ((rc = an_align_set(t, align))) {
+        an_trace_close(t);
+        return rc;
+    }
     if (an_trace_init(t)) {
         an_trace_close(t);
         return AN_EXIT_USAGE;
@@ -490,7 +497,7 @@ int an_trace_open_set(an_trace *t, char **paths, uint32_t n)
     return AN_EXIT_OK;
 }
 
-int an_trace_open_inputs(an_trace *t, const char *const *args, int n)
+int an_trace_open_inputs(an_trace *t, const char *const *args, int n, an_align_mode align)
 {
     char **paths;
     uint32_t n_paths;
@@ -500,7 +507,7 @@ int an_trace_open_inputs(an_trace *t, const char *const *args, int n)
         an_paths_free(paths, n_paths);
         return an_trace_open(t, args[0]); /* a file as before: its path as given */
     }
-    rc = an_trace_open_set(t, paths, n_paths);
+    rc = an_trace_open_set(t, paths, n_paths, align);
     an_paths_free(paths, n_paths);
     return rc;
 }

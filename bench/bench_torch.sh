@@ -14,7 +14,10 @@
 # BENCH_RECORDS="SPEC ..." (alternation only): the record sets to measure,
 # process r recording with the r-th (cyclically) as STAGETRACE_GPU_RECORDS
 # (docs/tracer.md, "GPU activity"; "default" leaves it unset), so that one
-# run gives each part's cost against paused.
+# run gives each part's cost against paused; `torch_profiler` in that list
+# runs that process with torch.profiler started and stopped in the same blocks
+# (dflash_torch.py --torch-profiler PATH --gpu-alternate N), so that its cost
+# and stagetrace's come from one command, measured alike.
 #
 #   PY=/opt/torch/.venv/bin/python bash bench/bench_torch.sh [BUILD_DIR]
 #   BENCH_DEVICE=cpu BENCH_STEPS=200 BENCH_REPEAT=5 ...
@@ -36,13 +39,16 @@ if [ -n "${BENCH_ALTERNATE:-}" ]; then
     read -r -a specs <<<"${BENCH_RECORDS:-default}"
     for r in $(seq "$REPEAT"); do
         spec=${specs[$(((r - 1) % ${#specs[@]}))]}
-        if [ "$spec" = default ]; then unset STAGETRACE_GPU_RECORDS; else export STAGETRACE_GPU_RECORDS=$spec; fi
+        unset STAGETRACE_GPU_RECORDS
+        [ "$spec" = default ] || [ "$spec" = torch_profiler ] || export STAGETRACE_GPU_RECORDS=$spec
+        recording=(--trace "$DIR/alt.$r.sqlite" --trace-gpu)
+        [ "$spec" = torch_profiler ] && recording=(--torch-profiler "$DIR/alt.$r.json")
         # shellcheck disable=SC2086
-        "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA --trace "$DIR/alt.$r.sqlite" \
-            --trace-gpu --gpu-alternate "$BENCH_ALTERNATE" ${BENCH_SETTLE:+--alternate-settle "$BENCH_SETTLE"} \
+        "$PY" samples/python/dflash_torch.py --device "$DEVICE" --steps "$STEPS" $EXTRA "${recording[@]}" \
+            --gpu-alternate "$BENCH_ALTERNATE" ${BENCH_SETTLE:+--alternate-settle "$BENCH_SETTLE"} \
             >"$DIR/alt.$r.log" 2>&1 || { echo "bench_torch: the alternating run failed:" >&2; tail -20 "$DIR/alt.$r.log" >&2; exit 1; }
         grep -h 'gpu-alternate:' "$DIR/alt.$r.log" | sed "s/^dflash_torch: /process $r (records $spec): /"
-        rm -f "$DIR/alt.$r.sqlite"*
+        rm -f "$DIR/alt.$r.sqlite"* "$DIR/alt.$r.json"
     done
     exit 0
 fi

@@ -174,15 +174,19 @@ rank set: run 1700000000-500, world size 4, 4 ranks present
   rank 3: complete
   died: rank 2 (status running: killed, no clean close)
   stopped because of it: ranks 0, 1 (status interrupted)
-  clock: mapped onto rank 0's, within 2000 ns
+  clock: mapped onto rank 0's, within 2000 ns (align meta)
+  rank 0 clock: meta (its measured offsets), within 0 ns
+  rank 1 clock: meta (its measured offsets), within 2000 ns
+  rank 2 clock: meta (its measured offsets), within 1500 ns
+  rank 3 clock: meta (its measured offsets), within 2000 ns
 EOF
 sed -n '/^rank set: /,$p' info_mixed.out >info_got.txt
 cmp -s info_want.txt info_got.txt || fail "info on a set with a dead rank: $(diff info_want.txt info_got.txt)"
 ok
 expect_ok info_mixed_csv "$A" info --format csv mixed
-grep -qx 'run_id,world_size,ranks_present,missing_ranks,incomplete_ranks,duplicate_ranks,max_clock_uncertainty_ns,died_ranks,interrupted_ranks' info_mixed_csv.out ||
+grep -qx 'run_id,world_size,ranks_present,missing_ranks,incomplete_ranks,duplicate_ranks,max_clock_uncertainty_ns,died_ranks,interrupted_ranks,align' info_mixed_csv.out ||
     fail "info csv: $(tail -3 info_mixed_csv.out)"
-grep -qx '1700000000-500,4,4,,"0 (interrupted), 1 (interrupted), 2 (running)",,2000,2,"0, 1"' info_mixed_csv.out ||
+grep -qx '1700000000-500,4,4,,"0 (interrupted), 1 (interrupted), 2 (running)",,2000,2,"0, 1",meta' info_mixed_csv.out ||
     fail "info csv: $(tail -1 info_mixed_csv.out)"
 ok
 

@@ -90,7 +90,7 @@ static void test_file(void **state)
     (void)state;
     const char *paths[] = {p0};
     an_trace t;
-    assert_int_equal(an_trace_open_inputs(&t, paths, 1), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_AUTO), AN_EXIT_OK);
     an_cpu_stacks s;
     assert_int_equal(an_cpu_stacks_compute(&t, t.span_t0_ns, t.span_t1_ns, &s), AN_EXIT_OK);
     assert_int_equal(s.n_rows, 3);
@@ -141,7 +141,7 @@ static void test_set(void **state)
     (void)state;
     const char *paths[] = {p0, p1};
     an_trace t;
-    assert_int_equal(an_trace_open_inputs(&t, paths, 2), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 2, AN_ALIGN_AUTO), AN_EXIT_OK);
     assert_true(t.is_set);
     an_cpu_stacks s;
     assert_int_equal(an_cpu_stacks_compute(&t, t.span_t0_ns, t.span_t1_ns, &s), AN_EXIT_OK);
@@ -176,7 +176,7 @@ static void test_no_cpu(void **state)
     (void)state;
     const char *paths[] = {pnone};
     an_trace t;
-    assert_int_equal(an_trace_open_inputs(&t, paths, 1), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_AUTO), AN_EXIT_OK);
     char out[PATH_MAX + 16];
     snprintf(out, sizeof out, "%s/none.folded", dir);
     assert_int_equal(an_export_folded(&t, out, 0, 0), AN_EXIT_USAGE);

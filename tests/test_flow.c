@@ -263,7 +263,7 @@ static void test_rank_set_pairs_across_clocks(void **state)
     write_rank(p1, 1, OFF, ins, 3);
     char *paths[] = {p0, p1};
     an_trace t;
-    assert_int_equal(an_trace_open_set(&t, paths, 2), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_set(&t, paths, 2, AN_ALIGN_AUTO), AN_EXIT_OK);
     assert_int_equal(st_reader_has_flows(t.r), 1);
     /* the raw records: set threads (r0/target0 = 0, r1/drafter0 = 1), mapped times */
     st_flow_iter *it;

@@ -3,7 +3,8 @@
  * offsets, drift between two measurements and extended beyond them,
  * truncation toward zero, sync_close <= sync, 64-bit overflow refused), and
  * the reader's checks of the multi-process meta keys (run_id, the clock
- * keys' types, ranges and groups), with their messages. */
+ * keys' and clock map keys' types, ranges and groups), with their
+ * messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -239,6 +240,29 @@ static void test_meta_checks(void **state)
     expect_refused(close_only, 3,
                    "trace table 'meta': the close measurement 'clock_offset_close_ns' without the open one "
                    "'clock_offset_ns'");
+
+    /* the clock map errors: optional (older traces lack them), each pair whole, half brackets >= 0 */
+    const char *map[] = {"clock_map_error_ns", "-2113", "clock_map_half_bracket_ns", "16",
+                         "clock_map_error_close_ns", "9223372036854775807", "clock_map_half_bracket_close_ns", "0"};
+    assert_int_equal(open_with(map, 4, NULL), ST_OK);
+    const char *map_text[] = {"clock_map_error_ns", "1e3", "clock_map_half_bracket_ns", "16"};
+    expect_refused(map_text, 2,
+                   "trace table 'meta': row 19 (key 'clock_map_error_ns'): value '1e3' is not an integer");
+    const char *map_huge[] = {"clock_map_error_close_ns", "-9223372036854775809", "clock_map_half_bracket_close_ns",
+                              "1"};
+    expect_refused(map_huge, 2,
+                   "trace table 'meta': key 'clock_map_error_close_ns' is '-9223372036854775809', past 64 bits");
+    const char *map_alone[] = {"clock_map_error_ns", "5"};
+    expect_refused(map_alone, 1,
+                   "trace table 'meta': keys 'clock_map_error_ns' and 'clock_map_half_bracket_ns' go together "
+                   "(only 'clock_map_error_ns' present)");
+    const char *half_alone[] = {"clock_map_half_bracket_close_ns", "5"};
+    expect_refused(half_alone, 1,
+                   "trace table 'meta': keys 'clock_map_error_close_ns' and 'clock_map_half_bracket_close_ns' go "
+                   "together (only 'clock_map_half_bracket_close_ns' present)");
+    const char *half_neg[] = {"clock_map_error_ns", "0", "clock_map_half_bracket_ns", "-1"};
+    expect_refused(half_neg, 2,
+                   "trace table 'meta': key 'clock_map_half_bracket_ns' is -1, a negative half bracket");
 }
 
 /* ---- rank sets: order, one run, hostile clocks (st_reader_open_set) ---- */

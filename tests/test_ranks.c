@@ -7,6 +7,9 @@
  *    offset and uncertainty are exact, unusable probes are skipped;
  *  - st_clock_sync_record: the open and close measurements and the drift
  *    reach meta with the documented keys and values;
+ *  - st_clock_sync_widen: the uncertainty gains both ends' |map error| +
+ *    half bracket, exactly, saturating at INT64_MAX; st_clock_map_record's
+ *    keys in meta;
  *  - run_id, local_rank and device in meta, and their refusals;
  *  - ST_TEST_CLOCK_SHIFT_NS moves the rank's clock (start_ns, every range)
  *    by the given amount, leaves other ranks alone, and is refused when
@@ -192,6 +195,72 @@ static void test_clock_estimate(void **state)
     assert_int_equal(st_clock_estimate(far, 1, &s), ST_EINVAL);
 }
 
+/* The widened uncertainty: the round trip's half plus |error| + half
+ * bracket of each end, exactly, saturating; its refusals. */
+static void test_clock_sync_widen(void **state)
+{
+    (void)state;
+    st_clock_sync s = {100, -3000000496LL, 396};
+    st_clock_map own = {-5, 17}, rank0 = {54, 16};
+    assert_int_equal(st_clock_sync_widen(&s, &own, &rank0), ST_OK);
+    assert_int_equal(s.uncertainty_ns, 396 + 5 + 17 + 54 + 16);
+    assert_int_equal(s.local_ns, 100);            /* the measurement itself stays */
+    assert_int_equal(s.offset_ns, -3000000496LL);
+    /* |INT64_MIN| and a sum past 64 bits saturate */
+    st_clock_map far = {INT64_MIN, 0}, zero = {0, 0};
+    s.uncertainty_ns = 0;
+    assert_int_equal(st_clock_sync_widen(&s, &far, &zero), ST_OK);
+    assert_int_equal(s.uncertainty_ns, INT64_MAX);
+    st_clock_map wide = {INT64_MAX, INT64_MAX};
+    s.uncertainty_ns = 1;
+    assert_int_equal(st_clock_sync_widen(&s, &zero, &wide), ST_OK);
+    assert_int_equal(s.uncertainty_ns, INT64_MAX);
+    /* refusals leave it alone */
+    s.uncertainty_ns = 7;
+    st_clock_map bad = {0, -1};
+    assert_int_equal(st_clock_sync_widen(&s, &bad, &zero), ST_EINVAL);
+    assert_non_null(strstr(st_last_error(), "negative half bracket -1"));
+    assert_int_equal(st_clock_sync_widen(&s, &zero, &bad), ST_EINVAL);
+    assert_int_equal(st_clock_sync_widen(&s, NULL, &zero), ST_EINVAL);
+    assert_int_equal(st_clock_sync_widen(NULL, &zero, &zero), ST_EINVAL);
+    assert_int_equal(s.uncertainty_ns, 7);
+    s.uncertainty_ns = -1;
+    assert_int_equal(st_clock_sync_widen(&s, &zero, &zero), ST_EINVAL);
+    assert_int_equal(st_clock_map_measure(NULL), ST_EINVAL);
+}
+
+/* st_clock_map_record: the two pairs of meta keys, each written once. */
+static void test_clock_map_meta(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "map.sqlite");
+    st_options o;
+    test_options(&o, path);
+    st_trace *t;
+    assert_int_equal(st_open(&t, &o), ST_OK);
+    st_clock_map at_open = {-2113, 16}, at_close = {INT64_MIN, 0}, negative = {0, -1};
+    assert_int_equal(st_clock_map_record(t, 2, &at_open), ST_EINVAL);
+    assert_int_equal(st_clock_map_record(t, ST_CLOCK_AT_OPEN, NULL), ST_EINVAL);
+    assert_int_equal(st_clock_map_record(t, ST_CLOCK_AT_OPEN, &negative), ST_EINVAL);
+    assert_int_equal(st_clock_map_record(NULL, ST_CLOCK_AT_OPEN, &at_open), ST_ESTATE);
+    assert_int_equal(st_clock_map_record(t, ST_CLOCK_AT_OPEN, &at_open), ST_OK);
+    assert_int_equal(st_flush(t), ST_OK);
+    st_reader *r = open_reader(path);
+    assert_int_equal(meta_ll(r, "clock_map_error_ns"), -2113);
+    assert_int_equal(meta_ll(r, "clock_map_half_bracket_ns"), 16);
+    assert_meta(r, "clock_map_error_close_ns", NULL);
+    assert_meta(r, "clock_map_half_bracket_close_ns", NULL);
+    st_reader_close(r);
+    assert_int_equal(st_clock_map_record(t, ST_CLOCK_AT_CLOSE, &at_close), ST_OK);
+    assert_int_equal(st_close(t), ST_OK);
+    r = open_reader(path);
+    assert_int_equal(meta_ll(r, "clock_map_error_ns"), -2113);
+    assert_int_equal(meta_ll(r, "clock_map_error_close_ns"), INT64_MIN);
+    assert_int_equal(meta_ll(r, "clock_map_half_bracket_close_ns"), 0);
+    st_reader_close(r);
+}
+
 static void test_clock_sync_meta(void **state)
 {
     (void)state;
@@ -343,6 +412,8 @@ int main(void)
         cmocka_unit_test(test_open_refuses_bad_identity),
         cmocka_unit_test(test_clock_estimate),
         cmocka_unit_test(test_clock_sync_meta),
+        cmocka_unit_test(test_clock_sync_widen),
+        cmocka_unit_test(test_clock_map_meta),
         cmocka_unit_test(test_clock_shift_for_tests),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -123,7 +123,7 @@ static void test_targets_ahead(void **state)
     /* the report's and bottleneck's figures: the same matching */
     const char *paths[] = {dir};
     an_trace t;
-    assert_int_equal(an_trace_open_inputs(&t, paths, 1), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_AUTO), AN_EXIT_OK);
     an_stragglers s;
     assert_int_equal(an_stragglers_compute(&t, &s), AN_EXIT_OK);
     assert_int_equal(s.n_coll, 1);
@@ -160,7 +160,7 @@ static void test_no_collective(void **state)
     free(out);
     const char *paths[] = {dir};
     an_trace t;
-    assert_int_equal(an_trace_open_inputs(&t, paths, 1), AN_EXIT_OK);
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_AUTO), AN_EXIT_OK);
     an_stragglers s;
     assert_int_equal(an_stragglers_compute(&t, &s), AN_EXIT_OK);
     assert_int_equal(s.n_coll, 0);

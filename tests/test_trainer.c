@@ -60,6 +60,7 @@
 #include "../trainer/config.h"
 #include "../trainer/data.h"
 #include "../trainer/queue.h"
+#include "../trainer/alternate.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -246,10 +247,17 @@ static void test_config_errors(void **state)
 {
     (void)state;
     static const struct {
-        const char *args[6];
+        const char *args[10];
         const char *message_part;
     } cases[] = {
         {{"--steps", "0"}, "--steps expects an integer in 1.."},
+        {{"--gpu-alternate", "50", "--trace", "x.sqlite"}, "it needs --device cuda"},
+        {{"--device", "cuda", "--gpu-alternate", "50"}, "a trace (--trace or --profile-interval)"},
+        {{"--device", "cuda", "--gpu-alternate", "50", "--trace", "x.sqlite", "--trace-gpu", "off"},
+         "--trace-gpu on"},
+        {{"--device", "cuda", "--gpu-alternate", "20", "--trace", "x.sqlite", "--alternate-settle", "20"},
+         "--alternate-settle 20 must be less than --gpu-alternate 20"},
+        {{"--gpu-alternate", "-1"}, "--gpu-alternate expects an integer in 0..1000000"},
         {{"--taps", "0,2"}, "--taps: layer 2 is out of range"},
         {{"--dim", "100", "--heads", "3"}, "not a multiple of --heads"},
         {{"--dim", "12", "--heads", "4"}, "must be even"},
@@ -273,6 +281,47 @@ static void test_config_errors(void **state)
         }
         assert_null(strchr(err, '\n'));
     }
+}
+
+/* --gpu-alternate's blocks on a made-up clock: a step takes 1.05 s recorded and 1.00 s paused
+ * (the first `settle` steps of every block 7 s, left out), 0.5 and 0.4 s of CPU: the pairs'
+ * ratio is 1 / 1.05 exactly, whatever the block's order. */
+static void test_gpu_alternate(void **state)
+{
+    (void)state;
+    enum { N = 10, SETTLE = 3, STEPS = 9 * N };
+    tr_alternate a;
+    tr_alternate_init(&a, N, SETTLE);
+    double now = 0, cpu = 0;
+    int recording = 1, actions = 0;
+    for (long step = 1; step <= STEPS; step++) {
+        long in_block = (step - 1) % N; /* step `step` ran during block (step - 1) / N */
+        now += in_block < SETTLE ? 7.0 : recording ? 1.05 : 1.00;
+        cpu += in_block < SETTLE ? 3.0 : recording ? 0.5 : 0.4;
+        int act = tr_alternate_at_step(&a, step, now, cpu);
+        assert_true(act >= 0);
+        if (act == TR_ALT_PAUSE) { assert_true(recording); recording = 0; actions++; }
+        if (act == TR_ALT_RESUME) { assert_false(recording); recording = 1; actions++; }
+        /* the state from the mark of step k*N on is block k's */
+        if (step % N == 0) assert_int_equal(recording, tr_alternate_on(step / N));
+    }
+    /* blocks 0 (warm-up) and 1 on, then off off on on off off on on: four switches by step 80 */
+    assert_int_equal(actions, 4);
+    static const int want_on[] = {1, 1, 0, 0, 1, 1, 0, 0, 1};
+    for (int k = 0; k < 9; k++) assert_int_equal(tr_alternate_on(k), want_on[k]);
+    assert_int_equal(a.n_blocks, 8); /* blocks 1..8 timed; block 9 never ended */
+    char line[512];
+    assert_int_equal(tr_alternate_summary(&a, line, sizeof line), 4);
+    printf("%s\n", line);
+    assert_non_null(strstr(line, "4 block pairs of 10 steps (7 timed)"));
+    assert_non_null(strstr(line, "mean 0.9524, 95% interval [0.9524, 0.9524], median 0.9524"));
+    assert_non_null(strstr(line, "CPU ms per step recorded 500.000, paused 400.000"));
+    tr_alternate_free(&a);
+    tr_alternate_init(&a, N, SETTLE);
+    for (long step = 1; step <= 2 * N; step++) tr_alternate_at_step(&a, step, (double)step, 0);
+    assert_int_equal(tr_alternate_summary(&a, line, sizeof line), 0);
+    assert_non_null(strstr(line, "0 block pairs: too few for an interval"));
+    tr_alternate_free(&a);
 }
 
 /* ---- unit tests: queue and barrier ------------------------------------------------------- */
@@ -1059,6 +1108,7 @@ int main(void)
         cmocka_unit_test(test_config_presets_and_overrides),
         cmocka_unit_test(test_config_devices),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_gpu_alternate),
         cmocka_unit_test(test_queue_mpmc),
         cmocka_unit_test(test_queue_close),
         cmocka_unit_test(test_barrier_wait_and_abort),

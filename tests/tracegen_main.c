@@ -6,6 +6,7 @@
  *   tracegen --big PATH N   a trace of N ranges over 8 threads at PATH
  *   tracegen --ranks DIR WORLD [--steps N] [--slow R] [--shift R:NS] [--missing R]
  *            [--killed R] [--target-bound] [--extra N] [--world-size W] [--run-id ID] [--gpu] [--nccl]
+ *            [--no-clock] [--drift R:PPB] [--jitter NS]
  *                           a multi-process run, DIR/rank<r>.sqlite (traces.h)
  */
 #include <stdio.h>
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 4 && strcmp(argv[1], "--ranks") == 0) {
-        rank_set_opts o = {atoi(argv[3]), 0, 20, -1, -1, -1, -1, 0, 0, 0, NULL, 0, 0};
+        rank_set_opts o = {atoi(argv[3]), 0, 20, -1, -1, -1, -1, 0, 0, 0, NULL, 0, 0, 0, -1, 0, 0};
         for (int i = 4; i < argc; i++) {
             const char *v = i + 1 < argc ? argv[i + 1] : "";
             if (strcmp(argv[i], "--steps") == 0) o.steps = atoi(v), i++;
@@ -45,7 +46,13 @@ int main(int argc, char **argv)
             else if (strcmp(argv[i], "--target-bound") == 0) o.target_bound = 1;
             else if (strcmp(argv[i], "--gpu") == 0) o.gpu = 1;
             else if (strcmp(argv[i], "--nccl") == 0) o.gpu = o.nccl = 1;
-            else if (strcmp(argv[i], "--shift") == 0 && strchr(v, ':')) {
+            else if (strcmp(argv[i], "--no-clock") == 0) o.no_clock = 1;
+            else if (strcmp(argv[i], "--jitter") == 0) o.jitter_ns = strtoll(v, NULL, 10), i++;
+            else if (strcmp(argv[i], "--drift") == 0 && strchr(v, ':')) {
+                o.drift_rank = atoi(v);
+                o.drift_ppb = strtoll(strchr(v, ':') + 1, NULL, 10);
+                i++;
+            } else if (strcmp(argv[i], "--shift") == 0 && strchr(v, ':')) {
                 o.shift_rank = atoi(v);
                 o.shift_ns = strtoll(strchr(v, ':') + 1, NULL, 10);
                 i++;
@@ -53,6 +60,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "tracegen: --ranks: unknown option '%s'\n", argv[i]);
                 return 2;
             }
+        }
+        if (o.jitter_ns < 0 || o.jitter_ns > 40000) {
+            fprintf(stderr, "tracegen: --ranks: --jitter must be 0 to 40000 ns (its outliers stay inside the step)\n");
+            return 2;
         }
         if (o.world < 1 || o.steps < 1) {
             fprintf(stderr, "tracegen: --ranks: WORLD and --steps must be at least 1\n");

@@ -971,15 +971,20 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
         tg_meta_int(g, "device", -1);
         tg_meta_int(g, "start_ns", t0 - 1000000 - off);
         tg_meta_int(g, "pid", 100 + rank);
-        tg_meta_int(g, "clock_sync_ns", t0 - off);
-        tg_meta_int(g, "clock_offset_ns", off);
-        tg_meta_int(g, "clock_uncertainty_ns", rank ? 1500 : 0);
+        if (!o->no_clock) {
+            tg_meta_int(g, "clock_sync_ns", t0 - off);
+            tg_meta_int(g, "clock_offset_ns", off);
+            tg_meta_int(g, "clock_uncertainty_ns", rank ? 1500 : 0);
+        }
         int killed = rank == o->killed;
+        int64_t drift = rank == o->drift_rank ? o->drift_ppb : 0;
         if (!killed) {
-            tg_meta_int(g, "clock_sync_close_ns", t0 + period * o->steps - off);
-            tg_meta_int(g, "clock_offset_close_ns", off);
-            tg_meta_int(g, "clock_uncertainty_close_ns", rank ? 2000 : 0);
-            tg_meta_int(g, "clock_drift_ppb", 0);
+            if (!o->no_clock) {
+                tg_meta_int(g, "clock_sync_close_ns", t0 + period * o->steps - off);
+                tg_meta_int(g, "clock_offset_close_ns", off);
+                tg_meta_int(g, "clock_uncertainty_close_ns", rank ? 2000 : 0);
+                tg_meta_int(g, "clock_drift_ppb", 0);
+            }
             tg_meta_int(g, "end_ns", t0 + period * o->steps + 1000000 - off);
         } else {
             tg_meta(g, "status", "running");
@@ -1001,7 +1006,7 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
         }
         int steps = killed ? o->steps / 2 : o->steps;
         for (int k = 0; k < steps; k++) {
-            int64_t gk = t0 + period * k - off; /* this rank's clock */
+            int64_t gk = t0 + period * k - off + period * k * drift / 1000000000; /* this rank's clock */
             /* filler ranges for the benchmarks: short forwards nested in the step's first range */
 #define FILL(first_stage, first_end)                                                                    \
     do {                                                                                                \
@@ -1021,7 +1026,10 @@ void write_rank_set(const char *dir, const rank_set_opts *o)
                 FILL(s_wait, gk + w);
                 tg_range(g, th, s_fwd, gk + w, gk + w + 1000000);
                 tg_range(g, th, s_bwd, gk + w + 1000000, gk + w + 1000000 + bw);
-                tg_range(g, th, s_ar, gk + w + 1000000 + bw, gk + 9500000);
+                uint32_t h = ((uint32_t)k * 1000003u + (uint32_t)rank) * 2654435761u;
+                int64_t late = o->jitter_ns * (int64_t)((h >> 16) % 1000) / 1000;
+                if (rank == world - 1 && k % 10 == 5) late += 10 * o->jitter_ns; /* an outlier */
+                tg_range(g, th, s_ar, gk + w + 1000000 + bw, gk + 9500000 + late);
             }
         }
         if (o->gpu) {

@@ -91,6 +91,17 @@ typedef struct rank_set_opts {
      * on stream 8 of device 0, launched 50 us after their other kernel in the same forward:
      * 600 us from 300 us after that kernel's start, so half of it overlaps that kernel */
     int nccl;
+    /* the clock alignment's cases (docs/analyze.md, "Clock alignment"): no_clock leaves every
+     * clock_* key out of meta (as a launcher without the MPI measurement does); drift_rank's
+     * clock runs drift_ppb fast: each step begins, on its clock, at L(t) = t - shift + (t - t0)
+     * drift_ppb / 1e9 for the step's true start t (t0 = BASE_NS), the ranges of the step at their
+     * usual distances from it; jitter_ns: each drafter's allreduce of step k ends j(rank, k) =
+     * ((h >> 16) mod 1000) * jitter_ns / 1000 later (truncated; h = (k * 1000003 + rank) *
+     * 2654435761 mod 2^32), and the
+     * last rank's 10 jitter_ns later still in every step k with k mod 10 = 5 (an outlier;
+     * jitter_ns at most 40000) */
+    int no_clock, drift_rank;
+    int64_t drift_ppb, jitter_ns;
 } rank_set_opts;
 void write_rank_set(const char *dir, const rank_set_opts *o);
 

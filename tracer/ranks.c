@@ -1,10 +1,11 @@
 /* ranks.c: what the library does for a multi-process run. It never talks to
  * another process itself: the program (the trainer over MPI, the Python
  * package over its launcher) exchanges clock probes with rank 0 and hands
- * them here. This file names each rank's file, picks the best probe, and
- * queues the measurement for the writer, which stores it in meta at its
- * next commit (docs/tracer.md, "Many processes"; docs/trace-format.md,
- * "Ranks on one clock"). */
+ * them here. This file names each rank's file, picks the best probe,
+ * widens its uncertainty by both ends' clock map errors, and queues the
+ * measurements for the writer, which stores them in meta at its next
+ * commit (docs/tracer.md, "Many processes"; docs/trace-format.md, "Ranks
+ * on one clock"). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -83,6 +84,49 @@ int st_clock_sync_record(st_trace *t, int at, const st_clock_sync *sync)
     pthread_mutex_lock(&t->lock);
     t->clock_sync[at] = *sync;
     t->clock_sync_state[at] = 1; /* set, not yet written */
+    pthread_mutex_unlock(&t->lock);
+    return ST_OK;
+}
+
+int st_clock_map_measure(st_clock_map *out)
+{
+    if (!out) return st_set_error(ST_EINVAL, "st_clock_map_measure: no result");
+    st_clock_map_error(&out->error_ns, &out->half_bracket_ns);
+    return ST_OK;
+}
+
+/* |error| + half bracket of one map measurement, exactly (|INT64_MIN| too). */
+static __int128 map_bound(const st_clock_map *m)
+{
+    __int128 e = m->error_ns;
+    return (e < 0 ? -e : e) + m->half_bracket_ns;
+}
+
+int st_clock_sync_widen(st_clock_sync *sync, const st_clock_map *own, const st_clock_map *rank0)
+{
+    if (!sync || !own || !rank0) return st_set_error(ST_EINVAL, "st_clock_sync_widen: a NULL argument");
+    if (own->half_bracket_ns < 0 || rank0->half_bracket_ns < 0)
+        return st_set_error(ST_EINVAL, "st_clock_sync_widen: negative half bracket %" PRId64,
+                            own->half_bracket_ns < 0 ? own->half_bracket_ns : rank0->half_bracket_ns);
+    if (sync->uncertainty_ns < 0)
+        return st_set_error(ST_EINVAL, "st_clock_sync_widen: negative uncertainty %" PRId64, sync->uncertainty_ns);
+    __int128 u = (__int128)sync->uncertainty_ns + map_bound(own) + map_bound(rank0);
+    sync->uncertainty_ns = u > INT64_MAX ? INT64_MAX : (int64_t)u;
+    return ST_OK;
+}
+
+int st_clock_map_record(st_trace *t, int at, const st_clock_map *map)
+{
+    if (at != ST_CLOCK_AT_OPEN && at != ST_CLOCK_AT_CLOSE)
+        return st_set_error(ST_EINVAL, "st_clock_map_record: 'at' must be ST_CLOCK_AT_OPEN or ST_CLOCK_AT_CLOSE");
+    if (!map) return st_set_error(ST_EINVAL, "st_clock_map_record: no measurement");
+    if (map->half_bracket_ns < 0)
+        return st_set_error(ST_EINVAL, "st_clock_map_record: negative half bracket %" PRId64, map->half_bracket_ns);
+    if (!t) return st_set_error(ST_ESTATE, "st_clock_map_record: no trace");
+    if (!t->opt.enabled) return ST_OK;
+    pthread_mutex_lock(&t->lock);
+    t->clock_map[at] = *map;
+    t->clock_map_state[at] = 1; /* set, not yet written */
     pthread_mutex_unlock(&t->lock);
     return ST_OK;
 }

@@ -147,7 +147,8 @@ static const char *const meta_int_keys[] = {
     "dropped_events", "unmatched_ends", "rejected_steps", "clock_clamped", "bad_counters",
     "gpu_dropped_records", "failed_commits", "lost_events", "local_rank", "device",
     "clock_sync_ns", "clock_offset_ns", "clock_uncertainty_ns", "clock_sync_close_ns",
-    "clock_offset_close_ns", "clock_uncertainty_close_ns", "clock_drift_ppb",
+    "clock_offset_close_ns", "clock_uncertainty_close_ns", "clock_drift_ppb", "clock_map_error_ns",
+    "clock_map_half_bracket_ns", "clock_map_error_close_ns", "clock_map_half_bracket_close_ns",
 };
 
 /* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a

@@ -24,9 +24,37 @@ static int meta_i64(const char *s, int64_t *out)
     return 0;
 }
 
+/* The clock map errors (absent in traces written before they were
+ * measured): each pair within int64 and whole, half brackets >= 0. */
+static const char *const map_keys[4] = {"clock_map_error_ns", "clock_map_half_bracket_ns",
+                                        "clock_map_error_close_ns", "clock_map_half_bracket_close_ns"};
+
+static int check_map_keys(st_reader *r)
+{
+    int64_t v[4] = {0, 0, 0, 0};
+    int has[4];
+    for (int i = 0; i < 4; i++) {
+        const char *s = st_rd_meta(r, map_keys[i]);
+        if (s && meta_i64(s, &v[i]))
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is '%.32s%s', past 64 bits", map_keys[i], s,
+                                strlen(s) > 32 ? "..." : "");
+        has[i] = s != NULL;
+    }
+    for (int m = 0; m < 2; m++) {
+        if (has[2 * m] != has[2 * m + 1])
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': keys '%s' and '%s' go together (only '%s' present)",
+                                map_keys[2 * m], map_keys[2 * m + 1], map_keys[2 * m + !has[2 * m]]);
+        if (has[2 * m + 1] && v[2 * m + 1] < 0)
+            return st_set_error(ST_ECORRUPT, "trace table 'meta': key '%s' is %lld, a negative half bracket",
+                                map_keys[2 * m + 1], (long long)v[2 * m + 1]);
+    }
+    return ST_OK;
+}
+
 /* The multi-process keys: run_id's alphabet and length; the clock keys,
  * local_rank and device within int64; each measurement whole (its three
- * keys or none), the close one only with the open one, uncertainties >= 0. */
+ * keys or none), the close one only with the open one, uncertainties >= 0;
+ * the clock map errors (check_map_keys). */
 int st_rd_check_rank_meta(st_reader *r)
 {
     const char *id = st_rd_meta(r, "run_id");
@@ -75,7 +103,7 @@ int st_rd_check_rank_meta(st_reader *r)
     if (has[3] && !has[0])
         return st_set_error(ST_ECORRUPT, "trace table 'meta': the close measurement '%s' without the open one '%s'",
                             clock_keys[4], clock_keys[1]);
-    return ST_OK;
+    return check_map_keys(r);
 }
 
 void st_reader_rank_clock(const st_reader *r, st_rank_clock *out)

@@ -62,6 +62,23 @@ static int check_part_clock(const set_part *p)
     return ST_OK;
 }
 
+/* The set's step marks: part 0's, mapped with its clock, in order. */
+static int set_map_steps(st_reader *r)
+{
+    st_reader *first = r->parts[0].r;
+    for (uint32_t i = 0; i < first->n_steps; i++) {
+        r->steps[i] = first->steps[i];
+        int rc = set_map(&r->parts[0], first->steps[i].ts_ns, &r->steps[i].ts_ns);
+        if (rc) return rc;
+        if (i && r->steps[i].ts_ns <= r->steps[i - 1].ts_ns)
+            return st_set_error(ST_ECORRUPT, "rank %d: step marks %llu and %llu are out of order on rank 0's clock",
+                                r->parts[0].rank, (unsigned long long)r->steps[i - 1].step,
+                                (unsigned long long)r->steps[i].step);
+    }
+    r->n_steps = first->n_steps;
+    return ST_OK;
+}
+
 static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *ranks)
 {
     uint32_t nt = 0, ns = 0, nc = 0;
@@ -156,17 +173,7 @@ static int set_build(st_reader *r, st_reader **readers, uint32_t n, const int *r
     st_reader *first = r->parts[0].r;
     r->steps = calloc(first->n_steps ? first->n_steps : 1, sizeof *r->steps);
     if (!r->steps) return st_set_error(ST_ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < first->n_steps; i++) {
-        r->steps[i] = first->steps[i];
-        int rc = set_map(&r->parts[0], first->steps[i].ts_ns, &r->steps[i].ts_ns);
-        if (rc) return rc;
-        if (i && r->steps[i].ts_ns <= r->steps[i - 1].ts_ns)
-            return st_set_error(ST_ECORRUPT, "rank %d: step marks %llu and %llu are out of order on rank 0's clock",
-                                r->parts[0].rank, (unsigned long long)r->steps[i - 1].step,
-                                (unsigned long long)r->steps[i].step);
-    }
-    r->n_steps = first->n_steps;
-    return ST_OK;
+    return set_map_steps(r);
 }
 
 int st_run_ids_match(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
@@ -256,6 +263,30 @@ int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, u
     *part = r->thread_part[thread];
     *local_id = r->thread_local[thread];
     return 0;
+}
+
+int st_reader_part_clock(const st_reader *r, uint32_t index, st_rank_clock *out)
+{
+    if (!r->parts || index >= r->n_parts)
+        return st_set_error(ST_EINVAL, "the reader has no part %u (a rank set's parts: 0..%u)", index,
+                            r->parts ? r->n_parts - 1 : 0);
+    *out = r->parts[index].clock;
+    return ST_OK;
+}
+
+int st_reader_set_part_clock(st_reader *r, uint32_t index, const st_rank_clock *c)
+{
+    st_rank_clock before;
+    int rc = st_reader_part_clock(r, index, &before);
+    if (rc) return rc;
+    r->parts[index].clock = *c;
+    rc = check_part_clock(&r->parts[index]);
+    if (!rc && index == 0) rc = set_map_steps(r);
+    if (rc) {
+        r->parts[index].clock = before;
+        if (index == 0) set_map_steps(r); /* as they were: they mapped with it */
+    }
+    return rc;
 }
 
 static int set_chunk_totals(st_reader *r, st_chunk_totals *out)

@@ -109,6 +109,8 @@ struct st_trace {
     char run_id[72];                /* st_options.run_id, or "" */
     st_clock_sync clock_sync[2];    /* under lock: st_clock_sync_record's */
     int clock_sync_state[2];        /* under lock: 0 none, 1 to write, 2 written */
+    st_clock_map clock_map[2];      /* under lock: st_clock_map_record's */
+    int clock_map_state[2];         /* under lock: 0 none, 1 to write, 2 written */
     struct st_meta_item *meta_items; /* under lock: st_meta_set's (meta.c) */
     size_t n_meta_items;
     pthread_mutex_t gpu_lock;

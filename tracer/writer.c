@@ -719,8 +719,8 @@ static void write_dropped(st_trace *t, writer *w)
     }
 }
 
-/* st_clock_sync_record's measurements, each written once (docs/trace-format.md,
- * "Ranks on one clock"). */
+/* st_clock_sync_record's and st_clock_map_record's measurements, each
+ * written once (docs/trace-format.md, "Ranks on one clock"). */
 static void write_clock_sync(st_trace *t, writer *w)
 {
     st_clock_sync sync[2];
@@ -746,6 +746,21 @@ static void write_clock_sync(st_trace *t, writer *w)
         __int128 drift = (__int128)((__int128)sync[1].offset_ns - sync[0].offset_ns) * 1000000000 /
                          ((__int128)sync[1].local_ns - sync[0].local_ns);
         if (drift <= INT64_MAX && drift >= INT64_MIN) meta_int(w, "clock_drift_ppb", (long long)drift);
+    }
+    st_clock_map map[2];
+    pthread_mutex_lock(&t->lock);
+    for (int i = 0; i < 2; i++) {
+        map[i] = t->clock_map[i];
+        state[i] = t->clock_map_state[i];
+        if (state[i] == 1) t->clock_map_state[i] = 2;
+    }
+    pthread_mutex_unlock(&t->lock);
+    static const char *map_keys[2][2] = {{"clock_map_error_ns", "clock_map_half_bracket_ns"},
+                                         {"clock_map_error_close_ns", "clock_map_half_bracket_close_ns"}};
+    for (int i = 0; i < 2; i++) {
+        if (state[i] != 1) continue;
+        meta_int(w, map_keys[i][0], (long long)map[i].error_ns);
+        meta_int(w, map_keys[i][1], (long long)map[i].half_bracket_ns);
     }
 }
 

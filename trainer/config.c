@@ -92,6 +92,7 @@ static void defaults(tr_config *cfg)
     cfg->profile_interval = 0;
     cfg->metrics_every = 10;
     cfg->log_every = 10;
+    cfg->alternate_settle = 10;
     cfg->topk = 4;
 }
 
@@ -324,7 +325,8 @@ enum {
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
     F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL, F_LAYOUT, F_TARGET_RANKS,
-    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_TRACE_CPU_USER_STACK,
+    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_TRACE_CPU_USER_STACK, F_GPU_ALTERNATE,
+    F_ALTERNATE_SETTLE,
 };
 
 static const struct option long_options[] = {
@@ -361,6 +363,8 @@ static const struct option long_options[] = {
     {"trace-gpu", required_argument, 0, F_TRACE_GPU},
     {"trace-cpu", no_argument, 0, F_TRACE_CPU},
     {"trace-cpu-user-stack", required_argument, 0, F_TRACE_CPU_USER_STACK},
+    {"gpu-alternate", required_argument, 0, F_GPU_ALTERNATE},
+    {"alternate-settle", required_argument, 0, F_ALTERNATE_SETTLE},
     {"overwrite", no_argument, 0, F_OVERWRITE},
     {"ring-records", required_argument, 0, F_RING_RECORDS},
     {"block-when-full", no_argument, 0, F_BLOCK_WHEN_FULL},
@@ -434,6 +438,12 @@ static void usage(FILE *f)
         "                             process; NAME.sqlite under N processes: NAME.rank<r>.sqlite\n"
         "  --profile-steps A-B        cuda: cudaProfilerStart before step A, Stop after step B\n"
         "                             (nsys profile --capture-range=cudaProfilerApi)\n"
+        "  --gpu-alternate N          cuda, one process: what GPU recording costs, measured in\n"
+        "                             the run: after N warm-up steps, GPU recording paused and\n"
+        "                             resumed in blocks of N steps, in pairs of alternating\n"
+        "                             order; prints the rate recorded / paused with its 95 %%\n"
+        "                             interval (0 = off, the default)\n"
+        "  --alternate-settle K       steps left out at the start of each block (default 10)\n"
         "  --overwrite                replace an existing trace file (never one that another\n"
         "                             process is still writing), and remove the rank files of\n"
         "                             an older run with more ranks there (rank<N>.sqlite, N >=\n"
@@ -546,6 +556,9 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         cfg->trace_cpu_user_stack = (uint32_t)v;
         return 0;
     }
+    case F_GPU_ALTERNATE: return parse_long("--gpu-alternate", arg, 0, 1000000, &cfg->gpu_alternate, err, n);
+    case F_ALTERNATE_SETTLE:
+        return parse_long("--alternate-settle", arg, 0, 999999, &cfg->alternate_settle, err, n);
     case F_RING_RECORDS:
         if (parse_long("--ring-records", arg, 64, 1L << 28, &v, err, n)) return -1;
         if (v & (v - 1)) {
@@ -630,6 +643,19 @@ int tr_config_validate(tr_config *cfg, char *err, size_t n)
     if (cfg->trace_cpu_user_stack && !cfg->trace_cpu) {
         set_error(err, n, "--trace-cpu-user-stack needs --trace-cpu (it unwinds the CPU capture's samples)");
         return -1;
+    }
+    if (cfg->gpu_alternate) {
+        if (cfg->device != TR_DEVICE_CUDA || cfg->trace_gpu_off ||
+            !(cfg->trace_path || cfg->profile_interval > 0)) {
+            set_error(err, n, "--gpu-alternate pauses and resumes GPU recording: it needs --device cuda, "
+                              "a trace (--trace or --profile-interval) and --trace-gpu on");
+            return -1;
+        }
+        if (cfg->alternate_settle >= cfg->gpu_alternate) {
+            set_error(err, n, "--alternate-settle %ld must be less than --gpu-alternate %ld",
+                      cfg->alternate_settle, cfg->gpu_alternate);
+            return -1;
+        }
     }
     if (cfg->device == TR_DEVICE_CPU) {
         /* threads, not devices: ids are only labels, but each role needs distinct ones */

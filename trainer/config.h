@@ -62,6 +62,7 @@ typedef struct tr_config {
     long ring_records;        /* --ring-records; 0: the tracer's default */
     int block_when_full;      /* --block-when-full */
     long profile_first, profile_last; /* --profile-steps A-B: device profiler capture; 0 = off */
+    long gpu_alternate, alternate_settle; /* --gpu-alternate N, --alternate-settle K (alternate.h) */
 
     /* test and demo knobs: busy-wait this long inside each forward */
     long target_delay_us, drafter_delay_us;

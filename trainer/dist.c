@@ -27,8 +27,8 @@
  *
  * Traces: rank 0 makes the run id and broadcasts it; each rank opens its own file
  * (st_rank_path) with its rank, world size, local rank and device; clocks are measured against
- * rank 0's by ping-pong (CLOCK_PROBES exchanges, st_clock_estimate) after open and before
- * close.
+ * rank 0's by ping-pong (CLOCK_PROBES exchanges, st_clock_estimate), widened by both ends' TSC
+ * map errors (st_clock_sync_widen), after open and before close.
  *
  * Flows: the ids of the single-process trainer (pipeline.c), global batch index << 16 | hop,
  * unique across the run's ranks since every global batch has one owner: loader -> target
@@ -296,22 +296,48 @@ static size_t ints_count(const tr_config *cfg)
 
 /* ---- clocks ------------------------------------------------------------------------------ */
 
+/* The larger bound of two map measurements taken before and after an exchange. The map
+ * error is linear in time (a fixed map against CLOCK_MONOTONIC's steady rate), so the larger
+ * |error| + half bracket of its two ends bounds it at every instant in between, and so at the
+ * kept probe's. */
+static st_clock_map map_larger(st_clock_map a, st_clock_map b)
+{
+    __int128 ea = a.error_ns, eb = b.error_ns;
+    __int128 ba = (ea < 0 ? -ea : ea) + a.half_bracket_ns, bb = (eb < 0 ? -eb : eb) + b.half_bracket_ns;
+    return bb > ba ? b : a;
+}
+
 /* Every rank measures its clock against rank 0's: CLOCK_PROBES round trips, rank 0 answering
- * each with st_now_ns(), the best kept (st_clock_estimate). Collective over r->comm. */
+ * each with st_now_ns(), the best kept (st_clock_estimate). Both ends time the probes with
+ * their own TSC map, whose error against CLOCK_MONOTONIC the offset would carry unseen: each
+ * measures it before and after the exchange (st_clock_map_measure), rank 0 sends its larger
+ * one to the rank right after the last reply, and the rank widens its uncertainty by both
+ * (st_clock_sync_widen). Each rank records its own larger one; rank 0's, the one it sent the
+ * last rank, with offset 0 and uncertainty 0 (its map is the reference). Collective over
+ * r->comm. */
 static void clock_sync(rank_state *r, int at)
 {
     st_clock_sync sync = {0, 0, 0};
+    st_clock_map before, after, own;
     if (r->rank == 0) {
-        for (int peer = 1; peer < r->world; peer++)
+        own = (st_clock_map){0, 0};
+        for (int peer = 1; peer < r->world; peer++) {
+            st_clock_map_measure(&before);
             for (int k = 0; k < CLOCK_PROBES; k++) {
                 int64_t probe;
                 MPI_Recv(&probe, 1, MPI_INT64_T, peer, TAG_CLOCK, r->comm, MPI_STATUS_IGNORE);
                 int64_t now = st_now_ns();
                 MPI_Send(&now, 1, MPI_INT64_T, peer, TAG_CLOCK, r->comm);
             }
+            st_clock_map_measure(&after);
+            own = map_larger(before, after);
+            int64_t map[2] = {own.error_ns, own.half_bracket_ns};
+            MPI_Send(map, 2, MPI_INT64_T, peer, TAG_CLOCK, r->comm);
+        }
         sync.local_ns = st_now_ns();
     } else {
         st_clock_probe probes[CLOCK_PROBES];
+        st_clock_map_measure(&before);
         for (int k = 0; k < CLOCK_PROBES; k++) {
             probes[k].send_ns = st_now_ns();
             MPI_Send(&probes[k].send_ns, 1, MPI_INT64_T, 0, TAG_CLOCK, r->comm);
@@ -319,10 +345,19 @@ static void clock_sync(rank_state *r, int at)
                      MPI_STATUS_IGNORE);
             probes[k].recv_ns = st_now_ns();
         }
-        if (st_clock_estimate(probes, CLOCK_PROBES, &sync) != ST_OK)
+        st_clock_map_measure(&after);
+        own = map_larger(before, after);
+        int64_t map[2];
+        MPI_Recv(map, 2, MPI_INT64_T, 0, TAG_CLOCK, r->comm, MPI_STATUS_IGNORE);
+        st_clock_map rank0 = {map[0], map[1]};
+        if (st_clock_estimate(probes, CLOCK_PROBES, &sync) != ST_OK ||
+            st_clock_sync_widen(&sync, &own, &rank0) != ST_OK) {
+            fprintf(stderr, "trainer: rank %d: no clock offset: %s\n", r->rank, st_last_error());
             return;
+        }
     }
-    if (r->tracing && st_clock_sync_record(r->trace, at, &sync) != ST_OK)
+    if (r->tracing && (st_clock_sync_record(r->trace, at, &sync) != ST_OK ||
+                       st_clock_map_record(r->trace, at, &own) != ST_OK))
         fprintf(stderr, "trainer: rank %d: cannot record the clock offset: %s\n", r->rank,
                 st_last_error());
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alternate.h"
 #include "backend.h"
 #include "config.h"
 #include "data.h"
@@ -62,6 +63,14 @@ static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The process's CPU time (every thread), for --gpu-alternate's CPU per step. */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -126,6 +135,12 @@ int main(int argc, char **argv)
         if (!quiet)
             fprintf(stderr, "trainer: %s\n", err);
         return EXIT_USAGE; /* under MPI too: every rank opens the same file */
+    }
+    if (launch == TR_DIST_MULTI && cfg.gpu_alternate) {
+        if (!quiet)
+            fprintf(stderr, "trainer: --gpu-alternate measures one process: run it without mpirun\n");
+        tr_data_close(data);
+        return EXIT_USAGE;
     }
     if (launch == TR_DIST_MULTI)
         return tr_dist_main(&cfg, backend, data, argc, argv);
@@ -224,6 +239,8 @@ int main(int argc, char **argv)
     double accuracy = 0.0, topk = 0.0;
     long step = 0;
     int profiler_on = 0; /* --profile-steps A-B: capture from the mark of step A-1 to B's */
+    tr_alternate alt;
+    tr_alternate_init(&alt, cfg.gpu_alternate, cfg.alternate_settle);
     st_step(0, 0);
     if (cfg.profile_first == 1) {
         tr_pipeline_profiler(pipe, 1);
@@ -246,6 +263,17 @@ int main(int argc, char **argv)
             break; /* interrupted */
         step++;
         st_step((uint64_t)step, report.tokens);
+        if (cfg.gpu_alternate) {
+            int act = tr_alternate_at_step(&alt, step, now_s(), cpu_s());
+            if (act < 0 ||
+                (act == TR_ALT_PAUSE && st_gpu_pause(trace) != ST_OK) ||
+                (act == TR_ALT_RESUME && st_gpu_resume(trace) != ST_OK)) {
+                fprintf(stderr, "trainer: --gpu-alternate: %s\n",
+                        act < 0 ? "out of memory for the blocks" : st_last_error());
+                failed = 1;
+                break;
+            }
+        }
         if (cfg.profile_first && step == cfg.profile_first - 1 && !profiler_on) {
             tr_pipeline_profiler(pipe, 1);
             profiler_on = 1;
@@ -283,6 +311,12 @@ int main(int argc, char **argv)
     }
     double elapsed = now_s() - t_start;
     int interrupted = st_interrupted();
+    if (cfg.gpu_alternate) {
+        char line[512];
+        tr_alternate_summary(&alt, line, sizeof line);
+        printf("trainer: %s\n", line);
+        tr_alternate_free(&alt);
+    }
     if (profiler_on)
         tr_pipeline_profiler(pipe, 0);
     tr_pipeline_stop(pipe);

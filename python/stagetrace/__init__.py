@@ -18,14 +18,18 @@ import threading as _threading
 import time as _time
 
 from . import _stagetrace
+from . import distributed as _distributed
 
 __all__ = [
     "Error", "Trace", "Stage", "Thread", "TraceData", "open", "open_disabled", "open_from_args",
     "add_arguments", "thread", "current", "read", "rank_from_env", "gpu_available", "KINDS",
+    "sync_clocks", "collectives",
     "PYTHON_STACKS", "frame_pointers", "__version__",
 ]
 
 Error = _stagetrace.Error
+sync_clocks = _distributed.sync_clocks
+collectives = _distributed.collectives
 Trace = _stagetrace.Trace
 Stage = _stagetrace.Stage
 Thread = _stagetrace.Thread
@@ -175,7 +179,7 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
          on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
          local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
          commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, cpu_user_stack=0,
-         python_stacks="auto"):
+         python_stacks="auto", clock_sync=True):
     """Opens the process's trace at `path` (see python/README.md for every argument)."""
     if path is None:
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
@@ -216,6 +220,12 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
             raise
     if handle_signals:
         _signals.install()
+    if world_size > 1 and clock_sync:
+        try:
+            _distributed.auto(trace)
+        except BaseException:
+            trace.close()
+            raise
     return trace
 
 

@@ -72,6 +72,7 @@ typedef struct trace_object {
     int argc, rank;
     int owns_trampoline; /* 1: open() turned the perf trampoline on; close turns it off */
     int gil_probe;       /* 1: this trace registered the GIL probe */
+    PyObject *on_close;  /* callable() run once before st_close (sync_clocks at close), or NULL */
 } trace_object;
 
 typedef struct {
@@ -488,6 +489,19 @@ static int trace_do_close(trace_object *t)
         return -1;
     }
     if (t->closed) return 0;
+    /* the close-time clock measurement, while the trace is still open; its
+     * failures are its own to report (it never stops the close) */
+    if (t->on_close && t->trace) {
+        PyObject *fn = t->on_close;
+        t->on_close = NULL;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *res = PyObject_CallObject(fn, NULL);
+        if (!res) PyErr_WriteUnraisable(fn);
+        Py_XDECREF(res);
+        Py_DECREF(fn);
+        PyErr_Restore(et, ev, tb);
+    }
     drop_stale_ring();
     int registered_here = tls_gen == t->gen;
     t->closed = 1;
@@ -587,6 +601,76 @@ static PyObject *trace_meta_set(trace_object *self, PyObject *args)
     int rc = st_meta_set(self->trace, key, value);
     if (rc != ST_OK) return stp_set_error(rc, "cannot store the meta key");
     Py_RETURN_NONE;
+}
+
+/* _set_on_close(fn or None): fn() runs once when the trace closes, before
+ * st_close (stagetrace.sync_clocks's close-time measurement). */
+static PyObject *trace_set_on_close(trace_object *self, PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_set_on_close expects a callable or None");
+        return NULL;
+    }
+    Py_XDECREF(self->on_close);
+    self->on_close = fn == Py_None ? NULL : fn;
+    Py_XINCREF(self->on_close);
+    Py_RETURN_NONE;
+}
+
+/* _clock_record(at, probes, own, rank0): at 0 (open) or 1 (close); probes a
+ * sequence of (send_ns, remote_ns, recv_ns) or None on rank 0; own and rank0
+ * (error_ns, half_bracket_ns) map errors (rank0 None on rank 0). The best
+ * probe gives the offset (st_clock_estimate), widened by both map errors
+ * (st_clock_sync_widen), stored with this process's map error
+ * (st_clock_sync_record, st_clock_map_record); rank 0 stores offset 0 and
+ * uncertainty 0. Returns (offset_ns, uncertainty_ns). */
+static PyObject *trace_clock_record(trace_object *self, PyObject *args)
+{
+    int at;
+    PyObject *probes, *rank0_obj;
+    long long own_e, own_h;
+    if (!PyArg_ParseTuple(args, "iO(LL)O", &at, &probes, &own_e, &own_h, &rank0_obj)) return NULL;
+    if (self->closed) return closed_error(self);
+    if (at != ST_CLOCK_AT_OPEN && at != ST_CLOCK_AT_CLOSE) {
+        PyErr_SetString(PyExc_ValueError, "_clock_record: at must be 0 (open) or 1 (close)");
+        return NULL;
+    }
+    st_clock_map own = {own_e, own_h};
+    st_clock_sync sync = {st_now_ns(), 0, 0};
+    if (probes != Py_None) {
+        long long r0e, r0h;
+        if (!PyArg_ParseTuple(rank0_obj, "LL", &r0e, &r0h)) return NULL;
+        st_clock_map rank0 = {r0e, r0h};
+        Py_ssize_t n = PySequence_Size(probes);
+        if (n < 0) return NULL;
+        if (n < 1 || n > 4096) {
+            PyErr_Format(PyExc_ValueError, "_clock_record: %zd probes (1..4096)", n);
+            return NULL;
+        }
+        st_clock_probe *p = PyMem_Malloc((size_t)n * sizeof *p);
+        if (!p) return PyErr_NoMemory();
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long a, b, c;
+            PyObject *item = PySequence_GetItem(probes, i);
+            int ok = item && PyArg_ParseTuple(item, "LLL", &a, &b, &c);
+            Py_XDECREF(item);
+            if (!ok) {
+                PyMem_Free(p);
+                return NULL;
+            }
+            p[i] = (st_clock_probe){a, b, c};
+        }
+        int rc = st_clock_estimate(p, (int)n, &sync);
+        PyMem_Free(p);
+        if (rc == ST_OK) rc = st_clock_sync_widen(&sync, &own, &rank0);
+        if (rc != ST_OK) return stp_set_error(rc, "cannot estimate the clock offset");
+    }
+    if (self->trace) {
+        int rc = st_clock_sync_record(self->trace, at, &sync);
+        if (rc == ST_OK) rc = st_clock_map_record(self->trace, at, &own);
+        if (rc != ST_OK) return stp_set_error(rc, "cannot store the clock offset");
+    }
+    return Py_BuildValue("(LL)", (long long)sync.offset_ns, (long long)sync.uncertainty_ns);
 }
 
 /* _own_trampoline(): open() turned the perf trampoline on for this trace,
@@ -829,6 +913,7 @@ static void trace_dealloc(trace_object *self)
     Py_XDECREF(self->stages);
     Py_XDECREF(self->counters);
     Py_XDECREF(self->marks);
+    Py_XDECREF(self->on_close);
     for (int i = 0; self->argv && i < self->argc; i++) free(self->argv[i]);
     free(self->argv);
     PyTypeObject *tp = Py_TYPE(self);
@@ -854,6 +939,9 @@ static PyMethodDef trace_methods[] = {
      "pauses GPU recording (st_gpu_pause; the trace keeps the pause in gpu_pauses)"},
     {"gpu_resume", (PyCFunction)trace_gpu_resume, METH_NOARGS, "resumes GPU recording paused by gpu_pause"},
     {"_meta_set", (PyCFunction)trace_meta_set, METH_VARARGS, "_meta_set(key, value): st_meta_set"},
+    {"_set_on_close", (PyCFunction)trace_set_on_close, METH_O, "_set_on_close(fn or None)"},
+    {"_clock_record", (PyCFunction)trace_clock_record, METH_VARARGS,
+     "_clock_record(at, probes, own, rank0): the clock offset to rank 0, stored in meta"},
     {"_own_trampoline", (PyCFunction)trace_own_trampoline, METH_NOARGS,
      "close() turns the perf trampoline off (open() turned it on)"},
     {"__enter__", (PyCFunction)trace_enter, METH_NOARGS, NULL},
@@ -1139,6 +1227,21 @@ static PyObject *mod_signal_flush(PyObject *m, PyObject *arg)
     return PyLong_FromLong(rc);
 }
 
+/* _now_ns(): the trace clock (st_now_ns), as every record of the trace reads it. */
+static PyObject *mod_now_ns(PyObject *m, PyObject *unused)
+{
+    return PyLong_FromLongLong((long long)st_now_ns());
+}
+
+/* _clock_map(): this process's trace clock against its CLOCK_MONOTONIC now,
+ * (error_ns, half_bracket_ns) (st_clock_map_measure). */
+static PyObject *mod_clock_map(PyObject *m, PyObject *unused)
+{
+    st_clock_map c = {0, 0};
+    st_clock_map_measure(&c);
+    return Py_BuildValue("(LL)", (long long)c.error_ns, (long long)c.half_bracket_ns);
+}
+
 static PyObject *mod_gpu_available(PyObject *m, PyObject *unused)
 {
 #ifdef STP_HAVE_CUPTI
@@ -1155,6 +1258,8 @@ static PyMethodDef module_methods[] = {
     {"_signal_flush", mod_signal_flush, METH_O, "st_signal_flush(timeout_ms)"},
     {"_read", stp_read_trace, METH_VARARGS, "_read(path, ranges=True, counters=True, gpu=True, cpu=True)"},
     {"_layouts", stp_read_layouts, METH_NOARGS, "row sizes of the arrays _read returns"},
+    {"_now_ns", mod_now_ns, METH_NOARGS, "the trace clock now (st_now_ns)"},
+    {"_clock_map", mod_clock_map, METH_NOARGS, "(error_ns, half_bracket_ns) of the trace clock now"},
     {"gpu_available", mod_gpu_available, METH_NOARGS,
      "True when this build can record GPU activity (CUPTI)"},
     {NULL}};

@@ -267,13 +267,15 @@ ST_API void st_options_init(st_options *opt);
  * async-signal-safe function that says whether the calling thread holds
  * the interpreter's lock: 1 it does, 0 it does not, -1 unknown (the
  * Python extension registers one built on PyGILState_Check). With a probe
- * set, every thread registered afterwards is sampled by the signal
- * sampler (but with cpu_user_stack, whose copies only perf samples carry), which calls the probe on the sampled thread inside its signal
- * handler and stores the answer with each sample; where perf events work
- * the thread's perf event still records its context switches (meta
- * cpu_sampler 'timer', cpu_mode 'perf'). Set it before st_thread_register
- * (threads registered before keep their sampler); NULL removes it (those
- * threads' samples then say "unknown"). Any thread, any time. */
+ * set, every thread registered afterwards is sampled by the signal sampler
+ * (but with st_options.cpu_user_stack, whose stack copies only the perf
+ * event's samples carry), which calls the probe on the sampled thread
+ * inside its signal handler and stores the answer with each sample; where
+ * perf events work the thread's perf event still records its context
+ * switches (meta cpu_sampler 'timer', cpu_mode 'perf'). Set it before
+ * st_thread_register (threads registered before keep their sampler); NULL
+ * removes it (those threads' samples then say "unknown"). Any thread, any
+ * time. */
 #define ST_HAVE_GIL_PROBE 1
 ST_API void st_cpu_set_gil_probe(int (*probe)(void));
 
@@ -623,6 +625,32 @@ typedef struct st_clock_sync {
  * uncertainty_ns = (rtt + 1) / 2. ST_EINVAL when no probe is usable. */
 ST_API int st_clock_estimate(const st_clock_probe *probes, int n, st_clock_sync *out);
 
+/* This process's trace clock against its own CLOCK_MONOTONIC, measured by
+ * st_clock_map_measure: error_ns is the trace time of one clock reading
+ * minus CLOCK_MONOTONIC at that reading (the shift of
+ * ST_TEST_CLOCK_SHIFT_NS not counted), known to within +- half_bracket_ns
+ * (half the clock_gettime bracket around the reading, rounded up). On the
+ * TSC the map is fixed at open, so the error is its anchor's error plus
+ * its slope's error times the time since open; on CLOCK_MONOTONIC both are
+ * 0. */
+typedef struct st_clock_map {
+    int64_t error_ns;
+    int64_t half_bracket_ns;
+} st_clock_map;
+
+/* Measures it now: of a few (TSC, CLOCK_MONOTONIC) reads, the one with the
+ * tightest bracket, the TSC read fenced inside it; a few microseconds.
+ * ST_OK, or ST_EINVAL without `out`. Before any st_open, 0 and 0. */
+ST_API int st_clock_map_measure(st_clock_map *out);
+
+/* Widens a measured offset by both ends' map errors: uncertainty_ns +=
+ * |own->error_ns| + own->half_bracket_ns + |rank0->error_ns| +
+ * rank0->half_bracket_ns (saturating at INT64_MAX), so that it bounds the
+ * offset between the two hosts' CLOCK_MONOTONIC, not only between their
+ * trace clocks (docs/trace-format.md, "Ranks on one clock"). ST_EINVAL on
+ * a NULL argument, a negative half bracket or a negative uncertainty. */
+ST_API int st_clock_sync_widen(st_clock_sync *sync, const st_clock_map *own, const st_clock_map *rank0);
+
 enum { ST_CLOCK_AT_OPEN = 0, ST_CLOCK_AT_CLOSE = 1 };
 /* Stores a measurement in the trace's meta (clock_offset_ns, ... at open;
  * clock_offset_close_ns, ... and clock_drift_ppb at close). Thread-safe;
@@ -630,6 +658,13 @@ enum { ST_CLOCK_AT_OPEN = 0, ST_CLOCK_AT_CLOSE = 1 };
  * uncertainty 0. ST_EINVAL on a bad `at` or negative uncertainty,
  * ST_ESTATE when the trace is not open. */
 ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync);
+
+/* Stores this process's map error as measured at that clock measurement
+ * (clock_map_error_ns and clock_map_half_bracket_ns at open, the _close_
+ * pair at close). Thread-safe; between st_open and st_close. ST_EINVAL on a
+ * bad `at` or a negative half bracket, ST_ESTATE when the trace is not
+ * open. */
+ST_API int st_clock_map_record(st_trace *trace, int at, const st_clock_map *map);
 
 /* Stores key = value in the trace's meta at the writer's next commit, for
  * what the program knows of its run that the library cannot (the Python
@@ -646,7 +681,9 @@ ST_API int st_meta_set(st_trace *trace, const char *key, const char *value);
 /* -DST_DISABLE: every call is a stub that records nothing and touches no
  * library symbol. What they return: st_open gives a NULL trace and ST_OK;
  * st_close, st_flush, st_signal_flush, st_install_signal_handlers and
- * st_gpu_start, st_clock_sync_record and st_meta_set return ST_OK; st_rank_path and
+ * st_gpu_start, st_clock_sync_record, st_clock_sync_widen (leaving the
+ * measurement as it is), st_clock_map_record and st_meta_set return ST_OK;
+ * st_clock_map_measure gives 0 and 0 and ST_OK; st_rank_path and
  * st_clock_estimate return ST_EINVAL; st_stage_register, st_counter_register and
  * st_thread_register return 0 (every stage, counter and thread gets id 0);
  * st_enabled, st_interrupted, st_dropped and st_now_ns return 0; st_path
@@ -747,6 +784,21 @@ ST_API int st_clock_estimate(const st_clock_probe *probes, int n, st_clock_sync 
 ST_API int st_clock_sync_record(st_trace *trace, int at, const st_clock_sync *sync)
 {
     (void)trace; (void)at; (void)sync;
+    return ST_OK;
+}
+ST_API int st_clock_map_measure(st_clock_map *out)
+{
+    if (out) out->error_ns = out->half_bracket_ns = 0;
+    return ST_OK;
+}
+ST_API int st_clock_sync_widen(st_clock_sync *sync, const st_clock_map *own, const st_clock_map *rank0)
+{
+    (void)sync; (void)own; (void)rank0;
+    return ST_OK;
+}
+ST_API int st_clock_map_record(st_trace *trace, int at, const st_clock_map *map)
+{
+    (void)trace; (void)at; (void)map;
     return ST_OK;
 }
 ST_API int st_meta_set(st_trace *trace, const char *key, const char *value)

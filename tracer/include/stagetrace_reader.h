@@ -169,6 +169,17 @@ ST_API int st_reader_open_set(st_reader **out, st_reader **readers, const int *r
 ST_API uint32_t st_reader_n_parts(const st_reader *r);
 ST_API st_reader *st_reader_part(const st_reader *r, uint32_t index);
 ST_API int st_reader_thread_part(const st_reader *r, uint32_t thread, uint32_t *part, uint32_t *local_id);
+/* The clock a set maps part `index` with (st_rank_clock_map): the rank's
+ * meta measurements (st_reader_rank_clock) until st_reader_set_part_clock
+ * replaces them. ST_OK, or ST_EINVAL for a file's reader or an index past
+ * the parts. */
+ST_API int st_reader_part_clock(const st_reader *r, uint32_t index, st_rank_clock *out);
+/* Replaces the clock of part `index` (an offline alignment: analyze's
+ * --align), and, for part 0, maps the set's step marks again with it.
+ * Refused (ST_ECORRUPT, the reader's message, the part's clock unchanged)
+ * as at open: a close reading before the open one on rank 0's clock, or a
+ * step mark of part 0 that no longer maps in order within 0..INT64_MAX. */
+ST_API int st_reader_set_part_clock(st_reader *r, uint32_t index, const st_rank_clock *c);
 
 /* Limits a reader holds a trace to (docs/trace-format.md), so that what
  * analyze prints stays bounded: names (threads, stages, counters, meta keys)
