@@ -254,16 +254,16 @@ $(BUILD)/obj/ext/%.o: %.c $(BUILD)/obj/ext/%.o.d
 # cpu_lines.c with or without libdw: a stamp per choice, so that changing it
 # (NO_LIBDW=1, or libdw installed since) builds the object again.
 LIBDW_STAMP := $(BUILD)/obj/tracer/cpu_lines.libdw-$(if $(HAVE_LIBDW),on,off)
-$(BUILD)/obj/tracer/cpu_lines.o: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW $(LIBDW_CFLAGS))
-$(BUILD)/obj/tracer/cpu_lines.o: $(LIBDW_STAMP)
+$(BUILD)/obj/tracer/cpu_lines.o $(BUILD)/obj/tracer/cpu_unwind.o: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW $(LIBDW_CFLAGS))
+$(BUILD)/obj/tracer/cpu_lines.o $(BUILD)/obj/tracer/cpu_unwind.o: $(LIBDW_STAMP)
 $(LIBDW_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/tracer/cpu_lines.libdw-*
 	@touch $@
 
-# test_cpu_symbols checks cpu_lines as the library was built
-$(BUILD)/tests/test_cpu_symbols: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW)
-$(BUILD)/tests/test_cpu_symbols: $(LIBDW_STAMP)
+# test_cpu_symbols checks cpu_lines as the library was built, test_cpu_unwind the unwinding
+$(BUILD)/tests/test_cpu_symbols $(BUILD)/tests/test_cpu_unwind: CFLAGS_BASE += $(if $(HAVE_LIBDW),-DST_HAVE_LIBDW)
+$(BUILD)/tests/test_cpu_symbols $(BUILD)/tests/test_cpu_unwind: $(LIBDW_STAMP)
 
 $(LIB_A): $(TRACER_OBJ)
 	@mkdir -p $(dir $@)
@@ -427,7 +427,23 @@ $(BUILD)/tests/tracegen: tests/tracegen_main.c $(TRACEGEN_OBJ) $(LIB_A)
 # include their internal headers; none compiles their sources in.
 $(BUILD)/tests/test_%: tests/test_%.c $(TEST_COMMON) $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_A) $(LIB_KERNELS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TEST_COMMON) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS) $(ANALYZE_LDLIBS)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -Itests $< $(TEST_COMMON) $(TEST_EXTRA_OBJ) -o $@ $(LIB_ANALYZE) $(LIB_TRAINER) $(LIB_KERNELS) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(LDLIBS) $(ANALYZE_LDLIBS)
+
+# test_cpu_unwind's call chain a -> b -> c -> spin (tests/cpu_nofp.c) is built as the PyTorch
+# wheels are, without frame pointers (the later flags win over FPFLAGS and SANFLAGS'), so that
+# only DWARF unwinding finds it.
+NOFP_OBJ := $(BUILD)/obj/tests/cpu_nofp.o
+$(NOFP_OBJ): tests/cpu_nofp.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -O2 -fomit-frame-pointer -momit-leaf-frame-pointer -c $< -o $@
+# The same chain as a library that the test loads once its first stacks were unwound
+# (-Bsymbolic: its calls stay inside it, whatever the program defines).
+NOFP_SO := $(BUILD)/tests/libcpu_nofp.so
+$(NOFP_SO): tests/cpu_nofp.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -O2 -fomit-frame-pointer -momit-leaf-frame-pointer -shared -Wl,-Bsymbolic $< -o $@
+$(BUILD)/tests/test_cpu_unwind: TEST_EXTRA_OBJ := $(NOFP_OBJ)
+$(BUILD)/tests/test_cpu_unwind: $(NOFP_OBJ) $(NOFP_SO)
 
 $(BUILD)/tests/lib%.so: tests/%.c
 	@mkdir -p $(dir $@)

@@ -4,7 +4,8 @@
  * Work rate: a thread runs a fixed arithmetic loop in blocks of about
  * 100 ms, with capture off, with switch records only (no samples: what
  * the host's other load costs through preemptions), at the default period (ST_CPU_DEFAULT_PERIOD_NS,
- * 199 Hz), at 1 kHz and at 10 kHz of its CPU time; with capture on, the
+ * 199 Hz), at 1 kHz, at 1 kHz with a 16 KiB user-stack copy per sample
+ * (DWARF unwinding's input; 1k+stack) and at 10 kHz of its CPU time; with capture on, the
  * thread opens its own event before the block (untimed) and a consumer
  * thread drains the ring every millisecond, as the writer will. The
  * variants are interleaved, block after block in rotating order, so that a
@@ -60,12 +61,18 @@ __attribute__((noinline)) static uint64_t work_unit(uint64_t x)
     return x;
 }
 
-enum { V_OFF, V_SWITCHES, V_DEFAULT, V_1K, V_10K, V_TIMER, V_TIMER_1K, N_VARIANTS };
-static const char *variant_name[N_VARIANTS] = {"off", "switches", "default", "1 kHz", "10 kHz", "timer", "timer 1k"};
+enum { V_OFF, V_SWITCHES, V_DEFAULT, V_1K, V_1K_STACK, V_10K, V_TIMER, V_TIMER_1K, N_VARIANTS };
+static const char *variant_name[N_VARIANTS] = {"off", "switches", "default", "1 kHz", "1k+stack", "10 kHz", "timer", "timer 1k"};
 static uint64_t variant_period(int v)
 {
-    return v == V_SWITCHES ? UINT64_MAX : v == V_1K || v == V_TIMER_1K ? 1000000 : v == V_10K ? 100000 : 0;
+    return v == V_SWITCHES ? UINT64_MAX
+           : v == V_1K || v == V_1K_STACK || v == V_TIMER_1K ? 1000000
+           : v == V_10K ? 100000 : 0;
 }
+/* 1k+stack: 1 kHz with a 16 KiB user-stack copy and the registers in each
+ * sample (st_cpu_config.user_stack, for DWARF unwinding): the kernel's copy
+ * on the sampled thread, and the drain of the larger records. */
+#define BENCH_USER_STACK 16384u
 static int is_timer(int v) { return v == V_TIMER || v == V_TIMER_1K; }
 static int perf_ok; /* the perf variants run */
 static int variant_runs(int v) { return v == V_OFF || is_timer(v) || perf_ok; }
@@ -120,7 +127,8 @@ static void *busy_thread(void *arg)
         b->ev.fd = -1;
         b->open_rc = st_cpu_timer_open(&b->tm, variant_period(b->variant), 0, b->why, sizeof b->why);
     } else if (b->variant != V_OFF) {
-        st_cpu_config cfg = {.period_ns = variant_period(b->variant)}; /* 0: the library's default */
+        st_cpu_config cfg = {.period_ns = variant_period(b->variant), /* 0: the library's default */
+                             .user_stack = b->variant == V_1K_STACK ? BENCH_USER_STACK : 0};
         b->open_rc = st_cpu_thread_open(&b->ev, 0, &cfg);
         snprintf(b->why, sizeof b->why, "%s", b->ev.reason);
     } else {

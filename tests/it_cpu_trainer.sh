@@ -13,6 +13,10 @@
 # prints the same with and without them (the tables dropped from a copy)
 # but for its four on-CPU columns, which only the trace with them has. As root, the same run as
 # nobody (setpriv) records perf events too where perf_event_paranoid <= 2.
+# With --trace-cpu-user-stack 16384 (docs/cpu.md, "DWARF unwinding") the same checks hold, meta
+# cpu_unwind is dwarf (fp with a reason naming libdw in a build without it) and every sample with
+# a stack copy is counted as unwound or kept; a trace without the flag has no cpu_unwind keys;
+# a size out of range, or the flag without --trace-cpu, is one line and exit 2.
 #
 #   bash tests/it_cpu_trainer.sh BUILD_DIR
 set -euo pipefail
@@ -31,14 +35,14 @@ trap 'rm -rf "$T" "$N"' EXIT
 
 train() { # NAME DIR [PREFIX...]: the trainer with --trace-cpu into DIR/NAME.sqlite, copied here
     local name=$1 dir=$2; shift 2
-    "$@" "$TRAINER" --steps 200 --trace "$dir/$name.sqlite" --trace-cpu --overwrite >"$name.log" 2>&1 ||
+    "$@" "$TRAINER" --steps 200 --trace "$dir/$name.sqlite" --trace-cpu --overwrite ${TRAIN_EXTRA:-} >"$name.log" 2>&1 ||
         fail "trainer $name: $(tail -5 "$name.log")"
     [ "$dir" = "$T" ] || cp "$dir/$name.sqlite" "$T/$name.sqlite"
     ok
 }
 
 check() { # NAME: the checks of the top on NAME.sqlite
-    ST_TRACE="$1.sqlite" ST_SANITIZED="$SANITIZED" py "check $1" <<'EOF'
+    ST_TRACE="$1.sqlite" ST_SANITIZED="$SANITIZED" ST_USER_STACK="${TRAIN_EXTRA:+16384}" py "check $1" <<'EOF'
 import os, sqlite3
 db = sqlite3.connect(os.environ["ST_TRACE"])
 meta = dict(db.execute("select key, value from meta"))
@@ -135,6 +139,21 @@ else:
     assert kernel_named >= 0.5 * sum(samples.values()), kernel_named
 own = db.execute("select build_id from cpu_maps where path like '%/trainer'").fetchall()
 assert own and all(len(b) >= 16 for (b,) in own), own
+user_stack = os.environ.get("ST_USER_STACK")
+if not user_stack:
+    assert not any(k.startswith("cpu_unwind") or k == "cpu_user_stack" for k in meta), "unwind keys with the option off"
+else:
+    assert meta["cpu_user_stack"] == user_stack, meta["cpu_user_stack"]
+    if meta["cpu_unwind"] == "fp":
+        assert "libdw" in meta["cpu_unwind_reason"], meta["cpu_unwind_reason"]
+    else:
+        assert meta["cpu_unwind"] == "dwarf" and "cpu_unwind_reason" not in meta, meta
+        dwarf, fp = int(meta["cpu_unwind_dwarf_samples"]), int(meta["cpu_unwind_fp_samples"])
+        print("unwound by DWARF %d, kept their chain %d, of %s samples; %s ns unwinding"
+              % (dwarf, fp, meta["cpu_samples"], meta["cpu_unwind_ns"]))
+        # a sample without a copy (the kernel found no user registers) counts in neither
+        assert 0.9 * int(meta["cpu_samples"]) <= dwarf + fp <= int(meta["cpu_samples"]), (dwarf, fp)
+        assert int(meta["cpu_unwind_ns"]) > 0
 EOF
 }
 
@@ -163,6 +182,17 @@ grep -qxF "$want" info_plain.out || fail "info: no '$want' in $(cat info_plain.o
 expect_ok info_bare "$A" info bare.sqlite
 grep -q 'cpu capture' info_bare.out && fail "info: a cpu capture line without the CPU capture"
 ok
+
+# DWARF unwinding of the same run's samples; its refusals
+TRAIN_EXTRA="--trace-cpu-user-stack 16384" train dwarf "$T"
+TRAIN_EXTRA="--trace-cpu-user-stack 16384" check dwarf
+for bad in "--trace-cpu --trace-cpu-user-stack 4096" "--trace-cpu --trace-cpu-user-stack 65537" \
+    "--trace-cpu-user-stack 16384"; do
+    run bad_stack "$TRAINER" --steps 1 --trace bad.sqlite --overwrite $bad
+    [ $rc -eq 2 ] && [ "$(wc -l <bad_stack.err)" -eq 1 ] && grep -q '^trainer: --trace-cpu-user-stack' bad_stack.err ||
+        fail "trainer $bad: exit $rc: $(cat bad_stack.err)"
+    ok
+done
 
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -le 2 ]; then

@@ -1,7 +1,8 @@
 /* cpu_perf.c: per-thread CPU capture through perf_event_open (st_cpu.h):
  * a software CPU-clock event per thread, in period mode, with context
- * switch records, its ring mapped and drained by one consumer; the pure
- * on/off-CPU accounting over a thread's switch records; and the frame
+ * switch records (and, when asked, each sample's user registers and stack
+ * copy, for DWARF unwinding), its ring mapped and drained by one consumer;
+ * the pure on/off-CPU accounting over a thread's switch records; and the frame
  * validation of callchains against the process's executable mappings.
  * Every failure is a status and a one-line reason, so that a refused
  * perf_event_open (a container's seccomp filter, perf_event_paranoid 3)
@@ -223,6 +224,42 @@ static void thread_reset(st_cpu_thread *t, pid_t tid)
     t->tid = tid;
 }
 
+size_t st_cpu_user_stack_ring(uint32_t user_stack)
+{
+    size_t want = (size_t)ST_CPU_USER_STACK_RECORDS * (user_stack + ST_CPU_USER_STACK_OVERHEAD);
+    size_t r = page_bytes();
+    while (r < want && r * 2 > r) r *= 2;
+    return r < ST_CPU_DEFAULT_RING_BYTES ? ST_CPU_DEFAULT_RING_BYTES : r;
+}
+
+/* The user registers a sample copies for unwinding: bp, sp, ip (x86-64
+ * perf_regs numbering, arch/x86/include/uapi/asm/perf_regs.h). */
+#define ST_PERF_REG_X86_BP 6
+#define ST_PERF_REG_X86_SP 7
+#define ST_PERF_REG_X86_IP 8
+#define USER_REGS_MASK ((1ull << ST_PERF_REG_X86_BP) | (1ull << ST_PERF_REG_X86_SP) | (1ull << ST_PERF_REG_X86_IP))
+
+static int open_event(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg);
+
+/* A user-stack open that failed or got too small a ring: the same event
+ * without the user stack, the reason kept (t->user_stack_reason, and at the
+ * front of t->reason). */
+static int open_without_user_stack(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg, const char *why)
+{
+    char keep[sizeof t->user_stack_reason];
+    snprintf(keep, sizeof keep, "%s", why);
+    st_cpu_config plain = *cfg;
+    plain.user_stack = 0;
+    int rc = st_cpu_thread_open(t, tid, &plain);
+    snprintf(t->user_stack_reason, sizeof t->user_stack_reason, "%s", keep);
+    char rest[sizeof t->reason];
+    snprintf(rest, sizeof rest, "%s", t->reason);
+    size_t len = strlen(keep);
+    snprintf(t->reason, sizeof t->reason, "%s", keep);
+    if (rest[0]) snprintf(t->reason + len, sizeof t->reason - len, "; %.*s", (int)(sizeof t->reason - len - 3), rest);
+    return rc;
+}
+
 int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
 {
     if (!t) return ST_CPU_EINVAL;
@@ -230,6 +267,40 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     thread_reset(t, tid);
     st_cpu_config def = {0};
     if (!cfg) cfg = &def;
+    if (cfg->user_stack && (cfg->user_stack < ST_CPU_USER_STACK_MIN || cfg->user_stack > ST_CPU_USER_STACK_MAX ||
+                            (cfg->user_stack & 7) != 0)) {
+        snprintf(t->reason, sizeof t->reason, "user stack of %u bytes: use a multiple of 8 from %u to %u",
+                 cfg->user_stack, ST_CPU_USER_STACK_MIN, ST_CPU_USER_STACK_MAX);
+        return ST_CPU_EINVAL;
+    }
+#if !defined(__x86_64__)
+    if (cfg->user_stack)
+        return open_without_user_stack(t, tid, cfg, "user stacks: x86-64 only (its perf_regs numbering)");
+#endif
+    int rc = open_event(t, tid, cfg);
+    if (!t->user_stack || rc != ST_CPU_OK) {
+        if (t->user_stack && rc == ST_CPU_UNSUPPORTED) { /* the fields refused: EINVAL and the like */
+            char why[sizeof t->user_stack_reason];
+            snprintf(why, sizeof why, "user stacks off: %.140s", t->reason);
+            st_cpu_thread_close(t);
+            return open_without_user_stack(t, tid, cfg, why);
+        }
+        return rc;
+    }
+    /* A ring that holds fewer than 2 samples loses nearly every one. */
+    size_t rec = cfg->user_stack + ST_CPU_USER_STACK_OVERHEAD;
+    if (t->data_bytes < 2 * rec) {
+        char why[sizeof t->user_stack_reason];
+        snprintf(why, sizeof why, "user stacks off: a ring of %zu KiB holds fewer than 2 samples of a %u-byte user stack",
+                 t->data_bytes / 1024, cfg->user_stack);
+        st_cpu_thread_close(t);
+        return open_without_user_stack(t, tid, cfg, why);
+    }
+    return rc;
+}
+
+static int open_event(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
+{
 
     struct perf_event_attr a;
     memset(&a, 0, sizeof a);
@@ -253,6 +324,14 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
                     (cfg->no_callchain && !cfg->wait_stacks ? 0 : PERF_SAMPLE_CALLCHAIN);
     t->callchain = !cfg->no_callchain || cfg->wait_stacks;
+#if defined(__x86_64__)
+    if (cfg->user_stack && !cfg->wait_stacks && period != UINT64_MAX) {
+        a.sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+        a.sample_regs_user = USER_REGS_MASK;
+        a.sample_stack_user = cfg->user_stack;
+        t->user_stack = cfg->user_stack;
+    }
+#endif
     a.disabled = 1;  /* enabled once the ring is mapped */
     a.inherit = 0;   /* an inherited per-thread event cannot be mapped */
     a.exclude_kernel = cfg->wait_stacks ? 0 : 1;
@@ -271,6 +350,7 @@ int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg)
     t->fd = fd;
 
     size_t want = cfg->ring_bytes ? ring_round(cfg->ring_bytes) : st_cpu_ring_bytes_for(0);
+    if (t->user_stack && want < st_cpu_user_stack_ring(t->user_stack)) want = st_cpu_user_stack_ring(t->user_stack);
     int map_err = st_cpu_ring_map(t, fd, want);
     long mk, rk;
     st_cpu_lock_budget(&mk, &rk);
@@ -363,6 +443,71 @@ long st_cpu_ring_each(st_cpu_thread *t, st_cpu_sink *sink, st_cpu_record_fn fn)
     return n;
 }
 
+int st_cpu_sample_parse(const st_cpu_thread *t, const unsigned char *rec, size_t size, st_cpu_sample *s,
+                        uint64_t *frames, size_t max_frames, st_cpu_ustack *us)
+{
+    /* ip, pid, tid, time, then nr and the chain when asked for. */
+    size_t at = sizeof(struct perf_event_header);
+    if (size < at + 24) return -1;
+    uint64_t ip, tm, nr = 0;
+    uint32_t pt[2];
+    memcpy(&ip, rec + at, 8);
+    memcpy(pt, rec + at + 8, 8);
+    memcpy(&tm, rec + at + 16, 8);
+    at += 24;
+    *s = (st_cpu_sample){(int64_t)tm, pt[0], pt[1], 0, frames, ST_CPU_GIL_NO_PROBE, NULL};
+    /* a wait-stack sample's ip is the kernel's (the switch): its
+     * user chain starts at the user ip instead */
+    if (!t->wait_stacks && max_frames) frames[s->n_frames++] = ip;
+    if (t->callchain) {
+        if (size - at < 8) return t->user_stack ? -1 : 0;
+        memcpy(&nr, rec + at, 8);
+        at += 8;
+        if (nr > (size - at) / 8) return -1;
+        int first = 1;
+        for (uint64_t i = 0; i < nr; i++) {
+            uint64_t a;
+            memcpy(&a, rec + at + 8 * i, 8);
+            if (a >= (uint64_t)PERF_CONTEXT_MAX) continue; /* PERF_CONTEXT_USER and the like */
+            /* the chain repeats the sampled ip as its first user frame */
+            if (first && a == ip && !t->wait_stacks) { first = 0; continue; }
+            first = 0;
+            if (s->n_frames < max_frames) frames[s->n_frames++] = a;
+        }
+        at += 8 * (size_t)nr;
+    }
+    if (!t->user_stack) return 0;
+    /* PERF_SAMPLE_REGS_USER: abi, then the registers of the mask in bit
+     * order (bp, sp, ip) unless abi is PERF_SAMPLE_REGS_ABI_NONE (a sample
+     * with no user context); PERF_SAMPLE_STACK_USER: size, the bytes, and
+     * dyn_size after a non-empty copy. */
+    uint64_t abi, regs[3] = {0, 0, 0}, copy, dyn = 0;
+    if (size - at < 8) return -1;
+    memcpy(&abi, rec + at, 8);
+    at += 8;
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        if (size - at < sizeof regs) return -1;
+        memcpy(regs, rec + at, sizeof regs);
+        at += sizeof regs;
+    }
+    if (size - at < 8) return -1;
+    memcpy(&copy, rec + at, 8);
+    at += 8;
+    if (copy > size - at) return -1;
+    const unsigned char *data = rec + at;
+    at += (size_t)copy;
+    if (copy) {
+        if (size - at < 8) return -1;
+        memcpy(&dyn, rec + at, 8);
+        if (dyn > copy) return -1;
+    }
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE && dyn) {
+        *us = (st_cpu_ustack){regs[2], regs[1], regs[0], data, dyn};
+        s->ustack = us;
+    }
+    return 0;
+}
+
 /* The CPU-clock event's records: switches, samples, losses. */
 static void perf_record(st_cpu_thread *t, st_cpu_sink *sink, uint32_t type, uint16_t misc, const unsigned char *rec,
                         size_t size)
@@ -379,34 +524,11 @@ static void perf_record(st_cpu_thread *t, st_cpu_sink *sink, uint32_t type, uint
         break;
     }
     case PERF_RECORD_SAMPLE: {
-        /* ip, pid, tid, time, then nr and the chain when asked for. */
-        size_t at = sizeof(struct perf_event_header);
-        if (size < at + 24) { t->n_corrupt++; return; }
-        uint64_t ip, tm, nr = 0;
-        uint32_t pt[2];
-        memcpy(&ip, rec + at, 8);
-        memcpy(pt, rec + at + 8, 8);
-        memcpy(&tm, rec + at + 16, 8);
-        at += 24;
-        st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE};
-        /* a wait-stack sample's ip is the kernel's (the switch): its
-         * user chain starts at the user ip instead */
-        if (!t->wait_stacks) sink->frames[s.n_frames++] = ip;
-        if (t->callchain && size >= at + 8) {
-            memcpy(&nr, rec + at, 8);
-            at += 8;
-            if (nr > (size - at) / 8) { t->n_corrupt++; return; }
-            int first = 1;
-            for (uint64_t i = 0; i < nr; i++) {
-                uint64_t a;
-                memcpy(&a, rec + at + 8 * i, 8);
-                if (a >= (uint64_t)PERF_CONTEXT_MAX) continue; /* PERF_CONTEXT_USER and the like */
-                /* the chain repeats the sampled ip as its first user frame */
-                if (first && a == ip && !t->wait_stacks) { first = 0; continue; }
-                first = 0;
-                if (s.n_frames < sizeof sink->frames / sizeof sink->frames[0])
-                    sink->frames[s.n_frames++] = a;
-            }
+        st_cpu_sample s;
+        st_cpu_ustack us;
+        if (st_cpu_sample_parse(t, rec, size, &s, sink->frames, sizeof sink->frames / sizeof sink->frames[0], &us) != 0) {
+            t->n_corrupt++;
+            return;
         }
         t->n_samples++;
         if (sink->on_sample) sink->on_sample(sink->ctx, t, &s);

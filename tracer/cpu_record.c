@@ -131,6 +131,19 @@ struct st_cpurec {
     int64_t n_windows;        /* windows stored */
     int schedstat;            /* 1: readable, 0: not (meta cpu_window_source) */
     st_oncpu_queue *oncpu;    /* the profile lines' on-CPU shares, or NULL (cpu_oncpu.c) */
+    /* DWARF unwinding (opt.cpu_user_stack; cpu_unwind.c) */
+    st_cpu_unwinder *uw;      /* opened at the first sample with a stack copy */
+    int uw_failed;            /* its open failed: uw_reason says why */
+    char uw_reason[256];      /* why samples are not unwound, "" while they are */
+    uint64_t n_dwarf, n_fp;   /* samples with a copy whose stored stack came from the unwinding, from the chain */
+    int64_t uw_ns;            /* the writer's time in st_cpu_unwind */
+    uint64_t w_dwarf, w_fp;
+    char w_unwind[8];
+    int uw_reason_written;
+    unsigned uw_loads;        /* maps.n_loads when last compared */
+    uint64_t uw_maps_hash;    /* the executable mappings then */
+    unsigned uw_gen;          /* bumped when they changed: the unwinder reports its modules anew */
+    uint64_t uw_frames[ST_CPU_UNWIND_MAX_FRAMES];
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -163,7 +176,10 @@ static const char *status_name(int status)
 /* What samples a thread (docs/cpu.md, "Which sampler"): the perf event's
  * CPU clock; the signal sampler where the perf event is refused, or where a
  * GIL probe is set (the perf event then keeps the switch records only: the
- * hybrid mode); and, where the kernel allows it, the wait-stack event. */
+ * hybrid mode) unless DWARF stacks were asked (opt->cpu_user_stack, in a
+ * build that can unwind them: only the perf event's samples carry stack
+ * copies, so they win over the GIL state); and, where the kernel allows
+ * it, the wait-stack event. */
 st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start_ns)
 {
     st_cpu_thread *ct = calloc(1, sizeof *ct);
@@ -174,11 +190,14 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
     }
     uint64_t period = opt->cpu_period_ns;
     int samples = period != UINT64_MAX;
-    int hybrid = samples && st_cpu_gil_probe_set();
+    int unwinds = samples && opt->cpu_user_stack && !st_cpu_unwind_missing();
+    int hybrid = samples && st_cpu_gil_probe_set() && !unwinds;
     /* 16 threads assumed: a program with more gets smaller rings from the
      * open's own halving, which says so in ct->reason. */
     size_t ring = st_cpu_ring_bytes_for(0);
-    st_cpu_config cfg = {hybrid ? UINT64_MAX : period, ring, 0, 0};
+    /* user stacks only for the perf samples, and only where something will unwind them */
+    uint32_t ustack = unwinds ? opt->cpu_user_stack : 0;
+    st_cpu_config cfg = {hybrid ? UINT64_MAX : period, ustack ? st_cpu_user_stack_ring(ustack) : ring, 0, 0, ustack};
     *status = st_cpu_thread_open(ct, 0, &cfg);
     st_cpu_timer *tm = NULL;
     if (samples && (hybrid || *status != ST_CPU_OK)) {
@@ -205,7 +224,7 @@ st_cpu_thread *st_cpurec_open(const st_options *opt, int *status, int64_t *start
          * kernel's frames and the state), else the context-switch event */
         st_cpu_thread *w = calloc(1, sizeof *w);
         if (w && st_cpusched_open(w, ring / 2) != ST_CPU_OK) {
-            st_cpu_config wc = {0, ring / 2, 0, 1};
+            st_cpu_config wc = {0, ring / 2, 0, 1, 0};
             st_cpu_thread_open(w, 0, &wc); /* refused: kept closed, for its reason */
         }
         ct->waits = w;
@@ -423,6 +442,48 @@ static void on_sched(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s, 
     wait_push(r, r->cur, s, n_kernel, state);
 }
 
+/* The sample's stack unwound from its registers and stack copy, in
+ * r->uw_frames, cut at the first frame outside the executable mappings as
+ * a chain is: the frames kept (0 when there is no unwinder). The Dwfl is
+ * reported again when the maps, read again on a frame outside them, have
+ * changed (a library loaded or unloaded since). */
+static uint64_t maps_hash(const st_cpu_maps *m)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ m->n;
+    for (size_t i = 0; i < m->n; i++) {
+        h = (h ^ m->v[i].lo) * 0x100000001b3ull;
+        h = (h ^ m->v[i].hi) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static size_t unwind(st_cpurec *r, const st_cpu_sample *s)
+{
+    if (!r->uw && !r->uw_failed) {
+        r->uw = st_cpu_unwind_open(r->uw_reason, sizeof r->uw_reason);
+        r->uw_failed = !r->uw;
+        r->uw_loads = r->maps.n_loads;
+        r->uw_maps_hash = maps_hash(&r->maps);
+    }
+    if (!r->uw) return 0;
+    int64_t t0 = st_now_ns();
+    /* A garbage frame makes the maps be read again (at most every 100 ms);
+     * only a change of the executable mappings costs a new report, which
+     * drops every module's CFI read so far. */
+    if (r->maps.n_loads != r->uw_loads) {
+        r->uw_loads = r->maps.n_loads;
+        uint64_t h = maps_hash(&r->maps);
+        if (h != r->uw_maps_hash) {
+            r->uw_maps_hash = h;
+            r->uw_gen++;
+        }
+    }
+    size_t m = st_cpu_unwind(r->uw, s->ustack, (pid_t)s->tid, r->uw_gen, r->uw_frames, ST_CPU_UNWIND_MAX_FRAMES);
+    m = st_cpu_chain_cut(&r->maps, r->uw_frames, m);
+    r->uw_ns += st_now_ns() - t0;
+    return m;
+}
+
 static void on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
 {
     st_cpurec *r = ctx;
@@ -432,7 +493,18 @@ static void on_sample(void *ctx, const st_cpu_thread *t, const st_cpu_sample *s)
         return;
     }
     size_t n = st_cpu_chain_cut(&r->maps, s->frames, s->n_frames);
-    uint32_t stack = stack_id(r, s->frames, (uint32_t)n);
+    const uint64_t *frames = s->frames;
+    if (s->ustack) {
+        size_t m = unwind(r, s);
+        if (m > n) { /* longer than the frame-pointer chain */
+            frames = r->uw_frames;
+            n = m;
+            r->n_dwarf++;
+        } else {
+            r->n_fp++;
+        }
+    }
+    uint32_t stack = stack_id(r, frames, (uint32_t)n);
     int64_t ts = st_clock_mono_to_ns(s->t_ns);
     st_cpu_rec rec = {0};
     rec.kind = ST_CPU_REC_SAMPLE;
@@ -586,6 +658,13 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
     meta_text(r, "cpu_blocks", "0");
     window_scan(r, -1, 0); /* the first window's start */
     meta_text(r, "cpu_window_source", r->schedstat ? "schedstat" : "none");
+    if (t->opt.cpu_user_stack) {
+        /* the unwinding asked: meta says what ran (st_cpurec_commit) */
+        meta_u64(r, "cpu_user_stack", t->opt.cpu_user_stack);
+        const char *missing = st_cpu_unwind_missing();
+        if (missing) snprintf(r->uw_reason, sizeof r->uw_reason, "%s", missing);
+        else meta_u64(r, "cpu_ring_bytes", st_cpu_user_stack_ring(t->opt.cpu_user_stack));
+    }
     return r;
 }
 
@@ -840,6 +919,35 @@ static void set_meta(st_cpurec *r, const char *key, char *last, size_t size, con
     snprintf(last, size, "%s", value);
 }
 
+/* meta cpu_unwind: dwarf when some thread's samples carry stack copies and
+ * the unwinder opened, else fp with cpu_unwind_reason (the build, libdw's
+ * error, or the first thread whose event was opened without the copies);
+ * and the samples' counts by where their stack came from. */
+static void unwind_meta(st_cpurec *r)
+{
+    const char *why = r->uw_reason[0] ? r->uw_reason : NULL;
+    int copies = 0;
+    for (uint32_t i = 0; i < r->n_threads; i++) {
+        const st_cpurec_thread *c = r->threads[i];
+        if (c->sampler != 1 || !c->ct) continue;
+        if (c->ct->user_stack) copies = 1;
+        else if (!why && c->ct->user_stack_reason[0]) why = c->ct->user_stack_reason;
+    }
+    if (!r->n_threads) return;
+    int dwarf = copies && !r->uw_failed && !st_cpu_unwind_missing();
+    if (!dwarf && !why) why = "no thread's samples come from its perf event (the signal sampler's carry no stack copies)";
+    set_meta(r, "cpu_unwind", r->w_unwind, sizeof r->w_unwind, dwarf ? "dwarf" : "fp");
+    if (why && !r->uw_reason_written) {
+        meta_text(r, "cpu_unwind_reason", why);
+        r->uw_reason_written = 1;
+    }
+    if (r->n_dwarf != r->w_dwarf || r->n_fp != r->w_fp) {
+        meta_u64(r, "cpu_unwind_dwarf_samples", r->w_dwarf = r->n_dwarf);
+        meta_u64(r, "cpu_unwind_fp_samples", r->w_fp = r->n_fp);
+        meta_u64(r, "cpu_unwind_ns", (uint64_t)r->uw_ns);
+    }
+}
+
 void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
 {
     if (!r) return;
@@ -909,6 +1017,7 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     if (r->timer_written && overruns != r->w_overruns) meta_u64(r, "cpu_timer_overruns", r->w_overruns = overruns);
     if (wait_stacks != r->w_wait_stacks) meta_u64(r, "cpu_wait_stacks", r->w_wait_stacks = wait_stacks);
     if (gil != r->w_gil) meta_u64(r, "cpu_gil_samples", r->w_gil = gil);
+    if (r->t->opt.cpu_user_stack) unwind_meta(r);
     if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
     if (final || interrupted) {
         st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
@@ -927,6 +1036,7 @@ void st_cpurec_free(st_cpurec *r)
         free(c);
     }
     st_cpu_maps_free(&r->maps);
+    st_cpu_unwind_close(r->uw);
     st_cpusym_free(r->sym);
     st_buf_free(&r->scratch);
     for (size_t i = 0; i < r->n_tasks; i++)

@@ -256,7 +256,7 @@ static int parse_sample(st_cpu_thread *t, st_cpu_sink *sink, const unsigned char
         memcpy(&s32, raw + fmt.prev_state_off, 4);
         state = s32;
     }
-    st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE};
+    st_cpu_sample s = {(int64_t)tm, pt[0], pt[1], 0, sink->frames, ST_CPU_GIL_NO_PROBE, NULL};
     uint32_t n_kernel = 0;
     size_t max = sizeof sink->frames / sizeof sink->frames[0];
     int user = 0;

@@ -304,7 +304,7 @@ long st_cpu_timer_drain(st_cpu_timer *tm, st_cpu_sink *sink, const st_cpu_thread
         const st_cpu_timer_sample *s = &tm->ring[tail % tm->ring_n];
         uint32_t nf = s->n_frames <= ST_CPU_TIMER_MAX_FRAMES ? s->n_frames : ST_CPU_TIMER_MAX_FRAMES;
         memcpy(sink->frames, s->frames, nf * sizeof *s->frames);
-        st_cpu_sample out = {s->t_ns, (uint32_t)pid, (uint32_t)tm->tid, nf, sink->frames, s->gil};
+        st_cpu_sample out = {s->t_ns, (uint32_t)pid, (uint32_t)tm->tid, nf, sink->frames, s->gil, NULL};
         /* the slot may be refilled once tail moves past it: copied first */
         __atomic_store_n(&tm->tail, tail + 1, __ATOMIC_RELEASE);
         tm->n_samples++;

@@ -15,7 +15,8 @@
  *       and close.
  *   st_cpu_thread_drain(t, sink)  parses what the kernel wrote since the last
  *       drain and passes each switch, sample and lost record to the sink's
- *       callbacks; returns the number of records passed. One consumer per
+ *       callbacks (a sample with its user registers and stack copy when
+ *       cfg->user_stack asked for them, for cpu_unwind.c); returns the number of records passed. One consumer per
  *       thread's ring (it owns data_tail); any number of rings may share one
  *       sink, which holds the scratch record a callback sees (valid during
  *       the callback only).
@@ -72,7 +73,27 @@ typedef struct st_cpu_config {
                             whose samples carry the user stack at each
                             switch-out ("wait stacks"); needs
                             perf_event_paranoid <= 1, CAP_PERFMON or root */
+    uint32_t user_stack;  /* 0: none; else the bytes of user stack each
+                             sample copies (PERF_SAMPLE_STACK_USER, with the
+                             ip, sp and bp of PERF_SAMPLE_REGS_USER), for
+                             DWARF unwinding (cpu_unwind.c): a multiple of 8
+                             from ST_CPU_USER_STACK_MIN to _MAX; x86-64 only.
+                             The ring is sized to hold ST_CPU_USER_STACK_RECORDS
+                             such samples (st_cpu_user_stack_ring); where it
+                             cannot hold 2, or the kernel refuses the fields,
+                             the event opens without them (reason says why) */
 } st_cpu_config;
+
+#define ST_CPU_USER_STACK_MIN 8192u
+#define ST_CPU_USER_STACK_MAX 65528u /* the kernel's limit: below USHRT_MAX, 8-aligned */
+#define ST_CPU_USER_STACK_RECORDS 16u
+/* A sample's bytes beside its stack copy: header, ip, pid/tid, time, a
+ * callchain of up to 127 frames, abi, 3 registers, size, dyn_size. */
+#define ST_CPU_USER_STACK_OVERHEAD 1152u
+/* The ring data size wanted for samples with user_stack bytes of stack:
+ * ST_CPU_USER_STACK_RECORDS of them, rounded up to a power of two, and
+ * never below the default ring. */
+size_t st_cpu_user_stack_ring(uint32_t user_stack);
 
 typedef struct st_cpu_thread {
     int fd;                    /* -1 when closed */
@@ -87,6 +108,9 @@ typedef struct st_cpu_thread {
     int wait_stacks;           /* a wait-stack event (st_cpu_config.wait_stacks) */
     int sched;                 /* the sched_switch tracepoint event (cpu_sched.c), drained by
                                   st_cpusched_drain; also a wait-stack event */
+    uint32_t user_stack;       /* samples carry user registers and this many bytes of user
+                                  stack (st_cpu_config.user_stack); 0 when not asked or refused */
+    char user_stack_reason[160]; /* why user stacks were asked and left out, "" otherwise */
     uint64_t lost;             /* records the kernel lost (sum of PERF_RECORD_LOST) */
     uint64_t n_switches, n_samples, n_other;
     uint64_t n_corrupt;        /* drains that met a malformed record and skipped to data_head */
@@ -111,12 +135,23 @@ typedef struct st_cpu_thread {
  * thread (1 held, 0 not, -1 unknown), ST_CPU_GIL_NO_PROBE when no probe
  * was asked (perf samples, a timer opened without a probe). */
 #define ST_CPU_GIL_NO_PROBE (-2)
+/* A sample's user registers and stack copy (st_cpu_config.user_stack):
+ * data[0 .. dyn_size) holds the bytes at [sp, sp + dyn_size) when the
+ * kernel took the sample (dyn_size: the part the kernel could copy, at most
+ * the size asked). */
+typedef struct st_cpu_ustack {
+    uint64_t ip, sp, bp;
+    const unsigned char *data;
+    uint64_t dyn_size;
+} st_cpu_ustack;
+
 typedef struct st_cpu_sample {
     int64_t t_ns;
     uint32_t pid, tid;
     uint32_t n_frames;
     const uint64_t *frames;
     int gil;
+    const st_cpu_ustack *ustack; /* NULL: none (not asked, a kernel-thread sample, an empty copy) */
 } st_cpu_sample;
 
 typedef struct st_cpu_sink {
@@ -148,6 +183,17 @@ size_t st_cpu_lock_budget(long *mlock_kb, long *rlimit_kb);
 size_t st_cpu_ring_bytes_for(unsigned n_threads);
 
 int st_cpu_thread_open(st_cpu_thread *t, pid_t tid, const st_cpu_config *cfg);
+/* Parses the CPU-clock event's PERF_RECORD_SAMPLE rec[0 .. size) (the
+ * header included) as t's sample_type lays it out: ip, pid and tid, time,
+ * the callchain when t->callchain, and when t->user_stack: abi, the
+ * registers bp, sp, ip (their perf_regs order) when abi is not
+ * PERF_SAMPLE_REGS_ABI_NONE, the copy's size, its bytes, and dyn_size when
+ * size is not 0. Fills *s (frames into frames[0 .. max_frames), and
+ * s->ustack = us when a copy with registers came). 0, or -1 for a record
+ * whose fields do not fit its size (or dyn_size > size): nothing past
+ * rec + size is read. Pure, for the drain and for tests. */
+int st_cpu_sample_parse(const st_cpu_thread *t, const unsigned char *rec, size_t size, st_cpu_sample *s,
+                        uint64_t *frames, size_t max_frames, st_cpu_ustack *us);
 long st_cpu_thread_drain(st_cpu_thread *t, st_cpu_sink *sink);
 void st_cpu_thread_close(st_cpu_thread *t);
 
@@ -203,6 +249,32 @@ int st_cpu_maps_contains(const st_cpu_maps *m, uint64_t addr);
  * mappings, frames[k] does not. Refreshes m once on a miss (see above). */
 size_t st_cpu_chain_cut(st_cpu_maps *m, const uint64_t *frames, size_t n);
 void st_cpu_maps_free(st_cpu_maps *m);
+
+/* ---- DWARF unwinding of sampled user stacks (cpu_unwind.c) ------------
+ * With elfutils libdw (ST_HAVE_LIBDW), in the process itself, on the
+ * thread that drains: a Dwfl of the process's modules
+ * (dwfl_linux_proc_report of getpid()), attached with callbacks of its own
+ * (dwfl_attach_state: no ptrace), unwinds a sample from its registers and
+ * stack copy by the modules' CFI (.eh_frame, .debug_frame). Memory inside
+ * the copy is read from it; other addresses from the process's memory with
+ * process_vm_readv, which fails where nothing is mapped (the chain ends
+ * there). The Dwfl is kept and reported again when maps_gen changes (the
+ * caller bumps it when the executable mappings changed).
+ *   st_cpu_unwind_open(why, n)  an unwinder, or NULL with why (no libdw in
+ *       this build, libdw's own error).
+ *   st_cpu_unwind(u, us, tid, maps_gen, frames, max)  frames[0] the ip,
+ *       then the return addresses, as a frame-pointer chain gives them; the
+ *       number of frames (0 when libdw could not start).
+ *   st_cpu_unwind_close(u)  (NULL: nothing).
+ *   st_cpu_unwind_missing()  NULL in a build with libdw, else why not (one
+ *       line): samples need not copy stacks that nothing would unwind. */
+#define ST_CPU_UNWIND_MAX_FRAMES 256
+typedef struct st_cpu_unwinder st_cpu_unwinder;
+st_cpu_unwinder *st_cpu_unwind_open(char *why, size_t why_size);
+size_t st_cpu_unwind(st_cpu_unwinder *u, const st_cpu_ustack *us, pid_t tid, unsigned maps_gen, uint64_t *frames,
+                     size_t max_frames);
+void st_cpu_unwind_close(st_cpu_unwinder *u);
+const char *st_cpu_unwind_missing(void);
 
 /* ---- the signal sampler (cpu_timer.c) -----------------------------------
  * Where perf events are refused, or where samples must carry the GIL state

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "st_cpu.h"
 #include "st_internal.h"
 #include "st_schema.h"
 
@@ -73,6 +74,9 @@ static int validate(const st_options *o)
     if (o->nvtx < -1 || o->nvtx > 1) return st_set_error(ST_EINVAL, "nvtx option must be -1, 0 or 1");
     if (o->clock < 0 || o->clock > 1) return st_set_error(ST_EINVAL, "clock option must be 0 or 1");
     if (o->cpu < 0 || o->cpu > 1) return st_set_error(ST_EINVAL, "cpu option must be 0 (off) or 1 (on)");
+    if (o->cpu_user_stack && (o->cpu_user_stack < 8192 || o->cpu_user_stack > 65536))
+        return st_set_error(ST_EINVAL, "cpu_user_stack %u bytes is out of range: use 0 (off) or 8192..65536",
+                            o->cpu_user_stack);
     if (o->profile_interval > 100000000)
         return st_set_error(ST_EINVAL, "profile interval %u is too large", o->profile_interval);
     return ST_OK;
@@ -431,6 +435,9 @@ int st_open(st_trace **out, const st_options *opt)
     if (!t) return st_set_error(ST_ENOMEM, "out of memory");
     t->lock_fd = -1;
     t->opt = *opt;
+    /* the kernel takes a multiple of 8 below 65535 (st_cpu.h) */
+    t->opt.cpu_user_stack &= ~7u;
+    if (t->opt.cpu_user_stack > ST_CPU_USER_STACK_MAX) t->opt.cpu_user_stack = ST_CPU_USER_STACK_MAX;
     t->writer_delay_us = atomic_load(&test_writer_delay_us);
     t->checkpoint_on_writer = atomic_load(&test_checkpoint_on_writer);
     t->program = strdup(opt->program && *opt->program ? opt->program : "stagetrace");

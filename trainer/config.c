@@ -325,7 +325,8 @@ enum {
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
     F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL, F_LAYOUT, F_TARGET_RANKS,
-    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_GPU_ALTERNATE, F_ALTERNATE_SETTLE,
+    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_TRACE_CPU_USER_STACK, F_GPU_ALTERNATE,
+    F_ALTERNATE_SETTLE,
 };
 
 static const struct option long_options[] = {
@@ -361,6 +362,7 @@ static const struct option long_options[] = {
     {"trace", required_argument, 0, F_TRACE},
     {"trace-gpu", required_argument, 0, F_TRACE_GPU},
     {"trace-cpu", no_argument, 0, F_TRACE_CPU},
+    {"trace-cpu-user-stack", required_argument, 0, F_TRACE_CPU_USER_STACK},
     {"gpu-alternate", required_argument, 0, F_GPU_ALTERNATE},
     {"alternate-settle", required_argument, 0, F_ALTERNATE_SETTLE},
     {"overwrite", no_argument, 0, F_OVERWRITE},
@@ -412,6 +414,9 @@ static void usage(FILE *f)
         "                             stacks (Linux perf events, 199 Hz of CPU time) into the\n"
         "                             trace (when tracing; refused perf events leave the\n"
         "                             reason in the trace)\n"
+        "  --trace-cpu-user-stack B   with --trace-cpu: copy B bytes of user stack with each\n"
+        "                             sample (8192..65536) and unwind it with DWARF CFI, for\n"
+        "                             libraries without frame pointers (default 0: off)\n"
         "  --postprocess sync|async   pack and copy taps on the target thread, or on a post\n"
         "                             thread per target (default sync)\n"
         "  --data PATH                train on a text file (byte tokens, paragraphs are\n"
@@ -541,6 +546,16 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
     case F_TRACE_GPU: return parse_choice("--trace-gpu", arg, "on", "off", &cfg->trace_gpu_off, err, n);
     case F_OVERWRITE: cfg->overwrite = 1; return 0;
     case F_TRACE_CPU: cfg->trace_cpu = 1; return 0;
+    case F_TRACE_CPU_USER_STACK: {
+        long v;
+        if (parse_long("--trace-cpu-user-stack", arg, 0, 65536, &v, err, n)) return -1;
+        if (v && v < 8192) {
+            set_error(err, n, "--trace-cpu-user-stack expects 0 (off) or 8192..65536 bytes, got '%s'", arg);
+            return -1;
+        }
+        cfg->trace_cpu_user_stack = (uint32_t)v;
+        return 0;
+    }
     case F_GPU_ALTERNATE: return parse_long("--gpu-alternate", arg, 0, 1000000, &cfg->gpu_alternate, err, n);
     case F_ALTERNATE_SETTLE:
         return parse_long("--alternate-settle", arg, 0, 999999, &cfg->alternate_settle, err, n);
@@ -625,6 +640,10 @@ int tr_config_validate(tr_config *cfg, char *err, size_t n)
                                   "rank plays one role", cfg->target_ranks[i]);
                 return -1;
             }
+    if (cfg->trace_cpu_user_stack && !cfg->trace_cpu) {
+        set_error(err, n, "--trace-cpu-user-stack needs --trace-cpu (it unwinds the CPU capture's samples)");
+        return -1;
+    }
     if (cfg->gpu_alternate) {
         if (cfg->device != TR_DEVICE_CUDA || cfg->trace_gpu_off ||
             !(cfg->trace_path || cfg->profile_interval > 0)) {

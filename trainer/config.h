@@ -57,6 +57,7 @@ typedef struct tr_config {
     const char *trace_path;   /* NULL: default when profiling is on */
     int trace_gpu_off;        /* --trace-gpu off: no CUPTI activity in the trace */
     int trace_cpu;            /* --trace-cpu: perf events per thread (st_options.cpu) */
+    uint32_t trace_cpu_user_stack; /* --trace-cpu-user-stack: st_options.cpu_user_stack */
     int overwrite;
     long ring_records;        /* --ring-records; 0: the tracer's default */
     int block_when_full;      /* --block-when-full */

@@ -1043,6 +1043,7 @@ static int open_trace(rank_state *r, int argc, char **argv)
         opt.ring_records = (uint32_t)cfg->ring_records;
     opt.block_when_full = cfg->block_when_full;
     opt.cpu = cfg->trace_cpu;
+    opt.cpu_user_stack = cfg->trace_cpu_user_stack;
     opt.program = "trainer";
     opt.argc = argc;
     opt.argv = argv;

@@ -181,6 +181,7 @@ int main(int argc, char **argv)
     if (cfg.ring_records) opt.ring_records = (uint32_t)cfg.ring_records;
     opt.block_when_full = cfg.block_when_full;
     opt.cpu = cfg.trace_cpu;
+    opt.cpu_user_stack = cfg.trace_cpu_user_stack;
     opt.program = "trainer";
     opt.argc = argc;
     opt.argv = argv;

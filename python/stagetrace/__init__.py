@@ -178,8 +178,8 @@ _signals = _Signals()
 def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, overwrite=False,
          on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
          local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
-         commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, python_stacks="auto",
-         clock_sync=True):
+         commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, cpu_user_stack=0,
+         python_stacks="auto", clock_sync=True):
     """Opens the process's trace at `path` (see python/README.md for every argument)."""
     if path is None:
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
@@ -204,7 +204,7 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
         commit_ms=int(commit_ms), nvtx=-1 if nvtx is None else int(bool(nvtx)),
         argv=list(_sys.argv if argv is None else argv),
         main_thread=main_thread,
-        cpu=bool(cpu), cpu_period_ns=int(cpu_period_ns),
+        cpu=bool(cpu), cpu_period_ns=int(cpu_period_ns), cpu_user_stack=int(cpu_user_stack),
     )
     if cpu:
         try:

@@ -321,18 +321,19 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
                              "overwrite", "enabled", "rank", "world_size", "local_rank",
                              "device", "run_id", "ring_records", "block_when_full",
                              "commit_ms", "nvtx", "argv", "main_thread", "cpu", "cpu_period_ns",
-                             NULL};
+                             "cpu_user_stack", NULL};
     PyObject *path = Py_None, *on_window = Py_None, *on_log = Py_None, *argv = Py_None;
     const char *program = "python", *run_id = NULL, *main_thread = "main";
     unsigned int profile_interval = 0, ring_records = 0, commit_ms = 0;
     int overwrite = 0, enabled = 1, rank = 0, world_size = 1, local_rank = 0, device = -1;
     int block_when_full = 0, nvtx = -1, cpu = 0;
     unsigned long long cpu_period_ns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OsIOOppiiiizIpIiOzpK", kwlist, &path, &program,
+    unsigned int cpu_user_stack = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OsIOOppiiiizIpIiOzpKI", kwlist, &path, &program,
                                      &profile_interval, &on_window, &on_log, &overwrite, &enabled,
                                      &rank, &world_size, &local_rank, &device, &run_id,
                                      &ring_records, &block_when_full, &commit_ms, &nvtx, &argv,
-                                     &main_thread, &cpu, &cpu_period_ns))
+                                     &main_thread, &cpu, &cpu_period_ns, &cpu_user_stack))
         return -1;
     if (self->gen) {
         PyErr_SetString(stp_error, "Trace.__init__ called twice");
@@ -420,6 +421,7 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
         opt.nvtx = nvtx;
         opt.cpu = cpu;
         opt.cpu_period_ns = cpu_period_ns;
+        opt.cpu_user_stack = cpu_user_stack;
         opt.profile_interval = profile_interval;
         if (self->on_window && profile_interval > 0) {
             opt.on_window = on_window_cb;

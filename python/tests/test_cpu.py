@@ -10,7 +10,14 @@ python_stacks="off", without cpu=True (none written) and with a bad value;
 on 3.12 and later the trampoline is on during the trace only (and one
 already on stays on); with a frame-pointer libpython, at least half of a
 busy Python loop's samples have a py:: frame, its function's among them
-(skipped elsewhere, with the reason). The perf map's parsing is tested in
+(skipped elsewhere, with the reason). DWARF unwinding (cpu_user_stack,
+docs/cpu.md "DWARF unwinding"): the perf event takes the samples despite
+the GIL probe (their GIL state unknown), and at least 90 % of a busy
+Python loop's stacks reach Py_RunMain through the interpreter's C frames,
+whether or not libpython keeps frame pointers (measured with pyenv's 3.11,
+which keeps none: 298 of 298; without the option, none of the signal
+sampler's 30 samples of the same loop did); a size out of range is
+stagetrace.Error. The perf map's parsing is tested in
 C (tests/test_cpu_symbols.c)."""
 import platform
 import sqlite3
@@ -237,3 +244,23 @@ def test_gil_released_thread_still_sampled(path):
         assert int(m["cpu_gil_samples"]) == int((data.cpu["gil"] >= 0).sum())
     else:
         assert set(int(g) for g in data.cpu["gil"]) == {-1}
+
+
+def test_dwarf_unwinding_reaches_the_interpreter_entry(path):
+    with pytest.raises(stagetrace.Error, match="cpu_user_stack 100 bytes is out of range"):
+        record_python(path, cpu_user_stack=100)
+    m = record_python(path, cpu_user_stack=16384)
+    if m.get("cpu_mode") != "perf":
+        pytest.skip("perf events refused: %s" % m.get("cpu_reason", m.get("cpu_mode")))
+    assert m["cpu_user_stack"] == "16384"
+    if m["cpu_unwind"] != "dwarf":
+        pytest.skip("no DWARF unwinding: %s" % m["cpu_unwind_reason"])
+    # only the perf event's samples carry stack copies: they win over the GIL probe
+    assert m["cpu_sampler"] == "perf"
+    data = stagetrace.read(path)
+    assert len(data.cpu) >= 30  # 0.3 s at 1 kHz
+    assert set(int(g) for g in data.cpu["gil"]) == {-1}
+    reach = sum(1 for s in data.cpu["stack"] if "Py_RunMain" in data.cpu_stacks[int(s)])
+    print("%d of %d samples reach Py_RunMain; %s unwound by DWARF" % (reach, len(data.cpu),
+                                                                     m["cpu_unwind_dwarf_samples"]))
+    assert reach >= 0.9 * len(data.cpu)

@@ -245,6 +245,20 @@ typedef struct st_options {
      * NULL: the environment variable STAGETRACE_GPU_RECORDS, else the
      * default set. The set that ran is in meta gpu_records. */
     const char *gpu_records;
+    /* DWARF unwinding of the CPU capture's samples (docs/cpu.md, "DWARF
+     * unwinding"), for code built without frame pointers: 0 off (default);
+     * else the bytes of each sampled thread's user stack that the kernel
+     * copies with its registers into every sample, 8192..65536 (rounded
+     * down to a multiple of 8, and to 65528, the kernel's limit), which the
+     * writer thread unwinds with libdw's CFI. A sample keeps that stack
+     * when it is longer than its frame-pointer chain. Only the perf
+     * event's samples carry the copies, so with it the perf event samples
+     * a thread even when a GIL probe is set (st_cpu_set_gil_probe), its
+     * samples' GIL state unknown. Costs ring memory (16 samples' worth per
+     * thread) and writer time per sample; a build without libdw records
+     * why in meta cpu_unwind_reason and samples as with 0. Last in the
+     * struct, so that the fields above keep their offsets. */
+    uint32_t cpu_user_stack;
 } st_options;
 
 ST_API void st_options_init(st_options *opt);
@@ -253,13 +267,15 @@ ST_API void st_options_init(st_options *opt);
  * async-signal-safe function that says whether the calling thread holds
  * the interpreter's lock: 1 it does, 0 it does not, -1 unknown (the
  * Python extension registers one built on PyGILState_Check). With a probe
- * set, every thread registered afterwards is sampled by the signal
- * sampler, which calls the probe on the sampled thread inside its signal
- * handler and stores the answer with each sample; where perf events work
- * the thread's perf event still records its context switches (meta
- * cpu_sampler 'timer', cpu_mode 'perf'). Set it before st_thread_register
- * (threads registered before keep their sampler); NULL removes it (those
- * threads' samples then say "unknown"). Any thread, any time. */
+ * set, every thread registered afterwards is sampled by the signal sampler
+ * (but with st_options.cpu_user_stack, whose stack copies only the perf
+ * event's samples carry), which calls the probe on the sampled thread
+ * inside its signal handler and stores the answer with each sample; where
+ * perf events work the thread's perf event still records its context
+ * switches (meta cpu_sampler 'timer', cpu_mode 'perf'). Set it before
+ * st_thread_register (threads registered before keep their sampler); NULL
+ * removes it (those threads' samples then say "unknown"). Any thread, any
+ * time. */
 #define ST_HAVE_GIL_PROBE 1
 ST_API void st_cpu_set_gil_probe(int (*probe)(void));
 
