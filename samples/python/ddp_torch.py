@@ -44,6 +44,7 @@ def parse_args(argv=None):
     ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead of the explicit all-reduce")
     ap.add_argument("--trace", default="runs/ddp/", metavar="PATH",
                     help="the traces: PATH/rank<r>.sqlite for a directory (default runs/ddp/)")
+    ap.add_argument("--no-trace", action="store_true", help="record nothing (stagetrace.open_disabled): for on/off")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.dim < 1 or args.layers < 1:
         ap.error("--steps, --batch, --dim and --layers must be at least 1")
@@ -74,11 +75,14 @@ def main(argv=None):
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    if args.trace.endswith("/"):
-        os.makedirs(args.trace, exist_ok=True)
-    # opened before init_process_group: stagetrace measures the clock offset right after it
-    trace = stagetrace.open(args.trace, program="ddp_torch", device=local_rank if backend == "nccl" else -1,
-                            overwrite=True)
+    if args.no_trace:
+        trace = stagetrace.open_disabled()
+    else:
+        if args.trace.endswith("/"):
+            os.makedirs(args.trace, exist_ok=True)
+        # opened before init_process_group: stagetrace measures the clock offset right after it
+        trace = stagetrace.open(args.trace, program="ddp_torch", device=local_rank if backend == "nccl" else -1,
+                                overwrite=True)
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)  # the same initial weights on every rank
@@ -123,8 +127,8 @@ def main(argv=None):
     path = trace.path
     trace.close()  # before destroy_process_group: the close-time clock measurement is collective
     dist.destroy_process_group()
-    print("ddp_torch: rank %d of %d (%s): %d steps in %.2f s, last loss %.4f, trace %s"
-          % (rank, world, backend, args.steps, elapsed, float(loss), path))
+    print("ddp_torch: rank %d of %d (%s): %d steps in %.2f s (%.1f steps/s), last loss %.4f, trace %s"
+          % (rank, world, backend, args.steps, elapsed, args.steps / elapsed, float(loss), path))
     return 0
 
 
