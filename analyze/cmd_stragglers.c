@@ -16,8 +16,9 @@ static const char help[] =
     "stages; on each rank the ranges of a stage are numbered in start order over the\n"
     "rank's threads, and the k-th of every rank is its part of instance k): the rank\n"
     "that arrives last, how long the others wait for it, whether the same rank is\n"
-    "last every time; per role and stage: the slowest rank and how far over the\n"
-    "median of the ranks it is.\n"
+    "last every time; NCCL's kernels in the GPU activity count as collectives of the\n"
+    "stages nccl:AllReduce, nccl:AllGather, ...; per role and stage: the slowest rank\n"
+    "and how far over the median of the ranks it is.\n"
     "\n"
     "options:\n"
     "  --format F   text (default), csv or json: tables collectives, instances, stages\n"
@@ -61,7 +62,7 @@ static void put_instance_row(void *arg, uint32_t stage, const an_stragglers_inst
     instance_rows *rows = arg;
     an_table *tb = rows->tb;
     uint64_t step = 0;
-    an_put_str(tb, st_reader_stage(rows->r, stage)->name);
+    an_put_str(tb, an_stragglers_stage_name(rows->r, stage));
     an_put_int(tb, (int64_t)in->first->instance);
     if (an_stragglers_instance_step(rows->marks, in, &step)) an_put_int(tb, (int64_t)step);
     else an_put_null(tb);
@@ -115,7 +116,7 @@ static int run(an_trace *t, an_format fmt)
             i = an_stragglers_aggregate(arr, n_arr, i, n_ranks, last_count, starts, &c,
                                 pass == 1 ? put_instance_row : NULL, &rows);
             if (pass == 0 && c.instances) {
-                an_put_str(ct, st_reader_stage(r, stage)->name);
+                an_put_str(ct, an_stragglers_stage_name(r, stage));
                 an_put_int(ct, (int64_t)c.instances);
                 an_put_int(ct, c.ranks_with);
                 an_put_int(ct, rank_of[c.top]);
@@ -131,7 +132,7 @@ static int run(an_trace *t, an_format fmt)
                     vlen += (size_t)snprintf(verdict + vlen, sizeof verdict - vlen,
                                              "Straggler at %.64s: rank %d arrives last in %u of %llu instances%s; the "
                                              "others wait %s ms for it on average.\n",
-                                             st_reader_stage(r, stage)->name, rank_of[c.top], c.times_last,
+                                             an_stragglers_stage_name(r, stage), rank_of[c.top], c.times_last,
                                              (unsigned long long)c.instances, c.every ? " (every time)" : "", ms);
             }
         }

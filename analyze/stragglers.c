@@ -41,6 +41,78 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* The matching (stragglers.h): n_arr may be 0 (arr NULL: a set without a comm range). */
+/* ---- NCCL's kernels as collectives ---- */
+static const char *const nccl_ops[AN_NCCL_OPS] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+                                                  "Reduce",    "SendRecv",  "AllToAll",      "other"};
+static const char *const nccl_stages[AN_NCCL_OPS] = {"nccl:AllReduce", "nccl:AllGather", "nccl:ReduceScatter",
+                                                     "nccl:Broadcast", "nccl:Reduce",    "nccl:SendRecv",
+                                                     "nccl:AllToAll",  "nccl:other"};
+
+int an_nccl_op(const char *name)
+{
+    if (!name) return -1;
+    const char *p = name;
+    if (p[0] == '_' && p[1] == 'Z') { /* _Z<length><name>...: the Itanium ABI's mangled name */
+        p += 2;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    const char *rest;
+    if (strncmp(p, "ncclDevKernel_", 14) == 0) rest = p + 14;
+    else if (strncmp(p, "ncclKernel_", 11) == 0) rest = p + 11;
+    else return -1;
+    for (int i = 0; i < AN_NCCL_OTHER; i++) {
+        size_t len = strlen(nccl_ops[i]);
+        /* the whole word: Reduce is not ReduceScatter */
+        if (strncmp(rest, nccl_ops[i], len) == 0 && (rest[len] == '_' || rest[len] == 0 || rest[len] == '(')) return i;
+    }
+    return AN_NCCL_OTHER;
+}
+
+const char *an_stragglers_stage_name(const st_reader *r, uint32_t stage)
+{
+    uint32_t n = st_reader_n_stages(r);
+    if (stage < n) return st_reader_stage(r, stage)->name;
+    return stage - n < AN_NCCL_OPS ? nccl_stages[stage - n] : "?";
+}
+
+int an_stragglers_add_gpu(an_trace *t, const int *rank_of, an_stragglers_arrival **arr, size_t *n, size_t *cap)
+{
+    st_reader *r = t->r;
+    int has = st_reader_has_gpu(r);
+    if (has < 0) return an_trace_fail(t);
+    if (!has) return AN_EXIT_OK;
+    uint32_t n_stages = st_reader_n_stages(r);
+    st_gpu_iter *it;
+    if (st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX) != ST_OK) return an_trace_fail(t);
+    st_gpu_row row;
+    int k;
+    while ((k = st_gpu_iter_next(it, &row)) == 1) {
+        if (row.rec.kind != ST_GPU_KERNEL || row.rec.dur_ns < 0 || row.device < 0) continue;
+        int op = an_nccl_op(row.name);
+        if (op < 0) continue;
+        int rank = row.device / ST_SET_DEVICE_STRIDE;
+        uint32_t part = 0;
+        while (part < t->n_ranks && rank_of[part] != rank) part++;
+        if (part == t->n_ranks) continue;
+        if (*n == *cap) {
+            size_t nc = *cap ? *cap * 2 : 1024;
+            an_stragglers_arrival *na = realloc(*arr, nc * sizeof *na);
+            if (!na) {
+                st_gpu_iter_close(it);
+                an_error("out of memory");
+                return AN_EXIT_FAIL;
+            }
+            *arr = na;
+            *cap = nc;
+        }
+        uint32_t th = row.thread >= 0 && row.thread < UINT32_MAX ? (uint32_t)row.thread : UINT32_MAX;
+        (*arr)[(*n)++] = (an_stragglers_arrival){n_stages + (uint32_t)op, part, th, 0, row.rec.start_ns,
+                                                 row.rec.start_ns + row.rec.dur_ns};
+    }
+    st_gpu_iter_close(it);
+    return k < 0 ? an_trace_fail(t) : AN_EXIT_OK;
+}
+
 void an_stragglers_match(an_stragglers_arrival *arr, size_t n_arr)
 {
     if (!n_arr) return;
@@ -232,6 +304,7 @@ int an_stragglers_read(an_trace *t, an_stragglers_data *d)
         else if (n == 1) goto oom;
     }
     if (rc) goto done;
+    if ((rc = an_stragglers_add_gpu(t, rank_of, &arr, &n_arr, &cap))) goto done;
     an_stragglers_match(arr, n_arr);
     marks = rank_marks_load(t);
     if (!marks) goto oom;
@@ -354,6 +427,20 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
         }
         if (n == 1) goto oom;
     }
+    {
+        int *rank_of = malloc((n_ranks ? n_ranks : 1) * sizeof *rank_of);
+        if (!rank_of) goto oom;
+        for (uint32_t i = 0; i < n_ranks; i++) rank_of[i] = s->ranks[i].rank;
+        int grc = an_stragglers_add_gpu(t, rank_of, &arr, &n_arr, &cap);
+        free(rank_of);
+        if (grc) {
+            free(arr);
+            free(last_count);
+            free(starts);
+            an_stragglers_free(s);
+            return grc;
+        }
+    }
     an_stragglers_match(arr, n_arr);
     for (size_t i = 0; i < n_arr;) {
         uint32_t stage = arr[i].stage;
@@ -363,7 +450,7 @@ int an_stragglers_compute(an_trace *t, an_stragglers *s)
             an_straggler *nc = realloc(s->coll, (s->n_coll + 1) * sizeof *nc);
             if (!nc) goto oom;
             s->coll = nc;
-            s->coll[s->n_coll++] = (an_straggler){st_reader_stage(r, stage)->name, c.instances, c.ranks_with,
+            s->coll[s->n_coll++] = (an_straggler){an_stragglers_stage_name(r, stage), c.instances, c.ranks_with,
                                                   s->ranks[c.top].rank, c.times_last, c.every, c.mean_wait_ns,
                                                   c.max_wait_ns};
         }

@@ -53,6 +53,26 @@ typedef struct an_stragglers_arrival {
     int64_t end_ns;    /* start + duration (the clock alignment's points: align.c) */
 } an_stragglers_arrival;
 
+/* NCCL's collectives from GPU activity alone (docs/analyze.md, "stragglers"): a kernel whose
+ * name (mangled or not) begins ncclDevKernel_ or ncclKernel_ is one rank's part of a collective
+ * of its operation (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, SendRecv, AllToAll;
+ * any other: "other"), as if a range of the comm stage "nccl:<operation>" on the GPU.
+ *   an_nccl_op(name)  the operation's index, AN_NCCL_OTHER for another NCCL kernel, -1 for a
+ *                     kernel that is not NCCL's.
+ *   an_stragglers_stage_name(r, stage)  an arrival's stage name: the reader's for a stage id
+ *                     below st_reader_n_stages(r), else "nccl:<operation>" (stage ids
+ *                     n_stages + op).
+ *   an_stragglers_add_gpu(t, rank_of, arr, n, cap)  appends the set's NCCL kernels to arr
+ *                     (rank_of[part] the part's meta rank; a kernel's device names its rank),
+ *                     times on the set's clock, the launching thread (UINT32_MAX unknown). An
+ *                     exit code (printed). */
+enum { AN_NCCL_OTHER = 7, AN_NCCL_OPS = 8 };
+int an_nccl_op(const char *name);
+const char *an_stragglers_stage_name(const st_reader *r, uint32_t stage);
+struct an_stragglers_arrival;
+int an_stragglers_add_gpu(an_trace *t, const int *rank_of, struct an_stragglers_arrival **arr, size_t *n,
+                          size_t *cap);
+
 /* The matching: each arrival's instance (per stage and rank, in start
  * order; ties of start by thread), then arr sorted so that one instance
  * (stage, k) is one run of the array, its arrivals in rank order. n may be
