@@ -6,6 +6,8 @@
 # CLOCK_MONOTONIC is 3 s ahead. Checks: both rank files; meta python_clock_sync `torch.distributed
 # (gloo)` on both; rank 0 offset 0 +- 0; rank 1's stored offset, at open and at close, within
 # its stated uncertainty of the true one (-3 s shifted, 0 else), the uncertainty under 10 ms;
+# the set without its clock keys fitted from its all-reduces (--align collectives) within the
+# fit's stated uncertainty of the true offset too;
 # `analyze stragglers`: rank 1 last at the all_reduce in at least 90 % of the instances, and
 # the slowest in forward; `analyze bottleneck` on the set names rank 1 in its Stragglers line.
 # Skipped with the reason when
@@ -51,6 +53,25 @@ for at in "" _close; do
     [ ${err#-} -le "$unc" ] || fail "rank 1${at}: offset $off is $err ns from $want, outside +- $unc"
     [ "$unc" -lt 10000000 ] || fail "rank 1${at}: uncertainty $unc ns"
 done
+ok
+# the same set without its clock keys, aligned from its all-reduces (analyze --align collectives):
+# rank 1's fitted offset to rank 0 within its stated uncertainty of the true one
+mkdir fit
+for r in 0 1; do
+    "$PY" -c 'import sqlite3, sys
+src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst)
+dst.execute("DELETE FROM meta WHERE substr(key, 1, 6) = ?", ("clock_",)); dst.commit()' ddp/rank$r.sqlite fit/rank$r.sqlite
+done
+expect_ok fitinfo "$A" info --align collectives --format json --table rank_clocks fit
+WANT=$want "$PY" - <<'EOF' || fail "the fit from collectives: $(cat fitinfo.out)"
+import json, os
+rows = {r["rank"]: r for r in json.load(open("fitinfo.out"))["rank_clocks"]}
+r1, want = rows[1], int(os.environ["WANT"])
+assert rows[0]["method"] == "reference" and r1["method"] == "collectives", rows
+for at in ("offset_ns", "offset_close_ns"):
+    print("fit: rank 1 %s %d, error %d ns, uncertainty %d ns" % (at, r1[at], r1[at] - want, r1["uncertainty_ns"]))
+    assert abs(r1[at] - want) <= r1["uncertainty_ns"], (at, r1, want)
+EOF
 ok
 expect_ok str "$A" stragglers --format csv --table collectives ddp/
 "$PY" - <<'EOF' || fail "stragglers: rank 1 is not the straggler: $(cat str.out)"
