@@ -55,7 +55,7 @@ ok
 expect_ok text "$A" cpu run.sqlite
 grep -q '^== run.sqlite: CPU per thread and stage over ' text.out || fail "text: no heading: $(head -2 text.out)"
 ok
-expect_ok csv "$A" cpu --format csv --top 3 --windows run.sqlite
+expect_ok csv "$A" cpu --format csv --top 5 --windows run.sqlite
 expect_ok json "$A" cpu --format json run.sqlite
 python3 -c 'import json,sys; d=json.load(open("json.out")); assert list(d) == ["threads","stages","functions","blocks","libraries","os_threads"], d.keys()' ||
     fail "json: not the six tables"
@@ -115,7 +115,9 @@ for o in os_threads:
     assert abs(got - float(o["on_cpu_ms"])) < 1e-5 * max(1, int(o["windows"])), (o, got)
 fwd = [f for f in functions if f["thread"].split("/")[-1] == "target0" and f["stage"] == "forward" and f["by"] == "self"]
 assert fwd and any(f["function"].startswith("k_") for f in fwd), fwd
-assert len([f for f in fwd]) <= 3
+# a call through the PLT is "[plt]", never the sizeless _init before it (docs/trace-format.md)
+assert not any(f["function"] == "_init" for f in fwd), fwd
+assert len([f for f in fwd]) <= 5  # --top 5: a sanitizer build puts its runtime and the PLT first
 if is_set:
     ranks = {t["thread"].split("/")[0] for t in threads}
     assert ranks == {"r0", "r1"}, ranks
@@ -306,7 +308,7 @@ if command -v mpirun >/dev/null && "$TRAINER" --version | grep -q 'multi-process
         --trace set/ --trace-cpu --overwrite
     [ $rc -eq 0 ] || fail "mpirun: exit $rc: $(tail -5 mpi.err)"
     ok
-    run setcsv "$A" cpu --format csv --top 3 --windows set/
+    run setcsv "$A" cpu --format csv --top 5 --windows set/
     [ $rc -eq 0 ] || fail "analyze cpu set/: exit $rc: $(cat setcsv.err)"
     ok
     # the target rank's thread is r0/target0 (rank 0 holds the targets)

@@ -28,7 +28,8 @@
 
 typedef struct sym {
     uint64_t lo, hi; /* [lo, hi) in the file's virtual addresses */
-    const char *name; /* in the file's string table (the mapping stays) */
+    const char *name; /* in the file's string table (the mapping stays), or "[plt]" */
+    uint64_t cap;    /* a symbol without a size: the end of its section (0: unknown) */
 } sym;
 
 typedef struct load {
@@ -89,6 +90,25 @@ static void read_build_id(elf_file *f, const unsigned char *p, uint64_t off, uin
     }
 }
 
+/* The section's name when section q is one of the PLT's (.plt, .plt.sec, .plt.got, .iplt)
+ * with addresses and a size, else NULL. */
+static const char *plt_section(const elf_file *f, const Elf64_Ehdr *eh, const Elf64_Shdr *sh, uint32_t q)
+{
+    if (eh->e_shstrndx == SHN_UNDEF || eh->e_shstrndx >= eh->e_shnum) return NULL;
+    const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+    if (!in_file(f, names->sh_offset, names->sh_size) || sh[q].sh_name >= names->sh_size ||
+        sh[q].sh_type != SHT_PROGBITS || !sh[q].sh_addr || !sh[q].sh_size)
+        return NULL;
+    const char *name = (const char *)f->map + names->sh_offset + sh[q].sh_name;
+    size_t room = names->sh_size - sh[q].sh_name;
+    static const char *const plts[] = {".plt", ".plt.sec", ".plt.got", ".iplt"};
+    for (size_t i = 0; i < sizeof plts / sizeof plts[0]; i++) {
+        size_t len = strlen(plts[i]) + 1;
+        if (len <= room && memcmp(name, plts[i], len) == 0) return plts[i];
+    }
+    return NULL;
+}
+
 /* Loads the symbol table of type `type` (SHT_SYMTAB or SHT_DYNSYM): 0 when
  * it holds function symbols. */
 static int load_syms(elf_file *f, const Elf64_Ehdr *eh, const Elf64_Shdr *sh, uint32_t type)
@@ -106,6 +126,15 @@ static int load_syms(elf_file *f, const Elf64_Ehdr *eh, const Elf64_Shdr *sh, ui
         size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
         sym *v = malloc((n ? n : 1) * sizeof *v);
         if (!v) return -1;
+        /* room for the PLT sections' stubs too (below) */
+        size_t n_plt = 0;
+        for (uint32_t q = 0; q < eh->e_shnum; q++) n_plt += plt_section(f, eh, sh, q) != NULL;
+        sym *w = realloc(v, (n + n_plt ? n + n_plt : 1) * sizeof *v);
+        if (!w) {
+            free(v);
+            return -1;
+        }
+        v = w;
         size_t k = 0;
         for (size_t j = 0; j < n; j++) {
             Elf64_Sym s;
@@ -114,16 +143,29 @@ static int load_syms(elf_file *f, const Elf64_Ehdr *eh, const Elf64_Shdr *sh, ui
             if ((t != STT_FUNC && t != STT_GNU_IFUNC) || s.st_shndx == SHN_UNDEF || s.st_value == 0 ||
                 s.st_name >= str->sh_size)
                 continue;
-            v[k++] = (sym){s.st_value, s.st_value + s.st_size, strtab + s.st_name};
+            /* a symbol without a size reaches the next one (below), but never past its own
+             * section's end (crti's _init, size 0, would otherwise name the PLT after .init) */
+            uint64_t cap = 0;
+            if (!s.st_size && s.st_shndx < eh->e_shnum && sh[s.st_shndx].sh_addr <= s.st_value &&
+                s.st_value - sh[s.st_shndx].sh_addr < sh[s.st_shndx].sh_size)
+                cap = sh[s.st_shndx].sh_addr + sh[s.st_shndx].sh_size;
+            v[k++] = (sym){s.st_value, s.st_value + s.st_size, strtab + s.st_name, cap};
         }
         if (!k) {
             free(v);
             continue;
         }
+        /* The PLT's stubs have no symbols: a frame there (a call through the PLT, sampled in
+         * its jump) is named "[plt]", not after whatever symbol lies before the section. */
+        for (uint32_t q = 0; q < eh->e_shnum; q++)
+            if (plt_section(f, eh, sh, q))
+                v[k++] = (sym){sh[q].sh_addr, sh[q].sh_addr + sh[q].sh_size, "[plt]", 0};
         qsort(v, k, sizeof *v, sym_cmp);
-        /* A symbol without a size reaches the next one. */
         for (size_t j = 0; j < k; j++)
-            if (v[j].hi == v[j].lo) v[j].hi = j + 1 < k ? v[j + 1].lo : v[j].lo + 1;
+            if (v[j].hi == v[j].lo) {
+                v[j].hi = j + 1 < k ? v[j + 1].lo : v[j].lo + 1;
+                if (v[j].cap > v[j].lo && v[j].hi > v[j].cap) v[j].hi = v[j].cap;
+            }
         f->syms = v;
         f->n_syms = k;
         return 0;
