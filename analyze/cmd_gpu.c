@@ -509,6 +509,24 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         an_row_end(tb);
     }
     an_table_end(tb);
+    /* Work no stage can be given: say how much, and the usual reason (text only; the rows are
+     * in the table in every format) */
+    uint64_t lost_k = 0, lost_r = 0;
+    int64_t lost_ns = 0, all_ns = 0;
+    for (size_t i = 0; i < s->s_len; i++) {
+        all_ns += s->s[i].gpu_ns;
+        if (s->s[i].thread >= 0 && st_reader_thread_by_id(t->r, (uint32_t)s->s[i].thread)) continue;
+        lost_k += s->s[i].kernels;
+        lost_r += s->s[i].records;
+        lost_ns += s->s[i].gpu_ns;
+    }
+    if (lost_k)
+        an_out_text(out, "No launching thread for %llu kernel%s (%llu record%s, %.3f ms, %.1f%% of the GPU time above): "
+                         "launched by threads not registered with the trace (PyTorch runs the backward pass of CUDA "
+                         "tensors on its own autograd threads), or the record set (meta gpu_records) left their launch "
+                         "calls out.\n\n",
+                    (unsigned long long)lost_k, lost_k == 1 ? "" : "s", (unsigned long long)lost_r,
+                    lost_r == 1 ? "" : "s", (double)lost_ns / 1e6, all_ns ? 100.0 * (double)lost_ns / (double)all_ns : 0.0);
 }
 
 typedef struct own_opts {

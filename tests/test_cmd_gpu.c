@@ -180,6 +180,18 @@ static void test_gpu_time_from_trace_start(void **state)
     r = run_gpu_args(4, text_argv);
     assert_int_equal(r.status, AN_EXIT_OK);
     assert_non_null(strstr(r.out, "devices and host_wait over time 0.000-0.050 s, 50.000 ms\n"));
+    /* no API record joins its kernels to a thread: the stages table (over the whole trace) has
+     * one row, (unknown), and the text says so with the kernels' count and time */
+    assert_non_null(strstr(r.out, "\n(unknown)  (none)       0        2        2  40.000\n\n"
+                                  "No launching thread for 2 kernels (2 records, 40.000 ms, 100.0% of the GPU time above): "
+                                  "launched by threads not registered with the trace"));
+    free(r.out);
+    /* none in CSV: the rows say it */
+    char *csv_argv[] = {"gpu", "--format", "csv", "--time", "0:0.05", path, NULL};
+    r = run_gpu_args(6, csv_argv);
+    assert_int_equal(r.status, AN_EXIT_OK);
+    assert_null(strstr(r.out, "No launching thread"));
+    assert_non_null(strstr(r.out, "\n(unknown),(none),0,2,2,40.000000\n"));
     free(r.out);
 }
 
