@@ -148,7 +148,7 @@ static int cpu_load(st_reader *r, struct cpu_data **out)
     if (!err && rc != SQLITE_DONE) err = st_rd_bad("cpu_threads", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
     if (err) return err;
-    qsort(c->threads, c->n_threads, sizeof *c->threads, cmp_thread);
+    if (c->n_threads) qsort(c->threads, c->n_threads, sizeof *c->threads, cmp_thread); /* never qsort(NULL, 0): UB */
     *out = c;
     return ST_OK;
 }
@@ -349,7 +349,7 @@ static int syms_load(st_reader *r, struct cpu_data *c)
     if (!err && rc != SQLITE_DONE) err = st_rd_bad("cpu_maps", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
     if (err) return err;
-    qsort(c->maps, c->n_maps, sizeof *c->maps, cmp_map);
+    if (c->n_maps) qsort(c->maps, c->n_maps, sizeof *c->maps, cmp_map);
     cap = 0;
     if (sqlite3_prepare_v2(r->db, "SELECT addr, map, sym_offset, name FROM main.cpu_symbols", -1, &st, NULL) !=
         SQLITE_OK)
@@ -377,7 +377,7 @@ static int syms_load(st_reader *r, struct cpu_data *c)
     if (!err && rc != SQLITE_DONE) err = st_rd_bad("cpu_symbols", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
     if (err) return err;
-    qsort(c->syms, c->n_syms, sizeof *c->syms, cmp_sym);
+    if (c->n_syms) qsort(c->syms, c->n_syms, sizeof *c->syms, cmp_sym);
     c->syms_loaded = 1;
     return ST_OK;
 }
