@@ -89,7 +89,14 @@ static int64_t steal_ns(void)
 
 /* The steal time over the last run_jobs. */
 static int64_t g_steal_ns;
+/* Under ThreadSanitizer a thread that wakes hundreds of times a second runs the runtime's own
+ * code around every wake, which its CPU clock counts and a single run showed 5 % apart from the
+ * switch records (usleep, 522 switches in 300 ms): the bound is wider there. */
+#if defined(__SANITIZE_THREAD__)
+#define CLOCK_BOUND(d) (0.08 * (d) + 2e6 + (double)g_steal_ns)
+#else
 #define CLOCK_BOUND(d) (0.02 * (d) + 2e6 + (double)g_steal_ns)
+#endif
 
 static long paranoid(void)
 {
