@@ -40,19 +40,26 @@
 #define P (10 * MS)
 #define N 12
 
+/* Rank `rank` of a 3-rank run: its meta, every rank on one clock (offset 0). */
+static tg_trace *rank_trace(const char *program, const char *run_id, int rank)
+{
+    tg_trace *g = tg_create(program);
+    tg_meta(g, "run_id", run_id);
+    tg_meta_int(g, "rank", rank);
+    tg_meta_int(g, "world_size", 3);
+    tg_meta_int(g, "start_ns", BASE_NS - MS);
+    tg_meta_int(g, "end_ns", BASE_NS + (N + 1) * P);
+    tg_meta_int(g, "clock_sync_ns", BASE_NS);
+    tg_meta_int(g, "clock_offset_ns", 0);
+    tg_meta_int(g, "clock_uncertainty_ns", 0);
+    return g;
+}
+
 static void write_set(const char *dir, const char *ar_kind)
 {
     mkdir(dir, 0777);
     for (int rank = 0; rank < 3; rank++) {
-        tg_trace *g = tg_create("strag");
-        tg_meta(g, "run_id", "1700000000-22");
-        tg_meta_int(g, "rank", rank);
-        tg_meta_int(g, "world_size", 3);
-        tg_meta_int(g, "start_ns", BASE_NS - MS);
-        tg_meta_int(g, "end_ns", BASE_NS + (N + 1) * P);
-        tg_meta_int(g, "clock_sync_ns", BASE_NS);
-        tg_meta_int(g, "clock_offset_ns", 0);
-        tg_meta_int(g, "clock_uncertainty_ns", 0);
+        tg_trace *g = rank_trace("strag", "1700000000-22", rank);
         uint32_t fwd = tg_stage(g, "forward", "work");
         uint32_t ar = tg_stage(g, "allreduce", ar_kind);
         uint32_t th = tg_thread(g, rank ? "drafter0" : "target0", rank ? "drafter" : "target");
@@ -89,15 +96,7 @@ static void write_gpu_set(const char *dir)
 {
     mkdir(dir, 0777);
     for (int rank = 0; rank < 3; rank++) {
-        tg_trace *g = tg_create("strag_gpu");
-        tg_meta(g, "run_id", "1700000000-23");
-        tg_meta_int(g, "rank", rank);
-        tg_meta_int(g, "world_size", 3);
-        tg_meta_int(g, "start_ns", BASE_NS - MS);
-        tg_meta_int(g, "end_ns", BASE_NS + (N + 1) * P);
-        tg_meta_int(g, "clock_sync_ns", BASE_NS);
-        tg_meta_int(g, "clock_offset_ns", 0);
-        tg_meta_int(g, "clock_uncertainty_ns", 0);
+        tg_trace *g = rank_trace("strag_gpu", "1700000000-23", rank);
         uint32_t fwd = tg_stage(g, "forward", "work");
         uint32_t th = tg_thread(g, rank ? "drafter0" : "target0", rank ? "drafter" : "target");
         tg_thread_at(g, th)->rank = rank;
