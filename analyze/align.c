@@ -222,8 +222,9 @@ static double bound_hi(const bounds_ctx *b, double s)
 
 static double bound_gap(const bounds_ctx *b, double s) { return bound_hi(b, s) - bound_lo(b, s); }
 
-/* The widest slope interval searched for lines inside the bounds: 1000 parts per million of
- * drift, far beyond any two clocks' (a few ppm) and any TSC map's slope error. */
+/* The slopes a clock may have: within 1000 parts per million of drift either way, far beyond any
+ * two clocks' (a few ppm) and any TSC map's slope error (tens of ppm). A fitted slope outside is
+ * the ends' noise (a millisecond of exit latency over a second of run is 1000 ppm), not a clock. */
 #define ALIGN_SLOPE_SPAN 1e-3
 #define ALIGN_SEARCH_STEPS 200
 
@@ -296,18 +297,34 @@ static int fit_part(const an_stragglers_arrival *arr, size_t n, uint32_t ref, ui
     an_align_line line;
     rc = -1;
     if (an_align_fit(x, y, m, &line, keep)) goto done;
-    /* Inside the bounds: the fitted line when some offset of its slope is; else the slope
-     * nearest the fitted one for which one is (the ends' slope is noisy, the truth is a line
-     * inside every bound); refused when none within ALIGN_SLOPE_SPAN is. */
+    /* Inside the bounds: the fitted slope, limited to +-ALIGN_SLOPE_SPAN, when some offset of it
+     * is; else the slope nearest it for which one is (the ends' slope is noisy, the truth is a
+     * line inside every bound); refused when no slope within +-ALIGN_SLOPE_SPAN has one. */
     bounds_ctx bc = {x, lo, hi, keep, m, line.x0_ns};
-    double s_fit = line.slope, s_use = s_fit;
-    double s_best = ternary_max(&bc, s_fit - ALIGN_SLOPE_SPAN, s_fit + ALIGN_SLOPE_SPAN, 0, 0);
+    double s_fit = line.slope < -ALIGN_SLOPE_SPAN ? -ALIGN_SLOPE_SPAN
+                   : line.slope > ALIGN_SLOPE_SPAN ? ALIGN_SLOPE_SPAN
+                                                   : line.slope;
+    double s_use = s_fit;
+    double s_best = ternary_max(&bc, -ALIGN_SLOPE_SPAN, ALIGN_SLOPE_SPAN, 0, 0);
     if (bound_gap(&bc, s_fit) > bound_gap(&bc, s_best)) s_best = s_fit;
     rc = 2;
     if (bound_gap(&bc, s_best) < 0) goto done;
     if (bound_gap(&bc, s_fit) < 0) s_use = feasible_edge(&bc, s_best, s_fit);
+    /* the offset: the fit's, or for another slope the median of the kept points' y - s (x - x0)
+     * at that slope; then moved by the least that puts it inside the bounds */
+    double c0 = line.offset_ns;
+    if (s_use != line.slope) {
+        size_t nk = 0;
+        double *v = malloc(m * sizeof *v);
+        rc = -1;
+        if (!v) goto done;
+        for (size_t k = 0; k < m; k++)
+            if (keep[k]) v[nk++] = (double)y[k] - s_use * (double)(x[k] - line.x0_ns);
+        if (nk) c0 = median(v, nk);
+        free(v);
+    }
     double c_lo = bound_lo(&bc, s_use), c_hi = bound_hi(&bc, s_use);
-    double c = line.offset_ns < c_lo ? c_lo : line.offset_ns > c_hi ? c_hi : line.offset_ns;
+    double c = c0 < c_lo ? c_lo : c0 > c_hi ? c_hi : c0;
     int64_t x1 = x[0];
     for (size_t k = 1; k < m; k++)
         if (x[k] > x1) x1 = x[k];
@@ -334,8 +351,8 @@ static int fit_part(const an_stragglers_arrival *arr, size_t n, uint32_t ref, ui
      * both free. The difference of two lines is largest at an end of the span, so over the
      * lines of slopes [s_a, s_b] (those with bound_gap >= 0) the room is the largest, at x0 and
      * at x1, of max(bound_hi(s) + s dx) - theta and theta - min(bound_lo(s) + s dx). */
-    double s_a = feasible_edge(&bc, s_best, s_best - ALIGN_SLOPE_SPAN);
-    double s_b = feasible_edge(&bc, s_best, s_best + ALIGN_SLOPE_SPAN);
+    double s_a = feasible_edge(&bc, s_best, -ALIGN_SLOPE_SPAN);
+    double s_b = feasible_edge(&bc, s_best, ALIGN_SLOPE_SPAN);
     double room = 0;
     for (int end = 0; end < 2; end++) {
         double dx = end ? (double)(x1 - line.x0_ns) : 0;

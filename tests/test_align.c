@@ -30,7 +30,10 @@
  * the fitted clock is the one with the generator's own clock keys (rank 3
  * slowed). Refusals: 5 steps (5 instances < 8); one rank with and the
  * others without meta keys (auto fits all, meta is refused); comm ranges
- * that are no barriers (test_set_not_barriers says how).
+ * that are no barriers (test_set_not_barriers says how). Ends noisy enough
+ * to fit a slope of -1 % (test_set_steep_ends says how): the slope used is
+ * within 1000 ppm, the fit is not refused, and the true offset (0) is
+ * within the stated uncertainty at both ends.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -299,6 +302,59 @@ static void test_set_not_barriers(void **state)
     an_trace_close(&t);
 }
 
+/* Two ranks on one clock (the true offset 0) whose ends say otherwise: rank 1 is released 2 ms
+ * late in the second half of the run (a preempted waiter), so the ends jump by -2 ms and
+ * Theil-Sen's slope, a median over pairs most of which cross the jump, is about -1.5 % (20 steps
+ * of 10 ms). Each rank is last to enter every other step (rank 0 in even steps at 4 ms of the
+ * step, rank 1 in odd ones; the other at 1 ms), so the bounds hold the line near slope 0: an
+ * odd step says theta(x) <= 10 us, an even one theta(x) >= -10 us - the release delay. No line
+ * within 1000 ppm of the fitted slope is inside them; lines within 1000 ppm of 0 are. */
+static void test_set_steep_ends(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/steep", tmp_dir);
+    mkdir(dir, 0777);
+    for (int rank = 0; rank < 2; rank++) {
+        tg_trace *g = tg_create("steep");
+        tg_meta(g, "run_id", "1700000000-78");
+        tg_meta_int(g, "rank", rank);
+        tg_meta_int(g, "world_size", 2);
+        uint32_t ar = tg_stage(g, "allreduce", "comm");
+        uint32_t th = tg_thread(g, "drafter0", "drafter");
+        tg_thread_at(g, th)->rank = rank;
+        for (int k = 0; k < 20; k++) {
+            int64_t s = BASE_NS + (int64_t)k * P;
+            int last = (k % 2) == rank;
+            int64_t enter = s + (last ? 4000000 : 1000000);
+            int64_t leave = s + 4010000 + (rank == 1 && k >= 10 ? 2000000 : 0);
+            tg_range(g, th, ar, enter, leave);
+        }
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/rank%d.sqlite", dir, rank);
+        tg_write(g, path);
+        tg_free(g);
+    }
+    const char *paths[] = {dir};
+    an_trace t;
+    assert_int_equal(an_trace_open_inputs(&t, paths, 1, AN_ALIGN_COLLECTIVES), AN_EXIT_OK);
+    assert_int_equal(t.align_used, AN_ALIGN_COLLECTIVES);
+    assert_int_equal(t.align[1].method, AN_CLOCK_COLLECTIVES);
+    st_rank_clock c;
+    assert_int_equal(st_reader_part_clock(t.r, 1, &c), ST_OK);
+    assert_true(c.has_open && c.has_close);
+    print_message("rank 1: offset %lld at %lld, %lld at %lld, within %lld ns\n", (long long)c.offset_ns,
+                  (long long)c.sync_ns, (long long)c.offset_close_ns, (long long)c.sync_close_ns,
+                  (long long)c.uncertainty_ns);
+    /* the slope used: within 1000 ppm */
+    assert_true(fabs((double)(c.offset_close_ns - c.offset_ns)) <= 1e-3 * (double)(c.sync_close_ns - c.sync_ns) + 2);
+    /* the truth, 0, within the stated uncertainty at both ends; and that uncertainty no wider than
+     * the bounds' 2 ms delay and the slope's 1000 ppm over the 190 ms allow */
+    assert_true(llabs(c.offset_ns) <= c.uncertainty_ns && llabs(c.offset_close_ns) <= c.uncertainty_ns);
+    assert_true(c.uncertainty_ns <= 2200000);
+    an_trace_close(&t);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_align")) return 1;
@@ -306,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_fit_outliers), cmocka_unit_test(test_fit_exact),   cmocka_unit_test(test_fit_one_x),
         cmocka_unit_test(test_fit_many),     cmocka_unit_test(test_set_fitted),  cmocka_unit_test(test_set_too_few),
         cmocka_unit_test(test_set_mixed),    cmocka_unit_test(test_set_not_barriers),
+        cmocka_unit_test(test_set_steep_ends),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(failed);
