@@ -73,7 +73,7 @@ def test_gpu_alternation_pairs_blocks_and_times_their_settled_steps(monkeypatch)
         def process_time():
             return clock["t"] / 2
 
-    monkeypatch.setattr(sample, "time", FakeTime)
+    monkeypatch.setattr(sample.alternation, "time", FakeTime)
     alt = sample.Alternation(4, 1, 2, FakeTrace())
     states = []
     for step in range(1, 2 + 4 * 6 + 1):
@@ -95,3 +95,24 @@ def test_gpu_alternation_pairs_blocks_and_times_their_settled_steps(monkeypatch)
         sample.parse_args(["--gpu-alternate", "50"])  # needs --trace-gpu
     with pytest.raises(SystemExit):
         sample.parse_args(["--trace-gpu", "--gpu-alternate", "10", "--alternate-settle", "10"])
+
+
+def test_ddp_sample_parses_its_alternation_and_device_flags():
+    spec = importlib.util.spec_from_file_location("ddp_torch", os.path.join(ROOT, "samples", "python", "ddp_torch.py"))
+    ddp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ddp)
+    a = ddp.parse_args(["--alternate", "40", "--alternate-settle", "8", "--device", "cuda", "--backend", "gloo"])
+    assert (a.alternate, a.alternate_settle, a.warmup, a.device, a.backend) == (40, 8, 20, "cuda", "gloo")
+    for bad in (["--alternate", "5"],  # settle 5 of 5
+                ["--alternate", "10", "--no-trace"], ["--device", "cpu", "--backend", "nccl"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit):
+            ddp.parse_args(bad)
+    # its alternation switches a flag, not the GPU capture: blocks of 2 steps after 1 warm-up
+    # step, on, off | off, on; steps 1..8 end blocks 0..2
+    state = []
+    alt = ddp.alternation.Alternation(2, 0, 1, lambda: state.append("on"), lambda: state.append("off"),
+                                      "alternate", "recorded", "not recorded")
+    for step in range(1, 9):
+        alt.at_step(step)
+    assert state == ["off", "on"] and [b[0] for b in alt.blocks] == [True, False, False]
+    assert alt.summary().startswith("alternate: 1 block pair: too few")

@@ -50,6 +50,9 @@ try:
 except ImportError:  # the module stays importable (tests, --help); main() says what is missing
     torch = None
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import alternation  # noqa: E402 (samples/python/alternation.py, beside this file)
+
 try:
     import stagetrace
 except ImportError:
@@ -378,73 +381,14 @@ class Pipeline:
         return a.steps * tokens_per_step / elapsed, last_loss
 
 
-# Two-sided 97.5 % quantiles of Student's t for 1..30 degrees of freedom.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
 
 
-class Alternation:
-    """--gpu-alternate: GPU recording on and paused in blocks of `block` steps
-    after the warm-up, in pairs whose order alternates (on first in even
-    pairs, paused first in odd ones, so a drift over the run cancels); each
-    block's rate is taken from its steps after the first `settle`."""
+class Alternation(alternation.Alternation):
+    """--gpu-alternate: GPU recording on (trace.gpu_resume) and paused (trace.gpu_pause) in
+    blocks of `block` steps after the warm-up (samples/python/alternation.py)."""
 
     def __init__(self, block, settle, warmup, trace):
-        self.block, self.settle, self.warmup, self.trace = block, settle, warmup, trace
-        self.paused = False
-        self.mark = None      # (time, cpu time) at the block's settle point
-        self.blocks = []      # (recording, seconds per step, CPU seconds per step)
-        self.apply(0)
-
-    def state(self, k):
-        """Whether block k records: pair k // 2, first or second of it."""
-        first_on = (k // 2) % 2 == 0
-        return first_on if k % 2 == 0 else not first_on
-
-    def apply(self, k):
-        on = self.state(k)
-        if on and self.paused:
-            self.trace.gpu_resume()
-        elif not on and not self.paused:
-            self.trace.gpu_pause()
-        self.paused = not on
-
-    def at_step(self, step):
-        if step < self.warmup:
-            return
-        k, i = divmod(step - self.warmup, self.block)
-        if i == 0 and step > self.warmup and self.mark:
-            # step ends block k - 1: its steps settle..block-1 were timed
-            n = self.block - self.settle
-            now, cpu = time.perf_counter(), time.process_time()
-            self.blocks.append((self.state(k - 1), (now - self.mark[0]) / n, (cpu - self.mark[1]) / n))
-            self.mark = None
-        if i == 0:
-            self.apply(k)
-        if i == self.settle:
-            self.mark = (time.perf_counter(), time.process_time())
-
-    def summary(self):
-        pairs = len(self.blocks) // 2
-        ratios, cpu_on, cpu_off = [], [], []
-        for j in range(pairs):
-            a, b = self.blocks[2 * j], self.blocks[2 * j + 1]
-            on, off = (a, b) if a[0] else (b, a)
-            ratios.append(off[1] / on[1])  # rate recorded / rate paused
-            cpu_on.append(on[2])
-            cpu_off.append(off[2])
-        if pairs < 2:
-            return "gpu-alternate: %d block pair%s: too few for an interval (run more steps)" % (
-                pairs, "" if pairs == 1 else "s")
-        mean = sum(ratios) / pairs
-        sd = (sum((r - mean) ** 2 for r in ratios) / (pairs - 1)) ** 0.5
-        half = (_T975[pairs - 2] if pairs - 1 <= len(_T975) else 1.96) * sd / pairs ** 0.5
-        med = sorted(ratios)[pairs // 2] if pairs % 2 else sum(sorted(ratios)[pairs // 2 - 1:pairs // 2 + 1]) / 2
-        return ("gpu-alternate: %d block pairs of %d steps (%d timed): rate recorded / paused mean %.4f, "
-                "95%% interval [%.4f, %.4f], median %.4f; CPU ms per step recorded %.3f, paused %.3f"
-                % (pairs, self.block, self.block - self.settle, mean, mean - half, mean + half, med,
-                   1e3 * sum(cpu_on) / pairs, 1e3 * sum(cpu_off) / pairs))
+        super().__init__(block, settle, warmup, trace.gpu_resume, trace.gpu_pause, "gpu-alternate")
 
 
 class TorchProfilerTrace:
