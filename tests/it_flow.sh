@@ -29,7 +29,7 @@ train() { # NAME FLAGS...
 }
 train sync --queue-depth 2
 train async --postprocess async --target-gpus 2 --drafter-gpus 2 --queue-depth 4
-train slow --drafter-delay-us 1000 --queue-depth 2
+train slow --drafter-delay-us 3000 --queue-depth 2
 
 for name in sync async slow; do
     expect_ok "raw_$name" "$A" sql --format csv "$name.sqlite" \
@@ -120,7 +120,8 @@ for (s0, t0), (s1, t1) in zip(steps, steps[1:]):
     if per_step.get(s1) != t1 - t0: fail(f"step {s1}: path {per_step.get(s1)} ns, step {t1 - t0} ns")
 EOF
 done
-# the drafter-bound run: the path runs mostly through the drafter
+# the drafter-bound run (3 ms a forward, far above the tiny model's other work even on a loaded
+# host): the path runs mostly through the drafter
 python3 - <<'EOF' || fail "slow: critical path"
 import json
 rep = json.load(open("flow_slow.out"))
