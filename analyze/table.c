@@ -333,6 +333,7 @@ an_table *an_table_new(an_out *o, const char *name, const an_col *cols, int n_co
 
 static int arena_add(an_table *t, const char *s, size_t len)
 {
+    if (len == 0) return 0; /* an empty first cell: the arena is still NULL, and memcpy(NULL, .., 0) is undefined */
     if (t->arena_len + len > t->arena_cap) {
         size_t cap = t->arena_cap ? t->arena_cap * 2 : 4096;
         while (cap < t->arena_len + len) cap *= 2;

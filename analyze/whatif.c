@@ -420,8 +420,8 @@ static int queue_delays(scan *s, an_whatif_input *in, int q, size_t depth)
 {
     span *puts = s->puts[q], *pops = s->pops[q];
     size_t np = s->n_puts[q], nc = s->n_pops[q];
-    qsort(puts, np, sizeof *puts, cmp_span_end);
-    qsort(pops, nc, sizeof *pops, cmp_span_end);
+    if (np) qsort(puts, np, sizeof *puts, cmp_span_end); /* qsort(NULL, 0) is undefined */
+    if (nc) qsort(pops, nc, sizeof *pops, cmp_span_end);
     uint32_t cap[AN_WHATIF_N_DELAYS] = {0};
 #define IN_WINDOW(t) ((t) >= in->t0_ns && (t) <= in->t1_ns)
 #define ADD(k, v)                                                                                                    \

@@ -111,6 +111,31 @@ static void test_tables(void **state)
     free(s);
 }
 
+/* A table whose first cell is empty: nothing is in the text arena yet when
+ * the cell is added (under UBSan, memcpy from an empty cell into a NULL
+ * arena was a report). */
+static void test_empty_first_cell(void **state)
+{
+    (void)state;
+    static const an_col cols[] = {{"name", AN_T_STR, 0}, {"n", AN_T_INT, 0}};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    an_out *o = an_out_new(m, AN_FMT_TEXT);
+    an_table *t = an_table_new(o, "t", cols, 2);
+    an_put_str(t, "");
+    an_put_int(t, 1);
+    an_row_end(t);
+    an_put_str(t, "b");
+    an_put_int(t, 22);
+    an_row_end(t);
+    an_table_end(t);
+    assert_int_equal(an_out_finish(o), 0);
+    fclose(m);
+    assert_string_equal(buf, "name   n\n       1\nb     22\n");
+    free(buf);
+}
+
 /* Three tables a, b, c of one row each (b twice: a name may repeat), as
  * --table only (NULL: all) prints them. */
 static char *render_three(an_format fmt, const char *only, int *missing, char *printed, size_t size)
@@ -177,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_fmt),
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_empty_first_cell),
         cmocka_unit_test(test_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -39,9 +39,13 @@ static int load_meta(st_reader *r)
             }
             r->meta = m;
         }
-        r->meta[r->n_meta].key = dup_text(st, 0);
-        r->meta[r->n_meta].value = dup_text(st, 1);
-        r->n_meta++;
+        meta_kv *kv = &r->meta[r->n_meta++]; /* owned from here: freed by st_reader_close */
+        kv->key = dup_text(st, 0);
+        kv->value = dup_text(st, 1);
+        if (!kv->key || !kv->value) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return st_rd_bad("meta", sqlite3_errmsg(r->db));
@@ -85,6 +89,10 @@ static int load_threads(st_reader *r)
         t->rank = (int)rank;
         t->dropped = (uint64_t)dropped;
         if (id > max_id) max_id = id;
+        if (!t->name || !t->role) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return st_rd_bad("threads", sqlite3_errmsg(r->db));
@@ -130,11 +138,21 @@ static int load_stages(st_reader *r)
                 s[i] = (st_stage_info){i, strdup(name), ST_WORK};
             }
             r->stages = s;
-            r->n_stages = (uint32_t)id + 1;
+            uint32_t first = r->n_stages;
+            r->n_stages = (uint32_t)id + 1; /* owned from here: freed by st_reader_close */
+            for (uint32_t i = first; i < (uint32_t)id; i++)
+                if (!s[i].name) {
+                    sqlite3_finalize(st);
+                    return st_set_error(ST_ENOMEM, "out of memory");
+                }
         }
         free((char *)r->stages[id].name);
         r->stages[id].name = dup_text(st, 1);
         r->stages[id].kind = (st_kind)k;
+        if (!r->stages[id].name) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return st_rd_bad("stages", sqlite3_errmsg(r->db));
@@ -166,12 +184,22 @@ static int load_counters(st_reader *r)
                 c[i] = (st_counter_info){i, strdup(name), strdup("")};
             }
             r->counters = c;
-            r->n_counters = (uint32_t)id + 1;
+            uint32_t first = r->n_counters;
+            r->n_counters = (uint32_t)id + 1; /* owned from here: freed by st_reader_close */
+            for (uint32_t i = first; i < (uint32_t)id; i++)
+                if (!c[i].name || !c[i].unit) {
+                    sqlite3_finalize(st);
+                    return st_set_error(ST_ENOMEM, "out of memory");
+                }
         }
         free((char *)r->counters[id].name);
         free((char *)r->counters[id].unit);
         r->counters[id].name = dup_text(st, 1);
         r->counters[id].unit = dup_text(st, 2);
+        if (!r->counters[id].name || !r->counters[id].unit) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return st_rd_bad("counter_names", sqlite3_errmsg(r->db));
