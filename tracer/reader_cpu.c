@@ -251,7 +251,7 @@ static int stacks_load(st_reader *r, struct cpu_data *c)
         }
         const void *data = sqlite3_column_blob(st, 2);
         int size = sqlite3_column_bytes(st, 2);
-        if (st_cpu_stack_get(data, (size_t)size, (uint32_t)n, c->frames + flen)) {
+        if (st_cpu_stack_get(data, (size_t)size, (uint32_t)n, n ? c->frames + flen : NULL)) {
             err = stack_corrupt(id, "its frames are corrupt or truncated");
             break;
         }
@@ -287,7 +287,7 @@ int st_rd_file_cpu_stack(st_reader *r, uint64_t stack, const uint64_t **frames, 
     if (rc) return rc;
     const cpu_stack_ent *s = c->has ? stack_find(c, stack) : NULL;
     if (!s) return st_set_error(ST_EINVAL, "the trace has no CPU stack %llu", (unsigned long long)stack);
-    *frames = c->frames + s->off;
+    *frames = s->n ? c->frames + s->off : NULL; /* no frames: NULL, never NULL + 0 */
     *n = s->n;
     return ST_OK;
 }
