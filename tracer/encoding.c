@@ -556,7 +556,7 @@ int st_cpu_stack_put(st_buf *b, const uint64_t *frames, uint32_t n)
 
 int st_cpu_stack_get(const void *data, size_t size, uint32_t n, uint64_t *frames)
 {
-    if (!size || !data) return n == 0 && !size ? 0 : ST_ECORRUPT; /* an empty blob is NULL: no NULL + 0 */
+    if (!data) return n == 0 && size == 0 ? 0 : ST_ECORRUPT; /* an empty blob is NULL: no NULL + 0 */
     const uint8_t *p = data, *end = p + size;
     uint64_t prev = 0, z;
     for (uint32_t i = 0; i < n; i++) {

@@ -22,6 +22,13 @@ static char *dup_text(sqlite3_stmt *st, int col)
     return strdup(s ? (const char *)s : "");
 }
 
+/* Out of memory while a table's statement is stepped: finalizes it. */
+static int oom(sqlite3_stmt *st)
+{
+    sqlite3_finalize(st);
+    return st_set_error(ST_ENOMEM, "out of memory");
+}
+
 static int load_meta(st_reader *r)
 {
     sqlite3_stmt *st;
@@ -34,8 +41,7 @@ static int load_meta(st_reader *r)
             cap = cap ? cap * 2 : 32;
             meta_kv *m = realloc(r->meta, cap * sizeof *m);
             if (!m) {
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
+                return oom(st);
             }
             r->meta = m;
         }
@@ -43,8 +49,7 @@ static int load_meta(st_reader *r)
         kv->key = dup_text(st, 0);
         kv->value = dup_text(st, 1);
         if (!kv->key || !kv->value) {
-            sqlite3_finalize(st);
-            return st_set_error(ST_ENOMEM, "out of memory");
+            return oom(st);
         }
     }
     sqlite3_finalize(st);
@@ -75,8 +80,7 @@ static int load_threads(st_reader *r)
             cap = cap ? cap * 2 : 16;
             st_thread_info *t = realloc(r->threads, cap * sizeof *t);
             if (!t) {
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
+                return oom(st);
             }
             r->threads = t;
         }
@@ -90,8 +94,7 @@ static int load_threads(st_reader *r)
         t->dropped = (uint64_t)dropped;
         if (id > max_id) max_id = id;
         if (!t->name || !t->role) {
-            sqlite3_finalize(st);
-            return st_set_error(ST_ENOMEM, "out of memory");
+            return oom(st);
         }
     }
     sqlite3_finalize(st);
@@ -129,8 +132,7 @@ static int load_stages(st_reader *r)
         if ((uint32_t)id >= r->n_stages) {
             st_stage_info *s = realloc(r->stages, ((size_t)id + 1) * sizeof *s);
             if (!s) {
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
+                return oom(st);
             }
             for (uint32_t i = r->n_stages; i <= (uint32_t)id; i++) {
                 char name[32];
@@ -142,16 +144,14 @@ static int load_stages(st_reader *r)
             r->n_stages = (uint32_t)id + 1; /* owned from here: freed by st_reader_close */
             for (uint32_t i = first; i < (uint32_t)id; i++)
                 if (!s[i].name) {
-                    sqlite3_finalize(st);
-                    return st_set_error(ST_ENOMEM, "out of memory");
+                    return oom(st);
                 }
         }
         free((char *)r->stages[id].name);
         r->stages[id].name = dup_text(st, 1);
         r->stages[id].kind = (st_kind)k;
         if (!r->stages[id].name) {
-            sqlite3_finalize(st);
-            return st_set_error(ST_ENOMEM, "out of memory");
+            return oom(st);
         }
     }
     sqlite3_finalize(st);
@@ -175,8 +175,7 @@ static int load_counters(st_reader *r)
         if ((uint32_t)id >= r->n_counters) {
             st_counter_info *c = realloc(r->counters, ((size_t)id + 1) * sizeof *c);
             if (!c) {
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
+                return oom(st);
             }
             for (uint32_t i = r->n_counters; i <= (uint32_t)id; i++) {
                 char name[32];
@@ -188,8 +187,7 @@ static int load_counters(st_reader *r)
             r->n_counters = (uint32_t)id + 1; /* owned from here: freed by st_reader_close */
             for (uint32_t i = first; i < (uint32_t)id; i++)
                 if (!c[i].name || !c[i].unit) {
-                    sqlite3_finalize(st);
-                    return st_set_error(ST_ENOMEM, "out of memory");
+                    return oom(st);
                 }
         }
         free((char *)r->counters[id].name);
@@ -197,8 +195,7 @@ static int load_counters(st_reader *r)
         r->counters[id].name = dup_text(st, 1);
         r->counters[id].unit = dup_text(st, 2);
         if (!r->counters[id].name || !r->counters[id].unit) {
-            sqlite3_finalize(st);
-            return st_set_error(ST_ENOMEM, "out of memory");
+            return oom(st);
         }
     }
     sqlite3_finalize(st);
@@ -229,8 +226,7 @@ static int load_steps(st_reader *r)
             cap = cap ? cap * 2 : 256;
             st_step_info *s = realloc(r->steps, cap * sizeof *s);
             if (!s) {
-                sqlite3_finalize(st);
-                return st_set_error(ST_ENOMEM, "out of memory");
+                return oom(st);
             }
             r->steps = s;
         }
