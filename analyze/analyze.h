@@ -292,6 +292,8 @@ typedef struct an_trace {
     int64_t lost_events;            /* meta lost_events, else the spans' sum */
     struct an_lost_span *gpu_pauses; /* gpu_pauses rows (st_gpu_pause), by t0_ns; n_records 0 */
     uint32_t n_gpu_pauses;
+    struct an_lost_span *gpu_unrecorded; /* their union: disjoint, by t0_ns, no empty span */
+    uint32_t n_gpu_unrecorded;
     /* A rank set: r is the set's reader, path its label "run
      * <run_id>"; ranks[] each rank's own trace (reader borrowed from the set). */
     int is_set;
@@ -349,6 +351,12 @@ uint32_t an_trace_lost_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, int64
  * (gpu_pauses; overlapping rows count once), and in *n the pauses that
  * meet it. 0 for a rank set and for a trace without pauses. */
 int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, uint32_t *n);
+/* Sweeps: the paused time inside [t0_ns, t1_ns), for calls whose t0_ns
+ * never decreases; *cursor starts at 0 and is kept between calls. */
+int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0_ns, int64_t t1_ns);
+/* The time of [t0_ns, t1_ns) during which GPU activity was recorded: its
+ * length less the paused time (0 for an empty window). */
+int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns);
 /* "paused N times, X s in all, between A s and B s" (times from the
  * trace's origin) into buf; 0 (buf untouched) when there was no pause. */
 int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size);

@@ -357,6 +357,15 @@ static int put_devices(an_out *out, const an_pipe *p, const an_verdict *v)
     if (!d) return -1;
     an_out_text(out, "devices: GPU busy time (kernels, copies, memsets) as a share of the period, in all and per "
                      "launching role (roles overlap in time)\n");
+    if (p->bin_rec_ns && p->n_devices) {
+        double scale = an_pipe_dev_scale(p, v->bin0, v->bin1);
+        if (scale > 0)
+            an_out_text(out, "  GPU recording was paused for part of the period: these figures are estimated from "
+                             "the recorded %.1f %% of it (device time there x %.3f)\n",
+                        100.0 / scale, scale);
+        else
+            an_out_text(out, "  GPU recording was paused for the whole period: no device time is known\n");
+    }
     an_table *t = an_table_new(out, "devices", device_cols, N_OF(device_cols));
     for (uint32_t i = 0; i < p->n_devices; i++) {
         for (int64_t r = -1; r < (int64_t)p->n_roles; r++) {

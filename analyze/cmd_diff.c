@@ -259,15 +259,24 @@ static int collect(const side *a, const side *b, change **out, uint32_t *n_out)
 /* ---- GPU activity ----------------------------------------------------------------------------------- */
 
 /* Busy time per step of (device, role) in every bin of one trace; role < 0:
- * the device's total. 0 in every bin where the trace lacks the device or role. */
-static void gpu_samples(const an_pipe *p, int device, const char *role, double *out)
+ * the device's total. 0 in every bin where the trace lacks the device or role.
+ * A bin in which GPU recording was partly paused counts its recorded time
+ * scaled to the bin (an_pipe_dev_scale); one with nothing recorded is left
+ * out. Returns the number of values in out. */
+static uint32_t gpu_samples(const an_pipe *p, int device, const char *role, double *out)
 {
     int32_t d = -1, r = role ? an_pipe_role_index(p, role) : (int32_t)p->n_roles;
     for (uint32_t i = 0; i < p->n_devices; i++)
         if (p->devices[i] == device) d = (int32_t)i;
-    for (uint32_t b = 0; b < p->n_bins; b++)
-        out[b] = d >= 0 && r >= 0 ? (double)an_pipe_dev(p, b, (uint32_t)d, (uint32_t)r) / (p->bin_steps[b] ? p->bin_steps[b] : 1)
-                                  : 0.0;
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < p->n_bins; b++) {
+        double scale = an_pipe_dev_scale(p, b, b + 1);
+        if (!(scale > 0)) continue;
+        out[n++] = d >= 0 && r >= 0 ? scale * (double)an_pipe_dev(p, b, (uint32_t)d, (uint32_t)r) /
+                                          (p->bin_steps[b] ? p->bin_steps[b] : 1)
+                                    : 0.0;
+    }
+    return n;
 }
 
 typedef struct gpu_change {
@@ -299,20 +308,21 @@ static int gpu_collect(const side *a, const side *b, double alpha, double *buf_a
                 gpu_change *c = &v[n];
                 c->device = dev;
                 c->role = role;
-                gpu_samples(pa, dev, role, buf_a);
-                gpu_samples(pb, dev, role, buf_b);
-                c->mean_a = mean_of(buf_a, pa->n_bins);
-                c->mean_b = mean_of(buf_b, pb->n_bins);
+                uint32_t na = gpu_samples(pa, dev, role, buf_a);
+                uint32_t nb = gpu_samples(pb, dev, role, buf_b);
+                if (!na || !nb) continue; /* nothing recorded in one of them */
+                c->mean_a = mean_of(buf_a, na);
+                c->mean_b = mean_of(buf_b, nb);
                 if (role && !(c->mean_a > 0) && !(c->mean_b > 0)) continue;
-                c->p = an_mann_whitney(buf_a, pa->n_bins, buf_b, pb->n_bins, NULL);
+                c->p = an_mann_whitney(buf_a, na, buf_b, nb, NULL);
                 if (isnan(c->p)) {
                     free(v);
                     return oom();
                 }
                 c->tested = 1;
-                c->significant = pa->n_bins >= MIN_STEPS_FOR_TEST && pb->n_bins >= MIN_STEPS_FOR_TEST && c->p < alpha;
-                c->median_a = an_median(buf_a, pa->n_bins);
-                c->median_b = an_median(buf_b, pb->n_bins);
+                c->significant = na >= MIN_STEPS_FOR_TEST && nb >= MIN_STEPS_FOR_TEST && c->p < alpha;
+                c->median_a = an_median(buf_a, na);
+                c->median_b = an_median(buf_b, nb);
                 n++;
             }
         }

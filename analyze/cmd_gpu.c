@@ -41,6 +41,9 @@ static const char help[] =
     "           (innermost range) for the largest part of the host wait, counting only\n"
     "           time inside that stage; \"(no stage)\" when the thread was in no range\n"
     "           (a host-bound device: make that stage asynchronous)\n"
+    "           unrecorded: time GPU recording was paused (st_gpu_pause, or the sampled\n"
+    "           capture every_steps=N): neither busy nor idle, so busy and idle shares\n"
+    "           are of the recorded time\n"
     "  host_wait per device, the host wait split by launching thread and the stage it\n"
     "           was in at each instant (\"(no stage)\": in no range): ms and share of\n"
     "           the device's host wait, largest first\n"
@@ -49,7 +52,7 @@ static const char help[] =
     "           launched, and the sum of their GPU durations\n"
     "  api      host time in CUDA API calls over the window: per thread, stage (open at\n"
     "           the call's start) and function: count, total, mean, max, share of the\n"
-    "           window. Top-level calls only: a driver call inside a runtime call on the\n"
+    "           window's recorded time. Top-level calls only: a driver call inside a runtime call on the\n"
     "           same thread is part of it. Calls on untraced threads (libraries' own)\n"
     "           count under \"(untraced)\". The N largest per thread (--top)\n"
     "\n"
@@ -90,7 +93,7 @@ static const an_col device_cols[] = {
     {"device", AN_T_INT, 0},        {"records", AN_T_INT, 0},      {"busy_ms", AN_T_MS, 0},
     {"busy_pct", AN_T_PCT, 0},      {"idle_ms", AN_T_MS, 0},       {"host_wait_ms", AN_T_MS, 0},
     {"launch_gap_ms", AN_T_MS, 0},  {"other_ms", AN_T_MS, 0},      {"host_thread", AN_T_STR, 0},
-    {"host_stage", AN_T_STR, 0},    {"host_stage_ms", AN_T_MS, 0},
+    {"host_stage", AN_T_STR, 0},    {"host_stage_ms", AN_T_MS, 0}, {"unrecorded_ms", AN_T_MS, 0},
 };
 static const an_col wait_cols[] = {
     {"device", AN_T_INT, 0}, {"thread", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
@@ -473,6 +476,7 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         an_put_str(tb, ti ? ti->name : d->host_thread >= 0 ? "(unknown)" : NULL);
         an_put_str(tb, si ? si->name : d->host_thread >= 0 ? "(no stage)" : NULL);
         an_put_ns(tb, d->host_stage_ns);
+        an_put_ns(tb, d->unrecorded_ns);
         an_row_end(tb);
     }
     an_table_end(tb);
@@ -634,12 +638,18 @@ static int work(an_cmd *c)
                         n_dev ? "" : ": no GPU activity in the window");
             uint32_t n_paused;
             int64_t paused = an_trace_gpu_paused_in(t, w0, w1, &n_paused);
-            if (n_paused)
-                an_out_text(out, "GPU recording was paused for %.3f ms of this window (%u pause%s): counted as idle\n",
-                            (double)paused / 1e6, n_paused, n_paused == 1 ? "" : "s");
+            if (n_paused) {
+                const char *every = an_trace_meta(t, "gpu_every_steps");
+                an_out_text(out,
+                            "GPU recording was paused for %.3f ms of this window (%u pause%s%s%s%s): that time is "
+                            "neither busy nor idle: devices, host_wait and api are of the %.3f ms recorded\n",
+                            (double)paused / 1e6, n_paused, n_paused == 1 ? "" : "s",
+                            every ? "; sampled capture: one step in " : "", every ? every : "", every ? " recorded" : "",
+                            (double)(w1 - w0 - paused) / 1e6);
+            }
             an_out_text(out, "\n");
             put_tables(out, t, &s, dev, n_dev, o->top);
-            put_api(out, t, api.rows, api.n, w1 - w0, o->top);
+            put_api(out, t, api.rows, api.n, w1 - w0 - paused, o->top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
                 rc = AN_EXIT_FAIL;

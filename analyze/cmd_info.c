@@ -67,6 +67,7 @@ static const an_col cols[] = {
     {"duration_s", AN_T_REAL, 9},    {"tokens_per_s", AN_T_REAL, 3},   {"profile_interval", AN_T_INT, 0},
     {"gpu_devices", AN_T_STR, 0},    {"gpu_records", AN_T_INT, 0},     {"gpu_api_calls", AN_T_INT, 0},
     {"gpu_dropped_records", AN_T_INT, 0}, {"gpu_pauses", AN_T_INT, 0},   {"gpu_paused_s", AN_T_REAL, 9},
+    {"gpu_every_steps", AN_T_INT, 0},
 };
 #define N_COLS ((int)(sizeof cols / sizeof cols[0]))
 
@@ -381,8 +382,16 @@ static void print_text(FILE *f, const an_trace *t, const info *in)
         fputs("\n  gpu activity: none", f);
     }
     char paused[160];
-    if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
-        fprintf(f, "\n  gpu recording: %s (st_gpu_pause: GPU work then is not in the trace)", paused);
+    if (an_trace_gpu_pauses_text(t, paused, sizeof paused)) {
+        const char *every = an_trace_meta(t, "gpu_every_steps");
+        if (every) {
+            fputs("\n  gpu recording: sampled, one step in ", f);
+            put_clean(f, every);
+            fprintf(f, " (every_steps): %s; GPU figures are of the recorded time", paused);
+        } else {
+            fprintf(f, "\n  gpu recording: %s (st_gpu_pause: GPU work then is not in the trace)", paused);
+        }
+    }
     put_cpu_capture(f, t);
     const char *pi = an_trace_meta(t, "profile_interval");
     if (pi) {
@@ -457,6 +466,13 @@ static void put_row(an_table *tb, const an_trace *t, const info *in)
         an_put_null(tb);
         an_put_null(tb);
     }
+    int64_t every;
+    if (an_trace_meta_i64(t, "gpu_every_steps", &every) == 0)
+        an_put_int(tb, every);
+    else if (in->has_gpu)
+        an_put_int(tb, 1); /* every step recorded */
+    else
+        an_put_null(tb);
     an_row_end(tb);
 }
 

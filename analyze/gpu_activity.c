@@ -358,8 +358,35 @@ typedef struct split_state {
     seg_cache *cache;
     an_gpu_idle *d;
     int64_t t0, t1, cur;
-    size_t cap; /* of d->waits */
+    size_t cap;      /* of d->waits */
+    uint32_t paused; /* an_trace_gpu_paused_next's cursor */
 } split_state;
+
+/* The paused part of [a, b) (GPU recording off: neither busy nor idle). */
+static int64_t split_paused(split_state *st, int64_t a, int64_t b)
+{
+    if (b <= a || !st->cache->t->n_gpu_unrecorded) return 0;
+    return an_trace_gpu_paused_next(st->cache->t, &st->paused, a, b);
+}
+
+/* add_host_wait for the recorded parts of [a, b) only. */
+static int add_host_wait_recorded(split_state *st, int64_t thread, int64_t a, int64_t b)
+{
+    const an_trace *t = st->cache->t;
+    if (!t->n_gpu_unrecorded) return add_host_wait(st->cache, st->d, &st->cap, thread, a, b);
+    uint32_t i = st->paused;
+    const an_lost_span *u = t->gpu_unrecorded;
+    while (i < t->n_gpu_unrecorded && u[i].t1_ns <= a) i++;
+    int64_t x = a;
+    for (; x < b && i < t->n_gpu_unrecorded && u[i].t0_ns < b; i++) {
+        if (u[i].t0_ns > x) {
+            int rc = add_host_wait(st->cache, st->d, &st->cap, thread, x, u[i].t0_ns);
+            if (rc) return rc;
+        }
+        if (u[i].t1_ns > x) x = u[i].t1_ns;
+    }
+    return x < b ? add_host_wait(st->cache, st->d, &st->cap, thread, x, b) : 0;
+}
 
 static int split_step(split_state *st, int64_t start, int64_t end, int64_t launch, int64_t thread, int last)
 {
@@ -367,28 +394,36 @@ static int split_step(split_state *st, int64_t start, int64_t end, int64_t launc
     int64_t s = last ? st->t1 : (start > st->t0 ? start : st->t0);
     int64_t e = last ? st->t1 : (end < st->t1 ? end : st->t1);
     if (s > st->cur) {
-        int64_t gap = s - st->cur;
-        d->idle_ns += gap;
         if (last || launch == INT64_MIN) {
-            d->other_ns += gap;
+            int64_t p = split_paused(st, st->cur, s);
+            d->unrecorded_ns += p;
+            d->idle_ns += s - st->cur - p;
+            d->other_ns += s - st->cur - p;
         } else {
             int64_t host_end = launch < s ? launch : s;
-            int64_t host = host_end > st->cur ? host_end - st->cur : 0;
-            int64_t rest = gap - host;
+            if (host_end < st->cur) host_end = st->cur;
+            int64_t p_host = split_paused(st, st->cur, host_end);
+            int64_t p_rest = split_paused(st, host_end, s);
+            int64_t host = host_end - st->cur - p_host;
+            int64_t rest = s - host_end - p_rest;
+            d->unrecorded_ns += p_host + p_rest;
+            d->idle_ns += host + rest;
             d->host_wait_ns += host;
             if (rest <= AN_GPU_LAUNCH_GAP_MAX_NS)
                 d->launch_gap_ns += rest;
             else
                 d->other_ns += rest;
             if (host > 0) {
-                int rc = add_host_wait(st->cache, d, &st->cap, thread, st->cur, host_end);
+                int rc = add_host_wait_recorded(st, thread, st->cur, host_end);
                 if (rc) return rc;
             }
         }
         st->cur = s;
     }
     if (!last && e > st->cur) {
-        d->busy_ns += e - st->cur;
+        int64_t p = split_paused(st, st->cur, e);
+        d->unrecorded_ns += p;
+        d->busy_ns += e - st->cur - p;
         st->cur = e;
     }
     return 0;
@@ -453,7 +488,7 @@ static int split_begin(int32_t device, void *arg)
     an_gpu_idle *d = &sp->devs[sp->n_devs];
     memset(d, 0, sizeof *d);
     d->device = device;
-    sp->st = (split_state){&sp->cache, d, sp->t0, sp->t1, sp->t0, 0};
+    sp->st = (split_state){&sp->cache, d, sp->t0, sp->t1, sp->t0, 0, 0};
     sp->open_dev = 1;
     return 0;
 }
@@ -679,6 +714,10 @@ char *an_gpu_idle_text(const an_trace *t, const an_gpu_idle *d, uint32_t n, cons
                     (double)g->host_stage_ns / 1e6);
         }
         fprintf(f, ", launch gaps %.3f ms, other %.3f ms", (double)g->launch_gap_ns / 1e6, (double)g->other_ns / 1e6);
+        if (g->unrecorded_ns > 0)
+            fprintf(f, ", not recorded %.3f ms (GPU recording paused: busy and idle are shares of the %.3f ms "
+                       "recorded)",
+                    (double)g->unrecorded_ns / 1e6, (double)span / 1e6);
     }
     if (fclose(f) != 0) {
         free(text);

@@ -69,8 +69,12 @@ extern unsigned long an_gpu_read_count;
  * stage)"): waits[n_waits] holds the host wait per (thread, stage), largest
  * first. host_stage/host_thread/host_stage_ns are its largest entry
  * (host_stage -1 when that is time in no stage; host_thread -1 with no host
- * wait). Returns 0 devices and *note "no GPU activity in this trace" when
- * there is none. Returns an exit code; free with an_gpu_idle_free. */
+ * wait). Time during which GPU recording was paused (the trace's
+ * gpu_pauses, their union) is taken out of every part, busy and idle alike,
+ * and summed in unrecorded_ns: busy + idle + unrecorded = t1 - t0, and a
+ * share of busy or idle is of busy + idle, the recorded time. The launch
+ * gap test applies to a gap's recorded rest. Returns 0 devices and *note
+ * "no GPU activity in this trace" when there is none. Returns an exit code; free with an_gpu_idle_free. */
 #define AN_GPU_LAUNCH_GAP_MAX_NS 50000
 typedef struct an_gpu_wait {
     int64_t thread, stage, ns;
@@ -78,6 +82,7 @@ typedef struct an_gpu_wait {
 typedef struct an_gpu_idle {
     int device;
     int64_t busy_ns, idle_ns, host_wait_ns, launch_gap_ns, other_ns;
+    int64_t unrecorded_ns; /* GPU recording paused (gpu_pauses): neither busy nor idle */
     uint64_t n_records;
     int64_t host_stage, host_stage_ns, host_thread;
     an_gpu_wait *waits;

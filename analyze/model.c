@@ -440,6 +440,14 @@ static int read_gpu(an_pipe *p, const an_pipe_opts *o)
                 memcpy(p->dev_ns + ((size_t)b * p->n_devices + d) * (nr + 1),
                        f.kept + f.per_dev * d + (size_t)b * (nr + 1), (nr + 1) * sizeof *p->dev_ns);
     }
+    if (!rc && p->n_devices && t->n_gpu_unrecorded) {
+        p->bin_rec_ns = malloc((size_t)p->n_bins * sizeof *p->bin_rec_ns);
+        if (!p->bin_rec_ns) rc = pipe_oom();
+        uint32_t cursor = 0;
+        for (uint32_t b = 0; !rc && b < p->n_bins; b++)
+            p->bin_rec_ns[b] = p->bin_t[b + 1] - p->bin_t[b] -
+                               an_trace_gpu_paused_next(t, &cursor, p->bin_t[b], p->bin_t[b + 1]);
+    }
     if (!rc && !p->n_devices) {
         free(p->devices);
         free(p->dev_stage_ns);
@@ -519,6 +527,17 @@ int an_pipe_compute(an_pipe *p, an_trace *t, const an_pipe_opts *opts)
     return rc;
 }
 
+double an_pipe_dev_scale(const an_pipe *p, uint32_t bin0, uint32_t bin1)
+{
+    if (!p->bin_rec_ns) return 1.0;
+    int64_t len = 0, rec = 0;
+    for (uint32_t b = bin0; b < bin1; b++) {
+        len += p->bin_t[b + 1] - p->bin_t[b];
+        rec += p->bin_rec_ns[b];
+    }
+    return rec > 0 ? (double)len / (double)rec : 0.0;
+}
+
 void an_pipe_free(an_pipe *p)
 {
     if (!p) return;
@@ -531,6 +550,7 @@ void an_pipe_free(an_pipe *p)
     free(p->role_threads);
     free(p->thread_role);
     free(p->bin_t);
+    free(p->bin_rec_ns);
     free(p->bin_step_first);
     free(p->bin_step_last);
     free(p->bin_steps);

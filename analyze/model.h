@@ -87,6 +87,11 @@ typedef struct an_pipe {
     int32_t *devices;          /* device numbers, ascending */
     int64_t *dev_ns;           /* [(bin * n_devices + dev) * (n_roles + 1) + role]; role n_roles: the total */
     int64_t *dev_stage_ns;     /* [(bin * n_roles + role) * n_stages + stage] */
+    /* With GPU recording paused in the period (gpu_pauses, the sampled
+     * capture): each bin's recorded time, its length less the paused time;
+     * NULL when nothing was paused. dev_ns and dev_stage_ns hold what was
+     * recorded; an_pipe_dev_scale turns them into estimates for whole bins. */
+    int64_t *bin_rec_ns;
     /* With opts gpu_idle: an_gpu_idle_steady(trace, bin_t[0], bin_t[n_bins]). */
     an_gpu_idle *gpu_idle;
     uint32_t n_gpu_idle;
@@ -109,6 +114,10 @@ static inline int64_t an_pipe_dev(const an_pipe *p, uint32_t bin, uint32_t dev, 
 {
     return p->dev_ns[((size_t)bin * p->n_devices + dev) * (p->n_roles + 1) + role];
 }
+/* The factor from recorded device time over bins [bin0, bin1) to its
+ * estimate for their whole length: length / recorded time (1 when nothing
+ * was paused; 0 when nothing was recorded: device time unknown). */
+double an_pipe_dev_scale(const an_pipe *p, uint32_t bin0, uint32_t bin1);
 int32_t an_pipe_role_index(const an_pipe *p, const char *name); /* -1 if absent */
 /* The trainer's position of a role name (loader 0, target 1, post 2,
  * drafter 3, main 1000), or -1. */

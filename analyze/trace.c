@@ -176,6 +176,25 @@ static int read_gpu_pauses(an_trace *t)
     }
     sqlite3_finalize(st);
     if (!rc && step != SQLITE_DONE) goto sql_fail;
+    if (!rc && t->n_gpu_pauses) {
+        /* their union, for the sweeps of an_trace_gpu_paused_next */
+        t->gpu_unrecorded = malloc(t->n_gpu_pauses * sizeof *t->gpu_unrecorded);
+        if (!t->gpu_unrecorded) {
+            an_error("%s: out of memory reading table 'gpu_pauses'", t->path);
+            return -1;
+        }
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < t->n_gpu_pauses; i++) {
+            an_lost_span p = t->gpu_pauses[i];
+            if (p.t1_ns == p.t0_ns) continue;
+            if (n && p.t0_ns <= t->gpu_unrecorded[n - 1].t1_ns) {
+                if (p.t1_ns > t->gpu_unrecorded[n - 1].t1_ns) t->gpu_unrecorded[n - 1].t1_ns = p.t1_ns;
+            } else {
+                t->gpu_unrecorded[n++] = p;
+            }
+        }
+        t->n_gpu_unrecorded = n;
+    }
     return rc;
 sql_fail:
     an_error("%s: cannot read table 'gpu_pauses': %s", t->path, sqlite3_errmsg(db));
@@ -199,6 +218,27 @@ int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, 
     }
     if (n) *n = count;
     return sum;
+}
+
+int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0_ns, int64_t t1_ns)
+{
+    const an_lost_span *u = t->gpu_unrecorded;
+    uint32_t i = *cursor;
+    while (i < t->n_gpu_unrecorded && u[i].t1_ns <= t0_ns) i++;
+    *cursor = i;
+    int64_t sum = 0;
+    for (; i < t->n_gpu_unrecorded && u[i].t0_ns < t1_ns; i++) {
+        int64_t a = u[i].t0_ns > t0_ns ? u[i].t0_ns : t0_ns, b = u[i].t1_ns < t1_ns ? u[i].t1_ns : t1_ns;
+        if (b > a) sum += b - a;
+    }
+    return sum;
+}
+
+int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns)
+{
+    if (t1_ns <= t0_ns) return 0;
+    uint32_t cursor = 0;
+    return t1_ns - t0_ns - an_trace_gpu_paused_next(t, &cursor, t0_ns, t1_ns);
 }
 
 int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size)
@@ -574,8 +614,9 @@ void an_trace_close(an_trace *t)
     t->r = NULL;
     free(t->lost);
     free(t->gpu_pauses);
-    t->lost = t->gpu_pauses = NULL;
-    t->n_lost = t->n_gpu_pauses = 0;
+    free(t->gpu_unrecorded);
+    t->lost = t->gpu_pauses = t->gpu_unrecorded = NULL;
+    t->n_lost = t->n_gpu_pauses = t->n_gpu_unrecorded = 0;
 }
 
 int an_trace_fail(const an_trace *t)
@@ -624,8 +665,9 @@ static void warn_trace(const an_trace *t, int as_rank)
                 t->path, (long long)cpu_lost);
     char paused[160];
     if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
-        an_warn("%s: GPU recording was %s (st_gpu_pause): GPU work of that time is not in the trace and counts as idle",
-                t->path, paused);
+        an_warn("%s: GPU recording was %s (%s): GPU work of that time is not in the trace; it counts as "
+                "neither busy nor idle",
+                t->path, paused, an_trace_meta(t, "gpu_every_steps") ? "sampled capture, every_steps" : "st_gpu_pause");
 }
 
 void an_trace_warn(const an_trace *t)

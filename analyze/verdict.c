@@ -38,14 +38,14 @@ static int64_t dev_stage_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uin
     int64_t v = 0;
     if (!p->n_devices) return 0;
     for (uint32_t b = bin0; b < bin1; b++) v += p->dev_stage_ns[((size_t)b * p->n_roles + role) * p->n_stages + stage];
-    return v;
+    return p->bin_rec_ns ? (int64_t)llround((double)v * an_pipe_dev_scale(p, bin0, bin1)) : v;
 }
 
 static int64_t dev_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t dev, uint32_t role)
 {
     int64_t v = 0;
     for (uint32_t b = bin0; b < bin1; b++) v += an_pipe_dev(p, b, dev, role);
-    return v;
+    return p->bin_rec_ns ? (int64_t)llround((double)v * an_pipe_dev_scale(p, bin0, bin1)) : v;
 }
 
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads)

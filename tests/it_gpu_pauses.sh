@@ -7,8 +7,12 @@
 # In the window: A 50 ms + B's last 5 ms = 55 ms, 3 pauses meet it (C
 # overlaps A and counts once); over the trace the union is 65 ms, and the
 # pauses run from s1-10 ms to s1+150 ms. `analyze gpu` says so under its
-# window line; every analysis warns once on stderr; bottleneck's GPU idle
-# line names the paused time of its window. A row with t1_ns < t0_ns, a
+# window line; paused time is neither busy nor idle: the devices table puts
+# the 55 ms in unrecorded_ms and busy + idle + unrecorded is the window;
+# every analysis warns once on stderr; bottleneck's GPU idle line names the
+# paused time of its window and its devices say they are estimated from the
+# recorded share. A sampled capture (meta gpu_every_steps) is named by info
+# and gpu. A row with t1_ns < t0_ns, a
 # text time and a table of the wrong shape are refused in one line, exit 2.
 #
 #   bash tests/it_gpu_pauses.sh BUILD_DIR
@@ -30,15 +34,30 @@ sqlite3 p.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER 
 run gpu "$A" gpu p.sqlite
 [ $rc -eq 0 ] || fail "gpu: exit $rc: $(cat gpu.err)"
 grep -q '^devices and host_wait over steps 2-10 ' gpu.out || fail "gpu: window line: $(sed -n 2p gpu.out)"
-[ "$(sed -n 3p gpu.out)" = "GPU recording was paused for 55.000 ms of this window (3 pauses): counted as idle" ] ||
+[ "$(sed -n 3p gpu.out)" = "GPU recording was paused for 55.000 ms of this window (3 pauses): that time is neither busy nor idle: devices, host_wait and api are of the 1464.940 ms recorded" ] ||
     fail "gpu: pause line: $(sed -n 3p gpu.out)"
 [ "$(wc -l < gpu.err)" = 1 ] || fail "gpu: not one warning: $(cat gpu.err)"
 grep -q "GPU recording was paused 3 times, 0.065 s in all, between " gpu.err || fail "gpu: warning: $(cat gpu.err)"
 ok
-# the same line from the trace without pauses is absent, and the tables agree
+# the same line from the trace without pauses is absent; the whole-trace tables agree
 "$A" gpu "$S" > plain.out 2>/dev/null
 grep -q "GPU recording was paused" plain.out && fail "a trace without pauses says it was paused"
-[ "$(sed -n '4,$p' gpu.out)" = "$(sed -n '3,$p' plain.out)" ] || fail "gpu: the tables changed"
+"$A" gpu --format csv --table kernels "$S" > k0.csv 2>/dev/null
+"$A" gpu --format csv --table kernels p.sqlite > k1.csv 2>/dev/null
+cmp -s k0.csv k1.csv || fail "gpu: the kernels table changed"
+ok
+# devices: the paused 55 ms out of busy and idle alike
+"$A" gpu --format csv --table devices "$S" > d0.csv 2>/dev/null
+"$A" gpu --format csv --table devices p.sqlite > d1.csv 2>/dev/null
+[ "$(head -1 d1.csv | tr , '\n' | tail -1)" = unrecorded_ms ] || fail "devices: no unrecorded_ms column: $(head -1 d1.csv)"
+awk -F, 'NR == 2 { if ($12 != "0.000000") { print "plain unrecorded " $12; exit 1 } }' d0.csv || fail "plain trace: unrecorded"
+paste -d, d0.csv d1.csv | awk -F, 'NR == 2 {
+    b0 = $3; i0 = $5; b1 = $15; i1 = $17; u1 = $24; pct1 = $16
+    if (u1 != "55.000000") { print "unrecorded " u1; exit 1 }
+    d = (b0 + i0) - (b1 + i1 + u1); if (d < -0.000002 || d > 0.000002) { print "busy+idle+unrecorded " d; exit 1 }
+    d = b1 + i1 + u1 - 1519.940; if (d < -0.001 || d > 0.001) { print "not the window: " b1 + i1 + u1; exit 1 }
+    d = pct1 - 100 * b1 / (b1 + i1); if (d < -1e-9 || d > 1e-9) { print "busy_pct " pct1; exit 1 }
+    if (!(b1 < b0)) { print "busy not smaller"; exit 1 } }' || fail "devices: $(cat d0.csv d1.csv)"
 ok
 for cmd in summary bottleneck info; do
     run "$cmd" "$A" "$cmd" p.sqlite
@@ -46,6 +65,24 @@ for cmd in summary bottleneck info; do
     grep -q "paused 3 times, 0.065 s in all" "$cmd.err" "$cmd.out" || fail "$cmd: no pause warning"
 done
 grep -q "GPU recording paused for [0-9.]* ms of it" bottleneck.out || fail "bottleneck: no paused time in its GPU line"
+grep -q "not recorded 55.000 ms (GPU recording paused: busy and idle are shares of the 1464.940 ms recorded)" bottleneck.out ||
+    fail "bottleneck: GPU idle line: $(grep 'GPU idle' bottleneck.out)"
+grep -q "these figures are estimated from the recorded [0-9.]* % of it" bottleneck.out || fail "bottleneck: devices estimate"
+"$A" bottleneck "$S" > plain_b.out 2>/dev/null
+grep -q "estimated from the recorded" plain_b.out && fail "bottleneck: estimate line without pauses"
+[ "$(awk -F, 'NR == 2 { print $NF }' <("$A" info --format csv p.sqlite 2>/dev/null))" = 1 ] || fail "info: gpu_every_steps not 1"
+ok
+# a sampled capture (st_gpu_start with every_steps=3): named by info and gpu
+cp p.sqlite every.sqlite
+sqlite3 every.sqlite "INSERT INTO meta VALUES ('gpu_every_steps', '3')"
+"$A" info every.sqlite > every_info.out 2>/dev/null
+grep -q "gpu recording: sampled, one step in 3 (every_steps): paused 3 times, 0.065 s in all" every_info.out ||
+    fail "info: $(grep 'gpu recording' every_info.out)"
+[ "$(awk -F, 'NR == 2 { print $NF }' <("$A" info --format csv every.sqlite 2>/dev/null))" = 3 ] || fail "info: gpu_every_steps"
+"$A" gpu every.sqlite > every_gpu.out 2> every_gpu.err
+grep -q "(3 pauses; sampled capture: one step in 3 recorded): that time is neither busy nor idle" every_gpu.out ||
+    fail "gpu: $(sed -n 3p every_gpu.out)"
+grep -q "(sampled capture, every_steps)" every_gpu.err || fail "gpu: warning: $(cat every_gpu.err)"
 ok
 
 # hostile rows and shapes

@@ -64,6 +64,18 @@ static void test_sets(void **state)
     canonical("buffer_kb=32768", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=32768,flush_ms=100");
     canonical("kernel,flush_ms=0,zeroed,buffer_kb=64", "kernel,buffer_kb=64,flush_ms=0,zeroed");
     canonical("kernel,buffer_kb=262144,flush_ms=60000", "kernel,buffer_kb=262144,flush_ms=60000");
+    /* Sampled capture: every_steps=1 is every step, so the canonical form leaves it out. */
+    canonical("every_steps=10", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100,"
+                                "every_steps=10");
+    canonical("kernel,every_steps=1", "kernel,buffer_kb=8192,flush_ms=100");
+    canonical("every_steps=1000000,kernel,zeroed", "kernel,buffer_kb=8192,flush_ms=100,zeroed,every_steps=1000000");
+    st_gpu_config c;
+    char err[400];
+    assert_int_equal(st_gpu_config_parse("kernel,every_steps=7", &c, err, sizeof err), 0);
+    assert_int_equal(c.every_steps, 7);
+    assert_int_equal(c.kinds, ST_GPU_REC_KERNEL);
+    assert_int_equal(st_gpu_config_parse(NULL, &c, err, sizeof err), 0);
+    assert_int_equal(c.every_steps, 1);
 }
 
 static void test_rejections(void **state)
@@ -81,6 +93,11 @@ static void test_rejections(void **state)
     rejected("buffer_kb=99999999999999", "buffer_kb must be");
     rejected("flush_ms=60001", "flush_ms must be a whole number from 0 to 60000");
     rejected("flush_ms=", "unknown item 'flush_ms='");
+    rejected("every_steps=0", "every_steps must be a whole number from 1 to 1000000");
+    rejected("every_steps=1000001", "every_steps must be a whole number from 1 to 1000000");
+    rejected("every_steps=-3", "every_steps must be");
+    rejected("every_steps=", "unknown item 'every_steps='");
+    rejected("every_steps=10x", "every_steps must be");
     /* A long item is quoted cut, the message stays one bounded line. */
     char longspec[300];
     memset(longspec, 'x', sizeof longspec - 1);

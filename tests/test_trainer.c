@@ -258,6 +258,11 @@ static void test_config_errors(void **state)
         {{"--device", "cuda", "--gpu-alternate", "20", "--trace", "x.sqlite", "--alternate-settle", "20"},
          "--alternate-settle 20 must be less than --gpu-alternate 20"},
         {{"--gpu-alternate", "-1"}, "--gpu-alternate expects an integer in 0..1000000"},
+        {{"--gpu-every", "0"}, "--gpu-every expects an integer in 1..1000000"},
+        {{"--gpu-every", "1000001"}, "--gpu-every expects an integer in 1..1000000"},
+        {{"--gpu-every", "10", "--trace", "x.sqlite"}, "--gpu-every samples the GPU recording by steps: it needs --device cuda"},
+        {{"--device", "cuda", "--gpu-every", "10", "--trace", "x.sqlite", "--trace-gpu", "off"}, "--trace-gpu on"},
+        {{"--device", "cuda", "--gpu-every", "10"}, "a trace (--trace or --profile-interval)"},
         {{"--taps", "0,2"}, "--taps: layer 2 is out of range"},
         {{"--dim", "100", "--heads", "3"}, "not a multiple of --heads"},
         {{"--dim", "12", "--heads", "4"}, "must be even"},
@@ -281,6 +286,29 @@ static void test_config_errors(void **state)
         }
         assert_null(strchr(err, '\n'));
     }
+}
+
+/* --gpu-every N: the spec st_gpu_start_with gets, from STAGETRACE_GPU_RECORDS or the default. */
+static void test_gpu_every_spec(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    char err[256];
+    const char *const none[] = {NULL};
+    assert_int_equal(parse_args(&cfg, none, err, sizeof err), 0);
+    char buf[400];
+    unsetenv("STAGETRACE_GPU_RECORDS");
+    assert_null(tr_gpu_records(&cfg, buf, sizeof buf));
+    cfg.gpu_every = 10;
+    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "default,every_steps=10");
+    setenv("STAGETRACE_GPU_RECORDS", "kernel,buffer_kb=64", 1);
+    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "kernel,buffer_kb=64,every_steps=10");
+    setenv("STAGETRACE_GPU_RECORDS", "", 1);
+    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "default,every_steps=10");
+    unsetenv("STAGETRACE_GPU_RECORDS");
+    const char *const args[] = {"--device", "cuda", "--gpu-every", "7", "--trace", "x.sqlite", NULL};
+    assert_int_equal(parse_args(&cfg, args, err, sizeof err), 0);
+    assert_int_equal(cfg.gpu_every, 7);
 }
 
 /* --gpu-alternate's blocks on a made-up clock: a step takes 1.05 s recorded and 1.00 s paused
@@ -1109,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_config_devices),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_gpu_alternate),
+        cmocka_unit_test(test_gpu_every_spec),
         cmocka_unit_test(test_queue_mpmc),
         cmocka_unit_test(test_queue_close),
         cmocka_unit_test(test_barrier_wait_and_abort),

@@ -24,11 +24,14 @@
 
 #ifndef ST_WITH_CUPTI
 
-int st_gpu_start(st_trace *trace)
+int st_gpu_start_with(st_trace *trace, const char *records)
 {
     (void)trace;
+    (void)records;
     return st_set_error(ST_EINVAL, "GPU tracing needs a CUDA build with CUPTI (this stagetrace has none)");
 }
+
+int st_gpu_start(st_trace *trace) { return st_gpu_start_with(trace, NULL); }
 
 int st_gpu_pause(st_trace *trace)
 {
@@ -439,18 +442,37 @@ static const CUpti_ActivityKind kinds[] = {
 };
 
 /* The launch subset of one API domain: each function st_gpu_api_is_launch
- * names gets its activity records, the others none. */
+ * names gets its activity records, the others none. The callback ids are
+ * looked up once (by name, hundreds of calls) and kept, so that a pause, a
+ * resume and the step sampler's switches cost only the enables. */
+static uint32_t *launch_cbids[2];
+static size_t n_launch_cbids[2];
+static int launch_cbids_known[2];
+
 static int enable_launch_api(int driver, uint8_t enable)
 {
     if (!(driver ? HAVE_FN(cuptiActivityEnableDriverApi) : HAVE_FN(cuptiActivityEnableRuntimeApi)))
         return st_set_error(ST_EIO, "GPU records '%s-launch' need CUPTI 12.6 or later "
                                     "(cuptiActivityEnable%sApi); use '%s' instead",
                             driver ? "driver" : "runtime", driver ? "Driver" : "Runtime", driver ? "driver" : "runtime");
-    uint32_t size = driver ? CUPTI_DRIVER_TRACE_CBID_SIZE : CUPTI_RUNTIME_TRACE_CBID_SIZE;
-    CUpti_CallbackDomain domain = driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
-    for (uint32_t cbid = 1; cbid < size; cbid++) {
-        const char *name = NULL;
-        if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !st_gpu_api_is_launch(name)) continue;
+    if (!launch_cbids_known[driver]) {
+        uint32_t size = driver ? CUPTI_DRIVER_TRACE_CBID_SIZE : CUPTI_RUNTIME_TRACE_CBID_SIZE;
+        CUpti_CallbackDomain domain = driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
+        uint32_t *ids = malloc(size * sizeof *ids);
+        if (!ids) return st_set_error(ST_ENOMEM, "st_gpu_start: out of memory");
+        size_t n = 0;
+        for (uint32_t cbid = 1; cbid < size; cbid++) {
+            const char *name = NULL;
+            if (cuptiGetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && st_gpu_api_is_launch(name))
+                ids[n++] = cbid;
+        }
+        free(launch_cbids[driver]);
+        launch_cbids[driver] = ids;
+        n_launch_cbids[driver] = n;
+        launch_cbids_known[driver] = 1;
+    }
+    for (size_t i = 0; i < n_launch_cbids[driver]; i++) {
+        uint32_t cbid = launch_cbids[driver][i];
         if (driver)
             CUPTI_CHECK(cuptiActivityEnableDriverApi(cbid, enable));
         else
@@ -497,9 +519,38 @@ static int end_pause(st_trace *t, int64_t now)
     return ST_OK;
 }
 
-/* Serializes st_gpu_pause, st_gpu_resume and the stop: CUPTI is not
- * called under gpu_lock, which its buffer callback takes. */
+/* Serializes st_gpu_pause, st_gpu_resume, the step sampler and the stop:
+ * CUPTI is not called under gpu_lock, which its buffer callback takes.
+ * Recording is on when neither the user (st_gpu_pause) nor the step sampler
+ * (every_steps, on the writer thread at each step mark) has it off; CUPTI's
+ * kinds are switched and a gpu_pauses row begun or ended only when that
+ * combined state flips, so the rows never overlap. */
 static pthread_mutex_t pause_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int user_paused;   /* under pause_mutex: st_gpu_pause without its st_gpu_resume */
+static int sampler_off;   /* under pause_mutex: the step sampler is between recorded steps */
+
+/* The combined state goes off (pause_mutex held). */
+static void recording_off(st_trace *t)
+{
+    enable_kinds(&gpu_config, 0);
+    int64_t now = st_now_ns();
+    pthread_mutex_lock(&t->gpu_lock);
+    t->gpu_paused_since = now > 0 ? now : 1;
+    pthread_mutex_unlock(&t->gpu_lock);
+}
+
+/* The combined state goes on (pause_mutex held); CUPTI's error, and then
+ * the pause stays open. */
+static int recording_on(st_trace *t)
+{
+    int rc = enable_kinds(&gpu_config, 1);
+    if (rc) return rc;
+    int64_t now = st_now_ns();
+    pthread_mutex_lock(&t->gpu_lock);
+    rc = end_pause(t, now);
+    pthread_mutex_unlock(&t->gpu_lock);
+    return rc;
+}
 
 int st_gpu_pause(st_trace *t)
 {
@@ -507,14 +558,11 @@ int st_gpu_pause(st_trace *t)
     int rc = ST_OK;
     if (!t || !t->gpu_stop)
         rc = st_set_error(ST_ESTATE, "st_gpu_pause: GPU tracing is not on");
-    else if (t->gpu_paused_since)
+    else if (user_paused)
         rc = st_set_error(ST_ESTATE, "st_gpu_pause: GPU tracing is paused already");
     else {
-        enable_kinds(&gpu_config, 0);
-        int64_t now = st_now_ns();
-        pthread_mutex_lock(&t->gpu_lock);
-        t->gpu_paused_since = now > 0 ? now : 1;
-        pthread_mutex_unlock(&t->gpu_lock);
+        user_paused = 1;
+        if (!sampler_off) recording_off(t);
     }
     pthread_mutex_unlock(&pause_mutex);
     return rc;
@@ -526,20 +574,41 @@ int st_gpu_resume(st_trace *t)
     int rc = ST_OK;
     if (!t || !t->gpu_stop)
         rc = st_set_error(ST_ESTATE, "st_gpu_resume: GPU tracing is not on");
-    else if (!t->gpu_paused_since)
+    else if (!user_paused)
         rc = st_set_error(ST_ESTATE, "st_gpu_resume: GPU tracing is not paused");
-    else if (!(rc = enable_kinds(&gpu_config, 1))) {
-        int64_t now = st_now_ns();
-        pthread_mutex_lock(&t->gpu_lock);
-        rc = end_pause(t, now);
-        pthread_mutex_unlock(&t->gpu_lock);
-    }
+    else if (sampler_off)
+        user_paused = 0; /* the sampler turns it on at its next recorded step */
+    else if (!(rc = recording_on(t)))
+        user_paused = 0;
     pthread_mutex_unlock(&pause_mutex);
     return rc;
 }
 
+/* The step sampler (every_steps > 1), called by the writer with each step
+ * mark it stores: recording on from a mark k with k % every_steps == 0 to
+ * the next mark. A CUPTI refusal to turn it back on leaves it off, as the
+ * gpu_pauses row that stays open says. */
+static void gpu_on_step(st_trace *t, uint64_t step)
+{
+    pthread_mutex_lock(&pause_mutex);
+    if (t->gpu_stop && gpu_config.every_steps > 1) {
+        int off = step % gpu_config.every_steps != 0;
+        if (off != sampler_off) {
+            if (!user_paused) {
+                if (off)
+                    recording_off(t);
+                else if (recording_on(t))
+                    off = 1;
+            }
+            sampler_off = off;
+        }
+    }
+    pthread_mutex_unlock(&pause_mutex);
+}
+
 static void gpu_stop(st_trace *t)
 {
+    atomic_store(&t->gpu_on_step, NULL);
     pthread_mutex_lock(&pause_mutex);
     pthread_mutex_lock(&t->gpu_lock);
     end_pause(t, st_now_ns());
@@ -558,18 +627,22 @@ static void gpu_stop(st_trace *t)
     n_contexts = 0;
     pthread_mutex_unlock(&gpu_mutex);
     t->gpu_stop = NULL;
+    user_paused = sampler_off = 0;
     pthread_mutex_unlock(&pause_mutex);
 }
 
-int st_gpu_start(st_trace *t)
+int st_gpu_start(st_trace *t) { return st_gpu_start_with(t, NULL); }
+
+int st_gpu_start_with(st_trace *t, const char *records)
 {
     if (!t || !t->opt.enabled) return st_set_error(ST_ESTATE, "st_gpu_start: no trace is being written");
     if (t->gpu_stop || gpu_trace) return st_set_error(ST_ESTATE, "st_gpu_start: GPU tracing is already on");
-    const char *spec = t->opt.gpu_records ? t->opt.gpu_records : getenv("STAGETRACE_GPU_RECORDS");
+    const char *given = records ? records : t->opt.gpu_records;
+    const char *spec = given ? given : getenv("STAGETRACE_GPU_RECORDS");
     char err[400];
     st_gpu_config config;
     if (st_gpu_config_parse(spec && spec[0] ? spec : NULL, &config, err, sizeof err) != 0)
-        return st_set_error(ST_EINVAL, "%s%s", t->opt.gpu_records ? "" : "STAGETRACE_GPU_RECORDS: ", err);
+        return st_set_error(ST_EINVAL, "%s%s", given ? "" : "STAGETRACE_GPU_RECORDS: ", err);
 #ifdef ST_CUPTI_DLOPEN
     int loaded = load_cupti();
     if (loaded) return loaded;
@@ -611,8 +684,13 @@ int st_gpu_start(st_trace *t)
     if (config.flush_ms) CUPTI_CHECK(cuptiActivityFlushPeriod(config.flush_ms));
     pthread_mutex_lock(&t->gpu_lock);
     st_gpu_config_format(&config, t->gpu_records, sizeof t->gpu_records);
+    t->gpu_every_steps = config.every_steps;
     pthread_mutex_unlock(&t->gpu_lock);
+    pthread_mutex_lock(&pause_mutex);
+    user_paused = sampler_off = 0;
     t->gpu_stop = gpu_stop;
+    pthread_mutex_unlock(&pause_mutex);
+    if (config.every_steps > 1) atomic_store(&t->gpu_on_step, gpu_on_step);
     return ST_OK;
 }
 

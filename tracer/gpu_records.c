@@ -30,6 +30,7 @@ void st_gpu_config_default(st_gpu_config *c)
     c->buffer_kb = ST_GPU_BUFFER_KB_DEFAULT;
     c->flush_ms = ST_GPU_FLUSH_MS_DEFAULT;
     c->zeroed = 0;
+    c->every_steps = 1;
 }
 
 /* "N" with N in [lo, hi]: 0, or -1. */
@@ -86,6 +87,13 @@ int st_gpu_config_parse(const char *spec, st_gpu_config *out, char *err, size_t 
                          ST_GPU_FLUSH_MS_MAX);
                 return -1;
             }
+        } else if (len > 12 && memcmp(p, "every_steps=", 12) == 0) {
+            ok = parse_uint(p + 12, len - 12, 1, ST_GPU_EVERY_STEPS_MAX, &c.every_steps) == 0;
+            if (!ok) {
+                snprintf(err, err_size, "GPU records '%s': every_steps must be a whole number from 1 to %u", spec,
+                         ST_GPU_EVERY_STEPS_MAX);
+                return -1;
+            }
         } else {
             for (size_t i = 0; i < sizeof kind_names / sizeof kind_names[0]; i++)
                 if (strlen(kind_names[i].name) == len && memcmp(p, kind_names[i].name, len) == 0) {
@@ -97,7 +105,7 @@ int st_gpu_config_parse(const char *spec, st_gpu_config *out, char *err, size_t 
             snprintf(err, err_size,
                      "GPU records '%s': unknown item '%.*s' (kinds: all, default, none, kernel, memcpy, memset, "
                      "sync, runtime, driver, runtime-launch, driver-launch; options: buffer_kb=N, flush_ms=N, "
-                     "zeroed)",
+                     "zeroed, every_steps=N)",
                      spec, (int)(len > 40 ? 40 : len), p);
             return -1;
         }
@@ -122,6 +130,8 @@ void st_gpu_config_format(const st_gpu_config *c, char *buf, size_t size)
     if (!c->kinds) n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "none");
     n += (size_t)snprintf(buf + n, n < size ? size - n : 0, ",buffer_kb=%u,flush_ms=%u%s", c->buffer_kb,
                           c->flush_ms, c->zeroed ? ",zeroed" : "");
+    if (c->every_steps > 1)
+        n += (size_t)snprintf(buf + n, n < size ? size - n : 0, ",every_steps=%u", c->every_steps);
     if (n >= size && size) buf[size - 1] = '\0';
 }
 

@@ -33,9 +33,12 @@ enum {
 #define ST_GPU_BUFFER_KB_MAX 262144u
 #define ST_GPU_FLUSH_MS_DEFAULT 100u
 #define ST_GPU_FLUSH_MS_MAX 60000u
+#define ST_GPU_EVERY_STEPS_MAX 1000000u
 typedef struct st_gpu_config {
     unsigned kinds;              /* ST_GPU_REC_* */
     uint32_t buffer_kb, flush_ms; /* flush_ms 0: CUPTI's own cadence */
+    uint32_t every_steps;        /* 1: every step; N > 1: recording on from a step mark k with k % N == 0
+                                    to the next mark, off elsewhere (docs/tracer.md, "Sampled capture") */
     int zeroed;                  /* hand CUPTI zeroed buffers (ZEROED_OUT_ACTIVITY_BUFFER) */
 } st_gpu_config;
 void st_gpu_config_default(st_gpu_config *c);

@@ -125,6 +125,10 @@ struct st_trace {
     struct st_gpu_pause_span *gpu_pauses; /* under gpu_lock: ended pauses the writer has not stored */
     size_t gpu_pauses_len, gpu_pauses_cap;
     int gpu_records_written;        /* writer: meta gpu_records stored */
+    uint32_t gpu_every_steps;       /* under gpu_lock: the step sampler's N (meta gpu_every_steps when > 1) */
+    /* set by st_gpu_start with every_steps > 1: the writer calls it with each
+     * step mark it stores, and it turns recording on or off */
+    void (*_Atomic gpu_on_step)(st_trace *t, uint64_t step);
     void *gpu_priv;
 };
 

@@ -512,8 +512,10 @@ static void store_gpu(st_trace *t, writer *w, int final)
             pthread_mutex_lock(&t->gpu_lock);
             char records[sizeof t->gpu_records];
             memcpy(records, t->gpu_records, sizeof records);
+            uint32_t every = t->gpu_every_steps;
             pthread_mutex_unlock(&t->gpu_lock);
             meta_text(w, "gpu_records", records);
+            if (every > 1) meta_int(w, "gpu_every_steps", every);
             t->gpu_records_written = 1;
         }
         if (dropped >= 0 && dropped != w->gpu_dropped_written) {
@@ -613,6 +615,8 @@ static uint32_t process(st_trace *t, writer *w, st_thread_state *s, const st_rin
         st_store_row(w->store, ST_S_STEP, 4, v);
         if (t->agg) steps_push(w, (step_item){step, tokens, ns, s->id});
         if (w->cpu) st_cpurec_step(w->cpu, step);
+        void (*on_step)(st_trace *, uint64_t) = atomic_load(&t->gpu_on_step);
+        if (on_step) on_step(t, step);
         break;
     }
     default:

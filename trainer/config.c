@@ -325,7 +325,7 @@ enum {
     F_DATA, F_SEED, F_LR, F_WEIGHT_DECAY, F_CLIP, F_PROFILE_INTERVAL, F_METRICS_EVERY,
     F_LOG_EVERY, F_TRACE, F_TRACE_GPU, F_OVERWRITE, F_TARGET_DELAY, F_DRAFTER_DELAY, F_HELP, F_VERSION,
     F_PROFILE_STEPS, F_RING_RECORDS, F_BLOCK_WHEN_FULL, F_LAYOUT, F_TARGET_RANKS,
-    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_TRACE_CPU_USER_STACK, F_GPU_ALTERNATE,
+    F_DRAFTER_RANKS, F_TEST_DIE_AT, F_TRACE_CPU, F_TRACE_CPU_USER_STACK, F_GPU_ALTERNATE, F_GPU_EVERY,
     F_ALTERNATE_SETTLE,
 };
 
@@ -364,6 +364,7 @@ static const struct option long_options[] = {
     {"trace-cpu", no_argument, 0, F_TRACE_CPU},
     {"trace-cpu-user-stack", required_argument, 0, F_TRACE_CPU_USER_STACK},
     {"gpu-alternate", required_argument, 0, F_GPU_ALTERNATE},
+    {"gpu-every", required_argument, 0, F_GPU_EVERY},
     {"alternate-settle", required_argument, 0, F_ALTERNATE_SETTLE},
     {"overwrite", no_argument, 0, F_OVERWRITE},
     {"ring-records", required_argument, 0, F_RING_RECORDS},
@@ -444,6 +445,9 @@ static void usage(FILE *f)
         "                             order; prints the rate recorded / paused with its 95 %%\n"
         "                             interval (0 = off, the default)\n"
         "  --alternate-settle K       steps left out at the start of each block (default 10)\n"
+        "  --gpu-every N              cuda: sampled GPU capture, recording on from each step\n"
+        "                             mark k with k %% N == 0 to the next mark and off between\n"
+        "                             (every_steps=N; GPU figures are of the recorded steps)\n"
         "  --overwrite                replace an existing trace file (never one that another\n"
         "                             process is still writing), and remove the rank files of\n"
         "                             an older run with more ranks there (rank<N>.sqlite, N >=\n"
@@ -557,6 +561,7 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
         return 0;
     }
     case F_GPU_ALTERNATE: return parse_long("--gpu-alternate", arg, 0, 1000000, &cfg->gpu_alternate, err, n);
+    case F_GPU_EVERY: return parse_long("--gpu-every", arg, 1, 1000000, &cfg->gpu_every, err, n);
     case F_ALTERNATE_SETTLE:
         return parse_long("--alternate-settle", arg, 0, 999999, &cfg->alternate_settle, err, n);
     case F_RING_RECORDS:
@@ -590,6 +595,14 @@ static int apply(tr_config *cfg, int c, const char *arg, char *err, size_t n)
     }
     set_error(err, n, "internal: unhandled option %d", c);
     return -1;
+}
+
+const char *tr_gpu_records(const tr_config *cfg, char *buf, size_t size)
+{
+    if (!cfg->gpu_every) return NULL;
+    const char *env = getenv("STAGETRACE_GPU_RECORDS");
+    snprintf(buf, size, "%s,every_steps=%ld", env && env[0] ? env : "default", cfg->gpu_every);
+    return buf;
 }
 
 int tr_config_validate(tr_config *cfg, char *err, size_t n)
@@ -656,6 +669,12 @@ int tr_config_validate(tr_config *cfg, char *err, size_t n)
                       cfg->alternate_settle, cfg->gpu_alternate);
             return -1;
         }
+    }
+    if (cfg->gpu_every && (cfg->device != TR_DEVICE_CUDA || cfg->trace_gpu_off ||
+                           !(cfg->trace_path || cfg->profile_interval > 0))) {
+        set_error(err, n, "--gpu-every samples the GPU recording by steps: it needs --device cuda, a trace "
+                          "(--trace or --profile-interval) and --trace-gpu on");
+        return -1;
     }
     if (cfg->device == TR_DEVICE_CPU) {
         /* threads, not devices: ids are only labels, but each role needs distinct ones */

@@ -63,6 +63,7 @@ typedef struct tr_config {
     int block_when_full;      /* --block-when-full */
     long profile_first, profile_last; /* --profile-steps A-B: device profiler capture; 0 = off */
     long gpu_alternate, alternate_settle; /* --gpu-alternate N, --alternate-settle K (alternate.h) */
+    long gpu_every;           /* --gpu-every N: GPU recording one step in N (every_steps=N); 0 off */
 
     /* test and demo knobs: busy-wait this long inside each forward */
     long target_delay_us, drafter_delay_us;
@@ -94,6 +95,10 @@ int tr_config_parse(tr_config *cfg, int argc, char **argv, FILE *out, char *err,
 int tr_config_preset(tr_config *cfg, const char *name);
 
 /* Cross-checks every value (also called by tr_config_parse). 0, or -1 with err set. */
+/* The record-set spec for st_gpu_start_with: STAGETRACE_GPU_RECORDS (or
+ * "default") with ",every_steps=N" for --gpu-every N, into buf; NULL
+ * without --gpu-every (st_gpu_start's own choice). */
+const char *tr_gpu_records(const tr_config *cfg, char *buf, size_t size);
 int tr_config_validate(tr_config *cfg, char *err, size_t err_size);
 
 /* Appended to --version's parenthesis (main sets "; multi-process: mpi" in MPI builds). */

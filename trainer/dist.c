@@ -1208,8 +1208,9 @@ int tr_dist_main(const tr_config *user, const tr_backend *be, struct tr_data *da
         if (stop_start(r))
             rank_fail(r, "cannot set up the stop signals: %s", strerror(errno));
         /* GPU activity before the backend's first CUDA call (as in a single-process run) */
+        char gpu_records[400];
         if (r->tracing && !r->cfg.trace_gpu_off && r->cfg.device == TR_DEVICE_CUDA &&
-            st_gpu_start(r->trace) != ST_OK)
+            st_gpu_start_with(r->trace, tr_gpu_records(&r->cfg, gpu_records, sizeof gpu_records)) != ST_OK)
             fprintf(stderr, "trainer: rank %d: warning: no GPU activity in the trace: %s\n",
                     r->rank, st_last_error());
         clock_sync(r, ST_CLOCK_AT_OPEN);

@@ -197,7 +197,9 @@ int main(int argc, char **argv)
     }
     /* GPU activity before the backend makes its first CUDA call, so that
      * nothing it launches is missed. */
-    if (tracing && !cfg.trace_gpu_off && cfg.device == TR_DEVICE_CUDA && st_gpu_start(trace) != ST_OK)
+    char gpu_records[400];
+    if (tracing && !cfg.trace_gpu_off && cfg.device == TR_DEVICE_CUDA &&
+        st_gpu_start_with(trace, tr_gpu_records(&cfg, gpu_records, sizeof gpu_records)) != ST_OK)
         fprintf(stderr, "trainer: warning: no GPU activity in the trace: %s\n", st_last_error());
     st_install_signal_handlers(trace, 0);
     st_thread_register(trace, "main", "main", -1, 0);

@@ -578,6 +578,11 @@ ST_API void st_name_stream(void *cuda_stream, const char *name);
  * before libstagetrace. Returns ST_OK, ST_ESTATE (no trace, or already on),
  * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
 ST_API int st_gpu_start(st_trace *trace);
+/* st_gpu_start with the record-set spec `records` (the syntax of
+ * st_options.gpu_records, such as "default,every_steps=10") in place of
+ * st_options.gpu_records and STAGETRACE_GPU_RECORDS; NULL: as st_gpu_start.
+ * A spec that does not parse: ST_EINVAL with a one-line message. */
+ST_API int st_gpu_start_with(st_trace *trace, const char *records);
 
 /* Pauses GPU activity recording (CUPTI's kinds turned off, so the program
  * runs as if untraced) and resumes it. Each pause is stored as a gpu_pauses
@@ -768,6 +773,7 @@ ST_API void st_cpu_set_gil_probe(int (*probe)(void)) { (void)probe; }
 ST_API uint64_t st_dropped(const st_trace *trace) { (void)trace; return 0; }
 ST_API void st_name_stream(void *cuda_stream, const char *name) { (void)cuda_stream; (void)name; }
 ST_API int st_gpu_start(st_trace *trace) { (void)trace; return ST_OK; }
+ST_API int st_gpu_start_with(st_trace *trace, const char *records) { (void)trace; (void)records; return ST_OK; }
 ST_API int st_gpu_pause(st_trace *trace) { (void)trace; return ST_OK; }
 ST_API int st_gpu_resume(st_trace *trace) { (void)trace; return ST_OK; }
 ST_API int64_t st_now_ns(void) { return 0; }
