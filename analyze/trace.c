@@ -303,6 +303,12 @@ static int check_values(an_trace *t)
             return -1;
         }
     }
+    const char *every = an_trace_meta(t, "gpu_every_steps");
+    if (every && (an_trace_meta_i64(t, "gpu_every_steps", &v) || v < 2 || v > 1000000)) {
+        an_error("%s: trace table 'meta': key 'gpu_every_steps' is '%s', not a number of steps from 2 to 1000000",
+                 t->path, meta_shown(every, clean, sizeof clean));
+        return -1;
+    }
     if (an_trace_meta(t, "start_ns") && an_trace_meta(t, "end_ns") && tv[1] < tv[0]) {
         an_error("%s: trace table 'meta': end_ns %lld is before start_ns %lld", t->path, (long long)tv[1],
                  (long long)tv[0]);

@@ -101,5 +101,12 @@ cp "$S" bad3.sqlite
 sqlite3 bad3.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER)"
 expect_usage bad3 "$A" info bad3.sqlite
 grep -q "gpu_pauses" bad3.err || fail "bad3: $(cat bad3.err)"
+for v in x 1 1000001 -3; do
+    cp every.sqlite bad4.sqlite
+    sqlite3 bad4.sqlite "UPDATE meta SET value = '$v' WHERE key = 'gpu_every_steps'"
+    expect_usage bad4 "$A" gpu bad4.sqlite
+    grep -q "gpu_every_steps" bad4.err || fail "bad4 $v: $(cat bad4.err)"
+    [ "$(wc -l < bad4.err)" = 1 ] || fail "bad4 $v: not one line: $(cat bad4.err)"
+done
 ok
 echo "it_gpu_pauses: $n_checks checks passed"

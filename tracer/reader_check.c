@@ -149,6 +149,7 @@ static const char *const meta_int_keys[] = {
     "clock_sync_ns", "clock_offset_ns", "clock_uncertainty_ns", "clock_sync_close_ns",
     "clock_offset_close_ns", "clock_uncertainty_close_ns", "clock_drift_ppb", "clock_map_error_ns",
     "clock_map_half_bracket_ns", "clock_map_error_close_ns", "clock_map_half_bracket_close_ns",
+    "gpu_every_steps",
 };
 
 /* What the schema holds under this name: 0 nothing, 1 a plain table, 2 a

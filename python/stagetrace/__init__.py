@@ -175,7 +175,8 @@ class _Signals:
 _signals = _Signals()
 
 
-def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, overwrite=False,
+def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, gpu_every=None,
+         gpu_records=None, overwrite=False,
          on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
          local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
          commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, cpu_user_stack=0,
@@ -185,6 +186,9 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
     if python_stacks not in PYTHON_STACKS:
         raise ValueError("python_stacks must be one of %s, not %r" % (", ".join(PYTHON_STACKS), python_stacks))
+    records = gpu_records_spec(gpu_every, gpu_records)
+    if records is not None and not gpu:
+        raise ValueError("gpu_every and gpu_records choose what GPU recording does: they need gpu=True")
     env = rank_from_env()
     rank = env["rank"] if rank is None else rank
     world_size = env["world_size"] if world_size is None else world_size
@@ -214,7 +218,7 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
             raise
     if gpu:
         try:
-            trace.gpu_start()
+            trace.gpu_start(records)
         except BaseException:
             trace.close()
             raise
@@ -227,6 +231,21 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
             trace.close()
             raise
     return trace
+
+
+def gpu_records_spec(gpu_every=None, gpu_records=None):
+    """The record-set spec open(gpu=True) hands st_gpu_start_with: gpu_records (else
+    STAGETRACE_GPU_RECORDS, else "default") with ",every_steps=N" for gpu_every=N;
+    None when neither is given (st_gpu_start's own choice)."""
+    if gpu_records is not None and not isinstance(gpu_records, str):
+        raise TypeError("gpu_records must be a record-set string such as 'kernel,memcpy', not %r" % (gpu_records,))
+    if gpu_every is None:
+        return gpu_records
+    if isinstance(gpu_every, bool) or not isinstance(gpu_every, int) or not 1 <= gpu_every <= 1000000:
+        raise ValueError("gpu_every must be a whole number from 1 to 1000000 (one step in N recorded), not %r"
+                         % (gpu_every,))
+    base = gpu_records if gpu_records is not None else _os.environ.get("STAGETRACE_GPU_RECORDS") or "default"
+    return "%s,every_steps=%d" % (base, gpu_every)
 
 
 # ---- Python frames in the CPU capture's stacks (docs/cpu.md, "Python") -------

@@ -824,12 +824,17 @@ static PyObject *trace_mark(trace_object *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
-static PyObject *trace_gpu_start(trace_object *self, PyObject *unused)
+/* st_gpu_start_with: records is None (STAGETRACE_GPU_RECORDS or the default
+ * set) or a record-set spec ("default,every_steps=10"). */
+static PyObject *trace_gpu_start(trace_object *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"records", NULL};
+    const char *records = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|z:gpu_start", kwlist, &records)) return NULL;
     if (self->closed) return closed_error(self);
 #ifdef STP_HAVE_CUPTI
     if (!self->trace) Py_RETURN_NONE;
-    int rc = st_gpu_start(self->trace);
+    int rc = st_gpu_start_with(self->trace, records);
     if (rc != ST_OK) return stp_set_error(rc, "cannot record GPU activity");
     Py_RETURN_NONE;
 #else
@@ -934,7 +939,9 @@ static PyMethodDef trace_methods[] = {
      "thread(name, role='other', device=-1, rank=0): registers the calling thread"},
     {"flush", (PyCFunction)trace_flush, METH_NOARGS, "waits until everything recorded is committed"},
     {"close", (PyCFunction)trace_close, METH_NOARGS, "closes the trace (again: nothing)"},
-    {"gpu_start", (PyCFunction)trace_gpu_start, METH_NOARGS, "records GPU activity (CUPTI builds)"},
+    {"gpu_start", (PyCFunction)(void (*)(void))trace_gpu_start, METH_VARARGS | METH_KEYWORDS,
+     "gpu_start(records=None): records GPU activity (CUPTI builds); records: a record-set spec such as "
+     "'default,every_steps=10', else STAGETRACE_GPU_RECORDS or the default set"},
     {"gpu_pause", (PyCFunction)trace_gpu_pause, METH_NOARGS,
      "pauses GPU recording (st_gpu_pause; the trace keeps the pause in gpu_pauses)"},
     {"gpu_resume", (PyCFunction)trace_gpu_resume, METH_NOARGS, "resumes GPU recording paused by gpu_pause"},

@@ -690,6 +690,37 @@ def test_gpu_without_cupti(path):
     assert stagetrace.current() is None
 
 
+def test_gpu_records_spec(monkeypatch):
+    """gpu_every and gpu_records into the spec st_gpu_start_with gets."""
+    monkeypatch.delenv("STAGETRACE_GPU_RECORDS", raising=False)
+    assert stagetrace.gpu_records_spec() is None
+    assert stagetrace.gpu_records_spec(None, "kernel") == "kernel"
+    assert stagetrace.gpu_records_spec(10) == "default,every_steps=10"
+    assert stagetrace.gpu_records_spec(3, "kernel,memcpy") == "kernel,memcpy,every_steps=3"
+    monkeypatch.setenv("STAGETRACE_GPU_RECORDS", "kernel,buffer_kb=64")
+    assert stagetrace.gpu_records_spec(1000000) == "kernel,buffer_kb=64,every_steps=1000000"
+    for bad in (0, -1, 1000001, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="gpu_every must be a whole number from 1 to 1000000"):
+            stagetrace.gpu_records_spec(bad)
+    with pytest.raises(TypeError, match="gpu_records must be a record-set string"):
+        stagetrace.gpu_records_spec(None, 5)
+
+
+def test_gpu_every_needs_gpu(path):
+    """gpu_every / gpu_records without gpu=True, or a bad value: refused before
+    anything is opened; a spec that does not parse: the tracer's message."""
+    with pytest.raises(ValueError, match="they need gpu=True"):
+        stagetrace.open(path, gpu_every=10)
+    with pytest.raises(ValueError, match="gpu_every must be"):
+        stagetrace.open(path, gpu=True, gpu_every=0)
+    assert stagetrace.current() is None
+    assert not os.path.exists(path)
+    if stagetrace.gpu_available():
+        with pytest.raises(stagetrace.Error, match="GPU records 'kernels,every_steps=5': unknown item 'kernels'"):
+            stagetrace.open(path, gpu=True, gpu_every=5, gpu_records="kernels", overwrite=True)
+        assert stagetrace.current() is None
+
+
 def test_gpu_pause_needs_gpu_recording(path):
     """gpu_pause / gpu_resume without GPU recording on: stagetrace.Error, the
     trace goes on; on a disabled trace both do nothing."""

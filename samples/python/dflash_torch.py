@@ -101,6 +101,9 @@ def parse_args(argv=None):
                          "--torch-profiler: stop and start torch.profiler the same way")
     ap.add_argument("--alternate-settle", type=int, default=10, metavar="K",
                     help="steps left out at the start of each --gpu-alternate block (default 10)")
+    ap.add_argument("--gpu-every", type=int, default=0, metavar="N",
+                    help="with --trace-gpu: sampled GPU capture, one step in N recorded "
+                         "(stagetrace.open(gpu_every=N); 0, the default: every step)")
     stagetrace.add_arguments(ap)
     args = ap.parse_args(argv)
     args.taps = [int(x) for x in args.taps.split(",") if x]
@@ -120,6 +123,8 @@ def parse_args(argv=None):
         ap.error("--gpu-alternate needs --trace-gpu or --torch-profiler (it pauses and resumes the recording)")
     if args.gpu_alternate and args.alternate_settle >= args.gpu_alternate:
         ap.error("--alternate-settle must be less than --gpu-alternate")
+    if args.gpu_every and (args.gpu_every < 0 or args.gpu_every > 1000000 or not args.trace_gpu):
+        ap.error("--gpu-every needs --trace-gpu and a number of steps from 1 to 1000000 (0: every step)")
     return args
 
 
@@ -486,7 +491,7 @@ def main(argv=None):
         cpu = {"cpu": True, "python_stacks": args.python_stacks} if args.trace_cpu else {}
         trace = stagetrace.open_from_args(args, program="dflash_torch", **cpu)
         if args.trace_gpu and trace.enabled:
-            trace.gpu_start()
+            trace.gpu_start(stagetrace.gpu_records_spec(args.gpu_every or None))
         with trace:
             pipe = Pipeline(args, trace)
             tokens_per_s, loss = pipe.run()

@@ -369,6 +369,98 @@ static void test_cupti_pause(void **state)
     unlink(path);
 }
 
+/* The sampled capture (every_steps=3, the kinds of STAGETRACE_GPU_RECORDS):
+ * one kernel before the first step mark and one after each of the marks
+ * 0..11, each a spin of 100 us + 40 us * (its step + 1), launched once
+ * st_flush has seen its mark stored (the writer switches the recording when
+ * it stores a mark). Recorded: the kernel before step 0 and those of steps
+ * 0, 3 and 9; step 6's is not, as the user paused the recording from after
+ * mark 5 to after mark 7 (a resume while the sampler is off stays off).
+ * gpu_pauses: three rows, in order, never overlapping: mark 1 to mark 3,
+ * mark 4 to mark 9 (the user's pause inside it), mark 10 to the close;
+ * meta gpu_every_steps 3 and gpu_records ending in every_steps=3. */
+static void test_cupti_every(void **state)
+{
+    (void)state;
+    char path[256], spec[300];
+    snprintf(path, sizeof path, "/tmp/st-cupti-every-%d.sqlite", (int)getpid());
+    const char *env = getenv("STAGETRACE_GPU_RECORDS");
+    snprintf(spec, sizeof spec, "%s,every_steps=3", env && env[0] ? env : "default");
+    st_options opt;
+    st_options_init(&opt);
+    opt.path = path;
+    opt.overwrite = 1;
+    opt.program = "test_cupti_every";
+    st_trace *trace;
+    assert_int_equal(st_open(&trace, &opt), ST_OK);
+    assert_true(st_thread_register(trace, "main", "main", 0, 0) >= 0);
+    assert_int_equal(st_gpu_start_with(trace, "kernel,every_steps=0"), ST_EINVAL);
+    if (st_gpu_start_with(trace, spec) != ST_OK) fail_msg("st_gpu_start_with(%s): %s", spec, st_last_error());
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    spin_kernel<<<1, 1, 0, s>>>(100000ull);
+    CK(cudaStreamSynchronize(s));
+    int64_t mark[12];
+    for (int k = 0; k < 12; k++) {
+        mark[k] = st_now_ns();
+        st_step((uint64_t)k, 1);
+        assert_int_equal(st_flush(trace), ST_OK);
+        if (k == 5) assert_int_equal(st_gpu_pause(trace), ST_OK);
+        if (k == 7) assert_int_equal(st_gpu_resume(trace), ST_OK);
+        spin_kernel<<<1, 1, 0, s>>>(100000ull + 40000ull * (unsigned long long)(k + 1));
+        CK(cudaStreamSynchronize(s));
+    }
+    assert_int_equal(st_close(trace), ST_OK);
+    CK(cudaStreamDestroy(s));
+
+    st_reader *r;
+    if (st_reader_open(&r, path) != ST_OK) fail_msg("%s", st_last_error());
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, -1, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row g;
+    int n, seen[13] = {0}, kernels = 0;
+    while ((n = st_gpu_iter_next(it, &g)) == 1) {
+        if (g.rec.kind != ST_GPU_KERNEL) continue;
+        kernels++;
+        long k = lround(((double)g.rec.dur_ns - 100000.0) / 40000.0); /* 0: before step 0, else step k - 1 */
+        if (k < 0 || k > 12) fail_msg("a kernel of %lld ns", (long long)g.rec.dur_ns);
+        seen[k]++;
+    }
+    assert_int_equal(n, 0);
+    st_gpu_iter_close(it);
+    printf("sampled capture: %d kernels recorded\n", kernels);
+    assert_int_equal(kernels, 4);
+    assert_int_equal(seen[0], 1);  /* before the first mark */
+    assert_int_equal(seen[1], 1);  /* step 0 */
+    assert_int_equal(seen[4], 1);  /* step 3 */
+    assert_int_equal(seen[7], 0);  /* step 6: paused by the user */
+    assert_int_equal(seen[10], 1); /* step 9 */
+    const char *every = st_reader_meta(r, "gpu_every_steps");
+    assert_non_null(every);
+    assert_string_equal(every, "3");
+    const char *records = st_reader_meta(r, "gpu_records");
+    assert_non_null(records);
+    assert_non_null(strstr(records, ",every_steps=3"));
+    sqlite3 *db = st_reader_db(r);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT t0_ns, t1_ns FROM gpu_pauses ORDER BY t0_ns", -1, &st, NULL),
+                     SQLITE_OK);
+    const int from[3] = {1, 4, 10}, to[3] = {3, 9, -1};
+    int64_t last_end = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        int64_t t0 = sqlite3_column_int64(st, 0), t1 = sqlite3_column_int64(st, 1);
+        assert_true(t0 >= last_end && t1 > t0);
+        assert_true(t0 > mark[from[i]] && (from[i] == 11 || t0 < mark[from[i] + 1]));
+        if (to[i] >= 0) assert_true(t1 > mark[to[i]] && t1 < mark[to[i] + 1]);
+        last_end = t1;
+    }
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    st_reader_close(r);
+    unlink(path);
+}
+
 int main(void)
 {
     int n = 0;
@@ -377,6 +469,7 @@ int main(void)
         printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return 0;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cupti_records), cmocka_unit_test(test_cupti_pause)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cupti_records), cmocka_unit_test(test_cupti_pause),
+                                       cmocka_unit_test(test_cupti_every)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
