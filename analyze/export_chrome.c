@@ -1063,6 +1063,26 @@ static void chrome_steps(chrome *c)
         put_lit(f, "}}");
         c->n_events++;
     }
+    /* GPU recording paused (gpu_pauses: st_gpu_pause, the sampled capture):
+     * a process-scoped instant at each end, so a viewer shows why a GPU
+     * track is empty there. */
+    for (uint32_t i = 0; i < c->t->n_gpu_pauses; i++) {
+        const an_lost_span *p = &c->t->gpu_pauses[i];
+        for (int end = 0; end < 2; end++) {
+            FILE *f = c->f;
+            put_lit(f, end ? ",\n{\"name\":\"GPU recording resumed\"" : ",\n{\"name\":\"GPU recording paused\"");
+            put_lit(f, ",\"cat\":\"gpu_recording\",\"ph\":\"i\",\"s\":\"p\",\"pid\":");
+            put_i64(f, pid_of(c, tid));
+            put_lit(f, ",\"tid\":");
+            put_i64(f, tid_of(c, tid));
+            put_lit(f, ",\"ts\":");
+            put_us(f, (end ? p->t1_ns : p->t0_ns) - c->t->origin_ns);
+            put_lit(f, ",\"args\":{\"pause\":");
+            put_i64(f, (int64_t)i + 1);
+            put_lit(f, "}}");
+            c->n_events++;
+        }
+    }
 }
 
 /* Item flows (st_flow_out / st_flow_in) as arrows: one per handoff (an id

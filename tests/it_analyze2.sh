@@ -170,13 +170,13 @@ ok
 expect_ok g_default "$A" gpu gpu_steps.sqlite
 grep -q '^devices and host_wait over steps 2-20 (0.010-0.200 s, the first step left out as start-up), 190.000 ms$' g_default.out \
     || fail "gpu default window: $(head -3 g_default.out)"
-grep -Eq '^ +0 +57 +136\.800 +72\.0% +53\.200 +43\.600 +0\.000 +9\.600 +target0 +postprocess +19\.000$' g_default.out \
+grep -Eq '^ +0 +57 +136\.800 +72\.0% +53\.200 +43\.600 +0\.000 +9\.600 +target0 +postprocess +19\.000 +0\.000$' g_default.out \
     || fail "gpu default devices row"
 grep -Eq '^ +0 +target0 +postprocess +19\.000 +43\.6%$' g_default.out || fail "gpu host_wait postprocess"
 grep -q '(no stage)' g_default.out && fail "gpu default window counts the start-up"
 ok
 expect_ok g_steps "$A" gpu --steps 0:20 gpu_steps.sqlite
-grep -Eq '^ +0 +59 +140\.000 +70\.0% +60\.000 +48\.300 +0\.000 +11\.700 +target0 +postprocess +20\.000$' g_steps.out \
+grep -Eq '^ +0 +59 +140\.000 +70\.0% +60\.000 +48\.300 +0\.000 +11\.700 +target0 +postprocess +20\.000 +0\.000$' g_steps.out \
     || fail "gpu --steps 0:20 devices row: $(cat g_steps.out)"
 grep -Eq '^ +0 +target0 +\(no stage\) +3\.000 +6\.2%$' g_steps.out || fail "gpu --steps 0:20 no-stage host wait"
 ok

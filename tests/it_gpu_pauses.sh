@@ -72,6 +72,23 @@ grep -q "these figures are estimated from the recorded [0-9.]* % of it" bottlene
 grep -q "estimated from the recorded" plain_b.out && fail "bottleneck: estimate line without pauses"
 [ "$(awk -F, 'NR == 2 { print $NF }' <("$A" info --format csv p.sqlite 2>/dev/null))" = 1 ] || fail "info: gpu_every_steps not 1"
 ok
+# export --chrome: each pause as a "paused" and a "resumed" instant; none without pauses
+"$A" export p.sqlite --chrome p.json 2>/dev/null || fail "export p"
+"$A" export "$S" --chrome plain.json 2>/dev/null || fail "export plain"
+[ "$(grep -c '"name":"GPU recording paused","cat":"gpu_recording","ph":"i","s":"p"' p.json)" = 3 ] || fail "export: paused events"
+[ "$(grep -c '"name":"GPU recording resumed","cat":"gpu_recording"' p.json)" = 3 ] || fail "export: resumed events"
+grep -q 'gpu_recording' plain.json && fail "export: pause events without pauses"
+python3 - p.json "$s1" "$(sqlite3 p.sqlite "select value from meta where key = 'start_ns'")" <<'PY' || fail "export: pause times"
+import json, sys
+d = json.load(open(sys.argv[1]))
+s1, origin = int(sys.argv[2]), int(sys.argv[3])
+ev = [e for e in d["traceEvents"] if e.get("cat") == "gpu_recording"]
+got = sorted((e["ts"], e["name"]) for e in ev)
+want = sorted([((s1 - 10000000 - origin) / 1e3, "GPU recording paused"), ((s1 + 5000000 - origin) / 1e3, "GPU recording resumed")]
+              + 2 * [((s1 + 100000000 - origin) / 1e3, "GPU recording paused"), ((s1 + 150000000 - origin) / 1e3, "GPU recording resumed")])
+assert len(got) == 6 and all(abs(a[0] - b[0]) < 0.002 and a[1] == b[1] for a, b in zip(got, want)), (got, want)
+PY
+ok
 # a sampled capture (st_gpu_start with every_steps=3): named by info and gpu
 cp p.sqlite every.sqlite
 sqlite3 every.sqlite "INSERT INTO meta VALUES ('gpu_every_steps', '3')"

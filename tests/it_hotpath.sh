@@ -178,11 +178,11 @@ done
 
 # libstagetrace.so exports what the public headers (stagetrace.h,
 # stagetrace_reader.h) mark ST_API, and nothing else (no internal function,
-# no mutable global; st_gpu_start, st_gpu_pause and st_gpu_resume live in
+# no mutable global; st_gpu_start, st_gpu_start_with, st_gpu_pause and st_gpu_resume live in
 # libstagetrace_gpu.a); the SQLite
 # extension exports its entry points only.
 api=$(cat "$ROOT"/tracer/include/*.h | grep -E '^ST_API ' | sed -E 's/\(.*//; s/;.*//; s/ __attribute__.*//; s/.*[ *]//' \
-      | grep -vE '^st_gpu_(start|pause|resume)$' | sort -u | tr '\n' ' ')
+      | grep -vE '^st_gpu_(start|start_with|pause|resume)$' | sort -u | tr '\n' ' ')
 exported=$(nm -D --defined-only "$BUILD/libstagetrace.so" | awk '$2 ~ /^[TDBRV]$/ {print $3}' | sort | tr '\n' ' ')
 [ "$api" = "$exported" ] || fail "libstagetrace.so exports [$exported], the public headers' ST_API declarations are [$api]"
 ok

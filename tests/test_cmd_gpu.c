@@ -172,8 +172,8 @@ static void test_gpu_time_from_trace_start(void **state)
     gpu_run r = run_gpu_args(6, argv);
     assert_int_equal(r.status, AN_EXIT_OK);
     assert_non_null(strstr(r.out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
-                                "host_thread,host_stage,host_stage_ms\n"
-                                "0,2,40.000000,20,160.000000,0.000000,0.000000,160.000000,,,0.000000\n"));
+                                "host_thread,host_stage,host_stage_ms,unrecorded_ms\n"
+                                "0,2,40.000000,20,160.000000,0.000000,0.000000,160.000000,,,0.000000,0.000000\n"));
     free(r.out);
     /* the window's text, and a window that starts before the first range event */
     char *text_argv[] = {"gpu", "--time", "0:0.05", path, NULL};
@@ -227,8 +227,9 @@ static void test_gpu_time_past_last_range(void **state)
     assert_int_equal(r.status, AN_EXIT_OK);
     assert_int_equal(r.reads, 1);
     assert_non_null(strstr(r.out, "\ndevice,records,busy_ms,busy_pct,idle_ms,host_wait_ms,launch_gap_ms,other_ms,"
-                                  "host_thread,host_stage,host_stage_ms\n"
-                                  "0,2,100.000000,38.46153846153846,160.000000,0.000000,0.000000,160.000000,,,0.000000\n"));
+                                  "host_thread,host_stage,host_stage_ms,unrecorded_ms\n"
+                                  "0,2,100.000000,38.46153846153846,160.000000,0.000000,0.000000,160.000000,,,0.000000,"
+                                  "0.000000\n"));
     free(r.out);
     char *after[] = {"gpu", "--time", "0.21:0.3", path, NULL};
     r = run_gpu_args(4, after);
