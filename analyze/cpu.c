@@ -472,6 +472,8 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
             if ((rc = count_sample(x, c, row.stack))) break;
         } else if (row.kind == ST_CPU_ROW_LOST) {
             if (row.ts_ns >= th->t0_ns && row.ts_ns < th->t1_ns) th->lost += row.n_lost;
+        } else if (row.kind == ST_CPU_ROW_PY_SAMPLE) {
+            continue; /* interpreter samples: apart (an_cpu_py_compute) */
         } else {
             st_cpu_switch *s = an_vec_push(&sw, sizeof *s);
             if (!s) {
