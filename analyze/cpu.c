@@ -473,7 +473,12 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
         } else if (row.kind == ST_CPU_ROW_LOST) {
             if (row.ts_ns >= th->t0_ns && row.ts_ns < th->t1_ns) th->lost += row.n_lost;
         } else if (row.kind == ST_CPU_ROW_PY_SAMPLE) {
-            continue; /* interpreter samples: apart (an_cpu_py_compute) */
+            /* the interpreter's samples: apart, never summed with the kernel's */
+            if (row.ts_ns < th->t0_ns || row.ts_ns >= th->t1_ns) continue;
+            an_cpu_cell *c = &th->py_cells[row.stage < 0 || (uint32_t)row.stage >= ns ? 0 : row.stage + 1];
+            c->samples++;
+            th->py_samples++;
+            if ((rc = count_sample(x, c, row.stack))) break;
         } else {
             st_cpu_switch *s = an_vec_push(&sw, sizeof *s);
             if (!s) {
@@ -682,12 +687,16 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result
         th->thread = i;
         th->total.stage = -1;
         th->cells = calloc(out->n_stages + 1, sizeof *th->cells);
-        if (!th->cells) {
+        th->py_cells = calloc(out->n_stages + 1, sizeof *th->py_cells);
+        if (!th->cells || !th->py_cells) {
+            free(th->cells);
+            free(th->py_cells);
+            th->cells = th->py_cells = NULL;
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
             break;
         }
-        for (uint32_t s = 0; s <= out->n_stages; s++) th->cells[s].stage = (int32_t)s - 1;
+        for (uint32_t s = 0; s <= out->n_stages; s++) th->cells[s].stage = th->py_cells[s].stage = (int32_t)s - 1;
         out->n_threads++;
         /* a thread whose event did not open has no records: no figures rather than 100 % on-CPU;
          * one the signal sampler took (timer) has samples but no switches: its on/off-CPU split
@@ -731,7 +740,14 @@ void an_cpu_free(an_cpu_result *res)
             free(th->cells[s].libs);
             free(th->cells[s].fnlines);
         }
+        for (uint32_t s = 0; th->py_cells && s <= res->n_stages; s++) {
+            free(th->py_cells[s].fns);
+            free(th->py_cells[s].reasons);
+            free(th->py_cells[s].libs);
+            free(th->py_cells[s].fnlines);
+        }
         free(th->cells);
+        free(th->py_cells);
     }
     free(res->threads);
     for (uint32_t i = 0; i < res->n_names; i++) {
