@@ -6,8 +6,8 @@
  * sample, and copies its frames into a byte buffer of at most
  * PYQ_MAX_BYTES and ST_CPU_SAMPLE_QUEUE_MAX samples; the writer swaps the
  * buffer for an empty one and decodes it outside the lock. A sample that
- * does not fit is counted as lost, never blocks the caller. st_cpurec_create
- * opens the queue for its trace and st_cpurec_free closes it, so a call
+ * does not fit is counted as lost, never blocks the caller. st_writer_start
+ * opens the queue for its trace and the writer's end closes it, so a call
  * that races the close sees ST_ESTATE and never touches a freed trace (the
  * trace pointer is only compared until the queue says it is the open one).
  *

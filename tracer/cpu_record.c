@@ -694,7 +694,6 @@ st_cpurec *st_cpurec_create(st_trace *t, st_store *store)
         if (missing) snprintf(r->uw_reason, sizeof r->uw_reason, "%s", missing);
         else meta_u64(r, "cpu_ring_bytes", st_cpu_user_stack_ring(t->opt.cpu_user_stack));
     }
-    st_pyq_open(t);
     return r;
 }
 
@@ -1225,7 +1224,6 @@ void st_cpurec_free(st_cpurec *r)
     free(r->ips);
     free(r->sink);
     st_oncpu_free(r->oncpu);
-    st_pyq_close(r->t);
     st_pyq_batch_free(&r->py_batch);
     for (uint32_t i = 0; i < r->n_py_names; i++) free(r->py_names[i].name);
     free(r->py_names);

@@ -191,8 +191,9 @@ long st_cpuproc_tasks(int64_t **tids, size_t *cap);
 
 /* ---- Python-frame samples (cpu_pysample.c; stagetrace.h, st_cpu_sample_add) ----
  * The queue between the callers of st_cpu_sample_add and the writer:
- * st_cpurec_create opens it for its trace, st_cpurec_free closes it (the
- * samples still queued are dropped). On each pass the writer takes the
+ * st_writer_start opens it for its trace (before the writer thread runs,
+ * so a sample taken as soon as st_open returns waits), writer_free closes
+ * it (the samples still queued are dropped). On each pass the writer takes the
  * queued samples (st_pyq_take swaps the batch's buffer with the queue's)
  * and decodes them one by one (st_pyq_next: 1 and *s, its frames' names
  * pointing into the batch, or 0 at the end); lost is the count of samples
