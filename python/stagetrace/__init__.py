@@ -581,6 +581,9 @@ class TraceData:
               kind, name, copy_kind, src_mem, dst_mem, correlation
     cpu       ts_ns, stack, thread, stage, gil (the CPU capture's samples; stage
               -1: none open; gil 1 held, 0 not, -1 unknown)
+    cpu_python  the Python-frame samples (python_stacks 'frames'), as cpu (gil -1):
+              each stands for 1 / meta python_frames_hz s of wall time, apart
+              from cpu's
     threads, stages, counter_names: lists of dicts; meta: dict; marks: list of
     (thread, ts_ns, text); gpu_names: {name id: kernel name}; cpu_stacks:
     {stack id: tuple of frame labels, innermost first}.
@@ -603,6 +606,7 @@ class TraceData:
         self.counters = np.frombuffer(raw.get("counters", empty), dtype=dt["counters"])
         self.gpu = np.frombuffer(raw.get("gpu", empty), dtype=dt["gpu"])
         self.cpu = np.frombuffer(raw.get("cpu", empty), dtype=dt["cpu"])
+        self.cpu_python = np.frombuffer(raw.get("cpu_python", empty), dtype=dt["cpu"])
 
     def __repr__(self):
         return "<stagetrace.TraceData '%s': %d threads, %d stages, %d ranges, %d counter samples, " \

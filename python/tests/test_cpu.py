@@ -324,6 +324,15 @@ def check_frames_trace(analyze, path, m, hz):
     assert all(f.endswith("test_cpu.py") for r in in_hot for f in r[1] if f.startswith("py::hot_loop:"))
     in_nap = [r for r in sleep if r[2].startswith("py::napper:")]
     assert len(in_nap) >= 0.8 * len(sleep), (len(in_nap), len(sleep))
+    # stagetrace.read: the same samples in cpu_python, the kernel's alone in cpu
+    data = stagetrace.read(path, ranges=False, counters=False, gpu=False)
+    assert len(data.cpu_python) == len(rows)
+    assert len(data.cpu) == int(m.get("cpu_samples", 0))
+    ids = {s["name"]: s["id"] for s in data.stages}
+    burn_py = data.cpu_python[data.cpu_python["stage"] == ids["burn"]]
+    assert len(burn_py) == len(burn)
+    assert sum(1 for s in burn_py["stack"] if any(f.startswith("py::hot_loop:") for f in data.cpu_stacks[int(s)])) \
+        == len(in_hot)
     # the kernel's samples keep their own count: python frames are not among them
     assert int(m.get("cpu_samples", 0)) == int(subprocess_count(analyze, path, "source <> 'python-frames'"))
     return burn, sleep
