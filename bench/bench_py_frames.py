@@ -72,7 +72,7 @@ def per_sample(path, threads, depth, seconds=0.6):
     return int(m["python_frames_sampler_ns"]) / max(1, int(m["python_frames_samples"])), float(m["python_frames_hz"])
 
 
-def work_time(path, mode, hz, n=3_000_000):
+def work_time(path, mode, hz, n=20_000_000):
     with stagetrace.open(path, program="bench_py_frames", cpu=True, python_stacks=mode, python_hz=hz,
                          overwrite=True) as trace:
         with trace.stage("work"):
@@ -94,7 +94,7 @@ def main():
             print("%8d %6d %14.0f %12.1f" % (threads, depth, statistics.median(x[0] for x in v),
                                              statistics.median(x[1] for x in v)))
     print()
-    print("a busy Python thread (3 M iterations 20 frames deep), median of %d, interleaved" % args.repeats)
+    print("a busy Python thread (20 M iterations 20 frames deep), median of %d, interleaved" % args.repeats)
     modes = [("off", 100), ("frames", 100), ("frames", 1000)]
     times = {m: [] for m in modes}
     for _ in range(args.repeats):
