@@ -445,6 +445,30 @@ static int block_sched(thread_ctx *x, const st_cpu_off *off, size_t n_off, const
     return 0;
 }
 
+/* A thread without the kernel's samples (its perf event and the signal
+ * sampler refused) may still have Python-frame samples: those alone. */
+static int thread_python_only(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
+{
+    uint32_t ns = x->res->n_stages;
+    th->t0_ns = t0 > th->info.start_ns ? t0 : th->info.start_ns;
+    th->t1_ns = t1 > th->t0_ns ? t1 : th->t0_ns;
+    st_cpu_iter *it;
+    if (st_cpu_iter_open(&it, x->t->r, st_reader_thread(x->t->r, th->thread)->id, th->t0_ns, th->t1_ns))
+        return an_trace_fail(x->t);
+    st_cpu_row row;
+    int n, rc = 0;
+    while (!rc && (n = st_cpu_iter_next(it, &row)) == 1) {
+        if (row.kind != ST_CPU_ROW_PY_SAMPLE) continue;
+        an_cpu_cell *c = &th->py_cells[row.stage < 0 || (uint32_t)row.stage >= ns ? 0 : row.stage + 1];
+        c->samples++;
+        th->py_samples++;
+        rc = count_sample(x, c, row.stack);
+    }
+    st_cpu_iter_close(it);
+    if (!rc && n < 0) rc = an_trace_fail(x->t);
+    return rc;
+}
+
 static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
 {
     an_trace *t = x->t;
@@ -704,6 +728,7 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result
         th->has_switches = an_cpu_status_has_switches(&th->info);
         th->has_samples = an_cpu_status_has_samples(&th->info);
         if (th->has_samples) rc = thread_compute(&x, th, t0, t1);
+        else rc = thread_python_only(&x, th, t0, t1);
         if (!rc && th->has_samples && !th->has_switches)
             for (uint32_t s = 0; s <= out->n_stages + 1; s++) {
                 an_cpu_cell *c = s <= out->n_stages ? &th->cells[s] : &th->total;

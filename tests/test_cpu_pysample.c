@@ -22,7 +22,9 @@
  *  - the bound: with the writer slowed (st__test_set_writer_delay) samples
  *    of 256 frames with 1 KiB of names each fill the 4 MiB queue: the calls
  *    that return 1 are exactly meta python_frames_lost, those that return
- *    0 exactly python_frames_samples and the rows read, and some were lost.
+ *    0 exactly python_frames_samples and the rows read, and some were lost;
+ *  - the encoding: kinds 10 and 11 give docs/trace-format.md's example bytes
+ *    and decode back; every truncation and a kind of 12 are refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "encoding.h"
 #include "st_testing.h"
 #include "stagetrace_reader.h"
 
@@ -285,6 +288,49 @@ static void test_queue_full(void **state)
     st_reader_close(r);
 }
 
+/* ---- the encoding: docs/trace-format.md's example of kinds 10 and 11 ---- */
+
+static void test_chunk_bytes(void **state)
+{
+    (void)state;
+    st_cpu_encoder e = {0};
+    assert_int_equal(st_cpu_chunk_start(&e), 0);
+    st_cpu_rec a = {ST_CPU_REC_PY_SAMPLE, 1000, 2, 0, 0, 0};
+    st_cpu_rec b = {ST_CPU_REC_PY_SAMPLE_UNKNOWN, 1500, 3, ST_CPU_NO_STAGE, 0, 0};
+    assert_int_equal(st_cpu_put(&e, &a), 0);
+    assert_int_equal(st_cpu_put(&e, &b), 0);
+    static const uint8_t want[] = {0x50, 0x0a, 0xd0, 0x0f, 0x02, 0x01, 0x0b, 0xe8, 0x07, 0x03};
+    assert_int_equal(e.buf.len, sizeof want);
+    assert_memory_equal(e.buf.data, want, sizeof want);
+    st_cpu_cursor c;
+    st_cpu_rec r;
+    assert_int_equal(st_cpu_cursor_open(&c, want, sizeof want, 2), 0);
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(r.kind, ST_CPU_REC_PY_SAMPLE);
+    assert_int_equal(r.ts_ns, 1000);
+    assert_int_equal(r.stack, 2);
+    assert_int_equal(r.stage, 0);
+    assert_int_equal(st_cpu_next(&c, &r), 1);
+    assert_int_equal(r.kind, ST_CPU_REC_PY_SAMPLE_UNKNOWN);
+    assert_int_equal(r.ts_ns, 1500);
+    assert_int_equal(r.stack, 3);
+    assert_int_equal(r.stage, ST_CPU_NO_STAGE);
+    assert_int_equal(st_cpu_next(&c, &r), 0);
+    for (size_t n = 1; n < sizeof want; n++) { /* every truncation is refused */
+        int rc = st_cpu_cursor_open(&c, want, n, 2);
+        if (rc == 0)
+            while ((rc = st_cpu_next(&c, &r)) == 1) {
+            }
+        assert_int_equal(rc, ST_ECORRUPT);
+    }
+    uint8_t bad[sizeof want];
+    memcpy(bad, want, sizeof want);
+    bad[1] = 12; /* past the last kind */
+    assert_int_equal(st_cpu_cursor_open(&c, bad, sizeof bad, 2), 0);
+    assert_int_equal(st_cpu_next(&c, &r), ST_ECORRUPT);
+    st_buf_free(&e.buf);
+}
+
 int main(void)
 {
     if (make_tmp_dir("test_cpu_pysample")) return 1;
@@ -292,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_attribution),
         cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_chunk_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tidy_tmp_dir(rc);
