@@ -185,13 +185,13 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, o
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
     if python_stacks not in PYTHON_STACKS:
         raise ValueError("python_stacks must be one of %s, not %r" % (", ".join(PYTHON_STACKS), python_stacks))
-    if isinstance(python_hz, bool) or not isinstance(python_hz, int) or not 1 <= python_hz <= 1000:
-        raise ValueError("python_hz must be an integer from 1 to 1000 (samples per second), not %r" % (python_hz,))
     env = rank_from_env()
     rank = env["rank"] if rank is None else rank
     world_size = env["world_size"] if world_size is None else world_size
     local_rank = env["local_rank"] if local_rank is None else local_rank
     run_id = env["run_id"] if run_id is None else run_id
+    if isinstance(python_hz, bool) or not isinstance(python_hz, int) or not 1 <= python_hz <= 1000:
+        raise ValueError("python_hz must be an integer from 1 to 1000 (samples per second), not %r" % (python_hz,))
     trace = Trace(
         _os.fspath(path),
         program=program or _program_name(),
