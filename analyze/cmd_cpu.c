@@ -38,9 +38,16 @@ static const char help[] =
     "  --steps A:B      the time from step A's mark to step B's mark (A: or :B leave an end open)\n"
     "  --time T0:T1     the same for seconds from the trace start\n"
     "  --format F       text (default), csv or json: tables threads, stages, functions,\n"
-    "                   blocks, libraries, os_threads (and windows)\n"
+    "                   blocks, libraries, os_threads (and windows), python, python_functions\n"
     "  --table NAME     only the table NAME (with --format csv or json): threads, stages,\n"
-    "                   functions, blocks, libraries, os_threads, windows\n"
+    "                   functions, blocks, libraries, os_threads, windows, python,\n"
+    "                   python_functions\n"
+    "\n"
+    "Python-frame samples (python_stacks='frames': the package's sampler read each\n"
+    "thread's Python stack at python_hz) are shown apart, in tables python (per\n"
+    "thread and stage) and python_functions (self: the innermost Python frame;\n"
+    "inclusive: anywhere in the stack): each stands for 1/python_hz s of wall time,\n"
+    "on or off the CPU, so they are never summed with the kernel's samples.\n"
     "  --align MODE     a rank set's clocks: auto (default), meta, collectives or none\n"
     "                   (docs/analyze.md, \"Clock alignment\")\n";
 
@@ -72,6 +79,12 @@ static const an_col block_cols[] = {{"thread", AN_T_STR, 0},     {"stage", AN_T_
 static const an_col lib_cols[] = {{"thread", AN_T_STR, 0},   {"stage", AN_T_STR, 0},     {"rank", AN_T_INT, 0},
                                   {"library", AN_T_STR, 0},  {"self", AN_T_INT, 0},      {"self_pct", AN_T_PCT, 0},
                                   {"inclusive", AN_T_INT, 0}, {"inclusive_pct", AN_T_PCT, 0}};
+static const an_col py_cols[] = {{"thread", AN_T_STR, 0}, {"role", AN_T_STR, 0}, {"stage", AN_T_STR, 0},
+                                 {"kind", AN_T_STR, 0},   {"samples", AN_T_INT, 0}, {"pct", AN_T_PCT, 0},
+                                 {"wall_ms", AN_T_MS, 0}};
+static const an_col py_fn_cols[] = {{"thread", AN_T_STR, 0},  {"stage", AN_T_STR, 0},    {"by", AN_T_STR, 0},
+                                    {"rank", AN_T_INT, 0},    {"function", AN_T_STR, 0}, {"file", AN_T_STR, 0},
+                                    {"samples", AN_T_INT, 0}, {"pct", AN_T_PCT, 0}};
 static const an_col os_cols[] = {{"thread", AN_T_STR, 0},   {"registered", AN_T_STR, 0}, {"os_tid", AN_T_INT, 0},
                                  {"wall_ms", AN_T_MS, 0},   {"on_cpu_ms", AN_T_MS, 0},   {"on_cpu_pct", AN_T_PCT, 0},
                                  {"runq_ms", AN_T_MS, 0},   {"runq_pct", AN_T_PCT, 0},   {"slices", AN_T_INT, 0},
@@ -134,6 +147,79 @@ static void put_shares(an_table *tb, const an_cpu_cell *c)
 }
 
 static const char *stage_name(st_reader *r, int32_t s) { return s < 0 ? "(none)" : st_reader_stage(r, (uint32_t)s)->name; }
+
+/* A Python frame's name, "py::QUALNAME:FILE": its file (after the first
+ * ':' past the prefix), "" for another name. */
+static const char *py_file(const char *name)
+{
+    if (strncmp(name, "py::", 4) != 0) return "";
+    const char *colon = strchr(name + 4, ':');
+    return colon ? colon + 1 : "";
+}
+
+/* Tables python and python_functions: the Python-frame samples per thread
+ * and stage, and their top functions, with the rate they were taken at. */
+static void python_tables(an_out *out, an_trace *t, const an_cpu_result *res, int32_t want, uint32_t top_n,
+                          const an_cpu_fn **top)
+{
+    st_reader *r = t->r;
+    uint64_t any = 0;
+    for (uint32_t i = 0; i < res->n_threads; i++) any += res->threads[i].py_samples;
+    if (!any) return;
+    const char *hz_text = an_trace_meta(t, "python_frames_hz");
+    double hz = hz_text ? strtod(hz_text, NULL) : 0.0;
+    an_out_text(out, "Python stacks (sampled from the interpreter at %s Hz)\n", hz_text ? hz_text : "?");
+    an_table *tb = an_table_new(out, "python", py_cols, 7);
+    for (uint32_t i = 0; tb && i < res->n_threads; i++) {
+        const an_cpu_thread *th = &res->threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res->n_stages; s++) {
+            const an_cpu_cell *cell = &th->py_cells[s];
+            if ((want >= -1 && cell->stage != want) || !cell->samples) continue;
+            const st_stage_info *si = cell->stage >= 0 ? st_reader_stage(r, (uint32_t)cell->stage) : NULL;
+            an_put_str(tb, ti->name);
+            an_put_str(tb, ti->role);
+            an_put_str(tb, stage_name(r, cell->stage));
+            an_put_str(tb, si ? st_kind_name(si->kind) : "");
+            an_put_int(tb, (int64_t)cell->samples);
+            an_put_pct(tb, 100.0 * (double)cell->samples / (double)th->py_samples);
+            if (hz > 0) an_put_ns(tb, (int64_t)((double)cell->samples * 1e9 / hz));
+            else an_put_null(tb);
+            an_row_end(tb);
+        }
+    }
+    an_table_end(tb);
+    tb = an_table_new(out, "python_functions", py_fn_cols, 8);
+    for (uint32_t i = 0; tb && top_n && i < res->n_threads; i++) {
+        const an_cpu_thread *th = &res->threads[i];
+        const st_thread_info *ti = st_reader_thread(r, th->thread);
+        for (uint32_t s = 0; s <= res->n_stages; s++) {
+            const an_cpu_cell *cell = &th->py_cells[s];
+            if ((want >= -1 && cell->stage != want) || !cell->samples) continue;
+            for (int by = 0; by < 2; by++) {
+                uint32_t n = an_cpu_top(res, cell, by, top_n, top);
+                for (uint32_t k = 0; k < n; k++) {
+                    const char *name = res->names[top[k]->name].name;
+                    an_put_str(tb, ti->name);
+                    an_put_str(tb, stage_name(r, cell->stage));
+                    an_put_str(tb, by ? "inclusive" : "self");
+                    an_put_int(tb, k + 1);
+                    an_put_str(tb, name);
+                    an_put_str(tb, py_file(name));
+                    uint64_t v = by ? top[k]->incl : top[k]->self;
+                    an_put_int(tb, (int64_t)v);
+                    an_put_pct(tb, 100.0 * (double)v / (double)cell->samples);
+                    an_row_end(tb);
+                }
+            }
+        }
+    }
+    an_table_end(tb);
+    int64_t lost;
+    if (an_trace_meta_i64(t, "python_frames_lost", &lost) == 0 && lost > 0)
+        an_out_text(out, "python frames: %lld samples lost (the sampler's queue was full, or their thread had ended)\n",
+                    (long long)lost);
+}
 
 static int work(an_cmd *c)
 {
@@ -338,6 +424,7 @@ static int work(an_cmd *c)
         }
         an_table_end(tb);
     }
+    python_tables(out, t, &res, want, (uint32_t)o->top, top);
     if (slen) an_out_text(out, "%s", spin);
     for (uint32_t i = 0; i < res.n_threads; i++)
         if (res.threads[i].has_samples && !res.threads[i].has_switches) {
@@ -371,5 +458,5 @@ const an_cmd_def an_cmd_cpu = {
     .init = init,
     .option = option,
     .work = work,
-    .tables = "threads,stages,functions,blocks,libraries,os_threads,windows",
+    .tables = "threads,stages,functions,blocks,libraries,os_threads,windows,python,python_functions",
 };

@@ -445,6 +445,30 @@ static int block_sched(thread_ctx *x, const st_cpu_off *off, size_t n_off, const
     return 0;
 }
 
+/* A thread without the kernel's samples (its perf event and the signal
+ * sampler refused) may still have Python-frame samples: those alone. */
+static int thread_python_only(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
+{
+    uint32_t ns = x->res->n_stages;
+    th->t0_ns = t0 > th->info.start_ns ? t0 : th->info.start_ns;
+    th->t1_ns = t1 > th->t0_ns ? t1 : th->t0_ns;
+    st_cpu_iter *it;
+    if (st_cpu_iter_open(&it, x->t->r, st_reader_thread(x->t->r, th->thread)->id, th->t0_ns, th->t1_ns))
+        return an_trace_fail(x->t);
+    st_cpu_row row;
+    int n, rc = 0;
+    while (!rc && (n = st_cpu_iter_next(it, &row)) == 1) {
+        if (row.kind != ST_CPU_ROW_PY_SAMPLE) continue;
+        an_cpu_cell *c = &th->py_cells[row.stage < 0 || (uint32_t)row.stage >= ns ? 0 : row.stage + 1];
+        c->samples++;
+        th->py_samples++;
+        rc = count_sample(x, c, row.stack);
+    }
+    st_cpu_iter_close(it);
+    if (!rc && n < 0) rc = an_trace_fail(x->t);
+    return rc;
+}
+
 static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t t1)
 {
     an_trace *t = x->t;
@@ -472,6 +496,13 @@ static int thread_compute(thread_ctx *x, an_cpu_thread *th, int64_t t0, int64_t 
             if ((rc = count_sample(x, c, row.stack))) break;
         } else if (row.kind == ST_CPU_ROW_LOST) {
             if (row.ts_ns >= th->t0_ns && row.ts_ns < th->t1_ns) th->lost += row.n_lost;
+        } else if (row.kind == ST_CPU_ROW_PY_SAMPLE) {
+            /* the interpreter's samples: apart, never summed with the kernel's */
+            if (row.ts_ns < th->t0_ns || row.ts_ns >= th->t1_ns) continue;
+            an_cpu_cell *c = &th->py_cells[row.stage < 0 || (uint32_t)row.stage >= ns ? 0 : row.stage + 1];
+            c->samples++;
+            th->py_samples++;
+            if ((rc = count_sample(x, c, row.stack))) break;
         } else {
             st_cpu_switch *s = an_vec_push(&sw, sizeof *s);
             if (!s) {
@@ -680,12 +711,16 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result
         th->thread = i;
         th->total.stage = -1;
         th->cells = calloc(out->n_stages + 1, sizeof *th->cells);
-        if (!th->cells) {
+        th->py_cells = calloc(out->n_stages + 1, sizeof *th->py_cells);
+        if (!th->cells || !th->py_cells) {
+            free(th->cells);
+            free(th->py_cells);
+            th->cells = th->py_cells = NULL;
             an_error("out of memory");
             rc = AN_EXIT_FAIL;
             break;
         }
-        for (uint32_t s = 0; s <= out->n_stages; s++) th->cells[s].stage = (int32_t)s - 1;
+        for (uint32_t s = 0; s <= out->n_stages; s++) th->cells[s].stage = th->py_cells[s].stage = (int32_t)s - 1;
         out->n_threads++;
         /* a thread whose event did not open has no records: no figures rather than 100 % on-CPU;
          * one the signal sampler took (timer) has samples but no switches: its on/off-CPU split
@@ -693,6 +728,7 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, int lines, an_cpu_result
         th->has_switches = an_cpu_status_has_switches(&th->info);
         th->has_samples = an_cpu_status_has_samples(&th->info);
         if (th->has_samples) rc = thread_compute(&x, th, t0, t1);
+        else rc = thread_python_only(&x, th, t0, t1);
         if (!rc && th->has_samples && !th->has_switches)
             for (uint32_t s = 0; s <= out->n_stages + 1; s++) {
                 an_cpu_cell *c = s <= out->n_stages ? &th->cells[s] : &th->total;
@@ -729,7 +765,14 @@ void an_cpu_free(an_cpu_result *res)
             free(th->cells[s].libs);
             free(th->cells[s].fnlines);
         }
+        for (uint32_t s = 0; th->py_cells && s <= res->n_stages; s++) {
+            free(th->py_cells[s].fns);
+            free(th->py_cells[s].reasons);
+            free(th->py_cells[s].libs);
+            free(th->py_cells[s].fnlines);
+        }
         free(th->cells);
+        free(th->py_cells);
     }
     free(res->threads);
     for (uint32_t i = 0; i < res->n_names; i++) {

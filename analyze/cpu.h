@@ -89,6 +89,13 @@ typedef struct an_cpu_thread {
     int has_samples;   /* status perf or timer (the signal sampler): samples counted */
     int has_switches;  /* status perf: switch records, so on/preempted/blocked are known; without
                           them (timer) every cell's on_ns, preempted_ns and blocked_ns are -1 */
+    /* The Python-frame samples (st_cpu_sample_add; docs/analyze.md, "cpu",
+     * "Python stacks"), apart from the kernel's: [stage + 1] as cells, only
+     * samples and fns (self: the innermost Python frame; inclusive: a
+     * function anywhere in the stack, once per sample) filled; py_samples
+     * their sum. Each stands for 1 / python_frames_hz s of wall time. */
+    an_cpu_cell *py_cells;
+    uint64_t py_samples;
 } an_cpu_thread;
 
 typedef struct an_cpu_result {

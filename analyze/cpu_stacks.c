@@ -103,6 +103,7 @@ typedef struct ctx {
     pair_map stacks; /* (stack, 0) -> the first row that holds it */
     size_t cap_rows, cap_frames, cap_names, cap_stack_frames;
     size_t n_stack_frames;
+    uint32_t kind;   /* the rows kept: ST_CPU_ROW_SAMPLE, or ST_CPU_ROW_PY_SAMPLE */
 } ctx;
 
 static int grow(void **v, size_t *cap, size_t need, size_t size)
@@ -220,7 +221,7 @@ static int thread_rows(ctx *x, pair_map *cells, uint32_t index, const st_cpu_thr
     st_cpu_row row;
     int n, rc = 0;
     while ((n = st_cpu_iter_next(it, &row)) == 1) {
-        if (row.kind != ST_CPU_ROW_SAMPLE || row.ts_ns < t0 || row.ts_ns >= t1) continue;
+        if (row.kind != x->kind || row.ts_ns < t0 || row.ts_ns >= t1) continue;
         int32_t stage = row.stage < 0 || (uint32_t)row.stage >= ns ? -1 : row.stage;
         pair_slot *sl = pair_find(cells, (uint64_t)(int64_t)stage, row.stack);
         if (!sl) {
@@ -252,13 +253,19 @@ static int thread_rows(ctx *x, pair_map *cells, uint32_t index, const st_cpu_thr
     return 0;
 }
 
-int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out)
+static int compute(an_trace *t, int64_t t0, int64_t t1, uint32_t kind, an_cpu_stacks *out)
 {
     memset(out, 0, sizeof *out);
     ctx x;
     memset(&x, 0, sizeof x);
     x.t = t;
     x.s = out;
+    x.kind = kind;
+    /* a Python-frame sample stands for 1 / python_frames_hz s of wall time */
+    int64_t py_period = 0;
+    const char *hz_text = an_trace_meta(t, "python_frames_hz");
+    double hz = hz_text ? strtod(hz_text, NULL) : 0.0;
+    if (hz >= 1.0 && hz <= 1e6) py_period = (int64_t)(1e9 / hz);
     pair_map cells = {0};
     st_reader *r = t->r;
     int rc = 0;
@@ -269,8 +276,15 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
             rc = an_trace_fail(t);
             break;
         }
+        if (!has) continue;
+        if (kind == ST_CPU_ROW_PY_SAMPLE) {
+            info.period_ns = py_period;
+            out->period_ns = py_period;
+            rc = thread_rows(&x, &cells, i, &info, t0, t1);
+            continue;
+        }
         /* a thread whose event did not open has no records; the signal sampler's (timer) has samples */
-        if (!has || !an_cpu_status_has_samples(&info)) continue;
+        if (!an_cpu_status_has_samples(&info)) continue;
         if (!out->period_ns) out->period_ns = info.period_ns;
         else if (info.period_ns != out->period_ns) out->mixed_periods = 1;
         rc = thread_rows(&x, &cells, i, &info, t0, t1);
@@ -285,6 +299,16 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
     }
     if (rc) an_cpu_stacks_free(out);
     return rc;
+}
+
+int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out)
+{
+    return compute(t, t0, t1, ST_CPU_ROW_SAMPLE, out);
+}
+
+int an_cpu_stacks_compute_python(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out)
+{
+    return compute(t, t0, t1, ST_CPU_ROW_PY_SAMPLE, out);
 }
 
 void an_cpu_stacks_free(an_cpu_stacks *s)

@@ -65,6 +65,10 @@ typedef struct an_cpu_stacks {
 
 /* Over [t0, t1). 0, or an exit code after the message. */
 int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out);
+/* The same for the Python-frame samples (python_stacks 'frames'), apart:
+ * every thread with a cpu_threads row; cpu_ns and period_ns are wall time,
+ * 10^9 / meta python_frames_hz per sample (0 without the rate). */
+int an_cpu_stacks_compute_python(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out);
 void an_cpu_stacks_free(an_cpu_stacks *s);
 
 /* The CPU views' check: 0 when the trace has the CPU tables; else the line

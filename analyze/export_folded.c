@@ -9,7 +9,9 @@
  * separator) becomes ':', a space or tab '_' (the count follows the last
  * space), other control characters '?', an empty name '?'. Lines in byte
  * order; two stacks that read the same (two addresses of one function)
- * are one line.
+ * are one line. Python-frame samples (python_stacks 'frames': wall time,
+ * 10^9 / python_frames_hz ns each) follow under a frame "[python-frames]"
+ * between the stage and their outermost frame.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,30 +59,46 @@ typedef struct line {
 
 static int cmp_line(const void *a, const void *b) { return strcmp(((const line *)a)->text, ((const line *)b)->text); }
 
+/* The rows of s as lines (appended to lines[*n]); marker: a frame put
+ * between the stage and the outermost frame ("" none). 0, or -1 without
+ * memory. */
+static int add_lines(st_reader *r, const an_cpu_stacks *s, const char *marker, int weight_ns, line *lines, size_t *n)
+{
+    for (size_t i = 0; i < s->n_rows; i++) {
+        const an_cpu_srow *row = &s->rows[i];
+        sbuf b = {0};
+        int oom = put_name(&b, st_reader_thread(r, row->thread)->name, ';') ||
+                  put_name(&b, row->stage < 0 ? "(none)" : st_reader_stage(r, (uint32_t)row->stage)->name, 0);
+        if (!oom && marker[0]) oom = sbuf_put(&b, ';') || put_name(&b, marker, 0);
+        for (uint32_t k = row->n_frames; !oom && k-- > 0;)
+            oom = sbuf_put(&b, ';') || put_name(&b, s->names[s->frames[s->stack_frames[row->frames_off + k]].name], 0);
+        if (oom) {
+            free(b.v);
+            return -1;
+        }
+        lines[(*n)++] = (line){b.v, weight_ns ? (uint64_t)row->cpu_ns : row->samples};
+    }
+    return 0;
+}
+
+/* The kernel's samples, then the Python-frame samples (python_stacks
+ * 'frames') under the frame "[python-frames]" after the stage: wall time,
+ * kept in a tower of their own so that no frame adds the two. */
 int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite)
 {
     int rc = an_cpu_stacks_require(t, "export", "--folded needs one");
     if (rc) return rc;
-    an_cpu_stacks s;
-    if ((rc = an_cpu_stacks_compute(t, t->has_span ? t->span_t0_ns : 0, t->has_span ? t->span_t1_ns : 0, &s)))
+    an_cpu_stacks s, py;
+    int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
+    if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) return rc;
+    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
+        an_cpu_stacks_free(&s);
         return rc;
-    st_reader *r = t->r;
-    line *lines = calloc(s.n_rows ? s.n_rows : 1, sizeof *lines);
-    size_t n = 0;
-    int oom = !lines;
-    for (size_t i = 0; !oom && i < s.n_rows; i++) {
-        const an_cpu_srow *row = &s.rows[i];
-        sbuf b = {0};
-        oom = put_name(&b, st_reader_thread(r, row->thread)->name, ';') ||
-              put_name(&b, row->stage < 0 ? "(none)" : st_reader_stage(r, (uint32_t)row->stage)->name, 0);
-        for (uint32_t k = row->n_frames; !oom && k-- > 0;)
-            oom = sbuf_put(&b, ';') || put_name(&b, s.names[s.frames[s.stack_frames[row->frames_off + k]].name], 0);
-        if (oom) {
-            free(b.v);
-            break;
-        }
-        lines[n++] = (line){b.v, weight_ns ? (uint64_t)row->cpu_ns : row->samples};
     }
+    st_reader *r = t->r;
+    line *lines = calloc(s.n_rows + py.n_rows ? s.n_rows + py.n_rows : 1, sizeof *lines);
+    size_t n = 0;
+    int oom = !lines || add_lines(r, &s, "", weight_ns, lines, &n) || add_lines(r, &py, "[python-frames]", weight_ns, lines, &n);
     an_file f;
     if (!oom) {
         if (n) qsort(lines, n, sizeof *lines, cmp_line);
@@ -101,5 +119,6 @@ int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite
     for (size_t i = 0; lines && i < n; i++) free(lines[i].text);
     free(lines);
     an_cpu_stacks_free(&s);
+    an_cpu_stacks_free(&py);
     return rc;
 }

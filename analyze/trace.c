@@ -282,7 +282,8 @@ static int check_values(an_trace *t)
 {
     static const char *const counts[] = {"dropped_events", "gpu_dropped_records", "unmatched_ends",
                                          "rejected_steps", "clock_clamped", "bad_counters",
-                                         "failed_commits", "lost_events", "cpu_lost_records"};
+                                         "failed_commits", "lost_events", "cpu_lost_records",
+                                         "python_frames_lost"};
     static const char *const times[] = {"start_ns", "end_ns"};
     char clean[64];
     int64_t v;
@@ -669,6 +670,11 @@ static void warn_trace(const an_trace *t, int as_rank)
         an_warn("%s: %lld CPU capture records were lost by the kernel (full perf rings); samples and off-CPU "
                 "time may be undercounted",
                 t->path, (long long)cpu_lost);
+    int64_t py_lost;
+    if (an_trace_meta_i64(t, "python_frames_lost", &py_lost) == 0 && py_lost > 0)
+        an_warn("%s: %lld Python-frame samples were lost (the sampler's queue was full, or their thread had "
+                "ended); the Python stacks' counts may be undercounted",
+                t->path, (long long)py_lost);
     char paused[160];
     if (an_trace_gpu_pauses_text(t, paused, sizeof paused))
         an_warn("%s: GPU recording was %s (%s): GPU work of that time is not in the trace; it counts as "

@@ -140,8 +140,8 @@ static void test_rows(void **state)
     (void)state;
     sqlite3 *db = open_registered(trace_path());
     assert_query(db, "SELECT * FROM cpu_samples",
-                 "0|3500|0|0|0\n0|4000|1|2|1\n0|6000|0|1|1\n0|11000|null|0|1\n0|12000|null|0|0\n"
-                 "1|2700|null|2|0\n");
+                 "0|3500|0|0|0|perf\n0|4000|1|2|1|perf\n0|6000|0|1|1|perf\n0|11000|null|0|1|perf\n"
+                 "0|12000|null|0|0|perf\n1|2700|null|2|0|perf\n");
     assert_query(db, "SELECT * FROM cpu_switches",
                  "0|2000|out_blocked\n0|3000|in\n0|7000|out_preempted\n0|7500|in\n1|2500|out_blocked\n1|2600|in\n");
     assert_query(db, "SELECT * FROM cpu_lost", "0|8000|3\n");
@@ -165,12 +165,12 @@ static void test_rows(void **state)
     assert_query(db, "SELECT count(*) FROM cpu_stack_text WHERE stack = 7", "0\n");
     assert_query(db, "SELECT count(*) FROM cpu_frames WHERE stack = 1", "0\n");
     assert_query(db, "SELECT * FROM cpu_samples_v",
-                 "0|3500|0|0|0|w0|worker|work|work|main|[prog];burn;main\n"
-                 "0|4000|1|2|1|w0|worker|wait|wait_input|[libx.so]|[libx.so]\n"
-                 "0|6000|0|1|1|w0|worker|work|work|null|\n"
-                 "0|11000|null|0|1|w0|worker|null|null|main|[prog];burn;main\n"
-                 "0|12000|null|0|0|w0|worker|null|null|main|[prog];burn;main\n"
-                 "1|2700|null|2|0|w1|worker|null|null|[libx.so]|[libx.so]\n");
+                 "0|3500|0|0|0|w0|worker|work|work|main|[prog];burn;main|perf\n"
+                 "0|4000|1|2|1|w0|worker|wait|wait_input|[libx.so]|[libx.so]|perf\n"
+                 "0|6000|0|1|1|w0|worker|work|work|null||perf\n"
+                 "0|11000|null|0|1|w0|worker|null|null|main|[prog];burn;main|perf\n"
+                 "0|12000|null|0|0|w0|worker|null|null|main|[prog];burn;main|perf\n"
+                 "1|2700|null|2|0|w1|worker|null|null|[libx.so]|[libx.so]|perf\n");
     /* the counts of cpu_threads, which tracegen sums from the chunks */
     assert_query(db,
                  "SELECT t.thread, t.samples = (SELECT count(*) FROM cpu_samples s WHERE s.thread = t.thread), "

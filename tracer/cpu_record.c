@@ -73,6 +73,8 @@ struct st_cpurec_thread {
     int out_examined;         /* that block's reason was looked for (block_reason) */
     uint64_t blocks;          /* cpu_blocks rows stored */
     int dirty;                /* the cpu_threads row changed */
+    uint64_t py_samples;      /* Python-frame samples stored (st_cpu_sample_add) */
+    int retired;              /* closed: later Python-frame samples are lost */
 };
 
 /* A thread of the process as the last schedstat scan saw it. */
@@ -83,6 +85,14 @@ typedef struct win_task {
     int fd;                   /* its schedstat, kept open; -1: none */
     char name[20];            /* comm, read when first seen */
 } win_task;
+
+/* A Python function of the Python-frame samples: "py::QUALNAME:FILE",
+ * its file at name + file_off. */
+typedef struct py_name {
+    char *name;
+    uint32_t file_off;
+    uint64_t hash;
+} py_name;
 
 typedef struct stack_slot {
     uint64_t hash;
@@ -144,6 +154,20 @@ struct st_cpurec {
     uint64_t uw_maps_hash;    /* the executable mappings then */
     unsigned uw_gen;          /* bumped when they changed: the unwinder reports its modules anew */
     uint64_t uw_frames[ST_CPU_UNWIND_MAX_FRAMES];
+    /* Python-frame samples (st_cpurec_pysamples) */
+    st_pyq_batch py_batch;
+    st_pyq_sample py_sample;
+    uint64_t py_frames[ST_CPU_SAMPLE_MAX_FRAMES];
+    py_name *py_names;        /* by id */
+    uint32_t n_py_names, cap_py_names;
+    uint32_t *py_index;       /* open addressing on the names' hash: id + 1, 0 empty */
+    uint32_t py_index_cap;
+    uint64_t *py_addrs;       /* the synthetic frame addresses seen (a set, 0 empty) */
+    size_t py_addrs_cap, n_py_addrs;
+    uint64_t py_late;         /* samples for a thread retired or not known yet */
+    uint64_t py_queue_lost;   /* the queue's lost count as last taken */
+    uint64_t w_py_samples, w_py_lost;
+    int py_meta_written;
 };
 
 static void meta_text(st_cpurec *r, const char *key, const char *value)
@@ -286,8 +310,13 @@ static int set_add(uint64_t **tab_p, size_t *cap_p, size_t *n_p, uint64_t a)
     return 0;
 }
 
+static int is_py_addr(uint64_t a) { return a >= ST_CPU_PY_ADDR_BASE && a - ST_CPU_PY_ADDR_BASE < ST_CPU_PY_ADDR_SPAN; }
+
+/* A frame address, for the symbols and lines at close: a Python frame's
+ * synthetic one is named from its py_name, never looked up in the files. */
 static int addr_note(st_cpurec *r, uint64_t a)
 {
+    if (is_py_addr(a)) return set_add(&r->py_addrs, &r->py_addrs_cap, &r->n_py_addrs, a);
     return set_add(&r->addrs, &r->addrs_cap, &r->n_addrs, a);
 }
 
@@ -329,7 +358,7 @@ static uint32_t stack_id(st_cpurec *r, const uint64_t *f, uint32_t n)
     r->stacks[h] = (stack_slot){hash, id, n, r->pool_len};
     r->pool_len += n;
     for (uint32_t i = 0; i < n; i++) addr_note(r, f[i]);
-    if (n) set_add(&r->ips, &r->ips_cap, &r->n_ips, f[0]);
+    if (n && !is_py_addr(f[0])) set_add(&r->ips, &r->ips_cap, &r->n_ips, f[0]);
     r->scratch.len = 0;
     if (st_cpu_stack_put(&r->scratch, f, n) == 0) {
         st_val v[3] = {ST_VINT(id), ST_VINT(n), ST_VBLOB(r->scratch.data, r->scratch.len)};
@@ -764,6 +793,7 @@ static void block_reason(st_cpurec *r, st_cpurec_thread *c, int64_t now_ns)
 
 void st_cpurec_drain(st_cpurec *r, st_cpurec_thread *c)
 {
+    st_cpurec_pysamples(r);
     int perf = c->ct && c->ct->fd >= 0;
     if (!perf && !c->timer) return;
     r->cur = c;
@@ -801,13 +831,14 @@ void st_cpurec_emit(st_cpurec *r, st_cpurec_thread *c, int64_t horizon_ns, uint3
     while (c->q_len && c->q[c->q_head].ts_ns < horizon_ns) {
         st_cpu_rec rec = c->q[c->q_head++];
         c->q_len--;
-        if (rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS) {
+        if (rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_PY_SAMPLE) {
             if (c->n_hist && rec.ts_ns < c->last_event_ns) {
                 int known;
                 rec.stage = stage_at(c, rec.ts_ns, &known);
                 if (!known) {
-                    rec.kind = rec.kind == ST_CPU_REC_SAMPLE ? ST_CPU_REC_SAMPLE_UNKNOWN
-                                                             : ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
+                    rec.kind = rec.kind == ST_CPU_REC_SAMPLE        ? ST_CPU_REC_SAMPLE_UNKNOWN
+                               : rec.kind == ST_CPU_REC_PY_SAMPLE ? ST_CPU_REC_PY_SAMPLE_UNKNOWN
+                                                                  : ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
                     c->unknown++;
                 }
             } else {
@@ -850,6 +881,7 @@ static void thread_close(st_cpurec *r, st_cpurec_thread *c, uint32_t top)
     st_cpu_timer_stop(c->timer);
     st_cpurec_drain(r, c);
     st_cpurec_emit(r, c, INT64_MAX, top);
+    c->retired = 1;
     read_cpu_ns(c);
     if (c->ct && c->ct->fd >= 0) {
         st_cpu_thread_close(c->ct);
@@ -948,6 +980,147 @@ static void unwind_meta(st_cpurec *r)
     }
 }
 
+/* ---- Python-frame samples (st_cpu_sample_add) ---- */
+
+static uint64_t name_hash(const char *q, size_t ql, const char *f, size_t fl)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < ql; i++) h = (h ^ (uint8_t)q[i]) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull; /* no byte of a name: "a" "bc" differs from "ab" "c" */
+    for (size_t i = 0; i < fl; i++) h = (h ^ (uint8_t)f[i]) * 0x100000001b3ull;
+    return h | 1;
+}
+
+static int py_name_is(const py_name *n, const char *q, size_t ql, const char *f, size_t fl)
+{
+    return n->file_off == 4 + ql + 1 && memcmp(n->name + 4, q, ql) == 0 && n->name[4 + ql] == ':' &&
+           strlen(n->name + n->file_off) == fl && memcmp(n->name + n->file_off, f, fl) == 0;
+}
+
+/* The id of the function (qualname, file), interned; UINT32_MAX without
+ * memory or past the ids that an address can hold. */
+static uint32_t py_name_id(st_cpurec *r, const st_pyq_frame *fr)
+{
+    uint64_t h = name_hash(fr->qualname, fr->qualname_len, fr->file, fr->file_len);
+    if ((r->n_py_names + 1) * 2 > r->py_index_cap) {
+        uint32_t cap = r->py_index_cap ? r->py_index_cap * 2 : 1024;
+        uint32_t *ix = calloc(cap, sizeof *ix);
+        if (!ix) return UINT32_MAX;
+        for (uint32_t i = 0; i < r->n_py_names; i++) {
+            uint32_t k = (uint32_t)r->py_names[i].hash & (cap - 1);
+            while (ix[k]) k = (k + 1) & (cap - 1);
+            ix[k] = i + 1;
+        }
+        free(r->py_index);
+        r->py_index = ix;
+        r->py_index_cap = cap;
+    }
+    uint32_t k = (uint32_t)h & (r->py_index_cap - 1);
+    while (r->py_index[k]) {
+        const py_name *n = &r->py_names[r->py_index[k] - 1];
+        if (n->hash == h && py_name_is(n, fr->qualname, fr->qualname_len, fr->file, fr->file_len))
+            return r->py_index[k] - 1;
+        k = (k + 1) & (r->py_index_cap - 1);
+    }
+    if ((uint64_t)r->n_py_names + 1 >= (ST_CPU_PY_ADDR_SPAN >> 20)) return UINT32_MAX;
+    if (r->n_py_names == r->cap_py_names) {
+        uint32_t cap = r->cap_py_names ? r->cap_py_names * 2 : 256;
+        py_name *v = realloc(r->py_names, cap * sizeof *v);
+        if (!v) return UINT32_MAX;
+        r->py_names = v;
+        r->cap_py_names = cap;
+    }
+    size_t len = 4 + fr->qualname_len + 1 + fr->file_len;
+    char *name = malloc(len + 1);
+    if (!name) return UINT32_MAX;
+    memcpy(name, "py::", 4);
+    memcpy(name + 4, fr->qualname, fr->qualname_len);
+    name[4 + fr->qualname_len] = ':';
+    if (fr->file_len) memcpy(name + 5 + fr->qualname_len, fr->file, fr->file_len);
+    name[len] = 0;
+    /* control bytes (and a NUL inside a name) as the perf map's: '?' */
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) name[i] = '?';
+    uint32_t id = r->n_py_names++;
+    r->py_names[id] = (py_name){name, (uint32_t)(5 + fr->qualname_len), h};
+    r->py_index[k] = id + 1;
+    return id;
+}
+
+static st_cpurec_thread *thread_by_id(st_cpurec *r, uint32_t id)
+{
+    for (uint32_t i = 0; i < r->n_threads; i++)
+        if (r->threads[i]->id == id) return r->threads[i];
+    return NULL;
+}
+
+void st_cpurec_pysamples(st_cpurec *r)
+{
+    if (!r) return;
+    st_pyq_take(&r->py_batch);
+    r->py_queue_lost = r->py_batch.lost;
+    size_t off = 0;
+    st_pyq_sample *s = &r->py_sample;
+    while (st_pyq_next(&r->py_batch, &off, s)) {
+        st_cpurec_thread *c = thread_by_id(r, s->thread);
+        if (!c || c->retired) {
+            r->py_late++;
+            continue;
+        }
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < s->n_frames; i++) {
+            uint32_t id = py_name_id(r, &s->frames[i]);
+            if (id == UINT32_MAX) break; /* no memory: the stack is cut there */
+            uint32_t line = s->frames[i].line < (1u << 20) ? s->frames[i].line : 0;
+            r->py_frames[n++] = ST_CPU_PY_ADDR_BASE + ((uint64_t)id << 20) + line;
+        }
+        st_cpu_rec rec = {0};
+        rec.kind = ST_CPU_REC_PY_SAMPLE;
+        rec.ts_ns = s->ts_ns;
+        rec.stack = stack_id(r, r->py_frames, n);
+        if (rec.stack == UINT32_MAX) {
+            r->py_late++;
+            continue;
+        }
+        c->py_samples++;
+        if (rec.ts_ns > c->last_rec_ns) c->last_rec_ns = rec.ts_ns;
+        queue_insert(c, &rec);
+        c->dirty = 1;
+    }
+}
+
+/* meta python_frames_samples and python_frames_lost, once a sample came. */
+static void py_meta(st_cpurec *r)
+{
+    uint64_t samples = 0;
+    for (uint32_t i = 0; i < r->n_threads; i++) samples += r->threads[i]->py_samples;
+    uint64_t lost = r->py_queue_lost + r->py_late;
+    if (!r->py_meta_written && !samples && !lost) return;
+    if (!r->py_meta_written || samples != r->w_py_samples) meta_u64(r, "python_frames_samples", r->w_py_samples = samples);
+    if (!r->py_meta_written || lost != r->w_py_lost) meta_u64(r, "python_frames_lost", r->w_py_lost = lost);
+    r->py_meta_written = 1;
+}
+
+/* The Python frames' cpu_symbols rows (no mapping; sym_offset the line)
+ * and cpu_lines rows (depth 0: the function, its file and line), after
+ * the files' (which replace the tables' rows first). */
+static void py_symbols_store(st_cpurec *r)
+{
+    for (size_t i = 0; i < r->py_addrs_cap; i++) {
+        uint64_t a = r->py_addrs ? r->py_addrs[i] : 0;
+        if (!a) continue;
+        uint64_t id = (a - ST_CPU_PY_ADDR_BASE) >> 20;
+        int64_t line = (int64_t)((a - ST_CPU_PY_ADDR_BASE) & ((1u << 20) - 1));
+        if (id >= r->n_py_names) continue;
+        const py_name *n = &r->py_names[id];
+        st_val v[5] = {ST_VINT((int64_t)a), ST_VINT(-1), ST_VINT(0), ST_VTEXT(n->name), ST_VINT(line)};
+        st_store_row(r->store, ST_S_CPU_SYMBOL, 5, v);
+        st_val l[6] = {ST_VINT((int64_t)a), ST_VINT(0), ST_VTEXT(n->name), ST_VTEXT(n->name + n->file_off),
+                       ST_VINT(line), ST_VINT(0)};
+        st_store_row(r->store, ST_S_CPU_LINE, 6, l);
+    }
+}
+
 void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
 {
     if (!r) return;
@@ -1018,10 +1191,12 @@ void st_cpurec_commit(st_cpurec *r, int final, int interrupted)
     if (wait_stacks != r->w_wait_stacks) meta_u64(r, "cpu_wait_stacks", r->w_wait_stacks = wait_stacks);
     if (gil != r->w_gil) meta_u64(r, "cpu_gil_samples", r->w_gil = gil);
     if (r->t->opt.cpu_user_stack) unwind_meta(r);
+    py_meta(r);
     if (r->schedstat && (final || !r->t->opt.profile_interval)) window_scan(r, -1, 1);
     if (final || interrupted) {
         st_cpusym_store(&r->sym, r->store, r->addrs, r->addrs_cap);
         st_cpulines_store(r->store, r->addrs, r->addrs_cap, r->ips, r->ips_cap, ST_CPU_LINES_BUDGET_NS);
+        py_symbols_store(r);
     }
 }
 
@@ -1049,6 +1224,11 @@ void st_cpurec_free(st_cpurec *r)
     free(r->ips);
     free(r->sink);
     st_oncpu_free(r->oncpu);
+    st_pyq_batch_free(&r->py_batch);
+    for (uint32_t i = 0; i < r->n_py_names; i++) free(r->py_names[i].name);
+    free(r->py_names);
+    free(r->py_index);
+    free(r->py_addrs);
     free(r);
 }
 

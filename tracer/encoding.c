@@ -462,11 +462,11 @@ int st_cpu_put(st_cpu_encoder *e, const st_cpu_rec *r)
     size_t n = 0;
     p[n++] = (uint8_t)r->kind;
     n += st_varint_put(p + n, st_zigzag((int64_t)((uint64_t)r->ts_ns - (uint64_t)e->prev_ts)));
-    if (r->kind == ST_CPU_REC_SAMPLE || r->kind == ST_CPU_REC_SAMPLE_FLAGS) {
+    if (r->kind == ST_CPU_REC_SAMPLE || r->kind == ST_CPU_REC_SAMPLE_FLAGS || r->kind == ST_CPU_REC_PY_SAMPLE) {
         n += st_varint_put(p + n, r->stack);
         n += st_varint_put(p + n, r->stage == ST_CPU_NO_STAGE ? 0 : (uint64_t)r->stage + 1);
     } else if (r->kind == ST_CPU_REC_SAMPLE_UNKNOWN || r->kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN ||
-               r->kind == ST_CPU_REC_OUT_STACK) {
+               r->kind == ST_CPU_REC_OUT_STACK || r->kind == ST_CPU_REC_PY_SAMPLE_UNKNOWN) {
         n += st_varint_put(p + n, r->stack);
     } else if (r->kind == ST_CPU_REC_OUT_SCHED) {
         n += st_varint_put(p + n, r->stack);
@@ -517,7 +517,8 @@ int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
     r->ts_ns = c->prev_ts + d;
     int k = (int)r->kind;
     if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_UNKNOWN || k == ST_CPU_REC_SAMPLE_FLAGS ||
-        k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN || k == ST_CPU_REC_OUT_STACK || k == ST_CPU_REC_OUT_SCHED) {
+        k == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN || k == ST_CPU_REC_OUT_STACK || k == ST_CPU_REC_OUT_SCHED ||
+        k == ST_CPU_REC_PY_SAMPLE || k == ST_CPU_REC_PY_SAMPLE_UNKNOWN) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
         r->stack = (uint32_t)v;
     }
@@ -527,7 +528,7 @@ int st_cpu_next(st_cpu_cursor *c, st_cpu_rec *r)
         if (get_u(c, &v) || !ST_CPU_STATE_OK(v)) return ST_ECORRUPT;
         r->flags = (uint32_t)v;
     }
-    if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_FLAGS) {
+    if (k == ST_CPU_REC_SAMPLE || k == ST_CPU_REC_SAMPLE_FLAGS || k == ST_CPU_REC_PY_SAMPLE) {
         if (get_u(c, &v) || v > UINT32_MAX - 1) return ST_ECORRUPT;
         r->stage = v == 0 ? ST_CPU_NO_STAGE : (uint32_t)(v - 1);
     } else if (k == ST_CPU_REC_LOST) {

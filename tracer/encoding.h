@@ -241,8 +241,10 @@ enum st_cpu_rec_kind {
     ST_CPU_REC_OUT_STACK = 8,  /* switched out, blocked, with the stack it blocked in */
     ST_CPU_REC_OUT_SCHED = 9,  /* switched out, blocked, with the sched_switch tracepoint's stack
                                   (its first `n` frames the kernel's) and task state (`flags`) */
+    ST_CPU_REC_PY_SAMPLE = 10, /* a Python-frames sample (st_cpu_sample_add), with its stage */
+    ST_CPU_REC_PY_SAMPLE_UNKNOWN = 11, /* a Python-frames sample whose stage the writer did not know */
 };
-#define ST_CPU_REC_KIND_MAX 9
+#define ST_CPU_REC_KIND_MAX 11
 /* A task state letter of kind 9 (the kernel's: 'S', 'D', ...): printable ASCII. */
 #define ST_CPU_STATE_OK(c) ((c) >= 0x21 && (c) <= 0x7e)
 /* Flags of a sample with flags: bit 0 the GIL state is known, bit 1 the

@@ -466,6 +466,10 @@ int st_rd_file_cpu_open(st_cpu_iter *it, st_reader *r, uint32_t thread)
         it->empty = 1;
         return ST_OK;
     }
+    st_cpu_thread_info info;
+    rc = st_reader_cpu_thread(r, thread, &info);
+    if (rc < 0) return rc;
+    it->timer_thread = rc == 1 && strcmp(info.status, "timer") == 0;
     return st_rd_chunk_rows_open(&it->rows, r, "cpu_chunks", "n_records", thread, it->t0, it->t1);
 }
 
@@ -550,8 +554,10 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out)
         }
         if (rc < 0) return st_rd_chunk_corrupt(&it->rows);
         int flagged = rec.kind == ST_CPU_REC_SAMPLE_FLAGS || rec.kind == ST_CPU_REC_SAMPLE_FLAGS_UNKNOWN;
-        int sample = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged;
-        int known_stage = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS;
+        int py = rec.kind == ST_CPU_REC_PY_SAMPLE || rec.kind == ST_CPU_REC_PY_SAMPLE_UNKNOWN;
+        int sample = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_UNKNOWN || flagged || py;
+        int known_stage = rec.kind == ST_CPU_REC_SAMPLE || rec.kind == ST_CPU_REC_SAMPLE_FLAGS ||
+                          rec.kind == ST_CPU_REC_PY_SAMPLE;
         int sched = rec.kind == ST_CPU_REC_OUT_SCHED;
         const cpu_stack_ent *se = NULL;
         if ((sample || rec.kind == ST_CPU_REC_OUT_STACK || sched) && !(se = stack_find(it->r->cpu, rec.stack)))
@@ -571,7 +577,9 @@ int st_rd_file_cpu_next(st_cpu_iter *it, st_cpu_row *out)
         out->stage = -1;
         out->gil = -1;
         if (sample) {
-            out->kind = ST_CPU_ROW_SAMPLE;
+            out->kind = py ? ST_CPU_ROW_PY_SAMPLE : ST_CPU_ROW_SAMPLE;
+            out->source = py ? ST_CPU_SOURCE_PYTHON_FRAMES
+                          : flagged || it->timer_thread ? ST_CPU_SOURCE_TIMER : ST_CPU_SOURCE_PERF;
             out->stack = rec.stack;
             if (flagged && (rec.flags & ST_CPU_FLAG_GIL_KNOWN)) out->gil = (rec.flags & ST_CPU_FLAG_GIL_HELD) ? 1 : 0;
             if (known_stage) {

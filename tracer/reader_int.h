@@ -255,6 +255,7 @@ struct st_cpu_iter {
     int64_t t0, t1;
     chunk_rows rows;
     int in_chunk, empty;
+    int timer_thread; /* cpu_threads.status 'timer': its samples are the signal sampler's */
     st_cpu_cursor cur;
     /* the thread's innermost stage after each of its events, built at the
      * first sample stored as "unknown" */

@@ -832,7 +832,7 @@ static int set_cpu_next(st_cpu_iter *it, st_cpu_row *out)
         if ((rc = set_map(it->part, out->ts_ns, &out->ts_ns))) return rc;
         if (out->ts_ns < it->t0 || out->ts_ns >= it->t1) continue;
         out->thread = it->thread;
-        if (out->kind == ST_CPU_ROW_SAMPLE) {
+        if (out->kind == ST_CPU_ROW_SAMPLE || out->kind == ST_CPU_ROW_PY_SAMPLE) {
             out->stack |= (uint64_t)it->part_index << 32;
             if (out->stage >= 0) out->stage = (int32_t)it->part->stage_map[out->stage];
         }

@@ -189,4 +189,46 @@ int st_cpuproc_comm(int64_t os_tid, char *name, size_t size);
  * needed); their number, or -1 when the directory cannot be read. */
 long st_cpuproc_tasks(int64_t **tids, size_t *cap);
 
+/* ---- Python-frame samples (cpu_pysample.c; stagetrace.h, st_cpu_sample_add) ----
+ * The queue between the callers of st_cpu_sample_add and the writer:
+ * st_writer_start opens it for its trace (before the writer thread runs,
+ * so a sample taken as soon as st_open returns waits), writer_free closes
+ * it (the samples still queued are dropped). On each pass the writer takes the
+ * queued samples (st_pyq_take swaps the batch's buffer with the queue's)
+ * and decodes them one by one (st_pyq_next: 1 and *s, its frames' names
+ * pointing into the batch, or 0 at the end); lost is the count of samples
+ * that found the queue full since the open. st_cpurec_pysamples does it
+ * (cpu_record.c), placing each sample in its thread's records. */
+#define ST_PYQ_NAME_MAX 512
+typedef struct st_pyq_frame {
+    const char *qualname, *file; /* not NUL-terminated */
+    uint16_t qualname_len, file_len;
+    uint32_t line;
+} st_pyq_frame;
+typedef struct st_pyq_sample {
+    int64_t ts_ns;
+    uint32_t thread, n_frames;
+    st_pyq_frame frames[ST_CPU_SAMPLE_MAX_FRAMES];
+} st_pyq_sample;
+typedef struct st_pyq_batch {
+    uint8_t *buf;
+    size_t len, cap;
+    uint32_t n;
+    uint64_t lost;
+} st_pyq_batch;
+void st_pyq_open(const st_trace *t);
+void st_pyq_close(const st_trace *t);
+void st_pyq_take(st_pyq_batch *b);
+int st_pyq_next(st_pyq_batch *b, size_t *off, st_pyq_sample *s);
+void st_pyq_batch_free(st_pyq_batch *b);
+/* The Python-frame samples queued for the registered threads, each put in
+ * time order among its thread's records waiting for their stage (as the
+ * signal sampler's are), its frames interned as synthetic addresses
+ * (ST_CPU_PY_ADDR_BASE + name id << 20 + line) that cpu_symbols names at
+ * close. A sample for a thread that has retired, or that the writer does
+ * not know yet, is counted as lost. */
+#define ST_CPU_PY_ADDR_BASE 0x5079000000000000ull /* "Py": above user space, below the kernel's */
+#define ST_CPU_PY_ADDR_SPAN (1ull << 48)
+void st_cpurec_pysamples(st_cpurec *r);
+
 #endif

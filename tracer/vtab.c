@@ -7,7 +7,7 @@
  *   counters(thread, counter, ts_ns, value)
  *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
  *   flows(thread, ts_ns, dir, id)
- *   cpu_samples(thread, ts_ns, stage, stack, stage_from_ranges)
+ *   cpu_samples(thread, ts_ns, stage, stack, stage_from_ranges, source)
  *   cpu_switches(thread, ts_ns, kind)
  *   cpu_ranges(thread, stage, start_ns, dur_ns, depth, on_cpu_ns, preempted_ns, blocked_ns)
  *   cpu_lost(thread, ts_ns, n)
@@ -76,7 +76,7 @@ enum { C_THREAD, C_COUNTER, C_TS, C_VALUE, C_NCOLS };
 enum { F_THREAD, F_TS, F_DIR, F_ID, F_NCOLS };
 /* The three tables of CPU records share thread and ts_ns as columns 0, 1. */
 enum { CR_THREAD, CR_TS };
-enum { CS_THREAD, CS_TS, CS_STAGE, CS_STACK, CS_FROM_RANGES };
+enum { CS_THREAD, CS_TS, CS_STAGE, CS_STACK, CS_FROM_RANGES, CS_SOURCE };
 enum { CW_THREAD, CW_TS, CW_KIND };
 enum { CL_THREAD, CL_TS, CL_N };
 enum { CF_STACK, CF_DEPTH, CF_ADDR, CF_FUNCTION, CF_SYMBOL, CF_SYM_OFFSET, CF_MAP, CF_PATH, CF_FILE, CF_LINE };
@@ -127,9 +127,11 @@ static const table_def table_defs[] = {
     /* The CPU capture (cpu_chunks, cpu_stacks, cpu_symbols, cpu_maps);
      * empty without it. A sample's stage is NULL when no range was open;
      * stage_from_ranges 1 when the writer stored "unknown" and the reader
-     * placed it from the thread's ranges. */
+     * placed it from the thread's ranges; source 'perf', 'timer' (the
+     * signal sampler) or 'python-frames' (st_cpu_sample_add's). */
     {TABLE_CPU_SAMPLES, "cpu_samples",
-     "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, stage INTEGER, stack INTEGER, stage_from_ranges INTEGER)",
+     "CREATE TABLE x(thread INTEGER, ts_ns INTEGER, stage INTEGER, stack INTEGER, stage_from_ranges INTEGER, "
+     "source TEXT)",
      BIT(CS_THREAD) | BIT(CS_TS) | BIT(CS_STACK), BIT(CS_THREAD) | BIT(CS_TS),
      {[CS_THREAD] = 0, [CS_TS] = INT64_MIN, [CS_STACK] = 0}},
     /* kind: 'in', 'out_blocked' or 'out_preempted' */
@@ -688,7 +690,8 @@ static int cpu_row_wanted(const st_cursor *c, enum table_id id, const st_cpu_row
 {
     switch (id) {
     case TABLE_CPU_SAMPLES:
-        return row->kind == ST_CPU_ROW_SAMPLE && row->stack <= INT64_MAX && keep(c, CS_STACK, (int64_t)row->stack);
+        return (row->kind == ST_CPU_ROW_SAMPLE || row->kind == ST_CPU_ROW_PY_SAMPLE) && row->stack <= INT64_MAX &&
+               keep(c, CS_STACK, (int64_t)row->stack);
     case TABLE_CPU_SWITCHES:
         return row->kind == ST_CPU_ROW_IN || row->kind == ST_CPU_ROW_OUT_BLOCKED ||
                row->kind == ST_CPU_ROW_OUT_PREEMPTED;
@@ -1188,6 +1191,11 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
             case CS_STAGE: if (x->stage >= 0) sqlite3_result_int64(ctx, x->stage); else sqlite3_result_null(ctx); break;
             case CS_STACK: sqlite3_result_int64(ctx, (sqlite3_int64)x->stack); break;
             case CS_FROM_RANGES: sqlite3_result_int64(ctx, x->stage_from_ranges); break;
+            case CS_SOURCE:
+                sqlite3_result_text(ctx, x->source == ST_CPU_SOURCE_PYTHON_FRAMES ? "python-frames"
+                                         : x->source == ST_CPU_SOURCE_TIMER      ? "timer" : "perf",
+                                    -1, SQLITE_STATIC);
+                break;
             }
         } else if (vt->def->id == TABLE_CPU_SWITCHES && col == CW_KIND) {
             const char *kind = x->kind == ST_CPU_ROW_IN ? "in"
@@ -1286,7 +1294,7 @@ static const char views_sql[] =
     "CREATE TEMP VIEW IF NOT EXISTS cpu_samples_v AS\n"
     "  SELECT c.thread, c.ts_ns, c.stage, c.stack, c.stage_from_ranges,\n"
     "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS kind,\n"
-    "         x.leaf AS leaf, x.frames AS frames\n"
+    "         x.leaf AS leaf, x.frames AS frames, c.source AS source\n"
     "  FROM main.cpu_samples AS c\n"
     "  LEFT JOIN main.threads AS t ON t.id = c.thread\n"
     "  LEFT JOIN main.stages AS s ON s.id = c.stage\n"

@@ -883,6 +883,7 @@ static void final_commit(st_trace *t, writer *w)
 static void writer_free(st_trace *t, writer *w)
 {
     st_cpurec_free(w->cpu); /* closes events still open (a writer that never ran) */
+    st_pyq_close(t);        /* st_cpu_sample_add refuses from here on */
     st_store_close(w->store);
     for (size_t i = 0; i < w->n_gpu; i++) st_buf_free(&w->gpu[i].enc.buf);
     free(w->gpu);
@@ -1014,6 +1015,9 @@ int st_writer_start(st_trace *t)
         t->wpriv = NULL;
         return st_set_error(ST_EIO, "%s", t->writer_msg);
     }
+    /* Python-frame samples are taken from st_open's return on, before the
+     * writer thread has set up the CPU side: they wait in the queue */
+    if (t->opt.cpu) st_pyq_open(t);
     if (pthread_create(&t->writer, NULL, writer_main, t) != 0) {
         writer_free(t, w);
         t->wpriv = NULL;

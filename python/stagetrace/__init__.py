@@ -180,7 +180,7 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, g
          on_log=None, main_thread="main", handle_signals=True, rank=None, world_size=None,
          local_rank=None, run_id=None, device=-1, ring_records=0, block_when_full=False,
          commit_ms=0, nvtx=None, argv=None, cpu=False, cpu_period_ns=0, cpu_user_stack=0,
-         python_stacks="auto", clock_sync=True):
+         python_stacks="auto", clock_sync=True, python_hz=100):
     """Opens the process's trace at `path` (see python/README.md for every argument)."""
     if path is None:
         raise ValueError("stagetrace.open needs a path (stagetrace.open_disabled() records nothing)")
@@ -194,6 +194,8 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, g
     world_size = env["world_size"] if world_size is None else world_size
     local_rank = env["local_rank"] if local_rank is None else local_rank
     run_id = env["run_id"] if run_id is None else run_id
+    if isinstance(python_hz, bool) or not isinstance(python_hz, int) or not 1 <= python_hz <= 1000:
+        raise ValueError("python_hz must be an integer from 1 to 1000 (samples per second), not %r" % (python_hz,))
     trace = Trace(
         _os.fspath(path),
         program=program or _program_name(),
@@ -212,7 +214,7 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, g
     )
     if cpu:
         try:
-            _python_stacks_start(trace, python_stacks)
+            _python_stacks_start(trace, python_stacks, python_hz)
         except BaseException:
             trace.close()
             raise
@@ -250,7 +252,7 @@ def gpu_records_spec(gpu_every=None, gpu_records=None):
 
 # ---- Python frames in the CPU capture's stacks (docs/cpu.md, "Python") -------
 
-PYTHON_STACKS = ("auto", "perf", "off")
+PYTHON_STACKS = ("auto", "perf", "frames", "off")
 _FRAME_POINTER_FLAG = "-fno-omit-frame-pointer"
 # Functions of the interpreter that every Python call goes through, for the
 # prologue check below.
@@ -300,32 +302,146 @@ def frame_pointers():
     return ("no" if with_fp == 0 else "unknown"), evidence
 
 
+_FRAMES_HOW = "the package's sampler thread reads every registered thread's Python frames " \
+              "(sys._current_frames) at python_hz, stored apart from the kernel's samples"
+
+
 def _python_stacks_plan(mode):
-    """(turn the trampoline on?, meta python_stacks, its reason) for `mode`."""
+    """(turn the trampoline on?, meta python_stacks, its reason) for `mode`:
+    python_stacks 'perf-trampoline', 'frames' (the sampler thread) or 'none'."""
     version = "%s %d.%d" % ("Python" if _sys.implementation.name == "cpython" else _sys.implementation.name,
                             _sys.version_info[0], _sys.version_info[1])
     if mode == "off":
         return False, "none", "python_stacks='off'"
+    if mode == "frames":
+        return False, "frames", "python_stacks='frames': " + _FRAMES_HOW
     if not hasattr(_sys, "activate_stack_trampoline"):
         if _sys.implementation.name == "cpython" and _sys.version_info < (3, 12):
-            return False, "none", "%s has no perf trampoline (sys.activate_stack_trampoline is 3.12 and " \
-                                  "later): the stacks hold the interpreter's C frames only" % version
-        return False, "none", "%s has no perf trampoline on this platform: the stacks hold its C frames " \
-                              "only" % version
+            why = "%s has no perf trampoline (sys.activate_stack_trampoline is 3.12 and later)" % version
+        else:
+            why = "%s has no perf trampoline on this platform" % version
+        if mode == "auto":
+            return False, "frames", why + ": " + _FRAMES_HOW
+        return False, "none", why + ": the stacks hold the interpreter's C frames only"
     if _sys.is_stack_trampoline_active():
         return False, "perf-trampoline", "the perf trampoline was already on (python -X perf, " \
                                          "PYTHONPERFSUPPORT or the program); left on at close"
     if mode == "auto" and _FRAME_POINTERS[0] == "no":
-        return False, "none", "libpython is built without frame pointers (%s): the kernel's walk of " \
-                              "the stack would not reach the trampolines; python_stacks='perf' turns " \
-                              "it on anyway" % _FRAME_POINTERS[1]
+        return False, "frames", "libpython is built without frame pointers (%s): the kernel's walk of " \
+                                "the stack would not reach the trampolines, so %s; python_stacks='perf' " \
+                                "turns the trampoline on anyway" % (_FRAME_POINTERS[1], _FRAMES_HOW)
     return True, "perf-trampoline", "turned on by stagetrace.open and off at close"
 
 
 _FRAME_POINTERS = None
 
 
-def _python_stacks_start(trace, mode):
+# Codes of st_cpu_sample_add (stagetrace.h) that _cpu_sample returns.
+_ST_OK, _ST_LOST, _ST_EINVAL, _ST_ESTATE = 0, 1, -1, -5
+
+
+class _FrameSampler:
+    """python_stacks 'frames': a daemon thread that, python_hz times a second,
+    reads sys._current_frames() and hands each other thread's Python stack
+    (innermost first: co_qualname, co_filename, the line) to the library
+    with the thread's native id (st_cpu_sample_add, which stamps it on the
+    trace clock and places it in the stage open on that thread). Threads
+    that are not registered with the trace are skipped (asked again once a
+    second). At close it stops first and stores meta python_frames_hz (the
+    rounds achieved per second), python_frames_rounds and
+    python_frames_sampler_ns (its own time spent sampling)."""
+
+    MAX_FRAMES = 256
+
+    def __init__(self, trace, hz):
+        self.trace = trace
+        self.period = 1.0 / hz
+        self.stopping = False
+        self.rounds = self.samples = self.lost = self.busy_ns = 0
+        self.codes = {}    # code object -> (qualname bytes, file bytes)
+        self.native = {}   # threading ident -> native id
+        self.refused = {}  # native id -> when the library last refused it (not registered)
+        self.thread = _threading.Thread(target=self._run, name="stagetrace-frames", daemon=True)
+        self.t0 = self.t1 = None
+
+    def start(self):
+        self.t0 = _time.monotonic()
+        self.thread.start()
+
+    def stop(self):
+        self.stopping = True
+        if self.thread.is_alive():
+            self.thread.join(5.0)
+        self.t1 = _time.monotonic()
+        elapsed = self.t1 - self.t0
+        hz = self.rounds / elapsed if elapsed > 0 else 0.0
+        self.trace._meta_set("python_frames_hz", "%.1f" % hz)
+        self.trace._meta_set("python_frames_rounds", str(self.rounds))
+        self.trace._meta_set("python_frames_sampler_ns", str(self.busy_ns))
+        self.trace = None
+
+    @staticmethod
+    def _names(code):
+        qualname = getattr(code, "co_qualname", None) or code.co_name
+        return (qualname.encode("utf-8", "replace"), code.co_filename.encode("utf-8", "replace"))
+
+    def _native_id(self, ident, now):
+        nid = self.native.get(ident)
+        if nid is None:
+            self.native = {t.ident: t.native_id for t in _threading.enumerate() if t.native_id is not None}
+            nid = self.native.get(ident)
+        if nid is None or now - self.refused.get(nid, -2.0) < 1.0:
+            return None
+        return nid
+
+    def _run(self):
+        me = _threading.get_ident()
+        current_frames = _sys._current_frames
+        sample = self.trace._cpu_sample
+        codes, names, limit = self.codes, self._names, self.MAX_FRAMES
+        clock, sleep, ns = _time.monotonic, _time.sleep, _time.perf_counter_ns
+        next_t = clock()
+        while not self.stopping:
+            t0 = ns()
+            now = clock()
+            frames = current_frames()
+            for ident, f in frames.items():
+                if ident == me:
+                    continue
+                nid = self._native_id(ident, now)
+                if nid is None:
+                    continue
+                stack = []
+                while f is not None and len(stack) < limit:
+                    code = f.f_code
+                    n = codes.get(code)
+                    if n is None:
+                        if len(codes) > 65536:
+                            codes.clear()
+                        n = codes[code] = names(code)
+                    stack.append((n[0], n[1], f.f_lineno or 0))
+                    f = f.f_back
+                rc = sample(nid, stack)
+                if rc == _ST_OK:
+                    self.samples += 1
+                elif rc == _ST_LOST:
+                    self.lost += 1
+                elif rc == _ST_EINVAL:
+                    self.refused[nid] = now
+                elif rc == _ST_ESTATE:
+                    self.stopping = True
+            frames = f = None
+            self.rounds += 1
+            self.busy_ns += ns() - t0
+            next_t += self.period
+            delay = next_t - clock()
+            if delay > 0:
+                sleep(delay)
+            else:
+                next_t = clock()  # behind (a loaded machine): no burst to catch up
+
+
+def _python_stacks_start(trace, mode, hz=100):
     """With cpu=True: turns CPython's perf trampoline on when it can (and
     off again at close), and says in meta what the stacks' Python frames
     came from: python_stacks, python_stacks_reason, python_frame_pointers
@@ -342,6 +458,11 @@ def _python_stacks_start(trace, mode):
             method, reason = "none", "sys.activate_stack_trampoline('perf') failed: %s" % e
     trace._meta_set("python_stacks", method)
     trace._meta_set("python_stacks_reason", reason)
+    if method == "frames":
+        trace._meta_set("python_frames_hz_asked", str(hz))
+        sampler = _FrameSampler(trace, hz)
+        trace._set_on_close_sampler(sampler.stop)
+        sampler.start()
     trace._meta_set("python_frame_pointers", _FRAME_POINTERS[0])
     trace._meta_set("python_frame_pointers_evidence", _FRAME_POINTERS[1])
     import platform
@@ -479,6 +600,9 @@ class TraceData:
               kind, name, copy_kind, src_mem, dst_mem, correlation
     cpu       ts_ns, stack, thread, stage, gil (the CPU capture's samples; stage
               -1: none open; gil 1 held, 0 not, -1 unknown)
+    cpu_python  the Python-frame samples (python_stacks 'frames'), as cpu (gil -1):
+              each stands for 1 / meta python_frames_hz s of wall time, apart
+              from cpu's
     threads, stages, counter_names: lists of dicts; meta: dict; marks: list of
     (thread, ts_ns, text); gpu_names: {name id: kernel name}; cpu_stacks:
     {stack id: tuple of frame labels, innermost first}.
@@ -501,6 +625,7 @@ class TraceData:
         self.counters = np.frombuffer(raw.get("counters", empty), dtype=dt["counters"])
         self.gpu = np.frombuffer(raw.get("gpu", empty), dtype=dt["gpu"])
         self.cpu = np.frombuffer(raw.get("cpu", empty), dtype=dt["cpu"])
+        self.cpu_python = np.frombuffer(raw.get("cpu_python", empty), dtype=dt["cpu"])
 
     def __repr__(self):
         return "<stagetrace.TraceData '%s': %d threads, %d stages, %d ranges, %d counter samples, " \

@@ -216,10 +216,12 @@ static PyObject *frame_label(st_reader *r, uint64_t stack, uint64_t addr)
     return PyUnicode_FromFormat("0x%llx", (unsigned long long)addr);
 }
 
-/* The CPU samples of every thread, with the GIL held (samples are a few
- * hundred a second), and each stack they name once in `stacks` (stack id
- * -> tuple of frame labels, innermost first). */
-static int read_cpu(st_reader *r, growbuf *g, PyObject *stacks)
+/* The CPU samples of every thread of one row kind (the kernel's,
+ * ST_CPU_ROW_SAMPLE, or the Python-frame samples, ST_CPU_ROW_PY_SAMPLE),
+ * with the GIL held (samples are a few hundred a second), and each stack
+ * they name once in `stacks` (stack id -> tuple of frame labels, innermost
+ * first). */
+static int read_cpu(st_reader *r, growbuf *g, PyObject *stacks, uint32_t kind)
 {
     if (growbuf_init(g, sizeof(py_cpu_sample), 0)) return -1;
     int has = st_reader_has_cpu(r);
@@ -232,7 +234,7 @@ static int read_cpu(st_reader *r, growbuf *g, PyObject *stacks)
         if (rc != ST_OK) return stp_set_error(rc, "cannot read the CPU capture"), -1;
         st_cpu_row row;
         while ((rc = st_cpu_iter_next(it, &row)) == 1) {
-            if (row.kind != ST_CPU_ROW_SAMPLE) continue;
+            if (row.kind != kind) continue;
             if (g->n == g->cap && growbuf_grow(g)) break;
             py_cpu_sample *o = (py_cpu_sample *)g->data + g->n++;
             memset(o, 0, sizeof *o);
@@ -390,17 +392,19 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     }
     Py_DECREF(path_bytes);
     PyObject *out = PyDict_New();
-    growbuf gr = {0}, gc = {0}, gg = {0}, gu = {0};
+    growbuf gr = {0}, gc = {0}, gg = {0}, gu = {0}, gp = {0};
     PyObject *names = PyDict_New(), *stacks = PyDict_New();
     if (!out || !names || !stacks || !read_small(r, out)) goto fail;
     if (want_ranges && read_ranges(r, &gr)) goto fail;
     if (want_counters && read_samples(r, &gc)) goto fail;
     if (want_gpu && read_gpu(r, &gg, names)) goto fail;
-    if (want_cpu && read_cpu(r, &gu, stacks)) goto fail;
+    if (want_cpu && read_cpu(r, &gu, stacks, ST_CPU_ROW_SAMPLE)) goto fail;
+    if (want_cpu && read_cpu(r, &gp, stacks, ST_CPU_ROW_PY_SAMPLE)) goto fail;
     if (gr.buf && PyDict_SetItemString(out, "ranges", gr.buf)) goto fail;
     if (gc.buf && PyDict_SetItemString(out, "counters", gc.buf)) goto fail;
     if (gg.buf && PyDict_SetItemString(out, "gpu", gg.buf)) goto fail;
     if (gu.buf && PyDict_SetItemString(out, "cpu", gu.buf)) goto fail;
+    if (gp.buf && PyDict_SetItemString(out, "cpu_python", gp.buf)) goto fail;
     if (PyDict_SetItemString(out, "gpu_names", names)) goto fail;
     if (PyDict_SetItemString(out, "cpu_stacks", stacks)) goto fail;
     st_reader_close(r);
@@ -408,6 +412,7 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     Py_XDECREF(gc.buf);
     Py_XDECREF(gg.buf);
     Py_XDECREF(gu.buf);
+    Py_XDECREF(gp.buf);
     Py_DECREF(names);
     Py_DECREF(stacks);
     return out;
@@ -417,6 +422,7 @@ fail:
     Py_XDECREF(gc.buf);
     Py_XDECREF(gg.buf);
     Py_XDECREF(gu.buf);
+    Py_XDECREF(gp.buf);
     Py_XDECREF(names);
     Py_XDECREF(stacks);
     Py_XDECREF(out);

@@ -73,6 +73,7 @@ typedef struct trace_object {
     int owns_trampoline; /* 1: open() turned the perf trampoline on; close turns it off */
     int gil_probe;       /* 1: this trace registered the GIL probe */
     PyObject *on_close;  /* callable() run once before st_close (sync_clocks at close), or NULL */
+    PyObject *on_close_sampler; /* callable() run first at close: stops the Python-frames sampler, or NULL */
 } trace_object;
 
 typedef struct {
@@ -491,6 +492,19 @@ static int trace_do_close(trace_object *t)
     if (t->closed) return 0;
     /* the close-time clock measurement, while the trace is still open; its
      * failures are its own to report (it never stops the close) */
+    /* the Python-frames sampler stops (and stores its rate) first, while
+     * the trace is open */
+    if (t->on_close_sampler) {
+        PyObject *fn = t->on_close_sampler;
+        t->on_close_sampler = NULL;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *res = PyObject_CallObject(fn, NULL);
+        if (!res) PyErr_WriteUnraisable(fn);
+        Py_XDECREF(res);
+        Py_DECREF(fn);
+        PyErr_Restore(et, ev, tb);
+    }
     if (t->on_close && t->trace) {
         PyObject *fn = t->on_close;
         t->on_close = NULL;
@@ -601,6 +615,55 @@ static PyObject *trace_meta_set(trace_object *self, PyObject *args)
     int rc = st_meta_set(self->trace, key, value);
     if (rc != ST_OK) return stp_set_error(rc, "cannot store the meta key");
     Py_RETURN_NONE;
+}
+
+/* _set_on_close_sampler(fn or None): fn() runs once when the trace closes,
+ * before everything else (the Python-frames sampler's stop). */
+static PyObject *trace_set_on_close_sampler(trace_object *self, PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_set_on_close_sampler expects a callable or None");
+        return NULL;
+    }
+    Py_XDECREF(self->on_close_sampler);
+    self->on_close_sampler = fn == Py_None ? NULL : fn;
+    Py_XINCREF(self->on_close_sampler);
+    Py_RETURN_NONE;
+}
+
+/* _cpu_sample(native_id, frames): one Python-frames sample of the thread
+ * with that native id (st_cpu_sample_add, stamped as the call enters):
+ * frames a list of (qualname bytes, file bytes, line int), innermost first
+ * (the innermost ST_CPU_SAMPLE_MAX_FRAMES are passed). Returns the library's
+ * code without raising (0 queued, 1 the queue was full and the sample is
+ * counted lost, ST_EINVAL for a thread not registered, ST_ESTATE once the
+ * trace closed): the sampler calls it for every thread at its rate. A
+ * malformed frames list raises TypeError. */
+static PyObject *trace_cpu_sample(trace_object *self, PyObject *args)
+{
+    int tid;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "iO!", &tid, &PyList_Type, &list)) return NULL;
+    if (self->closed || !self->trace) return PyLong_FromLong(ST_ESTATE);
+    Py_ssize_t n = PyList_Size(list);
+    if (n > ST_CPU_SAMPLE_MAX_FRAMES) n = ST_CPU_SAMPLE_MAX_FRAMES;
+    st_py_frame frames[ST_CPU_SAMPLE_MAX_FRAMES];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GetItem(list, i);
+        if (!item || !PyTuple_Check(item) || PyTuple_Size(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "_cpu_sample: each frame is a tuple (qualname bytes, file bytes, line)");
+            return NULL;
+        }
+        char *q, *f;
+        Py_ssize_t ql, fl;
+        if (PyBytes_AsStringAndSize(PyTuple_GetItem(item, 0), &q, &ql) ||
+            PyBytes_AsStringAndSize(PyTuple_GetItem(item, 1), &f, &fl))
+            return NULL;
+        long line = PyLong_AsLong(PyTuple_GetItem(item, 2));
+        if (line == -1 && PyErr_Occurred()) return NULL;
+        frames[i] = (st_py_frame){q, f, line < 0 || line > INT32_MAX ? 0 : (int32_t)line};
+    }
+    return PyLong_FromLong(st_cpu_sample_add(self->trace, tid, 0, frames, (size_t)n, ST_CPU_SAMPLE_NOW));
 }
 
 /* _set_on_close(fn or None): fn() runs once when the trace closes, before
@@ -919,6 +982,7 @@ static void trace_dealloc(trace_object *self)
     Py_XDECREF(self->counters);
     Py_XDECREF(self->marks);
     Py_XDECREF(self->on_close);
+    Py_XDECREF(self->on_close_sampler);
     for (int i = 0; self->argv && i < self->argc; i++) free(self->argv[i]);
     free(self->argv);
     PyTypeObject *tp = Py_TYPE(self);
@@ -947,6 +1011,9 @@ static PyMethodDef trace_methods[] = {
     {"gpu_resume", (PyCFunction)trace_gpu_resume, METH_NOARGS, "resumes GPU recording paused by gpu_pause"},
     {"_meta_set", (PyCFunction)trace_meta_set, METH_VARARGS, "_meta_set(key, value): st_meta_set"},
     {"_set_on_close", (PyCFunction)trace_set_on_close, METH_O, "_set_on_close(fn or None)"},
+    {"_set_on_close_sampler", (PyCFunction)trace_set_on_close_sampler, METH_O, "_set_on_close_sampler(fn or None)"},
+    {"_cpu_sample", (PyCFunction)trace_cpu_sample, METH_VARARGS,
+     "_cpu_sample(native_id, [(qualname, file, line), ...]): st_cpu_sample_add; returns its code"},
     {"_clock_record", (PyCFunction)trace_clock_record, METH_VARARGS,
      "_clock_record(at, probes, own, rank0): the clock offset to rank 0, stored in meta"},
     {"_own_trampoline", (PyCFunction)trace_own_trampoline, METH_NOARGS,

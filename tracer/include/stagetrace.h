@@ -281,6 +281,47 @@ ST_API void st_cpu_set_gil_probe(int (*probe)(void));
 
 typedef struct st_trace st_trace;
 
+/* Samples of a thread's stack that an interpreter takes itself (docs/cpu.md,
+ * "Python frames"): the Python package's sampler thread reads every other
+ * thread's frames (sys._current_frames) where CPython's perf trampoline
+ * cannot put them in the kernel's stacks (Python before 3.12, a libpython
+ * without frame pointers), and hands each stack here. The writer gives
+ * each sample the innermost stage open on that thread at ts_ns, as it does
+ * the kernel's samples, and stores it in the thread's cpu_chunks as a
+ * Python-frames sample (kinds 10 and 11 of docs/trace-format.md's CPU
+ * chunk), its frames as addresses that cpu_symbols names
+ * "py::QUALNAME:FILE" (their sym_offset the line), apart from the kernel's
+ * samples: a reader gives them with source ST_CPU_SOURCE_PYTHON_FRAMES.
+ *
+ * frames: innermost first; qualname not NULL (at most 512 bytes are kept
+ * of it and of file), file NULL for "", line 0 when unknown (lines above
+ * 2^20 - 1 are kept as 0). os_tid: the Linux thread id of a thread
+ * registered with the trace (st_thread_register). ts_ns: the sample's time
+ * on the trace clock (st_now_ns), not before the thread's registration nor
+ * after the call; with flags ST_CPU_SAMPLE_NOW it is ignored and the
+ * sample is stamped with st_now_ns() as the call enters.
+ *
+ * Thread-safe, any thread (registered or not), between st_open and st_close;
+ * no allocation past a bounded queue (ST_CPU_SAMPLE_QUEUE_MAX samples or
+ * 4 MiB waiting for the writer, which drains it about every millisecond).
+ * Returns ST_OK (queued), 1 when the queue was full (the sample is counted
+ * in meta python_frames_lost, shown by `analyze cpu` with the other
+ * losses), ST_EINVAL (with a message: a NULL trace or frames with
+ * n_frames > 0, n_frames above ST_CPU_SAMPLE_MAX_FRAMES, a NULL qualname,
+ * a negative line, unknown flags, an os_tid no registered thread has, a
+ * time before the thread's registration or in the future) or ST_ESTATE
+ * (the trace is not open, or was opened without st_options.cpu). */
+typedef struct st_py_frame {
+    const char *qualname; /* co_qualname (co_name before 3.11) */
+    const char *file;     /* co_filename, or NULL */
+    int32_t line;         /* the line being run; 0 unknown */
+} st_py_frame;
+#define ST_CPU_SAMPLE_NOW 1u           /* flags: stamp the sample at the call */
+#define ST_CPU_SAMPLE_MAX_FRAMES 256   /* deeper stacks: pass the innermost 256 */
+#define ST_CPU_SAMPLE_QUEUE_MAX 16384
+ST_API int st_cpu_sample_add(st_trace *trace, int os_tid, int64_t ts_ns, const st_py_frame *frames,
+                             size_t n_frames, unsigned flags);
+
 /* Opens the process's trace. Fails (with a message) on a bad option, an
  * unwritable path (ST_EIO), an existing file without overwrite (ST_EEXIST),
  * or a file that another process is still writing (ST_EBUSY, with or
@@ -810,6 +851,12 @@ ST_API int st_clock_map_record(st_trace *trace, int at, const st_clock_map *map)
 ST_API int st_meta_set(st_trace *trace, const char *key, const char *value)
 {
     (void)trace; (void)key; (void)value;
+    return ST_OK;
+}
+ST_API int st_cpu_sample_add(st_trace *trace, int os_tid, int64_t ts_ns, const st_py_frame *frames,
+                             size_t n_frames, unsigned flags)
+{
+    (void)trace; (void)os_tid; (void)ts_ns; (void)frames; (void)n_frames; (void)flags;
     return ST_OK;
 }
 #endif

@@ -468,6 +468,20 @@ enum st_cpu_row_kind {
     ST_CPU_ROW_OUT_PREEMPTED = 2,
     ST_CPU_ROW_SAMPLE = 3,
     ST_CPU_ROW_LOST = 5,
+    /* A Python-frame sample (st_cpu_sample_add: the interpreter's own
+     * sampler read the thread's frames): stack, stage and stage_from_ranges
+     * as a sample's, its frames named "py::QUALNAME:FILE"; it stands for
+     * an interval of wall time (meta python_frames_hz), not of CPU time,
+     * so it is never summed with ST_CPU_ROW_SAMPLE rows. */
+    ST_CPU_ROW_PY_SAMPLE = 10,
+};
+/* What took a sample (st_cpu_row.source): the thread's perf event, the
+ * signal sampler (cpu_threads.status 'timer', or a sample with the GIL
+ * state), or the interpreter (ST_CPU_ROW_PY_SAMPLE). */
+enum st_cpu_source {
+    ST_CPU_SOURCE_PERF = 0,
+    ST_CPU_SOURCE_TIMER = 1,
+    ST_CPU_SOURCE_PYTHON_FRAMES = 2,
 };
 typedef struct st_cpu_row {
     uint32_t kind;   /* st_cpu_row_kind */
@@ -491,6 +505,7 @@ typedef struct st_cpu_row {
                             0 otherwise */
     uint32_t kernel_frames; /* with state: the stack's first kernel_frames
                                frames are the kernel's (the user ones follow) */
+    uint32_t source;        /* ST_CPU_ROW_SAMPLE and _PY_SAMPLE: st_cpu_source; 0 otherwise */
 } st_cpu_row;
 typedef struct st_cpu_iter st_cpu_iter;
 ST_API int st_cpu_iter_open(st_cpu_iter **out, st_reader *r, uint32_t thread, int64_t t0_ns, int64_t t1_ns);
