@@ -126,6 +126,8 @@ typedef struct copy_sum {
 
 typedef struct stage_sum {
     int64_t thread, stage;
+    int64_t os_tid;     /* thread -1: the launching call's OS thread (0 unknown) */
+    char *tname;        /* its name (gpu_threads; owned), NULL unknown */
     int32_t device;
     uint64_t records, kernels;
     int64_t gpu_ns;
@@ -181,6 +183,7 @@ static void sums_free(sums *s)
     free(s->names);
     free(s->k);
     free(s->c);
+    for (size_t i = 0; i < s->s_len; i++) free(s->s[i].tname);
     free(s->s);
 }
 
@@ -245,11 +248,18 @@ static int add_row(sums *s, const st_gpu_row *g)
     }
     if (!st_gpu_kind_is_device_work(r->kind)) return 0; /* a host wait, not GPU work */
     size_t i = 0;
+    int64_t os_tid = g->thread < 0 ? g->launch_os_tid : 0;
     for (; i < s->s_len; i++)
-        if (s->s[i].thread == g->thread && s->s[i].stage == g->stage && s->s[i].device == g->device) break;
+        if (s->s[i].thread == g->thread && s->s[i].stage == g->stage && s->s[i].device == g->device &&
+            s->s[i].os_tid == os_tid)
+            break;
     if (i == s->s_len) {
-        if (grow((void **)&s->s, s->s_len, sizeof *s->s)) return -1;
-        s->s[s->s_len++] = (stage_sum){g->thread, g->stage, g->device, 0, 0, 0};
+        char *tname = os_tid && g->launch_thread ? strdup(g->launch_thread) : NULL;
+        if ((os_tid && g->launch_thread && !tname) || grow((void **)&s->s, s->s_len, sizeof *s->s)) {
+            free(tname);
+            return -1;
+        }
+        s->s[s->s_len++] = (stage_sum){g->thread, g->stage, os_tid, tname, g->device, 0, 0, 0};
     }
     s->s[i].records++;
     s->s[i].kernels += r->kind == ST_GPU_KERNEL;
@@ -408,7 +418,9 @@ static int cmp_stage(const void *a, const void *b)
 {
     const stage_sum *x = a, *y = b;
     if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    if ((x->os_tid == 0) != (y->os_tid == 0)) return x->os_tid ? -1 : 1; /* untraced threads before unknown */
     if (x->gpu_ns != y->gpu_ns) return x->gpu_ns > y->gpu_ns ? -1 : 1;
+    if (x->os_tid != y->os_tid) return x->os_tid < y->os_tid ? -1 : 1;
     return (x->device > y->device) - (x->device < y->device);
 }
 
@@ -504,7 +516,11 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         const stage_sum *g = &s->s[i];
         const st_thread_info *ti = g->thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)g->thread) : NULL;
         const st_stage_info *si = g->stage >= 0 ? st_reader_stage(t->r, (uint32_t)g->stage) : NULL;
-        an_put_str(tb, ti ? ti->name : "(unknown)");
+        char label[160];
+        if (!ti && g->os_tid)
+            snprintf(label, sizeof label, "%s%s(untraced tid %lld)", g->tname ? g->tname : "", g->tname ? " " : "",
+                     (long long)g->os_tid);
+        an_put_str(tb, ti ? ti->name : g->os_tid ? label : "(unknown)");
         an_put_str(tb, si ? si->name : "(none)");
         an_put_int(tb, g->device);
         an_put_int(tb, (int64_t)g->records);
@@ -513,22 +529,50 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         an_row_end(tb);
     }
     an_table_end(tb);
-    /* Work no stage can be given: say how much, and the usual reason (text only; the rows are
-     * in the table in every format) */
-    uint64_t lost_k = 0, lost_r = 0;
-    int64_t lost_ns = 0, all_ns = 0;
+    /* Work no stage can be given: say how much, and why (text only; the rows are in the table in
+     * every format). Launched by a thread the trace did not register, whose name the GPU
+     * collector kept: those threads, largest first; with no launch call at all: the record set. */
+    uint64_t untraced_k = 0, untraced_r = 0, lost_k = 0, lost_r = 0;
+    int64_t untraced_ns = 0, lost_ns = 0, all_ns = 0;
     for (size_t i = 0; i < s->s_len; i++) {
         all_ns += s->s[i].gpu_ns;
         if (s->s[i].thread >= 0 && st_reader_thread_by_id(t->r, (uint32_t)s->s[i].thread)) continue;
-        lost_k += s->s[i].kernels;
-        lost_r += s->s[i].records;
-        lost_ns += s->s[i].gpu_ns;
+        if (s->s[i].os_tid) {
+            untraced_k += s->s[i].kernels;
+            untraced_r += s->s[i].records;
+            untraced_ns += s->s[i].gpu_ns;
+        } else {
+            lost_k += s->s[i].kernels;
+            lost_r += s->s[i].records;
+            lost_ns += s->s[i].gpu_ns;
+        }
+    }
+    if (untraced_k) {
+        an_out_text(out, "Launched by threads the trace did not register: %llu kernel%s (%llu record%s, %.3f ms, %.1f%% "
+                         "of the GPU time above)",
+                    (unsigned long long)untraced_k, untraced_k == 1 ? "" : "s", (unsigned long long)untraced_r,
+                    untraced_r == 1 ? "" : "s", (double)untraced_ns / 1e6,
+                    all_ns ? 100.0 * (double)untraced_ns / (double)all_ns : 0.0);
+        /* the rows are sorted untraced-first within thread -1, largest first */
+        int shown = 0;
+        for (size_t i = 0; i < s->s_len && shown < 5; i++) {
+            const stage_sum *g = &s->s[i];
+            if (g->thread >= 0 || !g->os_tid) continue;
+            char clean[80];
+            if (g->tname)
+                an_out_text(out, "%s%s (tid %lld) %.3f ms", shown ? ", " : ": ", an_clean(g->tname, clean, sizeof clean),
+                            (long long)g->os_tid, (double)g->gpu_ns / 1e6);
+            else
+                an_out_text(out, "%stid %lld %.3f ms", shown ? ", " : ": ", (long long)g->os_tid, (double)g->gpu_ns / 1e6);
+            shown++;
+        }
+        an_out_text(out, ". Register them (st_thread_register; PyTorch runs the backward pass of CUDA tensors on its "
+                         "own autograd threads) to see their stages.\n\n");
     }
     if (lost_k)
         an_out_text(out, "No launching thread for %llu kernel%s (%llu record%s, %.3f ms, %.1f%% of the GPU time above): "
-                         "launched by threads not registered with the trace (PyTorch runs the backward pass of CUDA "
-                         "tensors on its own autograd threads), or the record set (meta gpu_records) left their launch "
-                         "calls out.\n\n",
+                         "their launch calls are not in the trace (the record set, meta gpu_records, left them out, or "
+                         "they were made before the trace's window).\n\n",
                     (unsigned long long)lost_k, lost_k == 1 ? "" : "s", (unsigned long long)lost_r,
                     lost_r == 1 ? "" : "s", (double)lost_ns / 1e6, all_ns ? 100.0 * (double)lost_ns / (double)all_ns : 0.0);
 }

@@ -178,6 +178,7 @@ typedef struct api_call {
     int64_t start_ns, end_ns; /* end_ns cut so that the slice nests (cut_calls, nest_calls) */
     uint32_t correlation, cbid, driver;
     const char *name;      /* valid while c->api_it is open */
+    const char *tname;     /* thread -1: the OS thread's name (gpu_threads), NULL unknown; as name */
 } api_call;
 
 static int api_cmp(const void *pa, const void *pb)
@@ -214,6 +215,7 @@ static int load_api_calls(chrome *c)
         a->cbid = g.rec.copy_kind;
         a->driver = g.stream == 1;
         a->name = g.name;
+        a->tname = g.thread >= 0 ? NULL : g.launch_thread;
     }
     if (rc < 0) return rc;
     if (c->n_api) qsort(c->api, c->n_api, sizeof *c->api, api_cmp);
@@ -299,9 +301,15 @@ static void write_untraced_calls(chrome *c)
         put_i64(f, c->pid);
         put_lit(f, ",\"tid\":");
         put_i64(f, tid);
-        put_lit(f, ",\"args\":{\"name\":\"os thread ");
-        put_i64(f, os_tid);
-        put_lit(f, "\"}}");
+        put_lit(f, ",\"args\":{\"name\":");
+        char label[128];
+        const char *tname = c->api[i].tname;
+        if (tname)
+            snprintf(label, sizeof label, "os thread %lld (%.80s)", (long long)os_tid, tname); /* UTF-8 may be cut: an_json_string repairs */
+        else
+            snprintf(label, sizeof label, "os thread %lld", (long long)os_tid);
+        an_json_string(f, label);
+        put_lit(f, "}}");
         write_api_calls(c, lo, hi, c->pid, tid);
         i = hi;
     }

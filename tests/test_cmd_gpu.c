@@ -184,7 +184,7 @@ static void test_gpu_time_from_trace_start(void **state)
      * one row, (unknown), and the text says so with the kernels' count and time */
     assert_non_null(strstr(r.out, "\n(unknown)  (none)       0        2        2  40.000\n\n"
                                   "No launching thread for 2 kernels (2 records, 40.000 ms, 100.0% of the GPU time above): "
-                                  "launched by threads not registered with the trace"));
+                                  "their launch calls are not in the trace"));
     free(r.out);
     /* none in CSV: the rows say it */
     char *csv_argv[] = {"gpu", "--format", "csv", "--time", "0:0.05", path, NULL};
@@ -193,6 +193,102 @@ static void test_gpu_time_from_trace_start(void **state)
     assert_null(strstr(r.out, "No launching thread"));
     assert_non_null(strstr(r.out, "\n(unknown),(none),0,2,2,40.000000\n"));
     free(r.out);
+}
+
+/* Kernels launched by threads the trace did not register: the stages table names each by the
+ * name the GPU collector kept (gpu_threads) and its OS thread id, and the text lists them
+ * apart from kernels with no launch call at all. untraced.sqlite: target0 (os_tid 1000) in
+ * forward over [BASE, BASE + 200 ms); launch calls by 1000 (corr 1), 4242 (corr 2, named
+ * pt_autograd_0) and 4343 (corr 3, no name); kernels of 10, 30, 5 ms for them and one of 2 ms
+ * (corr 4) with no call: 47 ms in all, 35 ms (74.5 %) untraced, 2 ms (4.3 %) unknown. */
+static void test_gpu_untraced_launchers(void **state)
+{
+    (void)state;
+    tg_trace *g = tg_create("untraced");
+    tg_meta_int(g, "start_ns", BASE_NS);
+    tg_meta_int(g, "end_ns", BASE_NS + 200 * MS);
+    uint32_t fwd = tg_stage(g, "forward", "work");
+    uint32_t th = tg_thread(g, "target0", "target");
+    tg_range(g, th, fwd, BASE_NS, BASE_NS + 200 * MS);
+    tg_gpu_string(g, "gemm");
+    st_gpu_rec api[3] = {
+        {.kind = ST_GPU_API, .start_ns = BASE_NS + 5 * MS, .dur_ns = MS, .correlation = 1, .os_tid = 1000},
+        {.kind = ST_GPU_API, .start_ns = BASE_NS + 50 * MS, .dur_ns = MS, .correlation = 2, .os_tid = 4242},
+        {.kind = ST_GPU_API, .start_ns = BASE_NS + 55 * MS, .dur_ns = MS, .correlation = 3, .os_tid = 4343},
+    };
+    tg_gpu_chunk(g, -1, 0, api, 3);
+    st_gpu_rec k[4] = {
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 10 * MS, .dur_ns = 10 * MS, .correlation = 1},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 60 * MS, .dur_ns = 30 * MS, .correlation = 2},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 100 * MS, .dur_ns = 5 * MS, .correlation = 3},
+        {.kind = ST_GPU_KERNEL, .name = 1, .start_ns = BASE_NS + 120 * MS, .dur_ns = 2 * MS, .correlation = 4},
+    };
+    tg_gpu_chunk(g, 0, 7, k, 4);
+    tg_write(g, tmp_file("untraced.sqlite"));
+    tg_free(g);
+    char path[8192];
+    snprintf(path, sizeof path, "%s/untraced.sqlite", tmp_dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE gpu_threads(os_tid INTEGER PRIMARY KEY, name TEXT NOT NULL);"
+                                  "INSERT INTO gpu_threads VALUES (4242, 'pt_autograd_0'), (1000, 'python3');",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    /* the reader hands the launching call's OS thread and its name */
+    st_reader *r;
+    assert_int_equal(st_reader_open(&r, path), ST_OK);
+    st_gpu_iter *it;
+    assert_int_equal(st_gpu_iter_open(&it, r, 0, INT64_MIN, INT64_MAX), ST_OK);
+    st_gpu_row row;
+    int64_t tids[4];
+    const char *names[4];
+    int n = 0;
+    while (n < 4 && st_gpu_iter_next(it, &row) == 1) {
+        tids[n] = row.launch_os_tid;
+        names[n++] = row.launch_thread;
+    }
+    assert_int_equal(n, 4);
+    assert_int_equal(tids[0], 1000);
+    assert_string_equal(names[0], "python3");
+    assert_int_equal(tids[1], 4242);
+    assert_string_equal(names[1], "pt_autograd_0");
+    assert_int_equal(tids[2], 4343);
+    assert_null(names[2]);
+    assert_int_equal(tids[3], 0);
+    assert_null(names[3]);
+    st_gpu_iter_close(it);
+    st_reader_close(r);
+
+    char *argv[] = {"gpu", path, NULL};
+    gpu_run res = run_gpu_args(2, argv);
+    assert_int_equal(res.status, AN_EXIT_OK);
+    if (!strstr(res.out, "Launched by threads the trace did not register: 2 kernels (2 records, 35.000 ms, 74.5% of "
+                         "the GPU time above): pt_autograd_0 (tid 4242) 30.000 ms, tid 4343 5.000 ms. Register them") ||
+        !strstr(res.out, "No launching thread for 1 kernel (1 record, 2.000 ms, 4.3% of the GPU time above): their "
+                         "launch calls are not in the trace"))
+        fail_msg("%s", res.out);
+    free(res.out);
+    char *csv[] = {"gpu", "--format", "csv", "--table", "stages", path, NULL};
+    res = run_gpu_args(6, csv);
+    assert_int_equal(res.status, AN_EXIT_OK);
+    if (!strstr(res.out, "\npt_autograd_0 (untraced tid 4242),(none),0,1,1,30.000000\n"
+                         "(untraced tid 4343),(none),0,1,1,5.000000\n"
+                         "(unknown),(none),0,1,1,2.000000\n"
+                         "target0,forward,0,1,1,10.000000\n"))
+        fail_msg("%s", res.out);
+    free(res.out);
+
+    /* a gpu_threads row whose os_tid is not an integer: refused at open, naming the table */
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE gpu_threads; CREATE TABLE gpu_threads(os_tid, name);"
+                                      "INSERT INTO gpu_threads VALUES ('x', 'a')",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(st_reader_open(&r, path), ST_ECORRUPT);
+    assert_non_null(strstr(st_last_error(), "gpu_threads"));
 }
 
 /* --time is clipped to the span's end with the GPU records in it: work a device finishes after
@@ -259,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_gpu_span_headers),
         cmocka_unit_test(test_gpu_span_one_read),
         cmocka_unit_test(test_gpu_time_from_trace_start),
+        cmocka_unit_test(test_gpu_untraced_launchers),
         cmocka_unit_test(test_gpu_time_past_last_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

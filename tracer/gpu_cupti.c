@@ -303,6 +303,49 @@ static uint32_t mem_kind(uint32_t k)
  * function as a gpu_strings id + 1, without CUPTI's version suffix
  * ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel"); 0 when CUPTI does not
  * know the cbid. */
+/* Under gpu_mutex: the OS threads seen making API calls, an open-addressed
+ * set (0 empty), so that each one's name is read from /proc once, when its
+ * first call arrives, and handed to the writer for gpu_threads: the name of
+ * a launching thread the program did not register (PyTorch's autograd
+ * threads, NCCL's and the CUDA runtime's own) would otherwise be lost. */
+static uint32_t *seen_tids;
+static size_t seen_cap, seen_len;
+
+static void note_thread(st_trace *t, uint32_t tid)
+{
+    if (!tid) return;
+    if (2 * (seen_len + 1) > seen_cap) {
+        size_t cap = seen_cap ? seen_cap * 2 : 64;
+        uint32_t *a = calloc(cap, sizeof *a);
+        if (!a) return; /* the name stays unknown */
+        for (size_t i = 0; i < seen_cap; i++)
+            if (seen_tids[i]) {
+                size_t h = (seen_tids[i] * 2654435761u) & (cap - 1);
+                while (a[h]) h = (h + 1) & (cap - 1);
+                a[h] = seen_tids[i];
+            }
+        free(seen_tids);
+        seen_tids = a;
+        seen_cap = cap;
+    }
+    size_t h = (tid * 2654435761u) & (seen_cap - 1);
+    while (seen_tids[h]) {
+        if (seen_tids[h] == tid) return;
+        h = (h + 1) & (seen_cap - 1);
+    }
+    seen_tids[h] = tid;
+    seen_len++;
+    char path[64], name[64];
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    FILE *f = fopen(path, "re");
+    if (!f) return; /* exited before its calls were flushed */
+    size_t n = fread(name, 1, sizeof name - 1, f);
+    fclose(f);
+    while (n && (name[n - 1] == '\n' || name[n - 1] == '\0')) n--;
+    name[n] = '\0';
+    if (n) st_gpu_submit_thread(t, tid, name);
+}
+
 static uint32_t api_name(st_trace *t, int driver, uint32_t cbid)
 {
     if (cbid < API_NAME_CACHE && api_name_ids[driver][cbid]) return api_name_ids[driver][cbid];
@@ -390,6 +433,7 @@ static int convert(st_trace *t, const CUpti_Activity *a, st_gpu_item *it)
         r->name = api_name(t, it->stream, api->cbid);
         r->correlation = api->correlationId;
         r->os_tid = api->threadId;
+        note_thread(t, api->threadId);
         set_times(r, api->start, api->end);
         return 1;
     }
@@ -625,6 +669,9 @@ static void gpu_stop(st_trace *t)
     names_cap = names_len = 0;
     memset(api_name_ids, 0, sizeof api_name_ids);
     n_contexts = 0;
+    free(seen_tids);
+    seen_tids = NULL;
+    seen_cap = seen_len = 0;
     pthread_mutex_unlock(&gpu_mutex);
     t->gpu_stop = NULL;
     user_paused = sampler_off = 0;

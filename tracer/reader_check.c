@@ -97,6 +97,11 @@ static const table_spec lost_spans_spec = {"lost_spans", "id", 0, -1, 7,
 static const table_spec gpu_pauses_spec = {"gpu_pauses", "id", 0, -1, 3,
     {{"id", COL_INT}, {"t0_ns", COL_INT}, {"t1_ns", COL_INT}}, 3};
 
+/* Optional, the GPU collector's names of launching threads the trace did not
+ * register: every row at open (a few per process). */
+static const table_spec gpu_threads_spec = {"gpu_threads", "os_tid", 0, -1, 2,
+    {{"os_tid", COL_INT}, {"name", COL_NAME}}, 2};
+
 /* Optional, the CPU capture's (st_options.cpu): checked the first time the
  * CPU tables are read (reader_cpu.c), not at open. The small ones every row;
  * cpu_chunks its id and thread, its other columns as each chunk is read;
@@ -488,6 +493,9 @@ int st_rd_check_chunk_tables(st_reader *r)
     kind = st_rd_object_kind(r->db, gpu_pauses_spec.name);
     if (kind < 0) return st_rd_bad(gpu_pauses_spec.name, sqlite3_errmsg(r->db));
     if (kind && ((rc = check_shape(r->db, &gpu_pauses_spec)) || (rc = check_rows(r, &gpu_pauses_spec)))) return rc;
+    kind = st_rd_object_kind(r->db, gpu_threads_spec.name);
+    if (kind < 0) return st_rd_bad(gpu_threads_spec.name, sqlite3_errmsg(r->db));
+    if (kind && ((rc = check_shape(r->db, &gpu_threads_spec)) || (rc = check_rows(r, &gpu_threads_spec)))) return rc;
     return ST_OK;
 }
 

@@ -115,6 +115,66 @@ static int gpu_load_names(st_gpu_iter *it)
     return ST_OK;
 }
 
+/* gpu_threads (optional): the names of the launching threads the trace did
+ * not register, by OS thread id, sorted for lookup. */
+typedef struct gpu_tname {
+    int64_t os_tid;
+    char *name;
+} gpu_tname;
+
+static int cmp_tname(const void *a, const void *b)
+{
+    const gpu_tname *x = a, *y = b;
+    return (x->os_tid > y->os_tid) - (x->os_tid < y->os_tid);
+}
+
+static int gpu_load_thread_names(st_gpu_iter *it)
+{
+    int ok = st_rd_is_table(it->r->db, "gpu_threads");
+    if (ok <= 0) return ok < 0 ? st_rd_bad("gpu_threads", sqlite3_errmsg(it->r->db)) : ST_OK;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(it->r->db, "SELECT os_tid, name FROM main.gpu_threads ORDER BY os_tid", -1, &st, NULL) !=
+        SQLITE_OK)
+        return st_rd_bad("gpu_threads", sqlite3_errmsg(it->r->db));
+    int rc;
+    uint32_t cap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t tid;
+        if (st_rd_int_col(st, 0, &tid) || tid <= 0 || sqlite3_column_type(st, 1) != SQLITE_TEXT) {
+            sqlite3_finalize(st);
+            return st_rd_bad("gpu_threads", "a row's os_tid is not a positive integer or its name is not text");
+        }
+        if (it->n_tnames == cap) {
+            uint32_t nc = cap ? cap * 2 : 16;
+            gpu_tname *a = nc > cap ? realloc(it->tnames, (size_t)nc * sizeof *a) : NULL;
+            if (!a) {
+                sqlite3_finalize(st);
+                return st_set_error(ST_ENOMEM, "out of memory");
+            }
+            it->tnames = a;
+            cap = nc;
+        }
+        char *name = dup_bounded(st, 1, ST_GPU_NAME_MAX);
+        if (!name) {
+            sqlite3_finalize(st);
+            return st_set_error(ST_ENOMEM, "out of memory");
+        }
+        it->tnames[it->n_tnames++] = (gpu_tname){tid, name};
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return st_rd_bad("gpu_threads", sqlite3_errmsg(it->r->db));
+    if (it->n_tnames) qsort(it->tnames, it->n_tnames, sizeof *it->tnames, cmp_tname);
+    return ST_OK;
+}
+
+static const char *gpu_thread_name(const st_gpu_iter *it, int64_t os_tid)
+{
+    if (!it->n_tnames || os_tid <= 0) return NULL;
+    gpu_tname key = {os_tid, NULL};
+    const gpu_tname *f = bsearch(&key, it->tnames, it->n_tnames, sizeof key, cmp_tname);
+    return f ? f->name : NULL;
+}
+
 /* The launch join: correlation id -> the earliest API call with it. A slot
  * is made for each id a device record of the window carries (start_ns
  * INT64_MAX until its call is found), so that only those calls are kept:
@@ -362,6 +422,7 @@ int st_rd_file_gpu_open(st_gpu_iter *it, int64_t device)
         it->tr = calloc(r->n_threads ? r->n_threads : 1, sizeof *it->tr);
         if (!it->tr) rc = st_set_error(ST_ENOMEM, "out of memory");
         if (!rc) rc = gpu_load_names(it);
+        if (!rc) rc = gpu_load_thread_names(it);
         if (!rc && !api_mode) rc = gpu_load_api(it, device);
         if (!rc && sqlite3_prepare_v2(r->db,
                                       api_mode ? "SELECT id, device, stream, n_records, data, " GPU_TYPED
@@ -457,6 +518,8 @@ int st_rd_file_gpu_next(st_gpu_iter *it, st_gpu_row *out)
         out->launch_ns = INT64_MIN;
         if (it->api_mode) {
             out->launch_ns = rec.start_ns;
+            out->launch_os_tid = rec.os_tid > 0 ? rec.os_tid : 0;
+            out->launch_thread = gpu_thread_name(it, rec.os_tid);
             int trc = gpu_thread_at(it, rec.os_tid, rec.start_ns, out);
             if (trc) return trc;
             return 1;
@@ -464,6 +527,8 @@ int st_rd_file_gpu_next(st_gpu_iter *it, st_gpu_row *out)
         const api_slot *api = api_find(it, rec.correlation);
         if (api && api->start_ns != INT64_MAX) {
             out->launch_ns = api->start_ns;
+            out->launch_os_tid = api->os_tid > 0 ? api->os_tid : 0;
+            out->launch_thread = gpu_thread_name(it, api->os_tid);
             int trc = gpu_thread_at(it, api->os_tid, api->start_ns, out);
             if (trc) return trc;
         }
@@ -477,6 +542,8 @@ void st_gpu_iter_close(st_gpu_iter *it)
     it->m->gpu_close(it);
     for (uint32_t i = 0; i < it->n_names; i++) free(it->names[i]);
     free(it->names);
+    for (uint32_t i = 0; i < it->n_tnames; i++) free(it->tnames[i].name);
+    free(it->tnames);
     free(it->api);
     for (uint32_t i = 0; it->tr && i < it->r->n_threads; i++) {
         free(it->tr[i].start);

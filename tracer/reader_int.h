@@ -144,6 +144,8 @@ struct st_gpu_iter {
     st_gpu_cursor cur;
     char **names;
     uint32_t n_names;
+    struct gpu_tname *tnames; /* gpu_threads rows, by os_tid */
+    uint32_t n_tnames;
     api_slot *api;
     size_t api_cap, api_len;
     thread_ranges *tr; /* [thread index] */

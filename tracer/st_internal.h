@@ -149,10 +149,12 @@ typedef struct st_gpu_pause_span {
 } st_gpu_pause_span;
 typedef struct st_gpu_string {
     uint32_t id;
+    int64_t os_tid; /* > 0: a gpu_threads row (os_tid, value) instead of gpu_strings (id, value) */
     char *value;
 } st_gpu_string;
 int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n); /* thread-safe */
 int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value); /* copied */
+int st_gpu_submit_thread(st_trace *t, int64_t os_tid, const char *name); /* a gpu_threads row; copied */
 
 
 /* Calls from unregistered threads (record.c): st_open passes the enabled

@@ -37,6 +37,11 @@ static const char st_gpu_pauses_sql[] =
     "CREATE TABLE IF NOT EXISTS gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER NOT NULL,\n"
     "  t1_ns INTEGER NOT NULL);\n";
 
+/* The names of launching threads the trace did not register, by OS thread
+ * id (the GPU collector's), created with the first one. */
+static const char st_gpu_threads_sql[] =
+    "CREATE TABLE IF NOT EXISTS gpu_threads(os_tid INTEGER PRIMARY KEY, name TEXT NOT NULL);\n";
+
 /* The flow table, created with the first flow record (a trace without
  * flows has none). */
 static const char st_flow_schema_sql[] =

@@ -43,6 +43,7 @@ enum st_store_stmt {
     ST_S_CPU_BLOCK,     /* thread, t_ns, seen_ns, syscall, name, arg0, arg1, wchan */
     ST_S_CPU_WINDOW,    /* the 10 columns of cpu_windows */
     ST_S_GPU_PAUSE,     /* t0_ns, t1_ns */
+    ST_S_GPU_THREAD,    /* os_tid, name */
     ST_S_EXEC,          /* one text value: SQL run with sqlite3_exec (DDL) */
     ST_S_COUNT
 };

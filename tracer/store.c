@@ -79,6 +79,7 @@ static const struct {
     [ST_S_CPU_WINDOW] = {"INSERT OR REPLACE INTO cpu_windows(window, step, t0_ns, t1_ns, os_tid, thread, name, "
                          "oncpu_ns, runq_ns, slices) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "cpu_windows"},
     [ST_S_GPU_PAUSE] = {"INSERT INTO gpu_pauses(t0_ns, t1_ns) VALUES (?, ?)", "gpu_pauses"},
+    [ST_S_GPU_THREAD] = {"INSERT OR REPLACE INTO gpu_threads(os_tid, name) VALUES (?, ?)", "gpu_threads"},
     [ST_S_EXEC] = {NULL, "schema"},
 };
 

@@ -77,6 +77,7 @@ typedef struct writer {
     int gpu_tables;           /* gpu_chunks and gpu_strings are created */
     int flow_table;           /* flow_chunks is created */
     int gpu_pauses_table;     /* gpu_pauses is created */
+    int gpu_threads_table;    /* gpu_threads is created */
     long long gpu_dropped_written;
     st_store *store;          /* every row goes through it (store.c) */
     mark_string *strings;     /* open addressing by pointer */
@@ -414,7 +415,7 @@ int st_gpu_submit(st_trace *t, const st_gpu_item *items, size_t n)
     return ST_OK;
 }
 
-int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value)
+static int submit_string(st_trace *t, uint32_t id, int64_t os_tid, const char *value)
 {
     char *copy = strdup(value ? value : "");
     if (!copy) return ST_ENOMEM;
@@ -430,9 +431,16 @@ int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value)
         t->gpu_strings = a;
         t->gpu_strings_cap = cap;
     }
-    t->gpu_strings[t->gpu_strings_len++] = (st_gpu_string){id, copy};
+    t->gpu_strings[t->gpu_strings_len++] = (st_gpu_string){id, os_tid, copy};
     pthread_mutex_unlock(&t->gpu_lock);
     return ST_OK;
+}
+
+int st_gpu_submit_string(st_trace *t, uint32_t id, const char *value) { return submit_string(t, id, 0, value); }
+
+int st_gpu_submit_thread(st_trace *t, int64_t os_tid, const char *name)
+{
+    return os_tid > 0 ? submit_string(t, 0, os_tid, name) : ST_EINVAL;
 }
 
 static void flush_gpu_chunk(st_trace *t, writer *w, gpu_stream *g)
@@ -496,6 +504,15 @@ static void store_gpu(st_trace *t, writer *w, int final)
     long long dropped = atomic_load(&t->gpu_dropped);
     if ((n || n_strings || dropped >= 0) && gpu_tables(w) == 0) {
         for (size_t i = 0; i < n_strings; i++) {
+            if (strings[i].os_tid > 0) {
+                if (!w->gpu_threads_table) {
+                    st_store_exec(w->store, st_gpu_threads_sql);
+                    w->gpu_threads_table = 1;
+                }
+                st_val v[2] = {ST_VINT(strings[i].os_tid), ST_VTEXT(strings[i].value)};
+                st_store_row(w->store, ST_S_GPU_THREAD, 2, v);
+                continue;
+            }
             st_val v[2] = {ST_VINT(strings[i].id), ST_VTEXT(strings[i].value)};
             st_store_row(w->store, ST_S_GPU_STRING, 2, v);
         }

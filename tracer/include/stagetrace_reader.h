@@ -339,6 +339,10 @@ typedef struct st_gpu_row {
     int64_t thread;         /* launching thread id, -1 unknown */
     int64_t stage;          /* stage open on it at launch, -1 none */
     int64_t launch_ns;      /* start of the launching API call; INT64_MIN unknown */
+    int64_t launch_os_tid;  /* the OS thread of that call (API rows: their own); 0 unknown */
+    const char *launch_thread; /* that thread's name from gpu_threads (the threads the trace did not
+                                  register: /proc's comm when CUPTI first saw it); NULL unknown
+                                  (valid until the iterator is closed) */
 } st_gpu_row;
 ST_API int st_reader_has_gpu(st_reader *r); /* 1: gpu_chunks holds rows; 0; <0 error */
 typedef struct st_gpu_iter st_gpu_iter;
