@@ -48,13 +48,15 @@ static const char help[] =
     "           was in at each instant (\"(no stage)\": in no range): ms and share of\n"
     "           the device's host wait, largest first\n"
     "  stages   GPU time projected onto CPU stages: per launching thread and stage\n"
+    "           (\"NAME (untraced tid N)\" for a thread the trace did not register)\n"
     "           (the innermost range open when the launch call started), the records\n"
     "           launched, and the sum of their GPU durations\n"
     "  api      host time in CUDA API calls over the window: per thread, stage (open at\n"
     "           the call's start) and function: count, total, mean, max, share of the\n"
     "           window's recorded time. Top-level calls only: a driver call inside a runtime call on the\n"
-    "           same thread is part of it. Calls on untraced threads (libraries' own)\n"
-    "           count under \"(untraced)\". The N largest per thread (--top)\n"
+    "           same thread is part of it. Calls on untraced threads (libraries' own,\n"
+    "           PyTorch's autograd threads) count per OS thread as \"NAME (untraced tid\n"
+    "           N)\". The N largest per thread (--top)\n"
     "\n"
     "options:\n"
     "  --steps A:B  devices, host_wait and api between the marks of steps A and B (A: or\n"
@@ -270,7 +272,8 @@ static int add_row(sums *s, const st_gpu_row *g)
 /* ---- CUDA API calls ---- */
 
 typedef struct api_sum {
-    int64_t thread, stage;
+    int64_t thread, stage;     /* thread < 0: an untraced OS thread, -1 - its os_tid */
+    const char *tname;         /* an untraced thread's name (gpu_threads), interned; NULL unknown */
     const char *name;
     uint32_t domain, cbid;
     uint64_t count;
@@ -320,10 +323,11 @@ static int api_add(const st_gpu_row *g, void *arg)
 {
     api_acc *a = arg;
     int64_t start = g->rec.start_ns, end = start + g->rec.dur_ns;
-    int64_t *top_end = api_top_end(a, g->thread);
+    /* an untraced thread by its OS thread id, each its own row and nesting */
+    int64_t thread = g->thread >= 0 ? g->thread : g->launch_os_tid > 0 ? -1 - g->launch_os_tid : -1;
+    int64_t *top_end = api_top_end(a, thread);
     if (!top_end) return oom();
-    /* untraced threads are many OS threads under one label: no nesting across them */
-    if (g->thread >= 0 && start < *top_end && end <= *top_end) return 0;
+    if (thread != -1 && start < *top_end && end <= *top_end) return 0;
     if (end > *top_end) *top_end = end;
     int64_t lo = start > a->w0 ? start : a->w0, hi = end < a->w1 ? end : a->w1;
     if (hi < lo || (hi == lo && end > start) || start >= a->w1) return 0; /* outside the window */
@@ -333,7 +337,7 @@ static int api_add(const st_gpu_row *g, void *arg)
     for (size_t k = 0; k < a->n; k++) {
         size_t m = (a->last + k) % a->n;
         const api_sum *r = &a->rows[m];
-        if (r->thread == g->thread && r->stage == g->stage && r->name == name && r->domain == g->stream &&
+        if (r->thread == thread && r->stage == g->stage && r->name == name && r->domain == g->stream &&
             (name || r->cbid == g->rec.copy_kind)) {
             j = m;
             break;
@@ -347,7 +351,9 @@ static int api_add(const st_gpu_row *g, void *arg)
             a->rows = nr;
             a->cap = nc;
         }
-        a->rows[a->n++] = (api_sum){g->thread, g->stage, name, g->stream, g->rec.copy_kind, 0, 0, 0};
+        const char *tname = thread < -1 && g->launch_thread ? intern(a->names, g->launch_thread) : NULL;
+        if (thread < -1 && g->launch_thread && !tname) return oom();
+        a->rows[a->n++] = (api_sum){thread, g->stage, tname, name, g->stream, g->rec.copy_kind, 0, 0, 0};
     }
     a->last = j;
     a->rows[j].count++;
@@ -364,9 +370,12 @@ static void put_api(an_out *out, an_trace *t, const api_sum *s, size_t n, int64_
         if (top && shown++ >= top) continue;
         const st_thread_info *ti = s[i].thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)s[i].thread) : NULL;
         const st_stage_info *si = s[i].stage >= 0 ? st_reader_stage(t->r, (uint32_t)s[i].stage) : NULL;
-        char fn[64];
+        char fn[64], label[160];
         if (!s[i].name) snprintf(fn, sizeof fn, "cbid %u", s[i].cbid);
-        an_put_str(tb, ti ? ti->name : "(untraced)");
+        if (s[i].thread < -1)
+            snprintf(label, sizeof label, "%s%s(untraced tid %lld)", s[i].tname ? s[i].tname : "", s[i].tname ? " " : "",
+                     (long long)(-1 - s[i].thread));
+        an_put_str(tb, ti ? ti->name : s[i].thread < -1 ? label : "(untraced)");
         an_put_str(tb, si ? si->name : s[i].thread >= 0 ? "(no stage)" : NULL);
         an_put_str(tb, s[i].name ? s[i].name : fn);
         an_put_str(tb, s[i].domain ? "driver" : "runtime");

@@ -230,7 +230,7 @@ assert got == [
     ("drafter0", "forward", "cudaLaunchKernel", "runtime", 9, 0.045, 0.005, 0.05),
     ("drafter1", "forward", "cudaLaunchKernel", "runtime", 9, 0.045, 0.005, 0.05),
     ("drafter1", "forward", "cuEventRecord", "driver", 9, 0.018, 0.002, 0.02),
-    ("(untraced)", None, "cudaLaunchKernel", "runtime", 9, 0.09, 0.01, 0.1),
+    ("(untraced tid 9999)", None, "cudaLaunchKernel", "runtime", 9, 0.09, 0.01, 0.1),
 ], got
 EOF
 expect_ok g_api_top "$A" gpu --format csv --top 1 --steps 2:4 gpu_shared.sqlite
@@ -241,7 +241,7 @@ api = text[text.index("thread,stage,function,api,"):]
 rows = list(csv.DictReader(api.splitlines()))
 assert [(r["thread"], r["function"], r["count"]) for r in rows] == [
     ("target0", "cudaStreamSynchronize", "2"), ("drafter0", "cudaLaunchKernel", "2"),
-    ("drafter1", "cudaLaunchKernel", "2"), ("(untraced)", "cudaLaunchKernel", "2")], rows
+    ("drafter1", "cudaLaunchKernel", "2"), ("(untraced tid 9999)", "cudaLaunchKernel", "2")], rows
 EOF
 expect_ok g_api_old "$A" gpu --format json gpu_steps.sqlite
 py "gpu api table without stored names" <<'EOF'

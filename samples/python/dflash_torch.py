@@ -85,8 +85,10 @@ def parse_args(argv=None):
                     help="also record the CPU capture (stagetrace.open(cpu=True): on/off-CPU time, sampled "
                          "stacks with Python frames where the perf trampoline can be used; docs/cpu.md)")
     ap.add_argument("--python-stacks", choices=stagetrace.PYTHON_STACKS, default="auto",
-                    help="with --trace-cpu: Python frames from CPython's perf trampoline (default auto: "
-                         "3.12+ with a frame-pointer libpython; perf: always on 3.12+; off)")
+                    help="with --trace-cpu: Python frames from CPython's perf trampoline or sampled from "
+                         "the interpreter (default auto: the trampoline on 3.12+ with a frame-pointer "
+                         "libpython, else frames; perf: always the trampoline on 3.12+; frames: the "
+                         "interpreter's frames at python_hz; off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-item", action="store_true",
                     help="read the loss with .item() inside the loss stage each step (a host sync there)")
