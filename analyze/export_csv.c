@@ -32,7 +32,7 @@ static const an_col counter_cols[] = {{"thread", AN_T_INT, 0}, {"counter", AN_T_
 static const an_col gpu_cols[] = {{"device", AN_T_INT, 0},  {"stream", AN_T_INT, 0},      {"kind", AN_T_STR, 0},
                                   {"name", AN_T_STR, 0},    {"start_ns", AN_T_INT, 0},    {"dur_ns", AN_T_INT, 0},
                                   {"bytes", AN_T_INT, 0},   {"correlation", AN_T_INT, 0}, {"thread", AN_T_INT, 0},
-                                  {"stage", AN_T_INT, 0}};
+                                  {"stage", AN_T_INT, 0},   {"launch_tid", AN_T_INT, 0},  {"launch_thread", AN_T_STR, 0}};
 static const an_col gpu_api_cols[] = {{"thread", AN_T_INT, 0},   {"os_tid", AN_T_INT, 0}, {"api", AN_T_STR, 0},
                                       {"name", AN_T_STR, 0},     {"cbid", AN_T_INT, 0},   {"start_ns", AN_T_INT, 0},
                                       {"dur_ns", AN_T_INT, 0},   {"correlation", AN_T_INT, 0},
@@ -48,7 +48,7 @@ static const struct {
     {"meta", meta_cols, 2},           {"threads", thread_cols, 7}, {"stages", stage_cols, 3},
     {"steps", step_cols, 3},          {"counter_names", counter_name_cols, 3},
     {"ranges", range_cols, 7},        {"counters", counter_cols, 4},
-    {"gpu", gpu_cols, 10},            {"gpu_api", gpu_api_cols, 9},
+    {"gpu", gpu_cols, 12},            {"gpu_api", gpu_api_cols, 9},
 };
 
 static int csv_gpu_row(const st_gpu_row *g, void *arg)
@@ -67,6 +67,9 @@ static int csv_gpu_row(const st_gpu_row *g, void *arg)
     else an_put_null(tb);
     if (g->stage >= 0) an_put_int(tb, g->stage);
     else an_put_null(tb);
+    if (g->launch_os_tid > 0) an_put_int(tb, g->launch_os_tid);
+    else an_put_null(tb);
+    an_put_str(tb, g->launch_thread);
     an_row_end(tb);
     return 0;
 }

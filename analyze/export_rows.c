@@ -34,13 +34,14 @@ static const char rows_schema[] =
     "  FROM counters AS c LEFT JOIN threads AS t ON t.id = c.thread\n"
     "  LEFT JOIN counter_names AS n ON n.id = c.counter;\n"
     "CREATE TABLE gpu(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, dur_ns INTEGER,\n"
-    "  bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER);\n"
+    "  bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER, launch_tid INTEGER, launch_thread TEXT);\n"
     "CREATE TABLE gpu_api(thread INTEGER, os_tid INTEGER, api TEXT, name TEXT, cbid INTEGER, start_ns INTEGER,\n"
     "  dur_ns INTEGER, correlation INTEGER, stage INTEGER);\n"
     "CREATE TABLE gpu_names(raw_name TEXT PRIMARY KEY, name TEXT);\n"
     "CREATE VIEW gpu_v AS SELECT g.device, g.stream, g.kind, coalesce(n.name, g.name) AS name, g.start_ns, g.dur_ns,\n"
     "  g.start_ns + g.dur_ns AS end_ns, g.bytes, g.correlation, g.thread, g.stage,\n"
-    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name\n"
+    "  t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name,\n"
+    "  g.launch_tid, g.launch_thread\n"
     "  FROM gpu AS g LEFT JOIN threads AS t ON t.id = g.thread LEFT JOIN stages AS s ON s.id = g.stage\n"
     "  LEFT JOIN gpu_names AS n ON n.raw_name = g.name;\n";
 
@@ -76,6 +77,9 @@ static int rows_gpu_row(const st_gpu_row *g, void *arg)
     sqlite3_bind_int64(ins, 8, g->rec.correlation);
     bind_opt(ins, 9, g->thread);
     bind_opt(ins, 10, g->stage);
+    bind_opt(ins, 11, g->launch_os_tid > 0 ? g->launch_os_tid : -1);
+    if (g->launch_thread) sqlite3_bind_text(ins, 12, g->launch_thread, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(ins, 12);
     int ok = sqlite3_step(ins) == SQLITE_DONE;
     sqlite3_reset(ins);
     return ok ? 0 : ROW_REFUSED;
@@ -246,7 +250,7 @@ static int insert_all(sqlite3 *out, an_trace *t, an_progress *p)
     }
     st_sample_iter_close(si);
     if (rc < 0) goto done;
-    if (PREP("INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
+    if (PREP("INSERT INTO gpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) goto fail;
     rc = an_export_each_gpu_row(t, 0, rows_gpu_row, ins);
     if (rc == ROW_REFUSED) goto fail;
     if (rc < 0) goto done;

@@ -400,7 +400,7 @@ assert n == 16 and abs(total - (7 + sum(0.5 / (k + 1) for k in range(8)))) < 1e-
 assert db.execute("SELECT count(*) FROM ranges WHERE step IS NULL").fetchone() == (0,)
 assert db.execute("SELECT value FROM meta WHERE key = 'status'").fetchone() == ("complete",)
 # no GPU activity: gpu.csv and gpu_api.csv hold their header only, the tables and gpu_v no row
-assert open("csv/gpu.csv").read().split() == ["device,stream,kind,name,start_ns,dur_ns,bytes,correlation,thread,stage"]
+assert open("csv/gpu.csv").read().split() == ["device,stream,kind,name,start_ns,dur_ns,bytes,correlation,thread,stage,launch_tid,launch_thread"]
 assert open("csv/gpu_api.csv").read().split() == ["thread,os_tid,api,name,cbid,start_ns,dur_ns,correlation,stage"]
 assert db.execute("SELECT (SELECT count(*) FROM gpu) + (SELECT count(*) FROM gpu_api) + (SELECT count(*) FROM gpu_v)").fetchone() == (0,)
 EOF

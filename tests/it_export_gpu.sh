@@ -265,7 +265,8 @@ name, n_api = os.environ["NAME"], int(os.environ["N_API"])
 db = sqlite3.connect(f"file:{name}.rows.sqlite?mode=ro", uri=True)
 gpu = list(csv.DictReader(open(f"{name}.csv/gpu.csv")))
 api = list(csv.DictReader(open(f"{name}.csv/gpu_api.csv")))
-assert list(gpu[0]) == ["device", "stream", "kind", "name", "start_ns", "dur_ns", "bytes", "correlation", "thread", "stage"]
+assert list(gpu[0]) == ["device", "stream", "kind", "name", "start_ns", "dur_ns", "bytes", "correlation", "thread", "stage",
+                        "launch_tid", "launch_thread"]
 assert list(api[0]) == ["thread", "os_tid", "api", "name", "cbid", "start_ns", "dur_ns", "correlation", "stage"]
 assert len(api) == n_api == db.execute("SELECT count(*) FROM gpu_api").fetchone()[0], (len(api), n_api)
 assert len(gpu) == db.execute("SELECT count(*) FROM gpu").fetchone()[0]
@@ -278,6 +279,12 @@ assert {r["api"] for r in api} == {"runtime", "driver"} and all(r["name"] for r 
 # every launch joins its API call by correlation, on the same thread
 launched = {(r["correlation"], r["thread"]) for r in api if r["thread"]}
 assert all((r["correlation"], r["thread"]) in launched for r in gpu if r["thread"])
+# and by OS thread: a launched record's launch_tid is its call's os_tid (these sample traces
+# predate gpu_threads, so launch_thread is empty)
+calls = {(r["correlation"], r["os_tid"]) for r in api}
+assert all((r["correlation"], r["launch_tid"]) in calls for r in gpu if r["launch_tid"])
+assert sum(1 for r in gpu if r["launch_tid"]) >= sum(1 for r in gpu if r["thread"]) > 0
+assert not any(r["launch_thread"] for r in gpu)
 try:
     import pandas as pd  # the example of docs/analyze.md
 except ImportError:

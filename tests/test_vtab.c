@@ -533,10 +533,10 @@ static void test_gpu_table(void **state)
     fixture *f = *state;
     sqlite3 *db = open_registered(f->steps_path, SQLITE_OPEN_READONLY);
     sqlite3_stmt *st = prepare(db, "SELECT * FROM gpu");
-    static const char *const cols[] = {"device",  "stream",      "kind",   "name",  "start_ns",
-                                       "dur_ns", "bytes", "correlation", "thread", "stage"};
-    assert_int_equal(sqlite3_column_count(st), 10);
-    for (int i = 0; i < 10; i++) assert_string_equal(sqlite3_column_name(st, i), cols[i]);
+    static const char *const cols[] = {"device", "stream", "kind",   "name",  "start_ns",   "dur_ns",
+                                       "bytes",  "correlation", "thread", "stage", "launch_tid", "launch_thread"};
+    assert_int_equal(sqlite3_column_count(st), 12);
+    for (int i = 0; i < 12; i++) assert_string_equal(sqlite3_column_name(st, i), cols[i]);
     assert_int_equal(sqlite3_step(st), SQLITE_DONE); /* no GPU activity recorded */
     sqlite3_finalize(st);
     sqlite3_close(db);

@@ -5,7 +5,8 @@
  *
  *   ranges(thread, stage, start_ns, dur_ns, end_ns, depth, step)
  *   counters(thread, counter, ts_ns, value)
- *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage)
+ *   gpu(device, stream, kind, name, start_ns, dur_ns, bytes, correlation, thread, stage, launch_tid,
+ *       launch_thread)
  *   flows(thread, ts_ns, dir, id)
  *   cpu_samples(thread, ts_ns, stage, stack, stage_from_ranges, source)
  *   cpu_switches(thread, ts_ns, kind)
@@ -115,10 +116,13 @@ static const table_def table_defs[] = {
      {[C_THREAD] = 0, [C_COUNTER] = 0, [C_TS] = INT64_MIN}},
     /* GPU activity (CUPTI kernels, copies, memsets, syncs) from the
      * optional gpu_chunks table; empty without it. thread and stage are
-     * the launching thread and its innermost open stage (NULL unknown). */
+     * the launching thread and its innermost open stage (NULL unknown);
+     * launch_tid and launch_thread the launching call's OS thread and its
+     * gpu_threads name (NULL unknown), for threads the trace did not register. */
     {TABLE_GPU, "gpu",
      "CREATE TABLE x(device INTEGER, stream INTEGER, kind TEXT, name TEXT, start_ns INTEGER, "
-     "dur_ns INTEGER, bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER)",
+     "dur_ns INTEGER, bytes INTEGER, correlation INTEGER, thread INTEGER, stage INTEGER, launch_tid INTEGER, "
+     "launch_thread TEXT)",
      0, 0, {0}},
     /* Flows from the optional flow_chunks table; empty without it. dir is
      * 'out' or 'in'; id the program's 64-bit id as a signed integer. */
@@ -1181,6 +1185,14 @@ static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
         case 7: sqlite3_result_int64(ctx, g->rec.correlation); break;
         case 8: if (g->thread >= 0) sqlite3_result_int64(ctx, g->thread); else sqlite3_result_null(ctx); break;
         case 9: if (g->stage >= 0) sqlite3_result_int64(ctx, g->stage); else sqlite3_result_null(ctx); break;
+        case 10:
+            if (g->launch_os_tid > 0) sqlite3_result_int64(ctx, g->launch_os_tid);
+            else sqlite3_result_null(ctx);
+            break;
+        case 11:
+            if (g->launch_thread) sqlite3_result_text(ctx, g->launch_thread, -1, SQLITE_TRANSIENT);
+            else sqlite3_result_null(ctx);
+            break;
         }
     } else if (is_cpu_record_table(vt->def->id)) {
         const st_cpu_row *x = &c->cpu_row;
@@ -1287,7 +1299,8 @@ static const char views_sql[] =
     "CREATE TEMP VIEW IF NOT EXISTS gpu_v AS\n"
     "  SELECT g.device, g.stream, g.kind, demangle(g.name) AS name, g.start_ns, g.dur_ns, g.start_ns + g.dur_ns AS end_ns,\n"
     "         g.bytes, g.correlation, g.thread, g.stage,\n"
-    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name\n"
+    "         t.name AS thread_name, t.role AS role, s.name AS stage_name, s.kind AS stage_kind, g.name AS raw_name,\n"
+    "         g.launch_tid, g.launch_thread\n"
     "  FROM main.gpu AS g\n"
     "  LEFT JOIN main.threads AS t ON t.id = g.thread\n"
     "  LEFT JOIN main.stages AS s ON s.id = g.stage;\n"
