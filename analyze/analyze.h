@@ -354,6 +354,9 @@ int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, 
 /* Sweeps: the paused time inside [t0_ns, t1_ns), for calls whose t0_ns
  * never decreases; *cursor starts at 0 and is kept between calls. */
 int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0_ns, int64_t t1_ns);
+/* 1 when GPU recording was paused at ts_ns (t0_ns <= ts_ns < t1_ns of a
+ * pause), else 0. */
+int an_trace_gpu_paused_at(const an_trace *t, int64_t ts_ns);
 /* The time of [t0_ns, t1_ns) during which GPU activity was recorded: its
  * length less the paused time (0 for an empty window). */
 int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns);

@@ -53,7 +53,7 @@ static const char help[] =
     "           launched, and the sum of their GPU durations\n"
     "  api      host time in CUDA API calls over the window: per thread, stage (open at\n"
     "           the call's start) and function: count, total, mean, max, share of the\n"
-    "           window's recorded time. Top-level calls only: a driver call inside a runtime call on the\n"
+    "           window. Top-level calls only: a driver call inside a runtime call on the\n"
     "           same thread is part of it. Calls on untraced threads (libraries' own,\n"
     "           PyTorch's autograd threads) count per OS thread as \"NAME (untraced tid\n"
     "           N)\". The N largest per thread (--top)\n"
@@ -695,14 +695,15 @@ static int work(an_cmd *c)
                 const char *every = an_trace_meta(t, "gpu_every_steps");
                 an_out_text(out,
                             "GPU recording was paused for %.3f ms of this window (%u pause%s%s%s%s): that time is "
-                            "neither busy nor idle: devices, host_wait and api are of the %.3f ms recorded\n",
+                            "neither busy nor idle: devices and host_wait are of the %.3f ms recorded (a pause stops the kernel "
+                            "records; copies, memsets and API calls are recorded throughout)\n",
                             (double)paused / 1e6, n_paused, n_paused == 1 ? "" : "s",
                             every ? "; sampled capture: one step in " : "", every ? every : "", every ? " recorded" : "",
                             (double)(w1 - w0 - paused) / 1e6);
             }
             an_out_text(out, "\n");
             put_tables(out, t, &s, dev, n_dev, o->top);
-            put_api(out, t, api.rows, api.n, w1 - w0 - paused, o->top);
+            put_api(out, t, api.rows, api.n, w1 - w0, o->top);
             if (an_out_finish(out)) {
                 an_error("gpu: cannot write the output");
                 rc = AN_EXIT_FAIL;

@@ -353,6 +353,10 @@ static int fold_record(const st_gpu_row *row, void *arg)
         if (hit) role = (*hit)[1];
     }
     int64_t start = row->rec.start_ns, end = start + row->rec.dur_ns;
+    /* a record that starts while recording was paused (copies, memsets: a pause stops the kernel
+     * records only) is left out, so that the device time is that of the recorded time alone,
+     * which an_pipe_dev_scale extends to the period */
+    if (p->trace->n_gpu_unrecorded && an_trace_gpu_paused_at(p->trace, start)) return 0;
     f->seen = 1;
     if (role < nr && row->stage >= 0 && (uint64_t)row->stage < p->n_stages)
         add_to_bins(p, start, end, p->dev_stage_ns + (size_t)role * p->n_stages + (size_t)row->stage,

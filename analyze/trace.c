@@ -234,6 +234,17 @@ int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0
     return sum;
 }
 
+int an_trace_gpu_paused_at(const an_trace *t, int64_t ts_ns)
+{
+    uint32_t lo = 0, hi = t->n_gpu_unrecorded;
+    while (lo < hi) { /* the first span ending after ts */
+        uint32_t m = lo + (hi - lo) / 2;
+        if (t->gpu_unrecorded[m].t1_ns <= ts_ns) lo = m + 1;
+        else hi = m;
+    }
+    return lo < t->n_gpu_unrecorded && t->gpu_unrecorded[lo].t0_ns <= ts_ns;
+}
+
 int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns)
 {
     if (t1_ns <= t0_ns) return 0;

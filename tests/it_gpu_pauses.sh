@@ -34,7 +34,7 @@ sqlite3 p.sqlite "CREATE TABLE gpu_pauses(id INTEGER PRIMARY KEY, t0_ns INTEGER 
 run gpu "$A" gpu p.sqlite
 [ $rc -eq 0 ] || fail "gpu: exit $rc: $(cat gpu.err)"
 grep -q '^devices and host_wait over steps 2-10 ' gpu.out || fail "gpu: window line: $(sed -n 2p gpu.out)"
-[ "$(sed -n 3p gpu.out)" = "GPU recording was paused for 55.000 ms of this window (3 pauses): that time is neither busy nor idle: devices, host_wait and api are of the 1464.940 ms recorded" ] ||
+[ "$(sed -n 3p gpu.out)" = "GPU recording was paused for 55.000 ms of this window (3 pauses): that time is neither busy nor idle: devices and host_wait are of the 1464.940 ms recorded (a pause stops the kernel records; copies, memsets and API calls are recorded throughout)" ] ||
     fail "gpu: pause line: $(sed -n 3p gpu.out)"
 [ "$(wc -l < gpu.err)" = 1 ] || fail "gpu: not one warning: $(cat gpu.err)"
 grep -q "GPU recording was paused 3 times, 0.065 s in all, between " gpu.err || fail "gpu: warning: $(cat gpu.err)"

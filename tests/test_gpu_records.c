@@ -65,10 +65,11 @@ static void test_sets(void **state)
     canonical("kernel,flush_ms=0,zeroed,buffer_kb=64", "kernel,buffer_kb=64,flush_ms=0,zeroed");
     canonical("kernel,buffer_kb=262144,flush_ms=60000", "kernel,buffer_kb=262144,flush_ms=60000");
     /* Sampled capture: every_steps=1 is every step, so the canonical form leaves it out. */
-    canonical("every_steps=10", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100,"
-                                "every_steps=10");
+    canonical("every_steps=10", "kernel,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100,every_steps=10");
     canonical("kernel,every_steps=1", "kernel,buffer_kb=8192,flush_ms=100");
+    canonical("every_steps=1", "kernel,memcpy,memset,runtime-launch,driver-launch,buffer_kb=8192,flush_ms=100");
     canonical("every_steps=1000000,kernel,zeroed", "kernel,buffer_kb=8192,flush_ms=100,zeroed,every_steps=1000000");
+    canonical("runtime,every_steps=2", "runtime,buffer_kb=8192,flush_ms=100,every_steps=2");
     st_gpu_config c;
     char err[400];
     assert_int_equal(st_gpu_config_parse("kernel,every_steps=7", &c, err, sizeof err), 0);
@@ -98,6 +99,11 @@ static void test_rejections(void **state)
     rejected("every_steps=-3", "every_steps must be");
     rejected("every_steps=", "unknown item 'every_steps='");
     rejected("every_steps=10x", "every_steps must be");
+    /* the sampled capture cannot record copies, memsets or syncs */
+    rejected("default,every_steps=10", "every_steps=10 cannot record memcpy, memset or sync");
+    rejected("kernel,memset,every_steps=2", "every_steps=2 cannot record memcpy, memset or sync");
+    rejected("all,every_steps=3", "use kernel,runtime-launch,driver-launch,every_steps=3 or every_steps=3 alone");
+    rejected("sync,kernel,every_steps=5", "cannot record memcpy, memset or sync");
     /* A long item is quoted cut, the message stays one bounded line. */
     char longspec[300];
     memset(longspec, 'x', sizeof longspec - 1);

@@ -300,11 +300,11 @@ static void test_gpu_every_spec(void **state)
     unsetenv("STAGETRACE_GPU_RECORDS");
     assert_null(tr_gpu_records(&cfg, buf, sizeof buf));
     cfg.gpu_every = 10;
-    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "default,every_steps=10");
+    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "every_steps=10");
     setenv("STAGETRACE_GPU_RECORDS", "kernel,buffer_kb=64", 1);
     assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "kernel,buffer_kb=64,every_steps=10");
     setenv("STAGETRACE_GPU_RECORDS", "", 1);
-    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "default,every_steps=10");
+    assert_string_equal(tr_gpu_records(&cfg, buf, sizeof buf), "every_steps=10");
     unsetenv("STAGETRACE_GPU_RECORDS");
     const char *const args[] = {"--device", "cuda", "--gpu-every", "7", "--trace", "x.sqlite", NULL};
     assert_int_equal(parse_args(&cfg, args, err, sizeof err), 0);

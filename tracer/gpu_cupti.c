@@ -525,17 +525,27 @@ static int enable_launch_api(int driver, uint8_t enable)
     return ST_OK;
 }
 
-/* Turns the record set's kinds on or off: st_gpu_start, st_gpu_pause,
- * st_gpu_resume and the stop. */
-static int enable_kinds(const st_gpu_config *config, int enable)
+/* Turns the record set's kinds on or off: all of them at st_gpu_start and
+ * the stop; with kernels_only, the kernel records alone, for a pause, a
+ * resume and the step sampler. CUPTI 13 does not switch the other kinds
+ * safely while other threads launch: on the H200, the trainer's threads
+ * launching while the memcpy or memset kind, or the launch subsets of the
+ * API, were turned off and on every other step crashed inside CUPTI (a NULL
+ * dereference in cuLaunchKernel's callback, a corrupt heap in CUPTI's own
+ * thread) within seconds, in every run; switching the kernel kind alone, the
+ * API records on throughout, never did (bench/RESULTS.md, 2026-12-04). The
+ * kernel records are the cost a pause exists to save (docs/tracer.md,
+ * "Pausing"). */
+static int enable_kinds(const st_gpu_config *config, int enable, int kernels_only)
 {
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (config->kinds & (1u << i)) {
+        if (config->kinds & (1u << i) && (!kernels_only || (1u << i) == ST_GPU_REC_KERNEL)) {
             if (enable)
                 CUPTI_CHECK(cuptiActivityEnable(kinds[i]));
             else
                 cuptiActivityDisable(kinds[i]);
         }
+    if (kernels_only) return ST_OK;
     if (config->kinds & ST_GPU_REC_RUNTIME_LAUNCH) {
         int rc = enable_launch_api(0, (uint8_t)enable);
         if (rc && enable) return rc;
@@ -576,7 +586,7 @@ static int sampler_off;   /* under pause_mutex: the step sampler is between reco
 /* The combined state goes off (pause_mutex held). */
 static void recording_off(st_trace *t)
 {
-    enable_kinds(&gpu_config, 0);
+    enable_kinds(&gpu_config, 0, 1);
     int64_t now = st_now_ns();
     pthread_mutex_lock(&t->gpu_lock);
     t->gpu_paused_since = now > 0 ? now : 1;
@@ -587,7 +597,7 @@ static void recording_off(st_trace *t)
  * the pause stays open. */
 static int recording_on(st_trace *t)
 {
-    int rc = enable_kinds(&gpu_config, 1);
+    int rc = enable_kinds(&gpu_config, 1, 1);
     if (rc) return rc;
     int64_t now = st_now_ns();
     pthread_mutex_lock(&t->gpu_lock);
@@ -658,7 +668,7 @@ static void gpu_stop(st_trace *t)
     end_pause(t, st_now_ns());
     pthread_mutex_unlock(&t->gpu_lock);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    enable_kinds(&gpu_config, 0);
+    enable_kinds(&gpu_config, 0, 0);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, dropped_total);
@@ -723,7 +733,7 @@ int st_gpu_start_with(st_trace *t, const char *records)
     pthread_mutex_unlock(&gpu_mutex);
     atomic_store(&t->gpu_dropped, 0);
     CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    int rc = enable_kinds(&config, 1);
+    int rc = enable_kinds(&config, 1, 0);
     if (rc) return rc;
     pthread_mutex_lock(&t->gpu_lock);
     t->gpu_paused_since = 0;

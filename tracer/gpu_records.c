@@ -112,7 +112,16 @@ int st_gpu_config_parse(const char *spec, st_gpu_config *out, char *err, size_t 
         if (!end) break;
         p = end + 1;
     }
-    if (!any_kind) c.kinds = ST_GPU_REC_DEFAULT; /* only options given */
+    /* only options given: the default kinds, or with the sampled capture the kinds it can switch */
+    if (!any_kind) c.kinds = c.every_steps > 1 ? ST_GPU_REC_SAMPLED : ST_GPU_REC_DEFAULT;
+    if (c.every_steps > 1 && (c.kinds & (ST_GPU_REC_MEMCPY | ST_GPU_REC_MEMSET | ST_GPU_REC_SYNC))) {
+        snprintf(err, err_size,
+                 "GPU records '%s': every_steps=%u cannot record memcpy, memset or sync (CUPTI crashes when the "
+                 "kernel records are switched often with those on); use kernel,runtime-launch,driver-launch,"
+                 "every_steps=%u or every_steps=%u alone",
+                 spec, c.every_steps, c.every_steps, c.every_steps);
+        return -1;
+    }
     /* The full API set holds the launch subset. */
     if (c.kinds & ST_GPU_REC_RUNTIME) c.kinds &= ~(unsigned)ST_GPU_REC_RUNTIME_LAUNCH;
     if (c.kinds & ST_GPU_REC_DRIVER) c.kinds &= ~(unsigned)ST_GPU_REC_DRIVER_LAUNCH;

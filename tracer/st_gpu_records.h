@@ -27,6 +27,10 @@ enum {
      * kind, with every kernel and copy still joined to its thread and stage. */
     ST_GPU_REC_DEFAULT = ST_GPU_REC_KERNEL | ST_GPU_REC_MEMCPY | ST_GPU_REC_MEMSET | ST_GPU_REC_RUNTIME_LAUNCH |
                          ST_GPU_REC_DRIVER_LAUNCH,
+    /* The sampled capture's (every_steps > 1) kinds when none is named: the kernel records, which
+     * it switches, and the launch subsets, which stay on; copies, memsets and syncs cannot be
+     * recorded with it (CUPTI crashes when the kernel kind is switched often with them on). */
+    ST_GPU_REC_SAMPLED = ST_GPU_REC_KERNEL | ST_GPU_REC_RUNTIME_LAUNCH | ST_GPU_REC_DRIVER_LAUNCH,
 };
 #define ST_GPU_BUFFER_KB_DEFAULT 8192u
 #define ST_GPU_BUFFER_KB_MIN 64u

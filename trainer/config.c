@@ -601,7 +601,10 @@ const char *tr_gpu_records(const tr_config *cfg, char *buf, size_t size)
 {
     if (!cfg->gpu_every) return NULL;
     const char *env = getenv("STAGETRACE_GPU_RECORDS");
-    snprintf(buf, size, "%s,every_steps=%ld", env && env[0] ? env : "default", cfg->gpu_every);
+    if (env && env[0])
+        snprintf(buf, size, "%s,every_steps=%ld", env, cfg->gpu_every);
+    else
+        snprintf(buf, size, "every_steps=%ld", cfg->gpu_every); /* the sampled capture's own kinds */
     return buf;
 }
 

@@ -95,9 +95,10 @@ int tr_config_parse(tr_config *cfg, int argc, char **argv, FILE *out, char *err,
 int tr_config_preset(tr_config *cfg, const char *name);
 
 /* Cross-checks every value (also called by tr_config_parse). 0, or -1 with err set. */
-/* The record-set spec for st_gpu_start_with: STAGETRACE_GPU_RECORDS (or
- * "default") with ",every_steps=N" for --gpu-every N, into buf; NULL
- * without --gpu-every (st_gpu_start's own choice). */
+/* The record-set spec for st_gpu_start_with: STAGETRACE_GPU_RECORDS with
+ * ",every_steps=N" for --gpu-every N ("every_steps=N" alone without it: the
+ * sampled capture's kinds), into buf; NULL without --gpu-every
+ * (st_gpu_start's own choice). */
 const char *tr_gpu_records(const tr_config *cfg, char *buf, size_t size);
 int tr_config_validate(tr_config *cfg, char *err, size_t err_size);
 

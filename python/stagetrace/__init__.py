@@ -237,8 +237,9 @@ def open(path, program=None, profile_interval=0, on_window=None, *, gpu=False, g
 
 def gpu_records_spec(gpu_every=None, gpu_records=None):
     """The record-set spec open(gpu=True) hands st_gpu_start_with: gpu_records (else
-    STAGETRACE_GPU_RECORDS, else "default") with ",every_steps=N" for gpu_every=N;
-    None when neither is given (st_gpu_start's own choice)."""
+    STAGETRACE_GPU_RECORDS) with ",every_steps=N" for gpu_every=N ("every_steps=N" alone
+    without either: the sampled capture's own kinds); None when neither is given
+    (st_gpu_start's own choice)."""
     if gpu_records is not None and not isinstance(gpu_records, str):
         raise TypeError("gpu_records must be a record-set string such as 'kernel,memcpy', not %r" % (gpu_records,))
     if gpu_every is None:
@@ -246,8 +247,8 @@ def gpu_records_spec(gpu_every=None, gpu_records=None):
     if isinstance(gpu_every, bool) or not isinstance(gpu_every, int) or not 1 <= gpu_every <= 1000000:
         raise ValueError("gpu_every must be a whole number from 1 to 1000000 (one step in N recorded), not %r"
                          % (gpu_every,))
-    base = gpu_records if gpu_records is not None else _os.environ.get("STAGETRACE_GPU_RECORDS") or "default"
-    return "%s,every_steps=%d" % (base, gpu_every)
+    base = gpu_records if gpu_records is not None else _os.environ.get("STAGETRACE_GPU_RECORDS") or ""
+    return "%s%severy_steps=%d" % (base, "," if base else "", gpu_every)
 
 
 # ---- Python frames in the CPU capture's stacks (docs/cpu.md, "Python") -------

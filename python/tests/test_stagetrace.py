@@ -695,7 +695,7 @@ def test_gpu_records_spec(monkeypatch):
     monkeypatch.delenv("STAGETRACE_GPU_RECORDS", raising=False)
     assert stagetrace.gpu_records_spec() is None
     assert stagetrace.gpu_records_spec(None, "kernel") == "kernel"
-    assert stagetrace.gpu_records_spec(10) == "default,every_steps=10"
+    assert stagetrace.gpu_records_spec(10) == "every_steps=10"
     assert stagetrace.gpu_records_spec(3, "kernel,memcpy") == "kernel,memcpy,every_steps=3"
     monkeypatch.setenv("STAGETRACE_GPU_RECORDS", "kernel,buffer_kb=64")
     assert stagetrace.gpu_records_spec(1000000) == "kernel,buffer_kb=64,every_steps=1000000"
@@ -718,6 +718,9 @@ def test_gpu_every_needs_gpu(path):
     if stagetrace.gpu_available():
         with pytest.raises(stagetrace.Error, match="GPU records 'kernels,every_steps=5': unknown item 'kernels'"):
             stagetrace.open(path, gpu=True, gpu_every=5, gpu_records="kernels", overwrite=True)
+        assert stagetrace.current() is None
+        with pytest.raises(stagetrace.Error, match="every_steps=5 cannot record memcpy, memset or sync"):
+            stagetrace.open(path, gpu=True, gpu_every=5, gpu_records="default", overwrite=True)
         assert stagetrace.current() is None
 
 

@@ -625,10 +625,13 @@ ST_API int st_gpu_start(st_trace *trace);
  * A spec that does not parse: ST_EINVAL with a one-line message. */
 ST_API int st_gpu_start_with(st_trace *trace, const char *records);
 
-/* Pauses GPU activity recording (CUPTI's kinds turned off, so the program
- * runs as if untraced) and resumes it. Each pause is stored as a gpu_pauses
- * row; the analyses say how much of their window was paused, since GPU
- * work done then is missing from the trace. A pause still open at st_close
+/* Pauses GPU activity recording and resumes it: the kernel records (CUPTI's
+ * per-launch instrumentation, what the capture costs) are turned off, so
+ * kernels run as if untraced; copies, memsets, syncs and API calls are still
+ * recorded (CUPTI does not switch those safely under concurrent launches;
+ * docs/tracer.md, "Pausing"). Each pause is stored as a gpu_pauses row; the
+ * analyses say how much of their window was paused, since the kernels run
+ * then are missing from the trace. A pause still open at st_close
  * ends there. For benchmarks that alternate traced and untraced blocks in
  * one process, and for tracing chosen stretches of a long run. Returns
  * ST_OK, or ST_ESTATE (GPU tracing not on; already paused / not paused) or
