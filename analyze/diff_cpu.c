@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu_share.h"
+#include "cpu_stacks.h"
 #include "diff_cpu.h"
 #include "diff_stats.h"
 
@@ -135,15 +136,6 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* A Python frame's name, "py::QUALNAME:FILE": its file (after the first
- * ':' past the prefix), "" for another name. */
-static const char *py_file(const char *name)
-{
-    if (strncmp(name, "py::", 4) != 0) return "";
-    const char *colon = strchr(name + 4, ':');
-    return colon ? colon + 1 : "";
-}
-
 /* Whether a thread counts: the kernel's samples need its switch records
  * (status perf), the Python ones samples in the period. */
 static int fn_known(const an_cpu_thread *th, int python) { return python ? th->py_samples > 0 : is_known(th); }
@@ -215,7 +207,7 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top, int python)
                                         p->role_names[role],
                                         stage,
                                         nm->name,
-                                        python ? py_file(nm->name) : base_name(nm->path),
+                                        python ? an_cpu_py_file(nm->name) : base_name(nm->path),
                                         w,
                                         cell->fns[f].self};
                 }

@@ -224,15 +224,6 @@ static void idmap_free(idmap *m)
     free(m->id);
 }
 
-/* A Python frame's name, "py::QUALNAME:FILE": its file (after the first
- * ':' past the prefix), "" for another name. */
-static const char *py_file(const char *name)
-{
-    if (strncmp(name, "py::", 4) != 0) return "";
-    const char *colon = strchr(name + 4, ':');
-    return colon ? colon + 1 : "";
-}
-
 /* What build's passes share. */
 typedef struct pprof {
     an_trace *t;
@@ -294,7 +285,7 @@ static int add_locations(pprof *x, const an_cpu_stacks *s, uint32_t base, int py
             /* name demangled, system_name as recorded */
             const char *fname = s->names[f->name], *fsys = s->names[f->raw_name], *ffile = s->names[f->path];
             int64_t line = py_line;
-            if (python) ffile = py_file(fname);
+            if (python) ffile = an_cpu_py_file(fname);
             if (has_lines) {
                 if (lines[d].function[0]) fname = an_demangle(fsys = lines[d].function);
                 ffile = lines[d].file;
