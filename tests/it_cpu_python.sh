@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# it_cpu_python.sh: the Python-frame samples (python_stacks 'frames') in the
+# CPU views beside `analyze cpu` and --folded (docs/analyze.md, "export"
+# --pprof/--firefox, "report", "diff"), on traces whose samples are known
+# exactly: tests/test_cpu_pysample.c's recorder (`--record-py PATH VARIANT`,
+# 12 steps; per step 2 samples read_batch < <module> in stage load, in stage
+# fwd HOT samples hot < Model.forward < <module> (4 in a and mixed, 12 in
+# b), 3 cold < Model.forward < <module> and 1 of a function named
+# 'we"ird\<b>' + a control byte (stored as '?') in '/app/q"uote.py'; in
+# step 0's fwd one sample with no frame; meta python_frames_hz 100.0). So a
+# has 24 samples in load and 12 x 8 + 1 = 97 in fwd, and no kernel samples
+# (only Python ones); mixed has the kernel's samples too; the recorder of
+# tests/test_cpu_record.c gives a trace with none.
+#  - --pprof: sample types samples/count, cpu/nanoseconds, python_samples/
+#    count, python_wall/nanoseconds; a Python sample's values [0, 0, n,
+#    n x 10^7] with labels thread, stage, role and source=python-frames, a
+#    kernel one's [n, n x period, 0, 0] without source; per stage the sums
+#    of `analyze cpu` (24 and 97; the kernel's as its samples column); the
+#    frame-less sample a Sample without locations; py::hot's Location has no
+#    mapping and one Line: function py::hot:/app/model.py, file
+#    /app/model.py, line 10; the odd name as recorded; default_sample_type
+#    python_wall with only Python samples, cpu with both; the trace with none:
+#    the two kernel types only;
+#  - --firefox: after each thread with Python samples an entry
+#    "main (Python)", tid 2100000000 + its id, not the main thread, no
+#    markers, its stacks exactly the recorder's (stage:fwd alone for the
+#    frame-less one), times in order within the profile; the thread's own
+#    entry keeps the kernel's samples only (`analyze cpu`'s count) and its
+#    markers; no such entry without Python samples;
+#  - report --html: under "Python stacks (sampled from the interpreter at
+#    100.0 Hz)" a graph per stage, "main · fwd (Python): 97 samples" and
+#    "main · load (Python): 24 samples", the odd name escaped;
+#    --cpu-stage load: the load graphs only; none without Python samples;
+#  - diff a b: hot grew (44 -> 132 samples over the 11 step windows,
+#    40.000 -> 120.000 ms per step) in the Python block and table
+#    cpu_python_functions, tested at alpha / 4; cold (33 -> 33) is not
+#    listed; diff a a: no Python function grew; diff against the trace
+#    without Python samples: one line says they are only in one.
+#
+#   bash tests/it_cpu_python.sh BUILD_DIR
+set -euo pipefail
+. "$(dirname "$0")/preamble.sh" # BUILD, ROOT, it_enter_tmp
+A="$BUILD/analyze"
+PYREC="$BUILD/tests/test_cpu_pysample"
+REC="$BUILD/tests/test_cpu_record"
+[ -x "$A" ] || { echo "SKIP: $A is not built"; exit 0; }
+[ -x "$PYREC" ] && [ -x "$REC" ] || { echo "SKIP: $PYREC or $REC is not built (cmocka missing?)"; exit 0; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the outputs"; exit 0; }
+
+it_enter_tmp
+
+for v in a b mixed; do
+    run "rec.$v" "$PYREC" --record-py "$v.sqlite" "$v"
+    [ $rc -eq 0 ] || fail "recorder $v: exit $rc: $(cat "rec.$v.err")"
+done
+run rec.none "$REC" --record none.sqlite
+[ $rc -eq 0 ] || fail "recorder: exit $rc: $(cat rec.none.err)"
+ok
+
+for v in a mixed none; do
+    expect_ok "cpu.$v" "$A" cpu --format csv --top 0 "$v.sqlite"
+    expect_ok "pprof.$v" "$A" export "$v.sqlite" --pprof "$v.pb.gz"
+    expect_ok "firefox.$v" "$A" export "$v.sqlite" --firefox "$v.json"
+    expect_ok "report.$v" "$A" report "$v.sqlite" --html "$v.html"
+    "$A" sql --format csv "$v.sqlite" "select id, name from threads" >"$v.threads"
+done
+expect_ok report.load "$A" report a.sqlite --html a_load.html --cpu-stage load
+
+# ---- pprof ------------------------------------------------------------------------------------
+py "pprof" <<'EOF'
+import csv, gzip, io
+
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1
+        v |= (c & 0x7f) << s; s += 7
+        if c < 0x80:
+            return v, i
+
+def msg(b):
+    i, d = 0, {}
+    while i < len(b):
+        key, i = varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = varint(b, i)
+        else:
+            assert wt == 2, wt
+            n, i = varint(b, i)
+            v = b[i:i + n]; i += n
+        d.setdefault(f, []).append((wt, v))
+    return d
+
+def one(d, f, default=0):
+    return d[f][-1][1] if f in d else default
+
+def ints(d, f):
+    out = []
+    for wt, v in d.get(f, []):
+        if wt == 0:
+            out.append(v)
+            continue
+        i = 0
+        while i < len(v):
+            x, i = varint(v, i)
+            out.append(x)
+    return out
+
+def cpu_samples(name):
+    blocks = open(f"cpu.{name}.out").read().strip().split("\n\n")
+    return {r["stage"]: int(r["samples"]) for r in csv.DictReader(io.StringIO(blocks[1])) if int(r["samples"])}
+
+def load(name):
+    data = open(f"{name}.pb.gz", "rb").read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    prof = msg(data)
+    S = [v.decode() for wt, v in prof.get(6, [])]
+    assert S[0] == ""
+    types = [(S[one(m, 1)], S[one(m, 2)]) for m in (msg(v) for wt, v in prof[1])]
+    fns = {one(m, 1): m for m in (msg(v) for wt, v in prof.get(5, []))}
+    locs = {one(m, 1): m for m in (msg(v) for wt, v in prof.get(4, []))}
+    samples = []
+    for wt, v in prof.get(2, []):
+        s = msg(v)
+        labels = {S[one(msg(l), 1)]: S[one(msg(l), 2)] for wt2, l in s.get(3, [])}
+        ids = ints(s, 1)
+        assert all(i in locs for i in ids), ids
+        names = [S[one(fns[one(msg(ln), 1)], 2)] for i in ids for wt2, ln in locs[i].get(4, [])]
+        samples.append((ints(s, 2), labels, names))
+    default = S[one(prof, 14)] if 14 in prof else None
+    return S, types, fns, locs, samples, default
+
+KERNEL = [("samples", "count"), ("cpu", "nanoseconds")]
+PY = [("python_samples", "count"), ("python_wall", "nanoseconds")]
+odd = 'py::we"ird\\<b>?:/app/q"uote.py'
+
+for name in ("a", "mixed"):
+    S, types, fns, locs, samples, default = load(name)
+    assert types == KERNEL + PY, types
+    py_sums, k_sums, empty = {}, {}, 0
+    for vals, labels, names in samples:
+        assert len(vals) == 4, vals
+        if labels.get("source") == "python-frames":
+            assert set(labels) == {"thread", "stage", "role", "source"}, labels
+            assert vals[0] == vals[1] == 0 and vals[3] == vals[2] * 10000000, vals
+            py_sums[labels["stage"]] = py_sums.get(labels["stage"], 0) + vals[2]
+            assert all(n.startswith("py::") for n in names), names
+            if not names:
+                empty += vals[2]
+                assert labels["stage"] == "fwd", labels
+        else:
+            assert set(labels) == {"thread", "stage", "role"}, labels
+            assert vals[2] == vals[3] == 0 and vals[1] == vals[0] * 1000000, vals
+            k_sums[labels["stage"]] = k_sums.get(labels["stage"], 0) + vals[0]
+            assert not any(n.startswith("py::") for n in names), names
+    assert py_sums == {"load": 24, "fwd": 97}, py_sums
+    assert empty == 1, empty
+    assert k_sums == cpu_samples(name), (k_sums, cpu_samples(name))
+    assert default == ("python_wall" if name == "a" else "cpu"), default
+    if name == "mixed":
+        assert sum(k_sums.values()) >= 5, k_sums  # 240 ms of spinning at 1 ms
+    hot = [f for f in fns.values() if S[one(f, 2)] == "py::hot:/app/model.py"]
+    assert len(hot) == 1 and S[one(hot[0], 4)] == "/app/model.py", hot
+    hot_id = one(hot[0], 1)
+    hot_locs = [l for l in locs.values() if any(one(msg(ln), 1) == hot_id for wt, ln in l.get(4, []))]
+    assert hot_locs and all(one(l, 2) == 0 and len(l[4]) == 1 and one(msg(l[4][0][1]), 2) == 10 for l in hot_locs)
+    assert odd in S and any(S[one(f, 4)] == '/app/q"uote.py' for f in fns.values()), "the odd name"
+
+S, types, fns, locs, samples, default = load("none")
+assert types == KERNEL and default is None, (types, default)
+assert not any(l.get("source") for v, l, n in samples)
+EOF
+
+# ---- firefox ----------------------------------------------------------------------------------
+py "firefox" <<'EOF'
+import collections, csv, io, json
+
+for name in ("a", "mixed", "none"):
+    d = json.load(open(f"{name}.json"))
+    sh = d["shared"]
+    S, st, fr, fn = sh["stringArray"], sh["stackTable"], sh["frameTable"], sh["funcTable"]
+    ids = {r["name"]: int(r["id"]) for r in csv.DictReader(open(f"{name}.threads"))}
+    blocks = open(f"cpu.{name}.out").read().strip().split("\n\n")
+    kernel = sum(int(r["samples"]) for r in csv.DictReader(io.StringIO(blocks[0])))
+    names = [t["name"] for t in d["threads"]]
+    def stacks(t):
+        c = collections.Counter()
+        for s in t["samples"]["stack"]:
+            path = []
+            while s is not None:
+                path.append(S[fn["name"][fr["func"][st["frame"][s]]]])
+                s = st["prefix"][s]
+            c[";".join(reversed(path))] += 1
+        return c
+    if name == "none":
+        assert not any(n.endswith("(Python)") for n in names), names
+        continue
+    assert names == ["main", "main (Python)"], names
+    own, pyt = d["threads"]
+    assert own["samples"]["length"] == kernel, (own["samples"]["length"], kernel)
+    assert own["markers"]["length"] == 36, own["markers"]["length"]  # 24 ranges, 12 step marks
+    assert not any("py::" in k for k in stacks(own)), stacks(own)
+    assert pyt["tid"] == 2100000000 + ids["main"] and pyt["isMainThread"] is False and own["isMainThread"] is True
+    assert pyt["pid"] == own["pid"] and pyt["markers"]["length"] == 0 and pyt["markers"]["name"] == []
+    sm = pyt["samples"]
+    assert sm["length"] == len(sm["stack"]) == len(sm["time"]) == 121, sm["length"]
+    assert sm["time"] == sorted(sm["time"])
+    assert all(d["meta"]["profilingStartTime"] <= x < d["meta"]["profilingEndTime"] for x in sm["time"])
+    want = {
+        "stage:load;py::<module>:/app/train.py;py::read_batch:/app/data.py": 24,
+        "stage:fwd;py::<module>:/app/train.py;py::Model.forward:/app/model.py;py::hot:/app/model.py": 48,
+        "stage:fwd;py::<module>:/app/train.py;py::Model.forward:/app/model.py;py::cold:/app/model.py": 36,
+        'stage:fwd;py::<module>:/app/train.py;py::we"ird\\<b>?:/app/q"uote.py': 12,
+        "stage:fwd": 1,
+    }
+    assert stacks(pyt) == want, stacks(pyt)
+EOF
+
+# ---- report -----------------------------------------------------------------------------------
+py "report" <<'EOF'
+import re
+for name in ("a", "mixed"):
+    h = open(f"{name}.html").read()
+    i = h.index("<h3>Python stacks (sampled from the interpreter at 100.0 Hz)</h3>")
+    assert i > h.index("<h3>Flame graphs</h3>"), "the Python graphs come after the kernel's"
+    heads = re.findall(r"<h3>([^<]*\(Python\)[^<]*)</h3>", h)
+    assert heads == ["main \u00b7 fwd (Python): 97 samples", "main \u00b7 load (Python): 24 samples"], heads
+    assert h.count('<svg class="flame" data-source="python-frames"') == 2
+    assert "py::we&quot;ird\\&lt;b&gt;?:/app/q&quot;uote.py: 12 samples" in h
+    assert "ird\\<b>" not in h
+h = open("a_load.html").read()
+heads = re.findall(r"<h3>([^<]*\(Python\)[^<]*)</h3>", h)
+assert heads == ["main \u00b7 load (Python): 24 samples"], heads
+assert "Python stacks" not in open("none.html").read()
+EOF
+
+# ---- diff -------------------------------------------------------------------------------------
+expect_ok diff.ab "$A" diff a.sqlite b.sqlite
+expect_ok diff.ab_csv "$A" diff a.sqlite b.sqlite --format csv --table cpu_python_functions
+expect_ok diff.aa "$A" diff a.sqlite a.sqlite
+expect_ok diff.anone "$A" diff a.sqlite none.sqlite
+grep -q '^Python functions whose sampled wall time grew beyond sampling noise (Python-frame samples, innermost frame; binomial test at alpha / 4 functions):$' diff.ab.out ||
+    fail "diff a b: no Python block: $(cat diff.ab.out)"
+grep -q '^  main/fwd: py::hot:/app/model.py (/app/model.py) 40.000 -> 120.000 ms per step (44 -> 132 samples, p = ' diff.ab.out ||
+    fail "diff a b: hot not named: $(grep -A3 Python diff.ab.out)"
+! grep -q 'py::cold' diff.ab.out || fail "diff a b: cold did not grow"
+ok
+py "diff table" <<'EOF'
+import csv
+rows = list(csv.DictReader(open("diff.ab_csv.out")))
+assert [(r["stage"], r["function"], r["file"], r["samples_a"], r["samples_b"], r["ms_per_step_a"], r["ms_per_step_b"], r["grew"])
+        for r in rows] == [("fwd", "py::hot:/app/model.py", "/app/model.py", "44", "132", "40.000", "120.000", "yes")], rows
+assert float(rows[0]["p_value"]) < 0.01 / 4
+EOF
+grep -q "^No Python function's sampled wall time grew beyond sampling noise (4 functions, binomial test at alpha / 4)\.$" diff.aa.out ||
+    fail "diff a a: $(grep -i python diff.aa.out)"
+ok
+grep -q '^Python-frame samples are only in A: Python functions are not compared\.$' diff.anone.out ||
+    fail "diff a none: $(cat diff.anone.out | head -20)"
+ok
+
+echo "it_cpu_python: $n_checks checks passed"
