@@ -195,7 +195,8 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top, int python)
             if (!fn_known(th, python) || th->thread >= p->n_threads || p->thread_role[th->thread] >= p->n_roles) continue;
             uint32_t role = p->thread_role[th->thread];
             int32_t other = an_pipe_role_index(q, p->role_names[role]);
-            if (other < 0 || !side_known(&s[!w], (uint32_t)other, python)) continue; /* not comparable */
+            /* not comparable: the role in one trace only, or without figures (a Python rate) in one */
+            if (other < 0 || !side_known(&s[w], role, python) || !side_known(&s[!w], (uint32_t)other, python)) continue;
             uint32_t order = w ? (uint32_t)other : role;
             for (uint32_t c = 0; c <= res->n_stages; c++) {
                 const an_cpu_cell *cell = python ? &th->py_cells[c] : &th->cells[c];

@@ -35,7 +35,9 @@
 #    40.000 -> 120.000 ms per step) in the Python block and table
 #    cpu_python_functions, tested at alpha / 4; cold (33 -> 33) is not
 #    listed; diff a a: no Python function grew; diff against the trace
-#    without Python samples: one line says they are only in one.
+#    without Python samples: one line says they are only in one;
+#  - a hostile meta python_frames_hz ('<b>"'): the report escapes it, pprof
+#    and diff run (no rate: no wall time, no Python function tested).
 #
 #   bash tests/it_cpu_python.sh BUILD_DIR
 set -euo pipefail
@@ -260,5 +262,23 @@ ok
 grep -q '^Python-frame samples are only in A: Python functions are not compared\.$' diff.anone.out ||
     fail "diff a none: $(cat diff.anone.out | head -20)"
 ok
+
+# ---- a hostile rate: meta python_frames_hz '<b>"' ---------------------------------------------
+command -v sqlite3 >/dev/null || { echo "it_cpu_python: $n_checks checks passed (no sqlite3: the hostile rate is not checked)"; exit 0; }
+cp a.sqlite bad.sqlite
+sqlite3 bad.sqlite "update meta set value = '<b>\"' where key = 'python_frames_hz'"
+expect_ok pprof.bad "$A" export bad.sqlite --pprof bad.pb.gz
+expect_ok report.bad "$A" report bad.sqlite --html bad.html
+expect_ok diff.bad "$A" diff bad.sqlite b.sqlite
+grep -q '<h3>Python stacks (sampled from the interpreter at &lt;b&gt;&quot; Hz)</h3>' bad.html || fail "report: the rate is not escaped"
+grep -q "^No Python function's sampled wall time grew beyond sampling noise (0 functions" diff.bad.out ||
+    fail "diff with no rate: $(grep -i python diff.bad.out)"
+ok
+py "pprof without a rate" <<'EOF'
+import gzip
+data = open("bad.pb.gz", "rb").read()
+data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+assert b"python_wall" in data and b"python-frames" in data
+EOF
 
 echo "it_cpu_python: $n_checks checks passed"
