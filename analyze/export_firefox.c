@@ -14,7 +14,8 @@
  * the stage's kind; an unended range an interval start; step marks instant
  * markers on the main thread). The tables are columns, so each column is
  * written by its own pass over the thread's records (two over the CPU
- * records, six over the range events): memory holds the interned stacks,
+ * records, six over the range events; with Python-frame samples one more
+ * to count them and two for their entry): memory holds the interned stacks,
  * frames and strings, never a thread's records. Threads come first, then the
  * shared tables they index (stacks, frames, functions, strings), which are
  * complete only once every thread is written. A thread with Python-frame
@@ -507,9 +508,13 @@ static int write_thread(firefox *x, uint32_t index, int python)
     const st_thread_info *th = st_reader_thread(x->r, index);
     char label[600];
     put_lit(f, index || python ? ",\n{\"name\":" : "{\"name\":");
-    if (strcmp(th->name, th->role) == 0) snprintf(label, sizeof label, "%s%s", th->name, python ? " (Python)" : "");
-    else snprintf(label, sizeof label, "%s (%s)%s", th->name, th->role, python ? " (Python)" : "");
-    an_json_string(f, label);
+    if (strcmp(th->name, th->role) == 0 && !python) {
+        an_json_string(f, th->name);
+    } else {
+        if (strcmp(th->name, th->role) == 0) snprintf(label, sizeof label, "%s (Python)", th->name);
+        else snprintf(label, sizeof label, python ? "%s (%s) (Python)" : "%s (%s)", th->name, th->role);
+        an_json_string(f, label);
+    }
     process_name(x, th, label, sizeof label);
     put_lit(f, ",\"processName\":");
     an_json_string(f, label);
