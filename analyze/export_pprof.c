@@ -18,8 +18,8 @@
  * [0, 0, n, n x 10^9 / python_frames_hz], with the same labels and
  * source=python-frames, so no view of pprof adds the two and Pyroscope
  * stores them as two profile types. Their frames are Locations with no
- * mapping, one Line each: Function "py::QUALNAME:FILE", filename FILE, the
- * line. default_sample_type: cpu (python_wall when the kernel has none).
+ * mapping, one Line each: Function "py::QUALNAME:FILE" (no system_name),
+ * filename FILE, the line. default_sample_type: cpu (python_wall when the kernel has none).
  * A trace without the sampler gets the two kernel types only.
  *
  * The encoder is protobuf's wire format, written here (it is small): a
@@ -285,7 +285,12 @@ static int add_locations(pprof *x, const an_cpu_stacks *s, uint32_t base, int py
             /* name demangled, system_name as recorded */
             const char *fname = s->names[f->name], *fsys = s->names[f->raw_name], *ffile = s->names[f->path];
             int64_t line = py_line;
-            if (python) ffile = an_cpu_py_file(fname);
+            /* no system_name: pprof then keeps the name as it is (one equal to its system_name
+             * and holding "::" or '<' it simplifies as C++, which turns py::<module> into py::) */
+            if (python) {
+                ffile = an_cpu_py_file(fname);
+                fsys = "";
+            }
             if (has_lines) {
                 if (lines[d].function[0]) fname = an_demangle(fsys = lines[d].function);
                 ffile = lines[d].file;

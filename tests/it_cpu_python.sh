@@ -20,7 +20,10 @@
 #    mapping and one Line: function py::hot:/app/model.py, file
 #    /app/model.py, line 10; the odd name as recorded; default_sample_type
 #    python_wall with only Python samples, cpu with both; the trace with none:
-#    the two kernel types only;
+#    the two kernel types only; where Go is installed, `go tool pprof -top`
+#    shows the kernel's CPU time by default, -sample_index=python_samples
+#    the 121 Python samples with their names as recorded (py::<module>:...),
+#    -tagfocus=stage=load the 24 of read_batch;
 #  - --firefox: after each thread with Python samples an entry
 #    "main (Python)", tid 2100000000 + its id, not the main thread, no
 #    markers, its stacks exactly the recorder's (stage:fwd alone for the
@@ -164,7 +167,7 @@ for name in ("a", "mixed"):
     if name == "mixed":
         assert sum(k_sums.values()) >= 5, k_sums  # 240 ms of spinning at 1 ms
     hot = [f for f in fns.values() if S[one(f, 2)] == "py::hot:/app/model.py"]
-    assert len(hot) == 1 and S[one(hot[0], 4)] == "/app/model.py", hot
+    assert len(hot) == 1 and S[one(hot[0], 4)] == "/app/model.py" and one(hot[0], 3) == 0, hot  # no system_name
     hot_id = one(hot[0], 1)
     hot_locs = [l for l in locs.values() if any(one(msg(ln), 1) == hot_id for wt, ln in l.get(4, []))]
     assert hot_locs and all(one(l, 2) == 0 and len(l[4]) == 1 and one(msg(l[4][0][1]), 2) == 10 for l in hot_locs)
@@ -174,6 +177,26 @@ S, types, fns, locs, samples, default = load("none")
 assert types == KERNEL and default is None, (types, default)
 assert not any(l.get("source") for v, l, n in samples)
 EOF
+
+# go tool pprof itself, where Go is installed: the kernel's CPU time by default (with only Python
+# samples, their wall time), the Python samples by -sample_index, names as recorded
+if command -v go >/dev/null && HOME=$T go tool pprof -h >/dev/null 2>&1; then
+    gp() { HOME=$T GOFLAGS= go tool pprof "$@" 2>/dev/null; }
+    gp -top mixed.pb.gz >gp.mixed || fail "go tool pprof -top mixed: $(cat gp.mixed)"
+    grep -q '^Type: cpu$' gp.mixed || fail "mixed: default type: $(head -5 gp.mixed)"
+    ! grep -q 'py::' gp.mixed || fail "mixed: Python frames in the CPU time: $(cat gp.mixed)"
+    gp -top a.pb.gz >gp.a || fail "go tool pprof -top a"
+    grep -q '^Type: python_wall$' gp.a && grep -q 'Total samples = 1210ms' gp.a || fail "a: $(head -5 gp.a)"
+    gp -top -sample_index=python_samples mixed.pb.gz >gp.py || fail "go tool pprof python_samples"
+    grep -q 'Total samples = 121 *$' gp.py || fail "python_samples: $(head -5 gp.py)"
+    grep -Eq '^ +48 .* py::hot:/app/model.py$' gp.py && grep -Eq ' 120 .* py::<module>:/app/train.py$' gp.py &&
+        grep -Fq 'py::we"ird\<b>?:/app/q"uote.py' gp.py || fail "python_samples: $(cat gp.py)"
+    gp -top -sample_index=python_samples -tagfocus=stage=load mixed.pb.gz >gp.load || fail "tagfocus"
+    grep -Eq '^ +24 .* py::read_batch:/app/data.py$' gp.load || fail "tagfocus stage=load: $(cat gp.load)"
+    ok
+else
+    echo "it_cpu_python: no go tool pprof here: the profile is checked by the decoder above only"
+fi
 
 # ---- firefox ----------------------------------------------------------------------------------
 py "firefox" <<'EOF'
