@@ -22,6 +22,9 @@
  * filename FILE, the line. default_sample_type: cpu (python_wall when the kernel has none).
  * A trace without the sampler gets the two kernel types only.
  *
+ * Strings are written as valid UTF-8 (a byte that begins no sequence as
+ * U+FFFD), as proto3 requires of a string field and strict decoders check.
+ *
  * The encoder is protobuf's wire format, written here (it is small): a
  * varint for each integer, a length-delimited record for strings, nested
  * messages and packed repeated integers. Each message is built in its own
@@ -109,7 +112,43 @@ typedef struct strtab {
     size_t cap, n;
 } strtab;
 
-static int64_t str_id(strtab *s, const char *str)
+/* str as proto3 wants a string, valid UTF-8: each byte that begins no
+ * UTF-8 sequence (a name cut inside a character, a hostile trace's) as
+ * U+FFFD. NULL when str is valid as it is (or out of memory: *oom 1), else
+ * a copy to free. */
+static char *utf8_fixed(const char *str, int *oom)
+{
+    const unsigned char *p = (const unsigned char *)str;
+    size_t bad = 0, n = 0;
+    while (p[n]) {
+        int k = an_utf8_len(p + n);
+        bad += !k;
+        n += k ? (size_t)k : 1;
+    }
+    if (!bad) return NULL;
+    char *out = malloc(n + 2 * bad + 1), *o = out;
+    if (!out) {
+        *oom = 1;
+        return NULL;
+    }
+    for (size_t i = 0; p[i];) {
+        int k = an_utf8_len(p + i);
+        if (!k) {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(o, p + i, (size_t)k);
+            o += k;
+            i += (size_t)k;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* The index of str (valid UTF-8) in the string table, added when new. */
+static int64_t str_id_valid(strtab *s, const char *str)
 {
     if (s->n * 2 >= s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 1024;
@@ -145,6 +184,19 @@ static int64_t str_id(strtab *s, const char *str)
     s->index[k] = (int64_t)s->n++;
     pb_len(&s->out, 6, str, strlen(str)); /* Profile.string_table */
     return s->index[k];
+}
+
+static int64_t str_id(strtab *s, const char *str)
+{
+    int oom = 0;
+    char *fixed = utf8_fixed(str, &oom);
+    if (oom) {
+        s->out.oom = 1;
+        return 0;
+    }
+    int64_t id = str_id_valid(s, fixed ? fixed : str);
+    free(fixed);
+    return id;
 }
 
 static void strtab_free(strtab *s)
