@@ -40,7 +40,11 @@
 #    listed; diff a a: no Python function grew; diff against the trace
 #    without Python samples: one line says they are only in one;
 #  - a hostile meta python_frames_hz ('<b>"'): the report escapes it, pprof
-#    and diff run (no rate: no wall time, no Python function tested).
+#    and diff run (no rate: no wall time, no Python function tested);
+#  - a hostile name (cpu_symbols edited: a newline, a tab, \x01, a stray
+#    byte \xff, a quote, </svg><script>): pprof's strings stay valid UTF-8
+#    (U+FFFD for the stray byte), the JSON parses with the name as it is,
+#    the report escapes it ('?' for control bytes), --folded as its rules.
 #
 #   bash tests/it_cpu_python.sh BUILD_DIR
 set -euo pipefail
@@ -302,6 +306,46 @@ import gzip
 data = open("bad.pb.gz", "rb").read()
 data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 assert b"python_wall" in data and b"python-frames" in data
+EOF
+
+# ---- a hostile name: py::hot renamed with a newline, a tab, a control byte, a stray byte, a quote, tags
+cp a.sqlite name.sqlite
+sqlite3 name.sqlite "update cpu_symbols set name = cast(X'70793a3a680a0901ff223c2f7376673e3c7363726970743e3a2f6170702f6d6f64656c2e7079' as text)
+    where name = 'py::hot:/app/model.py'"
+expect_ok pprof.name "$A" export name.sqlite --pprof name.pb.gz
+expect_ok firefox.name "$A" export name.sqlite --firefox name.json
+expect_ok report.name "$A" report name.sqlite --html name.html
+expect_ok folded.name "$A" export name.sqlite --folded name.txt
+py "a hostile name" <<'EOF'
+import gzip, json
+data = open("name.pb.gz", "rb").read()
+data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1
+        v |= (c & 0x7f) << s; s += 7
+        if c < 0x80:
+            return v, i
+strings, i = [], 0
+while i < len(data):  # the top-level fields: string_table (6) is length-delimited
+    key, i = varint(data, i)
+    if key & 7 == 0:
+        v, i = varint(data, i)
+        continue
+    n, i = varint(data, i)
+    if key >> 3 == 6:
+        strings.append(data[i:i + n].decode("utf-8"))  # strict: every string valid UTF-8
+    i += n
+# the stray byte as U+FFFD, the control bytes kept inside the string
+assert 'py::h\n\t\x01\ufffd"</svg><script>:/app/model.py' in strings, [x for x in strings if "py::h" in x]
+d = json.load(open("name.json"))
+assert 'py::h\n\t\x01\ufffd"</svg><script>:/app/model.py' in d["shared"]["stringArray"]
+h = open("name.html", "rb").read()
+assert b"<script>" not in h and b"\x01" not in h and b"\xff" not in h
+assert b"py::h???&#xFFFD;&quot;&lt;/svg&gt;&lt;script&gt;:/app/model.py: 48 samples" in h
+lines = open("name.txt", "rb").read().split(b"\n")
+assert any(l.endswith(b";py::h?_?\xff\"</svg><script>:/app/model.py 48") for l in lines), lines
 EOF
 
 echo "it_cpu_python: $n_checks checks passed"
