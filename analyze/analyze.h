@@ -191,6 +191,9 @@ void an_table_gap(an_table *t); /* blank line between row groups (text only) */
 void an_table_end(an_table *t); /* frees t */
 
 /* Escapers shared with the streaming writers (export). */
+/* The length of the UTF-8 sequence that s begins (1 for ASCII and the NUL),
+ * 0 when s begins none (a stray byte, an overlong or surrogate form). */
+int an_utf8_len(const unsigned char *s);
 void an_json_string(FILE *f, const char *s);   /* quoted, valid UTF-8 JSON string */
 void an_csv_field(FILE *f, const char *s);     /* quoted when needed */
 /* A name from the trace for a line of text: control characters as '?'. */

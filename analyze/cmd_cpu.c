@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_stacks.h"
 
 static const char help[] =
     "usage: analyze cpu [options] FILE|SET\n"
@@ -148,15 +149,6 @@ static void put_shares(an_table *tb, const an_cpu_cell *c)
 
 static const char *stage_name(st_reader *r, int32_t s) { return s < 0 ? "(none)" : st_reader_stage(r, (uint32_t)s)->name; }
 
-/* A Python frame's name, "py::QUALNAME:FILE": its file (after the first
- * ':' past the prefix), "" for another name. */
-static const char *py_file(const char *name)
-{
-    if (strncmp(name, "py::", 4) != 0) return "";
-    const char *colon = strchr(name + 4, ':');
-    return colon ? colon + 1 : "";
-}
-
 /* Tables python and python_functions: the Python-frame samples per thread
  * and stage, and their top functions, with the rate they were taken at. */
 static void python_tables(an_out *out, an_trace *t, const an_cpu_result *res, int32_t want, uint32_t top_n,
@@ -205,7 +197,7 @@ static void python_tables(an_out *out, an_trace *t, const an_cpu_result *res, in
                     an_put_str(tb, by ? "inclusive" : "self");
                     an_put_int(tb, k + 1);
                     an_put_str(tb, name);
-                    an_put_str(tb, py_file(name));
+                    an_put_str(tb, an_cpu_py_file(name));
                     uint64_t v = by ? top[k]->incl : top[k]->self;
                     an_put_int(tb, (int64_t)v);
                     an_put_pct(tb, 100.0 * (double)v / (double)cell->samples);

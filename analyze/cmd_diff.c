@@ -54,7 +54,9 @@ static const char help[] =
     "With the CPU capture in both traces (--trace-cpu): cpu_stages compares each stage's\n"
     "on-CPU time per step the same way; cpu_functions lists per stage the leaf functions\n"
     "whose CPU time per step grew, grown when a binomial test of their sample counts gives\n"
-    "p < alpha / (functions tested) and B is at least 1.2x A.\n"
+    "p < alpha / (functions tested) and B is at least 1.2x A. With Python-frame samples in\n"
+    "both (python_stacks='frames'), cpu_python_functions does the same, apart, for the\n"
+    "innermost Python functions of those samples (wall time, 1/python_frames_hz s each).\n"
     "\n"
     "options:\n"
     "  --alpha P       significance level (default 0.01)\n"
@@ -64,7 +66,7 @@ static const char help[] =
     "                  runs, throughput, stages, top_changes; with GPU activity also\n"
     "                  gpu_busy and kernels)\n"
     "  --table NAME    only the table NAME (with --format csv or json): runs, throughput,\n"
-    "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions\n"
+    "                  stages, top_changes, gpu_busy, kernels, cpu_stages, cpu_functions,\n                  cpu_python_functions\n"
     "  --align MODE    a rank set's clocks: auto (default), meta, collectives or none\n"
     "                  (docs/analyze.md, \"Clock alignment\")\n";
 
@@ -897,5 +899,5 @@ const an_cmd_def an_cmd_diff = {
     .option = option,
     .check = check,
     .work = work,
-    .tables = "runs,throughput,stages,top_changes,gpu_busy,kernels,cpu_stages,cpu_functions",
+    .tables = "runs,throughput,stages,top_changes,gpu_busy,kernels,cpu_stages,cpu_functions,cpu_python_functions",
 };

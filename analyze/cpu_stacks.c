@@ -301,6 +301,13 @@ static int compute(an_trace *t, int64_t t0, int64_t t1, uint32_t kind, an_cpu_st
     return rc;
 }
 
+const char *an_cpu_py_file(const char *name)
+{
+    if (strncmp(name, "py::", 4) != 0) return "";
+    const char *colon = strchr(name + 4, ':');
+    return colon ? colon + 1 : "";
+}
+
 int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out)
 {
     return compute(t, t0, t1, ST_CPU_ROW_SAMPLE, out);

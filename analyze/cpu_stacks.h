@@ -30,6 +30,10 @@
  * fr->name or buf (which receives the bracketed form, cut to size). */
 const char *an_cpu_frame_label(const st_cpu_frame *fr, int with_offset, char *buf, size_t size);
 
+/* A Python-frame sample's frame name, "py::QUALNAME:FILE": its FILE (after
+ * the first ':' past the prefix); "" for any other name. */
+const char *an_cpu_py_file(const char *name);
+
 typedef struct an_cpu_sframe {
     uint64_t addr;
     uint64_t stack;   /* a stack holding it: names its process for st_reader_cpu_map */

@@ -6,13 +6,16 @@
  * function's samples are counts, so its growth is judged with a binomial
  * test: given the samples of both traces together, B's share is what B's
  * exposure (steps x threads / period) predicts when the CPU time per step
- * did not change.
+ * did not change. The Python-frame samples' innermost Python functions
+ * are tested the same way and listed apart: their exposure is steps x the
+ * role's threads with such samples x python_frames_hz, their time wall time.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_share.h"
+#include "cpu_stacks.h"
 #include "diff_cpu.h"
 #include "diff_stats.h"
 
@@ -47,6 +50,7 @@ typedef struct side {
     int64_t *on_ns;          /* [(bin * n_roles + role) * n_cols + col] */
     uint32_t *known;         /* [n_roles] threads with figures */
     double *inv_period;      /* [n_roles] sum over them of 1 / period_ns */
+    double *py_rate;         /* [n_roles] sum over its threads with Python-frame samples of hz / 10^9 */
     uint64_t steps;
 } side;
 
@@ -132,6 +136,11 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+/* Whether a thread counts: the kernel's samples need its switch records
+ * (status perf), the Python ones samples in the period. */
+static int fn_known(const an_cpu_thread *th, int python) { return python ? th->py_samples > 0 : is_known(th); }
+static int side_known(const side *s, uint32_t role, int python) { return python ? s->py_rate[role] > 0 : s->known[role] > 0; }
+
 static int cmp_str_null_last(const char *a, const char *b)
 {
     if (!a || !b) return !a - !b;
@@ -167,12 +176,15 @@ static int cmp_fn(const void *x, const void *y)
     return c ? c : strcmp(a->file, b->file);
 }
 
-static int functions(an_diff_cpu *d, const side *s, uint64_t top)
+/* The growing functions of the kernel's samples (python 0) or of the
+ * Python-frame samples (python 1) into d->fns or d->py_fns. */
+static int functions(an_diff_cpu *d, const side *s, uint64_t top, int python)
 {
     size_t cap = 0, n = 0;
     for (int w = 0; w < 2; w++)
         for (uint32_t i = 0; i < d->res[w].n_threads; i++)
-            for (uint32_t c = 0; c <= d->res[w].n_stages; c++) cap += d->res[w].threads[i].cells[c].n_fns;
+            for (uint32_t c = 0; c <= d->res[w].n_stages; c++)
+                cap += (python ? d->res[w].threads[i].py_cells : d->res[w].threads[i].cells)[c].n_fns;
     fn_entry *e = malloc((cap ? cap : 1) * sizeof *e);
     if (!e) return oom();
     for (int w = 0; w < 2; w++) {
@@ -180,21 +192,23 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top)
         const an_pipe *p = s[w].p, *q = s[!w].p;
         for (uint32_t i = 0; i < res->n_threads; i++) {
             const an_cpu_thread *th = &res->threads[i];
-            if (!is_known(th) || th->thread >= p->n_threads || p->thread_role[th->thread] >= p->n_roles) continue;
+            if (!fn_known(th, python) || th->thread >= p->n_threads || p->thread_role[th->thread] >= p->n_roles) continue;
             uint32_t role = p->thread_role[th->thread];
             int32_t other = an_pipe_role_index(q, p->role_names[role]);
-            if (other < 0 || !s[!w].known[other]) continue; /* not comparable */
+            /* not comparable: the role in one trace only, or without figures (a Python rate) in one */
+            if (other < 0 || !side_known(&s[w], role, python) || !side_known(&s[!w], (uint32_t)other, python)) continue;
             uint32_t order = w ? (uint32_t)other : role;
             for (uint32_t c = 0; c <= res->n_stages; c++) {
-                const an_cpu_cell *cell = &th->cells[c];
+                const an_cpu_cell *cell = python ? &th->py_cells[c] : &th->cells[c];
                 const char *stage = c ? st_reader_stage(p->trace->r, c - 1)->name : NULL;
                 for (uint32_t f = 0; f < cell->n_fns; f++) {
                     if (!cell->fns[f].self) continue;
+                    const an_cpu_name *nm = &res->names[cell->fns[f].name];
                     e[n++] = (fn_entry){order,
                                         p->role_names[role],
                                         stage,
-                                        res->names[cell->fns[f].name].name,
-                                        base_name(res->names[cell->fns[f].name].path),
+                                        nm->name,
+                                        python ? an_cpu_py_file(nm->name) : base_name(nm->path),
                                         w,
                                         cell->fns[f].self};
                 }
@@ -224,13 +238,15 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top)
         i = j;
     }
     free(e);
-    d->n_tested = m;
+    if (python) d->n_py_tested = m;
+    else d->n_tested = m;
     /* exposure: steps x the sum over the role's threads of 1 / period, in samples per ns of CPU time per step per thread */
     uint32_t kept = 0;
     for (uint32_t i = 0; i < m; i++) {
         an_diff_cpu_fn *f = &fns[i];
         uint32_t ra = (uint32_t)an_pipe_role_index(s[0].p, f->role), rb = (uint32_t)an_pipe_role_index(s[1].p, f->role);
-        double wa = (double)s[0].steps * s[0].inv_period[ra], wb = (double)s[1].steps * s[1].inv_period[rb];
+        double wa = (double)s[0].steps * (python ? s[0].py_rate[ra] : s[0].inv_period[ra]),
+               wb = (double)s[1].steps * (python ? s[1].py_rate[rb] : s[1].inv_period[rb]);
         f->ms_a = wa > 0 ? (double)f->samples_a / wa / 1e6 : NAN;
         f->ms_b = wb > 0 ? (double)f->samples_b / wb / 1e6 : NAN;
         if (!(wa > 0 && wb > 0) || !(f->ms_b > f->ms_a)) continue;
@@ -245,8 +261,13 @@ static int functions(an_diff_cpu *d, const side *s, uint64_t top)
         run = i && fns[i].role_order == fns[i - 1].role_order && !cmp_str_null_last(fns[i].stage, fns[i - 1].stage) ? run + 1 : 0;
         if (run < top) fns[out++] = fns[i];
     }
-    d->fns = fns;
-    d->n_fns = out;
+    if (python) {
+        d->py_fns = fns;
+        d->n_py_fns = out;
+    } else {
+        d->fns = fns;
+        d->n_fns = out;
+    }
     return 0;
 }
 
@@ -275,7 +296,8 @@ int an_diff_cpu_compute(an_diff_cpu *d, an_trace *ta, const an_pipe *pa, an_trac
         s[i].on_ns = calloc(cells ? cells : 1, sizeof *s[i].on_ns);
         s[i].known = calloc(p[i]->n_roles ? p[i]->n_roles : 1, sizeof *s[i].known);
         s[i].inv_period = calloc(p[i]->n_roles ? p[i]->n_roles : 1, sizeof *s[i].inv_period);
-        if (!s[i].on_ns || !s[i].known || !s[i].inv_period) {
+        s[i].py_rate = calloc(p[i]->n_roles ? p[i]->n_roles : 1, sizeof *s[i].py_rate);
+        if (!s[i].on_ns || !s[i].known || !s[i].inv_period || !s[i].py_rate) {
             rc = oom();
             break;
         }
@@ -287,6 +309,17 @@ int an_diff_cpu_compute(an_diff_cpu *d, an_trace *ta, const an_pipe *pa, an_trac
             if (is_known(th) && th->info.period_ns > 0 && th->thread < p[i]->n_threads &&
                 p[i]->thread_role[th->thread] < p[i]->n_roles)
                 s[i].inv_period[p[i]->thread_role[th->thread]] += 1.0 / (double)th->info.period_ns;
+        }
+        /* the Python-frame samples: each stands for 1 / python_frames_hz s of a sampled thread's wall time */
+        const char *hz_text = an_trace_meta(t[i], "python_frames_hz");
+        double hz = hz_text ? strtod(hz_text, NULL) : 0.0;
+        for (uint32_t k = 0; !rc && k < d->res[i].n_threads; k++) {
+            const an_cpu_thread *th = &d->res[i].threads[k];
+            if (!th->py_samples) continue;
+            if (i) d->has_py_b = 1;
+            else d->has_py_a = 1;
+            if (hz >= 1.0 && hz <= 1e6 && th->thread < p[i]->n_threads && p[i]->thread_role[th->thread] < p[i]->n_roles)
+                s[i].py_rate[p[i]->thread_role[th->thread]] += hz / 1e9;
         }
     }
     if (!rc) {
@@ -313,11 +346,13 @@ int an_diff_cpu_compute(an_diff_cpu *d, an_trace *ta, const an_pipe *pa, an_trac
                                st_kind_name(st_reader_stage(pb->trace->r, cb)->kind), buf_a, buf_b);
         }
     }
-    if (!rc) rc = functions(d, s, top);
+    if (!rc) rc = functions(d, s, top, 0);
+    if (!rc) rc = functions(d, s, top, 1);
     for (int i = 0; i < 2; i++) {
         free(s[i].on_ns);
         free(s[i].known);
         free(s[i].inv_period);
+        free(s[i].py_rate);
     }
     free(buf_a);
     free(buf_b);
@@ -345,6 +380,37 @@ static int cmp_fn_growth(const void *x, const void *y)
     return c ? c : strcmp(a->name, b->name);
 }
 
+/* The summary lines of the growing functions (fs: room for n_fns). */
+static void fn_lines(an_out *out, const an_diff_cpu_fn *fns, uint32_t n_fns, uint32_t n_tested, const an_diff_cpu_fn **fs,
+                     int python)
+{
+    char rn[128], sn[128], fn[256], fl[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_fns; i++)
+        if (fns[i].grew) fs[n++] = &fns[i];
+    if (n) qsort(fs, n, sizeof *fs, cmp_fn_growth);
+    for (uint32_t i = 0; i < n && i < 5; i++) {
+        const an_diff_cpu_fn *f = fs[i];
+        if (!i && python)
+            an_out_text(out, "Python functions whose sampled wall time grew beyond sampling noise (Python-frame "
+                             "samples, innermost frame; binomial test at alpha / %u function%s):\n",
+                        n_tested, n_tested == 1 ? "" : "s");
+        else if (!i)
+            an_out_text(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / %u function%s):\n",
+                        n_tested, n_tested == 1 ? "" : "s");
+        an_out_text(out, "  %s/%s: %s (%s) %.3f -> %.3f ms per step (%llu -> %llu samples, p = %.3g)\n",
+                    an_clean(f->role, rn, sizeof rn), f->stage ? an_clean(f->stage, sn, sizeof sn) : "idle",
+                    an_clean(f->name, fn, sizeof fn), an_clean(f->file, fl, sizeof fl), f->ms_a, f->ms_b,
+                    (unsigned long long)f->samples_a, (unsigned long long)f->samples_b, f->p);
+    }
+    if (!n && python)
+        an_out_text(out, "No Python function's sampled wall time grew beyond sampling noise (%u function%s, binomial "
+                         "test at alpha / %u).\n", n_tested, n_tested == 1 ? "" : "s", n_tested);
+    else if (!n)
+        an_out_text(out, "No function's CPU time grew beyond sampling noise (%u function%s, binomial test at alpha / %u).\n",
+                    n_tested, n_tested == 1 ? "" : "s", n_tested);
+}
+
 void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
 {
     if (!d->has_a && !d->has_b) return;
@@ -352,7 +418,7 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
         an_out_text(out, "The CPU capture is only in %s: on-CPU time and functions are not compared.\n", d->has_a ? "A" : "B");
         return;
     }
-    char rn[128], sn[128], fn[256], fl[256], p1[40];
+    char rn[128], sn[128], p1[40];
     const an_diff_cpu_stage **st = malloc((d->n_stages + 1) * sizeof *st);
     const an_diff_cpu_fn **fs = malloc((d->n_fns + 1) * sizeof *fs);
     if (!st || !fs) {
@@ -373,23 +439,14 @@ void an_diff_cpu_lines(an_out *out, const an_diff_cpu *d)
                     an_fmt_signed_pct(an_change_pct(c->median_a, c->median_b), p1, sizeof p1), c->p);
     }
     if (!shown) an_out_text(out, "No stage's on-CPU time changed beyond run-to-run noise (alpha %g).\n", d->alpha);
-    n = 0;
-    for (uint32_t i = 0; i < d->n_fns; i++)
-        if (d->fns[i].grew) fs[n++] = &d->fns[i];
-    if (n) qsort(fs, n, sizeof *fs, cmp_fn_growth);
-    for (uint32_t i = 0; i < n && i < 5; i++) {
-        const an_diff_cpu_fn *f = fs[i];
-        if (!i)
-            an_out_text(out, "Functions whose CPU time grew beyond sampling noise (binomial test at alpha / %u function%s):\n",
-                        d->n_tested, d->n_tested == 1 ? "" : "s");
-        an_out_text(out, "  %s/%s: %s (%s) %.3f -> %.3f ms per step (%llu -> %llu samples, p = %.3g)\n",
-                    an_clean(f->role, rn, sizeof rn), f->stage ? an_clean(f->stage, sn, sizeof sn) : "idle",
-                    an_clean(f->name, fn, sizeof fn), an_clean(f->file, fl, sizeof fl), f->ms_a, f->ms_b,
-                    (unsigned long long)f->samples_a, (unsigned long long)f->samples_b, f->p);
+    fn_lines(out, d->fns, d->n_fns, d->n_tested, fs, 0);
+    if (d->has_py_a && d->has_py_b) {
+        const an_diff_cpu_fn **pfs = malloc((d->n_py_fns + 1) * sizeof *pfs);
+        if (pfs) fn_lines(out, d->py_fns, d->n_py_fns, d->n_py_tested, pfs, 1);
+        free(pfs);
+    } else if (d->has_py_a || d->has_py_b) {
+        an_out_text(out, "Python-frame samples are only in %s: Python functions are not compared.\n", d->has_py_a ? "A" : "B");
     }
-    if (!n)
-        an_out_text(out, "No function's CPU time grew beyond sampling noise (%u function%s, binomial test at alpha / %u).\n",
-                    d->n_tested, d->n_tested == 1 ? "" : "s", d->n_tested);
     free(st);
     free(fs);
 }
@@ -411,6 +468,32 @@ static const an_col fn_cols[] = {
 };
 
 #define N_OF(a) ((int)(sizeof a / sizeof a[0]))
+
+static void fn_table(an_out *out, const char *name, const an_diff_cpu_fn *fns, uint32_t n_fns)
+{
+    an_table *t = an_table_new(out, name, fn_cols, N_OF(fn_cols));
+    for (uint32_t i = 0, rank = 0; i < n_fns; i++) {
+        const an_diff_cpu_fn *f = &fns[i];
+        int same = i && f->role_order == fns[i - 1].role_order && !cmp_str_null_last(f->stage, fns[i - 1].stage);
+        rank = same ? rank + 1 : 1;
+        if (i && f->role_order != fns[i - 1].role_order) an_table_gap(t);
+        an_put_str(t, f->role);
+        an_put_str(t, f->stage ? f->stage : "idle");
+        an_put_int(t, rank);
+        an_put_str(t, f->name);
+        an_put_str(t, f->file);
+        an_put_int(t, (int64_t)f->samples_a);
+        an_put_int(t, (int64_t)f->samples_b);
+        an_put_real_or_null(t, f->ms_a);
+        an_put_real_or_null(t, f->ms_b);
+        an_put_real_or_null(t, f->ms_b - f->ms_a);
+        an_put_real_or_null(t, f->ms_a > 0 ? f->ms_b / f->ms_a : NAN);
+        an_put_real_or_null(t, f->p);
+        an_put_str(t, f->grew ? "yes" : "no");
+        an_row_end(t);
+    }
+    an_table_end(t);
+}
 
 void an_diff_cpu_tables(an_out *out, const an_diff_cpu *d)
 {
@@ -441,28 +524,14 @@ void an_diff_cpu_tables(an_out *out, const an_diff_cpu *d)
     an_out_text(out, "cpu_functions: per role and stage, the functions whose CPU time per step grew (leaf samples), "
                      "largest growth first; p_value of a binomial test; grew = p < alpha / %u and at least x%.1f\n",
                 d->n_tested, AN_DIFF_CPU_MIN_RATIO);
-    t = an_table_new(out, "cpu_functions", fn_cols, N_OF(fn_cols));
-    for (uint32_t i = 0, rank = 0; i < d->n_fns; i++) {
-        const an_diff_cpu_fn *f = &d->fns[i];
-        int same = i && f->role_order == d->fns[i - 1].role_order && !cmp_str_null_last(f->stage, d->fns[i - 1].stage);
-        rank = same ? rank + 1 : 1;
-        if (i && f->role_order != d->fns[i - 1].role_order) an_table_gap(t);
-        an_put_str(t, f->role);
-        an_put_str(t, f->stage ? f->stage : "idle");
-        an_put_int(t, rank);
-        an_put_str(t, f->name);
-        an_put_str(t, f->file);
-        an_put_int(t, (int64_t)f->samples_a);
-        an_put_int(t, (int64_t)f->samples_b);
-        an_put_real_or_null(t, f->ms_a);
-        an_put_real_or_null(t, f->ms_b);
-        an_put_real_or_null(t, f->ms_b - f->ms_a);
-        an_put_real_or_null(t, f->ms_a > 0 ? f->ms_b / f->ms_a : NAN);
-        an_put_real_or_null(t, f->p);
-        an_put_str(t, f->grew ? "yes" : "no");
-        an_row_end(t);
+    fn_table(out, "cpu_functions", d->fns, d->n_fns);
+    if (d->has_py_a && d->has_py_b) {
+        an_out_text(out, "cpu_python_functions: per role and stage, the Python functions (innermost frame of the "
+                         "Python-frame samples) whose sampled wall time per step grew, largest growth first; ms per step "
+                         "per sampled thread at 1 / python_frames_hz s a sample; grew = p < alpha / %u and at least x%.1f\n",
+                    d->n_py_tested, AN_DIFF_CPU_MIN_RATIO);
+        fn_table(out, "cpu_python_functions", d->py_fns, d->n_py_fns);
     }
-    an_table_end(t);
 }
 
 void an_diff_cpu_free(an_diff_cpu *d)
@@ -471,5 +540,6 @@ void an_diff_cpu_free(an_diff_cpu *d)
         if (d->res[i].threads) an_cpu_free(&d->res[i]);
     free(d->stages);
     free(d->fns);
+    free(d->py_fns);
     memset(d, 0, sizeof *d);
 }

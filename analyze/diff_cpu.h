@@ -2,7 +2,9 @@
  * docs/analyze.md, "diff", "With the CPU capture"): each (role, stage)'s
  * on-CPU time per step in A and B, compared like diff's stage times
  * (medians, Mann-Whitney U), and each stage's functions whose CPU time grew,
- * judged on their sample counts with a binomial test. Only when both traces
+ * judged on their sample counts with a binomial test, and apart, the same
+ * for the Python functions of the Python-frame samples (python_stacks
+ * 'frames': wall time, innermost Python frame). Only when both traces
  * have the CPU tables; with them in one, a line says so; with none, nothing
  * is printed.
  */
@@ -42,6 +44,13 @@ typedef struct an_diff_cpu {
     an_diff_cpu_fn *fns;            /* per (role, stage): its growing functions, top `top` by the change */
     uint32_t n_fns;
     uint32_t n_tested;              /* functions tested: alpha is divided by it */
+    /* The Python-frame samples' innermost functions, tested the same way
+     * apart (ms: wall ms per step per sampled thread, 1 / python_frames_hz
+     * s per sample; file: the frame's file); has_py_*: the trace has such
+     * samples in the analysed period. */
+    int has_py_a, has_py_b;
+    an_diff_cpu_fn *py_fns;
+    uint32_t n_py_fns, n_py_tested;
     double alpha;
 } an_diff_cpu;
 

@@ -14,11 +14,16 @@
  * the stage's kind; an unended range an interval start; step marks instant
  * markers on the main thread). The tables are columns, so each column is
  * written by its own pass over the thread's records (two over the CPU
- * records, six over the range events): memory holds the interned stacks,
+ * records, six over the range events; with Python-frame samples one more
+ * to count them and two for their entry): memory holds the interned stacks,
  * frames and strings, never a thread's records. Threads come first, then the
  * shared tables they index (stacks, frames, functions, strings), which are
- * complete only once every thread is written. One of the converters under
- * cmd_export.c (export.h).
+ * complete only once every thread is written. A thread with Python-frame
+ * samples (python_stacks 'frames') in the analysed time has a second entry
+ * after its own, "NAME (Python)", holding those samples alone (same stage
+ * roots, frames "py::QUALNAME:FILE"; no markers): the interpreter's
+ * wall-time samples beside the kernel's CPU-time ones, never in one track.
+ * One of the converters under cmd_export.c (export.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -297,7 +302,10 @@ static int sample_node(firefox *x, int32_t stage, uint64_t stack, int64_t *node)
 
 /* ---- a thread's samples: the stack column, then the time column ---- */
 
-static int samples_pass(firefox *x, uint32_t thread_id, int times, uint64_t *count)
+/* times: 0 the stack column, 1 the time column, 2 only the count. kind:
+ * ST_CPU_ROW_SAMPLE (the kernel's) or ST_CPU_ROW_PY_SAMPLE (the
+ * interpreter's, on their own thread entry). */
+static int samples_pass(firefox *x, uint32_t thread_id, uint32_t kind, int times, uint64_t *count)
 {
     st_cpu_iter *it;
     int rc = st_cpu_iter_open(&it, x->r, thread_id, x->t0_ns, x->t1_ns);
@@ -305,7 +313,11 @@ static int samples_pass(firefox *x, uint32_t thread_id, int times, uint64_t *cou
     st_cpu_row row;
     uint64_t n = 0;
     while ((rc = st_cpu_iter_next(it, &row)) == 1) {
-        if (row.kind != ST_CPU_ROW_SAMPLE || row.ts_ns < x->t0_ns || row.ts_ns >= x->t1_ns) continue;
+        if (row.kind != kind || row.ts_ns < x->t0_ns || row.ts_ns >= x->t1_ns) continue;
+        if (times == 2) {
+            n++;
+            continue;
+        }
         if (n++) put_lit(x->f, ",");
         if (times) {
             put_ms(x, row.ts_ns);
@@ -485,16 +497,22 @@ static void process_name(const firefox *x, const st_thread_info *th, char *buf, 
     snprintf(buf, size, "%s (rank %s)", program ? program : "stagetrace", rank ? rank : "?");
 }
 
-static int write_thread(firefox *x, uint32_t index)
+/* A thread entry; python: the thread's Python-frame samples, on an entry
+ * of their own named "NAME (Python)" (tid PY_TID_BASE + the thread id, not
+ * the main thread, no markers), so that their weights never add to the
+ * kernel's samples in one track or call tree. */
+#define PY_TID_BASE 2100000000LL
+static int write_thread(firefox *x, uint32_t index, int python)
 {
     FILE *f = x->f;
     const st_thread_info *th = st_reader_thread(x->r, index);
     char label[600];
-    put_lit(f, index ? ",\n{\"name\":" : "{\"name\":");
-    if (strcmp(th->name, th->role) == 0) {
+    put_lit(f, index || python ? ",\n{\"name\":" : "{\"name\":");
+    if (strcmp(th->name, th->role) == 0 && !python) {
         an_json_string(f, th->name);
     } else {
-        snprintf(label, sizeof label, "%s (%s)", th->name, th->role);
+        if (strcmp(th->name, th->role) == 0) snprintf(label, sizeof label, "%s (Python)", th->name);
+        else snprintf(label, sizeof label, python ? "%s (%s) (Python)" : "%s (%s)", th->name, th->role);
         an_json_string(f, label);
     }
     process_name(x, th, label, sizeof label);
@@ -512,22 +530,23 @@ static int write_thread(firefox *x, uint32_t index)
         int other = strcmp(st_reader_thread(x->r, j)->role, "main") == 0;
         if ((other && !main_role) || (other == main_role && j < index)) is_main = 0;
     }
-    put_lit(f, is_main ? "true" : "false");
+    put_lit(f, is_main && !python ? "true" : "false");
     put_lit(f, ",\"pid\":\"");
     put_i64(f, x->pid[index]);
     put_lit(f, "\",\"tid\":");
-    put_i64(f, thread_tid(x, index));
-    /* samples: only a thread whose perf event opened has records */
+    put_i64(f, python ? PY_TID_BASE + th->id : thread_tid(x, index));
+    /* samples: only a thread whose perf event opened has the kernel's records */
     st_cpu_thread_info ci;
     int has = x->has_cpu ? st_reader_cpu_thread(x->r, th->id, &ci) : 0;
     if (has < 0) return has;
-    has = has && an_cpu_status_has_samples(&ci);
+    has = has && (python || an_cpu_status_has_samples(&ci));
+    uint32_t kind = python ? ST_CPU_ROW_PY_SAMPLE : ST_CPU_ROW_SAMPLE;
     uint64_t n_samples = 0, n_times = 0;
     int rc = 0;
     put_lit(f, ",\n \"samples\":{\"weight\":null,\"weightType\":\"samples\",\"stack\":[");
-    if (has && (rc = samples_pass(x, th->id, 0, &n_samples))) return rc;
+    if (has && (rc = samples_pass(x, th->id, kind, 0, &n_samples))) return rc;
     put_lit(f, "],\"time\":[");
-    if (has && (rc = samples_pass(x, th->id, 1, &n_times))) return rc;
+    if (has && (rc = samples_pass(x, th->id, kind, 1, &n_times))) return rc;
     put_lit(f, "],\"length\":");
     put_i64(f, (int64_t)n_samples);
     put_lit(f, "},\n \"markers\":{");
@@ -537,7 +556,7 @@ static int write_thread(firefox *x, uint32_t index)
         put_lit(f, col ? "],\"" : "\"");
         put_lit(f, col_names[col]);
         put_lit(f, "\":[");
-        if ((rc = markers_pass(x, index, col, &n))) return rc;
+        if (!python && (rc = markers_pass(x, index, col, &n))) return rc;
         n_markers = n;
     }
     put_lit(f, "],\"length\":");
@@ -743,7 +762,16 @@ int an_export_firefox(an_trace *t, const char *path, int overwrite, int64_t t0_n
     x.f = o.f;
     write_meta(&x);
     st = 0;
-    for (uint32_t i = 0; i < n && !st; i++) st = write_thread(&x, i);
+    for (uint32_t i = 0; i < n && !st; i++) {
+        st = write_thread(&x, i, 0);
+        /* its Python-frame samples in the analysed time, when it has any: an entry after it */
+        st_cpu_thread_info ci;
+        uint64_t n_py = 0;
+        int has = !st && x.has_cpu ? st_reader_cpu_thread(x.r, st_reader_thread(x.r, i)->id, &ci) : 0;
+        if (has < 0) st = has;
+        else if (has) st = samples_pass(&x, st_reader_thread(x.r, i)->id, ST_CPU_ROW_PY_SAMPLE, 2, &n_py);
+        if (!st && n_py) st = write_thread(&x, i, 1);
+    }
     if (!st) write_shared(&x);
     firefox_free(&x);
     if (st == ST_ENOMEM) an_error("out of memory");

@@ -11,6 +11,20 @@
  * rank set); one Location per (process, address), its Line naming one
  * Function per (name, file); one Mapping per cpu_maps row used.
  *
+ * Python-frame samples (python_stacks 'frames': wall time, taken by the
+ * interpreter, never CPU time) have sample types of their own,
+ * python_samples/count and python_wall/nanoseconds, after the kernel's:
+ * a kernel sample's values are [n, cpu_ns, 0, 0], a Python one's
+ * [0, 0, n, n x 10^9 / python_frames_hz], with the same labels and
+ * source=python-frames, so no view of pprof adds the two and Pyroscope
+ * stores them as two profile types. Their frames are Locations with no
+ * mapping, one Line each: Function "py::QUALNAME:FILE" (no system_name),
+ * filename FILE, the line. default_sample_type: cpu (python_wall when the kernel has none).
+ * A trace without the sampler gets the two kernel types only.
+ *
+ * Strings are written as valid UTF-8 (a byte that begins no sequence as
+ * U+FFFD), as proto3 requires of a string field and strict decoders check.
+ *
  * The encoder is protobuf's wire format, written here (it is small): a
  * varint for each integer, a length-delimited record for strings, nested
  * messages and packed repeated integers. Each message is built in its own
@@ -98,7 +112,43 @@ typedef struct strtab {
     size_t cap, n;
 } strtab;
 
-static int64_t str_id(strtab *s, const char *str)
+/* str as proto3 wants a string, valid UTF-8: each byte that begins no
+ * UTF-8 sequence (a name cut inside a character, a hostile trace's) as
+ * U+FFFD. NULL when str is valid as it is (or out of memory: *oom 1), else
+ * a copy to free. */
+static char *utf8_fixed(const char *str, int *oom)
+{
+    const unsigned char *p = (const unsigned char *)str;
+    size_t bad = 0, n = 0;
+    while (p[n]) {
+        int k = an_utf8_len(p + n);
+        bad += !k;
+        n += k ? (size_t)k : 1;
+    }
+    if (!bad) return NULL;
+    char *out = malloc(n + 2 * bad + 1), *o = out;
+    if (!out) {
+        *oom = 1;
+        return NULL;
+    }
+    for (size_t i = 0; p[i];) {
+        int k = an_utf8_len(p + i);
+        if (!k) {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(o, p + i, (size_t)k);
+            o += k;
+            i += (size_t)k;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* The index of str (valid UTF-8) in the string table, added when new. */
+static int64_t str_id_valid(strtab *s, const char *str)
 {
     if (s->n * 2 >= s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 1024;
@@ -134,6 +184,19 @@ static int64_t str_id(strtab *s, const char *str)
     s->index[k] = (int64_t)s->n++;
     pb_len(&s->out, 6, str, strlen(str)); /* Profile.string_table */
     return s->index[k];
+}
+
+static int64_t str_id(strtab *s, const char *str)
+{
+    int oom = 0;
+    char *fixed = utf8_fixed(str, &oom);
+    if (oom) {
+        s->out.oom = 1;
+        return 0;
+    }
+    int64_t id = str_id_valid(s, fixed ? fixed : str);
+    free(fixed);
+    return id;
 }
 
 static void strtab_free(strtab *s)
@@ -213,44 +276,43 @@ static void idmap_free(idmap *m)
     free(m->id);
 }
 
-/* The whole profile into prof. 0, or an exit code after the message. */
-static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
-{
-    st_reader *r = t->r;
-    strtab st = {0};
-    str_id(&st, ""); /* string_table[0] must be "" */
-    pb sub = {0}, sub2 = {0}, locs = {0}, maps = {0}, fns = {0}, lines_pb = {0};
-    idmap map_ids = {0}, fn_ids = {0};
-    uint32_t *loc_of_frame = calloc(s->n_frames ? s->n_frames : 1, sizeof *loc_of_frame);
-    int rc = AN_EXIT_OK;
-    if (!loc_of_frame) goto oom;
+/* What build's passes share. */
+typedef struct pprof {
+    an_trace *t;
+    st_reader *r;
+    strtab st;
+    pb sub, sub2, locs, maps, fns, lines_pb;
+    idmap map_ids, fn_ids;
+    int n_types; /* 2, or 4 with the Python-frame samples */
+} pprof;
 
-    value_type(prof, &sub, 1, &st, "samples", "count"); /* Profile.sample_type */
-    value_type(prof, &sub, 1, &st, "cpu", "nanoseconds");
-    /* Locations: one per frame (a process's address), with its mapping and function */
+/* The Locations of s's frames, ids base + 1 ... (their mappings and
+ * functions with them); python: the Python-frame samples' frames, which
+ * have no mapping and one line each (the file and line their name and
+ * sym_offset carry). 0, -1 out of memory, or an exit code after the message. */
+static int add_locations(pprof *x, const an_cpu_stacks *s, uint32_t base, int python)
+{
+    st_reader *r = x->r;
     for (uint32_t i = 0; i < s->n_frames; i++) {
         const an_cpu_sframe *f = &s->frames[i];
         int is_new;
         uint64_t mapping = 0;
-        if (f->map >= 0) {
+        if (f->map >= 0 && !python) {
             st_cpu_map m;
             int has = st_reader_cpu_map(r, f->stack, f->map, &m);
-            if (has < 0) {
-                rc = an_trace_fail(t);
-                goto done;
-            }
+            if (has < 0) return an_trace_fail(x->t);
             if (has) {
-                mapping = idmap_get(&map_ids, f->process, (uint64_t)f->map, &is_new);
-                if (!mapping) goto oom;
+                mapping = idmap_get(&x->map_ids, f->process, (uint64_t)f->map, &is_new);
+                if (!mapping) return -1;
                 if (is_new) { /* Mapping */
-                    pb_uint(&sub, 1, mapping);
-                    pb_uint(&sub, 2, m.start);
-                    pb_uint(&sub, 3, m.end);
-                    pb_uint(&sub, 4, m.file_offset);
-                    pb_uint(&sub, 5, (uint64_t)str_id(&st, m.path));
-                    pb_uint(&sub, 6, (uint64_t)str_id(&st, m.build_id));
-                    pb_uint(&sub, 7, 1); /* has_functions */
-                    pb_msg(&maps, 3, &sub);
+                    pb_uint(&x->sub, 1, mapping);
+                    pb_uint(&x->sub, 2, m.start);
+                    pb_uint(&x->sub, 3, m.end);
+                    pb_uint(&x->sub, 4, m.file_offset);
+                    pb_uint(&x->sub, 5, (uint64_t)str_id(&x->st, m.path));
+                    pb_uint(&x->sub, 6, (uint64_t)str_id(&x->st, m.build_id));
+                    pb_uint(&x->sub, 7, 1); /* has_functions */
+                    pb_msg(&x->maps, 3, &x->sub);
                 }
             }
         }
@@ -259,93 +321,140 @@ static int build(an_trace *t, const an_cpu_stacks *s, pb *prof)
          * into); without them one line naming the frame's function. */
         const st_cpu_line *lines = NULL;
         uint32_t n_lines = 0;
-        int has_lines = st_reader_cpu_frame_lines(r, f->stack, f->addr, &lines, &n_lines);
-        if (has_lines < 0) {
-            rc = an_trace_fail(t);
-            goto done;
+        int has_lines = 0;
+        int64_t py_line = 0;
+        if (python) {
+            st_cpu_frame fr;
+            int has = st_reader_cpu_frame_name(r, f->stack, f->addr, &fr);
+            if (has < 0) return an_trace_fail(x->t);
+            if (has && fr.sym_offset < ((uint64_t)1 << 20)) py_line = (int64_t)fr.sym_offset;
+        } else {
+            has_lines = st_reader_cpu_frame_lines(r, f->stack, f->addr, &lines, &n_lines);
+            if (has_lines < 0) return an_trace_fail(x->t);
         }
         if (!has_lines) n_lines = 1;
         for (uint32_t d = 0; d < n_lines; d++) {
             /* name demangled, system_name as recorded */
             const char *fname = s->names[f->name], *fsys = s->names[f->raw_name], *ffile = s->names[f->path];
-            int64_t line = 0;
+            int64_t line = py_line;
+            /* no system_name: pprof then keeps the name as it is (one equal to its system_name
+             * and holding "::" or '<' it simplifies as C++, which turns py::<module> into py::) */
+            if (python) {
+                ffile = an_cpu_py_file(fname);
+                fsys = "";
+            }
             if (has_lines) {
                 if (lines[d].function[0]) fname = an_demangle(fsys = lines[d].function);
                 ffile = lines[d].file;
                 line = lines[d].line;
             }
-            int64_t name = str_id(&st, fname), sys = str_id(&st, fsys), file = str_id(&st, ffile);
-            uint32_t fn = idmap_get(&fn_ids, (uint64_t)name, (uint64_t)file, &is_new);
-            if (!fn) goto oom;
+            int64_t name = str_id(&x->st, fname), sys = str_id(&x->st, fsys), file = str_id(&x->st, ffile);
+            uint32_t fn = idmap_get(&x->fn_ids, (uint64_t)name, (uint64_t)file, &is_new);
+            if (!fn) return -1;
             if (is_new) { /* Function */
-                pb_uint(&sub2, 1, fn);
-                pb_uint(&sub2, 2, (uint64_t)name);
-                pb_uint(&sub2, 3, (uint64_t)sys);
-                pb_uint(&sub2, 4, (uint64_t)file);
-                pb_msg(&fns, 5, &sub2);
+                pb_uint(&x->sub2, 1, fn);
+                pb_uint(&x->sub2, 2, (uint64_t)name);
+                pb_uint(&x->sub2, 3, (uint64_t)sys);
+                pb_uint(&x->sub2, 4, (uint64_t)file);
+                pb_msg(&x->fns, 5, &x->sub2);
             }
-            pb_uint(&sub2, 1, fn); /* Line.function_id */
-            if (line > 0) pb_uint(&sub2, 2, (uint64_t)line);
-            pb_msg(&lines_pb, 4, &sub2);
+            pb_uint(&x->sub2, 1, fn); /* Line.function_id */
+            if (line > 0) pb_uint(&x->sub2, 2, (uint64_t)line);
+            pb_msg(&x->lines_pb, 4, &x->sub2);
         }
-        loc_of_frame[i] = i + 1; /* Location */
-        pb_uint(&sub, 1, i + 1);
-        pb_uint(&sub, 2, mapping);
-        pb_uint(&sub, 3, f->addr);
-        pb_bytes(&sub, lines_pb.v, lines_pb.n);
-        lines_pb.n = 0;
-        pb_msg(&locs, 4, &sub);
+        pb_uint(&x->sub, 1, base + i + 1); /* Location */
+        pb_uint(&x->sub, 2, mapping);
+        pb_uint(&x->sub, 3, f->addr);
+        pb_bytes(&x->sub, x->lines_pb.v, x->lines_pb.n);
+        x->lines_pb.n = 0;
+        pb_msg(&x->locs, 4, &x->sub);
     }
-    /* Samples */
+    return 0;
+}
+
+/* The Samples of s's rows into prof: values at [python ? 2 : 0] of the
+ * n_types (the others 0), locations base + 1 ... 0 or -1 out of memory. */
+static int add_samples(pprof *x, const an_cpu_stacks *s, uint32_t base, int python, pb *prof)
+{
+    st_reader *r = x->r;
     pb ids = {0}, vals = {0}, sample = {0};
     for (size_t i = 0; i < s->n_rows; i++) {
         const an_cpu_srow *row = &s->rows[i];
         const st_thread_info *ti = st_reader_thread(r, row->thread);
-        for (uint32_t k = 0; k < row->n_frames; k++) pb_varint(&ids, loc_of_frame[s->stack_frames[row->frames_off + k]]);
-        pb_varint(&vals, row->samples);
-        pb_varint(&vals, (uint64_t)row->cpu_ns);
+        for (uint32_t k = 0; k < row->n_frames; k++) pb_varint(&ids, base + s->stack_frames[row->frames_off + k] + 1);
+        for (int v = 0; v < x->n_types; v++) {
+            int at = v - (python ? 2 : 0);
+            pb_varint(&vals, at == 0 ? row->samples : at == 1 ? (uint64_t)row->cpu_ns : 0);
+        }
         if (ids.n) pb_msg(&sample, 1, &ids); /* packed location_id, innermost first */
         pb_msg(&sample, 2, &vals);
-        label(&sample, &sub, &st, "thread", ti->name);
-        label(&sample, &sub, &st, "stage", row->stage < 0 ? "(none)" : st_reader_stage(r, (uint32_t)row->stage)->name);
-        label(&sample, &sub, &st, "role", ti->role);
-        if (t->is_set) {
+        label(&sample, &x->sub, &x->st, "thread", ti->name);
+        label(&sample, &x->sub, &x->st, "stage", row->stage < 0 ? "(none)" : st_reader_stage(r, (uint32_t)row->stage)->name);
+        label(&sample, &x->sub, &x->st, "role", ti->role);
+        if (x->t->is_set) {
             char rank[24];
             snprintf(rank, sizeof rank, "%d", ti->rank);
-            label(&sample, &sub, &st, "rank", rank);
+            label(&sample, &x->sub, &x->st, "rank", rank);
         }
+        if (python) label(&sample, &x->sub, &x->st, "source", "python-frames");
         pb_msg(prof, 2, &sample);
     }
-    int oom_rows = ids.oom || vals.oom || sample.oom;
+    int oom = ids.oom || vals.oom || sample.oom;
     free(ids.v);
     free(vals.v);
     free(sample.v);
-    if (oom_rows) goto oom;
-    pb_bytes(prof, maps.v, maps.n);
-    pb_bytes(prof, locs.v, locs.n);
-    pb_bytes(prof, fns.v, fns.n);
+    return oom ? -1 : 0;
+}
+
+/* The whole profile into prof: the kernel's samples (s), then the
+ * Python-frame samples (py) as sample types of their own when the trace
+ * has them. 0, or an exit code after the message. */
+static int build(an_trace *t, const an_cpu_stacks *s, const an_cpu_stacks *py, int has_py, pb *prof)
+{
+    pprof x;
+    memset(&x, 0, sizeof x);
+    x.t = t;
+    x.r = t->r;
+    x.n_types = has_py ? 4 : 2;
+    str_id(&x.st, ""); /* string_table[0] must be "" */
+    int rc = AN_EXIT_OK;
+    value_type(prof, &x.sub, 1, &x.st, "samples", "count"); /* Profile.sample_type */
+    value_type(prof, &x.sub, 1, &x.st, "cpu", "nanoseconds");
+    if (has_py) {
+        value_type(prof, &x.sub, 1, &x.st, "python_samples", "count");
+        value_type(prof, &x.sub, 1, &x.st, "python_wall", "nanoseconds");
+    }
+    if ((rc = add_locations(&x, s, 0, 0)) || (rc = add_locations(&x, py, s->n_frames, 1))) goto end;
+    if (add_samples(&x, s, 0, 0, prof) || add_samples(&x, py, s->n_frames, 1, prof)) goto oom;
+    pb_bytes(prof, x.maps.v, x.maps.n);
+    pb_bytes(prof, x.locs.v, x.locs.n);
+    pb_bytes(prof, x.fns.v, x.fns.n);
     int64_t span = t->has_span ? t->span_t1_ns - t->span_t0_ns : 0;
     pb_uint(prof, 10, (uint64_t)span); /* duration_nanos */
-    value_type(prof, &sub, 11, &st, "cpu", "nanoseconds"); /* period_type */
+    value_type(prof, &x.sub, 11, &x.st, "cpu", "nanoseconds"); /* period_type */
     pb_uint(prof, 12, (uint64_t)s->period_ns); /* period */
-    if (st.out.oom || sub.oom || sub2.oom || lines_pb.oom || maps.oom || locs.oom || fns.oom || prof->oom) goto oom;
-    pb_bytes(prof, st.out.v, st.out.n);
+    /* default_sample_type: the kernel's CPU time, or with only Python-frame samples their wall time */
+    if (has_py) pb_uint(prof, 14, (uint64_t)str_id(&x.st, s->n_rows || !py->n_rows ? "cpu" : "python_wall"));
+    if (x.st.out.oom || x.sub.oom || x.sub2.oom || x.lines_pb.oom || x.maps.oom || x.locs.oom || x.fns.oom || prof->oom)
+        goto oom;
+    pb_bytes(prof, x.st.out.v, x.st.out.n);
     if (prof->oom) goto oom;
     goto done;
+end:
+    if (rc > 0) goto done;
 oom:
     an_error("out of memory");
     rc = AN_EXIT_FAIL;
 done:
-    strtab_free(&st);
-    free(sub.v);
-    free(sub2.v);
-    free(lines_pb.v);
-    free(locs.v);
-    free(maps.v);
-    free(fns.v);
-    idmap_free(&map_ids);
-    idmap_free(&fn_ids);
-    free(loc_of_frame);
+    strtab_free(&x.st);
+    free(x.sub.v);
+    free(x.sub2.v);
+    free(x.lines_pb.v);
+    free(x.locs.v);
+    free(x.maps.v);
+    free(x.fns.v);
+    idmap_free(&x.map_ids);
+    idmap_free(&x.fn_ids);
     return rc;
 }
 
@@ -388,12 +497,20 @@ int an_export_pprof(an_trace *t, const char *path, int overwrite)
 {
     int rc = an_cpu_stacks_require(t, "export", "--pprof needs one");
     if (rc) return rc;
-    an_cpu_stacks s;
-    if ((rc = an_cpu_stacks_compute(t, t->has_span ? t->span_t0_ns : 0, t->has_span ? t->span_t1_ns : 0, &s)))
+    an_cpu_stacks s, py;
+    int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
+    if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) return rc;
+    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
+        an_cpu_stacks_free(&s);
         return rc;
+    }
+    /* the Python sample types whenever the sampler ran, so that profiles of one program compare */
+    const char *method = an_trace_meta(t, "python_stacks");
+    int has_py = py.n_rows || (method && strcmp(method, "frames") == 0);
     pb prof = {0};
-    rc = build(t, &s, &prof);
+    rc = build(t, &s, &py, has_py, &prof);
     an_cpu_stacks_free(&s);
+    an_cpu_stacks_free(&py);
     uint8_t *data = NULL;
     size_t n = 0;
     if (!rc && compress_profile(&prof, &data, &n)) {

@@ -11,24 +11,6 @@
 
 /* ---- escaping ------------------------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0. */
-static int utf8_seq(const unsigned char *s)
-{
-    unsigned c = s[0], cp, min;
-    int n;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; min = 0x80; }
-    else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; min = 0x800; }
-    else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
 /* Text or attribute value for HTML and SVG (XML-safe). */
 void an_html_esc(FILE *f, const char *str)
 {
@@ -48,7 +30,7 @@ void an_html_esc(FILE *f, const char *str)
             s++;
             continue;
         }
-        int n = utf8_seq(s);
+        int n = an_utf8_len(s);
         if (!n) {
             fputs("&#xFFFD;", f);
             s++;

@@ -10,7 +10,10 @@
  *    proportional to samples; each frame has a tooltip (name, samples, share
  *    of the graph's samples). Frames narrower than a pixel are left out, and
  *    stacks deeper than FLAME_MAX_DEPTH frames are cut there, so the SVG
- *    stays small whatever the trace. The stacks are cpu_stacks.c's.
+ *    stays small whatever the trace. The stacks are cpu_stacks.c's;
+ *  - with Python-frame samples (python_stacks 'frames'), the same graphs of
+ *    those, chosen the same way by their own counts, under "Python stacks
+ *    (sampled from the interpreter at N Hz)": wall-time samples, apart.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -225,8 +228,9 @@ static int put_node(flame_ctx *x, uint32_t i, double left, uint32_t depth)
     return rc;
 }
 
-/* The rows [a, b) of one (thread, stage) as one graph. */
-static int put_flame(FILE *f, st_reader *r, const an_cpu_stacks *s, size_t a, size_t b)
+/* The rows [a, b) of one (thread, stage) as one graph; python: of the
+ * Python-frame samples (the root "THREAD · STAGE (Python)"). */
+static int put_flame(FILE *f, st_reader *r, const an_cpu_stacks *s, size_t a, size_t b, int python)
 {
     const st_thread_info *ti = st_reader_thread(r, s->rows[a].thread);
     const char *stage = stage_label(r, s->rows[a].stage);
@@ -253,18 +257,18 @@ static int put_flame(FILE *f, st_reader *r, const an_cpu_stacks *s, size_t a, si
         }
         if (depth > depth_max) depth_max = depth;
     }
-    size_t label_len = strlen(ti->name) + strlen(stage) + 8;
+    size_t label_len = strlen(ti->name) + strlen(stage) + 18;
     char *root = malloc(label_len);
     if (!root) {
         free(t.v);
         return an_report_oom();
     }
-    snprintf(root, label_len, "%s \xc2\xb7 %s", ti->name, stage);
+    snprintf(root, label_len, "%s \xc2\xb7 %s%s", ti->name, stage, python ? " (Python)" : "");
     fputs("<h3>", f);
     an_html_esc(f, root);
     fprintf(f, ": %llu samples</h3>\n", (unsigned long long)t.v[0].samples);
     int height = 8 + (int)(depth_max + 1) * FLAME_ROW_H;
-    fputs("<svg class=\"flame\" data-thread=\"", f);
+    fputs(python ? "<svg class=\"flame\" data-source=\"python-frames\" data-thread=\"" : "<svg class=\"flame\" data-thread=\"", f);
     an_html_esc(f, ti->name);
     fputs("\" data-stage=\"", f);
     an_html_esc(f, stage);
@@ -294,7 +298,9 @@ static int cmp_cell(const void *pa, const void *pb)
     return x->a < y->a ? -1 : x->a > y->a;
 }
 
-static int put_flames(an_report *rp, const an_cpu_stacks *s)
+/* The flame graphs of s: the kernel's samples, or (hz_text not NULL) the
+ * Python-frame samples, under a heading of their own. */
+static int put_flames(an_report *rp, const an_cpu_stacks *s, const char *hz_text)
 {
     FILE *f = rp->f;
     st_reader *r = rp->t->r;
@@ -311,7 +317,16 @@ static int put_flames(an_report *rp, const an_cpu_stacks *s)
     }
     if (n) qsort(cells, n, sizeof *cells, cmp_cell);
     size_t max = rp->n_cpu_stages ? FLAME_MAX_CELLS : FLAME_DEFAULT_CELLS;
-    fputs("<h3>Flame graphs</h3>\n<p class=\"note\">", f);
+    int python = hz_text != NULL;
+    if (python) {
+        fputs("<h3>Python stacks (sampled from the interpreter at ", f);
+        an_html_esc(f, hz_text);
+        fputs(" Hz)</h3>\n<p class=\"note\">The Python-frame samples (python_stacks &#39;frames&#39;: the "
+              "package&#39;s sampler read each thread&#39;s Python stack), apart from the kernel&#39;s: each stands "
+              "for wall time, on-CPU or not, never added to the graphs above. ", f);
+    } else {
+        fputs("<h3>Flame graphs</h3>\n<p class=\"note\">", f);
+    }
     if (rp->n_cpu_stages)
         fprintf(f, "The samples of the stages chosen with --cpu-stage, per thread (at most %d, the most samples first)",
                 FLAME_MAX_CELLS);
@@ -323,7 +338,7 @@ static int put_flames(an_report *rp, const an_cpu_stacks *s)
             FLAME_MAX_DEPTH);
     if (!n) fputs("<p class=\"note\">No samples in the chosen stages.</p>\n", f);
     int rc = AN_EXIT_OK;
-    for (size_t k = 0; k < n && k < max && !rc; k++) rc = put_flame(f, r, s, cells[k].a, cells[k].b);
+    for (size_t k = 0; k < n && k < max && !rc; k++) rc = put_flame(f, r, s, cells[k].a, cells[k].b, python);
     free(cells);
     return rc;
 }
@@ -339,8 +354,13 @@ int an_report_cpu(an_report *rp)
     an_cpu_result res;
     int rc = an_cpu_compute(t, t0, t1, &res);
     if (rc) return rc;
-    an_cpu_stacks s;
+    an_cpu_stacks s, py;
     if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) {
+        an_cpu_free(&res);
+        return rc;
+    }
+    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
+        an_cpu_stacks_free(&s);
         an_cpu_free(&res);
         return rc;
     }
@@ -401,11 +421,16 @@ int an_report_cpu(an_report *rp)
                 an_html_esc(f, res.threads[i].info.reason);
                 fputs(").</p>\n", f);
             }
-        rc = put_flames(rp, &s);
+        rc = put_flames(rp, &s, NULL);
+        if (!rc && py.n_rows) {
+            const char *py_hz = an_trace_meta(t, "python_frames_hz");
+            rc = put_flames(rp, &py, py_hz ? py_hz : "?");
+        }
         fputs("</section>\n", f);
     }
     free(order);
     an_cpu_stacks_free(&s);
+    an_cpu_stacks_free(&py);
     an_cpu_free(&res);
     return rc;
 }

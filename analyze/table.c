@@ -139,7 +139,7 @@ int an_fmt_fixed(char *buf, int64_t v, int digits, int decimals)
 /* ---- escaping ------------------------------------------------------------------------ */
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
-static int utf8_len(const unsigned char *s)
+int an_utf8_len(const unsigned char *s)
 {
     unsigned char c = s[0];
     if (c < 0x80) return 1;
@@ -180,7 +180,7 @@ void an_json_string(FILE *f, const char *str)
             putc(c, f);
             s++;
         } else {
-            int n = utf8_len(s);
+            int n = an_utf8_len(s);
             if (n == 0) {
                 fputs("\\ufffd", f); /* not UTF-8: replaced, so the JSON stays valid */
                 s++;

@@ -21,6 +21,11 @@
 #  - the recorder: >= 90 % of the samples rooted in stage:burn have a frame
 #    "burn", and their count equals `analyze cpu`'s samples of stage burn;
 #  - a window (--time 0.2:0.6, --steps 1:2) gives the counts of the window;
+#  - Python-frame samples (test_cpu_pysample --record-py, variant mixed),
+#    whole and --steps 2:5: each thread's on an entry "NAME (Python)" right
+#    after its own (tid 2100000000 + id, not the main thread, no markers),
+#    as many as `analyze cpu`'s python table counts, frames stage: and py::
+#    only; the thread's own entry keeps the kernel's count;
 #  - a rank set of the trainer under mpirun (2 ranks): a pid per rank, the
 #    samples per thread as `analyze cpu` counts them on the set, a range
 #    marker per range of each rank;
@@ -130,6 +135,31 @@ steps = list(csv.DictReader(open(out + ".steps")))
 blocks = open(out + ".cpu").read().strip().split("\n\n")
 cpu_threads = {r["thread"]: int(r["samples"]) for r in csv.DictReader(io.StringIO(blocks[0]))}
 cpu_stages = {(r["thread"], r["stage"]): int(r["samples"]) for r in csv.DictReader(io.StringIO(blocks[1]))}
+# Python-frame samples: each on an entry "NAME (Python)" right after its thread's, checked against
+# analyze cpu's python table, then set aside
+py_block = [b for b in blocks if b.startswith("thread,role,stage,kind,samples,pct,wall_ms")]
+py_want = {}
+for r in (csv.DictReader(io.StringIO(py_block[0])) if py_block else []):
+    py_want[r["thread"]] = py_want.get(r["thread"], 0) + int(r["samples"])
+own = []
+for th in threads:
+    if not th["name"].endswith(" (Python)"):
+        own.append(th)
+        continue
+    info = tinfo[len(own) - 1]
+    base = info["name"] if info["name"] == info["role"] else "%s (%s)" % (info["name"], info["role"])
+    assert th["name"] == base + " (Python)" and own[-1]["name"] == base, (th["name"], own[-1]["name"])
+    assert th["tid"] == 2100000000 + int(info["id"]) and th["pid"] == own[-1]["pid"] and th["isMainThread"] is False
+    s = th["samples"]
+    n = table(s, ["stack", "time"])
+    assert n == py_want.pop(info["name"], 0) and n > 0, (info["name"], n)
+    assert all(x is not None and 0 <= x < n_stack for x in s["stack"])
+    assert all(a <= b for a, b in zip(s["time"], s["time"][1:])), "Python sample times decrease"
+    assert all(t0_ms <= x < t1_ms for x in s["time"]), "a Python sample outside the window"
+    assert all(all(f.startswith(("stage:", "py::")) for f in chain(x)) for x in s["stack"])
+    assert table(th["markers"], ["data", "name", "startTime", "endTime", "phase", "category"]) == 0
+assert not py_want, ("threads with Python-frame samples but no entry", py_want)
+threads = own
 assert len(threads) == len(tinfo)
 main_index = next((i for i, r in enumerate(tinfo) if r["role"] == "main"), 0)
 total_samples = 0
@@ -182,6 +212,16 @@ expect_ok win "$A" export rec.sqlite --firefox win.json --time 0.2:0.6
 BURN=1 check rec.sqlite win.json --time 0.2:0.6
 expect_ok steps "$A" export rec.sqlite --firefox steps.json --steps 1:2
 check rec.sqlite steps.json --steps 1:2
+# Python-frame samples beside the kernel's (test_cpu_pysample's recorder, variant mixed), whole
+# and in a window
+if [ -x "$BUILD/tests/test_cpu_pysample" ]; then
+    run pyrec "$BUILD/tests/test_cpu_pysample" --record-py py.sqlite mixed
+    [ $rc -eq 0 ] || fail "Python-frames recorder: exit $rc: $(tail -5 pyrec.err)"
+    expect_ok py "$A" export py.sqlite --firefox py.json
+    check py.sqlite py.json
+    expect_ok pywin "$A" export py.sqlite --firefox pywin.json --steps 2:5
+    check py.sqlite pywin.json --steps 2:5
+fi
 # stdout, and the same bytes as the file
 expect_ok stdout "$A" export rec.sqlite --firefox -
 cmp -s stdout.out rec.json || fail "--firefox - differs from the file"

@@ -331,8 +331,70 @@ static void test_chunk_bytes(void **state)
     st_buf_free(&e.buf);
 }
 
-int main(void)
+/* ---- a recorder for the integration tests ---- */
+
+/* `test_cpu_pysample --record-py PATH VARIANT` (tests/it_cpu_python.sh):
+ * a trace whose Python-frame samples are known exactly. Thread main (role
+ * main) runs 12 steps, each a stage load (wait_input) then a stage fwd
+ * (work), with a step mark after fwd; meta python_stacks 'frames' and
+ * python_frames_hz 100.0. Per step, in load: 2 samples
+ * read_batch < <module>; in fwd: HOT samples hot < Model.forward <
+ * <module> (HOT 4 in variant a and mixed, 12 in b), 3 samples cold <
+ * Model.forward < <module> and 1 sample of a function whose name and file
+ * hold a quote, a backslash, '<' and a control byte (stored as '?'); in
+ * step 0's fwd also one sample with no frame. So a: load 24, fwd 12 x 8 + 1
+ * = 97 samples; b: fwd 12 x 16 + 1 = 193. Variants a and b take no kernel
+ * samples (cpu_period_ns UINT64_MAX: switch records only); mixed samples
+ * the CPU every millisecond and spins 20 ms in each fwd, so the kernel's
+ * samples are there too. */
+static int record_py(const char *path, const char *variant)
 {
+    int hot = strcmp(variant, "b") == 0 ? 12 : 4, mixed = strcmp(variant, "mixed") == 0;
+    st_options opt;
+    test_options(&opt, path);
+    opt.overwrite = 1;
+    opt.cpu = 1;
+    opt.cpu_period_ns = mixed ? 1000000 : UINT64_MAX;
+    st_trace *t = NULL;
+    if (st_open(&t, &opt) != ST_OK) {
+        fprintf(stderr, "st_open: %s\n", st_last_error());
+        return 1;
+    }
+    int load = st_stage_register(t, "load", ST_WAIT_INPUT), fwd = st_stage_register(t, "fwd", ST_WORK);
+    if (load < 0 || fwd < 0 || st_thread_register(t, "main", "main", -1, 0) < 0) return 1;
+    if (st_meta_set(t, "python_stacks", "frames") || st_meta_set(t, "python_frames_hz", "100.0")) return 1;
+    static const st_py_frame reading[2] = {{"read_batch", "/app/data.py", 5}, {"<module>", "/app/train.py", 1}};
+    static const st_py_frame hot_fr[3] = {{"hot", "/app/model.py", 10}, {"Model.forward", "/app/model.py", 3},
+                                          {"<module>", "/app/train.py", 1}};
+    static const st_py_frame cold_fr[3] = {{"cold", "/app/model.py", 20}, {"Model.forward", "/app/model.py", 3},
+                                           {"<module>", "/app/train.py", 1}};
+    static const st_py_frame weird_fr[2] = {{"we\"ird\\<b>\x01", "/app/q\"uote.py", 7}, {"<module>", "/app/train.py", 1}};
+    int me = gettid_(), bad = 0;
+    for (int step = 0; step < 12; step++) {
+        st_begin((uint32_t)load);
+        for (int i = 0; i < 2; i++) bad |= st_cpu_sample_add(t, me, 0, reading, 2, ST_CPU_SAMPLE_NOW);
+        sleep_ms(1);
+        st_end((uint32_t)load);
+        st_begin((uint32_t)fwd);
+        for (int i = 0; i < hot; i++) bad |= st_cpu_sample_add(t, me, 0, hot_fr, 3, ST_CPU_SAMPLE_NOW);
+        for (int i = 0; i < 3; i++) bad |= st_cpu_sample_add(t, me, 0, cold_fr, 3, ST_CPU_SAMPLE_NOW);
+        bad |= st_cpu_sample_add(t, me, 0, weird_fr, 2, ST_CPU_SAMPLE_NOW);
+        if (step == 0) bad |= st_cpu_sample_add(t, me, 0, NULL, 0, ST_CPU_SAMPLE_NOW);
+        if (mixed) {
+            volatile uint64_t x = 0;
+            for (int64_t end = st_now_ns() + 20000000; st_now_ns() < end;) x += (uint64_t)x * 3 + 1;
+        }
+        sleep_ms(1);
+        st_end((uint32_t)fwd);
+        st_step((uint64_t)step, 1000);
+    }
+    if (bad) fprintf(stderr, "st_cpu_sample_add: %s\n", st_last_error());
+    return st_close(t) != ST_OK || bad;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--record-py") == 0) return record_py(argv[2], argv[3]);
     if (make_tmp_dir("test_cpu_pysample")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arguments),

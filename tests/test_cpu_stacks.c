@@ -22,7 +22,8 @@
  * The set adds r1/worker0;compute;main;burn 1 (2000000 with weight ns),
  * threads named r0/... and r1/..., the two ranks' burn frames apart
  * (two processes) under one name. A trace without the CPU tables: refused
- * with exit 2 and no file.
+ * with exit 2 and no file. Frame labels (an_cpu_frame_label) and the file
+ * of a Python frame's name (an_cpu_py_file) on literal names.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -199,6 +200,12 @@ static void test_labels(void **state)
     assert_string_equal(an_cpu_frame_label(&fr, 1, buf, sizeof buf), "[unknown]");
     fr.name = "memcpy";
     assert_string_equal(an_cpu_frame_label(&fr, 1, buf, sizeof buf), "memcpy");
+    /* a Python-frame sample's frame: its file after the qualname */
+    assert_string_equal(an_cpu_py_file("py::Model.forward:/app/model.py"), "/app/model.py");
+    assert_string_equal(an_cpu_py_file("py::<module>:C:/a:b.py"), "C:/a:b.py");
+    assert_string_equal(an_cpu_py_file("py::noname"), "");
+    assert_string_equal(an_cpu_py_file("py:"), "");
+    assert_string_equal(an_cpu_py_file("memcpy"), "");
 }
 
 int main(void)

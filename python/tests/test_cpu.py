@@ -371,6 +371,56 @@ def test_frames_analyze_cpu_block(analyze, path):
     assert kernel == int(meta(sqlite3.connect(path)).get("cpu_samples", 0))
 
 
+def test_frames_in_exports_and_report(analyze, path, tmp_path):
+    """export --firefox, --pprof and report --html carry the Python-frame
+    samples apart from the kernel's (docs/analyze.md, "export", "report")."""
+    import gzip
+    import json
+    record_frames(path, python_stacks="frames")
+    # the views' time is the trace's span, as analyze cpu's (a sample before the first range is outside it)
+    cpu = json.loads(analyze("cpu", "--format", "json", path))
+    n_py = sum(r["samples"] for r in cpu["python"])
+    burn = [r for r in frames_rows(analyze, path) if r[0] == "burn"]
+    assert sum(r["samples"] for r in cpu["python"] if r["stage"] == "burn") == len(burn)
+    # firefox: a "NAME (Python)" entry after the sampled thread, holding exactly its Python-frame samples
+    out = str(tmp_path / "ff.json")
+    analyze("export", path, "--firefox", out)
+    doc = json.load(open(out))
+    sh = doc["shared"]
+    py_threads = [t for t in doc["threads"] if t["name"].endswith(" (Python)")]
+    assert len(py_threads) == 1, [t["name"] for t in doc["threads"]]
+    t = py_threads[0]
+    own = doc["threads"][doc["threads"].index(t) - 1]
+    assert t["name"] == own["name"] + " (Python)" and t["markers"]["length"] == 0
+    assert t["samples"]["length"] == n_py
+    assert own["samples"]["length"] == sum(r["samples"] for r in cpu["stages"] if r["thread"] == own["name"].split(" (")[0])
+
+    def names(s):
+        out = []
+        while s is not None:
+            out.append(sh["stringArray"][sh["funcTable"]["name"][sh["frameTable"]["func"][sh["stackTable"]["frame"][s]]]])
+            s = sh["stackTable"]["prefix"][s]
+        return out[::-1]
+    stacks = [names(s) for s in t["samples"]["stack"]]
+    ff_burn = [n for n in stacks if n[0] == "stage:burn"]
+    assert len(ff_burn) == len(burn)
+    assert sum(1 for n in ff_burn if any(f.startswith("py::hot_loop:") for f in n)) >= 0.8 * len(ff_burn)
+    # pprof: the Python sample types and the source label are there
+    prof = str(tmp_path / "p.pb.gz")
+    analyze("export", path, "--pprof", prof)
+    data = open(prof, "rb").read()
+    data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    for s in (b"python_samples", b"python_wall", b"python-frames", b"py::hot_loop:"):
+        assert s in data, s
+    # report: a Python flame graph of burn with hot_loop in it
+    html = str(tmp_path / "r.html")
+    analyze("report", path, "--html", html)
+    text = open(html).read()
+    assert "<h3>Python stacks (sampled from the interpreter at " in text
+    assert "\u00b7 burn (Python): %d samples</h3>" % len(burn) in text
+    assert "py::hot_loop:" in text
+
+
 def test_frames_off_and_perf_write_no_frames(path):
     m = record_python(path, python_stacks="off")
     assert "python_frames_samples" not in m and "python_frames_hz" not in m
