@@ -313,6 +313,14 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
     return compute(t, t0, t1, ST_CPU_ROW_SAMPLE, out);
 }
 
+int an_cpu_stacks_compute_both(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *native, an_cpu_stacks *py)
+{
+    int rc = an_cpu_stacks_compute(t, t0, t1, native);
+    if (rc) return rc;
+    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, py))) an_cpu_stacks_free(native);
+    return rc;
+}
+
 int an_cpu_stacks_compute_python(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out)
 {
     return compute(t, t0, t1, ST_CPU_ROW_PY_SAMPLE, out);

@@ -74,6 +74,9 @@ int an_cpu_stacks_compute(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *ou
  * 10^9 / meta python_frames_hz per sample (0 without the rate). */
 int an_cpu_stacks_compute_python(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *out);
 void an_cpu_stacks_free(an_cpu_stacks *s);
+/* Both over [t0, t1): the kernel's samples into *native, the Python-frame
+ * samples into *py; on an error neither is left to free. */
+int an_cpu_stacks_compute_both(an_trace *t, int64_t t0, int64_t t1, an_cpu_stacks *native, an_cpu_stacks *py);
 
 /* The CPU views' check: 0 when the trace has the CPU tables; else the line
  * `CMD: FILE has no CPU capture (record with --trace-cpu / st_options.cpu)`

@@ -90,11 +90,7 @@ int an_export_folded(an_trace *t, const char *path, int weight_ns, int overwrite
     if (rc) return rc;
     an_cpu_stacks s, py;
     int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
-    if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) return rc;
-    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
-        an_cpu_stacks_free(&s);
-        return rc;
-    }
+    if ((rc = an_cpu_stacks_compute_both(t, t0, t1, &s, &py))) return rc;
     st_reader *r = t->r;
     line *lines = calloc(s.n_rows + py.n_rows ? s.n_rows + py.n_rows : 1, sizeof *lines);
     size_t n = 0;

@@ -499,11 +499,7 @@ int an_export_pprof(an_trace *t, const char *path, int overwrite)
     if (rc) return rc;
     an_cpu_stacks s, py;
     int64_t t0 = t->has_span ? t->span_t0_ns : 0, t1 = t->has_span ? t->span_t1_ns : 0;
-    if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) return rc;
-    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
-        an_cpu_stacks_free(&s);
-        return rc;
-    }
+    if ((rc = an_cpu_stacks_compute_both(t, t0, t1, &s, &py))) return rc;
     /* the Python sample types whenever the sampler ran, so that profiles of one program compare */
     const char *method = an_trace_meta(t, "python_stacks");
     int has_py = py.n_rows || (method && strcmp(method, "frames") == 0);

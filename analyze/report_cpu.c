@@ -355,12 +355,7 @@ int an_report_cpu(an_report *rp)
     int rc = an_cpu_compute(t, t0, t1, &res);
     if (rc) return rc;
     an_cpu_stacks s, py;
-    if ((rc = an_cpu_stacks_compute(t, t0, t1, &s))) {
-        an_cpu_free(&res);
-        return rc;
-    }
-    if ((rc = an_cpu_stacks_compute_python(t, t0, t1, &py))) {
-        an_cpu_stacks_free(&s);
+    if ((rc = an_cpu_stacks_compute_both(t, t0, t1, &s, &py))) {
         an_cpu_free(&res);
         return rc;
     }

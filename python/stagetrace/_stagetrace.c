@@ -617,18 +617,24 @@ static PyObject *trace_meta_set(trace_object *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A trace's callback slot: fn (a callable) or None, for the setters below. */
+static PyObject *set_callback(PyObject **slot, PyObject *fn, const char *setter)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "%s expects a callable or None", setter);
+        return NULL;
+    }
+    Py_XDECREF(*slot);
+    *slot = fn == Py_None ? NULL : fn;
+    Py_XINCREF(*slot);
+    Py_RETURN_NONE;
+}
+
 /* _set_on_close_sampler(fn or None): fn() runs once when the trace closes,
  * before everything else (the Python-frames sampler's stop). */
 static PyObject *trace_set_on_close_sampler(trace_object *self, PyObject *fn)
 {
-    if (fn != Py_None && !PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "_set_on_close_sampler expects a callable or None");
-        return NULL;
-    }
-    Py_XDECREF(self->on_close_sampler);
-    self->on_close_sampler = fn == Py_None ? NULL : fn;
-    Py_XINCREF(self->on_close_sampler);
-    Py_RETURN_NONE;
+    return set_callback(&self->on_close_sampler, fn, "_set_on_close_sampler");
 }
 
 /* _cpu_sample(native_id, frames): one Python-frames sample of the thread
@@ -670,14 +676,7 @@ static PyObject *trace_cpu_sample(trace_object *self, PyObject *args)
  * st_close (stagetrace.sync_clocks's close-time measurement). */
 static PyObject *trace_set_on_close(trace_object *self, PyObject *fn)
 {
-    if (fn != Py_None && !PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "_set_on_close expects a callable or None");
-        return NULL;
-    }
-    Py_XDECREF(self->on_close);
-    self->on_close = fn == Py_None ? NULL : fn;
-    Py_XINCREF(self->on_close);
-    Py_RETURN_NONE;
+    return set_callback(&self->on_close, fn, "_set_on_close");
 }
 
 /* _clock_record(at, probes, own, rank0): at 0 (open) or 1 (close); probes a
@@ -888,7 +887,7 @@ static PyObject *trace_mark(trace_object *self, PyObject *const *args, Py_ssize_
 }
 
 /* st_gpu_start_with: records is None (STAGETRACE_GPU_RECORDS or the default
- * set) or a record-set spec ("default,every_steps=10"). */
+ * set) or a record-set spec ("every_steps=10"). */
 static PyObject *trace_gpu_start(trace_object *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"records", NULL};
@@ -1005,7 +1004,7 @@ static PyMethodDef trace_methods[] = {
     {"close", (PyCFunction)trace_close, METH_NOARGS, "closes the trace (again: nothing)"},
     {"gpu_start", (PyCFunction)(void (*)(void))trace_gpu_start, METH_VARARGS | METH_KEYWORDS,
      "gpu_start(records=None): records GPU activity (CUPTI builds); records: a record-set spec such as "
-     "'default,every_steps=10', else STAGETRACE_GPU_RECORDS or the default set"},
+     "'every_steps=10', else STAGETRACE_GPU_RECORDS or the default set"},
     {"gpu_pause", (PyCFunction)trace_gpu_pause, METH_NOARGS,
      "pauses GPU recording (st_gpu_pause; the trace keeps the pause in gpu_pauses)"},
     {"gpu_resume", (PyCFunction)trace_gpu_resume, METH_NOARGS, "resumes GPU recording paused by gpu_pause"},

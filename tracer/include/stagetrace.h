@@ -620,7 +620,7 @@ ST_API void st_name_stream(void *cuda_stream, const char *name);
  * ST_EINVAL (built without CUPTI) or ST_EIO (CUPTI failed; message). */
 ST_API int st_gpu_start(st_trace *trace);
 /* st_gpu_start with the record-set spec `records` (the syntax of
- * st_options.gpu_records, such as "default,every_steps=10") in place of
+ * st_options.gpu_records, such as "kernel,every_steps=10") in place of
  * st_options.gpu_records and STAGETRACE_GPU_RECORDS; NULL: as st_gpu_start.
  * A spec that does not parse: ST_EINVAL with a one-line message. */
 ST_API int st_gpu_start_with(st_trace *trace, const char *records);
