@@ -563,10 +563,11 @@ def _dtypes():
     steps = np.dtype({"names": ["step", "ts_ns", "tokens"], "formats": ["<u8", "<i8", "<u8"],
                       "offsets": [0, 8, 16], "itemsize": sizes["steps"]})
     gpu = np.dtype({"names": ["start_ns", "dur_ns", "bytes", "launch_ns", "thread", "stage", "device",
-                              "stream", "kind", "name", "copy_kind", "src_mem", "dst_mem", "correlation"],
+                              "stream", "kind", "name", "copy_kind", "src_mem", "dst_mem", "correlation",
+                              "launch_tid"],
                     "formats": ["<i8", "<i8", "<u8", "<i8", "<i8", "<i8", "<i4",
-                                "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4"],
-                    "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72, 76],
+                                "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<i8"],
+                    "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72, 76, 80],
                     "itemsize": sizes["gpu"]})
     cpu = np.dtype({"names": ["ts_ns", "stack", "thread", "stage", "gil"],
                     "formats": ["<i8", "<u8", "<u4", "<i4", "i1"],
@@ -598,14 +599,16 @@ class TraceData:
     counters  ts_ns, value, thread, counter
     steps     step, ts_ns, tokens
     gpu       start_ns, dur_ns, bytes, launch_ns, thread, stage, device, stream,
-              kind, name, copy_kind, src_mem, dst_mem, correlation
+              kind, name, copy_kind, src_mem, dst_mem, correlation, launch_tid (the
+              launching call's OS thread, 0 unknown)
     cpu       ts_ns, stack, thread, stage, gil (the CPU capture's samples; stage
               -1: none open; gil 1 held, 0 not, -1 unknown)
     cpu_python  the Python-frame samples (python_stacks 'frames'), as cpu (gil -1):
               each stands for 1 / meta python_frames_hz s of wall time, apart
               from cpu's
     threads, stages, counter_names: lists of dicts; meta: dict; marks: list of
-    (thread, ts_ns, text); gpu_names: {name id: kernel name}; cpu_stacks:
+    (thread, ts_ns, text); gpu_names: {name id: kernel name}; gpu_threads: {OS
+    thread id: name} of the launching threads (the trace's gpu_threads); cpu_stacks:
     {stack id: tuple of frame labels, innermost first}.
     """
 
@@ -619,6 +622,7 @@ class TraceData:
         self.counter_names = raw["counter_names"]
         self.marks = raw["marks"]
         self.gpu_names = raw["gpu_names"]
+        self.gpu_threads = raw.get("gpu_threads", {})
         self.cpu_stacks = raw.get("cpu_stacks", {})
         self.steps = np.frombuffer(raw["steps"], dtype=dt["steps"])
         empty = bytearray()
@@ -680,6 +684,8 @@ class TraceData:
             for col in ("thread", "stage"):
                 df[col] = df[col].where(df[col] >= 0).astype("Int64")
             df["launch_ns"] = df["launch_ns"].where(df["launch_ns"] != np.iinfo(np.int64).min).astype("Int64")
+            df["launch_tid"] = df["launch_tid"].where(df["launch_tid"] > 0).astype("Int64")
+            df["launch_thread"] = pd.Categorical(pd.Series(g["launch_tid"]).map(self.gpu_threads))
             return df
         if table == "cpu":
             c = self.cpu

@@ -37,6 +37,7 @@ typedef struct {
     int64_t launch_ns, thread, stage;
     int32_t device;
     uint32_t stream, kind, name, copy_kind, src_mem, dst_mem, correlation;
+    int64_t launch_tid; /* the launching call's OS thread, 0 unknown */
 } py_gpu;
 
 /* A CPU sample (st_cpu_iter's ST_CPU_ROW_SAMPLE rows): gil 1 the thread
@@ -149,8 +150,9 @@ static int read_samples(st_reader *r, growbuf *g)
 }
 
 /* GPU records with the GIL held (they are few next to ranges); names go
- * into `names` (gpu_strings id + 1 -> str). */
-static int read_gpu(st_reader *r, growbuf *g, PyObject *names)
+ * into `names` (gpu_strings id + 1 -> str), the launching threads' names
+ * (gpu_threads) into `tnames` (OS thread id -> str). */
+static int read_gpu(st_reader *r, growbuf *g, PyObject *names, PyObject *tnames)
 {
     st_gpu_headers span;
     double hint = st_reader_gpu_span(r, &span) == ST_OK && span.has ? (double)span.n_records : 0;
@@ -183,6 +185,19 @@ static int read_gpu(st_reader *r, growbuf *g, PyObject *names)
         o->src_mem = row.rec.src_mem;
         o->dst_mem = row.rec.dst_mem;
         o->correlation = row.rec.correlation;
+        o->launch_tid = row.launch_os_tid;
+        if (row.launch_thread && row.launch_os_tid > 0) {
+            PyObject *key = PyLong_FromLongLong(row.launch_os_tid);
+            if (!key) break;
+            int have = PyDict_Contains(tnames, key);
+            if (have == 0) {
+                PyObject *v = PyUnicode_DecodeUTF8(row.launch_thread, (Py_ssize_t)strlen(row.launch_thread), "replace");
+                if (!v || PyDict_SetItem(tnames, key, v)) have = -1;
+                Py_XDECREF(v);
+            }
+            Py_DECREF(key);
+            if (have < 0) break;
+        }
         if (row.name) {
             PyObject *key = PyLong_FromUnsignedLong(row.rec.name);
             if (!key) break;
@@ -393,11 +408,11 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     Py_DECREF(path_bytes);
     PyObject *out = PyDict_New();
     growbuf gr = {0}, gc = {0}, gg = {0}, gu = {0}, gp = {0};
-    PyObject *names = PyDict_New(), *stacks = PyDict_New();
-    if (!out || !names || !stacks || !read_small(r, out)) goto fail;
+    PyObject *names = PyDict_New(), *stacks = PyDict_New(), *tnames = PyDict_New();
+    if (!out || !names || !stacks || !tnames || !read_small(r, out)) goto fail;
     if (want_ranges && read_ranges(r, &gr)) goto fail;
     if (want_counters && read_samples(r, &gc)) goto fail;
-    if (want_gpu && read_gpu(r, &gg, names)) goto fail;
+    if (want_gpu && read_gpu(r, &gg, names, tnames)) goto fail;
     if (want_cpu && read_cpu(r, &gu, stacks, ST_CPU_ROW_SAMPLE)) goto fail;
     if (want_cpu && read_cpu(r, &gp, stacks, ST_CPU_ROW_PY_SAMPLE)) goto fail;
     if (gr.buf && PyDict_SetItemString(out, "ranges", gr.buf)) goto fail;
@@ -406,6 +421,7 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     if (gu.buf && PyDict_SetItemString(out, "cpu", gu.buf)) goto fail;
     if (gp.buf && PyDict_SetItemString(out, "cpu_python", gp.buf)) goto fail;
     if (PyDict_SetItemString(out, "gpu_names", names)) goto fail;
+    if (PyDict_SetItemString(out, "gpu_threads", tnames)) goto fail;
     if (PyDict_SetItemString(out, "cpu_stacks", stacks)) goto fail;
     st_reader_close(r);
     Py_XDECREF(gr.buf);
@@ -415,6 +431,7 @@ PyObject *stp_read_trace(PyObject *m, PyObject *args)
     Py_XDECREF(gp.buf);
     Py_DECREF(names);
     Py_DECREF(stacks);
+    Py_DECREF(tnames);
     return out;
 fail:
     st_reader_close(r);
@@ -425,6 +442,7 @@ fail:
     Py_XDECREF(gp.buf);
     Py_XDECREF(names);
     Py_XDECREF(stacks);
+    Py_XDECREF(tnames);
     Py_XDECREF(out);
     return NULL;
 }

@@ -426,6 +426,36 @@ def test_gpu_frame_has_thread_and_stage_names(tracegen, analyze, tmp_path):
         assert (g["stage_name"].isna() == g["stage"].isna()).all()
 
 
+def test_gpu_launch_threads(analyze, tmp_path):
+    """launch_tid is the SQL gpu table's, and gpu_threads names it (the trace's gpu_threads
+    table, added here to a sample trace that predates it) in gpu_threads and the DataFrame."""
+    import shutil
+    import sqlite3
+    p = str(tmp_path / "t.sqlite")
+    shutil.copy(os.path.join(ROOT, "samples", "traces", "h200-sync.sqlite"), p)
+    _, rows = sql_rows(analyze, p, "SELECT start_ns, device, stream, coalesce(launch_tid, 0) FROM gpu")
+    want = sorted(tuple(int(x) for x in row) for row in rows)
+    tids = sorted({w[3] for w in want if w[3]})
+    assert tids
+    db = sqlite3.connect(p)
+    db.execute("CREATE TABLE gpu_threads(os_tid INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+    db.execute("INSERT INTO gpu_threads VALUES (?, 'worker_x')", (tids[0],))
+    db.commit()
+    db.close()
+    data = stagetrace.read(p)
+    g = data.gpu
+    got = sorted(zip(*(g[k].tolist() for k in ("start_ns", "device", "stream", "launch_tid"))))
+    assert got == want
+    assert data.gpu_threads == {tids[0]: "worker_x"}
+    pd = pytest.importorskip("pandas")
+    df = data.to_dataframe("gpu")
+    named = df["launch_thread"].astype(object) == "worker_x"
+    assert named.sum() == sum(1 for w in want if w[3] == tids[0]) > 0
+    assert (df.loc[named, "launch_tid"] == tids[0]).all()
+    assert df.loc[~named, "launch_thread"].isna().all()
+    assert df["launch_tid"].isna().sum() == sum(1 for w in want if not w[3])
+
+
 def test_sample_gpu_frame_names_as_the_ranges_frame(analyze):
     """On a sample trace with GPU activity, the GPU DataFrame's thread_name, role and stage_name
     are the ranges DataFrame's: the same categorical columns, the same name for each thread and
