@@ -360,9 +360,6 @@ int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0
 /* 1 when GPU recording was paused at ts_ns (t0_ns <= ts_ns < t1_ns of a
  * pause), else 0. */
 int an_trace_gpu_paused_at(const an_trace *t, int64_t ts_ns);
-/* The time of [t0_ns, t1_ns) during which GPU activity was recorded: its
- * length less the paused time (0 for an empty window). */
-int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns);
 /* "paused N times, X s in all, between A s and B s" (times from the
  * trace's origin) into buf; 0 (buf untouched) when there was no pause. */
 int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size);

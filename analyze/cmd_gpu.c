@@ -129,7 +129,7 @@ typedef struct copy_sum {
 typedef struct stage_sum {
     int64_t thread, stage;
     int64_t os_tid;     /* thread -1: the launching call's OS thread (0 unknown) */
-    char *tname;        /* its name (gpu_threads; owned), NULL unknown */
+    const char *tname;  /* its name (gpu_threads), interned; NULL unknown */
     int32_t device;
     uint64_t records, kernels;
     int64_t gpu_ns;
@@ -185,7 +185,6 @@ static void sums_free(sums *s)
     free(s->names);
     free(s->k);
     free(s->c);
-    for (size_t i = 0; i < s->s_len; i++) free(s->s[i].tname);
     free(s->s);
 }
 
@@ -256,17 +255,22 @@ static int add_row(sums *s, const st_gpu_row *g)
             s->s[i].os_tid == os_tid)
             break;
     if (i == s->s_len) {
-        char *tname = os_tid && g->launch_thread ? strdup(g->launch_thread) : NULL;
-        if ((os_tid && g->launch_thread && !tname) || grow((void **)&s->s, s->s_len, sizeof *s->s)) {
-            free(tname);
-            return -1;
-        }
+        const char *tname = os_tid && g->launch_thread ? intern(s, g->launch_thread) : NULL;
+        if ((os_tid && g->launch_thread && !tname) || grow((void **)&s->s, s->s_len, sizeof *s->s)) return -1;
         s->s[s->s_len++] = (stage_sum){g->thread, g->stage, os_tid, tname, g->device, 0, 0, 0};
     }
     s->s[i].records++;
     s->s[i].kernels += r->kind == ST_GPU_KERNEL;
     s->s[i].gpu_ns += r->dur_ns;
     return 0;
+}
+
+/* "NAME (untraced tid N)", or "(untraced tid N)" without a name: a thread
+ * the trace did not register, in the stages and api tables. */
+static const char *untraced_label(char *buf, size_t size, const char *name, int64_t os_tid)
+{
+    snprintf(buf, size, "%s%s(untraced tid %lld)", name ? name : "", name ? " " : "", (long long)os_tid);
+    return buf;
 }
 
 /* ---- CUDA API calls ---- */
@@ -372,10 +376,9 @@ static void put_api(an_out *out, an_trace *t, const api_sum *s, size_t n, int64_
         const st_stage_info *si = s[i].stage >= 0 ? st_reader_stage(t->r, (uint32_t)s[i].stage) : NULL;
         char fn[64], label[160];
         if (!s[i].name) snprintf(fn, sizeof fn, "cbid %u", s[i].cbid);
-        if (s[i].thread < -1)
-            snprintf(label, sizeof label, "%s%s(untraced tid %lld)", s[i].tname ? s[i].tname : "", s[i].tname ? " " : "",
-                     (long long)(-1 - s[i].thread));
-        an_put_str(tb, ti ? ti->name : s[i].thread < -1 ? label : "(untraced)");
+        an_put_str(tb, ti                  ? ti->name
+                       : s[i].thread < -1 ? untraced_label(label, sizeof label, s[i].tname, -1 - s[i].thread)
+                                          : "(untraced)");
         an_put_str(tb, si ? si->name : s[i].thread >= 0 ? "(no stage)" : NULL);
         an_put_str(tb, s[i].name ? s[i].name : fn);
         an_put_str(tb, s[i].domain ? "driver" : "runtime");
@@ -526,10 +529,7 @@ static void put_tables(an_out *out, an_trace *t, sums *s, const an_gpu_idle *dev
         const st_thread_info *ti = g->thread >= 0 ? st_reader_thread_by_id(t->r, (uint32_t)g->thread) : NULL;
         const st_stage_info *si = g->stage >= 0 ? st_reader_stage(t->r, (uint32_t)g->stage) : NULL;
         char label[160];
-        if (!ti && g->os_tid)
-            snprintf(label, sizeof label, "%s%s(untraced tid %lld)", g->tname ? g->tname : "", g->tname ? " " : "",
-                     (long long)g->os_tid);
-        an_put_str(tb, ti ? ti->name : g->os_tid ? label : "(unknown)");
+        an_put_str(tb, ti ? ti->name : g->os_tid ? untraced_label(label, sizeof label, g->tname, g->os_tid) : "(unknown)");
         an_put_str(tb, si ? si->name : "(none)");
         an_put_int(tb, g->device);
         an_put_int(tb, (int64_t)g->records);

@@ -203,21 +203,14 @@ sql_fail:
 
 int64_t an_trace_gpu_paused_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns, uint32_t *n)
 {
-    int64_t sum = 0, covered = t0_ns; /* rows are by t0_ns: covered is where the union reached */
-    uint32_t count = 0;
-    for (uint32_t i = 0; i < t->n_gpu_pauses; i++) {
-        int64_t a = t->gpu_pauses[i].t0_ns, b = t->gpu_pauses[i].t1_ns;
-        if (b <= t0_ns || a >= t1_ns) continue;
-        count++;
-        if (a < covered) a = covered;
-        if (b > t1_ns) b = t1_ns;
-        if (b > a) {
-            sum += b - a;
-            covered = b;
-        }
+    if (n) {
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < t->n_gpu_pauses; i++)
+            count += t->gpu_pauses[i].t1_ns > t0_ns && t->gpu_pauses[i].t0_ns < t1_ns;
+        *n = count;
     }
-    if (n) *n = count;
-    return sum;
+    uint32_t cursor = 0;
+    return an_trace_gpu_paused_next(t, &cursor, t0_ns, t1_ns); /* the rows' union */
 }
 
 int64_t an_trace_gpu_paused_next(const an_trace *t, uint32_t *cursor, int64_t t0_ns, int64_t t1_ns)
@@ -243,13 +236,6 @@ int an_trace_gpu_paused_at(const an_trace *t, int64_t ts_ns)
         else hi = m;
     }
     return lo < t->n_gpu_unrecorded && t->gpu_unrecorded[lo].t0_ns <= ts_ns;
-}
-
-int64_t an_trace_gpu_recorded_in(const an_trace *t, int64_t t0_ns, int64_t t1_ns)
-{
-    if (t1_ns <= t0_ns) return 0;
-    uint32_t cursor = 0;
-    return t1_ns - t0_ns - an_trace_gpu_paused_next(t, &cursor, t0_ns, t1_ns);
 }
 
 int an_trace_gpu_pauses_text(const an_trace *t, char *buf, size_t size)

@@ -32,20 +32,27 @@ void an_pipe_stage_ns(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t r
 
 static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0; }
 
+/* Device time recorded over bins [bin0, bin1) as an estimate for their
+ * whole length (an_pipe_dev_scale; unchanged when nothing was paused). */
+static int64_t dev_estimate(const an_pipe *p, uint32_t bin0, uint32_t bin1, int64_t recorded_ns)
+{
+    return p->bin_rec_ns ? (int64_t)llround((double)recorded_ns * an_pipe_dev_scale(p, bin0, bin1)) : recorded_ns;
+}
+
 /* Device time of (role, stage) over bins. */
 static int64_t dev_stage_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t role, uint32_t stage)
 {
     int64_t v = 0;
     if (!p->n_devices) return 0;
     for (uint32_t b = bin0; b < bin1; b++) v += p->dev_stage_ns[((size_t)b * p->n_roles + role) * p->n_stages + stage];
-    return p->bin_rec_ns ? (int64_t)llround((double)v * an_pipe_dev_scale(p, bin0, bin1)) : v;
+    return dev_estimate(p, bin0, bin1, v);
 }
 
 static int64_t dev_sum(const an_pipe *p, uint32_t bin0, uint32_t bin1, uint32_t dev, uint32_t role)
 {
     int64_t v = 0;
     for (uint32_t b = bin0; b < bin1; b++) v += an_pipe_dev(p, b, dev, role);
-    return p->bin_rec_ns ? (int64_t)llround((double)v * an_pipe_dev_scale(p, bin0, bin1)) : v;
+    return dev_estimate(p, bin0, bin1, v);
 }
 
 void an_pipe_loads(const an_pipe *p, uint32_t bin0, uint32_t bin1, an_role_load *loads)

@@ -299,10 +299,6 @@ static uint32_t mem_kind(uint32_t k)
     }
 }
 
-/* Under gpu_mutex: the name of a runtime (driver = 0) or driver (1) API
- * function as a gpu_strings id + 1, without CUPTI's version suffix
- * ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel"); 0 when CUPTI does not
- * know the cbid. */
 /* Under gpu_mutex: the OS threads seen making API calls, an open-addressed
  * set (0 empty), so that each one's name is read from /proc once, when its
  * first call arrives, and handed to the writer for gpu_threads: the name of
@@ -346,6 +342,10 @@ static void note_thread(st_trace *t, uint32_t tid)
     if (n) st_gpu_submit_thread(t, tid, name);
 }
 
+/* Under gpu_mutex: the name of a runtime (driver = 0) or driver (1) API
+ * function as a gpu_strings id + 1, without CUPTI's version suffix
+ * ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel"); 0 when CUPTI does not
+ * know the cbid. */
 static uint32_t api_name(st_trace *t, int driver, uint32_t cbid)
 {
     if (cbid < API_NAME_CACHE && api_name_ids[driver][cbid]) return api_name_ids[driver][cbid];

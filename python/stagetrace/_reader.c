@@ -149,6 +149,21 @@ static int read_samples(st_reader *r, growbuf *g)
     return growbuf_finish(g);
 }
 
+/* dict[key] = name (UTF-8, bad bytes replaced) unless key is there; key is
+ * a new reference (NULL: its creation failed), consumed. -1 on an error. */
+static int put_name(PyObject *dict, PyObject *key, const char *name)
+{
+    if (!key) return -1;
+    int have = PyDict_Contains(dict, key);
+    if (have == 0) {
+        PyObject *v = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
+        if (!v || PyDict_SetItem(dict, key, v)) have = -1;
+        Py_XDECREF(v);
+    }
+    Py_DECREF(key);
+    return have < 0 ? -1 : 0;
+}
+
 /* GPU records with the GIL held (they are few next to ranges); names go
  * into `names` (gpu_strings id + 1 -> str), the launching threads' names
  * (gpu_threads) into `tnames` (OS thread id -> str). */
@@ -186,30 +201,10 @@ static int read_gpu(st_reader *r, growbuf *g, PyObject *names, PyObject *tnames)
         o->dst_mem = row.rec.dst_mem;
         o->correlation = row.rec.correlation;
         o->launch_tid = row.launch_os_tid;
-        if (row.launch_thread && row.launch_os_tid > 0) {
-            PyObject *key = PyLong_FromLongLong(row.launch_os_tid);
-            if (!key) break;
-            int have = PyDict_Contains(tnames, key);
-            if (have == 0) {
-                PyObject *v = PyUnicode_DecodeUTF8(row.launch_thread, (Py_ssize_t)strlen(row.launch_thread), "replace");
-                if (!v || PyDict_SetItem(tnames, key, v)) have = -1;
-                Py_XDECREF(v);
-            }
-            Py_DECREF(key);
-            if (have < 0) break;
-        }
-        if (row.name) {
-            PyObject *key = PyLong_FromUnsignedLong(row.rec.name);
-            if (!key) break;
-            int have = PyDict_Contains(names, key);
-            if (have == 0) {
-                PyObject *v = PyUnicode_DecodeUTF8(row.name, (Py_ssize_t)strlen(row.name), "replace");
-                if (!v || PyDict_SetItem(names, key, v)) have = -1;
-                Py_XDECREF(v);
-            }
-            Py_DECREF(key);
-            if (have < 0) break;
-        }
+        if (row.launch_thread && row.launch_os_tid > 0 &&
+            put_name(tnames, PyLong_FromLongLong(row.launch_os_tid), row.launch_thread))
+            break;
+        if (row.name && put_name(names, PyLong_FromUnsignedLong(row.rec.name), row.name)) break;
     }
     st_gpu_iter_close(it);
     if (PyErr_Occurred()) return -1;

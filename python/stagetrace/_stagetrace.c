@@ -483,6 +483,21 @@ static int trace_init(trace_object *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* Runs a close callback once (the slot is cleared first), its error
+ * reported as unraisable, the caller's pending exception kept. */
+static void run_close_callback(PyObject **slot)
+{
+    PyObject *fn = *slot;
+    *slot = NULL;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *res = PyObject_CallObject(fn, NULL);
+    if (!res) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(res);
+    Py_DECREF(fn);
+    PyErr_Restore(et, ev, tb);
+}
+
 static int trace_do_close(trace_object *t)
 {
     if (tls_in_callback) {
@@ -490,32 +505,12 @@ static int trace_do_close(trace_object *t)
         return -1;
     }
     if (t->closed) return 0;
-    /* the close-time clock measurement, while the trace is still open; its
-     * failures are its own to report (it never stops the close) */
     /* the Python-frames sampler stops (and stores its rate) first, while
      * the trace is open */
-    if (t->on_close_sampler) {
-        PyObject *fn = t->on_close_sampler;
-        t->on_close_sampler = NULL;
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *res = PyObject_CallObject(fn, NULL);
-        if (!res) PyErr_WriteUnraisable(fn);
-        Py_XDECREF(res);
-        Py_DECREF(fn);
-        PyErr_Restore(et, ev, tb);
-    }
-    if (t->on_close && t->trace) {
-        PyObject *fn = t->on_close;
-        t->on_close = NULL;
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *res = PyObject_CallObject(fn, NULL);
-        if (!res) PyErr_WriteUnraisable(fn);
-        Py_XDECREF(res);
-        Py_DECREF(fn);
-        PyErr_Restore(et, ev, tb);
-    }
+    if (t->on_close_sampler) run_close_callback(&t->on_close_sampler);
+    /* the close-time clock measurement, while the trace is still open; its
+     * failures are its own to report (it never stops the close) */
+    if (t->on_close && t->trace) run_close_callback(&t->on_close);
     drop_stale_ring();
     int registered_here = tls_gen == t->gen;
     t->closed = 1;
